@@ -1,0 +1,25 @@
+# The two entry points of the README: `make demo` and `make test`.
+# Both create .venv with everything olr-buffer needs (Java 17 must be on the machine for Spark).
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+DEMO   ?= demo-data
+
+.PHONY: demo test venv clean
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: setup.cfg pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $@
+
+demo: venv
+	$(BIN)/python -m olr_buffer.demo $(DEMO)
+
+test: venv
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) $(DEMO) .pytest_cache .hypothesis

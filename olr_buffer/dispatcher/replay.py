@@ -1,0 +1,123 @@
+"""Reading a committed transaction back from the queue, in row order, compensated.
+
+Per redo thread, a transaction's records are in the queue in input order, which is row
+order ``(scn, sub, sequence, line)`` within the thread. The threads' streams are merged
+lazily (``heapq.merge``), so a transaction of any size streams through in bounded
+memory. Compensation needs to know, for each row, whether a later record cancels it; a
+transaction with compensation records is read more than once: first the RIDs that
+compensations name, then which rows they cancel, then the rows.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Iterator
+
+import orjson
+
+from ..reader.records import COMPENSATION, ROW_CODES
+from ..txbuffer import Block, TxQueue
+from .transaction import OpenTransaction
+
+# A replayed record: (scn, sub, thread, sequence, line, record list)
+Item = tuple
+
+
+@dataclass(slots=True)
+class ReplayStats:
+    compensations: int = 0
+    unmatched_compensations: int = 0
+    records_after_end: int = 0
+
+
+class BlockCache:
+    """A small LRU of decoded queue blocks: commits mostly re-read recent blocks."""
+
+    def __init__(self, queue: TxQueue, capacity: int = 64) -> None:
+        self.queue = queue
+        self.capacity = capacity
+        self._blocks: OrderedDict[int, Block] = OrderedDict()
+
+    def get(self, first: int) -> Block:
+        block = self._blocks.get(first)
+        if block is not None:
+            self._blocks.move_to_end(first)
+            return block
+        block = self.queue.read_block(first)
+        self._blocks[first] = block
+        if len(self._blocks) > self.capacity:
+            self._blocks.popitem(last=False)
+        return block
+
+    def put(self, block: Block) -> None:
+        self._blocks[block.first] = block
+        if len(self._blocks) > self.capacity:
+            self._blocks.popitem(last=False)
+
+
+class Replayer:
+    def __init__(self, cache: BlockCache) -> None:
+        self.cache = cache
+        self.stats = ReplayStats()
+
+    def _thread_items(self, thread: int, locs, c_scn: int, count_late: bool) -> Iterator[Item]:
+        get = self.cache.get
+        loads = orjson.loads
+        for i in range(0, len(locs), 3):
+            block = get(locs[i])
+            start = locs[i + 1]
+            for raw in block.records(start, start + locs[i + 2]):
+                rec = loads(raw)
+                code = rec[0]
+                if code in ROW_CODES or code & COMPENSATION:
+                    if rec[1] <= c_scn:
+                        yield (rec[1], rec[2], thread, rec[3], rec[4], rec)
+                    elif count_late:
+                        self.stats.records_after_end += 1
+
+    def _items(self, txn: OpenTransaction, c_scn: int, count_late: bool = False) -> Iterator[Item]:
+        streams = [self._thread_items(t, locs, c_scn, count_late) for t, locs in sorted(txn.locations.items())]
+        if len(streams) == 1:
+            return streams[0]
+        return heapq.merge(*streams)
+
+    def rows(self, txn: OpenTransaction, c_scn: int) -> Iterator[tuple[int, list]]:
+        """``(thread, record)`` for each row of the transaction, compensation applied."""
+        if not txn.compensations:
+            for item in self._items(txn, c_scn, count_late=True):
+                if item[5][0] in ROW_CODES:
+                    yield item[2], item[5]
+            return
+        cancelled = self._cancelled(txn, c_scn)
+        ordinal = 0
+        for item in self._items(txn, c_scn, count_late=True):
+            rec = item[5]
+            if rec[0] in ROW_CODES:
+                if ordinal not in cancelled:
+                    yield item[2], rec
+                ordinal += 1
+
+    def _cancelled(self, txn: OpenTransaction, c_scn: int) -> set[int]:
+        """Ordinals (among rows) of the rows that compensation records cancel."""
+        rids = {item[5][5] for item in self._items(txn, c_scn) if item[5][0] & COMPENSATION}
+        stacks: dict[str, list[int]] = {}
+        cancelled: set[int] = set()
+        ordinal = 0
+        for item in self._items(txn, c_scn):
+            rec = item[5]
+            code = rec[0]
+            if code in ROW_CODES:
+                rid = rec[9]
+                if rid in rids:
+                    stacks.setdefault(rid, []).append(ordinal)
+                ordinal += 1
+            else:
+                self.stats.compensations += 1
+                stack = stacks.get(rec[5])
+                if stack:
+                    cancelled.add(stack.pop())
+                else:
+                    self.stats.unmatched_compensations += 1
+        return cancelled

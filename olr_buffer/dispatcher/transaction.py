@@ -1,0 +1,61 @@
+"""Transactions as the dispatcher holds them: where their records are, never the records."""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass
+from typing import NamedTuple
+
+
+class CommitKey(NamedTuple):
+    """Orders end records: ``(scn, thread, sequence, line)``."""
+
+    scn: int
+    thread: int
+    sequence: int
+    line: int
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    """A transaction that is safe to publish: its commit record's facts."""
+
+    xid: str
+    key: CommitKey
+    tm: int | None
+
+    @property
+    def scn(self) -> int:
+        return self.key.scn
+
+
+class OpenTransaction:
+    """One transaction by XID until its end is past the watermark.
+
+    ``locations`` holds, per redo thread, flat triples ``(block, start, count)``: the
+    queue block and the run of records of this transaction in it. Memory grows with the
+    number of blocks the transaction spans, not with its rows.
+    """
+
+    __slots__ = ("xid", "begin_scn", "locations", "rows", "compensations", "end_key", "end_code", "end_tm", "first_block")
+
+    def __init__(self, xid: str, first_block: int) -> None:
+        self.xid = xid
+        self.begin_scn = -1
+        self.locations: dict[int, array] = {}
+        self.rows = 0
+        self.compensations = 0
+        self.end_key: CommitKey | None = None
+        self.end_code = 0
+        self.end_tm: int | None = None
+        self.first_block = first_block
+
+    def add(self, thread: int, block: int, start: int, count: int) -> None:
+        locs = self.locations.get(thread)
+        if locs is None:
+            locs = self.locations[thread] = array("q")
+        locs.extend((block, start, count))
+
+    @property
+    def blocks(self) -> int:
+        return sum(len(a) // 3 for a in self.locations.values())

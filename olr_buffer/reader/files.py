@@ -1,0 +1,98 @@
+"""Finding the redo-op log files of an input directory: ``redo_<thread>_<sequence>.jsonl[.zst]``."""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+from dataclasses import dataclass
+from typing import BinaryIO
+
+import zstandard
+
+from .errors import InputError, MissingSequenceError
+
+_NAME = re.compile(r"^redo_([0-9]+)_([0-9]+)\.jsonl(\.zst)?$")
+
+
+@dataclass(frozen=True, slots=True)
+class LogFile:
+    """One redo log file: one thread's records for one log sequence."""
+
+    thread: int
+    sequence: int
+    path: str
+    compressed: bool
+
+    def open(self) -> BinaryIO:
+        """A binary stream of the file's (decompressed) content."""
+        fh = open(self.path, "rb")
+        if not self.compressed:
+            return fh
+        reader = zstandard.ZstdDecompressor().stream_reader(fh, closefd=True, read_across_frames=True)
+        return io.BufferedReader(reader, buffer_size=1 << 20)  # type: ignore[arg-type]
+
+
+def parse_name(name: str) -> tuple[int, int, bool] | None:
+    """``(thread, sequence, compressed)`` for a log file name, ``None`` for any other name."""
+    m = _NAME.match(name)
+    if m is None:
+        return None
+    thread, seq = int(m.group(1)), int(m.group(2))
+    if thread <= 0 or seq <= 0:
+        return None
+    return thread, seq, m.group(3) is not None
+
+
+def scan(input_dir: str) -> dict[int, dict[int, LogFile]]:
+    """Every log file of ``input_dir``, by thread and sequence. Other files are ignored."""
+    try:
+        names = os.listdir(input_dir)
+    except FileNotFoundError:
+        raise InputError(input_dir, None, "input directory does not exist") from None
+    except NotADirectoryError:
+        raise InputError(input_dir, None, "not a directory") from None
+    threads: dict[int, dict[int, LogFile]] = {}
+    for name in names:
+        parsed = parse_name(name)
+        if parsed is None:
+            continue
+        thread, seq, compressed = parsed
+        path = os.path.join(input_dir, name)
+        if not os.path.isfile(path):
+            continue
+        seqs = threads.setdefault(thread, {})
+        if seq in seqs:
+            raise InputError(
+                path,
+                None,
+                f"thread {thread} sequence {seq} is also in {os.path.basename(seqs[seq].path)}",
+                hint="keep one file per thread and sequence",
+            )
+        seqs[seq] = LogFile(thread, seq, path, compressed)
+    return threads
+
+
+def check_contiguous(input_dir: str, thread: int, files: dict[int, LogFile], start: int | None = None) -> list[LogFile]:
+    """The files of one thread from sequence ``start`` (default: the lowest) in order.
+
+    Raises :class:`MissingSequenceError` naming the thread and the first missing number.
+    """
+    if not files:
+        return []
+    seqs = sorted(files)
+    first = seqs[0] if start is None else start
+    last = seqs[-1]
+    ordered = []
+    for seq in range(first, last + 1):
+        f = files.get(seq)
+        if f is None:
+            raise MissingSequenceError(
+                os.path.join(input_dir, f"redo_{thread}_{seq}.jsonl"),
+                None,
+                f"thread {thread} is missing sequence {seq}"
+                + (f" (files run from {seqs[0]} to {last})" if seq >= seqs[0] else f" (files start at {seqs[0]})"),
+                hint="the redo must be complete: restore the missing log file",
+            )
+        ordered.append(f)
+    return ordered

@@ -1,0 +1,55 @@
+"""A reader's source position, stored in the queue in the same write as the records."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import orjson
+
+_PREFIX = b"reader/"
+
+
+@dataclass(slots=True)
+class ReaderPosition:
+    """Where one redo thread's reader is: the next unread byte and line of a sequence.
+
+    ``scn``/``sub`` are the last accepted record's, so that "SCN goes back" is caught
+    across restarts and sequences; ``progress`` is the thread's progress P(t).
+    """
+
+    thread: int
+    sequence: int
+    offset: int = 0
+    line: int = 0
+    scn: int = -1
+    sub: int = 0
+    progress: int = -1
+    finished: bool = False  # the end of the thread's input was written to the queue (replay)
+
+    @property
+    def key(self) -> bytes:
+        return position_key(self.thread)
+
+    def encode(self) -> bytes:
+        return orjson.dumps(asdict(self))
+
+    @classmethod
+    def decode(cls, value: bytes) -> "ReaderPosition":
+        return cls(**orjson.loads(value))
+
+
+def position_key(thread: int) -> bytes:
+    return _PREFIX + str(thread).encode()
+
+
+def load_positions(meta: dict[bytes, bytes]) -> dict[int, ReaderPosition]:
+    """Every reader position found in a queue's metadata, by thread."""
+    out = {}
+    for k, v in meta.items():
+        if k.startswith(_PREFIX):
+            pos = ReaderPosition.decode(v)
+            out[pos.thread] = pos
+    return out
+
+
+POSITION_PREFIX = _PREFIX

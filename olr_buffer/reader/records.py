@@ -1,0 +1,181 @@
+"""Redo records: validation of one parsed line, and their compact encoding in the queue.
+
+A record in the queue is the orjson encoding of a list; its first five items are always
+``[code, scn, sub, sequence, line]``:
+
+* rows (insert, update, delete, ddl): ``+ [tm, owner, table, obj, rid, before, after, sql]``
+  where ``before``/``after`` are JSON text (compact, keys in input order) or ``None``;
+* compensations (DML with ``"rollback": true``): ``+ [rid]``, code has ``COMPENSATION``;
+* begin, commit, rollback: ``+ [tm]``.
+
+``lwn`` records are not stored as records: they only move the thread's progress, which
+the block summary carries (see :mod:`olr_buffer.reader.blocks`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import orjson
+
+BEGIN, INSERT, UPDATE, DELETE, DDL, COMMIT, ROLLBACK, LWN = 1, 2, 3, 4, 5, 6, 7, 8
+COMPENSATION = 16  # or'ed into INSERT/UPDATE/DELETE
+
+OP_CODES = {
+    "begin": BEGIN,
+    "insert": INSERT,
+    "update": UPDATE,
+    "delete": DELETE,
+    "ddl": DDL,
+    "commit": COMMIT,
+    "rollback": ROLLBACK,
+    "lwn": LWN,
+}
+ROW_CODES = frozenset((INSERT, UPDATE, DELETE, DDL))
+DML_CODES = frozenset((INSERT, UPDATE, DELETE))
+CHANGEFEED_OP = {INSERT: "c", UPDATE: "u", DELETE: "d", DDL: "ddl"}
+
+MAX_SCN = (1 << 63) - 1
+INT64_MIN = -(1 << 63)
+INT64_MAX = (1 << 63) - 1
+
+
+class RecordError(ValueError):
+    """A line that is not a valid record; the message is the reason."""
+
+
+_LONG_DIGITS = re.compile(rb"[0-9]{20}")
+
+
+def parse_line(raw: bytes) -> dict[str, Any]:
+    """Parse one line of JSON into a dict, or raise :class:`RecordError` with the reason.
+
+    orjson turns integers beyond 64 bits into floats; lines with a run of 20 digits go
+    through the stdlib parser, which keeps them exact.
+    """
+    if _LONG_DIGITS.search(raw) is None:
+        try:
+            obj = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise RecordError(f"malformed JSON: {_reason(exc)}") from None
+    else:
+        try:
+            obj = json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant)
+        except UnicodeDecodeError:
+            raise RecordError("malformed JSON: invalid UTF-8") from None
+        except ValueError as exc:
+            raise RecordError(f"malformed JSON: {_reason(exc)}") from None
+    if type(obj) is not dict:
+        raise RecordError(f"not a JSON object but {_json_type(obj)}")
+    return obj
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _reason(exc: Exception) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return "invalid UTF-8" if "UTF-8" in text else text
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
+
+
+_REQUIRED = object()
+
+
+def _int(d: dict, name: str, lo: int, hi: int, default: Any = _REQUIRED) -> Any:
+    v = d.get(name)
+    if v is None:
+        if default is _REQUIRED:
+            raise RecordError(f"missing field {name!r}" if name not in d else f"field {name!r} must be an integer, not null")
+        return default
+    if type(v) is not int:
+        raise RecordError(f"field {name!r} must be an integer, not {_json_type(v)}")
+    if not lo <= v <= hi:
+        raise RecordError(f"field {name!r} out of range: {v} (allowed {lo}..{hi})")
+    return v
+
+
+def _str(d: dict, name: str) -> str:
+    v = d.get(name)
+    if type(v) is str:
+        return v
+    if v is None:
+        raise RecordError(f"missing field {name!r}" if name not in d else f"field {name!r} must be a string, not null")
+    raise RecordError(f"field {name!r} must be a string, not {_json_type(v)}")
+
+
+def _object_text(d: dict, name: str, required: bool) -> str | None:
+    v = d.get(name)
+    if v is None:
+        if required:
+            raise RecordError(f"missing field {name!r}" if name not in d else f"field {name!r} must be an object, not null")
+        return None
+    if type(v) is not dict:
+        raise RecordError(f"field {name!r} must be an object, not {_json_type(v)}")
+    try:
+        return orjson.dumps(v).decode()
+    except TypeError:  # integers beyond 64 bits
+        return json.dumps(v, separators=(",", ":"), ensure_ascii=False)
+
+
+def validate(d: dict[str, Any]) -> tuple[int, int, int, str | None, list | None]:
+    """Check a parsed record against the contract.
+
+    Returns ``(code, scn, sub, xid, payload)`` where payload is the tail of the queue
+    encoding (after ``[code, scn, sub, seq, line]``), or ``None`` for ``lwn``.
+    """
+    op = d.get("op")
+    code = OP_CODES.get(op) if type(op) is str else None
+    if code is None:
+        if "op" not in d:
+            raise RecordError("missing field 'op'")
+        raise RecordError(f"unknown op {op!r} (expected one of {', '.join(OP_CODES)})")
+    scn = _int(d, "scn", 0, MAX_SCN)
+    sub = _int(d, "sub", 0, INT64_MAX, 0)
+    if code == LWN:
+        return code, scn, sub, None, None
+    xid = d.get("xid")
+    if type(xid) is not str or not xid:
+        if xid is None:
+            raise RecordError("missing field 'xid'")
+        raise RecordError(f"field 'xid' must be a non-empty string, not {_json_type(xid) if xid != '' else 'empty'}")
+    tm = _int(d, "tm", INT64_MIN, INT64_MAX, None)
+    if code in DML_CODES:
+        owner = _str(d, "owner")
+        table = _str(d, "table")
+        rid = _str(d, "rid")
+        obj = _int(d, "obj", INT64_MIN, INT64_MAX, None)
+        rb = d.get("rollback", False)
+        if type(rb) is not bool:
+            if rb is not None:
+                raise RecordError(f"field 'rollback' must be a boolean, not {_json_type(rb)}")
+            rb = False
+        if rb:
+            _object_text(d, "before", False)
+            _object_text(d, "after", False)
+            return code | COMPENSATION, scn, sub, xid, [rid]
+        before = _object_text(d, "before", code != INSERT)
+        after = _object_text(d, "after", code != DELETE)
+        return code, scn, sub, xid, [tm, owner, table, obj, rid, before, after, None]
+    if code == DDL:
+        owner = _str(d, "owner")
+        table = _str(d, "table")
+        sql = _str(d, "sql")
+        return code, scn, sub, xid, [tm, owner, table, None, None, None, None, sql]
+    return code, scn, sub, xid, [tm]

@@ -1,0 +1,19 @@
+"""spark_sink: the Parquet changefeed (schema, atomic publication, recovery) and Spark helpers."""
+
+from .errors import ChangefeedCorruptError, ChangefeedError
+from .schema import ARROW_SCHEMA, COLUMNS, parse_part_name, part_name
+from .spark import changefeed_schema, read_changefeed
+from .writer import ChangefeedWriter, PublishedFile
+
+__all__ = [
+    "ARROW_SCHEMA",
+    "COLUMNS",
+    "ChangefeedCorruptError",
+    "ChangefeedError",
+    "ChangefeedWriter",
+    "PublishedFile",
+    "changefeed_schema",
+    "parse_part_name",
+    "part_name",
+    "read_changefeed",
+]

@@ -1,0 +1,13 @@
+"""Errors of the changefeed."""
+
+from __future__ import annotations
+
+from ..errors import OlrBufferError
+
+
+class ChangefeedError(OlrBufferError):
+    """The changefeed directory cannot be written or is not what it should be."""
+
+
+class ChangefeedCorruptError(ChangefeedError):
+    """Published files break the changefeed's invariants (gap, overlap, unreadable footer)."""

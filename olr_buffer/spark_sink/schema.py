@@ -1,0 +1,49 @@
+"""The changefeed's columns (contract §2) as an Arrow schema, and file naming."""
+
+from __future__ import annotations
+
+import re
+
+import pyarrow as pa
+
+ARROW_SCHEMA = pa.schema(
+    [
+        pa.field("tx_seq", pa.int64(), nullable=False),
+        pa.field("op_seq", pa.int64(), nullable=False),
+        pa.field("c_scn", pa.int64(), nullable=False),
+        pa.field("c_tm", pa.int64()),
+        pa.field("xid", pa.string(), nullable=False),
+        pa.field("op", pa.string(), nullable=False),
+        pa.field("scn", pa.int64(), nullable=False),
+        pa.field("sub", pa.int64(), nullable=False),
+        pa.field("tm", pa.int64()),
+        pa.field("thread", pa.int32(), nullable=False),
+        pa.field("owner", pa.string(), nullable=False),
+        pa.field("table", pa.string(), nullable=False),
+        pa.field("obj", pa.int64()),
+        pa.field("rid", pa.string()),
+        pa.field("before", pa.string()),
+        pa.field("after", pa.string()),
+        pa.field("sql", pa.string()),
+    ]
+)
+COLUMNS = ARROW_SCHEMA.names
+
+_PART = re.compile(r"^part-([0-9]{20})-([0-9]{20})\.parquet$")
+
+# Key-value metadata in every file's footer.
+META_FIRST = b"olr_buffer.first_tx_seq"
+META_LAST = b"olr_buffer.last_tx_seq"
+META_LAST_COMMIT = b"olr_buffer.last_commit"  # "scn,thread,sequence,line" of the last transaction
+META_ROWS = b"olr_buffer.rows"
+
+
+def part_name(first: int, last: int) -> str:
+    return f"part-{first:020d}-{last:020d}.parquet"
+
+
+def parse_part_name(name: str) -> tuple[int, int] | None:
+    m = _PART.match(name)
+    if m is None:
+        return None
+    return int(m.group(1)), int(m.group(2))

@@ -1,0 +1,348 @@
+"""Writing the changefeed: whole transactions, atomic publication, recovery on open.
+
+Publication of one file::
+
+    1. rows go to ``.tmp-part-<first>-<pid>.parquet`` (hidden from Spark: leading dot)
+    2. the footer gets the file's range and last commit key; close; fsync the file
+    3. rename to ``part-<first>-<last>.parquet``; fsync the directory   <- visible, final
+    4. record it in ``_olr_buffer/manifest.json`` (write temp, fsync, rename, fsync dir)
+
+On open, temporary files are deleted, and published files that the manifest lacks are
+checked (name, footer) and adopted: the files are the truth, the manifest an index.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import Iterable
+
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..dispatcher.transaction import Commit, CommitKey
+from ..reader.records import CHANGEFEED_OP
+from .errors import ChangefeedCorruptError, ChangefeedError
+from .schema import ARROW_SCHEMA, META_FIRST, META_LAST, META_LAST_COMMIT, META_ROWS, parse_part_name, part_name
+
+log = logging.getLogger(__name__)
+
+META_DIR = "_olr_buffer"
+MANIFEST = "manifest.json"
+PUBLISHED_LOG = "published.jsonl"
+DEFAULT_FILE_ROWS = 1_000_000
+DEFAULT_ROW_GROUP_ROWS = 65_536
+
+
+@dataclass(frozen=True, slots=True)
+class PublishedFile:
+    name: str
+    first: int
+    last: int
+    rows: int
+    last_commit: CommitKey
+
+
+class ChangefeedWriter:
+    """Appends whole transactions to the changefeed directory; see the module doc.
+
+    ``file_rows``: a file is published once it holds at least this many rows (at a
+    transaction boundary: a transaction is never split). ``flush()`` publishes what is
+    buffered whatever its size.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        file_rows: int = DEFAULT_FILE_ROWS,
+        row_group_rows: int = DEFAULT_ROW_GROUP_ROWS,
+        durable: bool = True,
+        compression: str = "zstd",
+    ) -> None:
+        self.path = os.fspath(path)
+        self.file_rows = file_rows
+        self.row_group_rows = row_group_rows
+        self.durable = durable
+        self.compression = compression
+        self.meta_dir = os.path.join(self.path, META_DIR)
+        try:
+            os.makedirs(self.path, exist_ok=True)
+            os.makedirs(self.meta_dir, mode=0o700, exist_ok=True)
+        except OSError as exc:
+            raise ChangefeedError(f"{self.path}: cannot create the changefeed directory: {exc.strerror}") from None
+        self.next_tx_seq = 0
+        self.last_commit: CommitKey | None = None
+        self.last_c_scn: int | None = None
+        self.files_published = 0
+        self._recover()
+        # the open file
+        self._writer: pq.ParquetWriter | None = None
+        self._tmp_path: str | None = None
+        self._file_first = self.next_tx_seq
+        self._file_rows = 0
+        self._file_last_commit: CommitKey | None = None
+        # buffered rows of the open file (not yet in a row group)
+        self._recs: list[list] = []
+        self._threads: list[int] = []
+        self._tx: list[tuple[int, int, int, int | None, str, int]] = []  # tx_seq, n, c_scn, c_tm, xid, op_seq0
+
+    # -- recovery ----------------------------------------------------------------------
+
+    def _recover(self) -> None:
+        manifest = self._read_manifest()
+        parts: list[tuple[int, int, str]] = []
+        for name in os.listdir(self.path):
+            if name.startswith(".tmp-"):
+                log.info("deleting unpublished temporary file %s", name)
+                os.unlink(os.path.join(self.path, name))
+                continue
+            rng = parse_part_name(name)
+            if rng is not None:
+                parts.append((rng[0], rng[1], name))
+        parts.sort()
+        expected = 0
+        for first, last, name in parts:
+            if first != expected or last < first:
+                raise ChangefeedCorruptError(
+                    f"{os.path.join(self.path, name)}: changefeed has a gap or overlap: expected a file starting at tx_seq {expected}",
+                    hint="files of the changefeed must never be removed or edited by hand",
+                )
+            expected = last + 1
+        self.files_published = len(parts)
+        self.next_tx_seq = expected
+        if not parts:
+            if manifest and manifest.get("next_tx_seq", 0) > 0:
+                raise ChangefeedCorruptError(
+                    f"{self.path}: the manifest records {manifest['next_tx_seq']} transactions but no file is there",
+                    hint="the changefeed files were removed; start with an empty changefeed and queue",
+                )
+            return
+        last_name = parts[-1][2]
+        footer = self._footer(last_name)
+        self.last_commit = footer.last_commit
+        self.last_c_scn = footer.last_commit.scn
+        if not manifest or manifest.get("next_tx_seq") != self.next_tx_seq:
+            adopted = [p[2] for p in parts if p[0] >= (manifest or {}).get("next_tx_seq", 0)]
+            for name in adopted:
+                f = self._footer(name)
+                log.info("adopting published file %s missing from the manifest", name)
+                self._log_published(f)
+            self._write_manifest(last_name)
+
+    def _footer(self, name: str) -> PublishedFile:
+        full = os.path.join(self.path, name)
+        first, last = parse_part_name(name)  # type: ignore[misc]
+        try:
+            meta = pq.read_metadata(full)
+        except Exception as exc:
+            raise ChangefeedCorruptError(f"{full}: unreadable Parquet footer: {exc}") from None
+        kv = meta.metadata or {}
+        try:
+            f_first, f_last = int(kv[META_FIRST]), int(kv[META_LAST])
+            scn, thread, seq, line = (int(x) for x in kv[META_LAST_COMMIT].split(b","))
+        except (KeyError, ValueError):
+            raise ChangefeedCorruptError(f"{full}: footer lacks olr-buffer's range metadata") from None
+        if (f_first, f_last) != (first, last):
+            raise ChangefeedCorruptError(f"{full}: footer says tx_seq {f_first}..{f_last}, the name {first}..{last}")
+        return PublishedFile(name, first, last, meta.num_rows, CommitKey(scn, thread, seq, line))
+
+    def _read_manifest(self) -> dict | None:
+        try:
+            with open(os.path.join(self.meta_dir, MANIFEST), "rb") as fh:
+                return orjson.loads(fh.read())
+        except FileNotFoundError:
+            return None
+        except orjson.JSONDecodeError:
+            log.warning("manifest unreadable, rebuilding it from the published files")
+            return None
+
+    def _write_manifest(self, last_file: str | None) -> None:
+        doc = {
+            "format": 1,
+            "next_tx_seq": self.next_tx_seq,
+            "files": self.files_published,
+            "last_file": last_file,
+            "last_commit": list(self.last_commit) if self.last_commit else None,
+            "last_c_scn": self.last_c_scn,
+            "updated": time.time(),
+        }
+        _atomic_write(os.path.join(self.meta_dir, MANIFEST), orjson.dumps(doc, option=orjson.OPT_INDENT_2), self.durable)
+
+    def _log_published(self, f: PublishedFile) -> None:
+        line = orjson.dumps(
+            {"file": f.name, "first": f.first, "last": f.last, "rows": f.rows, "last_commit": list(f.last_commit)}
+        )
+        with open(os.path.join(self.meta_dir, PUBLISHED_LOG), "ab") as fh:
+            fh.write(line + b"\n")
+            if self.durable:
+                fh.flush()
+                os.fsync(fh.fileno())
+
+    # -- writing -----------------------------------------------------------------------
+
+    def write_transaction(self, commit: Commit, rows: Iterable[tuple[int, list]]) -> int:
+        tx_seq = self.next_tx_seq
+        recs, threads = self._recs, self._threads
+        op_seq0 = 0
+        n = 0  # rows of this transaction in the buffer
+        for thread, rec in rows:
+            recs.append(rec)
+            threads.append(thread)
+            n += 1
+            if len(recs) >= self.row_group_rows:
+                self._tx.append((tx_seq, n, commit.key.scn, commit.tm, commit.xid, op_seq0))
+                self._write_row_group()
+                op_seq0 += n
+                n = 0
+        total = op_seq0 + n
+        if not total:
+            return 0
+        if n:
+            self._tx.append((tx_seq, n, commit.key.scn, commit.tm, commit.xid, op_seq0))
+        self.next_tx_seq = tx_seq + 1
+        self._file_rows += total
+        self._file_last_commit = commit.key
+        if self._file_rows >= self.file_rows:
+            self.flush()
+        return total
+
+    def _write_row_group(self) -> None:
+        if not self._recs:
+            return
+        batch = self._batch()
+        if self._writer is None:
+            self._tmp_path = os.path.join(self.path, f".tmp-part-{self._file_first:020d}-{os.getpid()}.parquet")
+            try:
+                self._writer = pq.ParquetWriter(self._tmp_path, ARROW_SCHEMA, compression=self.compression)
+            except OSError as exc:
+                raise ChangefeedError(f"{self._tmp_path}: cannot create: {exc}") from None
+        self._writer.write_batch(batch, row_group_size=len(self._recs))
+        self._recs.clear()
+        self._threads.clear()
+        self._tx.clear()
+
+    def _batch(self) -> pa.RecordBatch:
+        tx_seq: list[int] = []
+        op_seq: list[int] = []
+        c_scn: list[int] = []
+        c_tm: list[int | None] = []
+        xid: list[str] = []
+        for seq, n, scn, tm, x, op0 in self._tx:
+            tx_seq.extend([seq] * n)
+            op_seq.extend(range(op0, op0 + n))
+            c_scn.extend([scn] * n)
+            c_tm.extend([tm] * n)
+            xid.extend([x] * n)
+        code, scn_, sub, _seq, _line, tm_, owner, table, obj, rid, before, after, sql = zip(*self._recs)
+        opmap = CHANGEFEED_OP
+        i64, s = pa.int64(), pa.string()
+        arrays = [
+            pa.array(tx_seq, i64),
+            pa.array(op_seq, i64),
+            pa.array(c_scn, i64),
+            pa.array(c_tm, i64),
+            pa.array(xid, s),
+            pa.array([opmap[c] for c in code], s),
+            pa.array(scn_, i64),
+            pa.array(sub, i64),
+            pa.array(tm_, i64),
+            pa.array(self._threads, pa.int32()),
+            pa.array(owner, s),
+            pa.array(table, s),
+            pa.array(obj, i64),
+            pa.array(rid, s),
+            pa.array(before, s),
+            pa.array(after, s),
+            pa.array(sql, s),
+        ]
+        return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+
+    def flush(self) -> PublishedFile | None:
+        """Publish the open file, if it holds any transaction."""
+        if not self._file_rows:
+            return None
+        self._write_row_group()
+        first, last = self._file_first, self.next_tx_seq - 1
+        last_commit = self._file_last_commit
+        assert self._writer is not None and self._tmp_path is not None and last_commit is not None
+        self._writer.add_key_value_metadata(
+            {
+                META_FIRST: str(first),
+                META_LAST: str(last),
+                META_LAST_COMMIT: ",".join(str(x) for x in last_commit),
+                META_ROWS: str(self._file_rows),
+            }
+        )
+        self._writer.close()
+        self._writer = None
+        name = part_name(first, last)
+        final = os.path.join(self.path, name)
+        if self.durable:
+            _fsync_path(self._tmp_path)
+        os.rename(self._tmp_path, final)
+        if self.durable:
+            _fsync_dir(self.path)
+        published = PublishedFile(name, first, last, self._file_rows, last_commit)
+        self.files_published += 1
+        self.last_commit = last_commit
+        self.last_c_scn = last_commit.scn
+        self._log_published(published)
+        self._write_manifest(name)
+        self._tmp_path = None
+        self._file_first = self.next_tx_seq
+        self._file_rows = 0
+        self._file_last_commit = None
+        return published
+
+    def close(self) -> None:
+        """Publish what is buffered and release the open file."""
+        self.flush()
+
+    def abandon(self) -> None:
+        """Drop the unpublished file (its transactions will be published again on restart)."""
+        if self._writer is not None:
+            try:
+                self._writer.close()
+            except Exception:  # pragma: no cover - best effort on an error path
+                pass
+            self._writer = None
+        if self._tmp_path and os.path.exists(self._tmp_path):
+            os.unlink(self._tmp_path)
+        self._recs.clear()
+        self._threads.clear()
+        self._tx.clear()
+        self.next_tx_seq = self._file_first
+        self._file_rows = 0
+        self._file_last_commit = None
+
+
+def _fsync_path(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _atomic_write(path: str, data: bytes, durable: bool) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        if durable:
+            fh.flush()
+            os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    if durable:
+        _fsync_dir(os.path.dirname(path))

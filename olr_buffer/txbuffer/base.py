@@ -1,0 +1,119 @@
+"""The queue's public surface: an append-only log of records keyed by a gapless index.
+
+Records are opaque byte strings. ``append`` stores a block of records in one write and
+returns the index of its first record; indexes are global, gapless, start at 0 and are
+never reused. Small metadata (reader positions, checkpoints) is written in the *same*
+write as the records it describes, so a crash can neither lose nor repeat a record.
+
+Reading is by block: a :class:`Tailer` walks the blocks in index order; "nothing there
+yet" is ``None``, not an exception. Segments are contiguous ranges of indexes; cleanup
+deletes whole segments that nobody needs any more.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Iterator, Mapping, Sequence
+
+from .block import Block
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentInfo:
+    """One segment: records ``first .. end - 1``, stored in ``path`` (``bytes`` on disk)."""
+
+    first: int
+    end: int
+    path: str
+    bytes: int
+    current: bool
+
+
+class TxQueue(ABC):
+    """An append-only, segmented log of records. One writer at a time."""
+
+    @property
+    @abstractmethod
+    def first_index(self) -> int:
+        """The lowest index still stored (indexes below it were cleaned up)."""
+
+    @property
+    @abstractmethod
+    def next_index(self) -> int:
+        """The index the next appended record will get."""
+
+    @abstractmethod
+    def append(self, records: Sequence[bytes], meta: Mapping[bytes, bytes] | None = None) -> int:
+        """Store ``records`` as one block, and ``meta`` in the same write; return the first index.
+
+        With no records, only ``meta`` is written and the next index is returned.
+        """
+
+    @abstractmethod
+    def read_block(self, index: int) -> Block:
+        """The block that holds ``index``. ``IndexError`` if it is not stored."""
+
+    @abstractmethod
+    def meta(self, key: bytes) -> bytes | None:
+        """The last value written for a metadata key, or ``None``."""
+
+    @abstractmethod
+    def meta_items(self, prefix: bytes = b"") -> dict[bytes, bytes]:
+        """Every metadata key that starts with ``prefix``, with its value."""
+
+    @abstractmethod
+    def segments(self) -> list[SegmentInfo]:
+        """The stored segments in index order."""
+
+    @abstractmethod
+    def delete_segments_before(self, index: int) -> list[SegmentInfo]:
+        """Delete every segment whose records all lie below ``index``; never the current one."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release files and locks. The queue cannot be used afterwards."""
+
+    def get(self, index: int) -> bytes:
+        """The record with queue index ``index``."""
+        return self.read_block(index).at(index)
+
+    def tailer(self, start: int | None = None) -> "Tailer":
+        """A reader that walks the blocks from ``start`` (default: the first stored index)."""
+        return Tailer(self, self.first_index if start is None else start)
+
+    def __enter__(self) -> "TxQueue":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Tailer:
+    """Walks a queue block by block. Its position is the next index it will return."""
+
+    def __init__(self, queue: TxQueue, start: int) -> None:
+        self._queue = queue
+        self.index = start
+
+    def next_block(self) -> Block | None:
+        """The block holding ``self.index`` (whole), or ``None`` when nothing is there yet.
+
+        The position moves past the block. Records of the block below ``self.index`` (when
+        the tailer was started in the middle of a block) are the caller's to skip.
+        """
+        if self.index >= self._queue.next_index:
+            return None
+        block = self._queue.read_block(self.index)
+        self.index = block.end
+        return block
+
+    def __iter__(self) -> Iterator[tuple[int, bytes]]:
+        """``(index, record)`` for every record available now, from the position on."""
+        while True:
+            start = self.index
+            block = self.next_block()
+            if block is None:
+                return
+            for i in range(start - block.first, block.count):
+                yield block.first + i, block.record(i)

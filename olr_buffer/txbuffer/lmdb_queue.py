@@ -1,0 +1,336 @@
+"""The LMDB implementation of the queue.
+
+On disk, ``QUEUE_DIR`` holds::
+
+    LOCK                       flock'ed by the process that owns the queue
+    segments/seg-<first>.mdb   one LMDB environment per segment (<first>: 20 digits)
+    segments/seg-<first>.mdb-lock
+
+Each segment has two named databases: ``blocks`` (first index -> block) and ``meta``
+(key -> value). Metadata is written to the segment being appended to, in the same LMDB
+transaction as the block it describes; when a new segment starts, its first transaction
+carries a copy of all metadata, so the newest segment always holds the newest values.
+"""
+
+from __future__ import annotations
+
+import bisect
+import errno
+import fcntl
+import os
+import threading
+from typing import Mapping, Sequence
+
+import lmdb
+
+from .base import SegmentInfo, TxQueue
+from .block import Block, index_key, key_index, thread_codec
+from .errors import QueueCorruptError, QueueError, QueueFullError, QueueLockedError
+
+DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
+_SEGMENT_PREFIX = "seg-"
+_SEGMENT_SUFFIX = ".mdb"
+_MAP_HEADROOM = 1 << 30  # a block may overshoot the roll size; the map is virtual memory only
+
+
+def segment_name(first: int) -> str:
+    return f"{_SEGMENT_PREFIX}{first:020d}{_SEGMENT_SUFFIX}"
+
+
+def parse_segment_name(name: str) -> int | None:
+    if not (name.startswith(_SEGMENT_PREFIX) and name.endswith(_SEGMENT_SUFFIX)):
+        return None
+    digits = name[len(_SEGMENT_PREFIX) : -len(_SEGMENT_SUFFIX)]
+    return int(digits) if digits.isdigit() and len(digits) == 20 else None
+
+
+class _Segment:
+    __slots__ = ("first", "path", "env", "blocks", "meta")
+
+    def __init__(self, first: int, path: str) -> None:
+        self.first = first
+        self.path = path
+        self.env: lmdb.Environment | None = None
+        self.blocks = None
+        self.meta = None
+
+
+class LmdbQueue(TxQueue):
+    """A segmented, append-only log in LMDB environments, owned by one process at a time.
+
+    ``durable=True`` (the default) makes every append reach the disk before it returns
+    (LMDB sync and metasync). ``durable=False`` trades that for speed: a machine crash
+    (not a process crash) may then lose the last appends.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+        durable: bool = True,
+        create: bool = True,
+    ) -> None:
+        self.path = os.fspath(path)
+        self.segment_bytes = int(segment_bytes)
+        self.durable = durable
+        self._write_lock = threading.RLock()
+        self._env_lock = threading.Lock()  # never open one environment twice in a process
+        self._closed = False
+        self._lock_fd: int | None = None
+        if not os.path.isdir(self.path):
+            if not create:
+                raise QueueError(f"{self.path}: no queue here", hint="check --queue")
+            os.makedirs(self.path, mode=0o700, exist_ok=True)
+        self._seg_dir = os.path.join(self.path, "segments")
+        os.makedirs(self._seg_dir, mode=0o700, exist_ok=True)
+        self._acquire_lock()
+        try:
+            self._segments: list[_Segment] = []
+            for name in sorted(os.listdir(self._seg_dir)):
+                first = parse_segment_name(name)
+                if first is not None:
+                    self._segments.append(_Segment(first, os.path.join(self._seg_dir, name)))
+            self._firsts = [s.first for s in self._segments]
+            self._next = 0
+            self._meta: dict[bytes, bytes] = {}
+            self._recover_tail()
+        except BaseException:
+            self._release_lock()
+            raise
+
+    # -- ownership ---------------------------------------------------------------------
+
+    def _acquire_lock(self) -> None:
+        lock_path = os.path.join(self.path, "LOCK")
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            owner = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            if exc.errno in (errno.EWOULDBLOCK, errno.EACCES):
+                raise QueueLockedError(
+                    f"{self.path}: queue is in use by another process (pid {owner})",
+                    hint="stop the other olr-buffer process first, or use another --queue",
+                    path=self.path,
+                ) from None
+            raise
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._lock_fd = fd
+
+    def _release_lock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing drops the flock
+            self._lock_fd = None
+
+    # -- segments ----------------------------------------------------------------------
+
+    def _open_env(self, seg: _Segment) -> _Segment:
+        if seg.env is not None:
+            return seg
+        with self._env_lock:
+            if seg.env is not None:
+                return seg
+            try:
+                env = lmdb.open(
+                    seg.path,
+                    subdir=False,
+                    map_size=self.segment_bytes + _MAP_HEADROOM,
+                    max_dbs=2,
+                    sync=self.durable,
+                    metasync=self.durable,
+                    readahead=False,
+                    mode=0o600,
+                )
+            except lmdb.Error as exc:
+                raise QueueCorruptError(f"{seg.path}: cannot open segment: {exc}", path=seg.path) from exc
+            env.reader_check()
+            seg.blocks = env.open_db(b"blocks")
+            seg.meta = env.open_db(b"meta")
+            seg.env = env
+        return seg
+
+    def _recover_tail(self) -> None:
+        """Find the next index and the newest metadata from the last non-empty segment."""
+        while self._segments:
+            seg = self._open_env(self._segments[-1])
+            with seg.env.begin(db=seg.blocks) as txn:
+                cur = txn.cursor()
+                if cur.last():
+                    first = key_index(cur.key())
+                    block = thread_codec().decode(first, cur.value(), f" in {seg.path}")
+                    self._next = block.end
+                    self._meta = dict(txn.cursor(db=seg.meta).iternext())
+                    return
+            if len(self._segments) == 1:
+                # An empty first segment: it may carry metadata written without records.
+                with seg.env.begin(db=seg.meta) as txn:
+                    self._meta = dict(txn.cursor().iternext())
+                self._next = seg.first
+                return
+            # The newest segment was created but its first write never committed.
+            self._close_segment(seg)
+            for suffix in ("", "-lock"):
+                _unlink(seg.path + suffix)
+            self._segments.pop()
+            self._firsts.pop()
+
+    def _current_segment(self, roll: bool) -> _Segment:
+        if self._segments and not roll:
+            return self._open_env(self._segments[-1])
+        seg = _Segment(self._next, os.path.join(self._seg_dir, segment_name(self._next)))
+        self._segments.append(seg)
+        self._firsts.append(seg.first)
+        return self._open_env(seg)
+
+    def _segment_full(self, seg: _Segment) -> bool:
+        if seg.first == self._next:
+            return False  # nothing in it yet: never roll an empty segment
+        info = seg.env.info()
+        return (info["last_pgno"] + 1) * seg.env.stat()["psize"] >= self.segment_bytes
+
+    @staticmethod
+    def _close_segment(seg: _Segment) -> None:
+        if seg.env is not None:
+            seg.env.close()
+            seg.env = seg.blocks = seg.meta = None
+
+    # -- TxQueue -----------------------------------------------------------------------
+
+    @property
+    def first_index(self) -> int:
+        return self._firsts[0] if self._firsts else self._next
+
+    @property
+    def next_index(self) -> int:
+        return self._next
+
+    def append(self, records: Sequence[bytes], meta: Mapping[bytes, bytes] | None = None) -> int:
+        self._check_open()
+        value = thread_codec().encode(records) if records else None
+        with self._write_lock:
+            seg = self._current_segment(roll=not self._segments)
+            new_segment = False
+            if value is not None and self._segment_full(seg):
+                seg = self._current_segment(roll=True)
+                new_segment = True
+            first = self._next
+            try:
+                with seg.env.begin(write=True) as txn:
+                    if new_segment:
+                        for k, v in self._meta.items():
+                            if meta is None or k not in meta:
+                                txn.put(k, v, db=seg.meta)
+                    if value is not None:
+                        # The index is taken inside the write transaction that stores it.
+                        first = self._next
+                        if not txn.put(index_key(first), value, db=seg.blocks, append=True):
+                            raise QueueCorruptError(f"{seg.path}: index {first} already stored", index=first)
+                    if meta:
+                        for k, v in meta.items():
+                            txn.put(k, v, db=seg.meta)
+            except lmdb.MapFullError as exc:
+                raise QueueFullError(
+                    f"{seg.path}: segment map is full writing index {first}",
+                    hint="a single block exceeded the segment map; lower the block size",
+                    index=first,
+                ) from exc
+            except lmdb.Error as exc:
+                if "No space" in str(exc) or getattr(exc, "errno", None) == errno.ENOSPC:
+                    raise QueueFullError(
+                        f"{seg.path}: no space left on device writing index {first}",
+                        hint="free disk space, then run the same command again",
+                        index=first,
+                    ) from exc
+                raise QueueError(f"{seg.path}: write failed at index {first}: {exc}", index=first) from exc
+            if value is not None:
+                self._next = first + len(records)
+            if meta:
+                self._meta.update(meta)
+            return first
+
+    def read_block(self, index: int) -> Block:
+        self._check_open()
+        if not (self.first_index <= index < self._next):
+            raise IndexError(f"queue index {index} is not stored ({self.first_index}..{self._next - 1})")
+        pos = bisect.bisect_right(self._firsts, index) - 1
+        seg = self._open_env(self._segments[pos])
+        with seg.env.begin(db=seg.blocks, buffers=True) as txn:
+            cur = txn.cursor()
+            key = index_key(index)
+            if cur.set_range(key):
+                found = cur.key() == key or cur.prev()
+            else:
+                found = cur.last()
+            if not found:
+                raise QueueCorruptError(f"{seg.path}: no block holds index {index}", index=index)
+            first = key_index(bytes(cur.key()))
+            block = thread_codec().decode(first, cur.value(), f" in {seg.path}")
+        if not block.first <= index < block.end:
+            raise QueueCorruptError(f"{seg.path}: no block holds index {index}", index=index)
+        return block
+
+    def meta(self, key: bytes) -> bytes | None:
+        return self._meta.get(key)
+
+    def meta_items(self, prefix: bytes = b"") -> dict[bytes, bytes]:
+        return {k: v for k, v in self._meta.items() if k.startswith(prefix)}
+
+    def segments(self) -> list[SegmentInfo]:
+        out = []
+        for i, seg in enumerate(self._segments):
+            end = self._segments[i + 1].first if i + 1 < len(self._segments) else self._next
+            try:
+                size = os.path.getsize(seg.path)
+            except FileNotFoundError:
+                size = 0
+            out.append(SegmentInfo(seg.first, end, seg.path, size, i == len(self._segments) - 1))
+        return out
+
+    def delete_segments_before(self, index: int) -> list[SegmentInfo]:
+        self._check_open()
+        with self._write_lock:
+            deleted = []
+            for info in self.segments():
+                if info.current or info.end > index:
+                    break
+                seg = self._segments[0]
+                self._close_segment(seg)
+                for suffix in ("", "-lock"):
+                    _unlink(seg.path + suffix)
+                self._segments.pop(0)
+                self._firsts.pop(0)
+                deleted.append(info)
+            if deleted:
+                _fsync_dir(self._seg_dir)
+            return deleted
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        with self._write_lock:
+            for seg in self._segments:
+                self._close_segment(seg)
+            self._closed = True
+            self._release_lock()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise QueueError(f"{self.path}: queue is closed")
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
