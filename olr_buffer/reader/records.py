@@ -177,5 +177,9 @@ def validate(d: dict[str, Any]) -> tuple[int, int, int, str | None, list | None]
         owner = _str(d, "owner")
         table = _str(d, "table")
         sql = _str(d, "sql")
-        return code, scn, sub, xid, [tm, owner, table, None, None, None, None, sql]
+        obj = _int(d, "obj", INT64_MIN, INT64_MAX, None)
+        rid = _str(d, "rid") if d.get("rid") is not None else None
+        before = _object_text(d, "before", False)
+        after = _object_text(d, "after", False)
+        return code, scn, sub, xid, [tm, owner, table, obj, rid, before, after, sql]
     return code, scn, sub, xid, [tm]

@@ -1,0 +1,170 @@
+"""The dispatcher against the independent model of the contract, on random RAC workloads.
+
+The real readers turn each thread's files into blocks; the blocks of the threads are then
+appended to one queue in a random interleaving, with dispatcher polls at random points.
+Whatever the interleaving, the published transactions must be exactly the model's.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from olr_buffer.dispatcher import Dispatcher
+from olr_buffer.reader.files import scan
+from olr_buffer.reader.records import CHANGEFEED_OP
+from olr_buffer.reader.thread_reader import ThreadReader
+from olr_buffer.txbuffer import MemoryQueue
+from tests.contract_model import assert_changefeed_equal, expected_changefeed
+
+
+class ListSink:
+    """Collects published rows as changefeed dicts."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict] = []
+        self.next_tx_seq = 0
+
+    def write_transaction(self, commit, rows) -> int:
+        out = []
+        for thread, rec in rows:
+            code, scn, sub, _seq, _line, tm, owner, table, obj, rid, before, after, sql = rec
+            out.append(
+                {
+                    "tx_seq": self.next_tx_seq,
+                    "op_seq": len(out),
+                    "c_scn": commit.key.scn,
+                    "c_tm": commit.tm,
+                    "xid": commit.xid,
+                    "op": CHANGEFEED_OP[code],
+                    "scn": scn,
+                    "sub": sub,
+                    "tm": tm,
+                    "thread": thread,
+                    "owner": owner,
+                    "table": table,
+                    "obj": obj,
+                    "rid": rid,
+                    "before": json.loads(before) if before is not None else None,
+                    "after": json.loads(after) if after is not None else None,
+                    "sql": sql,
+                }
+            )
+        if out:
+            self.next_tx_seq += 1
+            self.rows.extend(out)
+        return len(out)
+
+
+@st.composite
+def workloads(draw) -> dict[int, list[dict]]:
+    """Per thread, its records in order: transactions interleaved, some distributed."""
+    n_threads = draw(st.integers(1, 4))
+    streams = []
+    for i in range(draw(st.integers(0, 10))):
+        xid = f"0x{i:04x}.001.00000001"
+        home = draw(st.integers(1, n_threads))
+        events = []
+        if draw(st.integers(0, 9)) > 0:
+            events.append((home, {"op": "begin", "xid": xid}))
+        for _ in range(draw(st.integers(0, 6))):
+            thread = home if draw(st.integers(0, 3)) else draw(st.integers(1, n_threads))
+            op = draw(st.sampled_from(["insert", "update", "delete", "ddl"]))
+            rec = {"op": op, "xid": xid, "owner": "HR", "table": draw(st.sampled_from(["EMP", "DEPT"]))}
+            if op == "ddl":
+                rec["sql"] = "alter table x add (c number)"
+            else:
+                rec["rid"] = draw(st.sampled_from(["AAAA", "AAAB", "AAAC"]))
+                rec["obj"] = 77
+                if op != "insert":
+                    rec["before"] = {"ID": draw(st.integers(0, 3))}
+                if op != "delete":
+                    rec["after"] = {"ID": draw(st.integers(0, 3)), "N": "é"}
+                if draw(st.integers(0, 4)) == 0:
+                    rec["rollback"] = True
+            events.append((thread, rec))
+        end = draw(st.sampled_from(["commit", "commit", "commit", "rollback", None]))
+        if end:
+            events.append((home, {"op": end, "xid": xid, "tm": 1_700_000_000_000_000_000 + i}))
+        streams.append(events)
+    # interleave the transactions, keeping each one's order
+    order = []
+    live = [s for s in streams if s]
+    while live:
+        s = live[draw(st.integers(0, len(live) - 1))]
+        order.append(s.pop(0))
+        live = [s for s in live if s]
+    per_thread: dict[int, list[dict]] = {t: [] for t in range(1, n_threads + 1)}
+    last_scn = {t: -1 for t in per_thread}
+    sub = {t: 0 for t in per_thread}
+    clock = 100
+    for thread, rec in order:
+        clock += draw(st.integers(0, 2))
+        if draw(st.integers(0, 5)) == 0:
+            lwn_thread = draw(st.integers(1, n_threads))
+            if last_scn[lwn_thread] < clock:
+                per_thread[lwn_thread].append({"op": "lwn", "scn": clock})
+                last_scn[lwn_thread], sub[lwn_thread] = clock, 0
+        sub[thread] = sub[thread] + 1 if last_scn[thread] == clock else 0
+        last_scn[thread] = clock
+        per_thread[thread].append({**rec, "scn": clock, "sub": sub[thread]})
+    return per_thread
+
+
+def write_input(root: Path, per_thread: dict[int, list[dict]], per_file: int) -> None:
+    for thread, recs in per_thread.items():
+        if not recs:
+            continue
+        for n, start in enumerate(range(0, len(recs), per_file), start=1):
+            with open(root / f"redo_{thread}_{n}.jsonl", "w", encoding="utf-8") as fh:
+                for rec in recs[start : start + per_file]:
+                    fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+
+
+@given(workload=workloads(), per_file=st.integers(1, 6), block_records=st.integers(1, 4), data=st.data())
+def test_dispatcher_matches_model_whatever_the_interleaving(workload, per_file, block_records, data):
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        write_input(root, workload, per_file)
+        expected = expected_changefeed(root)
+
+        found = scan(str(root))
+        blocks: dict[int, list[list[bytes]]] = {}
+        for thread, files in found.items():
+            q = MemoryQueue()
+            ThreadReader(q, str(root), thread, files, None, block_records=block_records).read_to_end()
+            blocks[thread] = [list(q.read_block(i)) for i in _block_starts(q)]
+
+        queue = MemoryQueue()
+        sink = ListSink()
+        dispatcher = Dispatcher(queue, sink, sorted(found))
+        live = {t: b for t, b in blocks.items() if b}
+        while live:
+            thread = data.draw(st.sampled_from(sorted(live)))
+            queue.append(live[thread].pop(0))
+            if not live[thread]:
+                del live[thread]
+            if data.draw(st.booleans()):
+                dispatcher.poll(max_blocks=data.draw(st.integers(1, 3)))
+        while dispatcher.poll():
+            pass
+
+        assert_changefeed_equal(sink.rows, expected.rows)
+        assert dispatcher.stats.published == expected.committed
+        assert dispatcher.stats.rolled_back == expected.rolled_back
+        assert dispatcher.stats.no_begin == expected.no_begin
+        assert dispatcher.stats.empty == expected.empty
+        assert dispatcher.replayer.stats.unmatched_compensations == expected.unmatched_compensations
+        assert len(dispatcher.open) == expected.open
+
+
+def _block_starts(q: MemoryQueue) -> list[int]:
+    starts, i = [], q.first_index
+    while i < q.next_index:
+        starts.append(i)
+        i = q.read_block(i).end
+    return starts
