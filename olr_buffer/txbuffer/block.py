@@ -77,6 +77,8 @@ class BlockCodec:
             raw = self._decompressor.decompress(compressed, max_output_size=raw_len)
         except zstandard.ZstdError as exc:
             raise QueueCorruptError(f"queue block {first}{where}: {exc}", index=first) from exc
+        if len(raw) < 4 * (count + 1):
+            raise QueueCorruptError(f"queue block {first}{where}: record count {count} exceeds the block", index=first)
         offsets = array("I")
         offsets.frombytes(raw[: 4 * (count + 1)])
         if len(raw) != raw_len or len(offsets) != count + 1 or offsets[-1] != raw_len - 4 * (count + 1):

@@ -84,9 +84,9 @@ class LmdbQueue(TxQueue):
             os.makedirs(self.path, mode=0o700, exist_ok=True)
         self._seg_dir = os.path.join(self.path, "segments")
         os.makedirs(self._seg_dir, mode=0o700, exist_ok=True)
+        self._segments: list[_Segment] = []
         self._acquire_lock()
         try:
-            self._segments: list[_Segment] = []
             for name in sorted(os.listdir(self._seg_dir)):
                 first = parse_segment_name(name)
                 if first is not None:
@@ -96,6 +96,8 @@ class LmdbQueue(TxQueue):
             self._meta: dict[bytes, bytes] = {}
             self._recover_tail()
         except BaseException:
+            for seg in self._segments:
+                self._close_segment(seg)
             self._release_lock()
             raise
 
@@ -164,10 +166,12 @@ class LmdbQueue(TxQueue):
                     self._next = block.end
                     self._meta = dict(txn.cursor(db=seg.meta).iternext())
                     return
-            if len(self._segments) == 1:
-                # An empty first segment: it may carry metadata written without records.
-                with seg.env.begin(db=seg.meta) as txn:
-                    self._meta = dict(txn.cursor().iternext())
+            with seg.env.begin(db=seg.meta) as txn:
+                meta = dict(txn.cursor().iternext())
+            if meta or len(self._segments) == 1:
+                # No block yet, but metadata (which a write into an empty segment always
+                # carries in full): the segment is the current one.
+                self._meta = meta
                 self._next = seg.first
                 return
             # The newest segment was created but its first write never committed.
@@ -212,10 +216,11 @@ class LmdbQueue(TxQueue):
         value = thread_codec().encode(records) if records else None
         with self._write_lock:
             seg = self._current_segment(roll=not self._segments)
-            new_segment = False
             if value is not None and self._segment_full(seg):
                 seg = self._current_segment(roll=True)
-                new_segment = True
+            # Until a segment holds a block, every write into it carries all metadata, so
+            # a failed first write cannot leave it with only part of the metadata.
+            new_segment = seg.first == self._next and len(self._segments) > 1
             first = self._next
             try:
                 with seg.env.begin(write=True) as txn:
