@@ -25,12 +25,72 @@ class LogFile:
     compressed: bool
 
     def open(self) -> BinaryIO:
-        """A binary stream of the file's (decompressed) content."""
+        """A binary stream of the file's (decompressed) content.
+
+        A damaged or truncated ``.zst`` raises :class:`CorruptCompressedFile` while reading.
+        """
         fh = open(self.path, "rb")
         if not self.compressed:
             return fh
-        reader = zstandard.ZstdDecompressor().stream_reader(fh, closefd=True, read_across_frames=True)
-        return io.BufferedReader(reader, buffer_size=1 << 20)  # type: ignore[arg-type]
+        return io.BufferedReader(_ZstdRaw(fh), buffer_size=1 << 20)
+
+
+class CorruptCompressedFile(Exception):
+    """A ``.jsonl.zst`` file that is damaged or ends inside a frame."""
+
+
+class _ZstdRaw(io.RawIOBase):
+    """Decompresses every frame of a zstd file and, unlike zstandard's stream reader,
+    refuses a file that ends inside a frame (a truncated archive is not a short one)."""
+
+    _CHUNK = 1 << 20
+
+    def __init__(self, fh: BinaryIO) -> None:
+        self._fh = fh
+        self._dctx = zstandard.ZstdDecompressor()
+        self._obj = self._dctx.decompressobj()
+        self._in_frame = False
+        self._buf = memoryview(b"")
+        self._done = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:  # type: ignore[override]
+        while not self._buf:
+            if self._done:
+                return 0
+            chunk = self._fh.read(self._CHUNK)
+            if not chunk:
+                self._done = True
+                if self._in_frame:
+                    raise CorruptCompressedFile("truncated zstd data: the file ends inside a frame")
+                return 0
+            self._buf = memoryview(self._feed(chunk))
+        n = min(len(b), len(self._buf))
+        b[:n] = self._buf[:n]
+        self._buf = self._buf[n:]
+        return n
+
+    def _feed(self, data: bytes) -> bytes:
+        out = []
+        while data:
+            try:
+                out.append(self._obj.decompress(data))
+            except zstandard.ZstdError as exc:
+                raise CorruptCompressedFile(f"corrupt zstd data: {exc}") from None
+            if self._obj.eof:
+                data = self._obj.unused_data
+                self._obj = self._dctx.decompressobj()
+                self._in_frame = False
+            else:
+                data = b""
+                self._in_frame = True
+        return b"".join(out)
+
+    def close(self) -> None:
+        self._fh.close()
+        super().close()
 
 
 def parse_name(name: str) -> tuple[int, int, bool] | None:

@@ -47,6 +47,7 @@ class RecordError(ValueError):
 
 
 _LONG_DIGITS = re.compile(rb"[0-9]{20}")
+_PARSER_POSITION = re.compile(r": line \d+ column \d+ \(char (\d+)\)$")
 
 
 def parse_line(raw: bytes) -> dict[str, Any]:
@@ -78,7 +79,10 @@ def _refuse_constant(name: str) -> Any:
 
 def _reason(exc: Exception) -> str:
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return "invalid UTF-8" if "UTF-8" in text else text
+    if "UTF-8" in text:
+        return "invalid UTF-8"
+    # the parsers' own "line 1 column 7 (char 6)" would clash with the file's line number
+    return _PARSER_POSITION.sub(r" (at character \1)", text)
 
 
 def _json_type(value: Any) -> str:

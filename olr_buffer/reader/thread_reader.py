@@ -10,7 +10,7 @@ from typing import Callable
 from ..txbuffer import TxQueue
 from .blocks import BlockBuilder
 from .errors import InputError
-from .files import LogFile, check_contiguous, scan
+from .files import CorruptCompressedFile, LogFile, check_contiguous, scan
 from .position import POSITION_PREFIX, ReaderPosition, load_positions
 from .records import LWN, RecordError, parse_line, validate
 
@@ -128,12 +128,12 @@ class ThreadReader:
                         self._flush()
                         if self.stop.is_set():
                             return
-            except OSError as exc:
-                raise InputError(lf.path, line, f"read failed: {exc}") from None
-            except Exception as exc:  # zstd errors surface here for a damaged .zst
-                if type(exc).__module__.startswith("zstandard") or "zstd" in str(exc).lower():
-                    raise InputError(lf.path, line, f"corrupt zstd data: {exc}") from None
-                raise
+            except (OSError, CorruptCompressedFile) as exc:
+                # keep what was read before the damage; `line` is the last line read whole
+                pos.line, pos.offset, pos.scn, pos.sub = line, offset, last_scn, last_sub
+                self._flush()
+                reason = str(exc) if isinstance(exc, CorruptCompressedFile) else f"read failed: {exc}"
+                raise InputError(lf.path, line + 1, reason) from None
         pos.line, pos.offset, pos.scn, pos.sub = line, offset, last_scn, last_sub
 
     def _flush(self, end_of_thread: bool = False) -> None:
