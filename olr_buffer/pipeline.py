@@ -1,16 +1,31 @@
-"""Wiring of the packages into the jobs the CLI runs (``replay``)."""
+"""Wiring of the packages into the jobs the CLI runs.
+
+A :class:`Pipeline` owns one queue directory and one changefeed directory: reader
+threads append, the dispatcher (in the calling thread) publishes, and a checkpoint
+cycle makes progress durable and gives disk back::
+
+    sink.flush()                    every transaction handed to the sink is published
+    queue meta <- checkpoint        the dispatcher's state, in one LMDB write
+    delete segments below needed    nobody needs them: tail position and oldest open transaction
+
+The order matters: a checkpoint never claims a transaction that is not yet durable in
+the changefeed, and a segment is deleted only after a checkpoint that no longer needs it.
+"""
 
 from __future__ import annotations
 
+import copy
 import gc
 import os
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Callable, Iterator
 
-from .dispatcher import Dispatcher
+from .dispatcher import DispatchError, Dispatcher, DispatchStats
+from .dispatcher.dispatcher import CHECKPOINT_KEY
+from .faults import fault_point
 from .reader.thread_reader import DEFAULT_BLOCK_BYTES, DEFAULT_BLOCK_RECORDS, ReaderGroup
 from .spark_sink import ChangefeedWriter
 from .spark_sink.writer import DEFAULT_FILE_ROWS
@@ -18,12 +33,18 @@ from .txbuffer import DEFAULT_SEGMENT_BYTES, LmdbQueue
 
 
 @dataclass
-class ReplayOptions:
+class PipelineOptions:
     segment_bytes: int = DEFAULT_SEGMENT_BYTES
     block_records: int = DEFAULT_BLOCK_RECORDS
     block_bytes: int = DEFAULT_BLOCK_BYTES
     file_rows: int = DEFAULT_FILE_ROWS
     durable: bool = True
+    checkpoint_seconds: float = 5.0
+    retain_segments: int = 0
+    retain_seconds: float = 0.0
+
+
+ReplayOptions = PipelineOptions  # the name replay's callers know
 
 
 @dataclass
@@ -40,6 +61,8 @@ class Progress:
 
 @dataclass
 class ReplaySummary:
+    """What one run did (counts are this run's), and where the changefeed and queue stand."""
+
     threads: list[int] = field(default_factory=list)
     records_read: int = 0
     blocks_dispatched: int = 0
@@ -56,6 +79,8 @@ class ReplaySummary:
     open_transactions: int = 0
     next_tx_seq: int = 0
     files_published: int = 0
+    checkpoints: int = 0
+    segments_deleted: int = 0
     queue_segments: int = 0
     queue_bytes: int = 0
     seconds: float = 0.0
@@ -78,31 +103,84 @@ def quiet_gc() -> Iterator[None]:
         gc.unfreeze()
 
 
-def replay(
-    input_dir: str,
-    queue_dir: str,
-    changefeed_dir: str,
-    options: ReplayOptions | None = None,
-    on_progress: Callable[[Progress], None] | None = None,
-    progress_every: float = 0.5,
-) -> ReplaySummary:
-    """Read every log file of ``input_dir`` to its end through the queue, publish every
-    committed transaction, return the summary. Resumes where a killed run stopped."""
-    opts = options or ReplayOptions()
-    t0 = time.monotonic()
-    queue = LmdbQueue(queue_dir, segment_bytes=opts.segment_bytes, durable=opts.durable)
-    try:
-        sink = ChangefeedWriter(changefeed_dir, file_rows=opts.file_rows, durable=opts.durable)
-        appended = threading.Event()
-        readers = ReaderGroup(
-            queue,
-            input_dir,
-            block_records=opts.block_records,
-            block_bytes=opts.block_bytes,
-            on_append=appended.set,
+class Pipeline:
+    """Queue, readers, dispatcher and sink of one run, restored from the queue."""
+
+    def __init__(self, input_dir: str, queue_dir: str, changefeed_dir: str, options: PipelineOptions | None = None):
+        self.options = opts = options or PipelineOptions()
+        self.started = time.monotonic()
+        self.queue = LmdbQueue(queue_dir, segment_bytes=opts.segment_bytes, durable=opts.durable)
+        try:
+            self.sink = ChangefeedWriter(changefeed_dir, file_rows=opts.file_rows, durable=opts.durable)
+            self.appended = threading.Event()
+            self.readers = ReaderGroup(
+                self.queue,
+                input_dir,
+                block_records=opts.block_records,
+                block_bytes=opts.block_bytes,
+                on_append=self.appended.set,
+            )
+            self.threads = self.readers.prepare()
+            self.dispatcher = Dispatcher(
+                self.queue,
+                self.sink,
+                self.threads,
+                start_index=self.queue.first_index,
+                published_through=self.sink.last_commit,
+            )
+            state = self.queue.meta(CHECKPOINT_KEY)
+            if state is not None:
+                self.dispatcher.restore(state)
+            elif self.queue.first_index > 0:
+                raise DispatchError(
+                    f"{queue_dir}: the queue starts at index {self.queue.first_index} but has no dispatcher checkpoint",
+                    hint="the queue directory is damaged; start again with an empty queue and changefeed",
+                )
+        except BaseException:
+            self.queue.close()
+            raise
+        self._stats0 = copy.copy(self.dispatcher.totals())
+        self._last_checkpoint = time.monotonic()
+        self.checkpoints = 0
+        self.segments_deleted = 0
+
+    # -- checkpoint cycle ----------------------------------------------------------------
+
+    def checkpoint(self) -> None:
+        """Publish what the sink holds, store the dispatcher's state, delete what nobody needs."""
+        self.sink.flush()
+        fault_point("before_checkpoint")
+        state = self.dispatcher.checkpoint_state(
+            extra={
+                "threads": self.threads,
+                "written": time.time(),
+                "changefeed": {
+                    "path": os.path.abspath(self.sink.path),
+                    "next_tx_seq": self.sink.next_tx_seq,
+                    "last_c_scn": self.sink.last_c_scn,
+                    "files": self.sink.files_published,
+                },
+            }
         )
-        threads = readers.prepare()
-        dispatcher = Dispatcher(queue, sink, threads, start_index=queue.first_index, published_through=sink.last_commit)
+        self.queue.append([], {CHECKPOINT_KEY: state})
+        deleted = self.queue.delete_segments_before(
+            self.dispatcher.needed_from(),
+            retain_segments=self.options.retain_segments,
+            retain_seconds=self.options.retain_seconds,
+        )
+        self.segments_deleted += len(deleted)
+        self.checkpoints += 1
+        self._last_checkpoint = time.monotonic()
+
+    def maybe_checkpoint(self) -> None:
+        if time.monotonic() - self._last_checkpoint >= self.options.checkpoint_seconds:
+            self.checkpoint()
+
+    # -- offline -------------------------------------------------------------------------
+
+    def replay(self, on_progress: Callable[[Progress], None] | None = None, progress_every: float = 0.5) -> ReplaySummary:
+        """Read every log file to its end, publish every committed transaction."""
+        readers, dispatcher = self.readers, self.dispatcher
         progress = Progress(bytes_total=readers.bytes_total)
         with quiet_gc():
             readers.start()
@@ -113,39 +191,89 @@ def replay(
                     now = time.monotonic()
                     if on_progress and now - last_report >= progress_every:
                         last_report = now
-                        _fill_progress(progress, readers, dispatcher)
+                        self._fill_progress(progress)
                         on_progress(progress)
+                    self.maybe_checkpoint()
                     if n:
                         continue
                     if not readers.alive():
-                        if dispatcher.poll() == 0 and dispatcher.position >= queue.next_index:
+                        if dispatcher.poll() == 0 and dispatcher.position >= self.queue.next_index:
                             break
                         continue
-                    appended.wait(0.2)
-                    appended.clear()
+                    self.appended.wait(0.2)
+                    self.appended.clear()
+                readers.join()
+                # also after bad input: what was accepted is published and checkpointed
+                self.checkpoint()
             except BaseException:
                 readers.stop.set()
                 readers.join()
-                sink.abandon()
+                self.sink.abandon()
                 raise
-            readers.join()
-            sink.flush()
         if on_progress:
-            _fill_progress(progress, readers, dispatcher)
+            self._fill_progress(progress)
             on_progress(progress)
         if readers.errors:
             raise readers.errors[0]
-        return _summary(readers, dispatcher, sink, queue, time.monotonic() - t0, threads)
+        return self.summary()
+
+    # -- reporting -----------------------------------------------------------------------
+
+    def _fill_progress(self, p: Progress) -> None:
+        d = self.dispatcher
+        p.bytes_read = sum(_bytes_read(r) for r in self.readers.readers.values())
+        p.records = d.stats.records
+        p.published = d.stats.published
+        p.open_transactions = len(d.open)
+        p.watermark = d.watermark
+
+    def summary(self) -> ReplaySummary:
+        s = self.dispatcher.totals()
+        d = {f.name: getattr(s, f.name) - getattr(self._stats0, f.name) for f in fields(DispatchStats)}
+        segs = self.queue.segments()
+        return ReplaySummary(
+            threads=list(self.threads),
+            records_read=self.readers.records_read,
+            blocks_dispatched=d["blocks"],
+            transactions_published=d["published"],
+            rows_published=d["rows"],
+            rolled_back=d["rolled_back"],
+            no_begin=d["no_begin"],
+            empty=d["empty"],
+            already_published=d["already_published"],
+            compensations=d["compensations"],
+            unmatched_compensations=d["unmatched_compensations"],
+            late_records=d["late_records"],
+            extra_end_records=d["extra_ends"],
+            open_transactions=len(self.dispatcher.open),
+            next_tx_seq=self.sink.next_tx_seq,
+            files_published=self.sink.files_published,
+            checkpoints=self.checkpoints,
+            segments_deleted=self.segments_deleted,
+            queue_segments=len(segs),
+            queue_bytes=sum(x.bytes for x in segs),
+            seconds=time.monotonic() - self.started,
+        )
+
+    def close(self) -> None:
+        self.queue.close()
+
+
+def replay(
+    input_dir: str,
+    queue_dir: str,
+    changefeed_dir: str,
+    options: PipelineOptions | None = None,
+    on_progress: Callable[[Progress], None] | None = None,
+    progress_every: float = 0.5,
+) -> ReplaySummary:
+    """Read every log file of ``input_dir`` to its end through the queue, publish every
+    committed transaction, return the summary. Resumes where a killed run stopped."""
+    pipeline = Pipeline(input_dir, queue_dir, changefeed_dir, options)
+    try:
+        return pipeline.replay(on_progress, progress_every)
     finally:
-        queue.close()
-
-
-def _fill_progress(p: Progress, readers: ReaderGroup, d: Dispatcher) -> None:
-    p.bytes_read = sum(_bytes_read(r) for r in readers.readers.values())
-    p.records = d.stats.records
-    p.published = d.stats.published
-    p.open_transactions = len(d.open)
-    p.watermark = d.watermark
+        pipeline.close()
 
 
 def _bytes_read(r) -> int:
@@ -158,29 +286,3 @@ def _bytes_read(r) -> int:
         elif seq == r.pos.sequence:
             total += min(r.pos.offset, os.path.getsize(f.path))
     return total
-
-
-def _summary(readers, d: Dispatcher, sink: ChangefeedWriter, queue, seconds: float, threads) -> ReplaySummary:
-    s, rs = d.stats, d.replayer.stats
-    segs = queue.segments()
-    return ReplaySummary(
-        threads=list(threads),
-        records_read=readers.records_read,
-        blocks_dispatched=s.blocks,
-        transactions_published=s.published,
-        rows_published=s.rows,
-        rolled_back=s.rolled_back,
-        no_begin=s.no_begin,
-        empty=s.empty,
-        already_published=s.already_published,
-        compensations=rs.compensations,
-        unmatched_compensations=rs.unmatched_compensations,
-        late_records=s.late_records + rs.records_after_end,
-        extra_end_records=s.extra_ends,
-        open_transactions=len(d.open),
-        next_tx_seq=sink.next_tx_seq,
-        files_published=sink.files_published,
-        queue_segments=len(segs),
-        queue_bytes=sum(x.bytes for x in segs),
-        seconds=seconds,
-    )

@@ -16,16 +16,21 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Iterable, Iterator, Protocol
+
+import orjson
 
 from ..reader.blocks import INFINITE_SCN, read_summary
 from ..reader.records import COMMIT
 from ..txbuffer import Block, TxQueue
+from .errors import DispatchError
 from .replay import BlockCache, Replayer
 from .transaction import Commit, CommitKey, OpenTransaction
 
-_ENDED_MEMORY = 100_000  # XIDs remembered after their end, to tell late records from new ones
+_ENDED_MEMORY = 20_000  # XIDs remembered after their end, to tell late records from new ones
+CHECKPOINT_KEY = b"dispatcher/checkpoint"
+_CHECKPOINT_FORMAT = 1
 
 
 class TransactionSink(Protocol):
@@ -51,6 +56,8 @@ class DispatchStats:
     already_published: int = 0
     extra_ends: int = 0
     late_records: int = 0
+    compensations: int = 0
+    unmatched_compensations: int = 0
 
 
 class Dispatcher:
@@ -77,6 +84,82 @@ class Dispatcher:
         self.cache = BlockCache(queue, cache_blocks)
         self.replayer = Replayer(self.cache)
         self.stats = DispatchStats()
+
+    # -- checkpoint --------------------------------------------------------------------
+
+    def checkpoint_state(self, extra: dict | None = None) -> bytes:
+        """The dispatcher's whole state, to be stored once the sink has made durable
+        every transaction handed to it (see :meth:`restore`)."""
+        txns = {id(t): t for t in self.open.values()}
+        for _, _, t in self._pending:
+            if t.end_key is not None:
+                txns.setdefault(id(t), t)
+        in_open = {id(t) for t in self.open.values()}
+        self._sync_replay_stats()
+        doc = {
+            "format": _CHECKPOINT_FORMAT,
+            "position": self.tailer.index,
+            "progress": {str(t): p for t, p in self.progress.items()},
+            "other_progress": {str(t): p for t, p in self.other_progress.items()},
+            "transactions": [[i in in_open, t.to_state()] for i, t in txns.items()],
+            "ended": list(self._ended),
+            "stats": asdict(self.stats),
+            **(extra or {}),
+        }
+        return orjson.dumps(doc)
+
+    def restore(self, state: bytes) -> dict:
+        """Take the state of :meth:`checkpoint_state`; returns the whole document."""
+        doc = orjson.loads(state)
+        if doc.get("format") != _CHECKPOINT_FORMAT:
+            raise DispatchError(f"dispatcher checkpoint has unknown format {doc.get('format')!r}")
+        self.tailer.index = doc["position"]
+        for t, p in doc["progress"].items():
+            if int(t) in self.progress:
+                self.progress[int(t)] = p
+            else:
+                self.other_progress[int(t)] = p
+        for t, p in doc["other_progress"].items():
+            self.other_progress.setdefault(int(t), p)
+        self.open.clear()
+        self._pending.clear()
+        for in_open, state_ in doc["transactions"]:
+            txn = OpenTransaction.from_state(state_)
+            if in_open:
+                self.open[txn.xid] = txn
+            if txn.end_key is not None:
+                self._pending.append((txn.end_key, next(self._tiebreak), txn))
+        heapq.heapify(self._pending)
+        self._ended = OrderedDict.fromkeys(doc["ended"])
+        self.stats = DispatchStats(**doc["stats"])
+        self.replayer.stats.compensations = self.stats.compensations
+        self.replayer.stats.unmatched_compensations = self.stats.unmatched_compensations
+        self.replayer.stats.records_after_end = 0
+        return doc
+
+    def totals(self) -> DispatchStats:
+        """The cumulative counters of this queue (restored from checkpoints)."""
+        self._sync_replay_stats()
+        return self.stats
+
+    def _sync_replay_stats(self) -> None:
+        rs = self.replayer.stats
+        self.stats.compensations = rs.compensations
+        self.stats.unmatched_compensations = rs.unmatched_compensations
+        self.stats.late_records += rs.records_after_end
+        rs.records_after_end = 0
+
+    def needed_from(self) -> int:
+        """The lowest queue index anyone still needs: the tail position, or the first block
+        of the oldest transaction still held. Segments wholly below it can go."""
+        low = self.tailer.index
+        for txn in self.open.values():
+            if txn.first_block < low:
+                low = txn.first_block
+        for _, _, txn in self._pending:
+            if txn.first_block < low:
+                low = txn.first_block
+        return low
 
     # -- state -------------------------------------------------------------------------
 
@@ -120,16 +203,17 @@ class Dispatcher:
             self.other_progress[thread] = summary.progress
         first = block.first
         open_ = self.open
-        for xid, start, count, rows, comps, begin_scn, ends in summary.groups:
+        for xid, start, count, rows, comps, first_scn, begin_scn, begin_tm, ends in summary.groups:
             txn = open_.get(xid)
             if txn is None or (begin_scn >= 0 and txn.end_key is not None):
                 if txn is None and begin_scn < 0 and xid in self._ended:
                     self.stats.late_records += count
                     continue
-                txn = open_[xid] = OpenTransaction(xid, first)
+                txn = open_[xid] = OpenTransaction(xid, first, first_scn)
                 self._ended.pop(xid, None)
             if begin_scn >= 0 and (txn.begin_scn < 0 or begin_scn < txn.begin_scn):
                 txn.begin_scn = begin_scn
+                txn.begin_tm = begin_tm
             txn.add(thread, first, start, count)
             txn.rows += rows
             txn.compensations += comps

@@ -26,19 +26,21 @@ from .records import BEGIN, COMMIT, COMPENSATION, ROLLBACK, ROW_CODES
 
 INFINITE_SCN = 1 << 63  # progress of a thread whose input is complete
 
-# A group in the summary: [xid, start, count, rows, compensations, begin_scn, ends]
-# begin_scn is -1 without a begin; ends is a list of [code, scn, sequence, line, tm].
+# A group in the summary: [xid, start, count, rows, compensations, first_scn, begin_scn, begin_tm, ends]
+# begin_scn is -1 without a begin (begin_tm then None); ends is a list of [code, scn, sequence, line, tm].
 
 
 class _Group:
-    __slots__ = ("xid", "records", "rows", "comps", "begin_scn", "ends")
+    __slots__ = ("xid", "records", "rows", "comps", "first_scn", "begin_scn", "begin_tm", "ends")
 
     def __init__(self, xid: str) -> None:
         self.xid = xid
         self.records: list[bytes] = []
         self.rows = 0
         self.comps = 0
+        self.first_scn = -1
         self.begin_scn = -1
+        self.begin_tm: int | None = None
         self.ends: list[list] = []
 
 
@@ -60,6 +62,8 @@ class BlockBuilder:
             self._groups[xid] = g
             self._order.append(g)
         rec = orjson.dumps([code, scn, sub, seq, line, *payload])
+        if not g.records:
+            g.first_scn = scn
         g.records.append(rec)
         if code in ROW_CODES:
             g.rows += 1
@@ -68,6 +72,7 @@ class BlockBuilder:
         elif code == BEGIN:
             if g.begin_scn < 0:
                 g.begin_scn = scn
+                g.begin_tm = payload[0]
         elif code == COMMIT or code == ROLLBACK:
             g.ends.append([code, scn, seq, line, payload[0]])
         self.count += 1
@@ -85,7 +90,9 @@ class BlockBuilder:
         groups = []
         records: list[bytes] = [b""]
         for g in self._order:
-            groups.append([g.xid, len(records), len(g.records), g.rows, g.comps, g.begin_scn, g.ends])
+            groups.append(
+                [g.xid, len(records), len(g.records), g.rows, g.comps, g.first_scn, g.begin_scn, g.begin_tm, g.ends]
+            )
             records.extend(g.records)
         progress = INFINITE_SCN if end_of_thread else self.progress
         records[0] = orjson.dumps({"t": self.thread, "p": progress, "g": groups})

@@ -7,6 +7,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ..faults import fault_point
 from ..txbuffer import TxQueue
 from .blocks import BlockBuilder
 from .errors import InputError
@@ -143,6 +144,7 @@ class ThreadReader:
         self.pos.progress = b.progress
         records = b.build(end_of_thread=end_of_thread)
         self.queue.append(records, {self.pos.key: self.pos.encode()})
+        fault_point("after_append")
         self.stats.records += b.count
         self.stats.blocks += 1
         self.stats.bytes = self.pos.offset

@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..dispatcher.transaction import Commit, CommitKey
+from ..faults import fault_point
 from ..reader.records import CHANGEFEED_OP
 from .errors import ChangefeedCorruptError, ChangefeedError
 from .schema import ARROW_SCHEMA, META_FIRST, META_LAST, META_LAST_COMMIT, META_ROWS, parse_part_name, part_name
@@ -283,9 +284,11 @@ class ChangefeedWriter:
         final = os.path.join(self.path, name)
         if self.durable:
             _fsync_path(self._tmp_path)
+        fault_point("after_tmp_written")
         os.rename(self._tmp_path, final)
         if self.durable:
             _fsync_dir(self.path)
+        fault_point("after_rename")
         published = PublishedFile(name, first, last, self._file_rows, last_commit)
         self.files_published += 1
         self.last_commit = last_commit
@@ -297,6 +300,11 @@ class ChangefeedWriter:
         self._file_rows = 0
         self._file_last_commit = None
         return published
+
+    @property
+    def buffered_rows(self) -> int:
+        """Rows handed over but not yet published."""
+        return self._file_rows
 
     def close(self) -> None:
         """Publish what is buffered and release the open file."""

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Iterator, Mapping, Sequence
+import time
+from typing import Callable, Iterator, Mapping, Sequence
 
 from .block import Block
 
@@ -67,8 +68,14 @@ class TxQueue(ABC):
         """The stored segments in index order."""
 
     @abstractmethod
-    def delete_segments_before(self, index: int) -> list[SegmentInfo]:
-        """Delete every segment whose records all lie below ``index``; never the current one."""
+    def delete_segments_before(
+        self, index: int, *, retain_segments: int = 0, retain_seconds: float = 0.0
+    ) -> list[SegmentInfo]:
+        """Delete every segment whose records all lie below ``index``; never the current one.
+
+        Retention keeps, of those, the newest ``retain_segments`` and any written within
+        the last ``retain_seconds`` (for audit and re-derivation).
+        """
 
     @abstractmethod
     def close(self) -> None:
@@ -87,6 +94,32 @@ class TxQueue(ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def cleanup_candidates(
+    segments: list[SegmentInfo],
+    index: int,
+    retain_segments: int,
+    retain_seconds: float,
+    mtime: Callable[[str], float],
+) -> list[SegmentInfo]:
+    """The segments that cleanup deletes, oldest first (always a prefix of ``segments``)."""
+    below = []
+    for info in segments:
+        if info.current or info.end > index:
+            break
+        below.append(info)
+    if retain_segments > 0:
+        below = below[:-retain_segments] if retain_segments < len(below) else []
+    if retain_seconds > 0:
+        cutoff = time.time() - retain_seconds
+        out = []
+        for info in below:
+            if mtime(info.path) > cutoff:
+                break
+            out.append(info)
+        below = out
+    return below
 
 
 class Tailer:

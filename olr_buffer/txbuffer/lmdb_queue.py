@@ -23,7 +23,8 @@ from typing import Mapping, Sequence
 
 import lmdb
 
-from .base import SegmentInfo, TxQueue
+from ..faults import fault_point
+from .base import SegmentInfo, TxQueue, cleanup_candidates
 from .block import Block, index_key, key_index, thread_codec
 from .errors import QueueCorruptError, QueueError, QueueFullError, QueueLockedError
 
@@ -70,22 +71,27 @@ class LmdbQueue(TxQueue):
         segment_bytes: int = DEFAULT_SEGMENT_BYTES,
         durable: bool = True,
         create: bool = True,
+        read_only: bool = False,
     ) -> None:
+        """``read_only=True`` opens a view for inspection (``olr-buffer status``) while
+        another process owns the queue: no lock is taken and nothing is written."""
         self.path = os.fspath(path)
+        self.read_only = read_only
         self.segment_bytes = int(segment_bytes)
         self.durable = durable
         self._write_lock = threading.RLock()
         self._env_lock = threading.Lock()  # never open one environment twice in a process
         self._closed = False
         self._lock_fd: int | None = None
-        if not os.path.isdir(self.path):
-            if not create:
-                raise QueueError(f"{self.path}: no queue here", hint="check --queue")
-            os.makedirs(self.path, mode=0o700, exist_ok=True)
         self._seg_dir = os.path.join(self.path, "segments")
-        os.makedirs(self._seg_dir, mode=0o700, exist_ok=True)
+        if not os.path.isdir(self._seg_dir):
+            if not create or read_only:
+                raise QueueError(f"{self.path}: no queue here", hint="check --queue", path=self.path)
+            os.makedirs(self.path, mode=0o700, exist_ok=True)
+            os.makedirs(self._seg_dir, mode=0o700, exist_ok=True)
         self._segments: list[_Segment] = []
-        self._acquire_lock()
+        if not read_only:
+            self._acquire_lock()
         try:
             for name in sorted(os.listdir(self._seg_dir)):
                 first = parse_segment_name(name)
@@ -145,12 +151,21 @@ class LmdbQueue(TxQueue):
                     metasync=self.durable,
                     readahead=False,
                     mode=0o600,
+                    readonly=self.read_only,
                 )
             except lmdb.Error as exc:
                 raise QueueCorruptError(f"{seg.path}: cannot open segment: {exc}", path=seg.path) from exc
             env.reader_check()
-            seg.blocks = env.open_db(b"blocks")
-            seg.meta = env.open_db(b"meta")
+            if self.read_only:
+                with env.begin() as txn:
+                    seg.blocks = env.open_db(b"blocks", txn=txn, create=False) if txn.get(b"blocks") else None
+                    seg.meta = env.open_db(b"meta", txn=txn, create=False) if txn.get(b"meta") else None
+                if seg.blocks is None or seg.meta is None:
+                    env.close()
+                    raise QueueError(f"{seg.path}: segment not initialised yet", path=seg.path)
+            else:
+                seg.blocks = env.open_db(b"blocks")
+                seg.meta = env.open_db(b"meta")
             seg.env = env
         return seg
 
@@ -175,6 +190,10 @@ class LmdbQueue(TxQueue):
                 self._next = seg.first
                 return
             # The newest segment was created but its first write never committed.
+            if self.read_only:
+                self._segments.pop()
+                self._firsts.pop()
+                continue
             self._close_segment(seg)
             for suffix in ("", "-lock"):
                 _unlink(seg.path + suffix)
@@ -213,6 +232,7 @@ class LmdbQueue(TxQueue):
 
     def append(self, records: Sequence[bytes], meta: Mapping[bytes, bytes] | None = None) -> int:
         self._check_open()
+        self._check_writable()
         value = thread_codec().encode(records) if records else None
         with self._write_lock:
             seg = self._current_segment(roll=not self._segments)
@@ -294,17 +314,19 @@ class LmdbQueue(TxQueue):
             out.append(SegmentInfo(seg.first, end, seg.path, size, i == len(self._segments) - 1))
         return out
 
-    def delete_segments_before(self, index: int) -> list[SegmentInfo]:
+    def delete_segments_before(
+        self, index: int, *, retain_segments: int = 0, retain_seconds: float = 0.0
+    ) -> list[SegmentInfo]:
         self._check_open()
+        self._check_writable()
         with self._write_lock:
             deleted = []
-            for info in self.segments():
-                if info.current or info.end > index:
-                    break
+            for info in cleanup_candidates(self.segments(), index, retain_segments, retain_seconds, _mtime):
                 seg = self._segments[0]
                 self._close_segment(seg)
-                for suffix in ("", "-lock"):
-                    _unlink(seg.path + suffix)
+                _unlink(seg.path)
+                fault_point("during_cleanup")
+                _unlink(seg.path + "-lock")
                 self._segments.pop(0)
                 self._firsts.pop(0)
                 deleted.append(info)
@@ -324,6 +346,17 @@ class LmdbQueue(TxQueue):
     def _check_open(self) -> None:
         if self._closed:
             raise QueueError(f"{self.path}: queue is closed")
+
+    def _check_writable(self) -> None:
+        if self.read_only:
+            raise QueueError(f"{self.path}: queue is opened read-only")
+
+
+def _mtime(path: str) -> float:
+    try:
+        return os.path.getmtime(path)
+    except FileNotFoundError:
+        return 0.0
 
 
 def _unlink(path: str) -> None:

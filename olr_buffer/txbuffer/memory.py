@@ -9,7 +9,9 @@ from __future__ import annotations
 import bisect
 from typing import Mapping, Sequence
 
-from .base import SegmentInfo, TxQueue
+import time
+
+from .base import SegmentInfo, TxQueue, cleanup_candidates
 from .block import Block, thread_codec
 from .errors import QueueError
 
@@ -20,6 +22,7 @@ class MemoryQueue(TxQueue):
         self._segments: list[list[Block]] = []  # blocks of each segment
         self._seg_first: list[int] = []
         self._seg_size: list[int] = []
+        self._seg_time: list[float] = []  # creation time of each segment, for age retention
         self._next = 0
         self._meta: dict[bytes, bytes] = {}
         self._closed = False
@@ -45,6 +48,8 @@ class MemoryQueue(TxQueue):
                 self._segments.append([])
                 self._seg_first.append(first)
                 self._seg_size.append(0)
+            if len(self._seg_time) < len(self._segments):
+                self._seg_time.append(time.time())
             self._segments[-1].append(block)
             self._seg_size[-1] += len(value)
             self._next += len(records)
@@ -79,16 +84,21 @@ class MemoryQueue(TxQueue):
             for i in range(n)
         ]
 
-    def delete_segments_before(self, index: int) -> list[SegmentInfo]:
+    def delete_segments_before(
+        self, index: int, *, retain_segments: int = 0, retain_seconds: float = 0.0
+    ) -> list[SegmentInfo]:
+        self._check_open()
         deleted = []
-        for info in self.segments():
-            if info.current or info.end > index:
-                break
+        for info in cleanup_candidates(self.segments(), index, retain_segments, retain_seconds, self._mtime):
             self._segments.pop(0)
             self._seg_first.pop(0)
             self._seg_size.pop(0)
+            self._seg_time.pop(0)
             deleted.append(info)
         return deleted
+
+    def _mtime(self, path: str) -> float:
+        return self._seg_time[int(path.split(":")[1])]
 
     def close(self) -> None:
         self._closed = True

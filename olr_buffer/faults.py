@@ -1,0 +1,39 @@
+"""Test-only fault injection: kill the process at a named point.
+
+``OLR_BUFFER_FAULT=NAME[:N]`` makes the N-th time (default 1st) the process reaches
+``fault_point(NAME)`` kill it with SIGKILL, as a crash at that exact instant would.
+Unset (always, in production), ``fault_point`` is one global lookup.
+
+Points: ``after_append`` (a reader's block and position are committed),
+``after_tmp_written`` (a changefeed file is complete under its temporary name),
+``after_rename`` (published, not yet in the manifest), ``before_checkpoint`` (the sink
+flushed, the dispatcher's checkpoint not yet written), ``during_cleanup`` (between the
+deletion of two segment files).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+_SPEC = os.environ.get("OLR_BUFFER_FAULT") or None
+_counts: dict[str, int] = {}
+_lock = threading.Lock()
+
+
+def _parse(spec: str) -> tuple[str, int]:
+    name, _, n = spec.partition(":")
+    return name, int(n) if n else 1
+
+
+def fault_point(name: str) -> None:
+    if _SPEC is None:
+        return
+    target, nth = _parse(_SPEC)
+    if name != target:
+        return
+    with _lock:
+        _counts[name] = _counts.get(name, 0) + 1
+        if _counts[name] == nth:
+            os.kill(os.getpid(), signal.SIGKILL)
