@@ -70,12 +70,21 @@ def main(log_level: str) -> None:
 @click.option("--segment-size", type=ByteSize(), default="64MiB", show_default=True, help="Queue segment size (roll point).")
 @click.option("--file-rows", type=click.IntRange(min=1), default=1_000_000, show_default=True,
               help="Publish a changefeed file once it holds this many rows (never splitting a transaction).")
+@click.option("--block-records", type=click.IntRange(min=1), default=4096, show_default=True,
+              help="Records per queue block (the unit of I/O and compression).")
+@click.option("--checkpoint-interval", type=click.FloatRange(min=0), default=5.0, show_default=True,
+              help="Seconds between checkpoints (publish, store the dispatcher's state, clean up segments).")
+@click.option("--retain-segments", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Keep this many segments that cleanup could delete (audit, re-derivation).")
+@click.option("--retain-age", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="Keep segments written within this many seconds, even when nobody needs them.")
 @click.option("--no-sync", is_flag=True,
               help="DURABILITY TRADE-OFF: skip fsync of queue and changefeed; a machine crash may lose recent work.")
 @click.option("--progress/--no-progress", default=None, help="Progress line on stderr (default: when stderr is a terminal).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @clean_errors
-def replay(input_dir, queue_dir, changefeed_dir, segment_size, file_rows, no_sync, progress, as_json) -> None:
+def replay(input_dir, queue_dir, changefeed_dir, segment_size, file_rows, block_records, checkpoint_interval,
+           retain_segments, retain_age, no_sync, progress, as_json) -> None:
     """Replay archived redo logs of INPUT_DIR into the changefeed, offline, then exit.
 
     Run again on the same directories after a kill or a crash, it finishes what was left
@@ -85,7 +94,15 @@ def replay(input_dir, queue_dir, changefeed_dir, segment_size, file_rows, no_syn
     from .pipeline import replay as run_replay
 
     show = sys.stderr.isatty() if progress is None else progress
-    opts = ReplayOptions(segment_bytes=segment_size, file_rows=file_rows, durable=not no_sync)
+    opts = ReplayOptions(
+        segment_bytes=segment_size,
+        file_rows=file_rows,
+        block_records=block_records,
+        durable=not no_sync,
+        checkpoint_seconds=checkpoint_interval,
+        retain_segments=retain_segments,
+        retain_seconds=retain_age,
+    )
     bar = _ProgressLine() if show else None
     try:
         summary = run_replay(input_dir, queue_dir, changefeed_dir, opts, on_progress=bar)
@@ -105,8 +122,23 @@ def replay(input_dir, queue_dir, changefeed_dir, segment_size, file_rows, no_syn
         f"empty after compensation {s.empty:,}; compensations {s.compensations:,} "
         f"({s.unmatched_compensations:,} matched nothing); already published before {s.already_published:,}\n"
         f"late records ignored {s.late_records:,}; extra end records {s.extra_end_records:,}; "
-        f"still open {s.open_transactions:,}; queue {s.queue_segments} segment(s), {s.queue_bytes / 1e6:,.1f} MB"
+        f"still open {s.open_transactions:,}\n"
+        f"queue {s.queue_segments} segment(s), {s.queue_bytes / 1e6:,.1f} MB; "
+        f"{s.checkpoints} checkpoint(s), {s.segments_deleted} segment(s) cleaned up"
     )
+
+
+@main.command()
+@click.option("--queue", "queue_dir", required=True, type=click.Path(file_okay=False), help="Queue directory.")
+@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+@clean_errors
+def status(queue_dir, as_json) -> None:
+    """Show what the queue holds: segments, open transactions, readers, watermark,
+    last published transaction, what cleanup may free. Safe while a service runs."""
+    from .status import queue_status, render
+
+    doc = queue_status(queue_dir)
+    click.echo(json.dumps(doc, indent=2) if as_json else render(doc))
 
 
 class _ProgressLine:
@@ -150,6 +182,52 @@ def simulate(out_dir, threads, transactions, seed, records_per_file, large_tx_ro
         large_tx_rows=large_tx_rows,
     )
     click.echo(f"wrote {out_dir}: {stats}")
+
+
+@main.command()
+@click.argument("changefeed_dir", type=click.Path(file_okay=False))
+@click.option("--output", "output_dir", type=click.Path(file_okay=False),
+              help="Write the compacted changefeed to this directory (safe while readers run; run again to catch up).")
+@click.option("--in-place", is_flag=True, help="Replace the files in CHANGEFEED_DIR itself (no reader may run).")
+@click.option("--i-know-no-reader-is-running", "no_reader_running", is_flag=True,
+              help="Required by --in-place: no Spark query or stream and no producer uses CHANGEFEED_DIR, "
+                   "and no streaming checkpoint over it will be resumed.")
+@click.option("--target-rows", type=click.IntRange(min=1), default=1_000_000, show_default=True,
+              help="Merge neighbouring files into files of at most this many rows.")
+@click.option("--full-groups-only", is_flag=True,
+              help="With --output: leave a last run of files below --target-rows for a later run.")
+@click.option("--dry-run", is_flag=True, help="Print what would be merged, change nothing.")
+@click.option("--no-sync", is_flag=True, help="DURABILITY TRADE-OFF: skip fsync.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@clean_errors
+def compact(changefeed_dir, output_dir, in_place, no_reader_running, target_rows, full_groups_only, dry_run,
+            no_sync, as_json) -> None:
+    """Merge small files of CHANGEFEED_DIR into larger ones (see docs/spark.md).
+
+    --output DIR writes a new changefeed with the same contract, which readers switch to
+    explicitly. --in-place replaces published files, which running readers and streaming
+    checkpoints cannot follow, so it needs --i-know-no-reader-is-running.
+    """
+    from .spark_sink.compact import compact as run_compact
+
+    if output_dir is None and not in_place:
+        raise click.UsageError("say where the compacted files go: --output DIR (safe with readers running) or --in-place")
+    if output_dir is not None and in_place:
+        raise click.UsageError("--output and --in-place exclude each other")
+    if full_groups_only and in_place:
+        raise click.UsageError("--full-groups-only goes with --output")
+    r = run_compact(changefeed_dir, output=output_dir, in_place=in_place, no_reader_running=no_reader_running,
+                    target_rows=target_rows, full_groups_only=full_groups_only, durable=not no_sync, dry_run=dry_run)
+    if as_json:
+        click.echo(json.dumps(r.as_dict(), indent=2))
+        return
+    verb = "would write" if r.dry_run else "wrote"
+    if r.recovered:
+        click.echo("finished an interrupted in-place compaction first")
+    click.echo(
+        f"{verb} {r.files_written:,} file(s), {r.rows:,} rows, merging {r.files_merged:,} of {r.files_before:,} file(s); "
+        f"{r.target} {'would hold' if r.dry_run else 'holds'} tx_seq 0..{r.next_tx_seq - 1} in {r.files_after:,} file(s)"
+    )
 
 
 if __name__ == "__main__":  # pragma: no cover

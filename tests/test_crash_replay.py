@@ -54,3 +54,36 @@ def test_replay_killed_many_times_then_completed_is_exact(tmp_path: Path, seed: 
     check_changefeed_layout(tmp_path / "cf")
     assert_changefeed_equal(load_changefeed(tmp_path / "cf"), expected_changefeed(tmp_path / "in").rows)
     assert not [n for n in os.listdir(tmp_path / "cf") if n.startswith(".tmp-")]
+
+
+FAULTS = [
+    "after_append:3",
+    "after_append:40",
+    "after_tmp_written:1",
+    "after_rename:2",
+    "before_checkpoint:3",
+    "during_cleanup:1",
+    "during_cleanup:4",
+]
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_replay_killed_at_a_chosen_point_then_completed_is_exact(tmp_path: Path, fault: str):
+    simulate(tmp_path / "in", threads=2, transactions=800, seed=5, records_per_file=500)
+    cmd = replay_cmd(tmp_path) + ["--checkpoint-interval", "0", "--segment-size", "32KiB", "--block-records", "50"]
+    env = {**os.environ, "OLR_BUFFER_FAULT": fault}
+    crashed = subprocess.run(cmd, env=env, capture_output=True)
+    assert crashed.returncode == -signal.SIGKILL, (fault, crashed.returncode, crashed.stderr.decode())
+    if fault.startswith("after_tmp_written"):
+        assert [n for n in os.listdir(tmp_path / "cf") if n.startswith(".tmp-")]
+    # a second crash at the same kind of point, then the run that completes
+    again = subprocess.run(cmd, env=env, capture_output=True)
+    assert again.returncode in (0, -signal.SIGKILL), again.stderr.decode()
+    final = subprocess.run(cmd, capture_output=True, text=True)
+    assert final.returncode == 0, final.stderr
+    check_changefeed_layout(tmp_path / "cf")
+    assert_changefeed_equal(load_changefeed(tmp_path / "cf"), expected_changefeed(tmp_path / "in").rows)
+    assert not [n for n in os.listdir(tmp_path / "cf") if n.startswith(".tmp-")]
+    seg_dir = tmp_path / "q" / "segments"
+    assert len(list(seg_dir.glob("seg-*.mdb"))) == 1  # nothing left open: only the current segment
+    assert len(list(seg_dir.glob("seg-*.mdb-lock"))) == 1  # no orphan lock files from a cut cleanup

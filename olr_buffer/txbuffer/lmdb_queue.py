@@ -93,10 +93,13 @@ class LmdbQueue(TxQueue):
         if not read_only:
             self._acquire_lock()
         try:
-            for name in sorted(os.listdir(self._seg_dir)):
+            names = set(os.listdir(self._seg_dir))
+            for name in sorted(names):
                 first = parse_segment_name(name)
                 if first is not None:
                     self._segments.append(_Segment(first, os.path.join(self._seg_dir, name)))
+                elif name.endswith(_SEGMENT_SUFFIX + "-lock") and name[: -len("-lock")] not in names and not read_only:
+                    _unlink(os.path.join(self._seg_dir, name))  # left by a cleanup cut short
             self._firsts = [s.first for s in self._segments]
             self._next = 0
             self._meta: dict[bytes, bytes] = {}
@@ -157,12 +160,12 @@ class LmdbQueue(TxQueue):
                 raise QueueCorruptError(f"{seg.path}: cannot open segment: {exc}", path=seg.path) from exc
             env.reader_check()
             if self.read_only:
-                with env.begin() as txn:
-                    seg.blocks = env.open_db(b"blocks", txn=txn, create=False) if txn.get(b"blocks") else None
-                    seg.meta = env.open_db(b"meta", txn=txn, create=False) if txn.get(b"meta") else None
-                if seg.blocks is None or seg.meta is None:
+                try:
+                    seg.blocks = env.open_db(b"blocks", create=False)
+                    seg.meta = env.open_db(b"meta", create=False)
+                except lmdb.NotFoundError:
                     env.close()
-                    raise QueueError(f"{seg.path}: segment not initialised yet", path=seg.path)
+                    raise QueueError(f"{seg.path}: segment not initialised yet", path=seg.path) from None
             else:
                 seg.blocks = env.open_db(b"blocks")
                 seg.meta = env.open_db(b"meta")

@@ -1,0 +1,90 @@
+"""Segment cleanup by confirmed position, retention, and `olr-buffer status`, on real queues."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from olr_buffer.pipeline import PipelineOptions, replay
+from olr_buffer.status import queue_status
+from tests.contract_model import assert_changefeed_equal, expected_changefeed, load_changefeed
+
+SMALL = dict(segment_bytes=32 * 1024, block_records=64, checkpoint_seconds=0.0, file_rows=200)
+
+
+def write_long_and_short(root: Path, *, long_open: bool) -> None:
+    """Thread 1: transaction L begins first and gets a row every 25 small transactions;
+    it commits at the very end (or never, with ``long_open``). Thread 2: small ones."""
+    root.mkdir(parents=True, exist_ok=True)
+    per = {1: [], 2: []}
+    scn = 100
+    per[1].append({"op": "begin", "scn": scn, "xid": "L", "tm": 1_700_000_000_000_000_000})
+    for i in range(1500):
+        t = 1 + i % 2
+        scn += 1
+        x = f"S{i}"
+        per[t].append({"op": "begin", "scn": scn, "xid": x})
+        per[t].append({"op": "insert", "scn": scn, "sub": 1, "xid": x, "owner": "A", "table": "T", "rid": f"r{i}", "after": {"i": i, "pad": "x" * 80}})
+        per[t].append({"op": "commit", "scn": scn, "sub": 2, "xid": x})
+        if i % 25 == 0:
+            per[1].append({"op": "insert", "scn": scn + 1, "xid": "L", "owner": "A", "table": "L", "rid": f"l{i}", "after": {"i": i}})
+            scn += 1
+    scn += 1
+    if not long_open:
+        per[1].append({"op": "commit", "scn": scn, "xid": "L"})
+    for t, recs in per.items():
+        with open(root / f"redo_{t}_1.jsonl", "w") as fh:
+            fh.writelines(json.dumps(r) + "\n" for r in recs)
+
+
+def test_long_transaction_across_many_segments_survives_cleanup(tmp_path: Path):
+    write_long_and_short(tmp_path / "in", long_open=False)
+    s = replay(str(tmp_path / "in"), str(tmp_path / "q"), str(tmp_path / "cf"), PipelineOptions(**SMALL))
+    assert s.segments_deleted > 5  # cleanup ran many times while L was open
+    expected = expected_changefeed(tmp_path / "in")
+    assert_changefeed_equal(load_changefeed(tmp_path / "cf"), expected.rows)
+    assert expected.rows[-1]["xid"] == "L" and sum(r["xid"] == "L" for r in expected.rows) == 60
+    # everything published: the queue is down to its current segment
+    assert s.queue_segments == 1
+    assert len(list((tmp_path / "q" / "segments").glob("seg-*.mdb"))) == 1
+
+
+def test_open_transaction_pins_its_segments_and_status_shows_it(tmp_path: Path):
+    write_long_and_short(tmp_path / "in", long_open=True)
+    s = replay(str(tmp_path / "in"), str(tmp_path / "q"), str(tmp_path / "cf"), PipelineOptions(**SMALL))
+    assert s.open_transactions == 1 and s.segments_deleted == 0
+    doc = queue_status(str(tmp_path / "q"))
+    ot = doc["open_transactions"]
+    assert ot["count"] == 1 and ot["oldest"]["xid"] == "L" and ot["largest"]["rows"] == 60
+    assert ot["oldest"]["first_index"] == 0 and ot["oldest"]["age_seconds"] > 0
+    assert doc["cleanup"]["needed_from_index"] == 0 and doc["cleanup"]["segments_freeable"] == 0
+    assert doc["segments"]["count"] > 5 and doc["segments"]["first_index"] == 0
+    assert doc["changefeed"]["last_tx_seq"] == 1499 and doc["watermark"] == "complete"
+    assert set(doc["readers"]) == {"1", "2"} and all(r["finished"] for r in doc["readers"].values())
+    text = subprocess.run(
+        [sys.executable, "-m", "olr_buffer.cli", "status", "--queue", str(tmp_path / "q")],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    assert "open transactions: 1 " in text and "oldest: L" in text and "last tx_seq 1499" in text
+
+
+def test_retention_keeps_segments_cleanup_could_delete(tmp_path: Path):
+    write_long_and_short(tmp_path / "in", long_open=False)
+    s = replay(
+        str(tmp_path / "in"), str(tmp_path / "q"), str(tmp_path / "cf"), PipelineOptions(**SMALL, retain_segments=3)
+    )
+    assert s.queue_segments == 4  # the current one and three retained
+    doc = queue_status(str(tmp_path / "q"))
+    assert doc["cleanup"]["segments_freeable"] == 3  # what a run without retention would free
+    s2 = replay(str(tmp_path / "in"), str(tmp_path / "q"), str(tmp_path / "cf"), PipelineOptions(**SMALL, retain_seconds=3600))
+    assert s2.queue_segments == 4 and s2.transactions_published == 0
+
+
+def test_status_of_a_missing_queue_is_a_clean_error(tmp_path: Path):
+    r = subprocess.run(
+        [sys.executable, "-m", "olr_buffer.cli", "status", "--queue", str(tmp_path / "nope")],
+        capture_output=True, text=True,
+    )
+    assert r.returncode == 1 and r.stderr.strip().endswith("no queue here (hint: check --queue)")
