@@ -128,6 +128,116 @@ def replay(input_dir, queue_dir, changefeed_dir, segment_size, file_rows, block_
     )
 
 
+_CONFIG_ALIASES = {"input": "input_dir", "queue": "queue_dir", "changefeed": "changefeed_dir"}
+
+
+def _load_config(ctx: click.Context, param, value):
+    """--config FILE: its keys become the defaults of `run`'s options; flags given win."""
+    if value:
+        from .service import load_config
+
+        try:
+            cfg = load_config(value)
+        except OlrBufferError as exc:
+            raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+        known = {p.name for p in ctx.command.params}
+        cfg = {_CONFIG_ALIASES.get(k, k): v for k, v in cfg.items()}
+        unknown = sorted(set(cfg) - known)
+        if unknown:
+            raise click.BadParameter(f"{value}: unknown key(s) {', '.join(unknown)}", ctx=ctx, param=param)
+        if isinstance(cfg.get("threads"), list):
+            cfg["threads"] = ",".join(str(t) for t in cfg["threads"])
+        ctx.default_map = {**(ctx.default_map or {}), **cfg}
+    return value
+
+
+def _threads(ctx, param, value):
+    if value is None or value == "":
+        return None
+    try:
+        threads = sorted({int(t) for t in str(value).split(",") if t.strip()})
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a list of thread numbers like 1,2", ctx=ctx, param=param) from None
+    if not threads or threads[0] <= 0:
+        raise click.BadParameter("thread numbers are positive integers", ctx=ctx, param=param)
+    return threads
+
+
+@main.command()
+@click.argument("input_dir", required=False, type=click.Path(file_okay=False))
+@click.option("--config", type=click.Path(dir_okay=False), is_eager=True, expose_value=False, callback=_load_config,
+              help="TOML file with any of these options (input, queue, changefeed, threads, flush_interval, ...); "
+                   "flags given on the command line win.")
+@click.option("--queue", "queue_dir", type=click.Path(file_okay=False), help="Queue directory.")
+@click.option("--changefeed", "changefeed_dir", type=click.Path(file_okay=False), help="Changefeed directory.")
+@click.option("--threads", callback=_threads, help="Redo threads in play, e.g. 1,2 (default: those with files at start).")
+@click.option("--flush-interval", type=click.FloatRange(min=0), default=1.0, show_default=True,
+              help="Publish safe transactions at least this often (seconds): the latency a Spark stream sees.")
+@click.option("--poll-interval", type=click.FloatRange(min=0.001), default=0.1, show_default=True,
+              help="How often an idle reader looks for new lines and files (seconds).")
+@click.option("--checkpoint-interval", type=click.FloatRange(min=0), default=5.0, show_default=True)
+@click.option("--segment-size", type=ByteSize(), default="64MiB", show_default=True)
+@click.option("--file-rows", type=click.IntRange(min=1), default=1_000_000, show_default=True)
+@click.option("--block-records", type=click.IntRange(min=1), default=4096, show_default=True)
+@click.option("--retain-segments", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--retain-age", type=click.FloatRange(min=0), default=0.0, show_default=True)
+@click.option("--no-sync", is_flag=True,
+              help="DURABILITY TRADE-OFF: skip fsync of queue and changefeed; a machine crash may lose recent work.")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
+              help="Serve Prometheus metrics on this port (off by default).")
+@click.option("--metrics-host", default="127.0.0.1", show_default=True, help="Address for the metrics (loopback by default).")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+              default="info", show_default=True)
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@clean_errors
+def run(input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_interval, checkpoint_interval, segment_size,
+        file_rows, block_records, retain_segments, retain_age, no_sync, metrics_port, metrics_host, log_level,
+        log_format) -> None:
+    """The service: follow the redo logs of INPUT_DIR as they grow and switch, publish each
+    transaction once the watermark allows. SIGTERM or SIGINT stops it cleanly (exit 0);
+    restarted on the same directories, it resumes from the queue."""
+    import signal
+    import threading
+
+    from .pipeline import PipelineOptions, run_service
+    from .service import Metrics, serve_metrics, setup_logging
+
+    missing = [n for n, v in (("INPUT_DIR", input_dir), ("--queue", queue_dir), ("--changefeed", changefeed_dir)) if not v]
+    if missing:
+        raise click.UsageError(f"missing {', '.join(missing)} (on the command line or in --config)")
+    setup_logging(log_level, log_format)
+    stop = threading.Event()
+
+    def on_signal(signum, _frame):
+        logging.getLogger("olr_buffer").info("received %s, stopping", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    metrics = None
+    if metrics_port is not None:
+        metrics = Metrics()
+        server = serve_metrics(metrics, metrics_host, metrics_port)
+        logging.getLogger("olr_buffer").info("metrics on http://%s:%d/metrics", metrics_host, server.server_address[1])
+    opts = PipelineOptions(
+        segment_bytes=segment_size,
+        file_rows=file_rows,
+        block_records=block_records,
+        durable=not no_sync,
+        checkpoint_seconds=checkpoint_interval,
+        retain_segments=retain_segments,
+        retain_seconds=retain_age,
+        threads=threads,
+        flush_seconds=flush_interval,
+        poll_seconds=poll_interval,
+    )
+    summary = run_service(input_dir, queue_dir, changefeed_dir, opts, stop, on_tick=metrics.update if metrics else None)
+    logging.getLogger("olr_buffer").info(
+        "stopped cleanly: %d records read, %d transactions published this run, changefeed at tx_seq %d",
+        summary.records_read, summary.transactions_published, summary.next_tx_seq - 1,
+    )
+
+
 @main.command()
 @click.option("--queue", "queue_dir", required=True, type=click.Path(file_okay=False), help="Queue directory.")
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")

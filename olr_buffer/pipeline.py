@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import gc
+import logging
 import os
 import threading
 import time
@@ -31,6 +32,8 @@ from .spark_sink import ChangefeedWriter
 from .spark_sink.writer import DEFAULT_FILE_ROWS
 from .txbuffer import DEFAULT_SEGMENT_BYTES, LmdbQueue
 
+log = logging.getLogger("olr_buffer")
+
 
 @dataclass
 class PipelineOptions:
@@ -42,6 +45,10 @@ class PipelineOptions:
     checkpoint_seconds: float = 5.0
     retain_segments: int = 0
     retain_seconds: float = 0.0
+    # service (follow mode)
+    threads: list[int] | None = None  # threads in play; None: those with files at start
+    flush_seconds: float = 1.0  # a transaction is published at most this long after it is safe
+    poll_seconds: float = 0.1  # how often an idle reader looks for new lines and files
 
 
 ReplayOptions = PipelineOptions  # the name replay's callers know
@@ -120,7 +127,7 @@ class Pipeline:
                 block_bytes=opts.block_bytes,
                 on_append=self.appended.set,
             )
-            self.threads = self.readers.prepare()
+            self.threads = self.readers.prepare(opts.threads)
             self.dispatcher = Dispatcher(
                 self.queue,
                 self.sink,
@@ -168,6 +175,8 @@ class Pipeline:
             retain_segments=self.options.retain_segments,
             retain_seconds=self.options.retain_seconds,
         )
+        if deleted:
+            log.info("cleanup: deleted %d segment(s), queue now starts at index %d", len(deleted), self.queue.first_index)
         self.segments_deleted += len(deleted)
         self.checkpoints += 1
         self._last_checkpoint = time.monotonic()
@@ -217,6 +226,50 @@ class Pipeline:
             raise readers.errors[0]
         return self.summary()
 
+    # -- service -------------------------------------------------------------------------
+
+    def serve(self, stop: threading.Event, on_tick: Callable[["Pipeline"], None] | None = None) -> ReplaySummary:
+        """Follow the logs and publish until ``stop`` is set; then stop cleanly: readers
+        at a record boundary, everything watermark-safe published, a last checkpoint."""
+        opts = self.options
+        readers, dispatcher, sink = self.readers, self.dispatcher, self.sink
+        log.info("following %s: threads in play %s, queue index %d", readers.input_dir, self.threads, dispatcher.position)
+        with quiet_gc():
+            readers.start(follow=True, poll_interval=opts.poll_seconds)
+            last_scan = time.monotonic()
+            try:
+                while not stop.is_set() and not readers.errors:
+                    n = dispatcher.poll()
+                    now = time.monotonic()
+                    if sink.buffered_rows and now - sink.buffered_since >= opts.flush_seconds:
+                        sink.flush()
+                    self.maybe_checkpoint()
+                    if now - last_scan >= 1.0:
+                        last_scan = now
+                        for t in readers.add_new_threads():
+                            log.info("redo thread %d appeared; reading it (it is not in play for the watermark)", t)
+                    if on_tick:
+                        on_tick(self)
+                    if not n:
+                        wait = opts.flush_seconds - (now - sink.buffered_since) if sink.buffered_rows else opts.poll_seconds
+                        self.appended.wait(max(0.005, min(wait, opts.poll_seconds)))
+                        self.appended.clear()
+                log.info("stopping: readers finish their block")
+                readers.stop.set()
+                readers.join()
+                while dispatcher.poll():
+                    pass
+                self.checkpoint()
+            except BaseException:
+                readers.stop.set()
+                readers.join()
+                sink.abandon()
+                raise
+        if readers.errors:
+            raise readers.errors[0]
+        log.info("stopped: changefeed at tx_seq %d", sink.next_tx_seq - 1)
+        return self.summary()
+
     # -- reporting -----------------------------------------------------------------------
 
     def _fill_progress(self, p: Progress) -> None:
@@ -257,6 +310,22 @@ class Pipeline:
 
     def close(self) -> None:
         self.queue.close()
+
+
+def run_service(
+    input_dir: str,
+    queue_dir: str,
+    changefeed_dir: str,
+    options: PipelineOptions | None,
+    stop: threading.Event,
+    on_tick: Callable[[Pipeline], None] | None = None,
+) -> ReplaySummary:
+    """``olr-buffer run``: follow ``input_dir`` until ``stop`` is set."""
+    pipeline = Pipeline(input_dir, queue_dir, changefeed_dir, options)
+    try:
+        return pipeline.serve(stop, on_tick)
+    finally:
+        pipeline.close()
 
 
 def replay(

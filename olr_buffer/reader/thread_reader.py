@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
 from ..faults import fault_point
 from ..txbuffer import TxQueue
 from .blocks import BlockBuilder
-from .errors import InputError
+from .errors import InputError, MissingSequenceError
 from .files import CorruptCompressedFile, LogFile, check_contiguous, scan
 from .position import POSITION_PREFIX, ReaderPosition, load_positions
 from .records import LWN, RecordError, parse_line, validate
@@ -59,6 +60,7 @@ class ThreadReader:
         self.stats = ReaderStats()
         self._builder = BlockBuilder(thread)
         self._builder.progress = self.pos.progress
+        self._inodes: dict[int, tuple[int, int]] = {}
 
     # -- offline -----------------------------------------------------------------------
 
@@ -87,8 +89,90 @@ class ThreadReader:
             pos.finished = True
             self._flush(end_of_thread=True)
 
-    def _read_file(self, lf: LogFile, final: bool) -> None:
+    # -- follow ------------------------------------------------------------------------
+
+    def follow(self, poll_interval: float = 0.1) -> None:
+        """Tail the thread's logs as they grow and switch, until ``stop`` is set.
+
+        Sequence ``s`` is complete once ``redo_<t>_<s+1>`` exists (or when it is an archived
+        ``.jsonl.zst``); until then a last line without ``\n`` is not read. Whatever was read
+        is appended as soon as no more complete lines are there, so that latency stays low.
+        """
         pos = self.pos
+        last_gap_check = 0.0
+        while not self.stop.is_set():
+            lf = self._log_file(pos.sequence)
+            if lf is None:
+                if not self.files and pos.offset == 0 and pos.line == 0:
+                    self._adopt_first_sequence()
+                self._flush()
+                self.stop.wait(poll_interval)
+                continue
+            nxt = self._log_file(pos.sequence + 1)
+            complete = nxt is not None or lf.compressed
+            self._check_not_shrunk(lf)
+            read = self._read_file(lf, final=complete)
+            if self.stop.is_set():
+                break
+            if nxt is not None:
+                self._flush()
+                pos.sequence, pos.offset, pos.line = nxt.sequence, 0, 0
+                self._inodes.pop(lf.sequence, None)
+                continue
+            now = time.monotonic()
+            if now - last_gap_check > 5.0:
+                last_gap_check = now
+                self._check_no_gap_after(pos.sequence)
+            if not read:
+                self._flush()
+                self.stop.wait(poll_interval)
+        self._flush()
+
+    def _log_file(self, seq: int) -> LogFile | None:
+        for compressed, name in ((False, f"redo_{self.thread}_{seq}.jsonl"), (True, f"redo_{self.thread}_{seq}.jsonl.zst")):
+            path = os.path.join(self.input_dir, name)
+            if os.path.isfile(path):
+                lf = LogFile(self.thread, seq, path, compressed)
+                self.files[seq] = lf
+                return lf
+        return None
+
+    def _adopt_first_sequence(self) -> None:
+        """A thread in play without files yet starts at its lowest sequence once one appears."""
+        seqs = scan(self.input_dir).get(self.thread)
+        if seqs:
+            self.pos.sequence = min(seqs)
+
+    def _check_no_gap_after(self, seq: int) -> None:
+        later = [s for s in scan(self.input_dir).get(self.thread, {}) if s > seq + 1]
+        if later:
+            raise MissingSequenceError(
+                os.path.join(self.input_dir, f"redo_{self.thread}_{seq + 1}.jsonl"),
+                None,
+                f"thread {self.thread} is missing sequence {seq + 1} (sequence {min(later)} exists)",
+                hint="the redo must be complete: restore the missing log file",
+            )
+
+    def _check_not_shrunk(self, lf: LogFile) -> None:
+        try:
+            st = os.stat(lf.path)
+        except FileNotFoundError:
+            raise InputError(lf.path, None, "file disappeared while being read") from None
+        known = self._inodes.setdefault(lf.sequence, (st.st_dev, st.st_ino))
+        if known != (st.st_dev, st.st_ino):
+            raise InputError(lf.path, None, "file was replaced while being read (new inode)",
+                             hint="a log file must only grow until the next sequence exists")
+        if not lf.compressed and st.st_size < self.pos.offset:
+            raise InputError(lf.path, self.pos.line, f"file shrank to {st.st_size} bytes, below the {self.pos.offset} already read",
+                             hint="a log file must only grow until the next sequence exists")
+
+    # -- reading -----------------------------------------------------------------------
+
+    def _read_file(self, lf: LogFile, final: bool) -> int:
+        """Read ``lf`` from the position to its end (``final``) or to its last complete
+        line; returns the number of lines read."""
+        pos = self.pos
+        first_line = pos.line
         b = self._builder
         add = b.add
         seq = lf.sequence
@@ -103,9 +187,9 @@ class ThreadReader:
             try:
                 _skip(fh, offset, lf)
                 for raw in fh:
-                    line += 1
                     if raw[-1:] != b"\n" and not final:
-                        break  # not yet written completely
+                        break  # not yet written completely: read once its "\n" is there
+                    line += 1
                     try:
                         code, scn, sub, xid, payload = validate(parse_line(raw))
                         if scn < last_scn or (scn == last_scn and sub < last_sub and code != LWN):
@@ -128,7 +212,7 @@ class ThreadReader:
                         pos.line, pos.offset, pos.scn, pos.sub = line, offset, last_scn, last_sub
                         self._flush()
                         if self.stop.is_set():
-                            return
+                            return line - first_line
             except (OSError, CorruptCompressedFile) as exc:
                 # keep what was read before the damage; `line` is the last line read whole
                 pos.line, pos.offset, pos.scn, pos.sub = line, offset, last_scn, last_sub
@@ -136,6 +220,7 @@ class ThreadReader:
                 reason = str(exc) if isinstance(exc, CorruptCompressedFile) else f"read failed: {exc}"
                 raise InputError(lf.path, line + 1, reason) from None
         pos.line, pos.offset, pos.scn, pos.sub = line, offset, last_scn, last_sub
+        return line - first_line
 
     def _flush(self, end_of_thread: bool = False) -> None:
         b = self._builder
@@ -179,37 +264,61 @@ class ReaderGroup:
     errors: list[BaseException] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
+    _follow: bool = False
+    _poll_interval: float = 0.1
 
-    def prepare(self) -> list[int]:
-        """Scan the input, check every thread's sequences; return the threads in play."""
+    def prepare(self, threads: list[int] | None = None) -> list[int]:
+        """Scan the input, check every thread's sequences; return the threads in play:
+        ``threads`` if given, else every thread with files (or a stored position)."""
         found = scan(self.input_dir)
         positions = load_positions(self.queue.meta_items(POSITION_PREFIX))
-        for thread in sorted(set(found) | set(positions)):
-            files = found.get(thread, {})
-            if files:
-                check_contiguous(self.input_dir, thread, files)
-            self.readers[thread] = ThreadReader(
-                self.queue,
-                self.input_dir,
-                thread,
-                files,
-                positions.get(thread),
-                block_records=self.block_records,
-                block_bytes=self.block_bytes,
-                on_append=self.on_append,
-                stop=self.stop,
-            )
-        return sorted(self.readers)
+        for thread in sorted(set(found) | set(positions) | set(threads or ())):
+            self._add(thread, found.get(thread, {}), positions.get(thread))
+        return sorted(threads) if threads else sorted(self.readers)
 
-    def start(self) -> None:
-        for thread, reader in self.readers.items():
-            t = threading.Thread(target=self._run, args=(reader,), name=f"reader-{thread}", daemon=True)
-            self._threads.append(t)
-            t.start()
+    def _add(self, thread: int, files: dict[int, LogFile], position: ReaderPosition | None) -> ThreadReader:
+        if files:
+            check_contiguous(self.input_dir, thread, files)
+        reader = ThreadReader(
+            self.queue,
+            self.input_dir,
+            thread,
+            files,
+            position,
+            block_records=self.block_records,
+            block_bytes=self.block_bytes,
+            on_append=self.on_append,
+            stop=self.stop,
+        )
+        self.readers[thread] = reader
+        return reader
+
+    def start(self, follow: bool = False, poll_interval: float = 0.1) -> None:
+        """Start one thread per reader: to the end of the input, or following it."""
+        self._follow, self._poll_interval = follow, poll_interval
+        for reader in self.readers.values():
+            self._start(reader)
+
+    def _start(self, reader: ThreadReader) -> None:
+        t = threading.Thread(target=self._run, args=(reader,), name=f"reader-{reader.thread}", daemon=True)
+        self._threads.append(t)
+        t.start()
+
+    def add_new_threads(self) -> list[int]:
+        """Follow mode: start readers for redo threads whose first files appeared since."""
+        new = []
+        for thread, files in scan(self.input_dir).items():
+            if thread not in self.readers:
+                self._start(self._add(thread, files, None))
+                new.append(thread)
+        return new
 
     def _run(self, reader: ThreadReader) -> None:
         try:
-            reader.read_to_end()
+            if self._follow:
+                reader.follow(self._poll_interval)
+            else:
+                reader.read_to_end()
         except BaseException as exc:  # handed to the main thread
             self.errors.append(exc)
             self.stop.set()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -90,6 +91,12 @@ class ChangefeedWriter:
         self._recs: list[list] = []
         self._threads: list[int] = []
         self._tx: list[tuple[int, int, int, int | None, str, int]] = []  # tx_seq, n, c_scn, c_tm, xid, op_seq0
+        self.buffered_since = 0.0  # monotonic time the open file got its first transaction
+        self._file_c_tms: list[int | None] = []
+        # commit-to-visible latency of recently published transactions, in seconds (from c_tm)
+        self.latencies: deque[float] = deque(maxlen=10_000)
+        self.transactions_published = 0
+        self.rows_published = 0
 
     # -- recovery ----------------------------------------------------------------------
 
@@ -202,6 +209,9 @@ class ChangefeedWriter:
         total = op_seq0 + n
         if not total:
             return 0
+        if not self._file_rows:
+            self.buffered_since = time.monotonic()
+        self._file_c_tms.append(commit.tm)
         if n:
             self._tx.append((tx_seq, n, commit.key.scn, commit.tm, commit.xid, op_seq0))
         self.next_tx_seq = tx_seq + 1
@@ -290,6 +300,12 @@ class ChangefeedWriter:
             _fsync_dir(self.path)
         fault_point("after_rename")
         published = PublishedFile(name, first, last, self._file_rows, last_commit)
+        now_ns = time.time_ns()
+        self.latencies.extend((now_ns - tm) / 1e9 for tm in self._file_c_tms if tm is not None)
+        self._file_c_tms.clear()
+        self.transactions_published += last - first + 1
+        self.rows_published += self._file_rows
+        log.info("published %s: tx_seq %d..%d, %d rows", name, first, last, self._file_rows)
         self.files_published += 1
         self.last_commit = last_commit
         self.last_c_scn = last_commit.scn
@@ -326,6 +342,7 @@ class ChangefeedWriter:
         self.next_tx_seq = self._file_first
         self._file_rows = 0
         self._file_last_commit = None
+        self._file_c_tms.clear()
 
 
 def _fsync_path(path: str) -> None:

@@ -1,0 +1,166 @@
+"""`olr-buffer run` against live logs: a writer process, kills, restarts, SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from olr_buffer.simulate import simulate
+from tests.contract_model import assert_changefeed_equal, check_changefeed_layout, expected_changefeed, load_changefeed
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_cmd(tmp: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable, "-m", "olr_buffer.cli", "run", str(tmp / "live"), "--queue", str(tmp / "q"),
+        "--changefeed", str(tmp / "cf"), "--flush-interval", "0.3", "--poll-interval", "0.02",
+        "--checkpoint-interval", "0.5", "--segment-size", "128KiB", "--log-level", "warning", *extra,
+    ]
+
+
+def start(cmd: list[str]) -> subprocess.Popen:
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+
+
+def published_rows(cf: Path) -> int:
+    try:
+        return len(load_changefeed(cf))
+    except FileNotFoundError:
+        return 0
+
+
+def wait_for_rows(cf: Path, n: int, timeout: float = 60.0) -> float:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if published_rows(cf) >= n:
+            return time.monotonic() - t0
+        time.sleep(0.1)
+    raise AssertionError(f"changefeed has {published_rows(cf)} rows after {timeout}s, expected {n}")
+
+
+def stop(proc: subprocess.Popen, sig: int = signal.SIGTERM) -> tuple[int, str]:
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=30)
+    return proc.returncode, err
+
+
+@pytest.mark.slow
+def test_live_writer_kill_and_restart_then_sigterm(tmp_path: Path):
+    simulate(tmp_path / "stage", threads=3, transactions=700, seed=11, records_per_file=600, compress_archived=False)
+    (tmp_path / "live").mkdir()
+    # the service starts before any log exists: threads in play given explicitly
+    service = start(run_cmd(tmp_path, "--threads", "1,2,3"))
+    writer = subprocess.Popen([sys.executable, "-m", "tests.live_writer", str(tmp_path / "stage"), str(tmp_path / "live"),
+                               "--rate", "4000", "--seed", "3"], cwd=ROOT)
+    time.sleep(1.5)
+    assert service.poll() is None
+    os.kill(service.pid, signal.SIGKILL)
+    service.wait()
+    service = start(run_cmd(tmp_path, "--threads", "1,2,3"))  # resumes from the queue while the writer goes on
+    assert writer.wait(timeout=120) == 0
+    expected = expected_changefeed(tmp_path / "live")
+    drained = wait_for_rows(tmp_path / "cf", len(expected.rows))
+    code, err = stop(service)
+    assert code == 0, err
+    check_changefeed_layout(tmp_path / "cf")
+    assert_changefeed_equal(load_changefeed(tmp_path / "cf"), expected.rows)
+    assert drained < 30, f"drained {drained:.1f}s after the last write"
+
+
+def test_thread_writing_only_heartbeats_does_not_hold_back_the_others(tmp_path: Path):
+    live = tmp_path / "live"
+    live.mkdir()
+    recs = [
+        {"op": "begin", "scn": 10, "xid": "A"},
+        {"op": "insert", "scn": 11, "xid": "A", "owner": "O", "table": "T", "rid": "r1", "after": {"x": 1}},
+        {"op": "commit", "scn": 12, "xid": "A"},
+        {"op": "lwn", "scn": 20},
+    ]
+    (live / "redo_1_1.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    (live / "redo_2_1.jsonl").write_text(json.dumps({"op": "lwn", "scn": 5}) + "\n")
+    service = start(run_cmd(tmp_path))
+    try:
+        time.sleep(1.5)
+        assert published_rows(tmp_path / "cf") == 0  # thread 2 is at scn 5: commit 12 must wait
+        with open(live / "redo_2_1.jsonl", "a") as fh:
+            fh.write(json.dumps({"op": "lwn", "scn": 15}) + "\n")  # an idle thread's heartbeat
+        wait_for_rows(tmp_path / "cf", 1, timeout=20)
+    finally:
+        code, err = stop(service, signal.SIGINT)
+    assert code == 0, err
+    assert [r["xid"] for r in load_changefeed(tmp_path / "cf")] == ["A"]
+
+
+def test_second_service_on_the_same_queue_is_refused(tmp_path: Path):
+    (tmp_path / "live").mkdir()
+    (tmp_path / "live" / "redo_1_1.jsonl").write_text(json.dumps({"op": "lwn", "scn": 1}) + "\n")
+    first = start(run_cmd(tmp_path))
+    try:
+        time.sleep(1.0)
+        second = subprocess.run(run_cmd(tmp_path), capture_output=True, text=True, timeout=60, cwd=ROOT)
+        assert second.returncode == 1
+        lines = [ln for ln in second.stderr.splitlines() if ln.strip()]
+        assert len(lines) == 1 and f"queue is in use by another process (pid {first.pid})" in lines[0], second.stderr
+    finally:
+        code, err = stop(first)
+    assert code == 0, err
+
+
+def test_config_file_gives_defaults_and_flags_win(tmp_path: Path):
+    live = tmp_path / "live"
+    live.mkdir()
+    (live / "redo_1_1.jsonl").write_text(json.dumps({"op": "lwn", "scn": 1}) + "\n")
+    cfg = tmp_path / "olr.toml"
+    cfg.write_text(
+        f'input = "{live}"\nqueue = "{tmp_path / "q"}"\nchangefeed = "{tmp_path / "wrong"}"\n'
+        'threads = [1]\nflush_interval = 0.2\nlog_level = "warning"\n'
+    )
+    proc = start([sys.executable, "-m", "olr_buffer.cli", "run", "--config", str(cfg), "--changefeed", str(tmp_path / "cf")])
+    try:
+        time.sleep(1.5)
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+    finally:
+        code, err = stop(proc)
+    assert code == 0, err
+    assert (tmp_path / "cf" / "_olr_buffer").is_dir() and not (tmp_path / "wrong").exists()
+    bad = tmp_path / "bad.toml"
+    bad.write_text('queue = "q"\nflush_intervall = 1\n')
+    r = subprocess.run([sys.executable, "-m", "olr_buffer.cli", "run", "--config", str(bad)], capture_output=True, text=True)
+    assert r.returncode == 2 and "unknown key(s) flush_intervall" in r.stderr
+
+
+def test_metrics_on_loopback(tmp_path: Path):
+    import urllib.request
+
+    live = tmp_path / "live"
+    live.mkdir()
+    recs = [{"op": "begin", "scn": 10, "xid": "A"},
+            {"op": "insert", "scn": 11, "xid": "A", "owner": "O", "table": "T", "rid": "r1", "after": {"x": 1}},
+            {"op": "commit", "scn": 12, "xid": "A", "tm": time.time_ns()}, {"op": "lwn", "scn": 20}]
+    (live / "redo_1_1.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    proc = start(run_cmd(tmp_path, "--metrics-port", "0", "--log-level", "info"))
+    try:
+        port = None
+        t0 = time.monotonic()
+        while port is None and time.monotonic() - t0 < 20:
+            line = proc.stderr.readline()
+            if "metrics on http://127.0.0.1:" in line:
+                port = int(line.rsplit(":", 1)[1].split("/")[0])
+        assert port, "no metrics address logged"
+        wait_for_rows(tmp_path / "cf", 1, timeout=20)
+        time.sleep(1.2)
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    finally:
+        code, _ = stop(proc)
+    assert code == 0
+    assert "olr_buffer_transactions_published_total 1" in text
+    assert 'olr_buffer_thread_progress_scn{thread="1"} 20' in text
+    assert "olr_buffer_publish_latency_seconds_count 1" in text
