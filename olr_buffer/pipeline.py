@@ -27,7 +27,7 @@ from typing import Callable, Iterator
 from .dispatcher import DispatchError, Dispatcher, DispatchStats
 from .dispatcher.dispatcher import CHECKPOINT_KEY
 from .faults import fault_point
-from .reader.thread_reader import DEFAULT_BLOCK_BYTES, DEFAULT_BLOCK_RECORDS, ReaderGroup
+from .reader.thread_reader import DEFAULT_BLOCK_BYTES, DEFAULT_BLOCK_RECORDS, DeadLetters, ReaderGroup
 from .spark_sink import ChangefeedWriter
 from .spark_sink.writer import DEFAULT_FILE_ROWS
 from .txbuffer import DEFAULT_SEGMENT_BYTES, LmdbQueue
@@ -49,6 +49,7 @@ class PipelineOptions:
     threads: list[int] | None = None  # threads in play; None: those with files at start
     flush_seconds: float = 1.0  # a transaction is published at most this long after it is safe
     poll_seconds: float = 0.1  # how often an idle reader looks for new lines and files
+    dead_letter: str | None = None  # quarantine bad records in this file instead of stopping
 
 
 ReplayOptions = PipelineOptions  # the name replay's callers know
@@ -86,6 +87,7 @@ class ReplaySummary:
     open_transactions: int = 0
     next_tx_seq: int = 0
     files_published: int = 0
+    quarantined: int = 0
     checkpoints: int = 0
     segments_deleted: int = 0
     queue_segments: int = 0
@@ -120,12 +122,14 @@ class Pipeline:
         try:
             self.sink = ChangefeedWriter(changefeed_dir, file_rows=opts.file_rows, durable=opts.durable)
             self.appended = threading.Event()
+            self.dead_letters = DeadLetters(opts.dead_letter) if opts.dead_letter else None
             self.readers = ReaderGroup(
                 self.queue,
                 input_dir,
                 block_records=opts.block_records,
                 block_bytes=opts.block_bytes,
                 on_append=self.appended.set,
+                dead_letters=self.dead_letters,
             )
             self.threads = self.readers.prepare(opts.threads)
             self.dispatcher = Dispatcher(
@@ -301,6 +305,7 @@ class Pipeline:
             open_transactions=len(self.dispatcher.open),
             next_tx_seq=self.sink.next_tx_seq,
             files_published=self.sink.files_published,
+            quarantined=self.dead_letters.count if self.dead_letters else 0,
             checkpoints=self.checkpoints,
             segments_deleted=self.segments_deleted,
             queue_segments=len(segs),
@@ -309,6 +314,8 @@ class Pipeline:
         )
 
     def close(self) -> None:
+        if self.dead_letters:
+            self.dead_letters.close()
         self.queue.close()
 
 

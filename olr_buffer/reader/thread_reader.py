@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import threading
 import time
+
+import orjson
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -18,6 +20,36 @@ from .records import LWN, RecordError, parse_line, validate
 
 DEFAULT_BLOCK_RECORDS = 4096
 DEFAULT_BLOCK_BYTES = 1 << 20
+MAX_LINE_BYTES = 64 << 20  # a longer line is refused: it is damage, not a record
+
+
+class DeadLetters:
+    """``--dead-letter FILE``: bad records are written here (one JSON object per line:
+    file, line, reason, the raw line) and skipped instead of stopping the run.
+
+    A line is written (and fsynced) before the reader's position moves past it, so a
+    crash may write it twice, never lose it.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self.count = 0
+        parent = os.path.dirname(os.path.abspath(path))
+        os.makedirs(parent, exist_ok=True)
+        self._fh = open(path, "ab")
+
+    def put(self, file: str, line: int, reason: str, raw: bytes) -> None:
+        doc = {"file": file, "line": line, "reason": reason, "raw": raw.decode("utf-8", errors="backslashreplace")}
+        data = orjson.dumps(doc) + b"\n"
+        with self._lock:
+            self._fh.write(data)
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+            self.count += 1
+
+    def close(self) -> None:
+        self._fh.close()
 
 
 @dataclass(slots=True)
@@ -47,8 +79,12 @@ class ThreadReader:
         block_bytes: int = DEFAULT_BLOCK_BYTES,
         on_append: Callable[[], None] | None = None,
         stop: threading.Event | None = None,
+        dead_letters: DeadLetters | None = None,
+        max_line_bytes: int = MAX_LINE_BYTES,
     ) -> None:
         self.queue = queue
+        self.dead_letters = dead_letters
+        self.max_line_bytes = max_line_bytes
         self.input_dir = input_dir
         self.thread = thread
         self.files = files
@@ -186,20 +222,29 @@ class ThreadReader:
         with fh:
             try:
                 _skip(fh, offset, lf)
-                for raw in fh:
-                    if raw[-1:] != b"\n" and not final:
+                limit = self.max_line_bytes + 1
+                for raw in iter(lambda: fh.readline(limit), b""):
+                    if raw[-1:] != b"\n" and len(raw) < limit and not final:
                         break  # not yet written completely: read once its "\n" is there
                     line += 1
                     try:
+                        if len(raw) >= limit:
+                            raise RecordError(f"line longer than {self.max_line_bytes} bytes")
                         code, scn, sub, xid, payload = validate(parse_line(raw))
                         if scn < last_scn or (scn == last_scn and sub < last_sub and code != LWN):
                             raise RecordError(
                                 f"SCN goes back: (scn {scn}, sub {sub}) after (scn {last_scn}, sub {last_sub})"
                             )
                     except RecordError as exc:
-                        pos.line, pos.offset, pos.scn, pos.sub = line - 1, offset, last_scn, last_sub
-                        self._flush()
-                        raise InputError(lf.path, line, str(exc)) from None
+                        if self.dead_letters is None:
+                            pos.line, pos.offset, pos.scn, pos.sub = line - 1, offset, last_scn, last_sub
+                            self._flush()
+                            raise InputError(lf.path, line, str(exc)) from None
+                        if len(raw) >= limit:
+                            raw += _rest_of_line(fh)
+                        self.dead_letters.put(lf.path, line, str(exc), raw)
+                        offset += len(raw)
+                        continue
                     offset += len(raw)
                     if code == LWN:
                         b.heartbeat(scn)
@@ -237,6 +282,16 @@ class ThreadReader:
         self.on_append()
 
 
+def _rest_of_line(fh) -> bytes:
+    """Consume the rest of an over-long line (up to its newline) in pieces."""
+    parts = []
+    while True:
+        chunk = fh.readline(1 << 20)
+        parts.append(chunk)
+        if not chunk or chunk.endswith(b"\n"):
+            return b"".join(parts)
+
+
 def _skip(fh, offset: int, lf: LogFile) -> None:
     if offset <= 0:
         return
@@ -264,6 +319,7 @@ class ReaderGroup:
     errors: list[BaseException] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
+    dead_letters: DeadLetters | None = None
     _follow: bool = False
     _poll_interval: float = 0.1
 
@@ -289,6 +345,7 @@ class ReaderGroup:
             block_bytes=self.block_bytes,
             on_append=self.on_append,
             stop=self.stop,
+            dead_letters=self.dead_letters,
         )
         self.readers[thread] = reader
         return reader
