@@ -13,6 +13,7 @@ checked (name, footer) and adopted: the files are the truth, the manifest an ind
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import time
@@ -231,7 +232,10 @@ class ChangefeedWriter:
                 self._writer = pq.ParquetWriter(self._tmp_path, ARROW_SCHEMA, compression=self.compression)
             except OSError as exc:
                 raise ChangefeedError(f"{self._tmp_path}: cannot create: {exc}") from None
-        self._writer.write_batch(batch, row_group_size=len(self._recs))
+        try:
+            self._writer.write_batch(batch, row_group_size=len(self._recs))
+        except OSError as exc:
+            self._io_failed(exc, "writing")
         self._recs.clear()
         self._threads.clear()
         self._tx.clear()
@@ -273,9 +277,31 @@ class ChangefeedWriter:
         return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
 
     def flush(self) -> PublishedFile | None:
-        """Publish the open file, if it holds any transaction."""
+        """Publish the open file, if it holds any transaction.
+
+        If the disk fails (full, read-only), the temporary file is removed and
+        :class:`ChangefeedError` raised: nothing is half-published, and the transactions
+        are published again by the next run (the checkpoint does not cover them).
+        """
         if not self._file_rows:
             return None
+        try:
+            return self._publish()
+        except OSError as exc:
+            self._io_failed(exc, "publishing")
+
+    def _io_failed(self, exc: OSError, doing: str) -> None:
+        where = self._tmp_path or self.path
+        self.abandon()
+        full = getattr(exc, "errno", None) == errno.ENOSPC or "No space left" in str(exc)
+        raise ChangefeedError(
+            f"{where}: {'no space left on device' if full else 'I/O error'} {doing} the changefeed: "
+            f"{str(exc).splitlines()[0]}",
+            hint="free disk space, then run the same command again" if full else "check the changefeed directory",
+            path=where,
+        ) from None
+
+    def _publish(self) -> PublishedFile:
         self._write_row_group()
         first, last = self._file_first, self.next_tx_seq - 1
         last_commit = self._file_last_commit
