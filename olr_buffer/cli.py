@@ -78,13 +78,15 @@ def main(log_level: str) -> None:
               help="Keep this many segments that cleanup could delete (audit, re-derivation).")
 @click.option("--retain-age", type=click.FloatRange(min=0), default=0.0, show_default=True,
               help="Keep segments written within this many seconds, even when nobody needs them.")
+@click.option("--dead-letter", type=click.Path(dir_okay=False), default=None,
+              help="Write bad records to this JSON Lines file and go on, instead of stopping (off by default).")
 @click.option("--no-sync", is_flag=True,
               help="DURABILITY TRADE-OFF: skip fsync of queue and changefeed; a machine crash may lose recent work.")
 @click.option("--progress/--no-progress", default=None, help="Progress line on stderr (default: when stderr is a terminal).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @clean_errors
 def replay(input_dir, queue_dir, changefeed_dir, segment_size, file_rows, block_records, checkpoint_interval,
-           retain_segments, retain_age, no_sync, progress, as_json) -> None:
+           retain_segments, retain_age, dead_letter, no_sync, progress, as_json) -> None:
     """Replay archived redo logs of INPUT_DIR into the changefeed, offline, then exit.
 
     Run again on the same directories after a kill or a crash, it finishes what was left
@@ -102,6 +104,7 @@ def replay(input_dir, queue_dir, changefeed_dir, segment_size, file_rows, block_
         checkpoint_seconds=checkpoint_interval,
         retain_segments=retain_segments,
         retain_seconds=retain_age,
+        dead_letter=dead_letter,
     )
     bar = _ProgressLine() if show else None
     try:
@@ -125,6 +128,7 @@ def replay(input_dir, queue_dir, changefeed_dir, segment_size, file_rows, block_
         f"still open {s.open_transactions:,}\n"
         f"queue {s.queue_segments} segment(s), {s.queue_bytes / 1e6:,.1f} MB; "
         f"{s.checkpoints} checkpoint(s), {s.segments_deleted} segment(s) cleaned up"
+        + (f"\nquarantined {s.quarantined:,} bad record(s) in {dead_letter}" if s.quarantined else "")
     )
 
 
@@ -181,6 +185,8 @@ def _threads(ctx, param, value):
 @click.option("--block-records", type=click.IntRange(min=1), default=4096, show_default=True)
 @click.option("--retain-segments", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--retain-age", type=click.FloatRange(min=0), default=0.0, show_default=True)
+@click.option("--dead-letter", type=click.Path(dir_okay=False), default=None,
+              help="Write bad records to this JSON Lines file and go on, instead of stopping (off by default).")
 @click.option("--no-sync", is_flag=True,
               help="DURABILITY TRADE-OFF: skip fsync of queue and changefeed; a machine crash may lose recent work.")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
@@ -191,8 +197,8 @@ def _threads(ctx, param, value):
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @clean_errors
 def run(input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_interval, checkpoint_interval, segment_size,
-        file_rows, block_records, retain_segments, retain_age, no_sync, metrics_port, metrics_host, log_level,
-        log_format) -> None:
+        file_rows, block_records, retain_segments, retain_age, dead_letter, no_sync, metrics_port, metrics_host,
+        log_level, log_format) -> None:
     """The service: follow the redo logs of INPUT_DIR as they grow and switch, publish each
     transaction once the watermark allows. SIGTERM or SIGINT stops it cleanly (exit 0);
     restarted on the same directories, it resumes from the queue."""
@@ -230,6 +236,7 @@ def run(input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_inte
         threads=threads,
         flush_seconds=flush_interval,
         poll_seconds=poll_interval,
+        dead_letter=dead_letter,
     )
     summary = run_service(input_dir, queue_dir, changefeed_dir, opts, stop, on_tick=metrics.update if metrics else None)
     logging.getLogger("olr_buffer").info(
@@ -331,12 +338,17 @@ def compact(changefeed_dir, output_dir, in_place, no_reader_running, target_rows
     if as_json:
         click.echo(json.dumps(r.as_dict(), indent=2))
         return
-    verb = "would write" if r.dry_run else "wrote"
     if r.recovered:
         click.echo("finished an interrupted in-place compaction first")
+    done = (
+        f"{'would write' if r.dry_run else 'wrote'} {r.files_written:,} file(s), {r.rows:,} rows, "
+        f"merging {r.files_merged:,} of {r.files_before:,} file(s)"
+        if r.files_written
+        else "nothing to do"
+    )
     click.echo(
-        f"{verb} {r.files_written:,} file(s), {r.rows:,} rows, merging {r.files_merged:,} of {r.files_before:,} file(s); "
-        f"{r.target} {'would hold' if r.dry_run else 'holds'} tx_seq 0..{r.next_tx_seq - 1} in {r.files_after:,} file(s)"
+        f"{done}; {r.target} {'would hold' if r.dry_run else 'holds'} tx_seq 0..{r.next_tx_seq - 1} "
+        f"in {r.files_after:,} file(s)"
     )
 
 

@@ -27,6 +27,7 @@ from typing import Callable, Iterator
 from .dispatcher import DispatchError, Dispatcher, DispatchStats
 from .dispatcher.dispatcher import CHECKPOINT_KEY
 from .faults import fault_point
+from .reader.blocks import INFINITE_SCN
 from .reader.thread_reader import DEFAULT_BLOCK_BYTES, DEFAULT_BLOCK_RECORDS, DeadLetters, ReaderGroup
 from .spark_sink import ChangefeedWriter
 from .spark_sink.writer import DEFAULT_FILE_ROWS
@@ -216,6 +217,9 @@ class Pipeline:
                     self.appended.wait(0.2)
                     self.appended.clear()
                 readers.join()
+                if not readers.errors:
+                    # the input is complete: every thread has written everything
+                    dispatcher.publish_ready(INFINITE_SCN)
                 # also after bad input: what was accepted is published and checkpointed
                 self.checkpoint()
             except BaseException:

@@ -54,14 +54,18 @@ def test_long_transaction_across_many_segments_survives_cleanup(tmp_path: Path):
 def test_open_transaction_pins_its_segments_and_status_shows_it(tmp_path: Path):
     write_long_and_short(tmp_path / "in", long_open=True)
     s = replay(str(tmp_path / "in"), str(tmp_path / "q"), str(tmp_path / "cf"), PipelineOptions(**SMALL))
-    assert s.open_transactions == 1 and s.segments_deleted == 0
+    assert s.open_transactions == 1
     doc = queue_status(str(tmp_path / "q"))
     ot = doc["open_transactions"]
     assert ot["count"] == 1 and ot["oldest"]["xid"] == "L" and ot["largest"]["rows"] == 60
-    assert ot["oldest"]["first_index"] == 0 and ot["oldest"]["age_seconds"] > 0
-    assert doc["cleanup"]["needed_from_index"] == 0 and doc["cleanup"]["segments_freeable"] == 0
-    assert doc["segments"]["count"] > 5 and doc["segments"]["first_index"] == 0
-    assert doc["changefeed"]["last_tx_seq"] == 1499 and doc["watermark"] == "complete"
+    assert ot["oldest"]["age_seconds"] > 0
+    # L's first block is kept, with everything after it; only what lies wholly before it
+    # (blocks of thread 2 appended before thread 1's first one) may have gone
+    first = ot["oldest"]["first_index"]
+    assert doc["cleanup"]["needed_from_index"] == first and doc["cleanup"]["segments_freeable"] == 0
+    assert doc["segments"]["first_index"] <= first and doc["segments"]["count"] > 5
+    assert doc["changefeed"]["last_tx_seq"] == 1499
+    assert doc["watermark"] == min(doc["progress"].values()) > 0
     assert set(doc["readers"]) == {"1", "2"} and all(r["finished"] for r in doc["readers"].values())
     text = subprocess.run(
         [sys.executable, "-m", "olr_buffer.cli", "status", "--queue", str(tmp_path / "q")],

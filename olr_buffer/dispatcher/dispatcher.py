@@ -227,9 +227,13 @@ class Dispatcher:
                 else:
                     self.stats.extra_ends += 1
 
-    def publish_ready(self) -> int:
-        """Act on every end at or below the watermark, in key order."""
-        watermark = self.watermark
+    def publish_ready(self, watermark: int | None = None) -> int:
+        """Act on every end at or below the watermark, in key order.
+
+        ``watermark=INFINITE_SCN`` acts on every end: the end of a replay, whose input is
+        complete, so no thread can still deliver anything.
+        """
+        watermark = self.watermark if watermark is None else watermark
         pending = self._pending
         done = 0
         while pending and pending[0][0].scn <= watermark:

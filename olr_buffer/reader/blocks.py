@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from .records import BEGIN, COMMIT, COMPENSATION, ROLLBACK, ROW_CODES
+from .records import BEGIN, COMMIT, COMPENSATION, ROLLBACK, ROW_CODES, RecordError
 
-INFINITE_SCN = 1 << 63  # progress of a thread whose input is complete
+INFINITE_SCN = 1 << 63  # a watermark above every SCN: releases every end (end of a replay)
 
 # A group in the summary: [xid, start, count, rows, compensations, first_scn, begin_scn, begin_tm, ends]
 # begin_scn is -1 without a begin (begin_tm then None); ends is a list of [code, scn, sequence, line, tm].
@@ -56,12 +56,21 @@ class BlockBuilder:
         self.progress = -1
 
     def add(self, code: int, scn: int, sub: int, xid: str, seq: int, line: int, payload: list) -> None:
+        """Add one validated record. Raises :class:`RecordError` (and changes nothing) for
+        strings that are not valid Unicode (a lone surrogate from a ``\\ud800`` escape)."""
+        try:
+            rec = orjson.dumps([code, scn, sub, seq, line, *payload])
+        except TypeError:
+            raise RecordError("a string is not valid Unicode (lone surrogate)") from None
         g = self._groups.get(xid)
         if g is None or (code == BEGIN and g.ends):
+            try:
+                xid.encode()
+            except UnicodeEncodeError:
+                raise RecordError("field 'xid' is not valid Unicode (lone surrogate)") from None
             g = _Group(xid)
             self._groups[xid] = g
             self._order.append(g)
-        rec = orjson.dumps([code, scn, sub, seq, line, *payload])
         if not g.records:
             g.first_scn = scn
         g.records.append(rec)
@@ -85,7 +94,7 @@ class BlockBuilder:
         if scn > self.progress:
             self.progress = scn
 
-    def build(self, end_of_thread: bool = False) -> list[bytes]:
+    def build(self) -> list[bytes]:
         """The block's records: the summary first, then the groups."""
         groups = []
         records: list[bytes] = [b""]
@@ -94,8 +103,7 @@ class BlockBuilder:
                 [g.xid, len(records), len(g.records), g.rows, g.comps, g.first_scn, g.begin_scn, g.begin_tm, g.ends]
             )
             records.extend(g.records)
-        progress = INFINITE_SCN if end_of_thread else self.progress
-        records[0] = orjson.dumps({"t": self.thread, "p": progress, "g": groups})
+        records[0] = orjson.dumps({"t": self.thread, "p": self.progress, "g": groups})
         return records
 
     def reset(self) -> None:

@@ -68,6 +68,8 @@ def parse_line(raw: bytes) -> dict[str, Any]:
             raise RecordError("malformed JSON: invalid UTF-8") from None
         except ValueError as exc:
             raise RecordError(f"malformed JSON: {_reason(exc)}") from None
+        except RecursionError:
+            raise RecordError("malformed JSON: nested too deeply") from None
     if type(obj) is not dict:
         raise RecordError(f"not a JSON object but {_json_type(obj)}")
     return obj

@@ -101,7 +101,12 @@ class ThreadReader:
     # -- offline -----------------------------------------------------------------------
 
     def read_to_end(self) -> None:
-        """Read every remaining file of the thread, then mark the thread's input complete."""
+        """Read every remaining file of the thread; the position is then marked finished.
+
+        The queue gets only the thread's real progress: that the input is complete is the
+        replay's knowledge (it releases every commit at the end), not the queue's, so the
+        same queue can later take more input, by ``replay`` or ``run``.
+        """
         pos = self.pos
         if self.files and pos.sequence > max(self.files):
             raise InputError(
@@ -123,7 +128,7 @@ class ThreadReader:
             return
         if not pos.finished or self._builder.count:
             pos.finished = True
-            self._flush(end_of_thread=True)
+            self._flush(force=True)
 
     # -- follow ------------------------------------------------------------------------
 
@@ -235,6 +240,8 @@ class ThreadReader:
                             raise RecordError(
                                 f"SCN goes back: (scn {scn}, sub {sub}) after (scn {last_scn}, sub {last_sub})"
                             )
+                        if code != LWN:
+                            add(code, scn, sub, xid, seq, line, payload)  # type: ignore[arg-type]
                     except RecordError as exc:
                         if self.dead_letters is None:
                             pos.line, pos.offset, pos.scn, pos.sub = line - 1, offset, last_scn, last_sub
@@ -251,7 +258,6 @@ class ThreadReader:
                         if scn > last_scn:
                             last_scn, last_sub = scn, sub
                     else:
-                        add(code, scn, sub, xid, seq, line, payload)  # type: ignore[arg-type]
                         last_scn, last_sub = scn, sub
                     if b.count >= self.block_records or b.nbytes >= self.block_bytes:
                         pos.line, pos.offset, pos.scn, pos.sub = line, offset, last_scn, last_sub
@@ -267,12 +273,12 @@ class ThreadReader:
         pos.line, pos.offset, pos.scn, pos.sub = line, offset, last_scn, last_sub
         return line - first_line
 
-    def _flush(self, end_of_thread: bool = False) -> None:
+    def _flush(self, force: bool = False) -> None:
         b = self._builder
-        if not b.count and not end_of_thread and b.progress == self.pos.progress:
+        if not b.count and not force and b.progress == self.pos.progress:
             return
         self.pos.progress = b.progress
-        records = b.build(end_of_thread=end_of_thread)
+        records = b.build()
         self.queue.append(records, {self.pos.key: self.pos.encode()})
         fault_point("after_append")
         self.stats.records += b.count

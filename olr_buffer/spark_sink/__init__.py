@@ -2,7 +2,7 @@
 
 from .errors import ChangefeedCorruptError, ChangefeedError
 from .schema import ARROW_SCHEMA, COLUMNS, parse_part_name, part_name
-from .spark import changefeed_schema, read_changefeed
+from .spark import changefeed_schema, read_changefeed, snapshot, stream_changefeed, table_changes
 from .writer import ChangefeedWriter, PublishedFile
 
 __all__ = [
@@ -16,4 +16,7 @@ __all__ = [
     "parse_part_name",
     "part_name",
     "read_changefeed",
+    "snapshot",
+    "stream_changefeed",
+    "table_changes",
 ]

@@ -118,7 +118,8 @@ class ChangefeedWriter:
             if first != expected or last < first:
                 raise ChangefeedCorruptError(
                     f"{os.path.join(self.path, name)}: changefeed has a gap or overlap: expected a file starting at tx_seq {expected}",
-                    hint="files of the changefeed must never be removed or edited by hand",
+                    hint="if an in-place compaction was interrupted, run `olr-buffer compact --in-place "
+                    "--i-know-no-reader-is-running` again to finish it; otherwise files were removed or edited by hand",
                 )
             expected = last + 1
         self.files_published = len(parts)

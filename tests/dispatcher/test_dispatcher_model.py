@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from olr_buffer.dispatcher import Dispatcher
+from olr_buffer.reader.blocks import INFINITE_SCN
 from olr_buffer.reader.files import scan
 from olr_buffer.reader.records import CHANGEFEED_OP
 from olr_buffer.reader.thread_reader import ThreadReader
@@ -154,6 +155,7 @@ def test_dispatcher_matches_model_whatever_the_interleaving(workload, per_file, 
                 dispatcher = restarted(dispatcher, queue, sink, sorted(found))
         while dispatcher.poll():
             pass
+        dispatcher.publish_ready(INFINITE_SCN)  # the end of a replay: the input is complete
         dispatcher.totals()
 
         assert_changefeed_equal(sink.rows, expected.rows)

@@ -64,3 +64,26 @@ def test_read_changefeed_helper_gives_the_same(spark, changefeed):
     df = read_changefeed(spark, str(changefeed / "cf"))
     assert dict((f.name, f.dataType.simpleString()) for f in df.schema.fields) == CONTRACT_TYPES
     assert_changefeed_equal(_rows(df), expected_changefeed(changefeed / "in").rows)
+
+
+def test_changefeed_schema_is_the_contract():
+    from olr_buffer.spark_sink import ARROW_SCHEMA
+    from olr_buffer.spark_sink.spark import CHANGEFEED_SCHEMA, changefeed_schema
+
+    assert CHANGEFEED_SCHEMA == changefeed_schema()
+    assert [(f.name, f.dataType.simpleString()) for f in CHANGEFEED_SCHEMA.fields] == list(CONTRACT_TYPES.items())
+    assert [f.nullable for f in CHANGEFEED_SCHEMA.fields] == [f.nullable for f in ARROW_SCHEMA]
+
+
+def test_read_changefeed_reads_only_part_files(spark, changefeed, tmp_path):
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    cf = tmp_path / "cf"
+    shutil.copytree(changefeed / "cf", cf)
+    pq.write_table(pa.table({"x": [1, 2, 3]}), cf / "notes.parquet")  # someone else's file
+    (cf / ".tmp-part-00000000000000009999-123.parquet").write_bytes(b"PAR1 half-written")
+    (cf / "README.txt").write_text("not data")
+    assert read_changefeed(spark, str(cf)).count() == len(expected_changefeed(changefeed / "in").rows)
