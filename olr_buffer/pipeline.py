@@ -28,7 +28,7 @@ from .dispatcher import DispatchError, Dispatcher, DispatchStats
 from .dispatcher.dispatcher import CHECKPOINT_KEY
 from .faults import fault_point
 from .reader.blocks import INFINITE_SCN
-from .reader.thread_reader import DEFAULT_BLOCK_BYTES, DEFAULT_BLOCK_RECORDS, DeadLetters, ReaderGroup
+from .reader.thread_reader import DEFAULT_BLOCK_BYTES, DEFAULT_BLOCK_RECORDS, ReaderGroup
 from .spark_sink import ChangefeedWriter
 from .spark_sink.writer import DEFAULT_FILE_ROWS
 from .txbuffer import DEFAULT_SEGMENT_BYTES, LmdbQueue
@@ -51,6 +51,7 @@ class PipelineOptions:
     flush_seconds: float = 1.0  # a transaction is published at most this long after it is safe
     poll_seconds: float = 0.1  # how often an idle reader looks for new lines and files
     dead_letter: str | None = None  # quarantine bad records in this file instead of stopping
+    reader_processes: bool = True  # parse in child processes (both cores); False: threads
 
 
 ReplayOptions = PipelineOptions  # the name replay's callers know
@@ -123,14 +124,14 @@ class Pipeline:
         try:
             self.sink = ChangefeedWriter(changefeed_dir, file_rows=opts.file_rows, durable=opts.durable)
             self.appended = threading.Event()
-            self.dead_letters = DeadLetters(opts.dead_letter) if opts.dead_letter else None
             self.readers = ReaderGroup(
                 self.queue,
                 input_dir,
                 block_records=opts.block_records,
                 block_bytes=opts.block_bytes,
                 on_append=self.appended.set,
-                dead_letters=self.dead_letters,
+                dead_letter_path=opts.dead_letter,
+                processes=opts.reader_processes,
             )
             self.threads = self.readers.prepare(opts.threads)
             self.dispatcher = Dispatcher(
@@ -309,7 +310,7 @@ class Pipeline:
             open_transactions=len(self.dispatcher.open),
             next_tx_seq=self.sink.next_tx_seq,
             files_published=self.sink.files_published,
-            quarantined=self.dead_letters.count if self.dead_letters else 0,
+            quarantined=self.readers.quarantined,
             checkpoints=self.checkpoints,
             segments_deleted=self.segments_deleted,
             queue_segments=len(segs),
@@ -318,8 +319,7 @@ class Pipeline:
         )
 
     def close(self) -> None:
-        if self.dead_letters:
-            self.dead_letters.close()
+        self.readers.close()
         self.queue.close()
 
 

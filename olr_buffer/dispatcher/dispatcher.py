@@ -205,7 +205,9 @@ class Dispatcher:
         open_ = self.open
         for xid, start, count, rows, comps, first_scn, begin_scn, begin_tm, ends in summary.groups:
             txn = open_.get(xid)
-            if txn is None or (begin_scn >= 0 and txn.end_key is not None):
+            # a begin above an end's SCN is XID reuse: a new transaction; a begin below it
+            # belongs to the transaction (another thread's end may reach the queue first)
+            if txn is None or (txn.end_key is not None and begin_scn > txn.end_key.scn):
                 if txn is None and begin_scn < 0 and xid in self._ended:
                     self.stats.late_records += count
                     continue

@@ -15,6 +15,7 @@ the block summary carries (see :mod:`olr_buffer.reader.blocks`).
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
@@ -46,24 +47,29 @@ class RecordError(ValueError):
     """A line that is not a valid record; the message is the reason."""
 
 
-_LONG_DIGITS = re.compile(rb"[0-9]{20}")
+# Lines with a run of 20 digits, or "-" and 19 digits, may hold an integer beyond 64 bits:
+# mapping every digit to "0" and searching is far cheaper than a regular expression.
+_DIGITS_TO_ZERO = bytes(0x30 if 0x30 <= i <= 0x39 else (0x2D if i == 0x2D else 0x20) for i in range(256))
+_TWENTY_ZEROS = b"0" * 20
+_MINUS_NINETEEN_ZEROS = b"-" + b"0" * 19
 _PARSER_POSITION = re.compile(r": line \d+ column \d+ \(char (\d+)\)$")
 
 
 def parse_line(raw: bytes) -> dict[str, Any]:
     """Parse one line of JSON into a dict, or raise :class:`RecordError` with the reason.
 
-    orjson turns integers beyond 64 bits into floats; lines with a run of 20 digits go
-    through the stdlib parser, which keeps them exact.
+    orjson turns integers beyond 64 bits into floats; lines that may hold one go through
+    the stdlib parser, which keeps them exact.
     """
-    if _LONG_DIGITS.search(raw) is None:
+    shape = raw.translate(_DIGITS_TO_ZERO)
+    if _TWENTY_ZEROS not in shape and _MINUS_NINETEEN_ZEROS not in shape:
         try:
             obj = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
             raise RecordError(f"malformed JSON: {_reason(exc)}") from None
     else:
         try:
-            obj = json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant)
+            obj = json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant, parse_float=_finite_float)
         except UnicodeDecodeError:
             raise RecordError("malformed JSON: invalid UTF-8") from None
         except ValueError as exc:
@@ -73,6 +79,13 @@ def parse_line(raw: bytes) -> dict[str, Any]:
     if type(obj) is not dict:
         raise RecordError(f"not a JSON object but {_json_type(obj)}")
     return obj
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (math.inf, -math.inf):
+        raise ValueError(f"number {text[:40]} is out of range")
+    return value
 
 
 def _refuse_constant(name: str) -> Any:
@@ -140,12 +153,71 @@ def _object_text(d: dict, name: str, required: bool) -> str | None:
         return json.dumps(v, separators=(",", ":"), ensure_ascii=False)
 
 
+_dumps = orjson.dumps
+
+
 def validate(d: dict[str, Any]) -> tuple[int, int, int, str | None, list | None]:
     """Check a parsed record against the contract.
 
     Returns ``(code, scn, sub, xid, payload)`` where payload is the tail of the queue
     encoding (after ``[code, scn, sub, seq, line]``), or ``None`` for ``lwn``.
+
+    The common, valid records take an inlined path; anything unusual goes through
+    :func:`_validate_checked`, which gives the reason when a record is invalid.
     """
+    get = d.get
+    op = get("op")
+    scn = get("scn")
+    sub = get("sub", 0)
+    xid = get("xid")
+    tm = get("tm")
+    if (
+        type(scn) is int
+        and 0 <= scn <= MAX_SCN
+        and type(sub) is int
+        and 0 <= sub <= INT64_MAX
+        and type(xid) is str
+        and xid
+        and (tm is None or (type(tm) is int and INT64_MIN <= tm <= INT64_MAX))
+    ):
+        if op == "insert" or op == "update" or op == "delete":
+            owner, table, rid, obj = get("owner"), get("table"), get("rid"), get("obj")
+            before, after = get("before"), get("after")
+            if (
+                type(owner) is str
+                and type(table) is str
+                and type(rid) is str
+                and (obj is None or (type(obj) is int and INT64_MIN <= obj <= INT64_MAX))
+                and get("rollback") is None
+                and (before is None if op == "insert" else type(before) is dict)
+                and (after is None if op == "delete" else type(after) is dict)
+            ):
+                try:
+                    return (
+                        OP_CODES[op],
+                        scn,
+                        sub,
+                        xid,
+                        [
+                            tm,
+                            owner,
+                            table,
+                            obj,
+                            rid,
+                            None if before is None else _dumps(before).decode(),
+                            None if after is None else _dumps(after).decode(),
+                            None,
+                        ],
+                    )
+                except TypeError:
+                    pass  # integers beyond 64 bits: the checked path serialises them
+        elif op == "begin" or op == "commit" or op == "rollback":
+            return OP_CODES[op], scn, sub, xid, [tm]
+    return _validate_checked(d)
+
+
+def _validate_checked(d: dict[str, Any]) -> tuple[int, int, int, str | None, list | None]:
+    """:func:`validate` for every record, with the reason when one is invalid."""
     op = d.get("op")
     code = OP_CODES.get(op) if type(op) is str else None
     if code is None:

@@ -141,18 +141,31 @@ class ThreadReader:
         """
         pos = self.pos
         last_gap_check = 0.0
+        read_whole: int | None = None  # a complete (archived) sequence read to its end
         while not self.stop.is_set():
             lf = self._log_file(pos.sequence)
             if lf is None:
-                if not self.files and pos.offset == 0 and pos.line == 0:
+                if pos.offset or pos.line:
+                    raise InputError(
+                        os.path.join(self.input_dir, f"redo_{self.thread}_{pos.sequence}.jsonl"),
+                        None,
+                        "file disappeared while being read",
+                        hint="a log file must stay until the next sequence exists and has been read",
+                    )
+                if not self.files:
                     self._adopt_first_sequence()
                 self._flush()
                 self.stop.wait(poll_interval)
                 continue
             nxt = self._log_file(pos.sequence + 1)
             complete = nxt is not None or lf.compressed
-            self._check_not_shrunk(lf)
-            read = self._read_file(lf, final=complete)
+            if read_whole == pos.sequence and nxt is None:
+                read = 0  # nothing can be added to an archived log: wait for the next one
+            else:
+                self._check_not_shrunk(lf)
+                read = self._read_file(lf, final=complete)
+                if complete:
+                    read_whole = pos.sequence
             if self.stop.is_set():
                 break
             if nxt is not None:
@@ -248,7 +261,11 @@ class ThreadReader:
                             self._flush()
                             raise InputError(lf.path, line, str(exc)) from None
                         if len(raw) >= limit:
-                            raw += _rest_of_line(fh)
+                            rest = _rest_of_line(fh)
+                            if not final and not rest.endswith(b"\n"):
+                                line -= 1  # still being written: quarantine it whole, later
+                                break
+                            raw += rest
                         self.dead_letters.put(lf.path, line, str(exc), raw)
                         offset += len(raw)
                         continue
@@ -325,6 +342,8 @@ class ReaderGroup:
     errors: list[BaseException] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
+    dead_letter_path: str | None = None
+    processes: bool = False  # parse in one child process per redo thread (see process.py)
     dead_letters: DeadLetters | None = None
     _follow: bool = False
     _poll_interval: float = 0.1
@@ -332,6 +351,8 @@ class ReaderGroup:
     def prepare(self, threads: list[int] | None = None) -> list[int]:
         """Scan the input, check every thread's sequences; return the threads in play:
         ``threads`` if given, else every thread with files (or a stored position)."""
+        if self.dead_letter_path and not self.processes and self.dead_letters is None:
+            self.dead_letters = DeadLetters(self.dead_letter_path)
         found = scan(self.input_dir)
         positions = load_positions(self.queue.meta_items(POSITION_PREFIX))
         for thread in sorted(set(found) | set(positions) | set(threads or ())):
@@ -341,6 +362,23 @@ class ReaderGroup:
     def _add(self, thread: int, files: dict[int, LogFile], position: ReaderPosition | None) -> ThreadReader:
         if files:
             check_contiguous(self.input_dir, thread, files)
+        if self.processes:
+            from .process import ReaderProcess
+
+            proxy = ReaderProcess(
+                self.queue,
+                self.input_dir,
+                thread,
+                files,
+                position,
+                block_records=self.block_records,
+                block_bytes=self.block_bytes,
+                on_append=self.on_append,
+                stop=self.stop,
+                dead_letter_path=self.dead_letter_path,
+            )
+            self.readers[thread] = proxy  # type: ignore[assignment]
+            return proxy  # type: ignore[return-value]
         reader = ThreadReader(
             self.queue,
             self.input_dir,
@@ -382,6 +420,12 @@ class ReaderGroup:
                 reader.follow(self._poll_interval)
             else:
                 reader.read_to_end()
+        except InputError as exc:
+            # Offline, the other threads read on: their records are accepted, and what the
+            # failing thread's progress allows is published. Following, everything stops.
+            self.errors.append(exc)
+            if self._follow:
+                self.stop.set()
         except BaseException as exc:  # handed to the main thread
             self.errors.append(exc)
             self.stop.set()
@@ -403,3 +447,14 @@ class ReaderGroup:
     @property
     def records_read(self) -> int:
         return sum(r.stats.records for r in self.readers.values())
+
+    @property
+    def quarantined(self) -> int:
+        """Bad records written to the dead-letter file by this run."""
+        if self.processes:
+            return sum(getattr(r, "dead_letters", 0) for r in self.readers.values())
+        return self.dead_letters.count if self.dead_letters else 0
+
+    def close(self) -> None:
+        if self.dead_letters:
+            self.dead_letters.close()

@@ -51,6 +51,13 @@ class TxQueue(ABC):
         With no records, only ``meta`` is written and the next index is returned.
         """
 
+    def append_encoded(self, value: bytes, count: int, meta: Mapping[bytes, bytes] | None = None) -> int:
+        """:meth:`append` for a block already encoded with :class:`BlockCodec` (elsewhere,
+        e.g. in a reader process): ``value`` holds ``count`` records."""
+        from .block import thread_codec
+
+        return self.append(thread_codec().decode(0, value).records(), meta)
+
     @abstractmethod
     def read_block(self, index: int) -> Block:
         """The block that holds ``index``. ``IndexError`` if it is not stored."""

@@ -234,9 +234,14 @@ class LmdbQueue(TxQueue):
         return self._next
 
     def append(self, records: Sequence[bytes], meta: Mapping[bytes, bytes] | None = None) -> int:
+        value = thread_codec().encode(records) if records else None
+        return self.append_encoded(value, len(records), meta)
+
+    def append_encoded(self, value: bytes | None, count: int, meta: Mapping[bytes, bytes] | None = None) -> int:
         self._check_open()
         self._check_writable()
-        value = thread_codec().encode(records) if records else None
+        if value is not None and count <= 0:
+            raise QueueError(f"{self.path}: an encoded block must hold at least one record")
         with self._write_lock:
             seg = self._current_segment(roll=not self._segments)
             if value is not None and self._segment_full(seg):
@@ -266,7 +271,8 @@ class LmdbQueue(TxQueue):
                     index=first,
                 ) from exc
             except lmdb.Error as exc:
-                if "No space" in str(exc) or getattr(exc, "errno", None) == errno.ENOSPC:
+                if "No space" in str(exc) or getattr(exc, "errno", None) == errno.ENOSPC or _disk_full(self._seg_dir):
+                    # a short write on a full disk reaches LMDB as EIO, not ENOSPC
                     raise QueueFullError(
                         f"{seg.path}: no space left on device writing index {first}",
                         hint="free disk space, then run the same command again",
@@ -274,7 +280,7 @@ class LmdbQueue(TxQueue):
                     ) from exc
                 raise QueueError(f"{seg.path}: write failed at index {first}: {exc}", index=first) from exc
             if value is not None:
-                self._next = first + len(records)
+                self._next = first + count
             if meta:
                 self._meta.update(meta)
             return first
@@ -353,6 +359,15 @@ class LmdbQueue(TxQueue):
     def _check_writable(self) -> None:
         if self.read_only:
             raise QueueError(f"{self.path}: queue is opened read-only")
+
+
+def _disk_full(path: str, margin: int = 16 << 20) -> bool:
+    """Whether the filesystem of ``path`` has (almost) no space left."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < margin
 
 
 def _mtime(path: str) -> float:

@@ -90,7 +90,9 @@ def workloads(draw) -> dict[int, list[dict]]:
             events.append((thread, rec))
         end = draw(st.sampled_from(["commit", "commit", "commit", "rollback", None]))
         if end:
-            events.append((home, {"op": end, "xid": xid, "tm": 1_700_000_000_000_000_000 + i}))
+            # the end may be on another thread than the begin (distributed transactions)
+            end_thread = home if draw(st.integers(0, 2)) else draw(st.integers(1, n_threads))
+            events.append((end_thread, {"op": end, "xid": xid, "tm": 1_700_000_000_000_000_000 + i}))
         streams.append(events)
     # interleave the transactions, keeping each one's order
     order = []

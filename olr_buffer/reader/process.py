@@ -1,0 +1,197 @@
+"""Reader processes: parsing and validation on another core.
+
+Python runs one thread at a time per process, and parsing is most of olr-buffer's work.
+A :class:`ReaderProcess` stands in for a :class:`ThreadReader` in the parent: a child
+process (started with ``spawn``: LMDB environments must not cross a fork) runs the real
+``ThreadReader`` whose queue is a pipe; the parent receives each block with the position
+after it and appends both in one LMDB write, exactly as the in-process reader does. The
+parent stays the only writer of the queue; a full pipe holds the child back.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import threading
+import traceback
+from typing import Callable
+
+from ..errors import OlrBufferError
+from ..faults import fault_point
+from ..txbuffer import BlockCodec, TxQueue
+from .errors import InputError, MissingSequenceError
+from .files import LogFile
+from .position import ReaderPosition
+from .thread_reader import DeadLetters, ReaderStats, ThreadReader
+
+_CTX = mp.get_context("spawn")
+
+
+class ReaderProcess:
+    """The parent's side of one redo thread's reader process (same surface as ThreadReader
+    for :class:`ReaderGroup`: ``thread``, ``files``, ``pos``, ``stats``)."""
+
+    def __init__(
+        self,
+        queue: TxQueue,
+        input_dir: str,
+        thread: int,
+        files: dict[int, LogFile],
+        position: ReaderPosition | None,
+        *,
+        block_records: int,
+        block_bytes: int,
+        on_append: Callable[[], None] | None,
+        stop: threading.Event,
+        dead_letter_path: str | None = None,
+    ) -> None:
+        self.queue = queue
+        self.input_dir = input_dir
+        self.thread = thread
+        self.files = files
+        self.pos = position or ReaderPosition(thread, min(files) if files else 1)
+        self.block_records = block_records
+        self.block_bytes = block_bytes
+        self.on_append = on_append or (lambda: None)
+        self.stop = stop
+        self.dead_letter_path = dead_letter_path
+        self.dead_letters = 0
+        self.stats = ReaderStats()
+
+    def read_to_end(self) -> None:
+        self._run(follow=False, poll_interval=0.1)
+
+    def follow(self, poll_interval: float = 0.1) -> None:
+        self._run(follow=True, poll_interval=poll_interval)
+
+    def _run(self, follow: bool, poll_interval: float) -> None:
+        recv_conn, send_conn = _CTX.Pipe(duplex=False)
+        child_stop = _CTX.Event()
+        files = [(lf.sequence, lf.path, lf.compressed) for lf in self.files.values()]
+        proc = _CTX.Process(
+            target=_child_main,
+            args=(send_conn, child_stop, self.input_dir, self.thread, files, self.pos.encode(), self.block_records,
+                  self.block_bytes, self.dead_letter_path, follow, poll_interval),
+            name=f"olr-reader-{self.thread}",
+            daemon=True,
+        )
+        proc.start()
+        send_conn.close()
+        try:
+            while True:
+                if self.stop.is_set():
+                    child_stop.set()
+                if not recv_conn.poll(0.1):
+                    if not proc.is_alive() and not recv_conn.poll(0):
+                        raise _died(self.thread, proc.exitcode)
+                    continue
+                try:
+                    msg = recv_conn.recv()
+                except EOFError:
+                    proc.join(5)
+                    raise _died(self.thread, proc.exitcode) from None
+                kind = msg[0]
+                if kind == "block":
+                    _, value, count, pos_bytes, nrecords, dead = msg
+                    self.queue.append_encoded(value, count, {self.pos.key: pos_bytes})
+                    fault_point("after_append")
+                    self.pos = ReaderPosition.decode(pos_bytes)
+                    self.stats.records += nrecords
+                    self.stats.blocks += 1
+                    self.stats.bytes = self.pos.offset
+                    self.dead_letters = dead
+                    self.on_append()
+                elif kind == "files":
+                    for seq, path, compressed in msg[1]:
+                        self.files.setdefault(seq, LogFile(self.thread, seq, path, compressed))
+                elif kind == "done":
+                    self.dead_letters = msg[1]
+                    return
+                elif kind == "error":
+                    raise _rebuild(*msg[1:])
+        finally:
+            child_stop.set()
+            proc.join(10)
+            if proc.is_alive():
+                proc.kill()
+            recv_conn.close()
+
+
+def _died(thread: int, exitcode: int | None) -> OlrBufferError:
+    return OlrBufferError(
+        f"the reader process of redo thread {thread} died (exit code {exitcode})",
+        hint="look for an out-of-memory kill in the system log; run the same command again",
+    )
+
+
+def _rebuild(kind: str, path: str | None, line: int | None, reason: str, hint: str | None, text: str) -> BaseException:
+    if kind == "MissingSequenceError":
+        return MissingSequenceError(path or "", line, reason, hint=hint)
+    if kind == "InputError":
+        return InputError(path or "", line, reason, hint=hint)
+    if kind == "OlrBufferError":
+        return OlrBufferError(reason, hint=hint)
+    return RuntimeError(f"reader process failed: {text}")
+
+
+class _PipeQueue:
+    """The child's "queue": every append goes to the parent, which does the real one."""
+
+    def __init__(self, conn, reader_ref: list) -> None:
+        self._conn = conn
+        self._reader_ref = reader_ref
+        self._codec = BlockCodec()
+        self._files_sent: set[int] = set()
+
+    def append(self, records, meta) -> int:
+        reader: ThreadReader = self._reader_ref[0]
+        new_files = [(lf.sequence, lf.path, lf.compressed) for s, lf in reader.files.items() if s not in self._files_sent]
+        if new_files:
+            self._files_sent.update(s for s, *_ in new_files)
+            self._conn.send(("files", new_files))
+        (pos_bytes,) = meta.values()
+        nrecords = len(records) - 1  # the summary aside
+        dead = reader.dead_letters.count if reader.dead_letters else 0
+        # compressed and checksummed here, so that the parent only writes it
+        self._conn.send(("block", self._codec.encode(records), len(records), pos_bytes, nrecords, dead))
+        return 0
+
+    def meta_items(self, prefix: bytes = b"") -> dict:
+        return {}
+
+
+def _child_main(conn, stop, input_dir, thread, files, pos_bytes, block_records, block_bytes, dead_letter_path,
+                follow, poll_interval) -> None:
+    from .. import faults
+
+    faults._SPEC = None  # faults are the parent's: it kills itself after its own append
+    reader_ref: list = []
+    dead = DeadLetters(dead_letter_path) if dead_letter_path else None
+    try:
+        reader = ThreadReader(
+            _PipeQueue(conn, reader_ref),  # type: ignore[arg-type]
+            input_dir,
+            thread,
+            {seq: LogFile(thread, seq, path, compressed) for seq, path, compressed in files},
+            ReaderPosition.decode(pos_bytes),
+            block_records=block_records,
+            block_bytes=block_bytes,
+            stop=stop,
+            dead_letters=dead,
+        )
+        reader_ref.append(reader)
+        if follow:
+            reader.follow(poll_interval)
+        else:
+            reader.read_to_end()
+        conn.send(("done", dead.count if dead else 0))
+    except OlrBufferError as exc:
+        conn.send(("error", type(exc).__name__ if isinstance(exc, (InputError, MissingSequenceError)) else "OlrBufferError",
+                   exc.facts.get("path"), exc.facts.get("line"), exc.facts.get("reason", exc.message), exc.hint, str(exc)))
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which stops the run
+        conn.send(("error", "crash", None, None, repr(exc), None, traceback.format_exc()))
+    finally:
+        if dead:
+            dead.close()
+        conn.close()
+        os._exit(0)
