@@ -33,6 +33,9 @@ from .schema import ARROW_SCHEMA, META_FIRST, META_LAST, META_LAST_COMMIT, META_
 
 log = logging.getLogger(__name__)
 
+# changefeed op by record code (codes index this array)
+_OP_NAMES = pa.array([CHANGEFEED_OP.get(code) for code in range(max(CHANGEFEED_OP) + 1)], pa.string())
+
 META_DIR = "_olr_buffer"
 MANIFEST = "manifest.json"
 PUBLISHED_LOG = "published.jsonl"
@@ -223,6 +226,37 @@ class ChangefeedWriter:
             self.flush()
         return total
 
+    def write_transactions(self, items: list[tuple[Commit, int, list[list]]]) -> list[int]:
+        """Many transactions at once, each ``(commit, thread, rows)`` with all rows of one
+        redo thread, in order; same result as :meth:`write_transaction` for each."""
+        out = []
+        group = self.row_group_rows
+        recs, threads, txs = self._recs, self._threads, self._tx
+        for commit, thread, rows in items:
+            n = len(rows)
+            out.append(n)
+            if not n:
+                continue
+            tx_seq = self.next_tx_seq
+            done = 0
+            while done < n:
+                take = rows[done : done + group - len(recs)] if done or len(recs) + n > group else rows
+                recs.extend(take)
+                threads.extend([thread] * len(take))
+                txs.append((tx_seq, len(take), commit.key.scn, commit.tm, commit.xid, done))
+                done += len(take)
+                if len(recs) >= group:
+                    self._write_row_group()
+            if not self._file_rows:
+                self.buffered_since = time.monotonic()
+            self._file_c_tms.append(commit.tm)
+            self.next_tx_seq = tx_seq + 1
+            self._file_rows += n
+            self._file_last_commit = commit.key
+            if self._file_rows >= self.file_rows:
+                self.flush()
+        return out
+
     def _write_row_group(self) -> None:
         if not self._recs:
             return
@@ -254,7 +288,6 @@ class ChangefeedWriter:
             c_tm.extend([tm] * n)
             xid.extend([x] * n)
         code, scn_, sub, _seq, _line, tm_, owner, table, obj, rid, before, after, sql = zip(*self._recs)
-        opmap = CHANGEFEED_OP
         i64, s = pa.int64(), pa.string()
         arrays = [
             pa.array(tx_seq, i64),
@@ -262,7 +295,7 @@ class ChangefeedWriter:
             pa.array(c_scn, i64),
             pa.array(c_tm, i64),
             pa.array(xid, s),
-            pa.array([opmap[c] for c in code], s),
+            _OP_NAMES.take(pa.array(code, pa.int8())),
             pa.array(scn_, i64),
             pa.array(sub, i64),
             pa.array(tm_, i64),

@@ -61,6 +61,13 @@ class ListSink:
         return len(out)
 
 
+class BatchListSink(ListSink):
+    """A sink that also takes batches, so that the dispatcher's batch path is exercised."""
+
+    def write_transactions(self, items) -> list[int]:
+        return [self.write_transaction(commit, ((thread, r) for r in rows)) for commit, thread, rows in items]
+
+
 @st.composite
 def workloads(draw) -> dict[int, list[dict]]:
     """Per thread, its records in order: transactions interleaved, some distributed."""
@@ -128,8 +135,9 @@ def write_input(root: Path, per_thread: dict[int, list[dict]], per_file: int) ->
                     fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
 
 
-@given(workload=workloads(), per_file=st.integers(1, 6), block_records=st.integers(1, 4), data=st.data())
-def test_dispatcher_matches_model_whatever_the_interleaving(workload, per_file, block_records, data):
+@given(workload=workloads(), per_file=st.integers(1, 6), block_records=st.integers(1, 4), batches=st.booleans(),
+       data=st.data())
+def test_dispatcher_matches_model_whatever_the_interleaving(workload, per_file, block_records, batches, data):
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         write_input(root, workload, per_file)
@@ -143,7 +151,7 @@ def test_dispatcher_matches_model_whatever_the_interleaving(workload, per_file, 
             blocks[thread] = [list(q.read_block(i)) for i in _block_starts(q)]
 
         queue = MemoryQueue()
-        sink = ListSink()
+        sink = BatchListSink() if batches else ListSink()
         dispatcher = Dispatcher(queue, sink, sorted(found))
         live = {t: b for t, b in blocks.items() if b}
         while live:
