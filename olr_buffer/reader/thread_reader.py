@@ -362,35 +362,19 @@ class ReaderGroup:
     def _add(self, thread: int, files: dict[int, LogFile], position: ReaderPosition | None) -> ThreadReader:
         if files:
             check_contiguous(self.input_dir, thread, files)
+        common = dict(
+            block_records=self.block_records, block_bytes=self.block_bytes, on_append=self.on_append, stop=self.stop
+        )
         if self.processes:
             from .process import ReaderProcess
 
-            proxy = ReaderProcess(
-                self.queue,
-                self.input_dir,
-                thread,
-                files,
-                position,
-                block_records=self.block_records,
-                block_bytes=self.block_bytes,
-                on_append=self.on_append,
-                stop=self.stop,
-                dead_letter_path=self.dead_letter_path,
+            reader = ReaderProcess(  # type: ignore[assignment]
+                self.queue, self.input_dir, thread, files, position, dead_letter_path=self.dead_letter_path, **common
             )
-            self.readers[thread] = proxy  # type: ignore[assignment]
-            return proxy  # type: ignore[return-value]
-        reader = ThreadReader(
-            self.queue,
-            self.input_dir,
-            thread,
-            files,
-            position,
-            block_records=self.block_records,
-            block_bytes=self.block_bytes,
-            on_append=self.on_append,
-            stop=self.stop,
-            dead_letters=self.dead_letters,
-        )
+        else:
+            reader = ThreadReader(
+                self.queue, self.input_dir, thread, files, position, dead_letters=self.dead_letters, **common
+            )
         self.readers[thread] = reader
         return reader
 

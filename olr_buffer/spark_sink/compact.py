@@ -49,7 +49,6 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..dispatcher.transaction import CommitKey
 from .errors import ChangefeedCorruptError, ChangefeedError
 from .schema import ARROW_SCHEMA, META_FIRST, META_LAST, META_LAST_COMMIT, META_ROWS, parse_part_name, part_name
 from .writer import (
@@ -61,6 +60,7 @@ from .writer import (
     _atomic_write,
     _fsync_dir,
     _fsync_path,
+    read_footer,
 )
 
 log = logging.getLogger(__name__)
@@ -122,28 +122,6 @@ def published_files(path: str) -> list[PublishedFile]:
         files.append(read_footer(path, name))
         expected = last + 1
     return files
-
-
-def read_footer(path: str, name: str) -> PublishedFile:
-    full = os.path.join(path, name)
-    first, last = parse_part_name(name)  # type: ignore[misc]
-    try:
-        meta = pq.read_metadata(full)
-    except Exception as exc:
-        raise ChangefeedCorruptError(f"{full}: unreadable Parquet footer: {exc}") from None
-    kv = meta.metadata or {}
-    try:
-        f_first, f_last = int(kv[META_FIRST]), int(kv[META_LAST])
-        scn, thread, seq, line = (int(x) for x in kv[META_LAST_COMMIT].split(b","))
-        rows = int(kv[META_ROWS])
-    except (KeyError, ValueError):
-        raise ChangefeedCorruptError(f"{full}: footer lacks olr-buffer's range metadata") from None
-    if (f_first, f_last) != (first, last) or rows != meta.num_rows:
-        raise ChangefeedCorruptError(
-            f"{full}: footer says tx_seq {f_first}..{f_last} and {rows} rows; "
-            f"the name says {first}..{last}, the file holds {meta.num_rows} rows"
-        )
-    return PublishedFile(name, first, last, rows, CommitKey(scn, thread, seq, line))
 
 
 # -- planning -----------------------------------------------------------------------------

@@ -147,21 +147,7 @@ class ChangefeedWriter:
             self._write_manifest(last_name)
 
     def _footer(self, name: str) -> PublishedFile:
-        full = os.path.join(self.path, name)
-        first, last = parse_part_name(name)  # type: ignore[misc]
-        try:
-            meta = pq.read_metadata(full)
-        except Exception as exc:
-            raise ChangefeedCorruptError(f"{full}: unreadable Parquet footer: {exc}") from None
-        kv = meta.metadata or {}
-        try:
-            f_first, f_last = int(kv[META_FIRST]), int(kv[META_LAST])
-            scn, thread, seq, line = (int(x) for x in kv[META_LAST_COMMIT].split(b","))
-        except (KeyError, ValueError):
-            raise ChangefeedCorruptError(f"{full}: footer lacks olr-buffer's range metadata") from None
-        if (f_first, f_last) != (first, last):
-            raise ChangefeedCorruptError(f"{full}: footer says tx_seq {f_first}..{f_last}, the name {first}..{last}")
-        return PublishedFile(name, first, last, meta.num_rows, CommitKey(scn, thread, seq, line))
+        return read_footer(self.path, name)
 
     def _read_manifest(self) -> dict | None:
         try:
@@ -403,6 +389,30 @@ class ChangefeedWriter:
         self._file_rows = 0
         self._file_last_commit = None
         self._file_c_tms.clear()
+
+
+def read_footer(path: str, name: str) -> PublishedFile:
+    """A published file's range and last commit from its name and footer, checked against
+    each other and the row count."""
+    full = os.path.join(path, name)
+    first, last = parse_part_name(name)  # type: ignore[misc]
+    try:
+        meta = pq.read_metadata(full)
+    except Exception as exc:
+        raise ChangefeedCorruptError(f"{full}: unreadable Parquet footer: {exc}") from None
+    kv = meta.metadata or {}
+    try:
+        f_first, f_last = int(kv[META_FIRST]), int(kv[META_LAST])
+        scn, thread, seq, line = (int(x) for x in kv[META_LAST_COMMIT].split(b","))
+        rows = int(kv[META_ROWS])
+    except (KeyError, ValueError):
+        raise ChangefeedCorruptError(f"{full}: footer lacks olr-buffer's range metadata") from None
+    if (f_first, f_last) != (first, last) or rows != meta.num_rows:
+        raise ChangefeedCorruptError(
+            f"{full}: footer says tx_seq {f_first}..{f_last} and {rows} rows; "
+            f"the name says {first}..{last}, the file holds {meta.num_rows} rows"
+        )
+    return PublishedFile(name, first, last, rows, CommitKey(scn, thread, seq, line))
 
 
 def _fsync_path(path: str) -> None:
