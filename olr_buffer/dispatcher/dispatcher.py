@@ -289,14 +289,18 @@ class Dispatcher:
         get = self.cache.get
         parts: list[bytes] = []
         spans = []
+        a = 0
         for txn, _key in batch:
             ((thread, locs),) = txn.locations.items()
-            a = len(parts)
+            n = 0
             for i in range(0, len(locs), 3):
                 start = locs[i + 1]
-                parts.extend(get(locs[i]).records(start, start + locs[i + 2]))
-            spans.append((thread, a, len(parts)))
-        recs = orjson.loads(b"[" + b",".join(parts) + b"]")
+                parts.append(get(locs[i]).span(start, start + locs[i + 2]))
+                n += locs[i + 2]
+            spans.append((thread, a, a + n))
+            a += n
+        data = b"".join(parts)
+        recs = orjson.loads(b"[" + data[:-1].replace(b"\n", b",") + b"]")
         items = []
         late = 0
         for (txn, key), (thread, a, b) in zip(batch, spans):

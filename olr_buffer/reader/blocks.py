@@ -4,7 +4,10 @@ A reader thread turns a run of one redo thread's records into one queue block::
 
     record 0        the block summary (orjson), see :class:`BlockSummary`
     records 1..n    the records, grouped by transaction: each group holds one XID's
-                    records in input order; groups appear in order of first appearance
+                    records in input order; groups appear in order of first appearance.
+                    Each record is a JSON array ending with a newline; JSON strings hold
+                    no raw newline, so a group's bytes (one slice) turn into a JSON array
+                    of its records by replacing newlines with commas.
 
 The summary says, per group, where it is and what it holds (begin, end records, row and
 compensation counts), and the thread's progress after the block. The dispatcher reads
@@ -59,7 +62,7 @@ class BlockBuilder:
         """Add one validated record. Raises :class:`RecordError` (and changes nothing) for
         strings that are not valid Unicode (a lone surrogate from a ``\\ud800`` escape)."""
         try:
-            rec = orjson.dumps([code, scn, sub, seq, line, *payload])
+            rec = orjson.dumps([code, scn, sub, seq, line, *payload], option=orjson.OPT_APPEND_NEWLINE)
         except TypeError:
             raise RecordError("a string is not valid Unicode (lone surrogate)") from None
         g = self._groups.get(xid)

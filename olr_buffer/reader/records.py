@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 import re
 from typing import Any
 
@@ -154,6 +155,8 @@ def _object_text(d: dict, name: str, required: bool) -> str | None:
 
 
 _dumps = orjson.dumps
+_OP_SCN_XID = operator.itemgetter("op", "scn", "xid")
+_OWNER_TABLE_RID = operator.itemgetter("owner", "table", "rid")
 
 
 def validate(d: dict[str, Any]) -> tuple[int, int, int, str | None, list | None]:
@@ -166,10 +169,11 @@ def validate(d: dict[str, Any]) -> tuple[int, int, int, str | None, list | None]
     :func:`_validate_checked`, which gives the reason when a record is invalid.
     """
     get = d.get
-    op = get("op")
-    scn = get("scn")
+    try:
+        op, scn, xid = _OP_SCN_XID(d)
+    except KeyError:
+        return _validate_checked(d)
     sub = get("sub", 0)
-    xid = get("xid")
     tm = get("tm")
     if (
         type(scn) is int
@@ -181,8 +185,11 @@ def validate(d: dict[str, Any]) -> tuple[int, int, int, str | None, list | None]
         and (tm is None or (type(tm) is int and INT64_MIN <= tm <= INT64_MAX))
     ):
         if op == "insert" or op == "update" or op == "delete":
-            owner, table, rid, obj = get("owner"), get("table"), get("rid"), get("obj")
-            before, after = get("before"), get("after")
+            try:
+                owner, table, rid = _OWNER_TABLE_RID(d)
+            except KeyError:
+                return _validate_checked(d)
+            obj, before, after = get("obj"), get("before"), get("after")
             if (
                 type(owner) is str
                 and type(table) is str

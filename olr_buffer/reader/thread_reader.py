@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -241,7 +242,7 @@ class ThreadReader:
             try:
                 _skip(fh, offset, lf)
                 limit = self.max_line_bytes + 1
-                for raw in iter(lambda: fh.readline(limit), b""):
+                for raw in iter(functools.partial(fh.readline, limit), b""):
                     if raw[-1:] != b"\n" and len(raw) < limit and not final:
                         break  # not yet written completely: read once its "\n" is there
                     line += 1

@@ -131,6 +131,11 @@ class Block:
         raw = self._raw
         return [raw[b + o[i] : b + o[i + 1]] for i in range(start, stop)]
 
+    def span(self, start: int, stop: int) -> bytes:
+        """The bytes of records ``start .. stop - 1``, concatenated (one slice)."""
+        o = self._offsets
+        return self._raw[self._base + o[start] : self._base + o[stop]]
+
     def __iter__(self) -> Iterator[bytes]:
         return iter(self.records())
 
