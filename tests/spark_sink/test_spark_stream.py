@@ -87,3 +87,50 @@ def _wait_for(condition, timeout: float = 60.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_stream_sees_every_row_once_while_olr_buffer_run_publishes(spark, tmp_path):
+    """The service follows logs that a writer process is writing; a Structured Streaming
+    query reads the changefeed meanwhile; every row arrives once."""
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from olr_buffer.simulate import simulate
+    from tests.contract_model import expected_changefeed, load_changefeed
+
+    root = Path(__file__).resolve().parents[2]
+    simulate(tmp_path / "stage", threads=2, transactions=500, seed=21, records_per_file=800, compress_archived=False)
+    live, cf, out, checkpoint = (tmp_path / d for d in ("live", "cf", "out", "checkpoint"))
+    live.mkdir()
+    service = subprocess.Popen(
+        [sys.executable, "-m", "olr_buffer.cli", "run", str(live), "--queue", str(tmp_path / "q"), "--changefeed",
+         str(cf), "--threads", "1,2", "--flush-interval", "0.3", "--poll-interval", "0.02", "--log-level", "warning"],
+        cwd=root,
+    )
+    _wait_for(lambda: (cf / "_olr_buffer").is_dir())
+    query = (
+        stream_changefeed(spark, str(cf), maxFilesPerTrigger=1)
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
+    try:
+        writer = subprocess.Popen(
+            [sys.executable, "-m", "tests.live_writer", str(tmp_path / "stage"), str(live), "--rate", "800"], cwd=root
+        )
+        assert writer.wait(timeout=180) == 0
+        batches_while_writing = len([p for p in query.recentProgress if p["numInputRows"]])
+        expected = expected_changefeed(live)
+        _wait_for(lambda: len(load_changefeed(cf)) == len(expected.rows), timeout=60)
+        query.processAllAvailable()
+    finally:
+        query.stop()
+        service.send_signal(signal.SIGTERM)
+        assert service.wait(timeout=60) == 0
+    assert batches_while_writing >= 2  # the stream read while the service was publishing
+    assert_changefeed_equal(spark_rows(spark.read.parquet(str(out))), expected.rows)
