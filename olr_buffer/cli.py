@@ -63,40 +63,38 @@ def main(log_level: str) -> None:
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
-@main.command()
-@click.argument("input_dir", type=click.Path(file_okay=False))
-@click.option("--queue", "queue_dir", required=True, type=click.Path(file_okay=False), help="Queue directory.")
-@click.option("--changefeed", "changefeed_dir", required=True, type=click.Path(file_okay=False), help="Changefeed directory.")
-@click.option("--segment-size", type=ByteSize(), default="64MiB", show_default=True, help="Queue segment size (roll point).")
-@click.option("--file-rows", type=click.IntRange(min=1), default=1_000_000, show_default=True,
-              help="Publish a changefeed file once it holds this many rows (never splitting a transaction).")
-@click.option("--block-records", type=click.IntRange(min=1), default=4096, show_default=True,
-              help="Records per queue block (the unit of I/O and compression).")
-@click.option("--checkpoint-interval", type=click.FloatRange(min=0), default=5.0, show_default=True,
-              help="Seconds between checkpoints (publish, store the dispatcher's state, clean up segments).")
-@click.option("--retain-segments", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Keep this many segments that cleanup could delete (audit, re-derivation).")
-@click.option("--retain-age", type=click.FloatRange(min=0), default=0.0, show_default=True,
-              help="Keep segments written within this many seconds, even when nobody needs them.")
-@click.option("--dead-letter", type=click.Path(dir_okay=False), default=None,
-              help="Write bad records to this JSON Lines file and go on, instead of stopping (off by default).")
-@click.option("--no-sync", is_flag=True,
-              help="DURABILITY TRADE-OFF: skip fsync of queue and changefeed; a machine crash may lose recent work.")
-@click.option("--progress/--no-progress", default=None, help="Progress line on stderr (default: when stderr is a terminal).")
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-@clean_errors
-def replay(input_dir, queue_dir, changefeed_dir, segment_size, file_rows, block_records, checkpoint_interval,
-           retain_segments, retain_age, dead_letter, no_sync, progress, as_json) -> None:
-    """Replay archived redo logs of INPUT_DIR into the changefeed, offline, then exit.
+_PIPELINE_OPTIONS = [
+    click.option("--segment-size", type=ByteSize(), default="64MiB", show_default=True,
+                 help="Queue segment size (roll point)."),
+    click.option("--file-rows", type=click.IntRange(min=1), default=1_000_000, show_default=True,
+                 help="Publish a changefeed file once it holds this many rows (never splitting a transaction)."),
+    click.option("--block-records", type=click.IntRange(min=1), default=4096, show_default=True,
+                 help="Records per queue block (the unit of I/O and compression)."),
+    click.option("--checkpoint-interval", type=click.FloatRange(min=0), default=5.0, show_default=True,
+                 help="Seconds between checkpoints (publish, store the dispatcher's state, clean up segments)."),
+    click.option("--retain-segments", type=click.IntRange(min=0), default=0, show_default=True,
+                 help="Keep this many segments that cleanup could delete (audit, re-derivation)."),
+    click.option("--retain-age", type=click.FloatRange(min=0), default=0.0, show_default=True,
+                 help="Keep segments written within this many seconds, even when nobody needs them."),
+    click.option("--dead-letter", type=click.Path(dir_okay=False), default=None,
+                 help="Write bad records to this JSON Lines file and go on, instead of stopping (off by default)."),
+    click.option("--no-sync", is_flag=True,
+                 help="DURABILITY TRADE-OFF: skip fsync of queue and changefeed; a machine crash may lose recent work."),
+]
 
-    Run again on the same directories after a kill or a crash, it finishes what was left
-    undone and publishes no duplicate.
-    """
-    from .pipeline import ReplayOptions
-    from .pipeline import replay as run_replay
 
-    show = sys.stderr.isatty() if progress is None else progress
-    opts = ReplayOptions(
+def pipeline_options(fn: Callable) -> Callable:
+    """The options `replay` and `run` share (queue, changefeed, checkpoints, bad input)."""
+    for option in reversed(_PIPELINE_OPTIONS):
+        fn = option(fn)
+    return fn
+
+
+def _options(*, segment_size, file_rows, block_records, checkpoint_interval, retain_segments, retain_age,
+             dead_letter, no_sync, **service):
+    from .pipeline import PipelineOptions
+
+    return PipelineOptions(
         segment_bytes=segment_size,
         file_rows=file_rows,
         block_records=block_records,
@@ -105,7 +103,29 @@ def replay(input_dir, queue_dir, changefeed_dir, segment_size, file_rows, block_
         retain_segments=retain_segments,
         retain_seconds=retain_age,
         dead_letter=dead_letter,
+        **service,
     )
+
+
+@main.command()
+@click.argument("input_dir", type=click.Path(file_okay=False))
+@click.option("--queue", "queue_dir", required=True, type=click.Path(file_okay=False), help="Queue directory.")
+@click.option("--changefeed", "changefeed_dir", required=True, type=click.Path(file_okay=False), help="Changefeed directory.")
+@pipeline_options
+@click.option("--progress/--no-progress", default=None, help="Progress line on stderr (default: when stderr is a terminal).")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@clean_errors
+def replay(input_dir, queue_dir, changefeed_dir, progress, as_json, **pipeline) -> None:
+    """Replay archived redo logs of INPUT_DIR into the changefeed, offline, then exit.
+
+    Run again on the same directories after a kill or a crash, it finishes what was left
+    undone and publishes no duplicate.
+    """
+    from .pipeline import replay as run_replay
+
+    show = sys.stderr.isatty() if progress is None else progress
+    opts = _options(**pipeline)
+    dead_letter = opts.dead_letter
     bar = _ProgressLine() if show else None
     try:
         summary = run_replay(input_dir, queue_dir, changefeed_dir, opts, on_progress=bar)
@@ -179,16 +199,7 @@ def _threads(ctx, param, value):
               help="Publish safe transactions at least this often (seconds): the latency a Spark stream sees.")
 @click.option("--poll-interval", type=click.FloatRange(min=0.001), default=0.1, show_default=True,
               help="How often an idle reader looks for new lines and files (seconds).")
-@click.option("--checkpoint-interval", type=click.FloatRange(min=0), default=5.0, show_default=True)
-@click.option("--segment-size", type=ByteSize(), default="64MiB", show_default=True)
-@click.option("--file-rows", type=click.IntRange(min=1), default=1_000_000, show_default=True)
-@click.option("--block-records", type=click.IntRange(min=1), default=4096, show_default=True)
-@click.option("--retain-segments", type=click.IntRange(min=0), default=0, show_default=True)
-@click.option("--retain-age", type=click.FloatRange(min=0), default=0.0, show_default=True)
-@click.option("--dead-letter", type=click.Path(dir_okay=False), default=None,
-              help="Write bad records to this JSON Lines file and go on, instead of stopping (off by default).")
-@click.option("--no-sync", is_flag=True,
-              help="DURABILITY TRADE-OFF: skip fsync of queue and changefeed; a machine crash may lose recent work.")
+@pipeline_options
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
               help="Serve Prometheus metrics on this port (off by default).")
 @click.option("--metrics-host", default="127.0.0.1", show_default=True, help="Address for the metrics (loopback by default).")
@@ -196,16 +207,15 @@ def _threads(ctx, param, value):
               default="info", show_default=True)
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @clean_errors
-def run(input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_interval, checkpoint_interval, segment_size,
-        file_rows, block_records, retain_segments, retain_age, dead_letter, no_sync, metrics_port, metrics_host,
-        log_level, log_format) -> None:
+def run(input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_interval, metrics_port, metrics_host,
+        log_level, log_format, **pipeline) -> None:
     """The service: follow the redo logs of INPUT_DIR as they grow and switch, publish each
     transaction once the watermark allows. SIGTERM or SIGINT stops it cleanly (exit 0);
     restarted on the same directories, it resumes from the queue."""
     import signal
     import threading
 
-    from .pipeline import PipelineOptions, run_service
+    from .pipeline import run_service
     from .service import Metrics, serve_metrics, setup_logging
 
     missing = [n for n, v in (("INPUT_DIR", input_dir), ("--queue", queue_dir), ("--changefeed", changefeed_dir)) if not v]
@@ -225,19 +235,7 @@ def run(input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_inte
         metrics = Metrics()
         server = serve_metrics(metrics, metrics_host, metrics_port)
         logging.getLogger("olr_buffer").info("metrics on http://%s:%d/metrics", metrics_host, server.server_address[1])
-    opts = PipelineOptions(
-        segment_bytes=segment_size,
-        file_rows=file_rows,
-        block_records=block_records,
-        durable=not no_sync,
-        checkpoint_seconds=checkpoint_interval,
-        retain_segments=retain_segments,
-        retain_seconds=retain_age,
-        threads=threads,
-        flush_seconds=flush_interval,
-        poll_seconds=poll_interval,
-        dead_letter=dead_letter,
-    )
+    opts = _options(**pipeline, threads=threads, flush_seconds=flush_interval, poll_seconds=poll_interval)
     summary = run_service(input_dir, queue_dir, changefeed_dir, opts, stop, on_tick=metrics.update if metrics else None)
     logging.getLogger("olr_buffer").info(
         "stopped cleanly: %d records read, %d transactions published this run, changefeed at tx_seq %d",
