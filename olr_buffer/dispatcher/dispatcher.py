@@ -17,7 +17,7 @@ import heapq
 import itertools
 from collections import OrderedDict
 from dataclasses import asdict, dataclass
-from typing import Iterable, Iterator, Protocol
+from typing import Iterable, Protocol
 
 import orjson
 
@@ -176,10 +176,6 @@ class Dispatcher:
         """The next queue index the dispatcher will read."""
         return self.tailer.index
 
-    @property
-    def pending(self) -> int:
-        return len(self._pending)
-
     # -- work --------------------------------------------------------------------------
 
     def poll(self, max_blocks: int = 64) -> int:
@@ -323,6 +319,3 @@ class Dispatcher:
         ended.move_to_end(xid)
         if len(ended) > _ENDED_MEMORY:
             ended.popitem(last=False)
-
-    def open_transactions(self) -> Iterator[OpenTransaction]:
-        return iter(self.open.values())

@@ -70,10 +70,6 @@ class OpenTransaction:
             locs = self.locations[thread] = array("q")
         locs.extend((block, start, count))
 
-    @property
-    def blocks(self) -> int:
-        return sum(len(a) // 3 for a in self.locations.values())
-
     def to_state(self) -> list:
         return [
             self.xid,

@@ -156,9 +156,6 @@ class _PipeQueue:
         self._conn.send(("block", self._codec.encode(records), len(records), pos_bytes, nrecords, dead))
         return 0
 
-    def meta_items(self, prefix: bytes = b"") -> dict:
-        return {}
-
 
 def _child_main(conn, stop, input_dir, thread, files, pos_bytes, block_records, block_bytes, dead_letter_path,
                 follow, poll_interval) -> None:
