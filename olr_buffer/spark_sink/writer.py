@@ -200,16 +200,9 @@ class ChangefeedWriter:
         total = op_seq0 + n
         if not total:
             return 0
-        if not self._file_rows:
-            self.buffered_since = time.monotonic()
-        self._file_c_tms.append(commit.tm)
         if n:
             self._tx.append((tx_seq, n, commit.key.scn, commit.tm, commit.xid, op_seq0))
-        self.next_tx_seq = tx_seq + 1
-        self._file_rows += total
-        self._file_last_commit = commit.key
-        if self._file_rows >= self.file_rows:
-            self.flush()
+        self._end_transaction(commit, total)
         return total
 
     def write_transactions(self, items: list[tuple[Commit, int, list[list]]]) -> list[int]:
@@ -233,15 +226,19 @@ class ChangefeedWriter:
                 done += len(take)
                 if len(recs) >= group:
                     self._write_row_group()
-            if not self._file_rows:
-                self.buffered_since = time.monotonic()
-            self._file_c_tms.append(commit.tm)
-            self.next_tx_seq = tx_seq + 1
-            self._file_rows += n
-            self._file_last_commit = commit.key
-            if self._file_rows >= self.file_rows:
-                self.flush()
+            self._end_transaction(commit, n)
         return out
+
+    def _end_transaction(self, commit: Commit, rows: int) -> None:
+        """A transaction of ``rows`` rows (> 0) is in the open file: it took ``next_tx_seq``."""
+        if not self._file_rows:
+            self.buffered_since = time.monotonic()
+        self._file_c_tms.append(commit.tm)
+        self.next_tx_seq += 1
+        self._file_rows += rows
+        self._file_last_commit = commit.key
+        if self._file_rows >= self.file_rows:
+            self.flush()
 
     def _write_row_group(self) -> None:
         if not self._recs:
