@@ -108,8 +108,9 @@ def _render(p) -> str:
 
     metric("records_appended_total", "counter", "Redo records appended to the queue by this process.",
            [("", readers.records_read)])
-    metric("queue_bytes", "gauge", "Bytes of the queue's segment files.", [("", sum(s.bytes for s in p.queue.segments()))])
-    metric("queue_segments", "gauge", "Segments in the queue.", [("", len(p.queue.segments()))])
+    segments = p.queue.segments()
+    metric("queue_bytes", "gauge", "Bytes of the queue's segment files.", [("", sum(s.bytes for s in segments))])
+    metric("queue_segments", "gauge", "Segments in the queue.", [("", len(segments))])
     metric("open_transactions", "gauge", "Transactions held by the dispatcher.", [("", len(d.open))])
     metric("oldest_open_age_seconds", "gauge", "Age of the oldest open transaction (from its begin's tm).",
            [("", round(oldest_age, 3))])
