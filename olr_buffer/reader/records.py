@@ -18,8 +18,9 @@ import json
 import math
 import operator
 import re
-from typing import Any
+from typing import Annotated, Any
 
+import msgspec
 import orjson
 
 BEGIN, INSERT, UPDATE, DELETE, DDL, COMMIT, ROLLBACK, LWN = 1, 2, 3, 4, 5, 6, 7, 8
@@ -59,18 +60,23 @@ _PARSER_POSITION = re.compile(r": line \d+ column \d+ \(char (\d+)\)$")
 def parse_line(raw: bytes) -> dict[str, Any]:
     """Parse one line of JSON into a dict, or raise :class:`RecordError` with the reason.
 
-    orjson turns integers beyond 64 bits into floats; lines that may hold one go through
-    the stdlib parser, which keeps them exact.
+    orjson turns integers beyond 64 bits into floats, and refuses numbers beyond double
+    range; lines that may hold either go through the stdlib parser, which keeps integers
+    exact and takes any number (one beyond double range, or of more than 4,300 digits,
+    becomes an infinite float: out of range for any field that must be an integer).
     """
     shape = raw.translate(_DIGITS_TO_ZERO)
-    if _TWENTY_ZEROS not in shape and _MINUS_NINETEEN_ZEROS not in shape:
+    stdlib = _TWENTY_ZEROS in shape or _MINUS_NINETEEN_ZEROS in shape
+    if not stdlib:
         try:
             obj = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
-            raise RecordError(f"malformed JSON: {_reason(exc)}") from None
-    else:
+            if "infinity" not in str(exc):
+                raise RecordError(f"malformed JSON: {_reason(exc)}") from None
+            stdlib = True
+    if stdlib:
         try:
-            obj = json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant, parse_float=_finite_float)
+            obj = json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant, parse_int=_any_int)
         except UnicodeDecodeError:
             raise RecordError("malformed JSON: invalid UTF-8") from None
         except ValueError as exc:
@@ -82,11 +88,11 @@ def parse_line(raw: bytes) -> dict[str, Any]:
     return obj
 
 
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if value in (math.inf, -math.inf):
-        raise ValueError(f"number {text[:40]} is out of range")
-    return value
+def _any_int(text: str) -> int | float:
+    try:
+        return int(text)
+    except ValueError:  # more digits than Python converts by default
+        return -math.inf if text[0] == "-" else math.inf
 
 
 def _refuse_constant(name: str) -> Any:
@@ -125,6 +131,8 @@ def _int(d: dict, name: str, lo: int, hi: int, default: Any = _REQUIRED) -> Any:
             raise RecordError(f"missing field {name!r}" if name not in d else f"field {name!r} must be an integer, not null")
         return default
     if type(v) is not int:
+        if v in (math.inf, -math.inf):
+            raise RecordError(f"field {name!r} out of range: {v} (allowed {lo}..{hi})")
         raise RecordError(f"field {name!r} must be an integer, not {_json_type(v)}")
     if not lo <= v <= hi:
         raise RecordError(f"field {name!r} out of range: {v} (allowed {lo}..{hi})")
@@ -268,3 +276,105 @@ def _validate_checked(d: dict[str, Any]) -> tuple[int, int, int, str | None, lis
         after = _object_text(d, "after", False)
         return code, scn, sub, xid, [tm, owner, table, obj, rid, before, after, sql]
     return code, scn, sub, xid, [tm]
+
+
+# ---------------------------------------------------------------------------------------
+# The fast path: one typed decode in C (msgspec), with ``before``/``after`` kept as the
+# input's own JSON text. Anything it does not accept at once goes through
+# ``validate(parse_line(raw))`` above, which is the reference: it accepts the same records
+# and words the reason when a line is invalid.
+
+_Int64 = Annotated[int, msgspec.Meta(ge=INT64_MIN, le=INT64_MAX)]
+
+
+class _Line(msgspec.Struct, gc=False):
+    op: str
+    scn: Annotated[int, msgspec.Meta(ge=0, le=MAX_SCN)]
+    xid: str | None = None
+    sub: Annotated[int, msgspec.Meta(ge=0, le=INT64_MAX)] | None = None
+    tm: _Int64 | None = None
+    owner: str | None = None
+    table: str | None = None
+    obj: _Int64 | None = None
+    rid: str | None = None
+    before: msgspec.Raw = None  # type: ignore[assignment]  # absent: None; else the text (may be b"null")
+    after: msgspec.Raw = None  # type: ignore[assignment]
+    sql: str | None = None
+    rollback: bool | None = None
+
+
+_decode_line = msgspec.json.Decoder(_Line).decode
+
+
+class _Images(msgspec.Struct, gc=False):
+    before: msgspec.Raw = None  # type: ignore[assignment]
+    after: msgspec.Raw = None  # type: ignore[assignment]
+
+
+_decode_images = msgspec.json.Decoder(_Images).decode
+_DML_CODES = (INSERT, UPDATE, DELETE)
+
+
+class _NotFast(Exception):
+    """The fast path cannot take this line as it is: the reference path decides."""
+
+
+def _text(raw: msgspec.Raw | None) -> str | None:
+    """``before``/``after``: ``None`` when absent or null, else the object's JSON text exactly
+    as the input has it."""
+    if raw is None:
+        return None
+    b = bytes(raw)
+    if b[0] != 123:  # "{"
+        if b == b"null":
+            return None
+        raise _NotFast  # not an object: the reference path words the error
+    return b.decode()
+
+
+def decode_line(raw: bytes) -> tuple[int, int, int, str | None, list | None]:
+    """Parse and check one line: ``(code, scn, sub, xid, payload)`` as :func:`validate`
+    returns it, or :class:`RecordError` with the reason.
+
+    ``before``/``after`` are the input's own text of the object, byte for byte: numbers
+    keep their digits whatever their size, strings their escapes.
+    """
+    try:
+        if len(raw) >= 1000 and raw.count(b"[") + raw.count(b"{") >= 500:
+            raise _NotFast  # perhaps nested deeply: how deep is too deep is the reference's to say
+        if not raw.isascii():
+            raw.decode()  # msgspec does not check the UTF-8 of the fields it skips
+        r = _decode_line(raw)
+        code = OP_CODES.get(r.op)
+        scn = r.scn
+        sub = r.sub or 0
+        if code == LWN:
+            return LWN, scn, sub, None, None
+        xid = r.xid
+        if code is None or not xid:
+            raise _NotFast
+        if code in _DML_CODES:
+            owner, table, rid = r.owner, r.table, r.rid
+            if owner is None or table is None or rid is None:
+                raise _NotFast
+            before, after = _text(r.before), _text(r.after)
+            if r.rollback:
+                return code | COMPENSATION, scn, sub, xid, [rid]
+            if (before is None and code != INSERT) or (after is None and code != DELETE):
+                raise _NotFast
+            return code, scn, sub, xid, [r.tm, owner, table, r.obj, rid, before, after, None]
+        if code == DDL:
+            if r.owner is None or r.table is None or r.sql is None:
+                raise _NotFast
+            return code, scn, sub, xid, [r.tm, r.owner, r.table, r.obj, r.rid, _text(r.before), _text(r.after), r.sql]
+        return code, scn, sub, xid, [r.tm]
+    except (_NotFast, msgspec.MsgspecError, ValueError, RecursionError):
+        pass
+    code, scn, sub, xid, payload = validate(parse_line(raw))  # the reason, if invalid
+    if payload is not None and len(payload) == 8:
+        try:  # a valid record the fast path did not take: the same text for its images
+            images = _decode_images(raw)
+            payload[5], payload[6] = _text(images.before), _text(images.after)
+        except (_NotFast, msgspec.MsgspecError, ValueError, RecursionError):
+            pass
+    return code, scn, sub, xid, payload

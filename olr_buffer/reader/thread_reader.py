@@ -17,7 +17,7 @@ from .blocks import BlockBuilder
 from .errors import InputError, MissingSequenceError
 from .files import CorruptCompressedFile, LogFile, check_contiguous, scan
 from .position import POSITION_PREFIX, ReaderPosition, load_positions
-from .records import LWN, RecordError, parse_line, validate
+from .records import LWN, RecordError, decode_line
 
 DEFAULT_BLOCK_RECORDS = 4096
 DEFAULT_BLOCK_BYTES = 1 << 20
@@ -249,7 +249,7 @@ class ThreadReader:
                     try:
                         if len(raw) >= limit:
                             raise RecordError(f"line longer than {self.max_line_bytes} bytes")
-                        code, scn, sub, xid, payload = validate(parse_line(raw))
+                        code, scn, sub, xid, payload = decode_line(raw)
                         if scn < last_scn or (scn == last_scn and sub < last_sub and code != LWN):
                             raise RecordError(
                                 f"SCN goes back: (scn {scn}, sub {sub}) after (scn {last_scn}, sub {last_sub})"

@@ -6,7 +6,9 @@ import json
 
 import pytest
 
-from olr_buffer.reader.records import COMPENSATION, DDL, INSERT, LWN, RecordError, parse_line, validate
+from olr_buffer.reader.records import (
+    COMPENSATION, DDL, INSERT, LWN, UPDATE, RecordError, decode_line, parse_line, validate,
+)
 
 DML = {"op": "insert", "scn": 5, "xid": "x", "owner": "O", "table": "T", "rid": "R", "after": {"A": 1}}
 
@@ -66,3 +68,44 @@ def test_invalid_records_give_the_reason(line, reason):
     with pytest.raises(RecordError, match=None) as info:
         check(line)
     assert reason in str(info.value)
+    raw = line if isinstance(line, bytes) else json.dumps(line, ensure_ascii=False).encode()
+    with pytest.raises(RecordError) as fast:
+        decode_line(raw)  # the reader's path: the same reason
+    assert str(fast.value) == str(info.value)
+
+
+# The reader's fast path (decode_line) keeps before/after as the input's own text.
+
+IMAGE = rb'{"N": 1.50, "B":123456789012345678901234567890,"E":"caf\u00e9 \"x\"","F":1e400,"Z":-0.0}'
+
+
+def test_images_are_the_input_text_byte_for_byte():
+    raw = b'{"op":"update","scn":5,"xid":"x","owner":"O","table":"T","rid":"R","before":{"N":1},"after":' + IMAGE + b"}"
+    code, scn, sub, xid, payload = decode_line(raw)
+    assert (code, scn, sub, xid) == (UPDATE, 5, 0, "x")
+    assert payload == [None, "O", "T", None, "R", '{"N":1}', IMAGE.decode(), None]
+
+
+def test_images_of_a_record_the_fast_path_does_not_take_are_the_input_text_too():
+    # a DDL record with a "rollback" that is not a boolean: the reference path accepts it
+    # (it ignores "rollback" on DDL), the typed decoder does not
+    raw = b'{"op":"ddl","scn":5,"xid":"x","owner":"O","table":"T","sql":"s","rollback":"no","after":' + IMAGE + b"}"
+    assert decode_line(raw)[4] == [None, "O", "T", None, None, None, IMAGE.decode(), "s"]
+
+
+def test_fast_path_accepts_what_the_reference_accepts():
+    for line in [
+        {**DML, "sub": None, "tm": None, "obj": None, "rollback": None, "unknown": {"a": [1e300, None]}},
+        {**DML, "rollback": False, "before": {"A": 0}},
+        {"op": "delete", "scn": 1, "xid": "x", "owner": "O", "table": "T", "rid": "R", "rollback": True, "before": {}},
+        {"op": "ddl", "scn": 1, "xid": "x", "owner": "O", "table": "T", "sql": "s", "rid": None, "before": None},
+        {"op": "lwn", "scn": 3, "sub": 2, "xid": None, "tm": "not checked on lwn"},
+        {"op": "commit", "scn": (1 << 63) - 1, "xid": "\u00e9", "tm": -(1 << 63)},
+    ]:
+        raw = json.dumps(line).encode()
+        got, expected = decode_line(raw), validate(parse_line(raw))
+        assert got[:4] == expected[:4]
+        if got[4] is not None and len(got[4]) == 8:
+            got[4][5:7] = [None if t is None else json.loads(t) for t in got[4][5:7]]
+            expected[4][5:7] = [None if t is None else json.loads(t) for t in expected[4][5:7]]
+        assert got[4] == expected[4]
