@@ -50,7 +50,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .errors import ChangefeedCorruptError, ChangefeedError
-from .schema import ARROW_SCHEMA, META_FIRST, META_LAST, META_LAST_COMMIT, META_ROWS, parse_part_name, part_name
+from .schema import (
+    ARROW_SCHEMA, META_FIRST, META_LAST, META_LAST_COMMIT, META_ROWS, parquet_writer, parse_part_name, part_name,
+)
 from .writer import (
     DEFAULT_ROW_GROUP_ROWS,
     MANIFEST,
@@ -396,7 +398,7 @@ def _write_merged(src: str, group: list[PublishedFile], dst: str, opts: _WriteOp
         group[-1].last_commit,
     )
     tmp = os.path.join(dst, _tmp_name(merged))
-    writer = pq.ParquetWriter(tmp, ARROW_SCHEMA, compression=opts.compression)
+    writer = parquet_writer(tmp, opts.compression)
     try:
         pending: list[pa.RecordBatch] = []
         pending_rows = 0

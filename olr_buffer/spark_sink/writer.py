@@ -14,6 +14,7 @@ checked (name, footer) and adopted: the files are the truth, the manifest an ind
 from __future__ import annotations
 
 import errno
+import itertools
 import logging
 import os
 import time
@@ -23,17 +24,30 @@ from typing import Iterable
 
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..dispatcher.transaction import Commit, CommitKey
 from ..faults import fault_point
 from ..reader.records import CHANGEFEED_OP
 from .errors import ChangefeedCorruptError, ChangefeedError
-from .schema import ARROW_SCHEMA, META_FIRST, META_LAST, META_LAST_COMMIT, META_ROWS, parse_part_name, part_name
+from .schema import (
+    ARROW_SCHEMA, META_FIRST, META_LAST, META_LAST_COMMIT, META_ROWS, parquet_writer, parse_part_name, part_name,
+)
 
 log = logging.getLogger(__name__)
 
 # changefeed op by record code (codes index this array)
+_ROW_NUMBERS: list[pa.Array] = [pa.array([], pa.int64())]
+
+
+def _row_numbers(n: int) -> pa.Array:
+    """0, 1, ... n-1 as an Arrow array (a slice of a cached one)."""
+    if len(_ROW_NUMBERS[0]) < n:
+        _ROW_NUMBERS[0] = pa.array(range(max(n, 1 << 16)), pa.int64())
+    return _ROW_NUMBERS[0].slice(0, n)
+
+
 _OP_NAMES = pa.array([CHANGEFEED_OP.get(code) for code in range(max(CHANGEFEED_OP) + 1)], pa.string())
 
 META_DIR = "_olr_buffer"
@@ -247,7 +261,7 @@ class ChangefeedWriter:
         if self._writer is None:
             self._tmp_path = os.path.join(self.path, f".tmp-part-{self._file_first:020d}-{os.getpid()}.parquet")
             try:
-                self._writer = pq.ParquetWriter(self._tmp_path, ARROW_SCHEMA, compression=self.compression)
+                self._writer = parquet_writer(self._tmp_path, self.compression)
             except OSError as exc:
                 raise ChangefeedError(f"{self._tmp_path}: cannot create: {exc}") from None
         try:
@@ -259,25 +273,27 @@ class ChangefeedWriter:
         self._tx.clear()
 
     def _batch(self) -> pa.RecordBatch:
-        tx_seq: list[int] = []
-        op_seq: list[int] = []
-        c_scn: list[int] = []
-        c_tm: list[int | None] = []
-        xid: list[str] = []
-        for seq, n, scn, tm, x, op0 in self._tx:
-            tx_seq.extend([seq] * n)
-            op_seq.extend(range(op0, op0 + n))
-            c_scn.extend([scn] * n)
-            c_tm.extend([tm] * n)
-            xid.extend([x] * n)
+        # The columns of the commit (tx_seq, c_scn, c_tm, xid) hold one value per
+        # transaction segment: run-end encoded, then decoded by Arrow, not per row in Python.
+        seqs, ns, scns, tms, xids, op0s = zip(*self._tx)
+        ends = list(itertools.accumulate(ns))
+        total = ends[-1]
+        run_ends = pa.array(ends, pa.int32())
+
+        def per_segment(values: tuple, type_: pa.DataType) -> pa.Array:
+            return pc.run_end_decode(pa.RunEndEncodedArray.from_arrays(run_ends, pa.array(values, type_)))
+
+        # op_seq: the row's place in its transaction = op_seq0 + (row - the segment's first row)
+        first_rows = per_segment(tuple(op0 - (end - n) for op0, end, n in zip(op0s, ends, ns)), pa.int64())
+        op_seq = pc.add(_row_numbers(total), first_rows)
         code, scn_, sub, _seq, _line, tm_, owner, table, obj, rid, before, after, sql = zip(*self._recs)
         i64, s = pa.int64(), pa.string()
         arrays = [
-            pa.array(tx_seq, i64),
-            pa.array(op_seq, i64),
-            pa.array(c_scn, i64),
-            pa.array(c_tm, i64),
-            pa.array(xid, s),
+            per_segment(seqs, i64),
+            op_seq,
+            per_segment(scns, i64),
+            per_segment(tms, i64),
+            per_segment(xids, s),
             _OP_NAMES.take(pa.array(code, pa.int8())),
             pa.array(scn_, i64),
             pa.array(sub, i64),
