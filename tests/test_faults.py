@@ -33,7 +33,7 @@ from olr_buffer.reader.thread_reader import MAX_LINE_BYTES, DeadLetters, ThreadR
 from olr_buffer.simulate import simulate
 from olr_buffer.txbuffer import LmdbQueue, MemoryQueue
 from olr_buffer.txbuffer.block import HEADER_SIZE, key_index, thread_codec
-from olr_buffer.reader.blocks import read_summary
+from olr_buffer.reader.blocks import decode_record, read_summary
 from tests.cli.conftest import Result, log_lines, log_path, ok, read_log, sequences, write_log
 from tests.contract_model import (
     ModelResult,
@@ -253,7 +253,7 @@ def _queued(q) -> list[tuple[int, int]]:
     out, index = [], q.first_index
     while index < q.next_index:
         block = q.read_block(index)
-        out.extend((json.loads(block.record(i))[3], json.loads(block.record(i))[4]) for i in range(1, block.count))
+        out.extend(tuple(decode_record(block.record(i))[3:5]) for i in range(1, block.count))
         index = block.end
     return out
 

@@ -21,7 +21,7 @@ from typing import Iterable, Protocol
 
 import orjson
 
-from ..reader.blocks import INFINITE_SCN, read_summary
+from ..reader.blocks import INFINITE_SCN, decode_records, read_summary
 from ..reader.records import COMMIT, ROW_CODES
 from ..txbuffer import Block, TxQueue
 from .errors import DispatchError
@@ -30,7 +30,7 @@ from .transaction import Commit, CommitKey, OpenTransaction
 
 _ENDED_MEMORY = 20_000  # XIDs remembered after their end, to tell late records from new ones
 # The batch path: transactions of one thread, without compensation, up to this many rows
-# are decoded together (one orjson call per batch) and handed to the sink in batches.
+# are decoded together (one call per batch) and handed to the sink in batches.
 _BATCH_TX_MAX_ROWS = 50_000
 _BATCH_MAX_RECORDS = 100_000
 CHECKPOINT_KEY = b"dispatcher/checkpoint"
@@ -295,8 +295,7 @@ class Dispatcher:
                 n += locs[i + 2]
             spans.append((thread, a, a + n))
             a += n
-        data = b"".join(parts)
-        recs = orjson.loads(b"[" + data[:-1].replace(b"\n", b",") + b"]")
+        recs = decode_records(b"".join(parts), a)
         items = []
         late = 0
         for (txn, key), (thread, a, b) in zip(batch, spans):

@@ -15,8 +15,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Iterator
 
-import orjson
-
+from ..reader.blocks import decode_records
 from ..reader.records import COMPENSATION, ROW_CODES
 from ..txbuffer import Block, TxQueue
 from .transaction import OpenTransaction
@@ -64,12 +63,9 @@ class Replayer:
 
     def _thread_items(self, thread: int, locs, c_scn: int, count_late: bool) -> Iterator[Item]:
         get = self.cache.get
-        loads = orjson.loads
         for i in range(0, len(locs), 3):
-            block = get(locs[i])
-            start = locs[i + 1]
-            for raw in block.records(start, start + locs[i + 2]):
-                rec = loads(raw)
+            start, count = locs[i + 1], locs[i + 2]
+            for rec in decode_records(get(locs[i]).span(start, start + count), count):
                 code = rec[0]
                 if code in ROW_CODES or code & COMPENSATION:
                     if rec[1] <= c_scn:

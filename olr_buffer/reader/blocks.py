@@ -2,12 +2,16 @@
 
 A reader thread turns a run of one redo thread's records into one queue block::
 
-    record 0        the block summary (orjson), see :class:`BlockSummary`
+    record 0        the block summary (JSON), see :class:`BlockSummary`
     records 1..n    the records, grouped by transaction: each group holds one XID's
                     records in input order; groups appear in order of first appearance.
-                    Each record is a JSON array ending with a newline; JSON strings hold
-                    no raw newline, so a group's bytes (one slice) turn into a JSON array
-                    of its records by replacing newlines with commas.
+                    Each record is a MessagePack array (see
+                    :mod:`olr_buffer.reader.records`), so a run of ``n`` records (one
+                    slice of the block) behind a MessagePack array header of ``n`` is one
+                    array of them: :func:`decode_records` decodes a group in one call.
+
+The summary says which record format the block's records use (``"f"``); a queue written
+with another one is refused with a clear error instead of being misread.
 
 The summary says, per group, where it is and what it holds (begin, end records, row and
 compensation counts), and the thread's progress after the block. The dispatcher reads
@@ -23,11 +27,28 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import msgspec
 import orjson
 
+from ..errors import OlrBufferError
 from .records import BEGIN, COMMIT, COMPENSATION, ROLLBACK, ROW_CODES, RecordError
 
 INFINITE_SCN = 1 << 63  # a watermark above every SCN: releases every end (end of a replay)
+# 1: records as JSON arrays (olr-buffer 0.1.0 until 2026-11-22); 2: MessagePack arrays
+RECORD_FORMAT = 2
+
+_encode_record = msgspec.msgpack.Encoder().encode
+_decode = msgspec.msgpack.Decoder().decode
+
+
+def decode_records(data: bytes | memoryview, count: int) -> list[list]:
+    """The ``count`` records in ``data`` (consecutive encoded records), as lists."""
+    return _decode(b"\xdd" + count.to_bytes(4, "big") + data)  # array 32: count, then the items
+
+
+def decode_record(raw: bytes) -> list:
+    """One encoded record, as a list ``[code, scn, sub, sequence, line, ...]``."""
+    return _decode(raw)
 
 # A group in the summary: [xid, start, count, rows, compensations, first_scn, begin_scn, begin_tm, ends]
 # begin_scn is -1 without a begin (begin_tm then None); ends is a list of [code, scn, sequence, line, tm].
@@ -62,8 +83,8 @@ class BlockBuilder:
         """Add one validated record. Raises :class:`RecordError` (and changes nothing) for
         strings that are not valid Unicode (a lone surrogate from a ``\\ud800`` escape)."""
         try:
-            rec = orjson.dumps([code, scn, sub, seq, line, *payload], option=orjson.OPT_APPEND_NEWLINE)
-        except TypeError:
+            rec = _encode_record([code, scn, sub, seq, line, *payload])
+        except UnicodeEncodeError:
             raise RecordError("a string is not valid Unicode (lone surrogate)") from None
         g = self._groups.get(xid)
         if g is None or (code == BEGIN and g.ends):
@@ -106,7 +127,7 @@ class BlockBuilder:
                 [g.xid, len(records), len(g.records), g.rows, g.comps, g.first_scn, g.begin_scn, g.begin_tm, g.ends]
             )
             records.extend(g.records)
-        records[0] = orjson.dumps({"t": self.thread, "p": self.progress, "g": groups})
+        records[0] = orjson.dumps({"f": RECORD_FORMAT, "t": self.thread, "p": self.progress, "g": groups})
         return records
 
     def reset(self) -> None:
@@ -125,6 +146,16 @@ class BlockSummary:
     groups: list[list] = field(default_factory=list)
 
 
+class RecordFormatError(OlrBufferError):
+    """A queue block whose records this version cannot read."""
+
+
 def read_summary(record0: bytes) -> BlockSummary:
     d = orjson.loads(record0)
+    if d.get("f", 1) != RECORD_FORMAT:
+        raise RecordFormatError(
+            f"the queue holds records of format {d.get('f', 1)}; this olr-buffer reads format {RECORD_FORMAT}",
+            hint="the queue was written by another version of olr-buffer: use that version to finish it, "
+                 "or replay the input into a new queue directory",
+        )
     return BlockSummary(d["t"], d["p"], d["g"])

@@ -1,10 +1,11 @@
 """Redo records: validation of one parsed line, and their compact encoding in the queue.
 
-A record in the queue is the orjson encoding of a list; its first five items are always
+A record in the queue is the MessagePack encoding of a list (see
+:mod:`olr_buffer.reader.blocks`); its first five items are always
 ``[code, scn, sub, sequence, line]``:
 
 * rows (insert, update, delete, ddl): ``+ [tm, owner, table, obj, rid, before, after, sql]``
-  where ``before``/``after`` are JSON text (compact, keys in input order) or ``None``;
+  where ``before``/``after`` are JSON text (the input's own, see :func:`decode_line`) or ``None``;
 * compensations (DML with ``"rollback": true``): ``+ [rid]``, code has ``COMPENSATION``;
 * begin, commit, rollback: ``+ [tm]``.
 

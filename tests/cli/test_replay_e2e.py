@@ -497,3 +497,27 @@ def test_console_script_help() -> None:
                               stdin=subprocess.DEVNULL)
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.startswith("Usage: olr-buffer"), proc.stdout
+
+
+def test_a_queue_of_another_record_format_is_refused_with_one_line(tmp_path: Path) -> None:
+    """A block written by olr-buffer before MessagePack records (summary without "f",
+    records as JSON arrays) is not misread: replay stops with exit 1 and a one-line error
+    that says what to do, and publishes nothing."""
+    import orjson
+
+    from olr_buffer.txbuffer import LmdbQueue
+
+    input_dir, queue_dir, cf = tmp_path / "in", tmp_path / "q", tmp_path / "cf"
+    input_dir.mkdir()
+    (input_dir / "redo_1_1.jsonl").write_bytes(b'{"op":"lwn","scn":9}\n')
+    q = LmdbQueue(str(queue_dir))
+    summary = orjson.dumps({"t": 1, "p": 5, "g": [["x", 1, 2, 1, 0, 3, 3, None, [[6, 5, 1, 2, None]]]]})
+    q.append([summary, b'[1,3,0,1,1,null]\n', b'[6,5,0,1,2,null]\n'])
+    q.close()
+    r = olr_buffer("replay", input_dir, "--queue", queue_dir, "--changefeed", cf)
+    assert r.returncode == 1, r.describe()
+    errors = [line for line in r.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1, r.stderr
+    assert "the queue holds records of format 1; this olr-buffer reads format 2" in errors[0]
+    assert "replay the input into a new queue directory" in errors[0]
+    assert not part_files(cf)

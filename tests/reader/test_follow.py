@@ -14,12 +14,12 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-import orjson
 import pytest
 import zstandard
 
 from olr_buffer.pipeline import PipelineOptions, run_service
 from olr_buffer.reader import files as files_mod
+from olr_buffer.reader.blocks import decode_record
 from olr_buffer.reader.errors import InputError, MissingSequenceError
 from olr_buffer.reader.files import scan
 from olr_buffer.reader.thread_reader import DeadLetters, ThreadReader
@@ -73,7 +73,7 @@ class Follower:
         end = q.next_index
         while index < end:
             block = q.read_block(index)
-            out.extend(orjson.loads(block.record(i)) for i in range(1, block.count))
+            out.extend(decode_record(block.record(i)) for i in range(1, block.count))
             index = block.end
         return out
 

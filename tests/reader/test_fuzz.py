@@ -30,7 +30,7 @@ from olr_buffer.errors import OlrBufferError
 from olr_buffer.reader.errors import InputError
 from olr_buffer.reader.files import LogFile, scan
 from olr_buffer.reader.position import load_positions
-from olr_buffer.reader.blocks import BlockBuilder
+from olr_buffer.reader.blocks import BlockBuilder, decode_record
 from olr_buffer.reader.records import LWN, OP_CODES, RecordError, decode_line, parse_line, validate
 from olr_buffer.reader.thread_reader import ThreadReader
 from olr_buffer.txbuffer import MemoryQueue
@@ -209,8 +209,9 @@ def check_line(raw: bytes) -> None:
             builder.heartbeat(scn)
         else:
             builder.add(code, scn, sub, xid, 1, 1, payload)
-        for rec in builder.build():
-            orjson.loads(rec)
+        summary, *records = builder.build()
+        orjson.loads(summary)
+        assert [decode_record(r) for r in records] == ([] if code == LWN else [[code, scn, sub, 1, 1, *payload]])
     except RecordError as exc:
         assert str(exc) and "\n" not in str(exc)
 
@@ -296,7 +297,7 @@ def _queued_lines(queue: MemoryQueue) -> list[tuple[int, int]]:
     while index < queue.next_index:
         block = queue.read_block(index)
         for i in range(1, block.count):
-            rec = orjson.loads(block.record(i))
+            rec = decode_record(block.record(i))
             out.append((rec[3], rec[4]))
         index = block.end
     return out

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from olr_buffer.reader.blocks import read_summary
+from olr_buffer.reader.blocks import decode_record, read_summary
 from olr_buffer.reader.errors import InputError, MissingSequenceError
 from olr_buffer.reader.files import scan
 from olr_buffer.reader.position import load_positions
@@ -31,14 +31,12 @@ def write(path: Path, recs: list[dict], compress: bool = False, raw_tail: bytes 
 
 
 def records_in(queue: LmdbQueue) -> list[list]:
-    import orjson
-
     out = []
     for i, rec in queue.tailer():
         block = queue.read_block(i)
         if i == block.first:
             continue  # the summary
-        out.append(orjson.loads(rec))
+        out.append(decode_record(rec))
     return out
 
 
