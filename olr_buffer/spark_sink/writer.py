@@ -154,10 +154,11 @@ class ChangefeedWriter:
         self.last_c_scn = footer.last_commit.scn
         if not manifest or manifest.get("next_tx_seq") != self.next_tx_seq:
             adopted = [p[2] for p in parts if p[0] >= (manifest or {}).get("next_tx_seq", 0)]
+            logged = self._last_logged(len(adopted))  # a crash may come between log and manifest
             for name in adopted:
-                f = self._footer(name)
                 log.info("adopting published file %s missing from the manifest", name)
-                self._log_published(f)
+                if name not in logged:
+                    self._log_published(self._footer(name))
             self._write_manifest(last_name)
 
     def _footer(self, name: str) -> PublishedFile:
@@ -184,6 +185,28 @@ class ChangefeedWriter:
             "updated": time.time(),
         }
         _atomic_write(os.path.join(self.meta_dir, MANIFEST), orjson.dumps(doc, option=orjson.OPT_INDENT_2), self.durable)
+
+    def _last_logged(self, n: int) -> set[str]:
+        """The file names on the last ``n`` lines of the published log (files are logged in
+        order, so a file published but missing from the manifest can only be there)."""
+        path = os.path.join(self.meta_dir, PUBLISHED_LOG)
+        try:
+            with open(path, "rb") as fh:
+                size = fh.seek(0, os.SEEK_END)
+                want = min(size, 1024 * n + 4096)  # a line is ~150 bytes
+                fh.seek(size - want)
+                lines = fh.read(want).splitlines()
+        except FileNotFoundError:
+            return set()
+        if want < size:
+            lines = lines[1:]  # the first one is probably cut
+        names = set()
+        for line in lines[-n:] if n else []:
+            try:
+                names.add(orjson.loads(line)["file"])
+            except (orjson.JSONDecodeError, KeyError, TypeError):
+                continue  # a line cut by a crash while it was written
+        return names
 
     def _log_published(self, f: PublishedFile) -> None:
         line = orjson.dumps(

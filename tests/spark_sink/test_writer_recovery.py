@@ -1,0 +1,59 @@
+"""The changefeed writer's recovery keeps its audit log (``published.jsonl``) free of
+repeats: a file published before a crash, but missing from the manifest, is adopted and
+logged only if the log does not have it yet."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from olr_buffer.dispatcher.transaction import Commit, CommitKey
+from olr_buffer.spark_sink.writer import MANIFEST, META_DIR, PUBLISHED_LOG, ChangefeedWriter
+
+
+def _publish(writer: ChangefeedWriter, scn: int) -> None:
+    row = [2, scn, 0, 1, scn, None, "O", "T", None, f"R{scn}", None, '{"A":1}', None]
+    assert writer.write_transaction(Commit(f"x{scn}", CommitKey(scn, 1, 1, scn), None), [(1, row)]) == 1
+    writer.flush()
+
+
+def _logged(cf: Path) -> list[str]:
+    return [json.loads(line)["file"] for line in (cf / META_DIR / PUBLISHED_LOG).read_text().splitlines()]
+
+
+def test_a_file_logged_but_missing_from_the_manifest_is_not_logged_again(tmp_path: Path) -> None:
+    cf = tmp_path / "cf"
+    writer = ChangefeedWriter(cf, durable=False)
+    _publish(writer, 10)
+    _publish(writer, 20)
+    manifest_after_two = (cf / META_DIR / MANIFEST).read_bytes()
+    _publish(writer, 30)
+    writer.close()
+    files = sorted(p.name for p in cf.glob("part-*.parquet"))
+    assert _logged(cf) == files and len(files) == 3
+    # the crash between the audit log and the manifest: the manifest is one file behind
+    (cf / META_DIR / MANIFEST).write_bytes(manifest_after_two)
+    reopened = ChangefeedWriter(cf, durable=False)
+    assert reopened.next_tx_seq == 3
+    assert json.loads((cf / META_DIR / MANIFEST).read_text())["next_tx_seq"] == 3
+    assert _logged(cf) == files
+
+
+def test_without_a_manifest_every_file_is_adopted_and_logged_once(tmp_path: Path) -> None:
+    cf = tmp_path / "cf"
+    writer = ChangefeedWriter(cf, durable=False)
+    for scn in (10, 20, 30):
+        _publish(writer, scn)
+    writer.close()
+    files = sorted(p.name for p in cf.glob("part-*.parquet"))
+    log = cf / META_DIR / PUBLISHED_LOG
+    # lose the manifest and the log's last line (a crash before it was written)
+    (cf / META_DIR / MANIFEST).unlink()
+    log.write_text("".join(log.read_text().splitlines(keepends=True)[:2]))
+    ChangefeedWriter(cf, durable=False).close()
+    assert _logged(cf) == files
+    # and with no log at all, each file once
+    shutil.rmtree(cf / META_DIR)
+    ChangefeedWriter(cf, durable=False).close()
+    assert _logged(cf) == files
