@@ -152,9 +152,10 @@ class RecordFormatError(OlrBufferError):
 
 def read_summary(record0: bytes) -> BlockSummary:
     d = orjson.loads(record0)
-    if d.get("f", 1) != RECORD_FORMAT:
+    fmt = d.get("f", 1)  # blocks of format 1 had no "f"
+    if fmt != RECORD_FORMAT:
         raise RecordFormatError(
-            f"the queue holds records of format {d.get('f', 1)}; this olr-buffer reads format {RECORD_FORMAT}",
+            f"the queue holds records of format {fmt}; this olr-buffer reads format {RECORD_FORMAT}",
             hint="the queue was written by another version of olr-buffer: use that version to finish it, "
                  "or replay the input into a new queue directory",
         )

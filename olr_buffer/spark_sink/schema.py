@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 ARROW_SCHEMA = pa.schema(
     [
@@ -34,10 +35,8 @@ COLUMNS = ARROW_SCHEMA.names
 DICTIONARY_COLUMNS = ["tx_seq", "c_scn", "c_tm", "xid", "op", "sub", "thread", "owner", "table", "obj"]
 
 
-def parquet_writer(path: str, compression: str):
+def parquet_writer(path: str, compression: str) -> pq.ParquetWriter:
     """A Parquet writer for changefeed files (the same settings everywhere)."""
-    import pyarrow.parquet as pq
-
     return pq.ParquetWriter(path, ARROW_SCHEMA, compression=compression, use_dictionary=DICTIONARY_COLUMNS)
 
 _PART = re.compile(r"^part-([0-9]{20})-([0-9]{20})\.parquet$")

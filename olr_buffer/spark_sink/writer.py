@@ -37,7 +37,6 @@ from .schema import (
 
 log = logging.getLogger(__name__)
 
-# changefeed op by record code (codes index this array)
 _ROW_NUMBERS: list[pa.Array] = [pa.array([], pa.int64())]
 
 
@@ -48,6 +47,7 @@ def _row_numbers(n: int) -> pa.Array:
     return _ROW_NUMBERS[0].slice(0, n)
 
 
+# changefeed op by record code (codes index this array)
 _OP_NAMES = pa.array([CHANGEFEED_OP.get(code) for code in range(max(CHANGEFEED_OP) + 1)], pa.string())
 
 META_DIR = "_olr_buffer"
@@ -156,9 +156,10 @@ class ChangefeedWriter:
             adopted = [p[2] for p in parts if p[0] >= (manifest or {}).get("next_tx_seq", 0)]
             logged = self._last_logged(len(adopted))  # a crash may come between log and manifest
             for name in adopted:
+                f = self._footer(name)
                 log.info("adopting published file %s missing from the manifest", name)
                 if name not in logged:
-                    self._log_published(self._footer(name))
+                    self._log_published(f)
             self._write_manifest(last_name)
 
     def _footer(self, name: str) -> PublishedFile:
@@ -189,6 +190,8 @@ class ChangefeedWriter:
     def _last_logged(self, n: int) -> set[str]:
         """The file names on the last ``n`` lines of the published log (files are logged in
         order, so a file published but missing from the manifest can only be there)."""
+        if not n:
+            return set()
         path = os.path.join(self.meta_dir, PUBLISHED_LOG)
         try:
             with open(path, "rb") as fh:
@@ -201,7 +204,7 @@ class ChangefeedWriter:
         if want < size:
             lines = lines[1:]  # the first one is probably cut
         names = set()
-        for line in lines[-n:] if n else []:
+        for line in lines[-n:]:
             try:
                 names.add(orjson.loads(line)["file"])
             except (orjson.JSONDecodeError, KeyError, TypeError):
