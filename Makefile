@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 DEMO   ?= demo-data
 
-.PHONY: demo test venv clean
+.PHONY: demo test test-fast venv clean
 
 venv: $(VENV)/.installed
 
@@ -20,6 +20,10 @@ demo: venv
 
 test: venv
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# the edit-test loop: neither slow nor spark (CI runs the full `make test`)
+test-fast: venv
+	$(BIN)/python -m pytest -m 'not slow and not spark' $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) $(DEMO) .pytest_cache .hypothesis
