@@ -27,6 +27,10 @@ listing is not one atomic view of several names. Hence two modes (docs/spark.md)
     file overlapping the old ones, which the writer refuses to open: running the same
     compaction again finishes the job from the intent.
 
+Both modes take the lock of the directory they write (``_olr_buffer/LOCK``, see
+:mod:`.layout`), as the writer does: an in-place compaction is refused while ``replay``
+or ``run`` writes the changefeed, and a second compaction while one runs.
+
 Merged files keep the changefeed's naming (``part-<first>-<last>.parquet``), row order,
 row groups of up to 65,536 rows and the footer metadata the writer recovers from
 (``olr_buffer.first_tx_seq``, ``last_tx_seq``, ``last_commit`` of the last transaction,
@@ -55,6 +59,7 @@ from .layout import (  # noqa: F401  (read_footer: a public name of this module 
     ChangefeedLock,
     PublishedFile,
     append_line,
+    apply_mode,
     atomic_write,
     compact_tmp_name,
     create_file,
@@ -210,6 +215,7 @@ def _compact_to_output(
     mode = _dir_mode(src)
     prepare_dir(dst, mode)
     with _locked(dst):
+        apply_mode(dst, mode)
         remove_own_temporaries(dst)  # the output's leftovers of an interrupted run
         written = published_files(dst)
         groups = _plan_output(src, dst, written, target_rows, full_groups_only, result)

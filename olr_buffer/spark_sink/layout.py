@@ -135,21 +135,19 @@ def os_failure(exc: OSError, path: str, doing: str) -> ChangefeedError:
 # -- directory and lock -------------------------------------------------------------------
 
 
-def prepare_dir(path: str, mode: int | None) -> None:
-    """Create the changefeed directory and ``_olr_buffer/`` if missing; give the
-    directory ``mode`` (when given), tightening or widening an existing one."""
+def prepare_dir(path: str, mode: int) -> None:
+    """Create the changefeed directory (with ``mode``) and ``_olr_buffer/`` if missing.
+    The owner of the lock gives an existing directory its mode (:func:`apply_mode`)."""
     meta = os.path.join(path, META_DIR)
     try:
         if not os.path.isdir(path):
-            os.makedirs(path, mode=DEFAULT_MODE if mode is None else mode, exist_ok=True)
+            os.makedirs(path, mode=mode, exist_ok=True)
         if not os.path.isdir(meta):
             os.mkdir(meta, META_MODE)
     except FileExistsError:
         pass  # another process created it meanwhile
     except OSError as exc:
         raise os_failure(exc, exc.filename or path, "create the changefeed directory") from None
-    if mode is not None:
-        apply_mode(path, mode)
 
 
 def apply_mode(path: str, mode: int) -> None:
@@ -160,7 +158,7 @@ def apply_mode(path: str, mode: int) -> None:
         if current != mode:
             os.chmod(path, mode)
             if current & ~mode:
-                log.warning("%s: mode %04o tightened to %04o (--changefeed-mode to share it)", path, current, mode)
+                log.info("%s: mode %04o tightened to %04o (--changefeed-mode to share it)", path, current, mode)
     except PermissionError:
         log.warning("%s: cannot set mode %04o (not the owner); leaving it as it is", path, mode)
     except OSError as exc:

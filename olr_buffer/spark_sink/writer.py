@@ -37,10 +37,10 @@ from .layout import (  # noqa: F401  (MANIFEST, META_DIR, PUBLISHED_LOG, read_fo
     MANIFEST,
     META_DIR,
     PUBLISHED_LOG,
-    WRITER_TMP_PREFIX,
     ChangefeedLock,
     ChangefeedOwner,
     PublishedFile,
+    apply_mode,
     create_file,
     file_mode,
     footer_metadata,
@@ -121,6 +121,7 @@ class ChangefeedWriter:
         prepare_dir(self.path, mode)
         self._lock: ChangefeedLock | None = ChangefeedLock(self.path, writer=True)
         try:
+            apply_mode(self.path, mode)
             self._recover()
         except BaseException:
             self._lock.release()
@@ -309,7 +310,9 @@ class ChangefeedWriter:
                 create_file(self._tmp_path, self.file_mode)
                 self._writer = parquet_writer(self._tmp_path, self.compression)
             except OSError as exc:
-                raise os_failure(exc, self._tmp_path, "create a changefeed file") from None
+                error = os_failure(exc, self._tmp_path, "create a changefeed file")
+                self.abandon()
+                raise error from None
         try:
             self._writer.write_batch(batch, row_group_size=len(self._recs))
         except OSError as exc:

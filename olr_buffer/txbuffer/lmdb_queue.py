@@ -380,7 +380,7 @@ def _owner_only(path: str) -> None:
             hint="chmod 700 it, or run as its owner",
             path=path,
         ) from None
-    log.warning("%s: mode %04o tightened to %04o: the queue holds row data", path, mode, mode & 0o700)
+    log.info("%s: mode %04o tightened to %04o: the queue holds row data", path, mode, mode & 0o700)
 
 
 def _disk_full(path: str, margin: int = 16 << 20) -> bool:
