@@ -18,6 +18,21 @@ _SIZE = re.compile(r"^\s*([0-9]+)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
+class DirMode(click.ParamType):
+    """An octal directory mode such as ``0750``; the owner keeps rwx."""
+
+    name = "mode"
+
+    def convert(self, value: Any, param, ctx) -> int:
+        try:
+            mode = value if isinstance(value, int) else int(str(value), 8)
+        except ValueError:
+            self.fail(f"{value!r} is not an octal mode like 0750", param, ctx)
+        if not 0 <= mode <= 0o777 or mode & 0o700 != 0o700:
+            self.fail(f"{value!r}: a mode from 0700 to 0777 (the owner needs rwx)", param, ctx)
+        return mode
+
+
 class ByteSize(click.ParamType):
     """``64MiB``, ``512k``, ``1g``, ``4096``."""
 
@@ -78,6 +93,12 @@ _PIPELINE_OPTIONS = [
                  help="Keep segments written within this many seconds, even when nobody needs them."),
     click.option("--dead-letter", type=click.Path(dir_okay=False), default=None,
                  help="Write bad records to this JSON Lines file and go on, instead of stopping (off by default)."),
+    click.option("--changefeed-mode", type=DirMode(), default="0700", show_default=True,
+                 help="Mode of the changefeed directory; its files get it without the x bits (0750: a lake group "
+                      "reads them)."),
+    click.option("--adopt-changefeed", is_flag=True,
+                 help="RECOVERY: let this queue take over a changefeed written by another queue (a lost queue "
+                      "rebuilt from the same input); commits already in it are skipped (docs/failure-scenarios.md)."),
     click.option("--no-sync", is_flag=True,
                  help="DURABILITY TRADE-OFF: skip fsync of queue and changefeed; a machine crash may lose recent work."),
 ]
@@ -91,7 +112,7 @@ def pipeline_options(fn: Callable) -> Callable:
 
 
 def _options(*, segment_size, file_rows, block_records, checkpoint_interval, retain_segments, retain_age,
-             dead_letter, no_sync, **service):
+             dead_letter, changefeed_mode, adopt_changefeed, no_sync, **service):
     from .pipeline import PipelineOptions
 
     return PipelineOptions(
@@ -103,6 +124,8 @@ def _options(*, segment_size, file_rows, block_records, checkpoint_interval, ret
         retain_segments=retain_segments,
         retain_seconds=retain_age,
         dead_letter=dead_letter,
+        changefeed_mode=changefeed_mode,
+        adopt_changefeed=adopt_changefeed,
         **service,
     )
 

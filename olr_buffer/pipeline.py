@@ -20,6 +20,7 @@ import logging
 import os
 import threading
 import time
+import uuid
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from typing import Callable, Iterator
@@ -30,10 +31,15 @@ from .faults import fault_point
 from .reader.blocks import INFINITE_SCN
 from .reader.thread_reader import DEFAULT_BLOCK_BYTES, DEFAULT_BLOCK_RECORDS, ReaderGroup
 from .spark_sink import ChangefeedWriter
+from .spark_sink.layout import DEFAULT_MODE, ChangefeedOwner
 from .spark_sink.writer import DEFAULT_FILE_ROWS
 from .txbuffer import DEFAULT_SEGMENT_BYTES, LmdbQueue
 
 log = logging.getLogger("olr_buffer")
+
+# The queue's identity: a random id the pipeline stores in the queue's metadata before
+# anything of it reaches the changefeed; the changefeed records it (manifest, footers).
+QUEUE_ID_KEY = b"pipeline/queue_id"
 
 
 @dataclass
@@ -52,6 +58,9 @@ class PipelineOptions:
     poll_seconds: float = 0.1  # how often an idle reader looks for new lines and files
     dead_letter: str | None = None  # quarantine bad records in this file instead of stopping
     reader_processes: bool = True  # parse in child processes (both cores); False: threads
+    changefeed_mode: int = DEFAULT_MODE  # the changefeed directory's mode; files get it without x bits
+    adopt_changefeed: bool = False  # take over a changefeed written by another (lost) queue of the same input
+    source_id: str | None = None  # the source's identity, checked beside the queue's (PostgreSQL: system id, slot)
 
 
 ReplayOptions = PipelineOptions  # the name replay's callers know
@@ -121,8 +130,11 @@ class Pipeline:
         self.options = opts = options or PipelineOptions()
         self.started = time.monotonic()
         self.queue = LmdbQueue(queue_dir, segment_bytes=opts.segment_bytes, durable=opts.durable)
+        self.sink: ChangefeedWriter | None = None
         try:
-            self.sink = ChangefeedWriter(changefeed_dir, file_rows=opts.file_rows, durable=opts.durable)
+            self.sink = ChangefeedWriter(
+                changefeed_dir, file_rows=opts.file_rows, durable=opts.durable, mode=opts.changefeed_mode
+            )
             self.appended = threading.Event()
             self.readers = ReaderGroup(
                 self.queue,
@@ -142,20 +154,39 @@ class Pipeline:
                 published_through=self.sink.last_commit,
             )
             state = self.queue.meta(CHECKPOINT_KEY)
+            recorded = None
             if state is not None:
-                self.dispatcher.restore(state)
+                recorded = self.dispatcher.restore(state).get("changefeed") or {}
             elif self.queue.first_index > 0:
                 raise DispatchError(
                     f"{queue_dir}: the queue starts at index {self.queue.first_index} but has no dispatcher checkpoint",
                     hint="the queue directory is damaged; start again with an empty queue and changefeed",
                 )
+            self._bind_changefeed(queue_dir, None if recorded is None else recorded.get("next_tx_seq", 0))
         except BaseException:
+            if self.sink is not None:
+                self.sink.release()
             self.queue.close()
             raise
         self._stats0 = copy.copy(self.dispatcher.totals())
         self._last_checkpoint = time.monotonic()
         self.checkpoints = 0
         self.segments_deleted = 0
+
+    def _bind_changefeed(self, queue_dir: str, queue_next_tx_seq: int | None) -> None:
+        """Check that this queue (and source) may write the changefeed, then record it:
+        first in the queue (if new), then in the changefeed. See
+        :meth:`ChangefeedWriter.check_owner`."""
+        raw = self.queue.meta(QUEUE_ID_KEY)
+        owner = ChangefeedOwner(raw.decode() if raw else uuid.uuid4().hex, self.options.source_id)
+        assert self.sink is not None
+        adopting = self.sink.check_owner(
+            owner, queue=queue_dir, queue_next_tx_seq=queue_next_tx_seq, adopt=self.options.adopt_changefeed
+        )
+        if raw is None:
+            self.queue.append([], {QUEUE_ID_KEY: owner.queue_id.encode()})
+        self.sink.bind(owner)
+        self.dispatcher.log_skipped = adopting
 
     # -- checkpoint cycle ----------------------------------------------------------------
 
@@ -320,6 +351,8 @@ class Pipeline:
 
     def close(self) -> None:
         self.readers.close()
+        if self.sink is not None:
+            self.sink.release()
         self.queue.close()
 
 

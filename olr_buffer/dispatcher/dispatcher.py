@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import logging
 from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from typing import Iterable, Protocol
@@ -27,6 +28,8 @@ from ..txbuffer import Block, TxQueue
 from .errors import DispatchError
 from .replay import BlockCache, Replayer
 from .transaction import Commit, CommitKey, OpenTransaction
+
+log = logging.getLogger(__name__)
 
 _ENDED_MEMORY = 20_000  # XIDs remembered after their end, to tell late records from new ones
 # The batch path: transactions of one thread, without compensation, up to this many rows
@@ -84,6 +87,7 @@ class Dispatcher:
         self._tiebreak = itertools.count()
         self._ended: OrderedDict[str, None] = OrderedDict()
         self.published_through = published_through
+        self.log_skipped = False  # log each commit skipped as already published (adopting a changefeed)
         self.tailer = queue.tailer(start_index)
         self.cache = BlockCache(queue, cache_blocks)
         self.replayer = Replayer(self.cache)
@@ -253,6 +257,8 @@ class Dispatcher:
                 self.stats.rolled_back += 1
             elif self.published_through is not None and key <= self.published_through:
                 self.stats.already_published += 1
+                if self.log_skipped:
+                    log.info("skipped as already published: xid %r, commit %s", txn.xid, tuple(key))
             elif txn.begin_scn < 0 or txn.begin_scn > key.scn:
                 self.stats.no_begin += 1
             elif batching and not txn.compensations and len(txn.locations) == 1 and txn.rows <= _BATCH_TX_MAX_ROWS:

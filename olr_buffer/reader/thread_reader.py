@@ -38,7 +38,13 @@ class DeadLetters:
         self.count = 0
         parent = os.path.dirname(os.path.abspath(path))
         os.makedirs(parent, exist_ok=True)
-        self._fh = open(path, "ab")
+        # owner-only: the lines hold row data (an existing file is tightened too)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.fchmod(fd, os.fstat(fd).st_mode & 0o600)
+        except PermissionError:
+            pass  # another user's file: its owner chose its mode
+        self._fh = os.fdopen(fd, "ab")
 
     def put(self, file: str, line: int, reason: str, raw: bytes) -> None:
         doc = {"file": file, "line": line, "reason": reason, "raw": raw.decode("utf-8", errors="backslashreplace")}

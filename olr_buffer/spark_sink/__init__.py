@@ -1,6 +1,7 @@
 """spark_sink: the Parquet changefeed (schema, atomic publication, recovery) and Spark helpers."""
 
-from .errors import ChangefeedCorruptError, ChangefeedError
+from .errors import ChangefeedCorruptError, ChangefeedError, ChangefeedLockedError, ChangefeedOwnerError
+from .layout import ChangefeedOwner
 from .schema import ARROW_SCHEMA, COLUMNS, parse_part_name, part_name
 from .spark import changefeed_schema, read_changefeed, snapshot, stream_changefeed, table_changes
 from .writer import ChangefeedWriter, PublishedFile
@@ -10,6 +11,9 @@ __all__ = [
     "COLUMNS",
     "ChangefeedCorruptError",
     "ChangefeedError",
+    "ChangefeedLockedError",
+    "ChangefeedOwner",
+    "ChangefeedOwnerError",
     "ChangefeedWriter",
     "PublishedFile",
     "changefeed_schema",

@@ -27,6 +27,10 @@ listing is not one atomic view of several names. Hence two modes (docs/spark.md)
     file overlapping the old ones, which the writer refuses to open: running the same
     compaction again finishes the job from the intent.
 
+Both modes take the lock of the directory they write (``_olr_buffer/LOCK``, see
+:mod:`.layout`), as the writer does: an in-place compaction is refused while ``replay``
+or ``run`` writes the changefeed, and a second compaction while one runs.
+
 Merged files keep the changefeed's naming (``part-<first>-<last>.parquet``), row order,
 row groups of up to 65,536 rows and the footer metadata the writer recovers from
 (``olr_buffer.first_tx_seq``, ``last_tx_seq``, ``last_commit`` of the last transaction,
@@ -36,7 +40,6 @@ continues at the same ``next_tx_seq``.
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import shutil
@@ -50,29 +53,39 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .errors import ChangefeedCorruptError, ChangefeedError
-from .schema import (
-    ARROW_SCHEMA, META_FIRST, META_LAST, META_LAST_COMMIT, META_ROWS, parquet_writer, parse_part_name, part_name,
-)
-from .writer import (
-    DEFAULT_ROW_GROUP_ROWS,
-    MANIFEST,
+from .layout import (  # noqa: F401  (read_footer: a public name of this module too)
+    COMPACT_TMP_PREFIX,
     META_DIR,
-    PUBLISHED_LOG,
+    ChangefeedLock,
     PublishedFile,
-    _atomic_write,
-    _fsync_dir,
-    _fsync_path,
+    append_line,
+    apply_mode,
+    atomic_write,
+    compact_tmp_name,
+    create_file,
+    file_mode,
+    footer_metadata,
+    fsync_dir,
+    fsync_path,
+    list_files,
+    log_published,
+    manifest_owner,
+    prepare_dir,
+    publish,
     read_footer,
+    read_manifest,
+    remove_own_temporaries,
+    write_manifest,
 )
+from .schema import ARROW_SCHEMA, parquet_writer, parse_part_name, part_name
+from .writer import DEFAULT_ROW_GROUP_ROWS
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TARGET_ROWS = 1_000_000
 INTENT = "compaction.json"
 COMPACTION_LOG = "compactions.jsonl"
-LOCK = "compact.lock"
 META_COMPACTED = b"olr_buffer.compacted_files"  # how many published files a merged file replaces
-_TMP_PREFIX = ".tmp-compact-"
 
 
 class CompactionError(ChangefeedError):
@@ -107,23 +120,7 @@ class CompactionResult:
 def published_files(path: str) -> list[PublishedFile]:
     """The ``part-`` files of the changefeed at ``path`` with their footers, checked: a
     gapless chain from tx_seq 0, each footer agreeing with its name."""
-    try:
-        names = os.listdir(path)
-    except FileNotFoundError:
-        raise ChangefeedError(f"{path}: no such changefeed directory") from None
-    parts = sorted((rng[0], rng[1], name) for name in names if (rng := parse_part_name(name)) is not None)
-    files: list[PublishedFile] = []
-    expected = 0
-    for first, last, name in parts:
-        if first != expected or last < first:
-            raise ChangefeedCorruptError(
-                f"{os.path.join(path, name)}: changefeed has a gap or overlap: "
-                f"expected a file starting at tx_seq {expected}",
-                hint="if an in-place compaction was interrupted, run it again to finish it",
-            )
-        files.append(read_footer(path, name))
-        expected = last + 1
-    return files
+    return list_files(path, hint="if an in-place compaction was interrupted, run it again to finish it")
 
 
 # -- planning -----------------------------------------------------------------------------
@@ -215,22 +212,22 @@ def _compact_to_output(
         result.files_after = len(existing) + len(groups)
         result.next_tx_seq = groups[-1][-1].last + 1 if groups else (existing[-1].last + 1 if existing else 0)
         return result
-    _make_changefeed_dir(dst)
+    mode = _dir_mode(src)
+    prepare_dir(dst, mode)
     with _locked(dst):
-        for name in os.listdir(dst):  # the output's leftovers of an interrupted run
-            if name.startswith(".tmp-"):
-                os.unlink(os.path.join(dst, name))
+        apply_mode(dst, mode)
+        remove_own_temporaries(dst)  # the output's leftovers of an interrupted run
         written = published_files(dst)
         groups = _plan_output(src, dst, written, target_rows, full_groups_only, result)
         for group in groups:
             if len(group) == 1:
-                merged = _copy_file(src, group[0], dst, opts)
+                merged = _copy_file(src, group[0], dst, opts, file_mode(mode))
             else:
-                merged = _write_merged(src, group, dst, opts)
+                merged = _write_merged(src, group, dst, opts, file_mode(mode))
             _publish(dst, merged, opts)
             written.append(merged)
-            _log_published(dst, merged, opts)
-            _write_manifest(dst, written, opts)
+            log_published(dst, merged, opts.durable)
+            write_manifest(dst, len(written), merged, merged.owner, opts.durable)
     result.files_after = len(written)
     result.next_tx_seq = written[-1].last + 1 if written else 0
     return result
@@ -306,14 +303,15 @@ def _compact_in_place(src: str, target_rows: int, opts: _WriteOptions, dry_run: 
         result.next_tx_seq = files[-1].last + 1 if files else 0
         if dry_run:
             return result
-        for name in os.listdir(src):
-            if name.startswith(_TMP_PREFIX):
-                os.unlink(os.path.join(src, name))
+        remove_own_temporaries(src, COMPACT_TMP_PREFIX)
+        fmode = file_mode(_dir_mode(src))
         for group in merges:
-            merged = _write_merged(src, group, src, opts)
+            merged = _write_merged(src, group, src, opts, fmode)
             _swap_in(src, merged, group, opts)
         if merges:
-            _write_manifest(src, published_files(src), opts)
+            files = published_files(src)
+            owner = manifest_owner(read_manifest(src)) or files[-1].owner
+            write_manifest(src, len(files), files[-1], owner, opts.durable)
     return result
 
 
@@ -322,12 +320,12 @@ def _swap_in(path: str, merged: PublishedFile, replaced: list[PublishedFile], op
     meta = os.path.join(path, META_DIR)
     intent = {
         "merged": merged.name,
-        "tmp": _tmp_name(merged),
+        "tmp": compact_tmp_name(merged.first, merged.last),
         "replaces": [f.name for f in replaced],
         "rows": merged.rows,
         "started": time.time(),
     }
-    _atomic_write(os.path.join(meta, INTENT), orjson.dumps(intent), opts.durable)
+    atomic_write(os.path.join(meta, INTENT), orjson.dumps(intent), opts.durable)
     _publish(path, merged, opts)
     _finish_swap(path, intent, opts.durable)
 
@@ -339,15 +337,15 @@ def _finish_swap(path: str, intent: dict, durable: bool) -> None:
         except FileNotFoundError:
             pass
     if durable:
-        _fsync_dir(path)
-    _append_line(
+        fsync_dir(path)
+    append_line(
         os.path.join(path, META_DIR, COMPACTION_LOG),
         {"file": intent["merged"], "replaces": intent["replaces"], "rows": intent["rows"], "time": time.time()},
         durable,
     )
     os.unlink(os.path.join(path, META_DIR, INTENT))
     if durable:
-        _fsync_dir(os.path.join(path, META_DIR))
+        fsync_dir(os.path.join(path, META_DIR))
 
 
 def recover_in_place(path: str, durable: bool = True) -> bool:
@@ -377,18 +375,21 @@ def recover_in_place(path: str, durable: bool = True) -> bool:
             os.unlink(tmp)
         os.unlink(intent_path)
         if durable:
-            _fsync_dir(os.path.join(path, META_DIR))
+            fsync_dir(os.path.join(path, META_DIR))
     return True
 
 
 # -- writing files ------------------------------------------------------------------------
 
 
-def _tmp_name(f: PublishedFile) -> str:
-    return f"{_TMP_PREFIX}{part_name(f.first, f.last)}"
+def _dir_mode(path: str) -> int:
+    """A changefeed's mode is its directory's: merged files and an output follow it."""
+    return os.stat(path).st_mode & 0o777
 
 
-def _write_merged(src: str, group: list[PublishedFile], dst: str, opts: _WriteOptions) -> PublishedFile:
+def _write_merged(
+    src: str, group: list[PublishedFile], dst: str, opts: _WriteOptions, mode: int
+) -> PublishedFile:
     """Rows of ``group``'s files, in order, into one hidden file in ``dst`` (fsynced)."""
     merged = PublishedFile(
         part_name(group[0].first, group[-1].last),
@@ -396,8 +397,10 @@ def _write_merged(src: str, group: list[PublishedFile], dst: str, opts: _WriteOp
         group[-1].last,
         sum(f.rows for f in group),
         group[-1].last_commit,
+        group[-1].owner,
     )
-    tmp = os.path.join(dst, _tmp_name(merged))
+    tmp = os.path.join(dst, compact_tmp_name(merged.first, merged.last))
+    create_file(tmp, mode)
     writer = parquet_writer(tmp, opts.compression)
     try:
         pending: list[pa.RecordBatch] = []
@@ -418,14 +421,16 @@ def _write_merged(src: str, group: list[PublishedFile], dst: str, opts: _WriteOp
             raise ChangefeedCorruptError(
                 f"{src}: files {group[0].name}..{group[-1].name} hold {n} rows, their footers say {merged.rows}"
             )
-        writer.add_key_value_metadata(_footer_meta(merged, len(group)))
+        meta = footer_metadata(merged)
+        meta[META_COMPACTED] = str(len(group))
+        writer.add_key_value_metadata(meta)
     except BaseException:
         writer.close()
         os.unlink(tmp)
         raise
     writer.close()
     if opts.durable:
-        _fsync_path(tmp)
+        fsync_path(tmp)
     return merged
 
 
@@ -439,83 +444,26 @@ def _write_row_group(
     return rest.combine_chunks().to_batches() if rest.num_rows else [], rest.num_rows
 
 
-def _copy_file(src: str, f: PublishedFile, dst: str, opts: _WriteOptions) -> PublishedFile:
-    tmp = os.path.join(dst, _tmp_name(f))
+def _copy_file(src: str, f: PublishedFile, dst: str, opts: _WriteOptions, mode: int) -> PublishedFile:
+    tmp = os.path.join(dst, compact_tmp_name(f.first, f.last))
     shutil.copyfile(os.path.join(src, f.name), tmp)
+    os.chmod(tmp, mode)
     if opts.durable:
-        _fsync_path(tmp)
+        fsync_path(tmp)
     return f
-
-
-def _footer_meta(f: PublishedFile, files: int) -> dict[bytes, str]:
-    return {
-        META_FIRST: str(f.first),
-        META_LAST: str(f.last),
-        META_LAST_COMMIT: ",".join(str(x) for x in f.last_commit),
-        META_ROWS: str(f.rows),
-        META_COMPACTED: str(files),
-    }
 
 
 def _publish(dst: str, f: PublishedFile, opts: _WriteOptions) -> None:
     """The hidden, complete file becomes ``part-<first>-<last>.parquet``."""
-    os.rename(os.path.join(dst, _tmp_name(f)), os.path.join(dst, f.name))
-    if opts.durable:
-        _fsync_dir(dst)
-
-
-# -- the changefeed's metadata ------------------------------------------------------------
-
-
-def _make_changefeed_dir(path: str) -> None:
-    try:
-        os.makedirs(path, exist_ok=True)
-        os.makedirs(os.path.join(path, META_DIR), mode=0o700, exist_ok=True)
-    except OSError as exc:
-        raise ChangefeedError(f"{path}: cannot create the changefeed directory: {exc.strerror}") from None
-
-
-def _write_manifest(path: str, files: list[PublishedFile], opts: _WriteOptions) -> None:
-    """``_olr_buffer/manifest.json`` in the writer's format, for ``files``."""
-    last = files[-1] if files else None
-    doc = {
-        "format": 1,
-        "next_tx_seq": last.last + 1 if last else 0,
-        "files": len(files),
-        "last_file": last.name if last else None,
-        "last_commit": list(last.last_commit) if last else None,
-        "last_c_scn": last.last_commit.scn if last else None,
-        "updated": time.time(),
-    }
-    _atomic_write(os.path.join(path, META_DIR, MANIFEST), orjson.dumps(doc, option=orjson.OPT_INDENT_2), opts.durable)
-
-
-def _log_published(path: str, f: PublishedFile, opts: _WriteOptions) -> None:
-    _append_line(
-        os.path.join(path, META_DIR, PUBLISHED_LOG),
-        {"file": f.name, "first": f.first, "last": f.last, "rows": f.rows, "last_commit": list(f.last_commit)},
-        opts.durable,
-    )
-
-
-def _append_line(path: str, doc: dict, durable: bool) -> None:
-    with open(path, "ab") as fh:
-        fh.write(orjson.dumps(doc) + b"\n")
-        if durable:
-            fh.flush()
-            os.fsync(fh.fileno())
+    publish(dst, compact_tmp_name(f.first, f.last), f.name, opts.durable)
 
 
 @contextmanager
 def _locked(path: str) -> Iterator[None]:
-    """One compaction at a time per directory (``_olr_buffer/compact.lock``, flock)."""
-    lock_path = os.path.join(path, META_DIR, LOCK)
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    """The changefeed's lock (``_olr_buffer/LOCK``), as its writer takes it: one process
+    writes a changefeed, be it a writer or a compaction."""
+    lock = ChangefeedLock(path, writer=False)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise CompactionError(f"{path}: another compaction is running on it") from None
         yield
     finally:
-        os.close(fd)
+        lock.release()

@@ -11,3 +11,11 @@ class ChangefeedError(OlrBufferError):
 
 class ChangefeedCorruptError(ChangefeedError):
     """Published files break the changefeed's invariants (gap, overlap, unreadable footer)."""
+
+
+class ChangefeedLockedError(ChangefeedError):
+    """Another process writes the changefeed (or compacts it in place)."""
+
+
+class ChangefeedOwnerError(ChangefeedError):
+    """The changefeed was written by another queue or source, or is behind its queue's record of it."""

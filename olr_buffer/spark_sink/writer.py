@@ -3,12 +3,15 @@
 Publication of one file::
 
     1. rows go to ``.tmp-part-<first>-<pid>.parquet`` (hidden from Spark: leading dot)
-    2. the footer gets the file's range and last commit key; close; fsync the file
+    2. the footer gets the file's range, last commit key and owner; close; fsync the file
     3. rename to ``part-<first>-<last>.parquet``; fsync the directory   <- visible, final
     4. record it in ``_olr_buffer/manifest.json`` (write temp, fsync, rename, fsync dir)
 
-On open, temporary files are deleted, and published files that the manifest lacks are
-checked (name, footer) and adopted: the files are the truth, the manifest an index.
+On open, the writer takes the changefeed's lock, deletes its temporary files, reads every
+published file's footer (a gapless chain from tx_seq 0), and adopts published files that
+the manifest lacks: the files are the truth, the manifest an index. A manifest that
+records more than the files hold means files were removed: refused. The directory's
+layout, lock and metadata are :mod:`.layout`'s.
 """
 
 from __future__ import annotations
@@ -19,10 +22,8 @@ import logging
 import os
 import time
 from collections import deque
-from dataclasses import dataclass
 from typing import Iterable
 
-import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -30,10 +31,35 @@ import pyarrow.parquet as pq
 from ..dispatcher.transaction import Commit, CommitKey
 from ..faults import fault_point
 from ..reader.records import CHANGEFEED_OP
-from .errors import ChangefeedCorruptError, ChangefeedError
-from .schema import (
-    ARROW_SCHEMA, META_FIRST, META_LAST, META_LAST_COMMIT, META_ROWS, parquet_writer, parse_part_name, part_name,
+from .errors import ChangefeedCorruptError, ChangefeedError, ChangefeedOwnerError
+from .layout import (  # noqa: F401  (MANIFEST, META_DIR, PUBLISHED_LOG, read_footer: public names)
+    DEFAULT_MODE,
+    MANIFEST,
+    META_DIR,
+    PUBLISHED_LOG,
+    ChangefeedLock,
+    ChangefeedOwner,
+    PublishedFile,
+    apply_mode,
+    create_file,
+    file_mode,
+    footer_metadata,
+    fsync_dir,
+    fsync_path,
+    last_logged,
+    list_files,
+    log_published,
+    manifest_owner,
+    os_failure,
+    prepare_dir,
+    read_footer,
+    read_manifest,
+    remove_own_temporaries,
+    set_file_modes,
+    write_manifest,
+    writer_tmp_name,
 )
+from .schema import ARROW_SCHEMA, parquet_writer, part_name
 
 log = logging.getLogger(__name__)
 
@@ -50,20 +76,12 @@ def _row_numbers(n: int) -> pa.Array:
 # changefeed op by record code (codes index this array)
 _OP_NAMES = pa.array([CHANGEFEED_OP.get(code) for code in range(max(CHANGEFEED_OP) + 1)], pa.string())
 
-META_DIR = "_olr_buffer"
-MANIFEST = "manifest.json"
-PUBLISHED_LOG = "published.jsonl"
 DEFAULT_FILE_ROWS = 1_000_000
 DEFAULT_ROW_GROUP_ROWS = 65_536
-
-
-@dataclass(frozen=True, slots=True)
-class PublishedFile:
-    name: str
-    first: int
-    last: int
-    rows: int
-    last_commit: CommitKey
+_CHAIN_HINT = (
+    "if an in-place compaction was interrupted, run `olr-buffer compact --in-place "
+    "--i-know-no-reader-is-running` again to finish it; otherwise files were removed or edited by hand"
+)
 
 
 class ChangefeedWriter:
@@ -71,7 +89,9 @@ class ChangefeedWriter:
 
     ``file_rows``: a file is published once it holds at least this many rows (at a
     transaction boundary: a transaction is never split). ``flush()`` publishes what is
-    buffered whatever its size.
+    buffered whatever its size. ``mode``: the directory's mode (its files get it without
+    the x bits), 0700 by default; an existing directory is given it. The writer holds the
+    changefeed's lock until :meth:`close` or :meth:`release`.
     """
 
     def __init__(
@@ -82,23 +102,31 @@ class ChangefeedWriter:
         row_group_rows: int = DEFAULT_ROW_GROUP_ROWS,
         durable: bool = True,
         compression: str = "zstd",
+        mode: int = DEFAULT_MODE,
     ) -> None:
         self.path = os.fspath(path)
         self.file_rows = file_rows
         self.row_group_rows = row_group_rows
         self.durable = durable
         self.compression = compression
+        self.mode = mode
+        self.file_mode = file_mode(mode)
         self.meta_dir = os.path.join(self.path, META_DIR)
-        try:
-            os.makedirs(self.path, exist_ok=True)
-            os.makedirs(self.meta_dir, mode=0o700, exist_ok=True)
-        except OSError as exc:
-            raise ChangefeedError(f"{self.path}: cannot create the changefeed directory: {exc.strerror}") from None
         self.next_tx_seq = 0
         self.last_commit: CommitKey | None = None
         self.last_c_scn: int | None = None
         self.files_published = 0
-        self._recover()
+        self.owner: ChangefeedOwner | None = None  # the queue (and source) that writes it
+        self._last_file: PublishedFile | None = None
+        prepare_dir(self.path, mode)
+        self._lock: ChangefeedLock | None = ChangefeedLock(self.path, writer=True)
+        try:
+            apply_mode(self.path, mode)
+            self._recover()
+        except BaseException:
+            self._lock.release()
+            self._lock = None
+            raise
         # the open file
         self._writer: pq.ParquetWriter | None = None
         self._tmp_path: str | None = None
@@ -119,107 +147,97 @@ class ChangefeedWriter:
     # -- recovery ----------------------------------------------------------------------
 
     def _recover(self) -> None:
-        manifest = self._read_manifest()
-        parts: list[tuple[int, int, str]] = []
-        for name in os.listdir(self.path):
-            if name.startswith(".tmp-"):
-                log.info("deleting unpublished temporary file %s", name)
-                os.unlink(os.path.join(self.path, name))
-                continue
-            rng = parse_part_name(name)
-            if rng is not None:
-                parts.append((rng[0], rng[1], name))
-        parts.sort()
-        expected = 0
-        for first, last, name in parts:
-            if first != expected or last < first:
-                raise ChangefeedCorruptError(
-                    f"{os.path.join(self.path, name)}: changefeed has a gap or overlap: expected a file starting at tx_seq {expected}",
-                    hint="if an in-place compaction was interrupted, run `olr-buffer compact --in-place "
-                    "--i-know-no-reader-is-running` again to finish it; otherwise files were removed or edited by hand",
-                )
-            expected = last + 1
-        self.files_published = len(parts)
-        self.next_tx_seq = expected
-        if not parts:
-            if manifest and manifest.get("next_tx_seq", 0) > 0:
-                raise ChangefeedCorruptError(
-                    f"{self.path}: the manifest records {manifest['next_tx_seq']} transactions but no file is there",
-                    hint="the changefeed files were removed; start with an empty changefeed and queue",
-                )
+        manifest = read_manifest(self.path)
+        for name in remove_own_temporaries(self.path):
+            log.info("deleted unpublished temporary file %s", name)
+        files = list_files(self.path, hint=_CHAIN_HINT)
+        self.files_published = len(files)
+        self.next_tx_seq = files[-1].last + 1 if files else 0
+        recorded = manifest.get("next_tx_seq") if manifest else None
+        if not isinstance(recorded, int) or isinstance(recorded, bool):
+            recorded = None
+        if recorded is not None and recorded > self.next_tx_seq:
+            raise ChangefeedCorruptError(
+                f"{self.path}: published files are missing: the manifest records tx_seq 0..{recorded - 1}, "
+                f"the files hold {_tx_range(self.next_tx_seq)}",
+                hint="put the missing files back (from a backup); the queue cannot publish them again, and "
+                "readers may have seen them",
+                path=self.path,
+            )
+        set_file_modes(self.path, files, self.file_mode)
+        self.owner = manifest_owner(manifest) or (files[-1].owner if files else None)
+        if not files:
             return
-        last_name = parts[-1][2]
-        footer = self._footer(last_name)
-        self.last_commit = footer.last_commit
-        self.last_c_scn = footer.last_commit.scn
-        if not manifest or manifest.get("next_tx_seq") != self.next_tx_seq:
-            adopted = [p[2] for p in parts if p[0] >= (manifest or {}).get("next_tx_seq", 0)]
-            logged = self._last_logged(len(adopted))  # a crash may come between log and manifest
-            for name in adopted:
-                f = self._footer(name)
-                log.info("adopting published file %s missing from the manifest", name)
-                if name not in logged:
-                    self._log_published(f)
-            self._write_manifest(last_name)
+        self._last_file = files[-1]
+        self.last_commit = files[-1].last_commit
+        self.last_c_scn = self.last_commit.scn
+        if recorded != self.next_tx_seq:
+            adopted = [f for f in files if f.first >= (recorded or 0)]
+            logged = last_logged(self.path, len(adopted))  # a crash may come between log and manifest
+            for f in adopted:
+                log.info("adopting published file %s missing from the manifest", f.name)
+                if f.name not in logged:
+                    log_published(self.path, f, self.durable)
+            write_manifest(self.path, len(files), files[-1], self.owner, self.durable)
 
-    def _footer(self, name: str) -> PublishedFile:
-        return read_footer(self.path, name)
+    # -- owner -------------------------------------------------------------------------
 
-    def _read_manifest(self) -> dict | None:
-        try:
-            with open(os.path.join(self.meta_dir, MANIFEST), "rb") as fh:
-                return orjson.loads(fh.read())
-        except FileNotFoundError:
-            return None
-        except orjson.JSONDecodeError:
-            log.warning("manifest unreadable, rebuilding it from the published files")
-            return None
+    def check_owner(
+        self, owner: ChangefeedOwner, *, queue: str, queue_next_tx_seq: int | None, adopt: bool = False
+    ) -> bool:
+        """Whether ``owner`` (the queue at ``queue``, whose checkpoint records
+        ``queue_next_tx_seq``, None if it has none) may write this changefeed; raises
+        :class:`ChangefeedOwnerError` if not. Returns True when the changefeed is adopted
+        from another queue: the commits it holds are then skipped as already published.
 
-    def _write_manifest(self, last_file: str | None) -> None:
-        doc = {
-            "format": 1,
-            "next_tx_seq": self.next_tx_seq,
-            "files": self.files_published,
-            "last_file": last_file,
-            "last_commit": list(self.last_commit) if self.last_commit else None,
-            "last_c_scn": self.last_c_scn,
-            "updated": time.time(),
-        }
-        _atomic_write(os.path.join(self.meta_dir, MANIFEST), orjson.dumps(doc, option=orjson.OPT_INDENT_2), self.durable)
-
-    def _last_logged(self, n: int) -> set[str]:
-        """The file names on the last ``n`` lines of the published log (files are logged in
-        order, so a file published but missing from the manifest can only be there)."""
-        if not n:
-            return set()
-        path = os.path.join(self.meta_dir, PUBLISHED_LOG)
-        try:
-            with open(path, "rb") as fh:
-                size = fh.seek(0, os.SEEK_END)
-                want = min(size, 1024 * n + 4096)  # a line is ~150 bytes
-                fh.seek(size - want)
-                lines = fh.read(want).splitlines()
-        except FileNotFoundError:
-            return set()
-        if want < size:
-            lines = lines[1:]  # the first one is probably cut
-        names = set()
-        for line in lines[-n:]:
-            try:
-                names.add(orjson.loads(line)["file"])
-            except (orjson.JSONDecodeError, KeyError, TypeError):
-                continue  # a line cut by a crash while it was written
-        return names
-
-    def _log_published(self, f: PublishedFile) -> None:
-        line = orjson.dumps(
-            {"file": f.name, "first": f.first, "last": f.last, "rows": f.rows, "last_commit": list(f.last_commit)}
+        Refused: a changefeed behind the queue's record of it (files removed), even with
+        ``adopt``; a changefeed written by another queue or source, or one that recorded
+        no owner taken by a queue without a checkpoint, unless ``adopt``. A changefeed
+        that recorded no owner and a queue with a checkpoint: the queue that wrote it.
+        """
+        if queue_next_tx_seq is not None and self.next_tx_seq < queue_next_tx_seq:
+            raise ChangefeedOwnerError(
+                f"{self.path}: changefeed is behind its queue: it holds {_tx_range(self.next_tx_seq)}, "
+                f"the queue {queue} has published tx_seq 0..{queue_next_tx_seq - 1} to it",
+                hint="published files were removed, or this is not the queue's changefeed: put the files back, "
+                "or start again with a new queue and an empty changefeed",
+                path=self.path,
+                queue=queue,
+            )
+        recorded = self.owner
+        if recorded == owner:
+            return False
+        if self.next_tx_seq == 0:
+            if recorded is not None:
+                log.info("%s: empty changefeed of %s now written by %s", self.path, recorded.describe(), owner.describe())
+            return False
+        if recorded is None and queue_next_tx_seq is not None:
+            log.info("%s: recording %s as the changefeed's writer", self.path, owner.describe())
+            return False
+        wrote = recorded.describe() if recorded else "a queue that did not record its id"
+        if not adopt:
+            raise ChangefeedOwnerError(
+                f"{self.path}: changefeed was written by {wrote}; {queue} is {owner.describe()}",
+                hint="give each queue its own changefeed; if this queue was rebuilt from the same input after "
+                "the changefeed's queue was lost, run again with --adopt-changefeed (docs/failure-scenarios.md)",
+                path=self.path,
+                queue=queue,
+                changefeed_owner=recorded,
+                owner=owner,
+            )
+        log.warning(
+            "%s: adopting the changefeed written by %s for %s: its %d transactions (commits up to %s) "
+            "count as published, and the queue's commits up to there are skipped",
+            self.path, wrote, owner.describe(), self.next_tx_seq, tuple(self.last_commit or ()),
         )
-        with open(os.path.join(self.meta_dir, PUBLISHED_LOG), "ab") as fh:
-            fh.write(line + b"\n")
-            if self.durable:
-                fh.flush()
-                os.fsync(fh.fileno())
+        return True
+
+    def bind(self, owner: ChangefeedOwner) -> None:
+        """Record ``owner`` as the changefeed's writer (manifest now, footers from now on)."""
+        if self.owner == owner:
+            return
+        self.owner = owner
+        write_manifest(self.path, self.files_published, self._last_file, owner, self.durable)
 
     # -- writing -----------------------------------------------------------------------
 
@@ -285,11 +303,16 @@ class ChangefeedWriter:
             return
         batch = self._batch()
         if self._writer is None:
-            self._tmp_path = os.path.join(self.path, f".tmp-part-{self._file_first:020d}-{os.getpid()}.parquet")
+            if self._lock is None:
+                raise ChangefeedError(f"{self.path}: the changefeed writer is closed")
+            self._tmp_path = os.path.join(self.path, writer_tmp_name(self._file_first, os.getpid()))
             try:
+                create_file(self._tmp_path, self.file_mode)
                 self._writer = parquet_writer(self._tmp_path, self.compression)
             except OSError as exc:
-                raise ChangefeedError(f"{self._tmp_path}: cannot create: {exc}") from None
+                error = os_failure(exc, self._tmp_path, "create a changefeed file")
+                self.abandon()
+                raise error from None
         try:
             self._writer.write_batch(batch, row_group_size=len(self._recs))
         except OSError as exc:
@@ -365,41 +388,37 @@ class ChangefeedWriter:
         first, last = self._file_first, self.next_tx_seq - 1
         last_commit = self._file_last_commit
         assert self._writer is not None and self._tmp_path is not None and last_commit is not None
-        self._writer.add_key_value_metadata(
-            {
-                META_FIRST: str(first),
-                META_LAST: str(last),
-                META_LAST_COMMIT: ",".join(str(x) for x in last_commit),
-                META_ROWS: str(self._file_rows),
-            }
-        )
+        published = PublishedFile(part_name(first, last), first, last, self._file_rows, last_commit, self.owner)
+        self._writer.add_key_value_metadata(footer_metadata(published))
         self._writer.close()
         self._writer = None
-        name = part_name(first, last)
-        final = os.path.join(self.path, name)
         if self.durable:
-            _fsync_path(self._tmp_path)
+            fsync_path(self._tmp_path)
         fault_point("after_tmp_written")
-        os.rename(self._tmp_path, final)
-        if self.durable:
-            _fsync_dir(self.path)
-        fault_point("after_rename")
-        published = PublishedFile(name, first, last, self._file_rows, last_commit)
+        os.rename(self._tmp_path, os.path.join(self.path, published.name))
+        # visible: from here on the file is published, whatever fails next
+        self._tmp_path = None
         now_ns = time.time_ns()
         self.latencies.extend((now_ns - tm) / 1e9 for tm in self._file_c_tms if tm is not None)
         self._file_c_tms.clear()
         self.transactions_published += last - first + 1
         self.rows_published += self._file_rows
-        log.info("published %s: tx_seq %d..%d, %d rows", name, first, last, self._file_rows)
         self.files_published += 1
         self.last_commit = last_commit
         self.last_c_scn = last_commit.scn
-        self._log_published(published)
-        self._write_manifest(name)
-        self._tmp_path = None
+        self._last_file = published
         self._file_first = self.next_tx_seq
         self._file_rows = 0
         self._file_last_commit = None
+        if self.durable:
+            try:
+                fsync_dir(self.path)
+            except OSError as exc:
+                raise os_failure(exc, self.path, "sync the changefeed directory") from None
+        fault_point("after_rename")
+        log.info("published %s: tx_seq %d..%d, %d rows", published.name, first, last, published.rows)
+        log_published(self.path, published, self.durable)
+        write_manifest(self.path, self.files_published, published, self.owner, self.durable)
         return published
 
     @property
@@ -408,8 +427,19 @@ class ChangefeedWriter:
         return self._file_rows
 
     def close(self) -> None:
-        """Publish what is buffered and release the open file."""
+        """Publish what is buffered, then release the changefeed's lock."""
+        if self._lock is None:
+            return
         self.flush()
+        self.release()
+
+    def release(self) -> None:
+        """Drop what is not published and release the changefeed's lock (the writer is
+        done; the transactions it held are published again by the next run)."""
+        self.abandon()
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
     def abandon(self) -> None:
         """Drop the unpublished file (its transactions will be published again on restart)."""
@@ -430,53 +460,5 @@ class ChangefeedWriter:
         self._file_c_tms.clear()
 
 
-def read_footer(path: str, name: str) -> PublishedFile:
-    """A published file's range and last commit from its name and footer, checked against
-    each other and the row count."""
-    full = os.path.join(path, name)
-    first, last = parse_part_name(name)  # type: ignore[misc]
-    try:
-        meta = pq.read_metadata(full)
-    except Exception as exc:
-        raise ChangefeedCorruptError(f"{full}: unreadable Parquet footer: {exc}") from None
-    kv = meta.metadata or {}
-    try:
-        f_first, f_last = int(kv[META_FIRST]), int(kv[META_LAST])
-        scn, thread, seq, line = (int(x) for x in kv[META_LAST_COMMIT].split(b","))
-        rows = int(kv[META_ROWS])
-    except (KeyError, ValueError):
-        raise ChangefeedCorruptError(f"{full}: footer lacks olr-buffer's range metadata") from None
-    if (f_first, f_last) != (first, last) or rows != meta.num_rows:
-        raise ChangefeedCorruptError(
-            f"{full}: footer says tx_seq {f_first}..{f_last} and {rows} rows; "
-            f"the name says {first}..{last}, the file holds {meta.num_rows} rows"
-        )
-    return PublishedFile(name, first, last, rows, CommitKey(scn, thread, seq, line))
-
-
-def _fsync_path(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _atomic_write(path: str, data: bytes, durable: bool) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        if durable:
-            fh.flush()
-            os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    if durable:
-        _fsync_dir(os.path.dirname(path))
+def _tx_range(next_tx_seq: int) -> str:
+    return f"tx_seq 0..{next_tx_seq - 1}" if next_tx_seq else "no transaction"

@@ -17,6 +17,7 @@ from __future__ import annotations
 import bisect
 import errno
 import fcntl
+import logging
 import os
 import threading
 from typing import Mapping, Sequence
@@ -27,6 +28,8 @@ from ..faults import fault_point
 from .base import SegmentInfo, TxQueue, cleanup_candidates
 from .block import Block, index_key, key_index, thread_codec
 from .errors import QueueCorruptError, QueueError, QueueFullError, QueueLockedError
+
+log = logging.getLogger(__name__)
 
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
 _SEGMENT_PREFIX = "seg-"
@@ -89,6 +92,9 @@ class LmdbQueue(TxQueue):
                 raise QueueError(f"{self.path}: no queue here", hint="check --queue", path=self.path)
             os.makedirs(self.path, mode=0o700, exist_ok=True)
             os.makedirs(self._seg_dir, mode=0o700, exist_ok=True)
+        if not read_only:
+            for d in (self.path, self._seg_dir):
+                _owner_only(d)
         self._segments: list[_Segment] = []
         if not read_only:
             self._acquire_lock()
@@ -359,6 +365,22 @@ class LmdbQueue(TxQueue):
     def _check_writable(self) -> None:
         if self.read_only:
             raise QueueError(f"{self.path}: queue is opened read-only")
+
+
+def _owner_only(path: str) -> None:
+    """A queue directory that other users may read is tightened to the owner (0700)."""
+    mode = os.stat(path).st_mode & 0o777
+    if not mode & 0o077:
+        return
+    try:
+        os.chmod(path, mode & 0o700)
+    except OSError as exc:
+        raise QueueError(
+            f"{path}: mode {mode:04o} lets other users read the queue, and it cannot be tightened: {exc.strerror}",
+            hint="chmod 700 it, or run as its owner",
+            path=path,
+        ) from None
+    log.info("%s: mode %04o tightened to %04o: the queue holds row data", path, mode, mode & 0o700)
 
 
 def _disk_full(path: str, margin: int = 16 << 20) -> bool:

@@ -1,0 +1,511 @@
+"""The changefeed directory: one owner for its names, lock, listing, footers and metadata.
+
+::
+
+    CF/                                    mode 0700 (``--changefeed-mode``)
+      part-<first>-<last>.parquet          published files (mode 0600: the mode without x bits)
+      .tmp-part-<first>-<pid>.parquet      a file being written by the writer
+      .tmp-compact-part-<first>-<last>.parquet   a merged file being written by compaction
+      _olr_buffer/                         mode 0700
+        LOCK                               flock'ed by the process that writes the changefeed
+        manifest.json                      next_tx_seq, last file and commit, owner (queue id)
+        published.jsonl                    one line per published file (audit log)
+        compaction.json, compactions.jsonl in-place compaction: intent, log
+
+The writer (:class:`~olr_buffer.spark_sink.ChangefeedWriter`) and compaction both use
+this module, so they agree on every name and on what a valid changefeed is: a gapless
+chain of ``part-`` files from tx_seq 0, each footer agreeing with its name and rows.
+
+**One writer at a time.** ``_olr_buffer/LOCK`` is ``flock``'ed by the writer and by an
+in-place compaction (and a compaction's output directory), like ``QUEUE_DIR/LOCK``: a
+second process is refused with ``CF: changefeed is in use by another process (pid N)``.
+The kernel drops the lock when its owner dies. Readers (Spark, ``status``) take no lock.
+Inside one process the lock is shared (a compaction may run beside an idle writer of the
+same process); two writers of one process are refused.
+
+**Owner.** The manifest and every file's footer record the identity of the queue that
+writes the changefeed (a random id the pipeline stores in the queue's metadata) and,
+where the source has one, the source's identity. The pipeline checks it on open.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import logging
+import os
+import re
+import threading
+import time
+from dataclasses import dataclass
+
+import orjson
+import pyarrow.parquet as pq
+
+from ..dispatcher.transaction import CommitKey
+from .errors import ChangefeedCorruptError, ChangefeedError, ChangefeedLockedError
+from .schema import META_FIRST, META_LAST, META_LAST_COMMIT, META_ROWS, parse_part_name, part_name
+
+log = logging.getLogger(__name__)
+
+META_DIR = "_olr_buffer"
+MANIFEST = "manifest.json"
+PUBLISHED_LOG = "published.jsonl"
+LOCK = "LOCK"
+MANIFEST_FORMAT = 1
+
+# Footer keys of the owner (besides the range keys in schema.py).
+META_QUEUE_ID = b"olr_buffer.queue_id"
+META_SOURCE_ID = b"olr_buffer.source_id"
+
+DEFAULT_MODE = 0o700  # the changefeed directory; its files get the mode without x bits
+META_MODE = 0o700  # _olr_buffer/ is never shared: Spark does not read it
+
+WRITER_TMP_PREFIX = ".tmp-part-"
+COMPACT_TMP_PREFIX = ".tmp-compact-"
+# Only these temporary names are olr-buffer's own: anything else is left alone.
+_OWN_TMP = re.compile(
+    r"\.tmp-part-[0-9]{20}-[0-9]+\.parquet|\.tmp-compact-part-[0-9]{20}-[0-9]{20}\.parquet"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ChangefeedOwner:
+    """Who writes a changefeed: the queue's id and, for a source that has one (a
+    PostgreSQL database and slot), the source's identity."""
+
+    queue_id: str
+    source_id: str | None = None
+
+    def describe(self) -> str:
+        return f"queue {self.queue_id}" + (f" (source {self.source_id})" if self.source_id else "")
+
+
+@dataclass(frozen=True, slots=True)
+class PublishedFile:
+    name: str
+    first: int
+    last: int
+    rows: int
+    last_commit: CommitKey
+    owner: ChangefeedOwner | None = None  # None: written before owners were recorded
+
+
+# -- names --------------------------------------------------------------------------------
+
+
+def is_own_temporary(name: str) -> bool:
+    """Whether ``name`` is a temporary file that olr-buffer writes in a changefeed."""
+    return _OWN_TMP.fullmatch(name) is not None
+
+
+def writer_tmp_name(first: int, pid: int) -> str:
+    return f"{WRITER_TMP_PREFIX}{first:020d}-{pid}.parquet"
+
+
+def compact_tmp_name(first: int, last: int) -> str:
+    return f"{COMPACT_TMP_PREFIX}{part_name(first, last)}"
+
+
+def file_mode(dir_mode: int) -> int:
+    """The mode of the changefeed's files for a directory mode: without the x bits."""
+    return dir_mode & 0o666
+
+
+# -- errors -------------------------------------------------------------------------------
+
+
+def os_failure(exc: OSError, path: str, doing: str) -> ChangefeedError:
+    """One line for an OS error on the changefeed: ``PATH: cannot DOING: reason``, and
+    what to do."""
+    if exc.errno == errno.ENOSPC:
+        return ChangefeedError(
+            f"{path}: cannot {doing}: no space left on device",
+            hint="free disk space, then run the same command again",
+            path=path,
+        )
+    reason = (exc.strerror or str(exc)).splitlines()[0]
+    if exc.errno in (errno.EROFS, errno.EPERM, errno.EACCES):
+        hint = "make the changefeed directory writable by this user (read-only mount, permissions, immutable attribute)"
+    else:
+        hint = "check the changefeed directory"
+    return ChangefeedError(f"{path}: cannot {doing}: {reason}", hint=hint, path=path)
+
+
+# -- directory and lock -------------------------------------------------------------------
+
+
+def prepare_dir(path: str, mode: int) -> None:
+    """Create the changefeed directory (with ``mode``) and ``_olr_buffer/`` if missing.
+    The owner of the lock gives an existing directory its mode (:func:`apply_mode`)."""
+    meta = os.path.join(path, META_DIR)
+    try:
+        if not os.path.isdir(path):
+            os.makedirs(path, mode=mode, exist_ok=True)
+        if not os.path.isdir(meta):
+            os.mkdir(meta, META_MODE)
+    except FileExistsError:
+        pass  # another process created it meanwhile
+    except OSError as exc:
+        raise os_failure(exc, exc.filename or path, "create the changefeed directory") from None
+
+
+def apply_mode(path: str, mode: int) -> None:
+    """Give the directory ``mode`` if it has another one (a directory of another owner
+    keeps its mode: that owner chose it)."""
+    try:
+        current = os.stat(path).st_mode & 0o777
+        if current != mode:
+            os.chmod(path, mode)
+            if current & ~mode:
+                log.info("%s: mode %04o tightened to %04o (--changefeed-mode to share it)", path, current, mode)
+    except PermissionError:
+        log.warning("%s: cannot set mode %04o (not the owner); leaving it as it is", path, mode)
+    except OSError as exc:
+        raise os_failure(exc, path, "set the changefeed's mode") from None
+
+
+_HELD: dict[str, list] = {}  # lock file's real path -> [fd, holders, a writer holds it]
+_HELD_GUARD = threading.Lock()
+
+
+class ChangefeedLock:
+    """``CF/_olr_buffer/LOCK``, ``flock``'ed for the life of this object (see the module
+    doc); ``writer=True`` also refuses a second writer of the same process."""
+
+    def __init__(self, path: str, *, writer: bool) -> None:
+        self.path = path
+        self.writer = writer
+        lock_path = os.path.join(path, META_DIR, LOCK)
+        try:
+            self._key = os.path.realpath(lock_path)
+        except OSError:
+            self._key = os.path.abspath(lock_path)
+        self._held = False
+        with _HELD_GUARD:
+            entry = _HELD.get(self._key)
+            if entry is not None:
+                if writer and entry[2]:
+                    raise ChangefeedLockedError(
+                        f"{path}: changefeed is already open by a writer in this process", path=path
+                    )
+                entry[1] += 1
+                entry[2] = entry[2] or writer
+                self._held = True
+                return
+            try:
+                fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+            except OSError as exc:
+                raise os_failure(exc, lock_path, "open the changefeed's lock") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                owner = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+                os.close(fd)
+                if exc.errno in (errno.EWOULDBLOCK, errno.EACCES):
+                    raise ChangefeedLockedError(
+                        f"{path}: changefeed is in use by another process (pid {owner})",
+                        hint="one process writes a changefeed: stop the other one first, or give each queue "
+                        "its own changefeed",
+                        path=path,
+                        pid=owner,
+                    ) from None
+                raise os_failure(exc, lock_path, "lock the changefeed") from None
+            try:
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            except OSError:
+                pass  # the pid is for the message of a refused process only
+            _HELD[self._key] = [fd, 1, writer]
+            self._held = True
+
+    def release(self) -> None:
+        with _HELD_GUARD:
+            if not self._held:
+                return
+            self._held = False
+            entry = _HELD[self._key]
+            entry[1] -= 1
+            if self.writer:
+                entry[2] = False
+            if entry[1] == 0:
+                del _HELD[self._key]
+                os.close(entry[0])  # closing drops the flock
+
+    def __del__(self) -> None:
+        self.release()
+
+
+# -- footers and the chain of files -------------------------------------------------------
+
+
+def footer_metadata(f: PublishedFile) -> dict[bytes, str]:
+    """The key-value metadata of ``f``'s footer."""
+    meta = {
+        META_FIRST: str(f.first),
+        META_LAST: str(f.last),
+        META_LAST_COMMIT: ",".join(str(x) for x in f.last_commit),
+        META_ROWS: str(f.rows),
+    }
+    if f.owner is not None:
+        meta[META_QUEUE_ID] = f.owner.queue_id
+        if f.owner.source_id is not None:
+            meta[META_SOURCE_ID] = f.owner.source_id
+    return meta
+
+
+def read_footer(path: str, name: str) -> PublishedFile:
+    """A published file's range, last commit and owner from its name and footer, checked
+    against each other and the row count."""
+    full = os.path.join(path, name)
+    first, last = parse_part_name(name)  # type: ignore[misc]
+    try:
+        meta = pq.read_metadata(full)
+    except OSError as exc:
+        if isinstance(exc, FileNotFoundError) or exc.errno is not None:
+            raise os_failure(exc, full, "read a changefeed file's footer") from None
+        raise ChangefeedCorruptError(f"{full}: unreadable Parquet footer: {_first_line(exc)}", path=full) from None
+    except Exception as exc:
+        raise ChangefeedCorruptError(f"{full}: unreadable Parquet footer: {_first_line(exc)}", path=full) from None
+    kv = meta.metadata or {}
+    try:
+        f_first, f_last = int(kv[META_FIRST]), int(kv[META_LAST])
+        scn, thread, seq, line = (int(x) for x in kv[META_LAST_COMMIT].split(b","))
+        rows = int(kv[META_ROWS])
+    except (KeyError, ValueError):
+        raise ChangefeedCorruptError(
+            f"{full}: not a file of this changefeed: its footer lacks olr-buffer's range metadata",
+            hint="a file was replaced or copied in by hand: remove it or put the original back",
+            path=full,
+        ) from None
+    if (f_first, f_last) != (first, last) or rows != meta.num_rows:
+        raise ChangefeedCorruptError(
+            f"{full}: footer says tx_seq {f_first}..{f_last} and {rows} rows; "
+            f"the name says {first}..{last}, the file holds {meta.num_rows} rows",
+            path=full,
+        )
+    owner = None
+    if META_QUEUE_ID in kv:
+        source = kv.get(META_SOURCE_ID)
+        owner = ChangefeedOwner(kv[META_QUEUE_ID].decode(), source.decode() if source is not None else None)
+    return PublishedFile(name, first, last, rows, CommitKey(scn, thread, seq, line), owner)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def list_files(path: str, *, hint: str | None = None) -> list[PublishedFile]:
+    """The ``part-`` files of the changefeed at ``path``, every footer read and checked:
+    a gapless chain from tx_seq 0. Visible names that are not part files are refused
+    (Spark would read them as rows of the changefeed)."""
+    try:
+        names = os.listdir(path)
+    except FileNotFoundError:
+        raise ChangefeedError(f"{path}: no such changefeed directory", path=path) from None
+    except OSError as exc:
+        raise os_failure(exc, path, "list the changefeed") from None
+    parts = []
+    for name in names:
+        rng = parse_part_name(name)
+        if rng is not None:
+            parts.append((rng[0], rng[1], name))
+        elif not name.startswith(("_", ".")):
+            full = os.path.join(path, name)
+            raise ChangefeedCorruptError(
+                f"{full}: not a file of this changefeed (Spark would read it with the changefeed's files)",
+                hint="move it out of the changefeed directory",
+                path=full,
+            )
+    parts.sort()
+    files: list[PublishedFile] = []
+    expected = 0
+    for first, last, name in parts:
+        if first != expected or last < first:
+            raise ChangefeedCorruptError(
+                f"{os.path.join(path, name)}: changefeed has a gap or overlap: "
+                f"expected a file starting at tx_seq {expected}",
+                hint=hint or "files were removed or edited by hand",
+                path=os.path.join(path, name),
+            )
+        files.append(read_footer(path, name))
+        expected = last + 1
+    return files
+
+
+def remove_own_temporaries(path: str, prefix: str = ".tmp-") -> list[str]:
+    """Delete olr-buffer's temporary files (those starting with ``prefix``) in ``path``."""
+    removed = []
+    for name in os.listdir(path):
+        if name.startswith(prefix) and is_own_temporary(name):
+            full = os.path.join(path, name)
+            try:
+                os.unlink(full)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise os_failure(exc, full, "delete an unpublished temporary file") from None
+            removed.append(name)
+    return removed
+
+
+def set_file_modes(path: str, files: list[PublishedFile], mode: int) -> None:
+    """Give published files ``mode`` where they have another one (metadata only: their
+    content never changes)."""
+    for f in files:
+        full = os.path.join(path, f.name)
+        try:
+            if os.stat(full).st_mode & 0o777 != mode:
+                os.chmod(full, mode)
+        except PermissionError:
+            log.warning("%s: cannot set mode %04o (not the owner)", full, mode)
+        except OSError as exc:
+            raise os_failure(exc, full, "set a changefeed file's mode") from None
+
+
+def create_file(path: str, mode: int) -> None:
+    """An empty file with exactly ``mode`` (whatever the umask), to be written by Parquet."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
+
+
+# -- manifest and audit log ---------------------------------------------------------------
+
+
+def read_manifest(path: str) -> dict | None:
+    """``_olr_buffer/manifest.json``, or None if missing or unreadable (it is an index:
+    the files are the truth, and it is rebuilt from them)."""
+    full = os.path.join(path, META_DIR, MANIFEST)
+    try:
+        with open(full, "rb") as fh:
+            doc = orjson.loads(fh.read())
+    except FileNotFoundError:
+        return None
+    except orjson.JSONDecodeError:
+        log.warning("%s: unreadable, rebuilding it from the published files", full)
+        return None
+    except OSError as exc:
+        raise os_failure(exc, full, "read the manifest") from None
+    return doc if isinstance(doc, dict) else None
+
+
+def manifest_owner(doc: dict | None) -> ChangefeedOwner | None:
+    if not doc or not isinstance(doc.get("queue_id"), str):
+        return None
+    source = doc.get("source_id")
+    return ChangefeedOwner(doc["queue_id"], source if isinstance(source, str) else None)
+
+
+def write_manifest(
+    path: str, files: int, last: PublishedFile | None, owner: ChangefeedOwner | None, durable: bool
+) -> None:
+    """Rewrite ``_olr_buffer/manifest.json`` atomically for a changefeed of ``files``
+    files ending with ``last``, written by ``owner``."""
+    doc = {
+        "format": MANIFEST_FORMAT,
+        "next_tx_seq": last.last + 1 if last else 0,
+        "files": files,
+        "last_file": last.name if last else None,
+        "last_commit": list(last.last_commit) if last else None,
+        "last_c_scn": last.last_commit.scn if last else None,
+        "queue_id": owner.queue_id if owner else None,
+        "source_id": owner.source_id if owner else None,
+        "updated": time.time(),
+    }
+    atomic_write(os.path.join(path, META_DIR, MANIFEST), orjson.dumps(doc, option=orjson.OPT_INDENT_2), durable)
+
+
+def log_published(path: str, f: PublishedFile, durable: bool) -> None:
+    append_line(
+        os.path.join(path, META_DIR, PUBLISHED_LOG),
+        {"file": f.name, "first": f.first, "last": f.last, "rows": f.rows, "last_commit": list(f.last_commit)},
+        durable,
+    )
+
+
+def last_logged(path: str, n: int) -> set[str]:
+    """The file names on the last ``n`` lines of the published log (files are logged in
+    order, so a file published but missing from the manifest can only be there)."""
+    if not n:
+        return set()
+    full = os.path.join(path, META_DIR, PUBLISHED_LOG)
+    try:
+        with open(full, "rb") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            want = min(size, 1024 * n + 4096)  # a line is ~150 bytes
+            fh.seek(size - want)
+            lines = fh.read(want).splitlines()
+    except FileNotFoundError:
+        return set()
+    if want < size:
+        lines = lines[1:]  # the first one is probably cut
+    names = set()
+    for line in lines[-n:]:
+        try:
+            names.add(orjson.loads(line)["file"])
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            continue  # a line cut by a crash while it was written
+    return names
+
+
+def append_line(path: str, doc: dict, durable: bool) -> None:
+    try:
+        with open(path, "ab") as fh:
+            fh.write(orjson.dumps(doc) + b"\n")
+            if durable:
+                fh.flush()
+                os.fsync(fh.fileno())
+    except OSError as exc:
+        raise os_failure(exc, path, "write it") from None
+
+
+# -- durable file operations --------------------------------------------------------------
+
+
+def publish(path: str, tmp_name: str, name: str, durable: bool) -> None:
+    """The hidden, complete, fsynced file ``tmp_name`` becomes ``name``; the directory is
+    fsynced, so the name survives a power cut."""
+    os.rename(os.path.join(path, tmp_name), os.path.join(path, name))
+    if durable:
+        fsync_dir(path)
+
+
+def fsync_path(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: str, data: bytes, durable: bool) -> None:
+    """``path`` holds ``data`` or its old content, never a mix; an error names ``path``
+    (the temporary file is removed)."""
+    tmp = path + ".tmp"
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            if durable:
+                fh.flush()
+                os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        if durable:
+            fsync_dir(os.path.dirname(path))
+    except OSError as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise os_failure(exc, path, "write it") from None
