@@ -52,6 +52,7 @@ import pyarrow.parquet as pq
 from .errors import ChangefeedCorruptError, ChangefeedError
 from .schema import (
     ARROW_SCHEMA, META_FIRST, META_LAST, META_LAST_COMMIT, META_ROWS, parquet_writer, parse_part_name, part_name,
+    with_timestamps,
 )
 from .writer import (
     DEFAULT_ROW_GROUP_ROWS,
@@ -405,8 +406,9 @@ def _write_merged(src: str, group: list[PublishedFile], dst: str, opts: _WriteOp
         n = 0
         for f in group:
             pf = pq.ParquetFile(os.path.join(src, f.name))
-            for batch in pf.iter_batches(batch_size=opts.row_group_rows, columns=ARROW_SCHEMA.names):
-                batch = pa.RecordBatch.from_arrays(batch.columns, schema=ARROW_SCHEMA)
+            # A file written before c_ts/ts existed gets them: merged files have every column.
+            for batch in pf.iter_batches(batch_size=opts.row_group_rows, columns=_present(pf)):
+                batch = with_timestamps(batch)
                 pending.append(batch)
                 pending_rows += batch.num_rows
                 n += batch.num_rows
@@ -427,6 +429,12 @@ def _write_merged(src: str, group: list[PublishedFile], dst: str, opts: _WriteOp
     if opts.durable:
         _fsync_path(tmp)
     return merged
+
+
+def _present(pf: pq.ParquetFile) -> list[str]:
+    """The changefeed's columns that ``pf`` holds."""
+    names = set(pf.schema_arrow.names)
+    return [name for name in ARROW_SCHEMA.names if name in names]
 
 
 def _write_row_group(

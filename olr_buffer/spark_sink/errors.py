@@ -11,3 +11,11 @@ class ChangefeedError(OlrBufferError):
 
 class ChangefeedCorruptError(ChangefeedError):
     """Published files break the changefeed's invariants (gap, overlap, unreadable footer)."""
+
+
+class ChangefeedReadError(OlrBufferError, ValueError):
+    """A Spark helper was asked for something the changefeed cannot give as asked."""
+
+
+class UnknownTableError(ChangefeedReadError):
+    """No row of the changefeed belongs to the table asked for."""
