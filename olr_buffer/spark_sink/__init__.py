@@ -1,8 +1,8 @@
 """spark_sink: the Parquet changefeed (schema, atomic publication, recovery) and Spark helpers."""
 
-from .errors import ChangefeedCorruptError, ChangefeedError
+from .errors import ChangefeedCorruptError, ChangefeedError, ChangefeedReadError, UnknownTableError
 from .schema import ARROW_SCHEMA, COLUMNS, parse_part_name, part_name
-from .spark import changefeed_schema, read_changefeed, snapshot, stream_changefeed, table_changes
+from .spark import changefeed_schema, infer_schema, read_changefeed, snapshot, stream_changefeed, table_changes
 from .writer import ChangefeedWriter, PublishedFile
 
 __all__ = [
@@ -10,9 +10,12 @@ __all__ = [
     "COLUMNS",
     "ChangefeedCorruptError",
     "ChangefeedError",
+    "ChangefeedReadError",
     "ChangefeedWriter",
     "PublishedFile",
+    "UnknownTableError",
     "changefeed_schema",
+    "infer_schema",
     "parse_part_name",
     "part_name",
     "read_changefeed",
