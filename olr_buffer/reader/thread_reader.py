@@ -349,7 +349,10 @@ def _further_bad_lines(fh, raw: bytes, line: int, last_scn: int, last_sub: int, 
     else:
         shown = ", ".join(map(str, bad[:10])) + (", ..." if len(bad) > 10 else "")
         found = f"a quick scan of {where} found {len(bad)} more bad line(s): {shown}"
-    return f"{found}; fix them, then run the same command again (it resumes here), or set bad lines aside with --dead-letter FILE"
+    return (
+        f"{found}; fix them, then run the same command again (it resumes here), "
+        "or set bad lines aside with --dead-letter FILE"
+    )
 
 
 def _rest_of_line(fh) -> bytes:
