@@ -5,14 +5,17 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
 import re
 import sys
+import time
+from datetime import datetime, timedelta, timezone
 from typing import Any, Callable
 
 import click
 
 from . import __version__
-from .errors import OlrBufferError
+from .errors import EXIT_INTERRUPTED, OlrBufferError
 
 _SIZE = re.compile(r"^\s*([0-9]+)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -60,7 +63,7 @@ def clean_errors(fn: Callable) -> Callable:
             sys.exit(exc.exit_code)
         except KeyboardInterrupt:
             click.echo("olr-buffer: interrupted", err=True)
-            sys.exit(130)
+            sys.exit(EXIT_INTERRUPTED)
 
     return wrapper
 
@@ -135,10 +138,14 @@ def _options(*, segment_size, file_rows, block_records, checkpoint_interval, ret
 @click.option("--queue", "queue_dir", required=True, type=click.Path(file_okay=False), help="Queue directory.")
 @click.option("--changefeed", "changefeed_dir", required=True, type=click.Path(file_okay=False), help="Changefeed directory.")
 @pipeline_options
-@click.option("--progress/--no-progress", default=None, help="Progress line on stderr (default: when stderr is a terminal).")
+@click.option("--progress/--no-progress", default=None,
+              help="Progress on stderr (default: when stderr is a terminal). On a terminal one line rewritten in "
+                   "place; to a file or a pipe a plain line every --progress-interval seconds.")
+@click.option("--progress-interval", type=click.FloatRange(min=0), default=10.0, show_default=True,
+              help="Seconds between two progress lines when stderr is not a terminal.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @clean_errors
-def replay(input_dir, queue_dir, changefeed_dir, progress, as_json, **pipeline) -> None:
+def replay(input_dir, queue_dir, changefeed_dir, progress, progress_interval, as_json, **pipeline) -> None:
     """Replay archived redo logs of INPUT_DIR into the changefeed, offline, then exit.
 
     Run again on the same directories after a kill or a crash, it finishes what was left
@@ -146,17 +153,22 @@ def replay(input_dir, queue_dir, changefeed_dir, progress, as_json, **pipeline) 
     """
     from .pipeline import replay as run_replay
 
-    show = sys.stderr.isatty() if progress is None else progress
+    terminal = sys.stderr.isatty()
     opts = _options(**pipeline)
     dead_letter = opts.dead_letter
-    bar = _ProgressLine() if show else None
+    bar = _ProgressLine(terminal, progress_interval) if (terminal if progress is None else progress) else None
+    dead_letter_start = _size(dead_letter)
     try:
         summary = run_replay(input_dir, queue_dir, changefeed_dir, opts, on_progress=bar)
-    finally:
+    except BaseException:
         if bar:
-            bar.done()
+            bar.abort()
+        raise
+    if bar:
+        bar.done()
+    bad_lines = _dead_letters_since(dead_letter, dead_letter_start) if summary.quarantined else []
     if as_json:
-        click.echo(json.dumps(summary.as_dict(), indent=2))
+        click.echo(json.dumps({**summary.as_dict(), "quarantined_lines": bad_lines}, indent=2))
         return
     s = summary
     rate = s.records_read / s.seconds if s.seconds > 0 else 0.0
@@ -171,8 +183,27 @@ def replay(input_dir, queue_dir, changefeed_dir, progress, as_json, **pipeline) 
         f"still open {s.open_transactions:,}\n"
         f"queue {s.queue_segments} segment(s), {s.queue_bytes / 1e6:,.1f} MB; "
         f"{s.checkpoints} checkpoint(s), {s.segments_deleted} segment(s) cleaned up"
-        + (f"\nquarantined {s.quarantined:,} bad record(s) in {dead_letter}" if s.quarantined else "")
+        + (f"\nquarantined {s.quarantined:,} bad record(s) in {dead_letter}:" if s.quarantined else "")
+        + "".join(f"\n  {b['file']}:{b['line']}: {b['reason']}" for b in bad_lines)
     )
+
+
+def _size(path: str | None) -> int:
+    try:
+        return os.path.getsize(path) if path else 0
+    except FileNotFoundError:
+        return 0
+
+
+def _dead_letters_since(path: str, offset: int) -> list[dict]:
+    """``file``, ``line``, ``reason`` of each record written to the dead-letter file from
+    ``offset`` on (this run's), in the order written."""
+    with open(path, "rb") as fh:
+        fh.seek(offset)
+        return [
+            {k: doc[k] for k in ("file", "line", "reason")}
+            for doc in (json.loads(text) for text in fh.read().splitlines() if text.strip())
+        ]
 
 
 _CONFIG_ALIASES = {"input": "input_dir", "queue": "queue_dir", "changefeed": "changefeed_dir"}
@@ -280,33 +311,101 @@ def status(queue_dir, as_json) -> None:
 
 
 class _ProgressLine:
-    """One line on stderr, rewritten in place."""
+    """Replay's progress on stderr: on a terminal, one line rewritten in place; otherwise
+    (a file, a pipe) a plain line every ``interval`` seconds, without ``\\r`` or ANSI codes.
+    Both give the rate and an ETA (from the bytes read)."""
+
+    def __init__(self, terminal: bool, interval: float) -> None:
+        self.terminal = terminal
+        self.interval = interval
+        self.started = time.monotonic()
+        self.last_line = self.started
+        self.last: Any = None
 
     def __call__(self, p) -> None:
-        pct = 100.0 * p.bytes_read / p.bytes_total if p.bytes_total else 100.0
-        sys.stderr.write(
-            f"\r{pct:5.1f}%  {p.records:,} records  {p.published:,} transactions published  "
-            f"{p.open_transactions:,} open\x1b[K"
-        )
+        self.last = p
+        now = time.monotonic()
+        if self.terminal:
+            sys.stderr.write(f"\r{self._text(p, now)}\x1b[K")
+        elif now - self.last_line >= self.interval:
+            self.last_line = now
+            sys.stderr.write(f"progress: {self._text(p, now)}\n")
+        else:
+            return
         sys.stderr.flush()
 
+    def _text(self, p, now: float, finished: bool = False) -> str:
+        pct = 100.0 * p.bytes_read / p.bytes_total if p.bytes_total else 100.0
+        elapsed = max(now - self.started, 1e-9)
+        if finished:
+            eta = f"done in {elapsed:.1f}s"
+        elif p.bytes_read and p.bytes_total > p.bytes_read:
+            eta = f"ETA {timedelta(seconds=round((p.bytes_total - p.bytes_read) * elapsed / p.bytes_read))}"
+        else:
+            eta = "ETA -"
+        return (
+            f"{pct:5.1f}%  {p.records:,} records ({p.records / elapsed:,.0f}/s)  "
+            f"{p.published:,} transactions published  {p.open_transactions:,} open  {eta}"
+        )
+
     def done(self) -> None:
-        sys.stderr.write("\n")
+        if self.terminal:
+            sys.stderr.write("\n")
+        elif self.last is not None:
+            sys.stderr.write(f"progress: {self._text(self.last, time.monotonic(), finished=True)}\n")
         sys.stderr.flush()
+
+    def abort(self) -> None:
+        """The run failed: end the terminal line, so that the error gets its own."""
+        if self.terminal:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+
+
+class StartTime(click.ParamType):
+    """``now``, an ISO-8601 time (``2024-06-01T00:00:00Z``; UTC if it has no offset), or
+    nanoseconds since the epoch."""
+
+    name = "time"
+
+    def convert(self, value: Any, param, ctx) -> int:
+        if isinstance(value, int):
+            return value
+        text = str(value).strip()
+        if text.lower() == "now":
+            return time.time_ns()
+        if text.lstrip("-").isdigit():
+            return int(text)
+        try:
+            moment = datetime.fromisoformat(text)
+        except ValueError:
+            self.fail(f"{value!r} is not 'now', an ISO-8601 time or nanoseconds since the epoch", param, ctx)
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=timezone.utc)
+        delta = moment - datetime(1970, 1, 1, tzinfo=timezone.utc)
+        return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1000
 
 
 @main.command()
 @click.argument("out_dir", type=click.Path(file_okay=False))
 @click.option("--threads", type=click.IntRange(1, 64), default=3, show_default=True, help="RAC redo threads.")
-@click.option("--transactions", type=click.IntRange(min=1), default=2000, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--transactions", type=click.IntRange(min=1), default=2000, show_default=True,
+              help="Regular transactions to write (a few without begin and, with --large-tx-rows, a large one "
+                   "come on top).")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Seed of the random workload: the same seed, options and --start-time give the same files.")
 @click.option("--records-per-file", type=click.IntRange(min=1), default=5000, show_default=True,
               help="Log switch after this many records of a thread.")
 @click.option("--large-tx-rows", type=click.IntRange(min=0), default=0, show_default=True,
               help="Add one transaction with this many rows.")
 @click.option("--no-compress", is_flag=True, help="Write archived sequences as plain .jsonl too.")
+@click.option("--start-time", "start_tm", type=StartTime(), default="now", show_default=True,
+              help="Start of the workload's clock: 'now', an ISO-8601 time (UTC without an offset), or nanoseconds "
+                   "since the epoch. A record's tm is this plus 1 ms per SCN after the first.")
+@click.option("--overwrite", is_flag=True, help="Delete the redo log files OUT_DIR already holds first.")
 @clean_errors
-def simulate(out_dir, threads, transactions, seed, records_per_file, large_tx_rows, no_compress) -> None:
+def simulate(out_dir, threads, transactions, seed, records_per_file, large_tx_rows, no_compress, start_tm,
+             overwrite) -> None:
     """Write a seeded RAC workload in the input format to OUT_DIR."""
     from .simulate import simulate as run_simulate
 
@@ -318,8 +417,17 @@ def simulate(out_dir, threads, transactions, seed, records_per_file, large_tx_ro
         records_per_file=records_per_file,
         compress_archived=not no_compress,
         large_tx_rows=large_tx_rows,
+        start_tm=start_tm,
+        overwrite=overwrite,
     )
     click.echo(f"wrote {out_dir}: {stats}")
+    click.echo(f"clock started at {_iso(start_tm)} (--start-time {start_tm})")
+
+
+def _iso(nanos: int) -> str:
+    """Nanoseconds since the epoch as ISO-8601 UTC, to the microsecond."""
+    moment = datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(microseconds=nanos // 1000)
+    return moment.isoformat().replace("+00:00", "Z")
 
 
 @main.command()

@@ -29,6 +29,7 @@ from .dispatcher import DispatchError, Dispatcher, DispatchStats
 from .dispatcher.dispatcher import CHECKPOINT_KEY
 from .faults import fault_point
 from .reader.blocks import INFINITE_SCN
+from .reader.files import require_log_files
 from .reader.thread_reader import DEFAULT_BLOCK_BYTES, DEFAULT_BLOCK_RECORDS, ReaderGroup
 from .spark_sink import ChangefeedWriter
 from .spark_sink.layout import DEFAULT_MODE, ChangefeedOwner
@@ -381,7 +382,9 @@ def replay(
     progress_every: float = 0.5,
 ) -> ReplaySummary:
     """Read every log file of ``input_dir`` to its end through the queue, publish every
-    committed transaction, return the summary. Resumes where a killed run stopped."""
+    committed transaction, return the summary. Resumes where a killed run stopped.
+    An input directory without any log file is bad input (before anything is created)."""
+    require_log_files(input_dir)
     pipeline = Pipeline(input_dir, queue_dir, changefeed_dir, options)
     try:
         return pipeline.replay(on_progress, progress_every)

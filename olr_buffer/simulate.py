@@ -41,7 +41,9 @@ from typing import Any, Callable, NamedTuple
 import orjson
 import zstandard
 
-__all__ = ["SimulationStats", "simulate"]
+from .errors import OlrBufferError
+
+__all__ = ["OutputNotEmptyError", "SimulationStats", "simulate"]
 
 Row = dict[str, Any]
 """A row image: column name to value."""
@@ -831,13 +833,18 @@ class _Simulator:
 # Entry point
 
 
+class OutputNotEmptyError(OlrBufferError, FileExistsError):
+    """The output directory already holds redo log files, and overwriting was not asked for."""
+
+
 def _prepare_dir(out_dir: Path, overwrite: bool) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     existing = sorted(p for p in out_dir.iterdir() if _FILE_RE.match(p.name))
     if existing and not overwrite:
-        raise FileExistsError(
-            f"{out_dir} already holds redo log files ({existing[0].name}, ...); "
-            "use another directory or overwrite=True"
+        raise OutputNotEmptyError(
+            f"{out_dir} already holds redo log files ({existing[0].name}, ...)",
+            hint="use another directory, or delete them first: --overwrite (overwrite=True from Python)",
+            path=str(out_dir),
         )
     for path in existing:
         path.unlink()

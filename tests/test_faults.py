@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterator
 import lmdb
 import pytest
 
+from olr_buffer.errors import EXIT_BAD_INPUT
 from olr_buffer.reader.errors import InputError
 from olr_buffer.reader.files import scan
 from olr_buffer.reader.position import load_positions
@@ -138,7 +139,7 @@ def is_dml(rec: dict) -> bool:
     return rec["op"] in ("insert", "update", "delete") and not rec.get("rollback")
 
 
-def fail_then_fix(root: Path, fix: Callable[[], None], *parts: str, code: int = 2,
+def fail_then_fix(root: Path, fix: Callable[[], None], *parts: str, code: int = EXIT_BAD_INPUT,
                   extra: tuple[str, ...] = ()) -> str:
     """Replay: one-line error; what was published is the model's start; fix; replay
     again: exactly the model, the files of the failed run untouched."""
@@ -267,7 +268,8 @@ def test_line_longer_than_the_limit_is_an_input_error(tmp_path: Path, newline: b
     q = MemoryQueue()
     with pytest.raises(InputError) as info:
         ThreadReader(q, str(tmp_path), 1, scan(str(tmp_path))[1], None, max_line_bytes=1000).read_to_end()
-    assert str(info.value) == f"{path}:5: line longer than 1000 bytes"
+    assert info.value.message == f"{path}:5: line longer than 1000 bytes"
+    assert info.value.hint.startswith("a quick scan of the rest of this file found no other bad line")
     assert _queued(q) == [(1, n) for n in range(1, 5)]
     # a line just under the limit is fine
     short = b'{"op":"lwn","scn":103,"pad":"' + b"x" * 900 + b'"}\n'
@@ -354,7 +356,7 @@ def test_valid_multibyte_and_escapes_inside_values_are_kept(work: Path) -> None:
 
 
 def test_lone_surrogate_escape_inside_a_value_cli_fail_then_fix(work: Path) -> None:
-    """On the stdlib-json path (the line holds 20+ digits) too: exit 2, FILE:LINE, no traceback."""
+    """On the stdlib-json path (the line holds 20+ digits) too: exit 3, FILE:LINE, no traceback."""
     path, lineno, original, _ = replace_line(work / "input", 2, 2, _in_after(b"\\ud800", True), _has_after)
     fail_then_fix(work, lambda: write_log(path, original), f"{path}:{lineno}: ", "surrogate")
 
@@ -695,7 +697,7 @@ def test_dead_letter_quarantines_bad_lines_of_two_threads(work: Path) -> None:
 
     # without the option, the first bad line of a thread stops the run
     failed = replay(inp, work / "q2", work / "cf2")
-    line = one_line_error(failed, code=2)
+    line = one_line_error(failed, code=EXIT_BAD_INPUT)
     firsts = [bad[0], bad[3]]  # the first bad line of thread 1 and of thread 2
     assert any(line.startswith(f"olr-buffer: error: {p}:{n}: ") and r in line for p, n, _, r in firsts), line
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from ..errors import OlrBufferError
+from ..errors import EXIT_BAD_INPUT, OlrBufferError
 
 
 class InputError(OlrBufferError):
     """Bad input: ``FILE:LINE: reason``. Nothing before it is lost; fix it and run again."""
 
-    exit_code = 2
+    exit_code = EXIT_BAD_INPUT
 
     def __init__(self, path: str, line: int | None, reason: str, *, hint: str | None = None) -> None:
         where = f"{path}:{line}" if line is not None else path

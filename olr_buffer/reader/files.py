@@ -133,6 +133,29 @@ def scan(input_dir: str) -> dict[int, dict[int, LogFile]]:
     return threads
 
 
+#: The names of log files, as errors show them.
+LOG_FILE_NAMES = "redo_<thread>_<sequence>.jsonl or redo_<thread>_<sequence>.jsonl.zst"
+
+
+def require_log_files(input_dir: str) -> None:
+    """Raise :class:`InputError` naming ``input_dir`` and the names it should hold if it
+    holds no log file (an empty or a wrong directory)."""
+    if scan(input_dir):
+        return
+    others = sorted(os.listdir(input_dir))
+    held = (
+        f"it holds {len(others)} other name(s): {', '.join(others[:5])}{', ...' if len(others) > 5 else ''}"
+        if others
+        else "it is empty"
+    )
+    raise InputError(
+        input_dir,
+        None,
+        f"no redo log files ({held}); expected names like {LOG_FILE_NAMES}",
+        hint="check the input directory (olr-buffer simulate DIR writes a sample)",
+    )
+
+
 def check_contiguous(input_dir: str, thread: int, files: dict[int, LogFile], start: int | None = None) -> list[LogFile]:
     """The files of one thread from sequence ``start`` (default: the lowest) in order.
 

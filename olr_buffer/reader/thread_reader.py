@@ -266,7 +266,10 @@ class ThreadReader:
                         if self.dead_letters is None:
                             pos.line, pos.offset, pos.scn, pos.sub = line - 1, offset, last_scn, last_sub
                             self._flush()
-                            raise InputError(lf.path, line, str(exc)) from None
+                            raise InputError(
+                                lf.path, line, str(exc), hint=_further_bad_lines(fh, raw, line, last_scn, last_sub,
+                                                                                 limit, final),
+                            ) from None
                         if len(raw) >= limit:
                             rest = _rest_of_line(fh)
                             if not final and not rest.endswith(b"\n"):
@@ -310,6 +313,52 @@ class ThreadReader:
         self.stats.bytes = self.pos.offset
         b.reset()
         self.on_append()
+
+
+#: How much of a file the scan after a bad line reads at most.
+SCAN_BUDGET_BYTES = 64 << 20
+
+
+def _further_bad_lines(fh, raw: bytes, line: int, last_scn: int, last_sub: int, limit: int, final: bool) -> str:
+    """The hint of a bad line's error: the bad lines that a quick scan of the rest of the
+    file finds (those that ``--dead-letter`` would set aside), so that all are fixed at once."""
+    bad: list[int] = []
+    complete = True
+    scanned = 0
+    try:
+        if len(raw) >= limit:
+            _rest_of_line(fh)
+        for raw in iter(functools.partial(fh.readline, limit), b""):
+            if raw[-1:] != b"\n" and len(raw) < limit and not final:
+                break
+            line += 1
+            scanned += len(raw)
+            if scanned > SCAN_BUDGET_BYTES:
+                complete = False
+                break
+            try:
+                if len(raw) >= limit:
+                    _rest_of_line(fh)
+                    raise RecordError("line too long")
+                code, scn, sub, _xid, _payload = decode_line(raw)
+                if scn < last_scn or (scn == last_scn and sub < last_sub and code != LWN):
+                    raise RecordError("SCN goes back")
+                if code != LWN or scn > last_scn:
+                    last_scn, last_sub = scn, sub
+            except RecordError:
+                bad.append(line)
+    except (OSError, CorruptCompressedFile):
+        complete = False
+    where = "the rest of this file" if complete else f"the next {scanned >> 20} MiB of this file"
+    if not bad:
+        found = f"a quick scan of {where} found no other bad line"
+    else:
+        shown = ", ".join(map(str, bad[:10])) + (", ..." if len(bad) > 10 else "")
+        found = f"a quick scan of {where} found {len(bad)} more bad line(s): {shown}"
+    return (
+        f"{found}; fix them, then run the same command again (it resumes here), "
+        "or set bad lines aside with --dead-letter FILE"
+    )
 
 
 def _rest_of_line(fh) -> bytes:

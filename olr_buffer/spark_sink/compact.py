@@ -77,7 +77,7 @@ from .layout import (  # noqa: F401  (read_footer: a public name of this module 
     remove_own_temporaries,
     write_manifest,
 )
-from .schema import ARROW_SCHEMA, parquet_writer, parse_part_name, part_name
+from .schema import ARROW_SCHEMA, parquet_writer, parse_part_name, part_name, with_timestamps
 from .writer import DEFAULT_ROW_GROUP_ROWS
 
 log = logging.getLogger(__name__)
@@ -408,8 +408,9 @@ def _write_merged(
         n = 0
         for f in group:
             pf = pq.ParquetFile(os.path.join(src, f.name))
-            for batch in pf.iter_batches(batch_size=opts.row_group_rows, columns=ARROW_SCHEMA.names):
-                batch = pa.RecordBatch.from_arrays(batch.columns, schema=ARROW_SCHEMA)
+            # A file written before c_ts/ts existed gets them: merged files have every column.
+            for batch in pf.iter_batches(batch_size=opts.row_group_rows, columns=_present(pf)):
+                batch = with_timestamps(batch)
                 pending.append(batch)
                 pending_rows += batch.num_rows
                 n += batch.num_rows
@@ -432,6 +433,12 @@ def _write_merged(
     if opts.durable:
         fsync_path(tmp)
     return merged
+
+
+def _present(pf: pq.ParquetFile) -> list[str]:
+    """The changefeed's columns that ``pf`` holds."""
+    names = set(pf.schema_arrow.names)
+    return [name for name in ARROW_SCHEMA.names if name in names]
 
 
 def _write_row_group(

@@ -19,3 +19,11 @@ class ChangefeedLockedError(ChangefeedError):
 
 class ChangefeedOwnerError(ChangefeedError):
     """The changefeed was written by another queue or source, or is behind its queue's record of it."""
+
+
+class ChangefeedReadError(OlrBufferError, ValueError):
+    """A Spark helper was asked for something the changefeed cannot give as asked."""
+
+
+class UnknownTableError(ChangefeedReadError):
+    """No row of the changefeed belongs to the table asked for."""

@@ -59,7 +59,7 @@ from .layout import (  # noqa: F401  (MANIFEST, META_DIR, PUBLISHED_LOG, read_fo
     write_manifest,
     writer_tmp_name,
 )
-from .schema import ARROW_SCHEMA, parquet_writer, part_name
+from .schema import ARROW_SCHEMA, nanos_to_timestamp, parquet_writer, part_name
 
 log = logging.getLogger(__name__)
 
@@ -337,16 +337,17 @@ class ChangefeedWriter:
         op_seq = pc.add(_row_numbers(total), first_rows)
         code, scn_, sub, _seq, _line, tm_, owner, table, obj, rid, before, after, sql = zip(*self._recs)
         i64, s = pa.int64(), pa.string()
+        c_tm, row_tm = per_segment(tms, i64), pa.array(tm_, i64)
         arrays = [
             per_segment(seqs, i64),
             op_seq,
             per_segment(scns, i64),
-            per_segment(tms, i64),
+            c_tm,
             per_segment(xids, s),
             _OP_NAMES.take(pa.array(code, pa.int8())),
             pa.array(scn_, i64),
             pa.array(sub, i64),
-            pa.array(tm_, i64),
+            row_tm,
             pa.array(self._threads, pa.int32()),
             pa.array(owner, s),
             pa.array(table, s),
@@ -355,6 +356,8 @@ class ChangefeedWriter:
             pa.array(before, s),
             pa.array(after, s),
             pa.array(sql, s),
+            nanos_to_timestamp(c_tm),
+            nanos_to_timestamp(row_tm),
         ]
         return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
 

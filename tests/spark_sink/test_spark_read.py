@@ -31,6 +31,8 @@ CONTRACT_TYPES = {
     "before": "string",
     "after": "string",
     "sql": "string",
+    "c_ts": "timestamp",
+    "ts": "timestamp",
 }
 
 

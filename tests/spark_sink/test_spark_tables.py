@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -28,6 +28,11 @@ def typed(image: dict[str, Any] | None) -> dict[str, Any] | None:
     if out["CREATED"] is not None:
         out["CREATED"] = datetime.strptime(out["CREATED"], "%Y-%m-%d %H:%M:%S")
     return out
+
+
+def as_ts(nanos: int | None) -> datetime | None:
+    """What Spark gives for a nanosecond time as a timestamp (session time zone UTC)."""
+    return None if nanos is None else datetime(1970, 1, 1) + timedelta(microseconds=nanos // 1000)
 
 
 def test_the_table_has_every_kind_of_change(workload):
@@ -57,12 +62,12 @@ def test_table_changes_parses_before_and_after(spark, workload):
     df = table_changes(spark, str(workload.changefeed), OWNER, TABLE, ORDERS_DDL, json_options=ORDERS_JSON_OPTIONS)
     assert df.columns == [
         "tx_seq", "op_seq", "c_scn", "c_tm", "xid", "op", "scn", "sub", "tm", "thread",
-        "owner", "table", "obj", "rid", "before", "after", "sql",
+        "owner", "table", "obj", "rid", "before", "after", "sql", "c_ts", "ts",
     ]
     assert df.schema["after"].dataType.simpleString().startswith("struct<ORDER_ID:bigint,")
     got = [r.asDict(recursive=True) for r in df.orderBy("tx_seq", "op_seq").collect()]
     want = [
-        {**r, "before": typed(r["before"]), "after": typed(r["after"])}
+        {**r, "before": typed(r["before"]), "after": typed(r["after"]), "c_ts": as_ts(r["c_tm"]), "ts": as_ts(r["tm"])}
         for r in workload.expected.rows
         if (r["owner"], r["table"]) == (OWNER, TABLE)
     ]
