@@ -25,3 +25,15 @@ class OlrBufferError(Exception):
         if self.hint:
             return f"{self.message} (hint: {self.hint})"
         return self.message
+
+    def __reduce__(self):
+        # Every subclass pickles whole, whatever its constructor takes: a reader process
+        # sends the error itself to the parent.
+        return _restore_error, (type(self), self.args, self.__dict__)
+
+
+def _restore_error(cls: type, args: tuple, state: dict) -> OlrBufferError:
+    exc = cls.__new__(cls)
+    Exception.__init__(exc, *args)
+    exc.__dict__.update(state)
+    return exc

@@ -10,12 +10,10 @@ from __future__ import annotations
 import os
 import time
 
-import orjson
-
-from .dispatcher.dispatcher import CHECKPOINT_KEY
 from .reader.blocks import INFINITE_SCN
 from .reader.position import POSITION_PREFIX, load_positions
 from .txbuffer import LmdbQueue, cleanup_candidates
+from .txbuffer.metadata import CHECKPOINT_KEY, load_json
 
 
 def queue_status(queue_dir: str) -> dict:
@@ -54,7 +52,7 @@ def queue_status(queue_dir: str) -> dict:
     if raw is None:
         doc["checkpoint"] = None
         return doc
-    cp = orjson.loads(raw)
+    cp = load_json(CHECKPOINT_KEY, raw, queue_dir)
     threads = [int(t) for t in cp.get("threads", cp["progress"].keys())]
     progress = {int(t): p for t, p in cp["progress"].items()}
     watermark = min((progress.get(t, -1) for t in threads), default=INFINITE_SCN)

@@ -15,7 +15,7 @@ from ..faults import fault_point
 from ..txbuffer import TxQueue
 from .blocks import BlockBuilder
 from .errors import InputError, MissingSequenceError
-from .files import CorruptCompressedFile, LogFile, check_contiguous, scan
+from .files import CorruptCompressedFile, LogFile, check_contiguous, is_log_file, scan
 from .position import POSITION_PREFIX, ReaderPosition, load_positions
 from .records import LWN, RecordError, decode_line
 
@@ -186,7 +186,7 @@ class ThreadReader:
     def _log_file(self, seq: int) -> LogFile | None:
         for compressed, name in ((False, f"redo_{self.thread}_{seq}.jsonl"), (True, f"redo_{self.thread}_{seq}.jsonl.zst")):
             path = os.path.join(self.input_dir, name)
-            if os.path.isfile(path):
+            if is_log_file(self.input_dir, path):
                 lf = LogFile(self.thread, seq, path, compressed)
                 self.files[seq] = lf
                 return lf
