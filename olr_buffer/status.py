@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import time
 
+from .errors import printable
 from .reader.blocks import INFINITE_SCN
 from .reader.position import POSITION_PREFIX, load_positions
 from .txbuffer import LmdbQueue, cleanup_candidates
@@ -127,7 +128,11 @@ def _owner(queue_dir: str) -> dict:
 
 
 def render(doc: dict) -> str:
-    """The status as a few lines of text."""
+    """The status as a few lines of text; data in it (XIDs, paths) is shown escaped."""
+    return "\n".join(printable(line) for line in _lines(doc))
+
+
+def _lines(doc: dict) -> list[str]:
     seg = doc["segments"]
     lines = [
         f"queue {doc['queue']}  (owner pid {doc['owner']['pid']}, {'running' if doc['owner']['running'] else 'not running'})",
@@ -141,7 +146,7 @@ def render(doc: dict) -> str:
     cp = doc.get("checkpoint")
     if cp is None:
         lines.append("no dispatcher checkpoint yet")
-        return "\n".join(lines)
+        return lines
     lines.append(
         f"checkpoint: queue index {cp['position']} ({cp['behind_records']:,} records behind the queue's end), "
         f"{cp['age_seconds']}s old"
@@ -163,4 +168,4 @@ def render(doc: dict) -> str:
         f"cleanup: needed from index {c['needed_from_index']}; {c['segments_freeable']} segment(s), "
         f"{c['bytes_freeable'] / 1e6:,.1f} MB could be freed now"
     )
-    return "\n".join(lines)
+    return lines
