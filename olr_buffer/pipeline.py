@@ -31,7 +31,7 @@ from .reader.blocks import INFINITE_SCN
 from .reader.thread_reader import DEFAULT_BLOCK_BYTES, DEFAULT_BLOCK_RECORDS, ReaderGroup
 from .spark_sink import ChangefeedWriter
 from .spark_sink.writer import DEFAULT_FILE_ROWS
-from .txbuffer import DEFAULT_SEGMENT_BYTES, LmdbQueue
+from .txbuffer import DEFAULT_SEGMENT_BYTES, LmdbQueue, held_segments
 
 log = logging.getLogger("olr_buffer")
 
@@ -156,6 +156,7 @@ class Pipeline:
         self._last_checkpoint = time.monotonic()
         self.checkpoints = 0
         self.segments_deleted = 0
+        self._held_warned: set[str] = set()
 
     # -- checkpoint cycle ----------------------------------------------------------------
 
@@ -184,8 +185,23 @@ class Pipeline:
         if deleted:
             log.info("cleanup: deleted %d segment(s), queue now starts at index %d", len(deleted), self.queue.first_index)
         self.segments_deleted += len(deleted)
+        self._warn_held()
         self.checkpoints += 1
         self._last_checkpoint = time.monotonic()
+
+    def _warn_held(self) -> None:
+        """Warn once per transaction without an end that keeps whole segments from cleanup."""
+        txn = self.dispatcher.oldest_unended()
+        if txn is None or txn.xid in self._held_warned:
+            return
+        held = held_segments(self.queue.segments(), txn.first_block, self.dispatcher.tailer.index)
+        if held:
+            self._held_warned.add(txn.xid)
+            log.warning(
+                "transaction %s (from scn %d) has not ended and keeps %d queue segment(s), %.1f MB, from cleanup; "
+                "olr-buffer status shows what it holds",
+                txn.xid, txn.first_scn, len(held), sum(s.bytes for s in held) / 1e6,
+            )
 
     def maybe_checkpoint(self) -> None:
         if time.monotonic() - self._last_checkpoint >= self.options.checkpoint_seconds:

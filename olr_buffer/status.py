@@ -13,7 +13,7 @@ import time
 from .errors import printable
 from .reader.blocks import INFINITE_SCN
 from .reader.position import POSITION_PREFIX, load_positions
-from .txbuffer import LmdbQueue, cleanup_candidates
+from .txbuffer import LmdbQueue, cleanup_candidates, held_segments
 from .txbuffer.metadata import CHECKPOINT_KEY, load_json
 
 
@@ -83,10 +83,16 @@ def queue_status(queue_dir: str) -> dict:
         "last_c_scn": cf.get("last_c_scn"),
         "files": cf.get("files"),
     }
+    holder = min((t for t in txns if t[1] < cp["position"]), key=lambda t: t[1], default=None)
+    held = held_segments(segments, needed, cp["position"])
     doc["cleanup"] = {
         "needed_from_index": needed,
         "segments_freeable": len(freeable),
         "bytes_freeable": sum(s.bytes for s in freeable),
+        # the transaction that keeps cleanup from going further, and what it keeps
+        "held_by": {**_txn(holder, now), "ended": holder[7] is not None} if holder else None,
+        "segments_held": len(held),
+        "bytes_held": sum(s.bytes for s in held),
     }
     doc["totals"] = cp.get("stats", {})
     return doc
@@ -168,4 +174,11 @@ def _lines(doc: dict) -> list[str]:
         f"cleanup: needed from index {c['needed_from_index']}; {c['segments_freeable']} segment(s), "
         f"{c['bytes_freeable'] / 1e6:,.1f} MB could be freed now"
     )
+    if c["held_by"]:
+        h = c["held_by"]
+        lines.append(
+            f"  held by transaction {h['xid']} (from scn {h['first_scn']}, age {h['age_seconds']}s, "
+            f"{'ended, waiting for the watermark' if h['ended'] else 'not ended'}): "
+            f"it keeps {c['segments_held']} segment(s), {c['bytes_held'] / 1e6:,.1f} MB"
+        )
     return lines

@@ -92,3 +92,25 @@ def test_status_of_a_missing_queue_is_a_clean_error(tmp_path: Path):
         capture_output=True, text=True,
     )
     assert r.returncode == 1 and r.stderr.strip().endswith("no queue here (hint: check --queue)")
+
+
+def test_a_transaction_that_never_ends_is_named_by_status_and_warned_once(tmp_path: Path):
+    write_long_and_short(tmp_path / "in", long_open=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "olr_buffer.cli", "--log-level", "warning", "replay", str(tmp_path / "in"),
+         "--queue", str(tmp_path / "q"), "--changefeed", str(tmp_path / "cf"), "--segment-size", "32KiB",
+         "--block-records", "64", "--checkpoint-interval", "0", "--no-progress"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    warnings = [ln for ln in r.stderr.splitlines() if "WARNING" in ln]
+    assert len(warnings) == 1 and "transaction L (from scn 100) has not ended and keeps" in warnings[0], r.stderr
+    doc = queue_status(str(tmp_path / "q"))
+    c = doc["cleanup"]
+    assert c["held_by"]["xid"] == "L" and not c["held_by"]["ended"] and c["segments_held"] > 5
+    assert c["bytes_held"] == sum(s["bytes"] for s in doc["segments"]["list"][:-1])
+    text = subprocess.run(
+        [sys.executable, "-m", "olr_buffer.cli", "status", "--queue", str(tmp_path / "q")],
+        capture_output=True, text=True, check=True, timeout=60,
+    ).stdout
+    assert f"held by transaction L (from scn 100, " in text and f"keeps {c['segments_held']} segment(s)" in text, text

@@ -165,6 +165,10 @@ class Dispatcher:
                 low = txn.first_block
         return low
 
+    def oldest_unended(self) -> OpenTransaction | None:
+        """The transaction without an end that started lowest in the queue, if any."""
+        return min((t for t in self.open.values() if t.end_key is None), key=lambda t: t.first_block, default=None)
+
     # -- state -------------------------------------------------------------------------
 
     @property
