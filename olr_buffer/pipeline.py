@@ -26,6 +26,7 @@ from typing import Callable, Iterator
 
 from .dispatcher import DispatchError, Dispatcher, DispatchStats
 from .dispatcher.dispatcher import CHECKPOINT_KEY
+from .dispatcher.errors import damaged_checkpoint
 from .faults import fault_point
 from .reader.blocks import INFINITE_SCN
 from .reader.thread_reader import DEFAULT_BLOCK_BYTES, DEFAULT_BLOCK_RECORDS, ReaderGroup
@@ -143,7 +144,10 @@ class Pipeline:
             )
             state = self.queue.meta(CHECKPOINT_KEY)
             if state is not None:
-                self.dispatcher.restore(state)
+                try:
+                    self.dispatcher.restore(state)
+                except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+                    raise damaged_checkpoint(queue_dir, exc) from exc
             elif self.queue.first_index > 0:
                 raise DispatchError(
                     f"{queue_dir}: the queue starts at index {self.queue.first_index} but has no dispatcher checkpoint",

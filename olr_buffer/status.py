@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import time
 
+from .dispatcher.errors import damaged_checkpoint
 from .errors import printable
 from .reader.blocks import INFINITE_SCN
 from .reader.position import POSITION_PREFIX, load_positions
@@ -18,6 +19,13 @@ from .txbuffer.metadata import CHECKPOINT_KEY, load_json
 
 
 def queue_status(queue_dir: str) -> dict:
+    try:
+        return _queue_status(queue_dir)
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+        raise damaged_checkpoint(queue_dir, exc) from exc
+
+
+def _queue_status(queue_dir: str) -> dict:
     q = LmdbQueue(queue_dir, read_only=True)
     try:
         segments = q.segments()

@@ -120,7 +120,14 @@ class LmdbQueue(TxQueue):
             self._firsts = [s.first for s in self._segments]
             self._next = 0
             self._meta: dict[bytes, bytes] = {}
-            self._recover_tail()
+            try:
+                self._recover_tail()
+            except lmdb.Error as exc:
+                raise QueueCorruptError(
+                    f"{self.path}: the newest segment cannot be read: {exc}",
+                    hint="restore the queue directory from a backup, or replay the input into a new queue",
+                    path=self.path,
+                ) from exc
         except BaseException:
             for seg in self._segments:
                 self._close_segment(seg)
