@@ -35,6 +35,7 @@ from .spark_sink.writer import DEFAULT_FILE_ROWS
 from .txbuffer import DEFAULT_SEGMENT_BYTES, LmdbQueue, held_segments
 
 log = logging.getLogger("olr_buffer")
+_WARN_HELD_SEGMENTS = 4
 
 
 @dataclass
@@ -189,17 +190,19 @@ class Pipeline:
         if deleted:
             log.info("cleanup: deleted %d segment(s), queue now starts at index %d", len(deleted), self.queue.first_index)
         self.segments_deleted += len(deleted)
-        self._warn_held()
+        if self.readers.following:  # a replay reports what is still open in its summary
+            self._warn_held()
         self.checkpoints += 1
         self._last_checkpoint = time.monotonic()
 
     def _warn_held(self) -> None:
-        """Warn once per transaction without an end that keeps whole segments from cleanup."""
+        """Warn once per transaction without an end that keeps ``_WARN_HELD_SEGMENTS`` or more
+        segments from cleanup (fewer may be one that is simply in flight)."""
         txn = self.dispatcher.oldest_unended()
         if txn is None or txn.xid in self._held_warned:
             return
         held = held_segments(self.queue.segments(), txn.first_block, self.dispatcher.tailer.index)
-        if held:
+        if len(held) >= _WARN_HELD_SEGMENTS:
             self._held_warned.add(txn.xid)
             log.warning(
                 "transaction %s (from scn %d) has not ended and keeps %d queue segment(s), %.1f MB, from cleanup; "

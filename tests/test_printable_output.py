@@ -42,14 +42,11 @@ def test_an_error_line_escapes_control_characters(tmp_path: Path):
 
 
 def test_a_text_log_line_escapes_an_xid(tmp_path: Path):
-    from tests.test_cleanup_and_status import write_long_and_short
+    from tests.test_cleanup_and_status import run_until_logged, write_long_and_short
 
     write_long_and_short(tmp_path / "in", long_open=True)
     path = tmp_path / "in" / "redo_1_1.jsonl"
     path.write_text(path.read_text().replace('"xid": "L"', '"xid": ' + json.dumps(FORGED)))
-    r = olr_buffer("--log-level", "warning", "replay", tmp_path / "in", "--queue", tmp_path / "q",
-                   "--changefeed", tmp_path / "cf", "--segment-size", "32KiB", "--block-records", "64",
-                   "--checkpoint-interval", "0", "--no-progress")
-    assert r.returncode == 0, r.describe()
-    assert "\x1b" not in r.stderr and not any(ln.startswith("queue /forged") for ln in r.stderr.splitlines())
-    assert "transaction 0x1\\nqueue /forged" in r.stderr, r.describe()
+    log = run_until_logged(tmp_path / "in", tmp_path / "q", tmp_path / "cf", "has not ended")
+    assert "\x1b" not in log and not any(ln.startswith("queue /forged") for ln in log.splitlines()), log
+    assert "transaction 0x1\\nqueue /forged" in log, log

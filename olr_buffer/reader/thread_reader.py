@@ -238,8 +238,7 @@ class ThreadReader:
             held = self._hold(lf)
         old = os.fstat(held)
         if (old.st_dev, old.st_ino) != (st.st_dev, st.st_ino):
-            self._adopt_copy(lf, held)
-            held = self._held[lf.sequence]
+            self._adopt_copy(lf, held, old.st_size)
         if not lf.compressed and st.st_size < pos.offset:
             raise InputError(lf.path, pos.line, f"file shrank to {st.st_size} bytes, below the {pos.offset} already read",
                              hint="a log file must only grow until the next sequence exists")
@@ -253,15 +252,16 @@ class ThreadReader:
         self._held[lf.sequence] = fd
         return fd
 
-    def _adopt_copy(self, lf: LogFile, old_fd: int) -> None:
+    def _adopt_copy(self, lf: LogFile, old_fd: int, old_size: int) -> None:
         """The file was replaced: read on in the new one if it starts with the same bytes
-        as the old one up to the read position, else stop."""
+        as the old one up to the read position, else stop. (Bytes past the old file's end
+        were read from the new one already.)"""
         pos = self.pos
         try:
             new_fd = os.open(lf.path, os.O_RDONLY)
         except FileNotFoundError:
             raise InputError(lf.path, pos.line or None, "file disappeared while being read") from None
-        if lf.compressed or not _same_prefix(old_fd, new_fd, pos.offset):
+        if lf.compressed or not _same_prefix(old_fd, new_fd, min(pos.offset, old_size)):
             os.close(new_fd)
             raise InputError(
                 lf.path,
@@ -502,6 +502,11 @@ class ReaderGroup:
 
     def alive(self) -> bool:
         return any(t.is_alive() for t in self._threads)
+
+    @property
+    def following(self) -> bool:
+        """Whether the readers follow their input (``run``) rather than read it to its end."""
+        return self._follow
 
     def join(self) -> None:
         for t in self._threads:
