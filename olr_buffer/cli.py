@@ -78,7 +78,9 @@ def clean_errors(fn: Callable) -> Callable:
 )
 def main(log_level: str) -> None:
     """olr-buffer: a disk-backed transaction buffer for Oracle change data capture."""
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from .service import setup_logging
+
+    setup_logging(log_level, "text")
 
 
 _PIPELINE_OPTIONS = [

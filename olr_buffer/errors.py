@@ -7,6 +7,7 @@ optional hint saying what to do about it. ``str(error)`` is one line.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 # Exit codes of the ``olr-buffer`` command (docs/operations.md lists them for users).
@@ -22,6 +23,22 @@ EXIT_BAD_INPUT = 3
 EXIT_INTERRUPTED = 130
 
 
+# C0 and C1 control characters, DEL, and the bidirectional overrides and isolates
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape(m: re.Match) -> str:
+    c = m.group()
+    return _NAMED.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
+
+
+def printable(text: str) -> str:
+    """``text`` with its control characters escaped (``\\n``, ``\\x1b``, ...): data shown
+    to a person (status, errors, text logs) can neither forge a line nor drive a terminal."""
+    return _UNPRINTABLE.sub(_escape, text)
+
+
 class OlrBufferError(Exception):
     """Base class of olr-buffer's errors: a one-line message, structured facts, a hint."""
 
@@ -35,5 +52,17 @@ class OlrBufferError(Exception):
 
     def __str__(self) -> str:
         if self.hint:
-            return f"{self.message} (hint: {self.hint})"
-        return self.message
+            return printable(f"{self.message} (hint: {self.hint})")
+        return printable(self.message)
+
+    def __reduce__(self):
+        # Every subclass pickles whole, whatever its constructor takes: a reader process
+        # sends the error itself to the parent.
+        return _restore_error, (type(self), self.args, self.__dict__)
+
+
+def _restore_error(cls: type, args: tuple, state: dict) -> OlrBufferError:
+    exc = cls.__new__(cls)
+    Exception.__init__(exc, *args)
+    exc.__dict__.update(state)
+    return exc

@@ -27,6 +27,7 @@ from typing import Callable, Iterator
 
 from .dispatcher import DispatchError, Dispatcher, DispatchStats
 from .dispatcher.dispatcher import CHECKPOINT_KEY
+from .dispatcher.errors import damaged_checkpoint
 from .faults import fault_point
 from .reader.blocks import INFINITE_SCN
 from .reader.files import require_log_files
@@ -34,9 +35,10 @@ from .reader.thread_reader import DEFAULT_BLOCK_BYTES, DEFAULT_BLOCK_RECORDS, Re
 from .spark_sink import ChangefeedWriter
 from .spark_sink.layout import DEFAULT_MODE, ChangefeedOwner
 from .spark_sink.writer import DEFAULT_FILE_ROWS
-from .txbuffer import DEFAULT_SEGMENT_BYTES, LmdbQueue
+from .txbuffer import DEFAULT_SEGMENT_BYTES, LmdbQueue, held_segments
 
 log = logging.getLogger("olr_buffer")
+_WARN_HELD_SEGMENTS = 4
 
 # The queue's identity: a random id the pipeline stores in the queue's metadata before
 # anything of it reaches the changefeed; the changefeed records it (manifest, footers).
@@ -157,7 +159,10 @@ class Pipeline:
             state = self.queue.meta(CHECKPOINT_KEY)
             recorded = None
             if state is not None:
-                recorded = self.dispatcher.restore(state).get("changefeed") or {}
+                try:
+                    recorded = self.dispatcher.restore(state).get("changefeed") or {}
+                except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+                    raise damaged_checkpoint(queue_dir, exc) from exc
             elif self.queue.first_index > 0:
                 raise DispatchError(
                     f"{queue_dir}: the queue starts at index {self.queue.first_index} but has no dispatcher checkpoint",
@@ -173,6 +178,7 @@ class Pipeline:
         self._last_checkpoint = time.monotonic()
         self.checkpoints = 0
         self.segments_deleted = 0
+        self._held_warned: set[str] = set()
 
     def _bind_changefeed(self, queue_dir: str, queue_next_tx_seq: int | None) -> None:
         """Check that this queue (and source) may write the changefeed, then record it:
@@ -216,8 +222,25 @@ class Pipeline:
         if deleted:
             log.info("cleanup: deleted %d segment(s), queue now starts at index %d", len(deleted), self.queue.first_index)
         self.segments_deleted += len(deleted)
+        if self.readers.following:  # a replay reports what is still open in its summary
+            self._warn_held()
         self.checkpoints += 1
         self._last_checkpoint = time.monotonic()
+
+    def _warn_held(self) -> None:
+        """Warn once per transaction without an end that keeps ``_WARN_HELD_SEGMENTS`` or more
+        segments from cleanup (fewer may be one that is simply in flight)."""
+        txn = self.dispatcher.oldest_unended()
+        if txn is None or txn.xid in self._held_warned:
+            return
+        held = held_segments(self.queue.segments(), txn.first_block, self.dispatcher.tailer.index)
+        if len(held) >= _WARN_HELD_SEGMENTS:
+            self._held_warned.add(txn.xid)
+            log.warning(
+                "transaction %s (from scn %d) has not ended and keeps %d queue segment(s), %.1f MB, from cleanup; "
+                "olr-buffer status shows what it holds",
+                txn.xid, txn.first_scn, len(held), sum(s.bytes for s in held) / 1e6,
+            )
 
     def maybe_checkpoint(self) -> None:
         if time.monotonic() - self._last_checkpoint >= self.options.checkpoint_seconds:

@@ -10,7 +10,7 @@ import tomllib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from .errors import OlrBufferError
+from .errors import OlrBufferError, printable
 from .reader.blocks import INFINITE_SCN
 
 
@@ -51,12 +51,21 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(doc, default=str)
 
 
+class TextFormatter(logging.Formatter):
+    """``time LEVEL logger: message``, one line per message: control characters that
+    data brings into a message are escaped (a traceback below it stays as it is)."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = printable(record.message)
+        return super().formatMessage(record)
+
+
 def setup_logging(level: str, fmt: str) -> None:
     handler = logging.StreamHandler()
-    if fmt == "json":
-        handler.setFormatter(JsonFormatter())
-    else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -10,15 +10,22 @@ from __future__ import annotations
 import os
 import time
 
-import orjson
-
-from .dispatcher.dispatcher import CHECKPOINT_KEY
+from .dispatcher.errors import damaged_checkpoint
+from .errors import printable
 from .reader.blocks import INFINITE_SCN
 from .reader.position import POSITION_PREFIX, load_positions
-from .txbuffer import LmdbQueue, cleanup_candidates
+from .txbuffer import LmdbQueue, cleanup_candidates, held_segments
+from .txbuffer.metadata import CHECKPOINT_KEY, load_json
 
 
 def queue_status(queue_dir: str) -> dict:
+    try:
+        return _queue_status(queue_dir)
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+        raise damaged_checkpoint(queue_dir, exc) from exc
+
+
+def _queue_status(queue_dir: str) -> dict:
     q = LmdbQueue(queue_dir, read_only=True)
     try:
         segments = q.segments()
@@ -54,7 +61,7 @@ def queue_status(queue_dir: str) -> dict:
     if raw is None:
         doc["checkpoint"] = None
         return doc
-    cp = orjson.loads(raw)
+    cp = load_json(CHECKPOINT_KEY, raw, queue_dir)
     threads = [int(t) for t in cp.get("threads", cp["progress"].keys())]
     progress = {int(t): p for t, p in cp["progress"].items()}
     watermark = min((progress.get(t, -1) for t in threads), default=INFINITE_SCN)
@@ -84,10 +91,16 @@ def queue_status(queue_dir: str) -> dict:
         "last_c_scn": cf.get("last_c_scn"),
         "files": cf.get("files"),
     }
+    holder = min((t for t in txns if t[1] < cp["position"]), key=lambda t: t[1], default=None)
+    held = held_segments(segments, needed, cp["position"])
     doc["cleanup"] = {
         "needed_from_index": needed,
         "segments_freeable": len(freeable),
         "bytes_freeable": sum(s.bytes for s in freeable),
+        # the transaction that keeps cleanup from going further, and what it keeps
+        "held_by": {**_txn(holder, now), "ended": holder[7] is not None} if holder else None,
+        "segments_held": len(held),
+        "bytes_held": sum(s.bytes for s in held),
     }
     doc["totals"] = cp.get("stats", {})
     return doc
@@ -129,7 +142,11 @@ def _owner(queue_dir: str) -> dict:
 
 
 def render(doc: dict) -> str:
-    """The status as a few lines of text."""
+    """The status as a few lines of text; data in it (XIDs, paths) is shown escaped."""
+    return "\n".join(printable(line) for line in _lines(doc))
+
+
+def _lines(doc: dict) -> list[str]:
     seg = doc["segments"]
     lines = [
         f"queue {doc['queue']}  (owner pid {doc['owner']['pid']}, {'running' if doc['owner']['running'] else 'not running'})",
@@ -143,7 +160,7 @@ def render(doc: dict) -> str:
     cp = doc.get("checkpoint")
     if cp is None:
         lines.append("no dispatcher checkpoint yet")
-        return "\n".join(lines)
+        return lines
     lines.append(
         f"checkpoint: queue index {cp['position']} ({cp['behind_records']:,} records behind the queue's end), "
         f"{cp['age_seconds']}s old"
@@ -165,4 +182,11 @@ def render(doc: dict) -> str:
         f"cleanup: needed from index {c['needed_from_index']}; {c['segments_freeable']} segment(s), "
         f"{c['bytes_freeable'] / 1e6:,.1f} MB could be freed now"
     )
-    return "\n".join(lines)
+    if c["held_by"]:
+        h = c["held_by"]
+        lines.append(
+            f"  held by transaction {h['xid']} (from scn {h['first_scn']}, age {h['age_seconds']}s, "
+            f"{'ended, waiting for the watermark' if h['ended'] else 'not ended'}): "
+            f"it keeps {c['segments_held']} segment(s), {c['bytes_held'] / 1e6:,.1f} MB"
+        )
+    return lines

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from olr_buffer.pipeline import PipelineOptions, replay
@@ -92,3 +94,44 @@ def test_status_of_a_missing_queue_is_a_clean_error(tmp_path: Path):
         capture_output=True, text=True,
     )
     assert r.returncode == 1 and r.stderr.strip().endswith("no queue here (hint: check --queue)")
+
+
+def run_until_logged(input_dir: Path, queue: Path, changefeed: Path, text: str, timeout: float = 60.0) -> str:
+    """Run ``olr-buffer run`` with small segments until its log (stderr) has ``text``,
+    then stop it with SIGTERM; returns the log."""
+    log_path = queue.parent / "run.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "olr_buffer.cli", "run", str(input_dir), "--queue", str(queue),
+             "--changefeed", str(changefeed), "--segment-size", "32KiB", "--block-records", "64",
+             "--checkpoint-interval", "0.2", "--poll-interval", "0.05", "--log-level", "warning"],
+            stdout=subprocess.DEVNULL, stderr=log,
+        )
+        try:
+            deadline = time.monotonic() + timeout
+            while text not in log_path.read_text() and time.monotonic() < deadline and proc.poll() is None:
+                time.sleep(0.2)
+            time.sleep(1.0)  # more checkpoints: the warning is not repeated
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=60) == 0, log_path.read_text()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+    return log_path.read_text()
+
+
+def test_a_transaction_that_never_ends_is_named_by_status_and_warned_once(tmp_path: Path):
+    write_long_and_short(tmp_path / "in", long_open=True)
+    log = run_until_logged(tmp_path / "in", tmp_path / "q", tmp_path / "cf", "transaction L")
+    warnings = [ln for ln in log.splitlines() if "WARNING" in ln]
+    assert len(warnings) == 1 and "transaction L (from scn 100) has not ended and keeps" in warnings[0], log
+    doc = queue_status(str(tmp_path / "q"))
+    c = doc["cleanup"]
+    assert c["held_by"]["xid"] == "L" and not c["held_by"]["ended"] and c["segments_held"] > 5
+    assert c["bytes_held"] == sum(s["bytes"] for s in doc["segments"]["list"][:-1])
+    text = subprocess.run(
+        [sys.executable, "-m", "olr_buffer.cli", "status", "--queue", str(tmp_path / "q")],
+        capture_output=True, text=True, check=True, timeout=60,
+    ).stdout
+    assert "held by transaction L (from scn 100, " in text and f"keeps {c['segments_held']} segment(s)" in text, text

@@ -25,6 +25,7 @@ import orjson
 from ..reader.blocks import INFINITE_SCN, decode_records, read_summary
 from ..reader.records import COMMIT, ROW_CODES
 from ..txbuffer import Block, TxQueue
+from ..txbuffer.metadata import CHECKPOINT_KEY, load_json, seal
 from .errors import DispatchError
 from .replay import BlockCache, Replayer
 from .transaction import Commit, CommitKey, OpenTransaction
@@ -36,7 +37,6 @@ _ENDED_MEMORY = 20_000  # XIDs remembered after their end, to tell late records 
 # are decoded together (one call per batch) and handed to the sink in batches.
 _BATCH_TX_MAX_ROWS = 50_000
 _BATCH_MAX_RECORDS = 100_000
-CHECKPOINT_KEY = b"dispatcher/checkpoint"
 _CHECKPOINT_FORMAT = 1
 
 
@@ -114,11 +114,11 @@ class Dispatcher:
             "stats": asdict(self.stats),
             **(extra or {}),
         }
-        return orjson.dumps(doc)
+        return seal(orjson.dumps(doc))
 
     def restore(self, state: bytes) -> dict:
         """Take the state of :meth:`checkpoint_state`; returns the whole document."""
-        doc = orjson.loads(state)
+        doc = load_json(CHECKPOINT_KEY, state, getattr(self.queue, "path", "queue"))
         if doc.get("format") != _CHECKPOINT_FORMAT:
             raise DispatchError(f"dispatcher checkpoint has unknown format {doc.get('format')!r}")
         self.tailer.index = doc["position"]
@@ -168,6 +168,10 @@ class Dispatcher:
             if txn.first_block < low:
                 low = txn.first_block
         return low
+
+    def oldest_unended(self) -> OpenTransaction | None:
+        """The transaction without an end that started lowest in the queue, if any."""
+        return min((t for t in self.open.values() if t.end_key is None), key=lambda t: t.first_block, default=None)
 
     # -- state -------------------------------------------------------------------------
 

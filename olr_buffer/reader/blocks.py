@@ -151,7 +151,13 @@ class RecordFormatError(OlrBufferError):
 
 
 def read_summary(record0: bytes) -> BlockSummary:
-    d = orjson.loads(record0)
+    try:
+        d = orjson.loads(record0)
+    except orjson.JSONDecodeError as exc:
+        raise RecordFormatError(
+            f"a queue block's summary is not readable ({exc})",
+            hint="the queue is damaged or was written by another program: replay the input into a new queue",
+        ) from None
     fmt = d.get("f", 1)  # blocks of format 1 had no "f"
     if fmt != RECORD_FORMAT:
         raise RecordFormatError(

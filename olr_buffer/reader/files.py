@@ -12,7 +12,7 @@ import zstandard
 
 from .errors import InputError, MissingSequenceError
 
-_NAME = re.compile(r"^redo_([0-9]+)_([0-9]+)\.jsonl(\.zst)?$")
+_NAME = re.compile(r"redo_([0-9]+)_([0-9]+)\.jsonl(\.zst)?")  # matched whole: fullmatch
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +95,7 @@ class _ZstdRaw(io.RawIOBase):
 
 def parse_name(name: str) -> tuple[int, int, bool] | None:
     """``(thread, sequence, compressed)`` for a log file name, ``None`` for any other name."""
-    m = _NAME.match(name)
+    m = _NAME.fullmatch(name)
     if m is None:
         return None
     thread, seq = int(m.group(1)), int(m.group(2))
@@ -119,7 +119,7 @@ def scan(input_dir: str) -> dict[int, dict[int, LogFile]]:
             continue
         thread, seq, compressed = parsed
         path = os.path.join(input_dir, name)
-        if not os.path.isfile(path):
+        if not is_log_file(input_dir, path):
             continue
         seqs = threads.setdefault(thread, {})
         if seq in seqs:
@@ -154,6 +154,24 @@ def require_log_files(input_dir: str) -> None:
         f"no redo log files ({held}); expected names like {LOG_FILE_NAMES}",
         hint="check the input directory (olr-buffer simulate DIR writes a sample)",
     )
+
+
+def is_log_file(input_dir: str, path: str) -> bool:
+    """Whether ``path`` (in ``input_dir``) is a regular file to read. A symbolic link is
+    followed only if it stays inside the input directory; one that leads out is refused."""
+    if not os.path.isfile(path):
+        return False
+    if os.path.islink(path):
+        target = os.path.realpath(path)
+        root = os.path.realpath(input_dir)
+        if os.path.commonpath([root, target]) != root:
+            raise InputError(
+                path,
+                None,
+                f"symbolic link to {target}, outside the input directory",
+                hint="copy or move the log file into the input directory; links are followed only within it",
+            )
+    return True
 
 
 def check_contiguous(input_dir: str, thread: int, files: dict[int, LogFile], start: int | None = None) -> list[LogFile]:

@@ -6,7 +6,10 @@ from dataclasses import asdict, dataclass
 
 import orjson
 
-_PREFIX = b"reader/"
+from ..txbuffer.errors import QueueCorruptError
+from ..txbuffer.metadata import POSITION_PREFIX, load_json, seal
+
+_PREFIX = POSITION_PREFIX
 
 
 @dataclass(slots=True)
@@ -31,11 +34,15 @@ class ReaderPosition:
         return position_key(self.thread)
 
     def encode(self) -> bytes:
-        return orjson.dumps(asdict(self))
+        return seal(orjson.dumps(asdict(self)))
 
     @classmethod
     def decode(cls, value: bytes) -> "ReaderPosition":
-        return cls(**orjson.loads(value))
+        doc = load_json(b"reader position", value)
+        try:
+            return cls(**doc)
+        except TypeError as exc:
+            raise QueueCorruptError(f"queue: a stored reader position is damaged: {exc}") from None
 
 
 def position_key(thread: int) -> bytes:
@@ -51,5 +58,3 @@ def load_positions(meta: dict[bytes, bytes]) -> dict[int, ReaderPosition]:
             out[pos.thread] = pos
     return out
 
-
-POSITION_PREFIX = _PREFIX

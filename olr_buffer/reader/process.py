@@ -10,8 +10,10 @@ parent stays the only writer of the queue; a full pipe holds the child back.
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing as mp
 import os
+import signal
 import threading
 import traceback
 from typing import Callable
@@ -19,7 +21,6 @@ from typing import Callable
 from ..errors import OlrBufferError
 from ..faults import fault_point
 from ..txbuffer import BlockCodec, TxQueue
-from .errors import InputError, MissingSequenceError
 from .files import LogFile
 from .position import ReaderPosition
 from .thread_reader import DeadLetters, ReaderStats, ThreadReader
@@ -72,21 +73,25 @@ class ReaderProcess:
 
     def _run(self, follow: bool, poll_interval: float) -> None:
         recv_conn, send_conn = _CTX.Pipe(duplex=False)
-        child_stop = _CTX.Event()
+        # Stopping the child is closing this pipe: it takes no lock, so a child killed at
+        # any instant cannot block the parent (a multiprocessing Event could: its lock
+        # dies held), and the child sees EOF when the parent dies.
+        stop_recv, stop_send = _CTX.Pipe(duplex=False)
         files = [(lf.sequence, lf.path, lf.compressed) for lf in self.files.values()]
         proc = _CTX.Process(
             target=_child_main,
-            args=(send_conn, child_stop, self.input_dir, self.thread, files, self.pos.encode(), self.block_records,
-                  self.block_bytes, self.dead_letter_path, follow, poll_interval),
+            args=(send_conn, stop_recv, os.getpid(), self.input_dir, self.thread, files, self.pos.encode(),
+                  self.block_records, self.block_bytes, self.dead_letter_path, follow, poll_interval),
             name=f"olr-reader-{self.thread}",
             daemon=True,
         )
         proc.start()
         send_conn.close()
+        stop_recv.close()
         try:
             while True:
                 if self.stop.is_set():
-                    child_stop.set()
+                    stop_send.close()
                 if not recv_conn.poll(0.1):
                     if not proc.is_alive() and not recv_conn.poll(0):
                         raise _died(self.thread, proc.exitcode)
@@ -114,12 +119,15 @@ class ReaderProcess:
                     self.dead_letters = msg[1]
                     return
                 elif kind == "error":
-                    raise _rebuild(*msg[1:])
+                    raise msg[1]
+                elif kind == "crash":
+                    raise RuntimeError(f"reader process of redo thread {self.thread} failed: {msg[1]}")
         finally:
-            child_stop.set()
+            stop_send.close()
             proc.join(10)
             if proc.is_alive():
                 proc.kill()
+                proc.join(5)
             recv_conn.close()
 
 
@@ -130,14 +138,40 @@ def _died(thread: int, exitcode: int | None) -> OlrBufferError:
     )
 
 
-def _rebuild(kind: str, path: str | None, line: int | None, reason: str, hint: str | None, text: str) -> BaseException:
-    if kind == "MissingSequenceError":
-        return MissingSequenceError(path or "", line, reason, hint=hint)
-    if kind == "InputError":
-        return InputError(path or "", line, reason, hint=hint)
-    if kind == "OlrBufferError":
-        return OlrBufferError(reason, hint=hint)
-    return RuntimeError(f"reader process failed: {text}")
+class _ParentStop:
+    """The child's stop event: set by the parent closing its end of a pipe, or by the
+    parent's death (EOF); ``wait`` sleeps on the pipe, so a stop wakes it at once."""
+
+    def __init__(self, conn) -> None:
+        self._conn = conn
+        self._set = False
+
+    def is_set(self) -> bool:
+        if not self._set and self._conn.poll(0):
+            self._set = True
+        return self._set
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if not self._set and self._conn.poll(timeout):
+            self._set = True
+        return self._set
+
+    def set(self) -> None:
+        self._set = True
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Have the kernel kill this process when its parent dies (Linux), however it dies."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the stop pipe's EOF still ends an idle child
+        return
+    if os.getppid() != parent_pid:  # the parent died before prctl
+        os._exit(1)
+
+
+_PR_SET_PDEATHSIG = 1
 
 
 class _PipeQueue:
@@ -163,10 +197,11 @@ class _PipeQueue:
         return 0
 
 
-def _child_main(conn, stop, input_dir, thread, files, pos_bytes, block_records, block_bytes, dead_letter_path,
-                follow, poll_interval) -> None:
+def _child_main(conn, stop_conn, parent_pid, input_dir, thread, files, pos_bytes, block_records, block_bytes,
+                dead_letter_path, follow, poll_interval) -> None:
     from .. import faults
 
+    _die_with_parent(parent_pid)
     faults._SPEC = None  # faults are the parent's: it kills itself after its own append
     os.nice(READER_NICENESS)
     reader_ref: list = []
@@ -180,7 +215,7 @@ def _child_main(conn, stop, input_dir, thread, files, pos_bytes, block_records, 
             ReaderPosition.decode(pos_bytes),
             block_records=block_records,
             block_bytes=block_bytes,
-            stop=stop,
+            stop=_ParentStop(stop_conn),  # type: ignore[arg-type]
             dead_letters=dead,
         )
         reader_ref.append(reader)
@@ -190,10 +225,9 @@ def _child_main(conn, stop, input_dir, thread, files, pos_bytes, block_records, 
             reader.read_to_end()
         conn.send(("done", dead.count if dead else 0))
     except OlrBufferError as exc:
-        conn.send(("error", type(exc).__name__ if isinstance(exc, (InputError, MissingSequenceError)) else "OlrBufferError",
-                   exc.facts.get("path"), exc.facts.get("line"), exc.facts.get("reason", exc.message), exc.hint, str(exc)))
-    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which stops the run
-        conn.send(("error", "crash", None, None, repr(exc), None, traceback.format_exc()))
+        conn.send(("error", exc))
+    except BaseException:  # noqa: BLE001 - reported to the parent, which stops the run
+        conn.send(("crash", traceback.format_exc()))
     finally:
         if dead:
             dead.close()

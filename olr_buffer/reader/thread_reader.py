@@ -15,13 +15,14 @@ from ..faults import fault_point
 from ..txbuffer import TxQueue
 from .blocks import BlockBuilder
 from .errors import InputError, MissingSequenceError
-from .files import CorruptCompressedFile, LogFile, check_contiguous, scan
+from .files import CorruptCompressedFile, LogFile, check_contiguous, is_log_file, scan
 from .position import POSITION_PREFIX, ReaderPosition, load_positions
 from .records import LWN, RecordError, decode_line
 
 DEFAULT_BLOCK_RECORDS = 4096
 DEFAULT_BLOCK_BYTES = 1 << 20
 MAX_LINE_BYTES = 64 << 20  # a longer line is refused: it is damage, not a record
+_BOM = b"\xef\xbb\xbf"  # a UTF-8 byte order mark, accepted at the start of a file
 
 
 class DeadLetters:
@@ -103,7 +104,12 @@ class ThreadReader:
         self.stats = ReaderStats()
         self._builder = BlockBuilder(thread)
         self._builder.progress = self.pos.progress
-        self._inodes: dict[int, tuple[int, int]] = {}
+        # follow mode: the file being read, held open, so that a copy put in its place
+        # (rsync: temporary file, rename) can be compared with what was read of it
+        self._held: dict[int, int] = {}
+        # follow mode: (sequence, offset, size) when the file ended inside a line: the
+        # line is read again only once the file has grown
+        self._partial_at: tuple[int, int, int] | None = None
 
     # -- offline -----------------------------------------------------------------------
 
@@ -168,8 +174,9 @@ class ThreadReader:
             complete = nxt is not None or lf.compressed
             if read_whole == pos.sequence and nxt is None:
                 read = 0  # nothing can be added to an archived log: wait for the next one
+            elif not self._check_not_shrunk(lf) and not complete:
+                read = 0  # still the same unfinished last line
             else:
-                self._check_not_shrunk(lf)
                 read = self._read_file(lf, final=complete)
                 if complete:
                     read_whole = pos.sequence
@@ -178,7 +185,7 @@ class ThreadReader:
             if nxt is not None:
                 self._flush()
                 pos.sequence, pos.offset, pos.line = nxt.sequence, 0, 0
-                self._inodes.pop(lf.sequence, None)
+                self._release(lf.sequence)
                 continue
             now = time.monotonic()
             if now - last_gap_check > 5.0:
@@ -188,11 +195,18 @@ class ThreadReader:
                 self._flush()
                 self.stop.wait(poll_interval)
         self._flush()
+        for seq in list(self._held):
+            self._release(seq)
+
+    def _release(self, seq: int) -> None:
+        fd = self._held.pop(seq, None)
+        if fd is not None:
+            os.close(fd)
 
     def _log_file(self, seq: int) -> LogFile | None:
         for compressed, name in ((False, f"redo_{self.thread}_{seq}.jsonl"), (True, f"redo_{self.thread}_{seq}.jsonl.zst")):
             path = os.path.join(self.input_dir, name)
-            if os.path.isfile(path):
+            if is_log_file(self.input_dir, path):
                 lf = LogFile(self.thread, seq, path, compressed)
                 self.files[seq] = lf
                 return lf
@@ -214,18 +228,57 @@ class ThreadReader:
                 hint="the redo must be complete: restore the missing log file",
             )
 
-    def _check_not_shrunk(self, lf: LogFile) -> None:
+    def _check_not_shrunk(self, lf: LogFile) -> bool:
+        """Check that the file only grew since it was last read; whether it may hold more
+        to read than the unfinished line seen last time.
+
+        A file replaced by a copy (a new inode: rsync writes a temporary file and renames
+        it) is read on if the copy holds the same bytes up to the read position."""
+        pos = self.pos
         try:
             st = os.stat(lf.path)
         except FileNotFoundError:
-            raise InputError(lf.path, None, "file disappeared while being read") from None
-        known = self._inodes.setdefault(lf.sequence, (st.st_dev, st.st_ino))
-        if known != (st.st_dev, st.st_ino):
-            raise InputError(lf.path, None, "file was replaced while being read (new inode)",
+            raise InputError(lf.path, pos.line or None, "file disappeared while being read") from None
+        held = self._held.get(lf.sequence)
+        if held is None:
+            held = self._hold(lf)
+        old = os.fstat(held)
+        if (old.st_dev, old.st_ino) != (st.st_dev, st.st_ino):
+            self._adopt_copy(lf, held, old.st_size)
+        if not lf.compressed and st.st_size < pos.offset:
+            raise InputError(lf.path, pos.line, f"file shrank to {st.st_size} bytes, below the {pos.offset} already read",
                              hint="a log file must only grow until the next sequence exists")
-        if not lf.compressed and st.st_size < self.pos.offset:
-            raise InputError(lf.path, self.pos.line, f"file shrank to {st.st_size} bytes, below the {self.pos.offset} already read",
-                             hint="a log file must only grow until the next sequence exists")
+        return self._partial_at != (lf.sequence, pos.offset, st.st_size)
+
+    def _hold(self, lf: LogFile) -> int:
+        try:
+            fd = os.open(lf.path, os.O_RDONLY)
+        except FileNotFoundError:
+            raise InputError(lf.path, self.pos.line or None, "file disappeared while being read") from None
+        self._held[lf.sequence] = fd
+        return fd
+
+    def _adopt_copy(self, lf: LogFile, old_fd: int, old_size: int) -> None:
+        """The file was replaced: read on in the new one if it starts with the same bytes
+        as the old one up to the read position, else stop. (Bytes past the old file's end
+        were read from the new one already.)"""
+        pos = self.pos
+        try:
+            new_fd = os.open(lf.path, os.O_RDONLY)
+        except FileNotFoundError:
+            raise InputError(lf.path, pos.line or None, "file disappeared while being read") from None
+        if lf.compressed or not _same_prefix(old_fd, new_fd, min(pos.offset, old_size)):
+            os.close(new_fd)
+            raise InputError(
+                lf.path,
+                pos.line or None,
+                f"file was replaced while being read (new inode), and the new file differs in the "
+                f"{pos.offset} bytes already read (up to line {pos.line})",
+                hint="a log file must only grow until the next sequence exists; a copy must keep what was written",
+            )
+        os.close(old_fd)
+        self._held[lf.sequence] = new_fd
+        self._partial_at = None
 
     # -- reading -----------------------------------------------------------------------
 
@@ -246,11 +299,15 @@ class ThreadReader:
             raise InputError(lf.path, None, f"cannot open: {exc.strerror}") from None
         with fh:
             try:
-                _skip(fh, offset, lf)
+                _skip(fh, offset, lf, line)
+                if offset == 0 and fh.peek(len(_BOM))[: len(_BOM)] == _BOM:
+                    offset = len(fh.read(len(_BOM)))  # a byte order mark: not part of the first line
                 limit = self.max_line_bytes + 1
                 for raw in iter(functools.partial(fh.readline, limit), b""):
                     if raw[-1:] != b"\n" and len(raw) < limit and not final:
-                        break  # not yet written completely: read once its "\n" is there
+                        # not yet written completely: read once its "\n" is there
+                        self._partial_at = (seq, offset, offset + len(raw))
+                        break
                     line += 1
                     try:
                         if len(raw) >= limit:
@@ -361,6 +418,18 @@ def _further_bad_lines(fh, raw: bytes, line: int, last_scn: int, last_sub: int, 
     )
 
 
+def _same_prefix(fd_a: int, fd_b: int, length: int, chunk: int = 1 << 20) -> bool:
+    """Whether two open files hold the same first ``length`` bytes."""
+    at = 0
+    while at < length:
+        n = min(chunk, length - at)
+        a, b = os.pread(fd_a, n, at), os.pread(fd_b, n, at)
+        if a != b or len(a) < n:
+            return False
+        at += n
+    return True
+
+
 def _rest_of_line(fh) -> bytes:
     """Consume the rest of an over-long line (up to its newline) in pieces."""
     parts = []
@@ -371,18 +440,31 @@ def _rest_of_line(fh) -> bytes:
             return b"".join(parts)
 
 
-def _skip(fh, offset: int, lf: LogFile) -> None:
+def _skip(fh, offset: int, lf: LogFile, line: int) -> None:
+    """Move to ``offset``, the start of line ``line + 1``: check that the byte before it
+    still ends a line (else the file changed before the resume point)."""
     if offset <= 0:
         return
     if not lf.compressed:
-        fh.seek(offset)
-        return
-    left = offset
-    while left:
-        chunk = fh.read(min(left, 1 << 20))
-        if not chunk:
-            raise InputError(lf.path, None, f"file is shorter ({offset - left} bytes) than the position already read ({offset})")
-        left -= len(chunk)
+        fh.seek(offset - 1)
+    else:
+        left = offset - 1
+        while left:
+            chunk = fh.read(min(left, 1 << 20))
+            if not chunk:
+                raise InputError(lf.path, None, f"file is shorter ({offset - 1 - left} bytes) than the position already read ({offset})")
+            left -= len(chunk)
+    last = fh.read(1)
+    if not last:
+        raise InputError(lf.path, None, f"file is shorter than the position already read ({offset})")
+    if line and last != b"\n":
+        raise InputError(
+            lf.path,
+            line + 1,
+            f"the file changed before the resume point: byte {offset}, where this line was to start, is inside a line",
+            hint="a log file must only grow; lines already read may not be rewritten: restore the file as it was, "
+                 "or replay it into a new queue and changefeed",
+        )
 
 
 @dataclass
@@ -475,6 +557,11 @@ class ReaderGroup:
 
     def alive(self) -> bool:
         return any(t.is_alive() for t in self._threads)
+
+    @property
+    def following(self) -> bool:
+        """Whether the readers follow their input (``run``) rather than read it to its end."""
+        return self._follow
 
     def join(self) -> None:
         for t in self._threads:

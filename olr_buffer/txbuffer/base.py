@@ -129,6 +129,12 @@ def cleanup_candidates(
     return below
 
 
+def held_segments(segments: list[SegmentInfo], needed: int, position: int) -> list[SegmentInfo]:
+    """The segments kept only because index ``needed`` is still needed: cleanup would
+    delete them if everything below ``position`` were done with."""
+    return [s for s in segments if not s.current and needed < s.end <= position]
+
+
 class Tailer:
     """Walks a queue block by block. Its position is the next index it will return."""
 

@@ -10,6 +10,10 @@ Each segment has two named databases: ``blocks`` (first index -> block) and ``me
 (key -> value). Metadata is written to the segment being appended to, in the same LMDB
 transaction as the block it describes; when a new segment starts, its first transaction
 carries a copy of all metadata, so the newest segment always holds the newest values.
+
+An open environment costs three file descriptors. Older segments are opened when read,
+and at most ``max_open_segments`` stay open (the least recently read are closed), so a
+transaction that pins hundreds of segments does not exhaust the process's descriptors.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import fcntl
 import logging
 import os
 import threading
+from collections import OrderedDict
 from typing import Mapping, Sequence
 
 import lmdb
@@ -35,6 +40,11 @@ DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
 _SEGMENT_PREFIX = "seg-"
 _SEGMENT_SUFFIX = ".mdb"
 _MAP_HEADROOM = 1 << 30  # a block may overshoot the roll size; the map is virtual memory only
+DEFAULT_MAX_OPEN_SEGMENTS = 32  # and at most a twelfth of the open-files limit, 3 per segment
+
+
+class _NotInitialised(QueueError):
+    """A segment file whose databases its creator has not committed yet."""
 
 
 def segment_name(first: int) -> str:
@@ -75,15 +85,22 @@ class LmdbQueue(TxQueue):
         durable: bool = True,
         create: bool = True,
         read_only: bool = False,
+        max_open_segments: int | None = None,
     ) -> None:
         """``read_only=True`` opens a view for inspection (``olr-buffer status``) while
         another process owns the queue: no lock is taken and nothing is written."""
         self.path = os.fspath(path)
+        if max_open_segments is None:
+            limit = _fd_limit()
+            max_open_segments = min(DEFAULT_MAX_OPEN_SEGMENTS, limit // 12) if isinstance(limit, int) else DEFAULT_MAX_OPEN_SEGMENTS
+        self.max_open_segments = max(2, int(max_open_segments))
+        self._open: OrderedDict[int, _Segment] = OrderedDict()  # open environments, least recently used first
         self.read_only = read_only
         self.segment_bytes = int(segment_bytes)
         self.durable = durable
         self._write_lock = threading.RLock()
-        self._env_lock = threading.Lock()  # never open one environment twice in a process
+        # never open one environment twice in a process, nor close one while it is read
+        self._env_lock = threading.RLock()
         self._closed = False
         self._lock_fd: int | None = None
         self._seg_dir = os.path.join(self.path, "segments")
@@ -109,7 +126,14 @@ class LmdbQueue(TxQueue):
             self._firsts = [s.first for s in self._segments]
             self._next = 0
             self._meta: dict[bytes, bytes] = {}
-            self._recover_tail()
+            try:
+                self._recover_tail()
+            except lmdb.Error as exc:
+                raise QueueCorruptError(
+                    f"{self.path}: the newest segment cannot be read: {exc}",
+                    hint="restore the queue directory from a backup, or replay the input into a new queue",
+                    path=self.path,
+                ) from exc
         except BaseException:
             for seg in self._segments:
                 self._close_segment(seg)
@@ -150,6 +174,7 @@ class LmdbQueue(TxQueue):
         with self._env_lock:
             if seg.env is not None:
                 return seg
+            self._close_least_used()
             try:
                 env = lmdb.open(
                     seg.path,
@@ -163,6 +188,13 @@ class LmdbQueue(TxQueue):
                     readonly=self.read_only,
                 )
             except lmdb.Error as exc:
+                if _out_of_descriptors(exc):
+                    raise QueueError(
+                        f"{seg.path}: cannot open segment: the process has too many open files "
+                        f"(limit {_fd_limit()}, {len(self._open)} segments open)",
+                        hint="raise the open-files limit (ulimit -n, LimitNOFILE=) and run again",
+                        path=seg.path,
+                    ) from exc
                 raise QueueCorruptError(f"{seg.path}: cannot open segment: {exc}", path=seg.path) from exc
             env.reader_check()
             if self.read_only:
@@ -171,17 +203,34 @@ class LmdbQueue(TxQueue):
                     seg.meta = env.open_db(b"meta", create=False)
                 except lmdb.NotFoundError:
                     env.close()
-                    raise QueueError(f"{seg.path}: segment not initialised yet", path=seg.path) from None
+                    raise _NotInitialised(f"{seg.path}: segment not initialised yet", path=seg.path) from None
             else:
                 seg.blocks = env.open_db(b"blocks")
                 seg.meta = env.open_db(b"meta")
             seg.env = env
+            self._open[seg.first] = seg
         return seg
+
+    def _close_least_used(self) -> None:
+        """Make room for one more environment; the current segment stays open."""
+        current = self._segments[-1] if self._segments else None
+        for first in list(self._open):
+            if len(self._open) < self.max_open_segments:
+                return
+            seg = self._open[first]
+            if seg is not current:
+                self._close_segment(seg)
 
     def _recover_tail(self) -> None:
         """Find the next index and the newest metadata from the last non-empty segment."""
         while self._segments:
-            seg = self._open_env(self._segments[-1])
+            try:
+                seg = self._open_env(self._segments[-1])
+            except _NotInitialised:
+                # read-only, while the owner creates the segment: as if it did not exist yet
+                self._segments.pop()
+                self._firsts.pop()
+                continue
             with seg.env.begin(db=seg.blocks) as txn:
                 cur = txn.cursor()
                 if cur.last():
@@ -223,11 +272,12 @@ class LmdbQueue(TxQueue):
         info = seg.env.info()
         return (info["last_pgno"] + 1) * seg.env.stat()["psize"] >= self.segment_bytes
 
-    @staticmethod
-    def _close_segment(seg: _Segment) -> None:
-        if seg.env is not None:
-            seg.env.close()
-            seg.env = seg.blocks = seg.meta = None
+    def _close_segment(self, seg: _Segment) -> None:
+        with self._env_lock:
+            if seg.env is not None:
+                seg.env.close()
+                seg.env = seg.blocks = seg.meta = None
+            self._open.pop(seg.first, None)
 
     # -- TxQueue -----------------------------------------------------------------------
 
@@ -296,18 +346,23 @@ class LmdbQueue(TxQueue):
         if not (self.first_index <= index < self._next):
             raise IndexError(f"queue index {index} is not stored ({self.first_index}..{self._next - 1})")
         pos = bisect.bisect_right(self._firsts, index) - 1
-        seg = self._open_env(self._segments[pos])
-        with seg.env.begin(db=seg.blocks, buffers=True) as txn:
-            cur = txn.cursor()
-            key = index_key(index)
-            if cur.set_range(key):
-                found = cur.key() == key or cur.prev()
-            else:
-                found = cur.last()
-            if not found:
-                raise QueueCorruptError(f"{seg.path}: no block holds index {index}", index=index)
-            first = key_index(bytes(cur.key()))
-            block = thread_codec().decode(first, cur.value(), f" in {seg.path}")
+        with self._env_lock:  # not closed for another's room while read
+            seg = self._open_env(self._segments[pos])
+            self._open.move_to_end(seg.first)
+            try:
+                with seg.env.begin(db=seg.blocks, buffers=True) as txn:
+                    cur = txn.cursor()
+                    key = index_key(index)
+                    if cur.set_range(key):
+                        found = cur.key() == key or cur.prev()
+                    else:
+                        found = cur.last()
+                    if not found:
+                        raise QueueCorruptError(f"{seg.path}: no block holds index {index}", index=index)
+                    first = key_index(bytes(cur.key()))
+                    block = thread_codec().decode(first, cur.value(), f" in {seg.path}")
+            except lmdb.Error as exc:
+                raise QueueCorruptError(f"{seg.path}: cannot read index {index}: {exc}", index=index) from exc
         if not block.first <= index < block.end:
             raise QueueCorruptError(f"{seg.path}: no block holds index {index}", index=index)
         return block
@@ -381,6 +436,21 @@ def _owner_only(path: str) -> None:
             path=path,
         ) from None
     log.info("%s: mode %04o tightened to %04o: the queue holds row data", path, mode, mode & 0o700)
+
+
+def _out_of_descriptors(exc: lmdb.Error) -> bool:
+    return getattr(exc, "errno", None) in (errno.EMFILE, errno.ENFILE) or "Too many open files" in str(exc)
+
+
+def _fd_limit() -> int | str:
+    """The soft limit of open files, or ``"?"`` where it cannot be known."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):
+        return "?"
+    return soft if soft != resource.RLIM_INFINITY else "?"
 
 
 def _disk_full(path: str, margin: int = 16 << 20) -> bool:

@@ -249,19 +249,33 @@ def test_file_that_shrank_is_an_input_error(tmp_path: Path, follower) -> None:
     assert f.lines() == [(1, n) for n in range(1, 7)]  # nothing read twice or lost
 
 
-def test_file_replaced_by_a_new_inode_is_an_input_error(tmp_path: Path, follower) -> None:
+def test_file_replaced_by_a_copy_that_kept_what_was_read_is_read_on(tmp_path: Path, follower) -> None:
+    """Delivery by temporary file and rename (rsync): a new inode with the same beginning."""
+    path = tmp_path / "in" / "redo_1_1.jsonl"
+    path.write_bytes(tx("A", 100, "r1"))
+    f = follower()
+    f.wait_for_lines(3)
+    for i, more in enumerate((tx("B", 200, "r2"), tx("C", 300, "r3"))):
+        tmp = tmp_path / "in" / f".redo_1_1.jsonl.{i}"
+        tmp.write_bytes(path.read_bytes() + more)
+        os.replace(tmp, path)
+        f.wait_for_lines(6 + 3 * i)
+    assert f.error is None and f.lines()[-1] == (1, 9)
+
+
+def test_file_replaced_by_a_new_inode_with_other_content_is_an_input_error(tmp_path: Path, follower) -> None:
     path = tmp_path / "in" / "redo_1_1.jsonl"
     path.write_bytes(tx("A", 100, "r1"))
     f = follower()
     f.wait_for_lines(3)
     tmp = tmp_path / "in" / "new.tmp"
-    tmp.write_bytes(tx("A", 100, "r1") + tx("B", 200, "r2"))  # longer: not caught as "shrank"
+    tmp.write_bytes(tx("A", 100, "r7") + tx("B", 200, "r2"))  # longer: not caught as "shrank"
     os.replace(tmp, path)
     err = f.wait_for_error()
     assert isinstance(err, InputError), repr(err)
     text = str(err)
-    assert text.startswith(str(path)), text
-    assert "replaced" in text and "\n" not in text, text
+    assert text.startswith(f"{path}:3: "), text
+    assert "replaced" in text and "differs" in text and "\n" not in text, text
     assert f.lines() == [(1, 1), (1, 2), (1, 3)]
 
 
@@ -404,3 +418,19 @@ def test_idle_archived_last_sequence_is_not_decompressed_at_every_poll(tmp_path:
     f.idle(30)
     f.finish()
     assert len(opened) <= 3, f"the archived log was opened {len(opened)} times in 30 polls"
+
+
+def test_an_unfinished_last_line_is_read_again_only_once_the_file_grew(tmp_path: Path, follower, monkeypatch) -> None:
+    path = tmp_path / "in" / "redo_1_1.jsonl"
+    big = ins(101, "A", "r1", NOTE="x" * (4 << 20))
+    path.write_bytes(line({"op": "begin", "scn": 100, "xid": "A"}) + big[:-100])
+    reads: list[int] = []
+    real = ThreadReader._read_file
+    monkeypatch.setattr(ThreadReader, "_read_file", lambda self, lf, final: reads.append(1) or real(self, lf, final))
+    f = follower()
+    f.wait_for_lines(1)
+    time.sleep(50 * POLL)
+    assert len(reads) <= 2, f"the unfinished line was read {len(reads)} times in {50 * POLL}s"
+    append(path, big[-100:] + line({"op": "commit", "scn": 102, "xid": "A"}))
+    f.wait_for_lines(3)
+    assert f.error is None
