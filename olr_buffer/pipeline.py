@@ -36,13 +36,10 @@ from .spark_sink import ChangefeedWriter
 from .spark_sink.layout import DEFAULT_MODE, ChangefeedOwner
 from .spark_sink.writer import DEFAULT_FILE_ROWS
 from .txbuffer import DEFAULT_SEGMENT_BYTES, LmdbQueue, held_segments
+from .txbuffer.metadata import QUEUE_ID_KEY
 
 log = logging.getLogger("olr_buffer")
 _WARN_HELD_SEGMENTS = 4
-
-# The queue's identity: a random id the pipeline stores in the queue's metadata before
-# anything of it reaches the changefeed; the changefeed records it (manifest, footers).
-QUEUE_ID_KEY = b"pipeline/queue_id"
 
 
 @dataclass

@@ -20,7 +20,7 @@ import lmdb
 import pyarrow.parquet as pq
 import pytest
 
-from olr_buffer.pipeline import QUEUE_ID_KEY
+from olr_buffer.txbuffer.metadata import QUEUE_ID_KEY
 from olr_buffer.simulate import simulate
 from olr_buffer.txbuffer import LmdbQueue
 from tests.cli.conftest import Result, ok

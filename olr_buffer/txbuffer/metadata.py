@@ -22,6 +22,9 @@ from .errors import QueueCorruptError
 
 CHECKPOINT_KEY = b"dispatcher/checkpoint"  # the dispatcher's state (dispatcher/dispatcher.py)
 POSITION_PREFIX = b"reader/"  # + thread number: a reader's position (reader/position.py)
+# the queue's identity: a random hex id, stored before anything of the queue reaches a
+# changefeed, which records it (olr_buffer/pipeline.py, spark_sink/layout.py)
+QUEUE_ID_KEY = b"pipeline/queue_id"
 
 _VERSION = 1
 _HEADER = struct.Struct(">BI")
