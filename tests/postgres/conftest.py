@@ -188,3 +188,17 @@ def run_cmd(db: Database, tmp: Path, *extra: str, uri: str | None = None) -> lis
 def start_service(db: Database, tmp: Path, *extra: str, uri: str | None = None) -> subprocess.Popen:
     log = open(tmp / "service.log", "ab")
     return subprocess.Popen(run_cmd(db, tmp, *extra, uri=uri), stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+
+
+def wait_streaming(tmp: Path, proc: subprocess.Popen, timeout: float = 60.0, after: int = 0) -> None:
+    """Until the service's log says it streams (the ``after``-th time): changes from then
+    on are transactions, not part of the initial copy."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = (tmp / "service.log").read_text(errors="replace")
+        if text.count("streaming slot") > after:
+            return
+        if proc.poll() is not None:
+            raise AssertionError(f"the service exited with {proc.returncode}:\n{text}")
+        time.sleep(0.05)
+    raise AssertionError(f"the service did not start streaming within {timeout}s")

@@ -331,6 +331,7 @@ class PostgresReader:
         for n, xid in enumerate(xids, 1):
             self._add(COMMIT, self.consistent_point, xid, [None], seq=COPY_SEQUENCE, line=n)
             self.txns.pop(xid, None)
+        self.builder.heartbeat(self.consistent_point)
         self.copy = "done"
         self._append()
         log.info("initial copy: %d table(s) at %s", len(xids), p.lsn_text(self.consistent_point))
