@@ -162,7 +162,9 @@ def pg_db(pg_cluster) -> Database:
         cur.execute(f"CREATE DATABASE {name}")
     db = Database(pg_cluster, name)
     db.execute("CREATE PUBLICATION olr_buffer FOR ALL TABLES")
+    admin.close()
     yield db
+    admin = pg_cluster.connect()  # the server may have been restarted
     with admin.cursor() as cur:
         cur.execute("SELECT slot_name FROM pg_replication_slots WHERE database = %s", (name,))
         for (slot,) in cur.fetchall():

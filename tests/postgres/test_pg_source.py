@@ -63,3 +63,83 @@ def test_concurrent_clients_exactly_once(pg_db, tmp_path):
     # the slot is confirmed up to published commits: nothing published is held
     (confirmed,) = pg_db.execute("SELECT confirmed_flush_lsn - '0/0'::pg_lsn FROM pg_replication_slots")[0]
     assert confirmed >= max(r["c_scn"] for r in rows)
+
+
+@pytest.mark.slow
+def test_sigkill_and_server_restart_under_load_exactly_once(pg_db, pg_cluster, tmp_path):
+    import threading
+
+    create_schema(pg_db)
+    svc = start_service(pg_db, tmp_path)
+    starts = 0
+    try:
+        wait_streaming(tmp_path, svc)
+        box = {}
+        load = threading.Thread(
+            target=lambda: box.setdefault(
+                "outcome", run_clients(pg_db, clients=3, per_client=80, large_rows=4000, seed=2, pause=0.05)
+            ),
+            daemon=True,
+        )
+        load.start()
+        for round_ in range(3):
+            time.sleep(1.2)
+            svc.kill()  # SIGKILL, mid-load
+            svc.wait(SERVICE_TIMEOUT)
+            svc = start_service(pg_db, tmp_path)
+            starts += 1
+            wait_streaming(tmp_path, svc, after=starts)
+        load.join(300)
+        first = box["outcome"]
+        # the server restarted under the running service (clients idle): it reconnects
+        pg_cluster.restart()
+        second = run_clients(pg_db, clients=2, per_client=20, large_rows=3000, seed=4, number0=5)
+        svc.kill()  # and once more, then the server restarted while olr-buffer is down
+        svc.wait(SERVICE_TIMEOUT)
+        pg_cluster.restart()
+        third = run_clients(pg_db, clients=2, per_client=10, large_rows=0, seed=5, number0=7)
+        svc = start_service(pg_db, tmp_path)
+        committed = first.committed | second.committed | third.committed
+        wait_published(tmp_path / "cf", committed, timeout=90)
+    finally:
+        assert stop(svc) == 0, service_log(tmp_path)
+    assert "reconnecting" in service_log(tmp_path)
+    for part in (second, third):
+        first.committed |= part.committed
+        first.rolled_back |= part.rolled_back
+    check_against_database(pg_db, tmp_path / "cf", first)
+    check_changefeed_layout(tmp_path / "cf")
+
+
+@pytest.mark.slow
+def test_kill_during_initial_copy_copies_again_whole(pg_db, tmp_path):
+    create_schema(pg_db)
+    pg_db.execute("INSERT INTO events (client, n, v) SELECT 9, g, g FROM generate_series(1, 150000) g")
+    svc = start_service(pg_db, tmp_path)
+    deadline = time.monotonic() + 60
+    while "initial copy of" not in service_log(tmp_path) and time.monotonic() < deadline:
+        assert svc.poll() is None, service_log(tmp_path)
+        time.sleep(0.01)
+    svc.kill()
+    svc.wait(SERVICE_TIMEOUT)
+    assert "streaming slot" not in service_log(tmp_path), "the copy ended before the kill: make the table larger"
+    assert not published_xids(tmp_path / "cf") and not load_changefeed_safe(tmp_path / "cf")
+    svc = start_service(pg_db, tmp_path)
+    try:
+        wait_streaming(tmp_path, svc)
+        outcome = run_clients(pg_db, clients=2, per_client=10, large_rows=0, seed=3)
+        wait_published(tmp_path / "cf", outcome.committed)
+    finally:
+        assert stop(svc) == 0, service_log(tmp_path)
+    assert "dropping slot" in service_log(tmp_path)
+    rows = check_against_database(pg_db, tmp_path / "cf", outcome)
+    copied = [r for r in rows if r["op"] == "r"]
+    assert len({(r["table"], r["rid"]) for r in copied}) == len(copied)
+    assert len(pg_db.execute("SELECT slot_name FROM pg_replication_slots")) == 1
+
+
+def load_changefeed_safe(cf: Path) -> list:
+    try:
+        return load_changefeed(cf)
+    except FileNotFoundError:
+        return []

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import random
 import threading
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,8 +56,10 @@ class Outcome:
 class Client(threading.Thread):
     """Runs ``n`` random transactions of every kind the issue lists."""
 
-    def __init__(self, db, number: int, n: int, outcome: Outcome, large_rows: int = 0, seed: int = 0) -> None:
+    def __init__(self, db, number: int, n: int, outcome: Outcome, large_rows: int = 0, seed: int = 0,
+                 pause: float = 0.0) -> None:
         super().__init__(name=f"client-{number}", daemon=True)
+        self.pause = pause
         self.db, self.number, self.n, self.outcome, self.large_rows = db, number, n, outcome, large_rows
         self.rng = random.Random(seed * 1000 + number)
 
@@ -65,8 +68,10 @@ class Client(threading.Thread):
             conn = self.db.connect(autocommit=False)
             for i in range(self.n):
                 self._one(conn, i)
-            if self.large_rows:
-                self._large(conn)
+                if i == self.n // 2 and self.large_rows:
+                    self._large(conn)
+                if self.pause:
+                    time.sleep(self.pause)
             conn.close()
         except BaseException as exc:  # noqa: BLE001 - handed to the test
             self.outcome.errors.append(exc)
@@ -167,9 +172,13 @@ class Client(threading.Thread):
         self._txn(conn, body)
 
 
-def run_clients(db, clients: int, per_client: int, large_rows: int, seed: int = 0) -> Outcome:
+def run_clients(db, clients: int, per_client: int, large_rows: int, seed: int = 0, pause: float = 0.0,
+                number0: int = 0) -> Outcome:
+    """``clients`` clients, each ``per_client`` transactions (every ``pause`` seconds); the
+    first two also run one large transaction of ``large_rows`` rows halfway."""
     outcome = Outcome()
-    threads = [Client(db, c, per_client, outcome, large_rows if c < 2 else 0, seed) for c in range(clients)]
+    threads = [Client(db, number0 + c, per_client, outcome, large_rows if c < 2 else 0, seed, pause)
+               for c in range(clients)]
     for t in threads:
         t.start()
     for t in threads:

@@ -486,8 +486,11 @@ class PostgresReader:
             self._current = self._begin(xid, False)
         elif kind is p.Commit:
             txn, self._current = self._current, None
-            if txn is not None and not txn.skip:
-                self._commit(txn, msg.commit_lsn, msg.end_lsn, msg.commit_time)
+            if txn is not None:
+                if txn.skip:
+                    self._merge_relations(txn)
+                else:
+                    self._commit(txn, msg.commit_lsn, msg.end_lsn, msg.commit_time)
         elif kind is p.StreamStart:
             xid = str(msg.xid)
             txn = self.txns.get(xid)
@@ -499,9 +502,12 @@ class PostgresReader:
             self._stream = None
         elif kind is p.StreamCommit:
             txn = self.txns.get(str(msg.xid))
-            if txn is not None and not txn.skip:
-                if msg.commit_lsn <= self.last_commit:
+            if txn is not None:
+                if txn.skip:
+                    self._merge_relations(txn)
+                elif msg.commit_lsn <= self.last_commit:
                     self._rollback(txn)
+                    self._merge_relations(txn)
                 else:
                     self._commit(txn, msg.commit_lsn, msg.end_lsn, msg.commit_time)
             self.txns.pop(str(msg.xid), None)
@@ -520,11 +526,11 @@ class PostgresReader:
             sub = msg.xid
             if sub is not None and str(sub) != txn.xid and sub not in txn.subs:
                 txn.subs[sub] = txn.rows
-            if txn.skip:
-                return
             if kind is p.Relation:
+                # also in a transaction skipped as appended already: the server counts the
+                # relation as sent once that transaction commits, and does not send it again
                 self._relation(txn, msg)
-            else:
+            elif not txn.skip:
                 self._change(txn, msg, lsn)
 
     def _begin(self, xid: str, streamed: bool) -> _Txn:
@@ -539,6 +545,10 @@ class PostgresReader:
         self.last_commit = commit_lsn
         self.committed[txn.xid] = [commit_lsn, end_lsn]
         self.txns.pop(txn.xid, None)
+        self._merge_relations(txn)
+
+    def _merge_relations(self, txn: _Txn) -> None:
+        """A committed transaction's relation messages join the cache."""
         for oid, (table, _sub) in txn.rels.items():
             self.tables[oid] = table
 
