@@ -329,9 +329,9 @@ class PostgresReader:
         finally:
             conn.close()
         for n, xid in enumerate(xids, 1):
+            self.builder.heartbeat(self.consistent_point)
             self._add(COMMIT, self.consistent_point, xid, [None], seq=COPY_SEQUENCE, line=n)
             self.txns.pop(xid, None)
-        self.builder.heartbeat(self.consistent_point)
         self.copy = "done"
         self._append()
         log.info("initial copy: %d table(s) at %s", len(xids), p.lsn_text(self.consistent_point))
@@ -390,7 +390,9 @@ class PostgresReader:
         return Table(oid, schema, name, cols, key)
 
     def _relation(self, txn: _Txn | None, msg: p.Relation) -> None:
-        self._keys.pop(msg.oid, None)  # the table may have changed: look its key up again
+        seen = self._last_seen.get(msg.oid)
+        if seen is not None and (seen.columns != msg.columns or (seen.schema, seen.name) != (msg.schema, msg.name)):
+            self._keys.pop(msg.oid, None)  # the table changed: look its key up again
         table = self._table(msg.oid, msg.schema, msg.name, msg.replica_identity, msg.columns)
         self._last_seen[msg.oid] = table
         if txn is None:
@@ -540,8 +542,8 @@ class PostgresReader:
         return txn
 
     def _commit(self, txn: _Txn, commit_lsn: int, end_lsn: int, tm: int) -> None:
+        self.builder.heartbeat(commit_lsn)  # before the add, which may close the block
         self._add(COMMIT, commit_lsn, txn.xid, [tm])
-        self.builder.heartbeat(commit_lsn)
         self.last_commit = commit_lsn
         self.committed[txn.xid] = [commit_lsn, end_lsn]
         self.txns.pop(txn.xid, None)
