@@ -143,3 +143,21 @@ def load_changefeed_safe(cf: Path) -> list:
         return load_changefeed(cf)
     except FileNotFoundError:
         return []
+
+
+def test_no_streaming_protocol_1(pg_db, tmp_path):
+    create_schema(pg_db)
+    svc = start_service(pg_db, tmp_path, "--no-streaming", "--no-initial-copy")
+    try:
+        wait_streaming(tmp_path, svc)
+        outcome = run_clients(pg_db, clients=2, per_client=15, large_rows=3000, seed=6)
+        wait_published(tmp_path / "cf", outcome.committed)
+    finally:
+        assert stop(svc) == 0, service_log(tmp_path)
+    assert "protocol 1" in service_log(tmp_path)
+    (streamed, spilled) = pg_db.execute("SELECT stream_txns, spill_txns FROM pg_stat_replication_slots")[0]
+    assert streamed == 0 and spilled > 0
+    rows = load_changefeed(tmp_path / "cf")
+    assert rows and not [r for r in rows if r["op"] == "r"]  # no initial copy
+    published = {int(r["xid"]) for r in rows}
+    assert outcome.committed <= published and not (outcome.rolled_back & published)
