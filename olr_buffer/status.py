@@ -14,7 +14,7 @@ import orjson
 
 from .dispatcher.dispatcher import CHECKPOINT_KEY
 from .reader.blocks import INFINITE_SCN
-from .reader.position import POSITION_PREFIX, load_positions
+from .reader.position import POSITION_PREFIX, POSTGRES_POSITION_KEY, load_positions
 from .txbuffer import LmdbQueue, cleanup_candidates
 
 
@@ -50,6 +50,8 @@ def queue_status(queue_dir: str) -> dict:
             for t, p in sorted(load_positions({k: v for k, v in meta.items() if k.startswith(POSITION_PREFIX)}).items())
         },
     }
+    if POSTGRES_POSITION_KEY in meta:
+        doc["postgresql"] = _postgres(orjson.loads(meta[POSTGRES_POSITION_KEY]), now)
     raw = meta.get(CHECKPOINT_KEY)
     if raw is None:
         doc["checkpoint"] = None
@@ -91,6 +93,26 @@ def queue_status(queue_dir: str) -> dict:
     }
     doc["totals"] = cp.get("stats", {})
     return doc
+
+
+def _postgres(st: dict, now: float) -> dict:
+    """The PostgreSQL reader's state as of its last write to the queue."""
+    return {
+        "source": st.get("source"),
+        "slot": st.get("slot"),
+        "publication": st.get("publication"),
+        "confirmed_lsn": _lsn(st.get("confirmed", 0)),
+        "server_lsn": _lsn(st.get("server_lsn", 0)),
+        "lag_bytes": max(0, st.get("server_lsn", 0) - st.get("confirmed", 0)),
+        "streaming_transactions": st.get("streaming", 0),
+        "open_transactions": len(st.get("open", ())),
+        "initial_copy": st.get("copy"),
+        "as_of_seconds_ago": round(now - st["written"], 3) if st.get("written") else None,
+    }
+
+
+def _lsn(value: int) -> str:
+    return f"{value >> 32:X}/{value & 0xFFFFFFFF:X}"
 
 
 def _txn(t: list, now: float) -> dict:
@@ -139,6 +161,13 @@ def render(doc: dict) -> str:
         lines.append(
             f"reader thread {t}: sequence {r['sequence']} line {r['line']} (byte {r['offset']}), "
             f"last scn {r['last_scn']}, progress {r['progress']}{', finished' if r['finished'] else ''}"
+        )
+    pg = doc.get("postgresql")
+    if pg:
+        lines.append(
+            f"postgresql {pg['source']}: slot {pg['slot']}, confirmed {pg['confirmed_lsn']}, server {pg['server_lsn']} "
+            f"({pg['lag_bytes']:,} bytes behind), {pg['streaming_transactions']} transaction(s) streaming, "
+            f"initial copy {pg['initial_copy']} (as of {pg['as_of_seconds_ago']}s ago)"
         )
     cp = doc.get("checkpoint")
     if cp is None:

@@ -7,6 +7,8 @@ from dataclasses import asdict, dataclass
 import orjson
 
 _PREFIX = b"reader/"
+# the PostgreSQL reader's state (see olr_buffer.reader.postgres.reader), outside _PREFIX
+POSTGRES_POSITION_KEY = b"postgres/position"
 
 
 @dataclass(slots=True)

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.contract_model import check_changefeed_layout, load_changefeed
-from tests.postgres.conftest import start_service, wait_streaming
+from tests.postgres.conftest import ROOT, start_service, wait_streaming
 from tests.postgres.workload import check_against_database, create_schema, run_clients
 
 SERVICE_TIMEOUT = 30
@@ -53,6 +55,15 @@ def test_concurrent_clients_exactly_once(pg_db, tmp_path):
         wait_streaming(tmp_path, svc)
         outcome = run_clients(pg_db, clients=3, per_client=40, large_rows=3000, seed=1)
         wait_published(tmp_path / "cf", outcome.committed)
+        # idle: the slot is confirmed up to the server's position, so that it holds no WAL
+        (end,) = pg_db.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn")[0]
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            (confirmed,) = pg_db.execute("SELECT confirmed_flush_lsn - '0/0'::pg_lsn FROM pg_replication_slots")[0]
+            if confirmed >= end:
+                break
+            time.sleep(0.2)
+        assert confirmed >= end, f"idle, the slot is still confirmed at {confirmed} < {end}"
     finally:
         assert stop(svc) == 0, service_log(tmp_path)
     assert stream_txns(pg_db) > 0, "no transaction was streamed"
@@ -60,9 +71,11 @@ def test_concurrent_clients_exactly_once(pg_db, tmp_path):
     check_changefeed_layout(tmp_path / "cf")
     ops = {r["op"] for r in rows}
     assert {"r", "c", "u", "d", "t"} <= ops
-    # the slot is confirmed up to published commits: nothing published is held
-    (confirmed,) = pg_db.execute("SELECT confirmed_flush_lsn - '0/0'::pg_lsn FROM pg_replication_slots")[0]
-    assert confirmed >= max(r["c_scn"] for r in rows)
+    status = subprocess.run([sys.executable, "-m", "olr_buffer.cli", "status", "--queue", str(tmp_path / "q"), "--json"],
+                            capture_output=True, text=True, timeout=60, cwd=ROOT)
+    pg = json.loads(status.stdout)["postgresql"]
+    assert pg["slot"] == "olr_buffer" and pg["initial_copy"] == "done" and pg["streaming_transactions"] == 0
+    assert int(pg["confirmed_lsn"].split("/")[0], 16) << 32 | int(pg["confirmed_lsn"].split("/")[1], 16) > 0
 
 
 @pytest.mark.slow

@@ -62,6 +62,20 @@ class PostgresSource:
             if self.on_append:
                 self.on_append()
 
+    def metrics(self) -> list[tuple[str, str, str, list[tuple[str, float]]]]:
+        """The source's own figures for the service's metrics: (name, kind, help, samples)."""
+        r = self.reader
+        return [
+            ("postgres_confirmed_lsn", "gauge", "The slot position confirmed to the server (flush LSN).",
+             [("", r.confirmed)]),
+            ("postgres_server_lsn", "gauge", "The server's WAL position, as of its last message.", [("", r.server_lsn)]),
+            ("postgres_lag_bytes", "gauge", "WAL bytes between the confirmed position and the server's.",
+             [("", max(0, r.server_lsn - r.confirmed))]),
+            ("postgres_streaming_transactions", "gauge", "In-progress transactions being streamed by the server.",
+             [("", sum(1 for t in r.txns.values() if t.streamed))]),
+            ("postgres_reconnects_total", "counter", "Reconnections to the server.", [("", r.reconnects)]),
+        ]
+
     def add_new_threads(self) -> list[int]:
         return []
 

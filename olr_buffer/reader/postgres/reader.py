@@ -39,6 +39,7 @@ import psycopg2
 
 from ...txbuffer import TxQueue
 from ..blocks import BlockBuilder
+from ..position import POSTGRES_POSITION_KEY
 from ..records import BEGIN, COMMIT, COPY_ROW, CUT, DELETE, INSERT, ROLLBACK, TRUNCATE, UPDATE
 from . import protocol as p
 from .connection import (
@@ -54,7 +55,7 @@ from .rows import Table
 
 log = logging.getLogger("olr_buffer.postgres")
 
-POSITION_KEY = b"postgres/position"
+POSITION_KEY = POSTGRES_POSITION_KEY
 THREAD = 1
 COPY_SEQUENCE = -1  # commit keys of the initial copy: (consistent point, 1, -1, n) sort before every change
 _BACKOFF_MAX = 30.0
@@ -110,6 +111,7 @@ class PostgresReader:
         self.flush_seconds = flush_seconds
         self.builder = BlockBuilder(THREAD)
         self._pending_since = 0.0
+        self._state_written = 0.0
         self.records = 0
         self.reconnects = 0
         self.source_id: str | None = None
@@ -173,6 +175,7 @@ class PostgresReader:
         """Append what the builder holds, with the state, in one write."""
         records = self.builder.build() if self.builder.count else []
         self.queue.append(records, {POSITION_KEY: orjson.dumps(self.state())})
+        self._state_written = time.monotonic()
         self.records += self.builder.count
         self.builder.reset()
         self._pending_since = 0.0
@@ -475,8 +478,12 @@ class PostgresReader:
             del self.committed[xid]
         if self._idle() and idle_lsn is not None:
             flush = max(flush, idle_lsn)
+        changed = flush != self.confirmed
         self.confirmed = flush
         stream.send_status(max(received, flush), flush, reply=False)
+        now = time.monotonic()
+        if changed and now - self._state_written >= 5.0 or now - self._state_written >= 30.0:
+            self._append()  # the state alone: what `status` shows (confirmed LSN, lag)
 
     def _handle(self, msg, lsn: int) -> None:
         kind = type(msg)
