@@ -34,6 +34,10 @@ class ConnectionLostError(PostgresError):
     """The server went away (or is not reachable yet): the reader retries."""
 
 
+class SlotInUseError(PostgresError):
+    """The replication slot is held by another connection."""
+
+
 _PASSWORD_IN_URI = re.compile(r"(://[^:/@]*:)[^@]*@")
 _PASSWORD_KV = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
 
@@ -116,9 +120,8 @@ class Server:
     def error(self, exc: BaseException, doing: str) -> PostgresError:
         """A psycopg2 error as ours: lost connections are :class:`ConnectionLostError`."""
         text = _one_line(exc, self.password)
-        lost = isinstance(exc, (psycopg2.OperationalError, psycopg2.InterfaceError)) and not isinstance(
-            exc, psycopg2.errors.ObjectInUse
-        )
+        # a slot still held by the server process of a connection that just died is transient too
+        lost = isinstance(exc, (psycopg2.OperationalError, psycopg2.InterfaceError, psycopg2.errors.ObjectInUse))
         cls = ConnectionLostError if lost else PostgresError
         return cls(f"{self.safe}: {doing}: {text}")
 
@@ -167,7 +170,7 @@ def check_setup(server: Server, conn, slot: str, publication: str) -> dict:
             hint="use another --slot name",
         )
     if active:
-        raise PostgresError(
+        raise SlotInUseError(
             f"{server.safe}: replication slot {slot!r} is in use by another connection (server process {pid})",
             hint="stop the other consumer of the slot, or use another --slot name",
         )

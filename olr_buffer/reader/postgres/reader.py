@@ -46,6 +46,7 @@ from .connection import (
     ConnectionLostError,
     PostgresError,
     ReplicationStream,
+    SlotInUseError,
     Server,
     check_setup,
     quote_ident,
@@ -59,6 +60,10 @@ POSITION_KEY = POSTGRES_POSITION_KEY
 THREAD = 1
 COPY_SEQUENCE = -1  # commit keys of the initial copy: (consistent point, 1, -1, n) sort before every change
 _BACKOFF_MAX = 30.0
+
+
+class _Stopped(Exception):
+    """``stop`` was set during the initial copy."""
 
 
 class _Txn:
@@ -95,6 +100,7 @@ class PostgresReader:
         stop: threading.Event | None = None,
         status_interval: float = 1.0,
         flush_seconds: float = 0.1,
+        slot_wait: float = 5.0,
     ) -> None:
         self.queue = queue
         self.server = Server(uri)
@@ -109,6 +115,7 @@ class PostgresReader:
         self.stop = stop or threading.Event()
         self.status_interval = status_interval
         self.flush_seconds = flush_seconds
+        self.slot_wait = slot_wait
         self.builder = BlockBuilder(THREAD)
         self._pending_since = 0.0
         self._state_written = 0.0
@@ -195,7 +202,17 @@ class PostgresReader:
         """Check the set-up and identify the server; every problem is a one-line error."""
         conn = self.server.connect()
         try:
-            slot = check_setup(self.server, conn, self.slot, self.publication)
+            # a slot held by the server process of our own killed predecessor is freed
+            # when the server notices; a consumer that keeps it is an error
+            deadline = time.monotonic() + self.slot_wait
+            while True:
+                try:
+                    slot = check_setup(self.server, conn, self.slot, self.publication)
+                    break
+                except SlotInUseError:
+                    if time.monotonic() >= deadline:
+                        raise
+                    time.sleep(0.5)
         finally:
             conn.close()
         if not slot["exists"] and self.copy in ("done", "skipped"):
@@ -223,6 +240,8 @@ class PostgresReader:
             try:
                 self._session()
                 delay = 1.0
+            except _Stopped:
+                break
             except ConnectionLostError as exc:
                 self._close_sql()
                 self.reconnects += 1
@@ -326,7 +345,7 @@ class PostgresReader:
                 tables = cur.fetchall()
             for oid, schema, name in tables:
                 if self.stop.is_set():
-                    raise ConnectionLostError("stopped during the initial copy")
+                    raise _Stopped()  # the copy starts again from a new slot next time
                 xids.append(self._copy_table(conn, oid, schema, name))
             conn.rollback()
         finally:
