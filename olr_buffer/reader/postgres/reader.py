@@ -15,22 +15,23 @@ streamed transactions:
   commit, dropped with the transaction or the subtransaction that carried them.
 
 Exact restart. The state stored with every block holds the last commit LSN appended,
-the transactions with records in the queue and no end yet ("open"), and the commits
-appended but not yet known to be published (xid -> commit LSN, end LSN). After a
+the transactions with records in the queue and no end yet ("open"), and the streamed
+transactions committed but not yet known to be published (xid -> commit LSN). After a
 reconnect or a restart the server sends again every transaction it was not told was
 done, in-progress ones from their first chunk: the open ones get a ``ROLLBACK`` first
 (their partial records are discarded), a transaction whose commit LSN is at or below
 the last appended commit is skipped (B's final LSN), or rolled back at its commit (a
 streamed one), and a streamed transaction whose xid is among the appended commits is
 skipped whole. The slot's confirmed position (flush LSN) moves only to the end LSN of
-commits the changefeed has published, or to the keepalive's position when nothing is in
-flight.
+commits the changefeed has published (their commit LSN after a restart), or to the
+keepalive's position when nothing is in flight.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections import deque
 import time
 from typing import Any, Callable
 
@@ -124,13 +125,14 @@ class PostgresReader:
         self.source_id: str | None = None
         # state stored with every block
         self.last_commit = -1
-        self.committed: dict[str, list[int]] = {}
+        self.committed: dict[str, int] = {}  # streamed transactions appended, not yet published: xid -> commit LSN
         self.copy = "none"
         self.consistent_point = 0
         self.confirmed = 0
         self.server_lsn = 0
         # in memory
         self.txns: dict[str, _Txn] = {}  # open, by top-level xid
+        self._ends: deque[tuple[int, int]] = deque()  # (commit LSN, end LSN) of commits appended, not yet published
         self._current: _Txn | None = None  # B..C
         self._stream: _Txn | None = None  # S..E
         self.tables: dict[int, Table] = {}  # committed relation cache
@@ -147,7 +149,7 @@ class PostgresReader:
             return
         doc = orjson.loads(raw)
         self.last_commit = doc["last_commit"]
-        self.committed = {x: list(v) for x, v in doc["committed"].items()}
+        self.committed = dict(doc["committed"])
         self.copy = doc["copy"]
         self.consistent_point = doc.get("consistent_point", 0)
         self.confirmed = doc.get("confirmed", 0)
@@ -482,18 +484,21 @@ class PostgresReader:
                 last_status = now
 
     def _idle(self) -> bool:
-        return not self.txns and not self.committed and not self.builder.count and self.copy != "running"
+        pub = self.published()
+        published_all = self.last_commit <= (pub.scn if pub is not None else -1)
+        return published_all and not self.txns and not self.builder.count and self.copy != "running"
 
     def _status(self, stream: ReplicationStream, received: int, idle_lsn: int | None = None) -> None:
         """Tell the server what the changefeed has published (see the module doc)."""
         pub = self.published()
         pub_lsn = pub.scn if pub is not None else -1
-        flush = self.confirmed
-        for xid in list(self.committed):
-            commit_lsn, end_lsn = self.committed[xid]
-            if commit_lsn > pub_lsn:
-                break
-            flush = max(flush, end_lsn)
+        # commits are published in commit LSN order: every commit up to pub_lsn is published,
+        # and is at most sent again (and skipped) if we confirm its commit LSN, not its end
+        flush = max(self.confirmed, pub_lsn)
+        ends = self._ends
+        while ends and ends[0][0] <= pub_lsn:
+            flush = max(flush, ends.popleft()[1])
+        for xid in [x for x, lsn in self.committed.items() if lsn <= pub_lsn]:
             del self.committed[xid]
         if self._idle() and idle_lsn is not None:
             flush = max(flush, idle_lsn)
@@ -571,7 +576,9 @@ class PostgresReader:
         self.builder.heartbeat(commit_lsn)  # before the add, which may close the block
         self._add(COMMIT, commit_lsn, txn.xid, [tm])
         self.last_commit = commit_lsn
-        self.committed[txn.xid] = [commit_lsn, end_lsn]
+        self._ends.append((commit_lsn, end_lsn))
+        if txn.streamed:
+            self.committed[txn.xid] = commit_lsn
         self.txns.pop(txn.xid, None)
         self._merge_relations(txn)
 
