@@ -105,6 +105,7 @@ def _postgres(st: dict, now: float) -> dict:
         "server_lsn": _lsn(st.get("server_lsn", 0)),
         "lag_bytes": max(0, st.get("server_lsn", 0) - st.get("confirmed", 0)),
         "streaming_transactions": st.get("streaming", 0),
+        "subtransaction_cuts": st.get("cuts", 0),
         "open_transactions": len(st.get("open", ())),
         "initial_copy": st.get("copy"),
         "as_of_seconds_ago": round(now - st["written"], 3) if st.get("written") else None,

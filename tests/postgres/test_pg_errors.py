@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 
 import pytest
 
@@ -65,6 +66,10 @@ def test_slot_held_by_another_connection(pg_db, tmp_path):
         first.wait(30)
     log = (tmp_path / "a" / "service.log").read_text()
     assert PASSWORD not in log and ":***@" in log
+    status = subprocess.run([sys.executable, "-m", "olr_buffer.cli", "status", "--queue", str(tmp_path / "a" / "q")],
+                            capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert status.returncode == 0 and "postgresql postgresql://postgres:***@" in status.stdout, status.stdout
+    assert PASSWORD not in status.stdout + status.stderr
 
 
 def test_wal_level_is_checked():

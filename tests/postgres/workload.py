@@ -167,8 +167,22 @@ class Client(threading.Thread):
             cur.execute("INSERT INTO events (client, n, v) SELECT %s, -g, g FROM generate_series(1, %s) g",
                         (self.number, half))
             cur.execute("ROLLBACK TO SAVEPOINT big")
+            # nested, the child writing before its parent (which gets its xid first), both
+            # streamed, then rolled back together: the server aborts the child first
+            cur.execute("SAVEPOINT outer_sp")
+            cur.execute("SAVEPOINT inner_sp")
+            cur.execute("INSERT INTO events (client, n, v) SELECT %s, -g, g FROM generate_series(1, %s) g",
+                        (self.number, half))
+            cur.execute("RELEASE SAVEPOINT inner_sp")
+            cur.execute("INSERT INTO events (client, n, v) SELECT %s, -g, g FROM generate_series(1, %s) g",
+                        (self.number, half))
+            cur.execute("ROLLBACK TO SAVEPOINT outer_sp")
+            cur.execute("RELEASE SAVEPOINT outer_sp")
+            # a savepoint released, its rows kept
+            cur.execute("SAVEPOINT kept")
             cur.execute("INSERT INTO events (client, n, v) SELECT %s, g, g FROM generate_series(%s, %s) g",
                         (self.number, half + 1, self.large_rows))
+            cur.execute("RELEASE SAVEPOINT kept")
         self._txn(conn, body)
 
 

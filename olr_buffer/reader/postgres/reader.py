@@ -130,6 +130,7 @@ class PostgresReader:
         self.consistent_point = 0
         self.confirmed = 0
         self.server_lsn = 0
+        self.cuts = 0  # subtransaction aborts that dropped rows already appended
         # in memory
         self.txns: dict[str, _Txn] = {}  # open, by top-level xid
         self._ends: deque[tuple[int, int]] = deque()  # (commit LSN, end LSN) of commits appended, not yet published
@@ -154,6 +155,7 @@ class PostgresReader:
         self.consistent_point = doc.get("consistent_point", 0)
         self.confirmed = doc.get("confirmed", 0)
         self.server_lsn = doc.get("server_lsn", 0)
+        self.cuts = doc.get("cuts", 0)
         stored_slot = doc.get("slot")
         if stored_slot and stored_slot != self.slot:
             raise PostgresError(
@@ -177,6 +179,7 @@ class PostgresReader:
             "consistent_point": self.consistent_point,
             "confirmed": self.confirmed,
             "server_lsn": self.server_lsn,
+            "cuts": self.cuts,
             "written": time.time(),
         }
 
@@ -609,6 +612,7 @@ class PostgresReader:
         txn.rels = {oid: v for oid, v in txn.rels.items() if v[1] not in dropped}
         if not txn.skip and first < txn.rows:
             self._add(CUT, 0, xid, [first, txn.rows])
+            self.cuts += 1
 
     def _row(self, txn: _Txn, code: int, lsn: int, table: Table, rid, before, after) -> None:
         self._add(code, lsn, txn.xid, [None, table.schema, table.name, table.oid, rid, before, after, None])
