@@ -127,3 +127,15 @@ def test_rows_key_order_and_unchanged_toast():
     assert t.obj((b"2", b"1", p.UNCHANGED)) == '{"b":2,"a":1}'
     assert t.obj((b"2", b"1", p.UNCHANGED), fallback=(b"2", b"1", b"old")) == '{"b":2,"a":1,"body":"old"}'
     assert Table(1, "s", "t", cols, key=None).rid((b"1", b"2", None)) is None
+
+
+def test_password_is_hidden_everywhere():
+    from olr_buffer.reader.postgres.connection import redact, safe_uri
+
+    uri = "postgresql://cdc:p%40ss-w0rd@db.example.com:5433/shop?sslmode=require"
+    assert safe_uri(uri) == "postgresql://cdc:***@db.example.com:5433/shop?sslmode=require"
+    assert "w0rd" not in safe_uri("postgres://u:w0rd@/db?host=/tmp")
+    assert safe_uri("postgresql://u@h/db") == "postgresql://u@h/db"
+    assert redact("connect failed: password=w0rd host=x", "w0rd") == "connect failed: password=*** host=x"
+    assert redact("FATAL for user u with w0rd inside", "w0rd") == "FATAL for user u with *** inside"
+    assert redact("echo p@ss-w0rd and p%40ss-w0rd", "p%40ss-w0rd") == "echo *** and ***"

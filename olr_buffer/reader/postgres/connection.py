@@ -17,7 +17,7 @@ import os
 import re
 import select
 import time
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import psycopg2
 import psycopg2.extras
@@ -47,7 +47,8 @@ def redact(text: str, password: str | None = None) -> str:
     text = _PASSWORD_IN_URI.sub(r"\1***@", text)
     text = _PASSWORD_KV.sub(r"\1***", text)
     if password:
-        text = text.replace(password, "***")
+        for form in {password, unquote(password)}:
+            text = text.replace(form, "***")
     return text
 
 

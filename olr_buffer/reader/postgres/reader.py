@@ -122,6 +122,7 @@ class PostgresReader:
         self._state_written = 0.0
         self.records = 0
         self.reconnects = 0
+        self._streamed = False
         self.source_id: str | None = None
         # state stored with every block
         self.last_commit = -1
@@ -214,6 +215,8 @@ class PostgresReader:
                 try:
                     slot = check_setup(self.server, conn, self.slot, self.publication)
                     break
+                except psycopg2.Error as exc:
+                    raise self.server.error(exc, "checking the set-up") from None
                 except SlotInUseError:
                     if time.monotonic() >= deadline:
                         raise
@@ -242,13 +245,15 @@ class PostgresReader:
         """Copy if needed, then stream until ``stop``; reconnect with a capped backoff."""
         delay = 1.0
         while not self.stop.is_set():
+            self._streamed = False
             try:
                 self._session()
-                delay = 1.0
             except _Stopped:
                 break
             except ConnectionLostError as exc:
                 self._close_sql()
+                if self._streamed:  # it was up: start the backoff again
+                    delay = 1.0
                 self.reconnects += 1
                 log.warning("%s; reconnecting in %.0f s", exc, delay)
                 self.stop.wait(delay)
@@ -446,6 +451,7 @@ class PostgresReader:
         repl.cursor().start_replication_expert(
             f"START_REPLICATION SLOT {quote_ident(self.slot)} LOGICAL 0/0 ({opts})", decode=False, status_interval=3600
         )
+        self._streamed = True
         log.info("streaming slot %s (publication %s, %s)", self.slot, self.publication,
                  "protocol 2, streaming" if self.streaming else "protocol 1")
         return ReplicationStream(self.server, repl)
