@@ -54,6 +54,7 @@ class Keepalive:
 _W = struct.Struct("!QQq")
 _K = struct.Struct("!Qq?")
 _R = struct.Struct("!cQQQq?")
+_I32 = struct.Struct("!i")
 
 
 def decode_frame(data: bytes) -> XLogData | Keepalive:
@@ -281,21 +282,38 @@ class _Cursor:
         return v
 
     def tuple_data(self) -> Tuple:
-        n = self.u16("tuple column count")
-        values = []
-        for i in range(n):
-            k = self.u8("tuple column kind")
-            if k == 0x6E:  # n
-                values.append(None)
-            elif k == 0x75:  # u
-                values.append(UNCHANGED)
-            elif k == 0x74 or k == 0x62:  # t, b
-                length = self.i32("column length")
+        # the hot path of the decoder: one call per row, no method call per column
+        data, pos, n = self.data, self.pos, len(self.data)
+        if pos + 2 > n:
+            raise PgoutputError(f"message {self.kind!r} ends inside its tuple column count (at byte {pos} of {n})")
+        count = (data[pos] << 8) | data[pos + 1]
+        pos += 2
+        values: list = []
+        append = values.append
+        for i in range(count):
+            if pos >= n:
+                raise PgoutputError(f"message {self.kind!r} ends inside column {i} (at byte {pos} of {n})")
+            k = data[pos]
+            pos += 1
+            if k == 0x74 or k == 0x62:  # t, b
+                if pos + 4 > n:
+                    raise PgoutputError(f"message {self.kind!r} ends inside the length of column {i}")
+                length = _I32.unpack_from(data, pos)[0]
+                pos += 4
+                end = pos + length
                 if length < 0:
                     raise PgoutputError(f"message {self.kind!r}: column {i} has a negative length {length}")
-                values.append(bytes(self.take(length, f"column {i}")))
+                if end > n:
+                    raise PgoutputError(f"message {self.kind!r} ends inside column {i} (at byte {pos} of {n})")
+                append(data[pos:end])
+                pos = end
+            elif k == 0x6E:  # n
+                append(None)
+            elif k == 0x75:  # u
+                append(UNCHANGED)
             else:
                 raise PgoutputError(f"message {self.kind!r}: column {i} has an unknown kind {bytes([k])!r}")
+        self.pos = pos
         return tuple(values)
 
     def tuple_tag(self, allowed: bytes) -> str:

@@ -21,22 +21,33 @@ _FLOATS = frozenset((FLOAT4, FLOAT8, NUMERIC))
 _NOT_NUMBERS = frozenset((b"NaN", b"Infinity", b"-Infinity"))
 
 
+_RAW, _NUMBER, _BOOL, _STRING = 0, 1, 2, 3  # how a column's text form becomes JSON
+
+
+def _category(type_oid: int) -> int:
+    if type_oid in _INTEGERS or type_oid == JSON or type_oid == JSONB:
+        return _RAW
+    if type_oid in _FLOATS:
+        return _NUMBER
+    return _BOOL if type_oid == BOOL else _STRING
+
+
+def _json(category: int, raw: bytes) -> bytes:
+    if category == _STRING:
+        try:
+            return orjson.dumps(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            raise PgoutputError("a column value is not valid UTF-8") from None
+    if category == _RAW:
+        return raw
+    if category == _NUMBER:
+        return b'"' + raw + b'"' if raw in _NOT_NUMBERS else raw
+    return b"true" if raw in (b"t", b"true") else b"false"  # pgoutput sends t/f, ::text true/false
+
+
 def value_json(type_oid: int, raw: bytes | None) -> bytes:
     """One column's value, as JSON text."""
-    if raw is None:
-        return b"null"
-    if type_oid in _INTEGERS:
-        return raw
-    if type_oid in _FLOATS:
-        return b'"' + raw + b'"' if raw in _NOT_NUMBERS else raw
-    if type_oid == BOOL:
-        return b"true" if raw in (b"t", b"true") else b"false"  # pgoutput sends t/f, ::text true/false
-    if type_oid == JSON or type_oid == JSONB:
-        return raw
-    try:
-        return orjson.dumps(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise PgoutputError("a column value is not valid UTF-8") from None
+    return b"null" if raw is None else _json(_category(type_oid), raw)
 
 
 @dataclass
@@ -51,13 +62,13 @@ class Table:
 
     def __post_init__(self) -> None:
         self._names = [orjson.dumps(c.name) + b":" for c in self.columns]
-        self._types = [c.type_oid for c in self.columns]
+        self._categories = [_category(c.type_oid) for c in self.columns]
 
     def obj(self, values: tuple, fallback: tuple | None = None, only: tuple[int, ...] | None = None) -> str:
         """The JSON object of a tuple; unchanged TOASTed values are taken from ``fallback``
         (the old row) or left out; ``only``: just these column positions."""
         parts = []
-        names, types = self._names, self._types
+        names, cats = self._names, self._categories
         n = min(len(values), len(names))
         for i in range(n) if only is None else only:
             if i >= n:
@@ -67,7 +78,12 @@ class Table:
                 if fallback is None or i >= len(fallback) or fallback[i] is UNCHANGED:
                     continue
                 v = fallback[i]
-            parts.append(names[i] + value_json(types[i], v))
+            if v is None:
+                parts.append(names[i] + b"null")
+            elif cats[i] == _RAW:
+                parts.append(names[i] + v)
+            else:
+                parts.append(names[i] + _json(cats[i], v))
         return (b"{" + b",".join(parts) + b"}").decode()
 
     def rid(self, values: tuple) -> str | None:
@@ -78,7 +94,7 @@ class Table:
         for i in self.key:
             if i >= len(values) or values[i] is None or values[i] is UNCHANGED:
                 return None
-            parts.append(self._names[i] + value_json(self._types[i], values[i]))
+            parts.append(self._names[i] + _json(self._categories[i], values[i]))
         return (b"{" + b",".join(parts) + b"}").decode()
 
     def flagged(self) -> tuple[int, ...]:
