@@ -195,11 +195,14 @@ class PostgresReader:
         if self.on_append and records:
             self.on_append()
 
-    def _add(self, code: int, scn: int, xid: str, payload: list, seq: int = 0, line: int = 0) -> None:
+    def _add(self, code: int, scn: int, xid: str, payload: list, seq: int = 0, line: int = 0,
+             may_close: bool = True) -> None:
+        """Add a record; a full block is appended, with the state as it is now: the
+        callers change the state before adding the record that goes with the change."""
         if not self.builder.count:
             self._pending_since = time.monotonic()
         self.builder.add(code, scn, 0, xid, seq, line, payload)
-        if self.builder.count >= self.block_records or self.builder.nbytes >= self.block_bytes:
+        if may_close and (self.builder.count >= self.block_records or self.builder.nbytes >= self.block_bytes):
             self._append()
 
     # -- set-up ----------------------------------------------------------------------------
@@ -360,10 +363,11 @@ class PostgresReader:
             conn.rollback()
         finally:
             conn.close()
+        # every table's commit and the state "done" in one write: all of the copy or nothing
         for n, xid in enumerate(xids, 1):
-            self.builder.heartbeat(self.consistent_point)
-            self._add(COMMIT, self.consistent_point, xid, [None], seq=COPY_SEQUENCE, line=n)
+            self._add(COMMIT, self.consistent_point, xid, [None], seq=COPY_SEQUENCE, line=n, may_close=False)
             self.txns.pop(xid, None)
+        self.builder.heartbeat(self.consistent_point)
         self.copy = "done"
         self._append()
         log.info("initial copy: %d table(s) at %s", len(xids), p.lsn_text(self.consistent_point))
@@ -582,14 +586,15 @@ class PostgresReader:
         return txn
 
     def _commit(self, txn: _Txn, commit_lsn: int, end_lsn: int, tm: int) -> None:
-        self.builder.heartbeat(commit_lsn)  # before the add, which may close the block
-        self._add(COMMIT, commit_lsn, txn.xid, [tm])
+        # the state first: the add may close the block, which stores the state with it
         self.last_commit = commit_lsn
         self._ends.append((commit_lsn, end_lsn))
         if txn.streamed:
             self.committed[txn.xid] = commit_lsn
         self.txns.pop(txn.xid, None)
         self._merge_relations(txn)
+        self.builder.heartbeat(commit_lsn)
+        self._add(COMMIT, commit_lsn, txn.xid, [tm])
 
     def _merge_relations(self, txn: _Txn) -> None:
         """A committed transaction's relation messages join the cache."""
@@ -597,8 +602,8 @@ class PostgresReader:
             self.tables[oid] = table
 
     def _rollback(self, txn: _Txn) -> None:
+        self.txns.pop(txn.xid, None)  # before the add, which may close the block with the state
         self._add(ROLLBACK, 0, txn.xid, [None])
-        self.txns.pop(txn.xid, None)
 
     def _abort(self, xid: str, subxid: int) -> None:
         txn = self.txns.get(xid)
