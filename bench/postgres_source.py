@@ -69,10 +69,10 @@ def insert_in_transactions(cluster, db: str, first: int, rows: int, tx_rows: int
 
 
 def start_service(cluster, db: str, work: Path, *extra: str) -> subprocess.Popen:
-    log = open(work / "service.log", "ab")
     cmd = [sys.executable, "-m", "olr_buffer.cli", "run", cluster.dsn(db), "--queue", str(work / "q"),
            "--changefeed", str(work / "cf"), "--flush-interval", "0.2", "--log-level", "info", *extra]
-    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+    with open(work / "service.log", "ab") as log:
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
 
 
 def wait_log(work: Path, text: str, proc: subprocess.Popen, timeout: float = 120) -> None:

@@ -103,8 +103,8 @@ def run_cmd(db: Database, tmp: Path, *extra: str, uri: str | None = None) -> lis
 
 
 def start_service(db: Database, tmp: Path, *extra: str, uri: str | None = None) -> subprocess.Popen:
-    log = open(tmp / "service.log", "ab")
-    return subprocess.Popen(run_cmd(db, tmp, *extra, uri=uri), stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+    with open(tmp / "service.log", "ab") as log:  # the child keeps its own descriptor
+        return subprocess.Popen(run_cmd(db, tmp, *extra, uri=uri), stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
 
 
 def wait_streaming(tmp: Path, proc: subprocess.Popen, timeout: float = 60.0, after: int = 0) -> None:
