@@ -17,6 +17,11 @@ import click
 from . import __version__
 from .errors import EXIT_INTERRUPTED, OlrBufferError
 
+
+def is_postgres_uri(source: str | None) -> bool:
+    """A ``run`` SOURCE that is a PostgreSQL connection URI rather than a directory."""
+    return bool(source) and source.startswith(("postgresql://", "postgres://"))
+
 _SIZE = re.compile(r"^\s*([0-9]+)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
@@ -262,12 +267,20 @@ def _threads(ctx, param, value):
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
               default="info", show_default=True)
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--slot", default="olr_buffer", show_default=True, help="PostgreSQL source: the replication slot.")
+@click.option("--publication", default="olr_buffer", show_default=True, help="PostgreSQL source: the publication.")
+@click.option("--no-initial-copy", is_flag=True, help="PostgreSQL source: do not copy the tables when the slot is created.")
+@click.option("--no-streaming", is_flag=True,
+              help="PostgreSQL source: protocol 1, the server sends transactions only at commit (and spills large ones).")
 @clean_errors
 def run(input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_interval, metrics_port, metrics_host,
-        log_level, log_format, **pipeline) -> None:
+        log_level, log_format, slot, publication, no_initial_copy, no_streaming, **pipeline) -> None:
     """The service: follow the redo logs of INPUT_DIR as they grow and switch, publish each
     transaction once the watermark allows. SIGTERM or SIGINT stops it cleanly (exit 0);
-    restarted on the same directories, it resumes from the queue."""
+    restarted on the same directories, it resumes from the queue.
+
+    INPUT_DIR may be a PostgreSQL URI (postgresql://user@host/db): the source is then that
+    database's logical replication (see docs/postgresql.md)."""
     import signal
     import threading
 
@@ -292,7 +305,16 @@ def run(input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_inte
         server = serve_metrics(metrics, metrics_host, metrics_port)
         logging.getLogger("olr_buffer").info("metrics on http://%s:%d/metrics", metrics_host, server.server_address[1])
     opts = _options(**pipeline, threads=threads, flush_seconds=flush_interval, poll_seconds=poll_interval)
-    summary = run_service(input_dir, queue_dir, changefeed_dir, opts, stop, on_tick=metrics.update if metrics else None)
+    on_tick = metrics.update if metrics else None
+    if is_postgres_uri(input_dir):
+        from .pipeline import run_postgres_service
+
+        summary = run_postgres_service(
+            input_dir, queue_dir, changefeed_dir, opts, stop, on_tick, slot=slot, publication=publication,
+            initial_copy=not no_initial_copy, streaming=not no_streaming,
+        )
+    else:
+        summary = run_service(input_dir, queue_dir, changefeed_dir, opts, stop, on_tick=on_tick)
     logging.getLogger("olr_buffer").info(
         "stopped cleanly: %d records read, %d transactions published this run, changefeed at tx_seq %d",
         summary.records_read, summary.transactions_published, summary.next_tx_seq - 1,

@@ -23,7 +23,7 @@ import time
 import uuid
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 from .dispatcher import DispatchError, Dispatcher, DispatchStats
 from .dispatcher.dispatcher import CHECKPOINT_KEY
@@ -126,7 +126,16 @@ def quiet_gc() -> Iterator[None]:
 class Pipeline:
     """Queue, readers, dispatcher and sink of one run, restored from the queue."""
 
-    def __init__(self, input_dir: str, queue_dir: str, changefeed_dir: str, options: PipelineOptions | None = None):
+    def __init__(
+        self,
+        input_dir: str,
+        queue_dir: str,
+        changefeed_dir: str,
+        options: PipelineOptions | None = None,
+        source: Callable[["Pipeline"], Any] | None = None,
+    ):
+        """``source``: builds the readers from the pipeline (queue, sink, ``appended``) in
+        place of the redo-file readers of ``input_dir`` (see :func:`run_postgres_service`)."""
         self.options = opts = options or PipelineOptions()
         self.started = time.monotonic()
         self.queue = LmdbQueue(queue_dir, segment_bytes=opts.segment_bytes, durable=opts.durable)
@@ -136,7 +145,7 @@ class Pipeline:
                 changefeed_dir, file_rows=opts.file_rows, durable=opts.durable, mode=opts.changefeed_mode
             )
             self.appended = threading.Event()
-            self.readers = ReaderGroup(
+            self.readers = source(self) if source else ReaderGroup(
                 self.queue,
                 input_dir,
                 block_records=opts.block_records,
@@ -387,6 +396,45 @@ def run_service(
 ) -> ReplaySummary:
     """``olr-buffer run``: follow ``input_dir`` until ``stop`` is set."""
     pipeline = Pipeline(input_dir, queue_dir, changefeed_dir, options)
+    try:
+        return pipeline.serve(stop, on_tick)
+    finally:
+        pipeline.close()
+
+
+def run_postgres_service(
+    uri: str,
+    queue_dir: str,
+    changefeed_dir: str,
+    options: PipelineOptions | None,
+    stop: threading.Event,
+    on_tick: Callable[[Pipeline], None] | None = None,
+    *,
+    slot: str = "olr_buffer",
+    publication: str = "olr_buffer",
+    initial_copy: bool = True,
+    streaming: bool = True,
+) -> ReplaySummary:
+    """``olr-buffer run postgresql://...``: the same service with a PostgreSQL source."""
+    from .reader.postgres import PostgresSource
+
+    opts = options or PipelineOptions()
+
+    def source(p: Pipeline) -> PostgresSource:
+        return PostgresSource(
+            p.queue,
+            uri,
+            published=lambda: p.sink.last_commit,
+            on_append=p.appended.set,
+            slot=slot,
+            publication=publication,
+            initial_copy=initial_copy,
+            streaming=streaming,
+            block_records=opts.block_records,
+            block_bytes=opts.block_bytes,
+        )
+
+    pipeline = Pipeline(uri, queue_dir, changefeed_dir, opts, source=source)
     try:
         return pipeline.serve(stop, on_tick)
     finally:

@@ -131,6 +131,8 @@ def _render(p) -> str:
     metric("transactions_published_total", "counter", "Transactions published to the changefeed.", [("", totals.published)])
     metric("rows_published_total", "counter", "Rows published to the changefeed.", [("", totals.rows)])
     metric("changefeed_next_tx_seq", "gauge", "The tx_seq the next transaction will get.", [("", sink.next_tx_seq)])
+    for name, kind, help_, samples in readers.metrics() if hasattr(readers, "metrics") else ():
+        metric(name, kind, help_, samples)  # the source's own (PostgreSQL: slot, lag)
     quantiles = [(q, lat[min(len(lat) - 1, int(q * len(lat)))]) for q in (0.5, 0.9, 0.99)] if lat else []
     metric("publish_latency_seconds", "summary",
            "Commit-to-visible latency of recent transactions (publication time minus the commit's tm).",

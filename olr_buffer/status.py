@@ -15,7 +15,7 @@ from .errors import printable
 from .reader.blocks import INFINITE_SCN
 from .reader.position import POSITION_PREFIX, load_positions
 from .txbuffer import LmdbQueue, cleanup_candidates, held_segments
-from .txbuffer.metadata import CHECKPOINT_KEY, load_json
+from .txbuffer.metadata import CHECKPOINT_KEY, POSTGRES_POSITION_KEY, load_json
 
 
 def queue_status(queue_dir: str) -> dict:
@@ -57,6 +57,8 @@ def _queue_status(queue_dir: str) -> dict:
             for t, p in sorted(load_positions({k: v for k, v in meta.items() if k.startswith(POSITION_PREFIX)}).items())
         },
     }
+    if POSTGRES_POSITION_KEY in meta:
+        doc["postgresql"] = _postgres(load_json(POSTGRES_POSITION_KEY, meta[POSTGRES_POSITION_KEY], queue_dir), now)
     raw = meta.get(CHECKPOINT_KEY)
     if raw is None:
         doc["checkpoint"] = None
@@ -104,6 +106,27 @@ def _queue_status(queue_dir: str) -> dict:
     }
     doc["totals"] = cp.get("stats", {})
     return doc
+
+
+def _postgres(st: dict, now: float) -> dict:
+    """The PostgreSQL reader's state as of its last write to the queue."""
+    return {
+        "source": st.get("source"),
+        "slot": st.get("slot"),
+        "publication": st.get("publication"),
+        "confirmed_lsn": _lsn(st.get("confirmed", 0)),
+        "server_lsn": _lsn(st.get("server_lsn", 0)),
+        "lag_bytes": max(0, st.get("server_lsn", 0) - st.get("confirmed", 0)),
+        "streaming_transactions": st.get("streaming", 0),
+        "subtransaction_cuts": st.get("cuts", 0),
+        "open_transactions": len(st.get("open", ())),
+        "initial_copy": st.get("copy"),
+        "as_of_seconds_ago": round(now - st["written"], 3) if st.get("written") else None,
+    }
+
+
+def _lsn(value: int) -> str:
+    return f"{value >> 32:X}/{value & 0xFFFFFFFF:X}"
 
 
 def _txn(t: list, now: float) -> dict:
@@ -156,6 +179,13 @@ def _lines(doc: dict) -> list[str]:
         lines.append(
             f"reader thread {t}: sequence {r['sequence']} line {r['line']} (byte {r['offset']}), "
             f"last scn {r['last_scn']}, progress {r['progress']}{', finished' if r['finished'] else ''}"
+        )
+    pg = doc.get("postgresql")
+    if pg:
+        lines.append(
+            f"postgresql {pg['source']}: slot {pg['slot']}, confirmed {pg['confirmed_lsn']}, server {pg['server_lsn']} "
+            f"({pg['lag_bytes']:,} bytes behind), {pg['streaming_transactions']} transaction(s) streaming, "
+            f"initial copy {pg['initial_copy']} (as of {pg['as_of_seconds_ago']}s ago)"
         )
     cp = doc.get("checkpoint")
     if cp is None:

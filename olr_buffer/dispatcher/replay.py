@@ -6,17 +6,21 @@ lazily (``heapq.merge``), so a transaction of any size streams through in bounde
 memory. Compensation needs to know, for each row, whether a later record cancels it; a
 transaction with compensation records is read more than once: first the RIDs that
 compensations name, then which rows they cancel, then the rows.
+
+A ``CUT`` record (PostgreSQL: a subtransaction rolled back) cancels a range of row
+ordinals of its transaction, whatever their RID.
 """
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Iterator
 
 from ..reader.blocks import decode_records
-from ..reader.records import COMPENSATION, ROW_CODES
+from ..reader.records import COMPENSATION, CUT, ROW_CODES
 from ..txbuffer import Block, TxQueue
 from .transaction import OpenTransaction
 
@@ -95,11 +99,19 @@ class Replayer:
                     yield item[2], rec
                 ordinal += 1
 
-    def _cancelled(self, txn: OpenTransaction, c_scn: int) -> set[int]:
-        """Ordinals (among rows) of the rows that compensation records cancel."""
-        rids = {item[5][5] for item in self._items(txn, c_scn) if item[5][0] & COMPENSATION}
+    def _cancelled(self, txn: OpenTransaction, c_scn: int) -> "Cancelled":
+        """Ordinals (among rows) of the rows that compensation and cut records cancel."""
+        cancelled = Cancelled()
+        rids = set()
+        for item in self._items(txn, c_scn):
+            rec = item[5]
+            if rec[0] == CUT:
+                cancelled.add_range(rec[5], rec[6])
+            elif rec[0] & COMPENSATION:
+                rids.add(rec[5])
+        if not rids:
+            return cancelled
         stacks: dict[str, list[int]] = {}
-        cancelled: set[int] = set()
         ordinal = 0
         for item in self._items(txn, c_scn):
             rec = item[5]
@@ -109,6 +121,8 @@ class Replayer:
                 if rid in rids:
                     stacks.setdefault(rid, []).append(ordinal)
                 ordinal += 1
+            elif code == CUT:
+                continue
             else:
                 self.stats.compensations += 1
                 stack = stacks.get(rec[5])
@@ -117,3 +131,32 @@ class Replayer:
                 else:
                     self.stats.unmatched_compensations += 1
         return cancelled
+
+
+class Cancelled:
+    """Row ordinals that are cancelled: single ones (compensations) and ranges (cuts)."""
+
+    def __init__(self) -> None:
+        self._ordinals: set[int] = set()
+        self._starts: list[int] = []  # disjoint ranges, sorted
+        self._ends: list[int] = []
+
+    def add(self, ordinal: int) -> None:
+        self._ordinals.add(ordinal)
+
+    def add_range(self, first: int, end: int) -> None:
+        if end <= first:
+            return
+        i = bisect.bisect_left(self._ends, first)  # the first range that ends at or after first
+        j = bisect.bisect_right(self._starts, end)  # ranges from i up to j overlap or touch
+        if i < j:
+            first = min(first, self._starts[i])
+            end = max(end, self._ends[j - 1])
+        self._starts[i:j] = [first]
+        self._ends[i:j] = [end]
+
+    def __contains__(self, ordinal: int) -> bool:
+        if ordinal in self._ordinals:
+            return True
+        i = bisect.bisect_right(self._starts, ordinal) - 1
+        return i >= 0 and ordinal < self._ends[i]

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 import orjson
 
 from ..txbuffer.errors import QueueCorruptError
-from ..txbuffer.metadata import POSITION_PREFIX, load_json, seal
+from ..txbuffer.metadata import POSITION_PREFIX, POSTGRES_POSITION_KEY, load_json, seal  # noqa: F401 (re-exported)
 
 _PREFIX = POSITION_PREFIX
 

@@ -9,6 +9,12 @@ A record in the queue is the MessagePack encoding of a list (see
 * compensations (DML with ``"rollback": true``): ``+ [rid]``, code has ``COMPENSATION``;
 * begin, commit, rollback: ``+ [tm]``.
 
+The PostgreSQL source (:mod:`olr_buffer.reader.postgres`) adds rows of two more kinds,
+``TRUNCATE`` and ``COPY_ROW`` (a row of the initial copy), laid out as rows, and
+``CUT``: ``+ [first, end]``, the rows of its transaction with ordinals ``first..end-1``
+are dropped (a subtransaction rolled back). ``CUT`` has the ``COMPENSATION`` bit: it is
+a record that cancels rows.
+
 ``lwn`` records are not stored as records: they only move the thread's progress, which
 the block summary carries (see :mod:`olr_buffer.reader.blocks`).
 """
@@ -37,9 +43,12 @@ OP_CODES = {
     "rollback": ROLLBACK,
     "lwn": LWN,
 }
-ROW_CODES = frozenset((INSERT, UPDATE, DELETE, DDL))
+TRUNCATE, COPY_ROW = 12, 13  # PostgreSQL source only
+CUT = COMPENSATION | 14  # PostgreSQL source only: a range of rows of its transaction rolled back
+
+ROW_CODES = frozenset((INSERT, UPDATE, DELETE, DDL, TRUNCATE, COPY_ROW))
 DML_CODES = frozenset((INSERT, UPDATE, DELETE))
-CHANGEFEED_OP = {INSERT: "c", UPDATE: "u", DELETE: "d", DDL: "ddl"}
+CHANGEFEED_OP = {INSERT: "c", UPDATE: "u", DELETE: "d", DDL: "ddl", TRUNCATE: "t", COPY_ROW: "r"}
 
 MAX_SCN = (1 << 63) - 1
 INT64_MIN = -(1 << 63)

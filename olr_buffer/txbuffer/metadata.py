@@ -25,6 +25,7 @@ POSITION_PREFIX = b"reader/"  # + thread number: a reader's position (reader/pos
 # the queue's identity: a random hex id, stored before anything of the queue reaches a
 # changefeed, which records it (olr_buffer/pipeline.py, spark_sink/layout.py)
 QUEUE_ID_KEY = b"pipeline/queue_id"
+POSTGRES_POSITION_KEY = b"postgres/position"  # the PostgreSQL reader's state (reader/postgres/reader.py)
 
 _VERSION = 1
 _HEADER = struct.Struct(">BI")

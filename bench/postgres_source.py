@@ -1,0 +1,208 @@
+"""Benchmarks of the PostgreSQL source, each against its own throwaway cluster
+(``tests/postgres/cluster.py``: PostgreSQL 15+ server binaries needed).
+
+    python bench/postgres_source.py throughput [--rows 1000000] [--tx-rows 100]
+    python bench/postgres_source.py latency    [--rows 1000000]
+    python bench/postgres_source.py memory     [--rows 2000000] [--base-rows 400000]
+    python bench/postgres_source.py all        [--json]
+
+* throughput: a backlog of ``--rows`` inserted rows in transactions of ``--tx-rows``,
+  decoded from two slots created before the load: ``pg_recvlogical`` writing the slot's
+  pgoutput stream to /dev/null (the server's decode rate, the limit), and ``olr-buffer
+  run`` until every row is in the changefeed. Target: olr-buffer >= 0.5x the server.
+* latency: one transaction of ``--rows`` rows while the service runs, streaming and with
+  ``--no-streaming``: seconds from COMMIT returning to its rows visible in the changefeed,
+  and the server's spill bytes for the slot (``pg_stat_replication_slots``). Targets: with
+  streaming visible within 2 s, and no spill.
+* memory: the service's peak RSS (``VmHWM``) with one ``--rows`` transaction on top of a
+  load of ``--base-rows`` rows in 200-row transactions, against the load alone. Target:
+  at most 1.5x.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import pyarrow.parquet as pq  # noqa: E402
+
+from tests.contract_model import changefeed_files  # noqa: E402
+from tests.postgres.cluster import create_cluster  # noqa: E402
+
+
+def rows_published(cf: Path) -> int:
+    return sum(pq.read_metadata(p).num_rows for p in changefeed_files(cf)) if cf.is_dir() else 0
+
+
+def sql(cluster, db: str, statement: str, params=None):
+    conn = cluster.connect(db)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(statement, params)
+            return cur.fetchall() if cur.description else None
+    finally:
+        conn.close()
+
+
+def new_db(cluster, name: str) -> None:
+    sql(cluster, "postgres", f"CREATE DATABASE {name}")
+    sql(cluster, name, "CREATE TABLE big (id bigint PRIMARY KEY, v int, s text)")
+    sql(cluster, name, "CREATE PUBLICATION olr_buffer FOR ALL TABLES")
+
+
+def insert_in_transactions(cluster, db: str, first: int, rows: int, tx_rows: int) -> None:
+    sql(cluster, db,
+        f"DO $$ BEGIN FOR i IN 0..{rows // tx_rows - 1} LOOP "
+        f"INSERT INTO big SELECT g, g % 1000, 'row ' || g FROM generate_series({first} + i * {tx_rows}, "
+        f"{first} + (i + 1) * {tx_rows} - 1) g; COMMIT; END LOOP; END $$")
+
+
+def start_service(cluster, db: str, work: Path, *extra: str) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "olr_buffer.cli", "run", cluster.dsn(db), "--queue", str(work / "q"),
+           "--changefeed", str(work / "cf"), "--flush-interval", "0.2", "--log-level", "info", *extra]
+    with open(work / "service.log", "ab") as log:
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+
+
+def wait_log(work: Path, text: str, proc: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in (work / "service.log").read_text(errors="replace"):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError((work / "service.log").read_text(errors="replace"))
+        time.sleep(0.02)
+
+
+def wait_rows(work: Path, n: int, proc: subprocess.Popen, timeout: float = 1800) -> float:
+    deadline = time.monotonic() + timeout
+    while rows_published(work / "cf") < n:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError((work / "service.log").read_text(errors="replace"))
+        time.sleep(0.05)
+    return time.monotonic()
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(120)
+
+
+def throughput(cluster, work: Path, rows: int, tx_rows: int) -> dict:
+    new_db(cluster, "bench_tp")
+    for slot in ("recv", "olr_buffer"):
+        sql(cluster, "bench_tp", "SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+    insert_in_transactions(cluster, "bench_tp", 1, rows, tx_rows)
+    (end,) = sql(cluster, "bench_tp", "SELECT pg_current_wal_lsn()::text")[0]
+    t0 = time.monotonic()
+    subprocess.run([*cluster.as_user, str(cluster.bin / "pg_recvlogical"), "-d", "bench_tp", "-h", str(cluster.sock),
+                    "-U", "postgres", "--slot", "recv", "--start", "--endpos", end, "-f", "/dev/null",
+                    "-o", "proto_version=1", "-o", "publication_names=olr_buffer", "--no-loop"],
+                   check=True, timeout=3600)
+    server = time.monotonic() - t0
+    proc = start_service(cluster, "bench_tp", work, "--no-initial-copy")
+    try:
+        wait_log(work, "streaming slot", proc)
+        t1 = time.monotonic()
+        done = wait_rows(work, rows, proc)
+    finally:
+        stop(proc)
+        for slot in ("recv", "olr_buffer"):
+            sql(cluster, "bench_tp", "SELECT pg_drop_replication_slot(%s)", (slot,))
+    ours = done - t1
+    return {"rows": rows, "tx_rows": tx_rows, "server_rows_per_s": round(rows / server),
+            "olr_buffer_rows_per_s": round(rows / ours), "ratio": round(server / ours, 3), "target": 0.5}
+
+
+def latency(cluster, work: Path, rows: int) -> dict:
+    out = {}
+    for label, extra in (("streaming", ()), ("no_streaming", ("--no-streaming",))):
+        db = f"bench_lat_{label}"
+        new_db(cluster, db)
+        w = work / label
+        w.mkdir()
+        proc = start_service(cluster, db, w, "--no-initial-copy", *extra)
+        try:
+            wait_log(w, "streaming slot", proc)
+            sql(cluster, db, "INSERT INTO big SELECT g, g %% 1000, 'row ' || g FROM generate_series(1, %s) g", (rows,))
+            committed = time.monotonic()
+            visible = wait_rows(w, rows, proc)
+        finally:
+            stop(proc)
+        spill, stream = sql(cluster, db, "SELECT spill_bytes, stream_bytes FROM pg_stat_replication_slots "
+                                         "WHERE slot_name = 'olr_buffer'")[0]
+        sql(cluster, db, "SELECT pg_drop_replication_slot('olr_buffer')")
+        out[label] = {"commit_to_visible_s": round(visible - committed, 3), "spill_bytes": spill, "stream_bytes": stream}
+    out["targets"] = {"streaming_commit_to_visible_s": 2.0, "streaming_spill_bytes": 0}
+    return {"rows": rows, **out}
+
+
+def peak_rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    raise RuntimeError("no VmHWM")
+
+
+def memory(cluster, work: Path, rows: int, base_rows: int) -> dict:
+    out = {}
+    for label, large in (("base", 0), ("large", rows)):
+        db = f"bench_mem_{label}"
+        new_db(cluster, db)
+        w = work / label
+        w.mkdir()
+        proc = start_service(cluster, db, w, "--no-initial-copy")
+        try:
+            wait_log(w, "streaming slot", proc)
+            insert_in_transactions(cluster, db, 10_000_000, base_rows, 200)
+            if large:
+                sql(cluster, db, "INSERT INTO big SELECT g, g %% 1000, 'large' FROM generate_series(1, %s) g", (large,))
+            wait_rows(w, base_rows + large, proc)
+            out[f"{label}_peak_rss_mib"] = round(peak_rss_kib(proc.pid) / 1024, 1)
+        finally:
+            stop(proc)
+        sql(cluster, db, "SELECT pg_drop_replication_slot('olr_buffer')")
+    out["ratio"] = round(out["large_peak_rss_mib"] / out["base_peak_rss_mib"], 3)
+    return {"rows": rows, "base_rows": base_rows, **out, "target": 1.5}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("what", choices=["throughput", "latency", "memory", "all"])
+    ap.add_argument("--rows", type=int, default=None)
+    ap.add_argument("--tx-rows", type=int, default=100)
+    ap.add_argument("--base-rows", type=int, default=400_000)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    cluster = create_cluster()
+    work = Path(tempfile.mkdtemp(prefix="olr-pg-bench-"))
+    results = {}
+    try:
+        if args.what in ("throughput", "all"):
+            (work / "tp").mkdir()
+            results["throughput"] = throughput(cluster, work / "tp", args.rows or 1_000_000, args.tx_rows)
+        if args.what in ("latency", "all"):
+            (work / "lat").mkdir()
+            results["latency"] = latency(cluster, work / "lat", args.rows or 1_000_000)
+        if args.what in ("memory", "all"):
+            (work / "mem").mkdir()
+            results["memory"] = memory(cluster, work / "mem", args.rows or 2_000_000, args.base_rows)
+    finally:
+        cluster.remove()
+        shutil.rmtree(work, ignore_errors=True)
+    print(json.dumps(results, indent=None if args.json else 2))
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    main()

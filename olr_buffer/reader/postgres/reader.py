@@ -1,0 +1,657 @@
+"""The PostgreSQL reader: the replication stream into the queue, exactly once across restarts.
+
+One thread (queue "thread" 1) reads the slot's pgoutput stream and appends its changes
+as blocks (:class:`~olr_buffer.reader.blocks.BlockBuilder`), each with the reader's
+state under :data:`POSITION_KEY` in the same LMDB write. Rows go to the group of their
+top-level transaction, in the order the server sends them, whatever the interleaving of
+streamed transactions:
+
+* ``BEGIN`` when a transaction is first seen (B, or the first S), ``COMMIT`` (key: commit
+  LSN) at C or Stream Commit, ``ROLLBACK`` at Stream Abort of the top-level xid;
+* Stream Abort of a subtransaction: a ``CUT`` record drops the transaction's rows from
+  the first one of that subxid on, which includes subtransactions first seen after it
+  (PostgreSQL's own subscriber rule); a subxid never seen does nothing.
+* Relation messages update a per-transaction overlay of the relation cache, merged at
+  commit, dropped with the transaction or the subtransaction that carried them.
+
+Exact restart. The state stored with every block holds the last commit LSN appended,
+the transactions with records in the queue and no end yet ("open"), and the streamed
+transactions committed but not yet known to be published (xid -> commit LSN). After a
+reconnect or a restart the server sends again every transaction it was not told was
+done, in-progress ones from their first chunk: the open ones get a ``ROLLBACK`` first
+(their partial records are discarded), a transaction whose commit LSN is at or below
+the last appended commit is skipped (B's final LSN), or rolled back at its commit (a
+streamed one), and a streamed transaction whose xid is among the appended commits is
+skipped whole. The slot's confirmed position (flush LSN) moves only to the end LSN of
+commits the changefeed has published (their commit LSN after a restart), or to the
+keepalive's position when nothing is in flight.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+import time
+from typing import Any, Callable
+
+import orjson
+import psycopg2
+
+from ...txbuffer import TxQueue
+from ..blocks import BlockBuilder
+from ...txbuffer.metadata import POSTGRES_POSITION_KEY, load_json, seal
+from ..records import BEGIN, COMMIT, COPY_ROW, CUT, DELETE, INSERT, ROLLBACK, TRUNCATE, UPDATE
+from . import protocol as p
+from .connection import (
+    ConnectionLostError,
+    PostgresError,
+    ReplicationStream,
+    SlotInUseError,
+    Server,
+    check_setup,
+    quote_ident,
+    quote_literal,
+)
+from .rows import Table
+
+log = logging.getLogger("olr_buffer.postgres")
+
+POSITION_KEY = POSTGRES_POSITION_KEY
+THREAD = 1
+COPY_SEQUENCE = -1  # commit keys of the initial copy: (consistent point, 1, -1, n) sort before every change
+_BACKOFF_MAX = 30.0
+
+
+class _Stopped(Exception):
+    """``stop`` was set during the initial copy."""
+
+
+class _Txn:
+    """A top-level transaction the reader is receiving."""
+
+    __slots__ = ("xid", "rows", "subs", "rels", "skip", "streamed")
+
+    def __init__(self, xid: str, skip: bool = False, streamed: bool = False) -> None:
+        self.xid = xid
+        self.rows = 0  # rows appended so far: the ordinals CUT records name
+        self.subs: dict[int, int] = {}  # subxid -> ordinal of the first row at or after it was first seen
+        self.rels: dict[int, tuple[Table, int]] = {}  # relation OID -> (table, subxid that carried it)
+        self.skip = skip
+        self.streamed = streamed
+
+
+class PostgresReader:
+    """Reads one slot into the queue; see the module doc. ``prepare`` checks the set-up
+    (errors are raised there, at start); ``run`` (in a thread) copies and streams."""
+
+    def __init__(
+        self,
+        queue: TxQueue,
+        uri: str,
+        *,
+        slot: str = "olr_buffer",
+        publication: str = "olr_buffer",
+        streaming: bool = True,
+        initial_copy: bool = True,
+        published: Callable[[], Any] = lambda: None,
+        on_append: Callable[[], None] | None = None,
+        block_records: int = 4096,
+        block_bytes: int = 1 << 20,
+        stop: threading.Event | None = None,
+        status_interval: float = 1.0,
+        flush_seconds: float = 0.1,
+        slot_wait: float = 5.0,
+    ) -> None:
+        self.queue = queue
+        self.server = Server(uri)
+        self.slot = slot
+        self.publication = publication
+        self.streaming = streaming
+        self.initial_copy = initial_copy
+        self.published = published
+        self.on_append = on_append
+        self.block_records = block_records
+        self.block_bytes = block_bytes
+        self.stop = stop or threading.Event()
+        self.status_interval = status_interval
+        self.flush_seconds = flush_seconds
+        self.slot_wait = slot_wait
+        self.builder = BlockBuilder(THREAD)
+        self._pending_since = 0.0
+        self._state_written = 0.0
+        self.records = 0
+        self.reconnects = 0
+        self._streamed = False
+        self.source_id: str | None = None
+        # state stored with every block
+        self.last_commit = -1
+        self.committed: dict[str, int] = {}  # streamed transactions appended, not yet published: xid -> commit LSN
+        self.copy = "none"
+        self.consistent_point = 0
+        self.confirmed = 0
+        self.server_lsn = 0
+        self.cuts = 0  # subtransaction aborts that dropped rows already appended
+        # in memory
+        self.txns: dict[str, _Txn] = {}  # open, by top-level xid
+        self._ends: deque[tuple[int, int]] = deque()  # (commit LSN, end LSN) of commits appended, not yet published
+        self._current: _Txn | None = None  # B..C
+        self._stream: _Txn | None = None  # S..E
+        self.tables: dict[int, Table] = {}  # committed relation cache
+        self._last_seen: dict[int, Table] = {}
+        self._keys: dict[int, tuple[str, ...] | None] = {}
+        self._sql = None
+        self._load()
+
+    # -- state ---------------------------------------------------------------------------
+
+    def _load(self) -> None:
+        raw = self.queue.meta(POSITION_KEY)
+        if raw is None:
+            return
+        doc = load_json(POSITION_KEY, raw)
+        self.last_commit = doc["last_commit"]
+        self.committed = dict(doc["committed"])
+        self.copy = doc["copy"]
+        self.consistent_point = doc.get("consistent_point", 0)
+        self.confirmed = doc.get("confirmed", 0)
+        self.server_lsn = doc.get("server_lsn", 0)
+        self.cuts = doc.get("cuts", 0)
+        stored_slot = doc.get("slot")
+        if stored_slot and stored_slot != self.slot:
+            raise PostgresError(
+                f"the queue was filled from replication slot {stored_slot!r}, not {self.slot!r}",
+                hint=f"run with --slot {stored_slot}, or use a new queue and changefeed directory",
+            )
+        for xid in doc["open"]:
+            self.txns[xid] = _Txn(xid)
+
+    def state(self) -> dict:
+        return {
+            "slot": self.slot,
+            "publication": self.publication,
+            "source": self.server.safe,
+            "source_id": self.source_id,
+            "last_commit": self.last_commit,
+            "committed": self.committed,
+            "open": [x for x, t in self.txns.items() if not t.skip],
+            "streaming": sum(1 for t in self.txns.values() if t.streamed and not t.skip),
+            "copy": self.copy,
+            "consistent_point": self.consistent_point,
+            "confirmed": self.confirmed,
+            "server_lsn": self.server_lsn,
+            "cuts": self.cuts,
+            "written": time.time(),
+        }
+
+    def _append(self) -> None:
+        """Append what the builder holds, with the state, in one write."""
+        records = self.builder.build() if self.builder.count else []
+        self.queue.append(records, {POSITION_KEY: seal(orjson.dumps(self.state()))})
+        self._state_written = time.monotonic()
+        self.records += self.builder.count
+        self.builder.reset()
+        self._pending_since = 0.0
+        if self.on_append and records:
+            self.on_append()
+
+    def _add(self, code: int, scn: int, xid: str, payload: list, seq: int = 0, line: int = 0,
+             may_close: bool = True) -> None:
+        """Add a record; a full block is appended, with the state as it is now: the
+        callers change the state before adding the record that goes with the change."""
+        if not self.builder.count:
+            self._pending_since = time.monotonic()
+        self.builder.add(code, scn, 0, xid, seq, line, payload)
+        if may_close and (self.builder.count >= self.block_records or self.builder.nbytes >= self.block_bytes):
+            self._append()
+
+    # -- set-up ----------------------------------------------------------------------------
+
+    def prepare(self) -> None:
+        """Check the set-up and identify the server; every problem is a one-line error."""
+        conn = self.server.connect()
+        try:
+            # a slot held by the server process of our own killed predecessor is freed
+            # when the server notices; a consumer that keeps it is an error
+            deadline = time.monotonic() + self.slot_wait
+            while True:
+                try:
+                    slot = check_setup(self.server, conn, self.slot, self.publication)
+                    break
+                except psycopg2.Error as exc:
+                    raise self.server.error(exc, "checking the set-up") from None
+                except SlotInUseError:
+                    if time.monotonic() >= deadline:
+                        raise
+                    time.sleep(0.5)
+        finally:
+            conn.close()
+        if not slot["exists"] and self.copy in ("done", "skipped"):
+            raise PostgresError(
+                f"{self.server.safe}: replication slot {self.slot!r} is gone, but this queue was filled from it",
+                hint="changes made since may be lost: start again with a new queue and changefeed directory",
+            )
+        repl = self.server.connect(replication=True)
+        try:
+            with repl.cursor() as cur:
+                cur.execute("IDENTIFY_SYSTEM")
+                system_id = cur.fetchone()[0]
+        except psycopg2.Error as exc:
+            raise self.server.error(exc, "IDENTIFY_SYSTEM") from None
+        finally:
+            repl.close()
+        self.source_id = f"postgresql:{system_id}:{self.slot}"
+
+    # -- the thread --------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Copy if needed, then stream until ``stop``; reconnect with a capped backoff."""
+        delay = 1.0
+        while not self.stop.is_set():
+            self._streamed = False
+            try:
+                self._session()
+            except _Stopped:
+                break
+            except ConnectionLostError as exc:
+                self._close_sql()
+                if self._streamed:  # it was up: start the backoff again
+                    delay = 1.0
+                self.reconnects += 1
+                log.warning("%s; reconnecting in %.0f s", exc, delay)
+                self.stop.wait(delay)
+                delay = min(delay * 2, _BACKOFF_MAX)
+        if self.builder.count:
+            self._append()
+        self._close_sql()
+
+    def _session(self) -> None:
+        repl = self.server.connect(replication=True)
+        stream = None
+        try:
+            self._discard_open()
+            if self.copy in ("none", "running"):
+                self._create_slot_and_copy(repl)
+            stream = self._start(repl)
+            self._stream_loop(stream)
+        except psycopg2.Error as exc:
+            raise self.server.error(exc, "replication") from None
+        finally:
+            if self.builder.count:
+                try:
+                    self._append()
+                except Exception:  # the queue's own error wins below
+                    pass
+            (stream.close() if stream else repl.close())
+
+    def _discard_open(self) -> None:
+        """The server sends again every transaction not confirmed: roll back the partial
+        ones held from before."""
+        self._current = self._stream = None
+        dropped = [t.xid for t in self.txns.values() if not t.skip]
+        self.txns.clear()
+        if dropped:
+            for xid in dropped:
+                self._add(ROLLBACK, 0, xid, [None])
+            self._append()
+            log.info("discarded %d partial transaction(s) held from before the reconnect", len(dropped))
+
+    # -- slot and initial copy -------------------------------------------------------------
+
+    def _sql_conn(self):
+        if self._sql is None or self._sql.closed:
+            self._sql = self.server.connect()
+        return self._sql
+
+    def _close_sql(self) -> None:
+        if self._sql is not None:
+            try:
+                self._sql.close()
+            except Exception:
+                pass
+            self._sql = None
+
+    def _create_slot_and_copy(self, repl) -> None:
+        sql = self._sql_conn()
+        with sql.cursor() as cur:
+            cur.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s", (self.slot,))
+            row = cur.fetchone()
+            if row is not None:
+                if self.copy == "running":
+                    log.warning("an initial copy was interrupted: dropping slot %s and copying again", self.slot)
+                    cur.execute("SELECT pg_drop_replication_slot(%s)", (self.slot,))
+                else:
+                    # a slot that exists already (created by the user): no copy
+                    self.copy = "skipped"
+                    self._append()
+                    return
+        copy = self.initial_copy
+        self.copy = "running"
+        self._append()  # from here a kill drops the slot at the next start
+        mode = "EXPORT_SNAPSHOT" if copy else "NOEXPORT_SNAPSHOT"
+        with repl.cursor() as cur:
+            cur.execute(f"CREATE_REPLICATION_SLOT {quote_ident(self.slot)} LOGICAL pgoutput {mode}")
+            _, point, snapshot, _ = cur.fetchone()
+        self.consistent_point = p.parse_lsn(point)
+        log.info("created replication slot %s at %s", self.slot, point)
+        if not copy:
+            self.copy = "skipped"
+            self._append()
+            return
+        self._copy(snapshot)
+
+    def _copy(self, snapshot: str) -> None:
+        conn = self.server.connect()
+        conn.autocommit = False
+        conn.set_session(isolation_level="REPEATABLE READ", readonly=True)
+        xids = []
+        try:
+            with conn.cursor() as cur:
+                cur.execute(f"SET TRANSACTION SNAPSHOT {quote_literal(snapshot)}")
+                cur.execute(
+                    "SELECT c.oid, n.nspname, c.relname FROM pg_publication_tables t "
+                    "JOIN pg_namespace n ON n.nspname = t.schemaname "
+                    "JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = t.tablename "
+                    "WHERE t.pubname = %s ORDER BY 2, 3",
+                    (self.publication,),
+                )
+                tables = cur.fetchall()
+            for oid, schema, name in tables:
+                if self.stop.is_set():
+                    raise _Stopped()  # the copy starts again from a new slot next time
+                xids.append(self._copy_table(conn, oid, schema, name))
+            conn.rollback()
+        finally:
+            conn.close()
+        # every table's commit and the state "done" in one write: all of the copy or nothing
+        for n, xid in enumerate(xids, 1):
+            self._add(COMMIT, self.consistent_point, xid, [None], seq=COPY_SEQUENCE, line=n, may_close=False)
+            self.txns.pop(xid, None)
+        self.builder.heartbeat(self.consistent_point)
+        self.copy = "done"
+        self._append()
+        log.info("initial copy: %d table(s) at %s", len(xids), p.lsn_text(self.consistent_point))
+
+    def _copy_table(self, conn, oid: int, schema: str, name: str) -> str:
+        with conn.cursor() as cur:
+            cur.execute(
+                "SELECT attname, atttypid FROM pg_attribute WHERE attrelid = %s AND attnum > 0 "
+                "AND NOT attisdropped AND attgenerated = '' ORDER BY attnum",
+                (oid,),
+            )
+            cols = tuple(p.Column(n, t, False) for n, t in cur.fetchall())
+        table = self._table(oid, schema, name, "d", cols, conn)
+        xid = f"copy-{oid}"
+        self.txns[xid] = txn = _Txn(xid)
+        self._add(BEGIN, 1, xid, [None])
+        select = ", ".join(f"{quote_ident(c.name)}::text" for c in cols) or "NULL"
+        target = f"{quote_ident(schema)}.{quote_ident(name)}"
+        with conn.cursor(name=f"olr_copy_{oid}") as cur:
+            cur.itersize = 5000
+            cur.execute(f"SELECT {select} FROM ONLY {target}")
+            scn = self.consistent_point
+            for row in cur:
+                values = tuple(None if v is None else v.encode() for v in row)
+                self._add(COPY_ROW, scn, xid, [None, schema, name, oid, table.rid(values), None, table.obj(values), None])
+                txn.rows += 1
+        log.info("initial copy of %s: %d row(s)", target, txn.rows)
+        return xid
+
+    # -- relations -------------------------------------------------------------------------
+
+    def _key_names(self, oid: int, conn=None) -> tuple[str, ...] | None:
+        if oid not in self._keys:
+            with (conn or self._sql_conn()).cursor() as cur:
+                cur.execute(
+                    "SELECT array(SELECT a.attname FROM unnest(i.indkey) WITH ORDINALITY k(attnum, ord) "
+                    "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum ORDER BY k.ord) "
+                    "FROM pg_index i WHERE i.indrelid = %s AND (i.indisprimary OR i.indisreplident) "
+                    "ORDER BY i.indisprimary DESC LIMIT 1",
+                    (oid,),
+                )
+                row = cur.fetchone()
+            self._keys[oid] = tuple(row[0]) if row else None
+        return self._keys[oid]
+
+    def _table(self, oid, schema, name, ident, cols, conn=None) -> Table:
+        names = self._key_names(oid, conn)
+        positions = {c.name: i for i, c in enumerate(cols)}
+        key: tuple[int, ...] | None
+        if names is not None and all(n in positions for n in names):
+            key = tuple(positions[n] for n in names)
+        elif names is None and ident in ("d", "i") and any(c.key for c in cols):
+            key = tuple(i for i, c in enumerate(cols) if c.key)
+        else:
+            key = None
+        return Table(oid, schema, name, cols, key)
+
+    def _relation(self, txn: _Txn | None, msg: p.Relation) -> None:
+        seen = self._last_seen.get(msg.oid)
+        if seen is not None and (seen.columns != msg.columns or (seen.schema, seen.name) != (msg.schema, msg.name)):
+            self._keys.pop(msg.oid, None)  # the table changed: look its key up again
+        table = self._table(msg.oid, msg.schema, msg.name, msg.replica_identity, msg.columns)
+        self._last_seen[msg.oid] = table
+        if txn is None:
+            self.tables[msg.oid] = table
+        else:
+            txn.rels[msg.oid] = (table, msg.xid if msg.xid is not None else -1)
+
+    def _lookup(self, txn: _Txn, oid: int) -> Table:
+        got = txn.rels.get(oid)
+        if got is not None:
+            return got[0]
+        table = self.tables.get(oid) or self._last_seen.get(oid)
+        if table is None:
+            raise PostgresError(f"a change of relation OID {oid} arrived before its Relation message")
+        return table
+
+    # -- the stream ----------------------------------------------------------------------------
+
+    def _start(self, repl) -> ReplicationStream:
+        if self.streaming:
+            opts = f"proto_version '2', streaming 'on', publication_names {quote_literal(quote_ident(self.publication))}"
+        else:
+            opts = f"proto_version '1', publication_names {quote_literal(quote_ident(self.publication))}"
+        repl.cursor().start_replication_expert(
+            f"START_REPLICATION SLOT {quote_ident(self.slot)} LOGICAL 0/0 ({opts})", decode=False, status_interval=3600
+        )
+        self._streamed = True
+        log.info("streaming slot %s (publication %s, %s)", self.slot, self.publication,
+                 "protocol 2, streaming" if self.streaming else "protocol 1")
+        return ReplicationStream(self.server, repl)
+
+    def _stream_loop(self, stream: ReplicationStream) -> None:
+        decoder = p.StreamDecoder()
+        last_status = 0.0
+        received = 0
+        while not self.stop.is_set():
+            data = stream.read(0)
+            if data is None:
+                if self.builder.count:
+                    self._append()
+                self._status(stream, received)
+                last_status = time.monotonic()
+                data = stream.read(min(self.status_interval, 0.5))
+                if data is None:
+                    continue
+            frame = p.decode_frame(data)
+            if isinstance(frame, p.Keepalive):
+                if frame.wal_end > self.server_lsn:
+                    self.server_lsn = frame.wal_end
+                if frame.reply or time.monotonic() - last_status >= self.status_interval:
+                    if self.builder.count:
+                        self._append()
+                    self._status(stream, received, idle_lsn=frame.wal_end)
+                    last_status = time.monotonic()
+                continue
+            if frame.wal_end > self.server_lsn:
+                self.server_lsn = frame.wal_end
+            if frame.data_start > received:
+                received = frame.data_start
+            self._handle(decoder.decode(frame.payload), frame.data_start)
+            now = time.monotonic()
+            if self.builder.count and now - self._pending_since >= self.flush_seconds:
+                self._append()
+            if now - last_status >= self.status_interval:
+                self._status(stream, received)
+                last_status = now
+
+    def _idle(self) -> bool:
+        pub = self.published()
+        published_all = self.last_commit <= (pub.scn if pub is not None else -1)
+        return published_all and not self.txns and not self.builder.count and self.copy != "running"
+
+    def _status(self, stream: ReplicationStream, received: int, idle_lsn: int | None = None) -> None:
+        """Tell the server what the changefeed has published (see the module doc)."""
+        pub = self.published()
+        pub_lsn = pub.scn if pub is not None else -1
+        # commits are published in commit LSN order: every commit up to pub_lsn is published,
+        # and is at most sent again (and skipped) if we confirm its commit LSN, not its end
+        flush = max(self.confirmed, pub_lsn)
+        ends = self._ends
+        while ends and ends[0][0] <= pub_lsn:
+            flush = max(flush, ends.popleft()[1])
+        for xid in [x for x, lsn in self.committed.items() if lsn <= pub_lsn]:
+            del self.committed[xid]
+        if self._idle() and idle_lsn is not None:
+            flush = max(flush, idle_lsn)
+        changed = flush != self.confirmed
+        self.confirmed = flush
+        stream.send_status(max(received, flush), flush, reply=False)
+        now = time.monotonic()
+        if changed and now - self._state_written >= 5.0 or now - self._state_written >= 30.0:
+            self._append()  # the state alone: what `status` shows (confirmed LSN, lag)
+
+    def _handle(self, msg, lsn: int) -> None:
+        kind = type(msg)
+        if kind is p.Begin:
+            xid = str(msg.xid)
+            if msg.final_lsn <= self.last_commit:
+                self._current = _Txn(xid, skip=True)  # appended before the reconnect
+                return
+            self._current = self._begin(xid, False)
+        elif kind is p.Commit:
+            txn, self._current = self._current, None
+            if txn is not None:
+                if txn.skip:
+                    self._merge_relations(txn)
+                else:
+                    self._commit(txn, msg.commit_lsn, msg.end_lsn, msg.commit_time)
+        elif kind is p.StreamStart:
+            xid = str(msg.xid)
+            txn = self.txns.get(xid)
+            if txn is None:
+                txn = _Txn(xid, skip=True, streamed=True) if xid in self.committed else self._begin(xid, True)
+                self.txns[xid] = txn
+            self._stream = txn
+        elif kind is p.StreamStop:
+            self._stream = None
+        elif kind is p.StreamCommit:
+            txn = self.txns.get(str(msg.xid))
+            if txn is not None:
+                if txn.skip:
+                    self._merge_relations(txn)
+                elif msg.commit_lsn <= self.last_commit:
+                    self._rollback(txn)
+                    self._merge_relations(txn)
+                else:
+                    self._commit(txn, msg.commit_lsn, msg.end_lsn, msg.commit_time)
+            self.txns.pop(str(msg.xid), None)
+        elif kind is p.StreamAbort:
+            self._abort(str(msg.xid), msg.subxid)
+        elif kind is p.Origin or kind is p.LogicalMessage or kind is p.TypeInfo:
+            # type names are not needed (values of other types are strings), messages are not rows
+            return
+        else:
+            txn = self._stream or self._current
+            if txn is None:
+                if kind is p.Relation:
+                    self._relation(None, msg)
+                    return
+                raise PostgresError(f"a {kind.__name__} message outside any transaction at {p.lsn_text(lsn)}")
+            sub = msg.xid
+            if sub is not None and str(sub) != txn.xid and sub not in txn.subs:
+                txn.subs[sub] = txn.rows
+            if kind is p.Relation:
+                # also in a transaction skipped as appended already: the server counts the
+                # relation as sent once that transaction commits, and does not send it again
+                self._relation(txn, msg)
+            elif not txn.skip:
+                self._change(txn, msg, lsn)
+
+    def _begin(self, xid: str, streamed: bool) -> _Txn:
+        txn = _Txn(xid, streamed=streamed)
+        self.txns[xid] = txn
+        self._add(BEGIN, 1, xid, [None])
+        return txn
+
+    def _commit(self, txn: _Txn, commit_lsn: int, end_lsn: int, tm: int) -> None:
+        # the state first: the add may close the block, which stores the state with it
+        self.last_commit = commit_lsn
+        self._ends.append((commit_lsn, end_lsn))
+        if txn.streamed:
+            self.committed[txn.xid] = commit_lsn
+        self.txns.pop(txn.xid, None)
+        self._merge_relations(txn)
+        self.builder.heartbeat(commit_lsn)
+        self._add(COMMIT, commit_lsn, txn.xid, [tm])
+
+    def _merge_relations(self, txn: _Txn) -> None:
+        """A committed transaction's relation messages join the cache."""
+        for oid, (table, _sub) in txn.rels.items():
+            self.tables[oid] = table
+
+    def _rollback(self, txn: _Txn) -> None:
+        self.txns.pop(txn.xid, None)  # before the add, which may close the block with the state
+        self._add(ROLLBACK, 0, txn.xid, [None])
+
+    def _abort(self, xid: str, subxid: int) -> None:
+        txn = self.txns.get(xid)
+        if txn is None:
+            return
+        if str(subxid) == xid:
+            if not txn.skip:
+                self._rollback(txn)
+            self.txns.pop(xid, None)
+            return
+        first = txn.subs.get(subxid)
+        if first is None:
+            return  # never seen: nothing of it was sent
+        dropped = {s for s, f in txn.subs.items() if f >= first}
+        for s in dropped:
+            del txn.subs[s]
+        txn.rels = {oid: v for oid, v in txn.rels.items() if v[1] not in dropped}
+        if not txn.skip and first < txn.rows:
+            self._add(CUT, 0, xid, [first, txn.rows])
+            self.cuts += 1
+
+    def _row(self, txn: _Txn, code: int, lsn: int, table: Table, rid, before, after) -> None:
+        self._add(code, lsn, txn.xid, [None, table.schema, table.name, table.oid, rid, before, after, None])
+        txn.rows += 1
+
+    def _change(self, txn: _Txn, msg, lsn: int) -> None:
+        kind = type(msg)
+        if kind is p.Insert:
+            t = self._lookup(txn, msg.relation)
+            self._row(txn, INSERT, lsn, t, t.rid(msg.new), None, t.obj(msg.new))
+        elif kind is p.Update:
+            t = self._lookup(txn, msg.relation)
+            old = msg.old
+            full = msg.old_kind == "O"
+            before = None if old is None else t.obj(old, only=None if full else t.flagged())
+            after = t.obj(msg.new, fallback=old if full else None)
+            new_rid = t.rid(msg.new)
+            old_rid = t.rid(old) if old is not None else None
+            if old_rid is not None and new_rid is not None and old_rid != new_rid:
+                self._row(txn, DELETE, lsn, t, old_rid, before, None)
+                self._row(txn, INSERT, lsn, t, new_rid, None, after)
+            else:
+                self._row(txn, UPDATE, lsn, t, new_rid or old_rid, before, after)
+        elif kind is p.Delete:
+            t = self._lookup(txn, msg.relation)
+            full = msg.old_kind == "O"
+            before = t.obj(msg.old, only=None if full else t.flagged())
+            self._row(txn, DELETE, lsn, t, t.rid(msg.old), before, None)
+        elif kind is p.Truncate:
+            for oid in msg.relations:
+                self._row(txn, TRUNCATE, lsn, self._lookup(txn, oid), None, None, None)

@@ -1,0 +1,99 @@
+"""Set-up problems: one line naming the cause and what to do, non-zero exit, never the password."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.postgres.conftest import ROOT, run_cmd, start_service, wait_streaming
+
+PASSWORD = "Sup3r-s3cret-pw"
+
+
+def run_once(db, tmp, *extra, uri=None) -> subprocess.CompletedProcess:
+    return subprocess.run(run_cmd(db, tmp, *extra, uri=uri), capture_output=True, text=True, timeout=60, cwd=ROOT)
+
+
+def assert_clean_error(proc: subprocess.CompletedProcess, *words: str) -> str:
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    assert PASSWORD not in out, out
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("olr-buffer: error:")]
+    assert len(errors) == 1 and "Traceback" not in out, out
+    for w in words:
+        assert w in errors[0], errors[0]
+    return errors[0]
+
+
+def uri(db, user="postgres", database=None) -> str:
+    return db.cluster.dsn(database or db.name, user=user, password=PASSWORD)
+
+
+def test_missing_publication(pg_db, tmp_path):
+    proc = run_once(pg_db, tmp_path, "--publication", "nope", uri=uri(pg_db))
+    assert_clean_error(proc, "publication 'nope' does not exist", "CREATE PUBLICATION")
+
+
+def test_role_without_replication(pg_db, tmp_path):
+    pg_db.execute("DO $$ BEGIN CREATE ROLE plain LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$")
+    proc = run_once(pg_db, tmp_path, uri=uri(pg_db, user="plain"))
+    assert_clean_error(proc, "REPLICATION")
+
+
+def test_slot_of_another_plugin(pg_db, tmp_path):
+    pg_db.execute("SELECT pg_create_logical_replication_slot('olr_buffer', 'test_decoding')")
+    proc = run_once(pg_db, tmp_path, uri=uri(pg_db))
+    assert_clean_error(proc, "plugin 'test_decoding'", "--slot")
+
+
+def test_server_unreachable(pg_db, tmp_path):
+    proc = run_once(pg_db, tmp_path, uri=f"postgresql://postgres:{PASSWORD}@/{pg_db.name}?host={tmp_path}")
+    assert_clean_error(proc, "cannot reach the server")
+
+
+def test_slot_held_by_another_connection(pg_db, tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first = start_service(pg_db, tmp_path / "a", uri=uri(pg_db))
+    try:
+        wait_streaming(tmp_path / "a", first)
+        proc = run_once(pg_db, tmp_path / "b", uri=uri(pg_db))
+        assert_clean_error(proc, "in use by another connection")
+    finally:
+        first.terminate()
+        first.wait(30)
+    log = (tmp_path / "a" / "service.log").read_text()
+    assert PASSWORD not in log and ":***@" in log
+    status = subprocess.run([sys.executable, "-m", "olr_buffer.cli", "status", "--queue", str(tmp_path / "a" / "q")],
+                            capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert status.returncode == 0 and "postgresql postgresql://postgres:***@" in status.stdout, status.stdout
+    assert PASSWORD not in status.stdout + status.stderr
+
+
+def test_wal_level_is_checked():
+    """wal_level is a server-wide setting (the session's cluster has 'logical'): the check
+    itself, on a connection that reports another level."""
+    from olr_buffer.reader.postgres.connection import PostgresError, Server, check_setup
+
+    class Cursor:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def execute(self, sql, params=None):
+            pass
+
+        def fetchone(self):
+            return ("replica",)
+
+    class Conn:
+        def cursor(self):
+            return Cursor()
+
+    with pytest.raises(PostgresError, match="wal_level is 'replica'.*wal_level = logical") as info:
+        check_setup(Server(f"postgresql://u:{PASSWORD}@h/db"), Conn(), "s", "p")
+    assert PASSWORD not in str(info.value)
