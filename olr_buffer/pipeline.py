@@ -191,7 +191,8 @@ class Pipeline:
         first in the queue (if new), then in the changefeed. See
         :meth:`ChangefeedWriter.check_owner`."""
         raw = self.queue.meta(QUEUE_ID_KEY)
-        owner = ChangefeedOwner(raw.decode() if raw else uuid.uuid4().hex, self.options.source_id)
+        source_id = self.options.source_id if self.options.source_id is not None else self.readers.source_id
+        owner = ChangefeedOwner(raw.decode() if raw else uuid.uuid4().hex, source_id)
         assert self.sink is not None
         adopting = self.sink.check_owner(
             owner, queue=queue_dir, queue_next_tx_seq=queue_next_tx_seq, adopt=self.options.adopt_changefeed

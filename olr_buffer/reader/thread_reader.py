@@ -563,6 +563,12 @@ class ReaderGroup:
         """Whether the readers follow their input (``run``) rather than read it to its end."""
         return self._follow
 
+    @property
+    def source_id(self) -> str | None:
+        """The source's own identity, recorded in the changefeed beside the queue's: redo
+        files have none (the queue's id binds them)."""
+        return None
+
     def join(self) -> None:
         for t in self._threads:
             t.join()

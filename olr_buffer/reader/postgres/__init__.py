@@ -35,6 +35,8 @@ class PostgresSource:
         self.quarantined = 0
         self.bytes_total = 0
 
+    following = True  # a replication stream has no end: the service follows it
+
     @property
     def source_id(self) -> str | None:
         """``postgresql:<system identifier>:<slot>``: which database and slot feed the queue."""
