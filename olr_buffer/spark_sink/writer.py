@@ -225,6 +225,16 @@ class ChangefeedWriter:
                 changefeed_owner=recorded,
                 owner=owner,
             )
+        if recorded is not None and recorded.source_id is not None and recorded.source_id != owner.source_id:
+            raise ChangefeedOwnerError(
+                f"{self.path}: changefeed was written from source {recorded.source_id}; {queue} reads "
+                f"{owner.source_id or 'redo log files'}: a changefeed is adopted only from the same source",
+                hint="give each source its own changefeed",
+                path=self.path,
+                queue=queue,
+                changefeed_owner=recorded,
+                owner=owner,
+            )
         log.warning(
             "%s: adopting the changefeed written by %s for %s: its %d transactions (commits up to %s) "
             "count as published, and the queue's commits up to there are skipped",

@@ -97,3 +97,24 @@ def test_wal_level_is_checked():
     with pytest.raises(PostgresError, match="wal_level is 'replica'.*wal_level = logical") as info:
         check_setup(Server(f"postgresql://u:{PASSWORD}@h/db"), Conn(), "s", "p")
     assert PASSWORD not in str(info.value)
+
+
+def test_a_changefeed_takes_no_second_source(pg_db, tmp_path):
+    """A changefeed written from one slot is refused to a new queue on another slot, and
+    adoption (the recovery of a lost queue) needs the same source; no slot is created."""
+    pg_db.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
+    pg_db.execute("INSERT INTO t VALUES (1, 'a')")
+    first = start_service(pg_db, tmp_path)
+    try:
+        wait_streaming(tmp_path, first)
+    finally:
+        first.terminate()
+        first.wait(30)
+    assert first.returncode == 0
+    other_queue = ("--queue", str(tmp_path / "q2"), "--slot", "other")  # the last --queue wins
+    proc = run_once(pg_db, tmp_path, *other_queue)
+    line = assert_clean_error(proc, f"{tmp_path / 'cf'}: changefeed was written by queue")
+    assert ":olr_buffer" in line and ":other" in line, line
+    proc = run_once(pg_db, tmp_path, *other_queue, "--adopt-changefeed")
+    assert_clean_error(proc, "changefeed was written from source postgresql:", "adopted only from the same source")
+    assert pg_db.execute("SELECT slot_name FROM pg_replication_slots WHERE slot_name = 'other'") == []
