@@ -199,6 +199,8 @@ def _threads(ctx, param, value):
               help="Publish safe transactions at least this often (seconds): the latency a Spark stream sees.")
 @click.option("--poll-interval", type=click.FloatRange(min=0.001), default=0.1, show_default=True,
               help="How often an idle reader looks for new lines and files (seconds).")
+@click.option("--stall-warning", type=click.FloatRange(min=0), default=60.0, show_default=True,
+              help="Warn once about a thread in play that wrote nothing for this many seconds and is not closed.")
 @pipeline_options
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
               help="Serve Prometheus metrics on this port (off by default).")
@@ -207,8 +209,8 @@ def _threads(ctx, param, value):
               default="info", show_default=True)
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @clean_errors
-def run(input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_interval, metrics_port, metrics_host,
-        log_level, log_format, **pipeline) -> None:
+def run(input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_interval, stall_warning, metrics_port,
+        metrics_host, log_level, log_format, **pipeline) -> None:
     """The service: follow the redo logs of INPUT_DIR as they grow and switch, publish each
     transaction once the watermark allows. SIGTERM or SIGINT stops it cleanly (exit 0);
     restarted on the same directories, it resumes from the queue."""
@@ -235,7 +237,8 @@ def run(input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_inte
         metrics = Metrics()
         server = serve_metrics(metrics, metrics_host, metrics_port)
         logging.getLogger("olr_buffer").info("metrics on http://%s:%d/metrics", metrics_host, server.server_address[1])
-    opts = _options(**pipeline, threads=threads, flush_seconds=flush_interval, poll_seconds=poll_interval)
+    opts = _options(**pipeline, threads=threads, flush_seconds=flush_interval, poll_seconds=poll_interval,
+                    stall_seconds=stall_warning)
     summary = run_service(input_dir, queue_dir, changefeed_dir, opts, stop, on_tick=metrics.update if metrics else None)
     logging.getLogger("olr_buffer").info(
         "stopped cleanly: %d records read, %d transactions published this run, changefeed at tx_seq %d",

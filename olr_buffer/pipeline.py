@@ -26,6 +26,7 @@ from typing import Callable, Iterator
 
 from .dispatcher import DispatchError, Dispatcher, DispatchStats
 from .dispatcher.dispatcher import CHECKPOINT_KEY
+from .errors import OlrBufferError
 from .faults import fault_point
 from .reader.blocks import INFINITE_SCN
 from .reader.thread_reader import DEFAULT_BLOCK_BYTES, DEFAULT_BLOCK_RECORDS, ReaderGroup
@@ -52,6 +53,13 @@ class PipelineOptions:
     poll_seconds: float = 0.1  # how often an idle reader looks for new lines and files
     dead_letter: str | None = None  # quarantine bad records in this file instead of stopping
     reader_processes: bool = True  # parse in child processes (both cores); False: threads
+    stall_seconds: float = 60.0  # warn once about a thread in play silent (and not closed) this long
+
+
+class NoThreadsError(OlrBufferError):
+    """``run`` with no thread in play: nothing would hold the watermark back."""
+
+    exit_code = 2
 
 
 ReplayOptions = PipelineOptions  # the name replay's callers know
@@ -85,6 +93,7 @@ class ReplaySummary:
     compensations: int = 0
     unmatched_compensations: int = 0
     late_records: int = 0
+    late_transactions: int = 0
     extra_end_records: int = 0
     open_transactions: int = 0
     next_tx_seq: int = 0
@@ -143,12 +152,18 @@ class Pipeline:
             )
             state = self.queue.meta(CHECKPOINT_KEY)
             if state is not None:
-                self.dispatcher.restore(state)
+                previous = self.dispatcher.restore(state).get("threads")
+                if previous is not None:
+                    # a thread newly in play may deliver records below what was published
+                    # while it was not: late records, not bad input
+                    self.dispatcher.strict = set(self.threads) & set(previous)
             elif self.queue.first_index > 0:
                 raise DispatchError(
                     f"{queue_dir}: the queue starts at index {self.queue.first_index} but has no dispatcher checkpoint",
                     hint="the queue directory is damaged; start again with an empty queue and changefeed",
                 )
+            published = self.dispatcher.published_through
+            self.readers.check_floor(self.dispatcher.strict, published.scn if published else None)
         except BaseException:
             self.queue.close()
             raise
@@ -203,6 +218,7 @@ class Pipeline:
             try:
                 while True:
                     n = dispatcher.poll()
+                    self._update_floor()
                     now = time.monotonic()
                     if on_progress and now - last_report >= progress_every:
                         last_report = now
@@ -242,13 +258,28 @@ class Pipeline:
         at a record boundary, everything watermark-safe published, a last checkpoint."""
         opts = self.options
         readers, dispatcher, sink = self.readers, self.dispatcher, self.sink
+        if not self.threads:
+            raise NoThreadsError(
+                f"{readers.input_dir}: no redo thread has log files yet and --threads is not given: "
+                "nothing would hold back a commit whose other threads' rows are still to come",
+                hint="give every redo thread of the database with --threads (e.g. --threads 1,2,3), "
+                     "or start the service once the capture process has written its first files",
+            )
         log.info("following %s: threads in play %s, queue index %d", readers.input_dir, self.threads, dispatcher.position)
+        waiting = self.waiting_for()
+        if waiting:
+            log.warning("waiting for the first records of redo thread(s) %s: nothing is published until each "
+                        "thread in play has written", ", ".join(map(str, waiting)))
+        dispatcher.track_closed = True
+        watch = _ThreadWatch(self, opts.stall_seconds)
         with quiet_gc():
             readers.start(follow=True, poll_interval=opts.poll_seconds)
             last_scan = time.monotonic()
             try:
                 while not stop.is_set() and not readers.errors:
+                    self._confirm_closed()
                     n = dispatcher.poll()
+                    self._update_floor()
                     now = time.monotonic()
                     if sink.buffered_rows and now - sink.buffered_since >= opts.flush_seconds:
                         sink.flush()
@@ -256,7 +287,11 @@ class Pipeline:
                     if now - last_scan >= 1.0:
                         last_scan = now
                         for t in readers.add_new_threads():
-                            log.info("redo thread %d appeared; reading it (it is not in play for the watermark)", t)
+                            log.warning(
+                                "redo thread %d appeared after the start and is not in play: it does not hold the "
+                                "watermark, so its rows of transactions already published are counted as late "
+                                "records and not published (give every thread with --threads)", t)
+                        watch.check(now)
                     if on_tick:
                         on_tick(self)
                     if not n:
@@ -279,7 +314,32 @@ class Pipeline:
         log.info("stopped: changefeed at tx_seq %d", sink.next_tx_seq - 1)
         return self.summary()
 
+    def _confirm_closed(self) -> None:
+        """Hand the readers' confirmations of closed threads to the dispatcher."""
+        confirmed = self.dispatcher.closed_through
+        for t, r in self.readers.readers.items():
+            if r.closed_through >= 0:
+                confirmed[t] = r.closed_through
+
+    def _update_floor(self) -> None:
+        last = self.dispatcher.last_key
+        if last is not None:
+            self.readers.published_scn.value = last.scn
+
     # -- reporting -----------------------------------------------------------------------
+
+    def waiting_for(self) -> list[int]:
+        """Threads in play that have not written a record yet: nothing is published before."""
+        return [t for t in self.threads if self.dispatcher.progress.get(t, -1) < 0 and t not in self.dispatcher.closed]
+
+    def thread_states(self) -> dict[int, str]:
+        """``open``, ``closed`` or ``finished`` (its input read to the end, by replay) per thread."""
+        d = self.dispatcher
+        out = {}
+        for t in sorted(set(self.readers.readers) | set(d.progress) | set(d.closed)):
+            r = self.readers.readers.get(t)
+            out[t] = "finished" if r is not None and r.pos.finished and t not in d.closed else d.thread_state(t)
+        return out
 
     def _fill_progress(self, p: Progress) -> None:
         d = self.dispatcher
@@ -306,6 +366,7 @@ class Pipeline:
             compensations=d["compensations"],
             unmatched_compensations=d["unmatched_compensations"],
             late_records=d["late_records"],
+            late_transactions=d["late_transactions"],
             extra_end_records=d["extra_ends"],
             open_transactions=len(self.dispatcher.open),
             next_tx_seq=self.sink.next_tx_seq,
@@ -321,6 +382,43 @@ class Pipeline:
     def close(self) -> None:
         self.readers.close()
         self.queue.close()
+
+
+class _ThreadWatch:
+    """What `run` warns about, once each: late records of a thread (again when more come,
+    at most once a minute), and a thread in play that is silent and not closed."""
+
+    def __init__(self, pipeline: Pipeline, stall_seconds: float) -> None:
+        self.pipeline = pipeline
+        self.stall_seconds = stall_seconds
+        self._late_logged: dict[int, tuple[int, float]] = {}
+        self._silent: dict[int, tuple[int, float]] = {}
+        self._stalled: set[int] = set()
+
+    def check(self, now: float) -> None:
+        d = self.pipeline.dispatcher
+        for t, n in d.late_by_thread.items():
+            seen, when = self._late_logged.get(t, (0, -1e9))
+            if n > seen and now - when >= 60.0:
+                self._late_logged[t] = (n, now)
+                log.warning("redo thread %d: %d late record(s) so far: rows of transactions already published "
+                            "(or ends below them), not published; the thread is %s", t, n,
+                            "in play" if t in d.progress else "not in play for the watermark")
+        for t in self.pipeline.threads:
+            p = d.progress.get(t, -1)
+            if t in d.closed:
+                self._silent.pop(t, None)
+                self._stalled.discard(t)
+                continue
+            last = self._silent.get(t)
+            if last is None or last[0] != p:
+                self._silent[t] = (p, now)
+                self._stalled.discard(t)
+            elif now - last[1] >= self.stall_seconds and t not in self._stalled:
+                self._stalled.add(t)
+                log.warning("redo thread %d has written nothing for %.0fs and is not closed (progress %s): it holds "
+                            "the watermark, so nothing above it is published", t, now - last[1],
+                            p if p >= 0 else "none yet")
 
 
 def run_service(

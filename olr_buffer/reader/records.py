@@ -9,8 +9,9 @@ A record in the queue is the MessagePack encoding of a list (see
 * compensations (DML with ``"rollback": true``): ``+ [rid]``, code has ``COMPENSATION``;
 * begin, commit, rollback: ``+ [tm]``.
 
-``lwn`` records are not stored as records: they only move the thread's progress, which
-the block summary carries (see :mod:`olr_buffer.reader.blocks`).
+``lwn`` and ``close`` records are not stored as records: they only move the thread's
+progress, or mark it closed, which the block summary carries (see
+:mod:`olr_buffer.reader.blocks`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Annotated, Any
 import msgspec
 import orjson
 
-BEGIN, INSERT, UPDATE, DELETE, DDL, COMMIT, ROLLBACK, LWN = 1, 2, 3, 4, 5, 6, 7, 8
+BEGIN, INSERT, UPDATE, DELETE, DDL, COMMIT, ROLLBACK, LWN, CLOSE = 1, 2, 3, 4, 5, 6, 7, 8, 9
 COMPENSATION = 16  # or'ed into INSERT/UPDATE/DELETE
 
 OP_CODES = {
@@ -36,7 +37,9 @@ OP_CODES = {
     "commit": COMMIT,
     "rollback": ROLLBACK,
     "lwn": LWN,
+    "close": CLOSE,
 }
+MARKER_CODES = frozenset((LWN, CLOSE))  # records of the thread, not of a transaction
 ROW_CODES = frozenset((INSERT, UPDATE, DELETE, DDL))
 DML_CODES = frozenset((INSERT, UPDATE, DELETE))
 CHANGEFEED_OP = {INSERT: "c", UPDATE: "u", DELETE: "d", DDL: "ddl"}
@@ -172,7 +175,7 @@ def validate(d: dict[str, Any]) -> tuple[int, int, int, str | None, list | None]
     """Check a parsed record against the contract.
 
     Returns ``(code, scn, sub, xid, payload)`` where payload is the tail of the queue
-    encoding (after ``[code, scn, sub, seq, line]``), or ``None`` for ``lwn``.
+    encoding (after ``[code, scn, sub, seq, line]``), or ``None`` for ``lwn`` and ``close``.
 
     The common, valid records take an inlined path; anything unusual goes through
     :func:`_validate_checked`, which gives the reason when a record is invalid.
@@ -242,7 +245,7 @@ def _validate_checked(d: dict[str, Any]) -> tuple[int, int, int, str | None, lis
         raise RecordError(f"unknown op {op!r} (expected one of {', '.join(OP_CODES)})")
     scn = _int(d, "scn", 0, MAX_SCN)
     sub = _int(d, "sub", 0, INT64_MAX, 0)
-    if code == LWN:
+    if code in MARKER_CODES:
         return code, scn, sub, None, None
     xid = d.get("xid")
     if type(xid) is not str or not xid:
@@ -349,8 +352,8 @@ def decode_line(raw: bytes) -> tuple[int, int, int, str | None, list | None]:
         code = OP_CODES.get(r.op)
         scn = r.scn
         sub = r.sub or 0
-        if code == LWN:
-            return LWN, scn, sub, None, None
+        if code in MARKER_CODES:
+            return code, scn, sub, None, None
         xid = r.xid
         if code is None or not xid:
             raise _NotFast
