@@ -285,8 +285,12 @@ class _ProgressLine:
 @click.option("--large-tx-rows", type=click.IntRange(min=0), default=0, show_default=True,
               help="Add one transaction with this many rows.")
 @click.option("--no-compress", is_flag=True, help="Write archived sequences as plain .jsonl too.")
+@click.option("--rolling-restarts", is_flag=True, help="Close each thread in turn and open it again (close records).")
+@click.option("--close-thread-at", type=click.FloatRange(0, 1), default=None,
+              help="Close the highest thread for good once this share of the transactions started (e.g. 0.5).")
 @clean_errors
-def simulate(out_dir, threads, transactions, seed, records_per_file, large_tx_rows, no_compress) -> None:
+def simulate(out_dir, threads, transactions, seed, records_per_file, large_tx_rows, no_compress, rolling_restarts,
+             close_thread_at) -> None:
     """Write a seeded RAC workload in the input format to OUT_DIR."""
     from .simulate import simulate as run_simulate
 
@@ -298,6 +302,8 @@ def simulate(out_dir, threads, transactions, seed, records_per_file, large_tx_ro
         records_per_file=records_per_file,
         compress_archived=not no_compress,
         large_tx_rows=large_tx_rows,
+        rolling_restarts=rolling_restarts,
+        close_thread_at=close_thread_at,
     )
     click.echo(f"wrote {out_dir}: {stats}")
 

@@ -266,7 +266,7 @@ class Pipeline:
                      "or start the service once the capture process has written its first files",
             )
         log.info("following %s: threads in play %s, queue index %d", readers.input_dir, self.threads, dispatcher.position)
-        waiting = self.waiting_for()
+        waiting = [t for t in self.waiting_for() if not readers.readers[t].files]
         if waiting:
             log.warning("waiting for the first records of redo thread(s) %s: nothing is published until each "
                         "thread in play has written", ", ".join(map(str, waiting)))
