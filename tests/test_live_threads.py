@@ -325,3 +325,20 @@ def test_replay_of_rolling_restarts_and_a_thread_closed_for_good_is_exact(tmp_pa
     assert_changefeed_equal(load_changefeed(tmp_path / "cf"), expected_changefeed(tmp_path / "in").rows)
     st = status(tmp_path)
     assert st["thread_states"] == {"1": "finished", "2": "finished", "3": "closed"}
+
+
+def test_a_silent_thread_that_is_not_closed_is_warned_about_once(tmp_path: Path):
+    live = tmp_path / "live"
+    live.mkdir()
+    (live / "redo_1_1.jsonl").write_text(lines(*tx("A", 10, "a"), {"op": "close", "scn": 20}))
+    (live / "redo_2_1.jsonl").write_text(lines({"op": "lwn", "scn": 5}))
+    service = start(run_cmd(tmp_path, "--stall-warning", "1"))
+    try:
+        time.sleep(4.0)
+        assert published_rows(tmp_path / "cf") == 0  # thread 2 holds A (12) back at 5
+    finally:
+        code, err = stop(service)
+    assert code == 0, err
+    stalls = [ln for ln in err.splitlines() if "has written nothing for" in ln]
+    assert len(stalls) == 1 and " WARNING " in stalls[0], err
+    assert "redo thread 2 has written nothing for" in stalls[0] and "(progress 5)" in stalls[0]
