@@ -171,6 +171,7 @@ class Pipeline:
         self._last_checkpoint = time.monotonic()
         self.checkpoints = 0
         self.segments_deleted = 0
+        self.following = False  # serve(): the input is never complete
 
     # -- checkpoint cycle ----------------------------------------------------------------
 
@@ -271,6 +272,7 @@ class Pipeline:
             log.warning("waiting for the first records of redo thread(s) %s: nothing is published until each "
                         "thread in play has written", ", ".join(map(str, waiting)))
         dispatcher.track_closed = True
+        self.following = True
         watch = _ThreadWatch(self, opts.stall_seconds)
         with quiet_gc():
             readers.start(follow=True, poll_interval=opts.poll_seconds)
@@ -338,7 +340,8 @@ class Pipeline:
         out = {}
         for t in sorted(set(self.readers.readers) | set(d.progress) | set(d.closed)):
             r = self.readers.readers.get(t)
-            out[t] = "finished" if r is not None and r.pos.finished and t not in d.closed else d.thread_state(t)
+            done = r is not None and r.pos.finished and not self.following
+            out[t] = "finished" if done and t not in d.closed else d.thread_state(t)
         return out
 
     def _fill_progress(self, p: Progress) -> None:

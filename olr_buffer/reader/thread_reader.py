@@ -158,6 +158,7 @@ class ThreadReader:
         is appended as soon as no more complete lines are there, so that latency stays low.
         """
         pos = self.pos
+        pos.finished = False  # following: the input is not complete (written with the next block)
         last_gap_check = 0.0
         read_whole: int | None = None  # a complete (archived) sequence read to its end
         while not self.stop.is_set():
