@@ -260,6 +260,8 @@ def _threads(ctx, param, value):
               help="Publish safe transactions at least this often (seconds): the latency a Spark stream sees.")
 @click.option("--poll-interval", type=click.FloatRange(min=0.001), default=0.1, show_default=True,
               help="How often an idle reader looks for new lines and files (seconds).")
+@click.option("--stall-warning", type=click.FloatRange(min=0), default=60.0, show_default=True,
+              help="Warn once about a thread in play that wrote nothing for this many seconds and is not closed.")
 @pipeline_options
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
               help="Serve Prometheus metrics on this port (off by default).")
@@ -273,8 +275,8 @@ def _threads(ctx, param, value):
 @click.option("--no-streaming", is_flag=True,
               help="PostgreSQL source: protocol 1, the server sends transactions only at commit (and spills large ones).")
 @clean_errors
-def run(input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_interval, metrics_port, metrics_host,
-        log_level, log_format, slot, publication, no_initial_copy, no_streaming, **pipeline) -> None:
+def run(input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_interval, stall_warning, metrics_port,
+        metrics_host, log_level, log_format, slot, publication, no_initial_copy, no_streaming, **pipeline) -> None:
     """The service: follow the redo logs of INPUT_DIR as they grow and switch, publish each
     transaction once the watermark allows. SIGTERM or SIGINT stops it cleanly (exit 0);
     restarted on the same directories, it resumes from the queue.
@@ -304,7 +306,8 @@ def run(input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_inte
         metrics = Metrics()
         server = serve_metrics(metrics, metrics_host, metrics_port)
         logging.getLogger("olr_buffer").info("metrics on http://%s:%d/metrics", metrics_host, server.server_address[1])
-    opts = _options(**pipeline, threads=threads, flush_seconds=flush_interval, poll_seconds=poll_interval)
+    opts = _options(**pipeline, threads=threads, flush_seconds=flush_interval, poll_seconds=poll_interval,
+                    stall_seconds=stall_warning)
     on_tick = metrics.update if metrics else None
     if is_postgres_uri(input_dir):
         from .pipeline import run_postgres_service
@@ -427,9 +430,12 @@ class StartTime(click.ParamType):
               help="Start of the workload's clock: 'now', an ISO-8601 time (UTC without an offset), or nanoseconds "
                    "since the epoch. A record's tm is this plus 1 ms per SCN after the first.")
 @click.option("--overwrite", is_flag=True, help="Delete the redo log files OUT_DIR already holds first.")
+@click.option("--rolling-restarts", is_flag=True, help="Close each thread in turn and open it again (close records).")
+@click.option("--close-thread-at", type=click.FloatRange(0, 1), default=None,
+              help="Close the highest thread for good once this share of the transactions started (e.g. 0.5).")
 @clean_errors
 def simulate(out_dir, threads, transactions, seed, records_per_file, large_tx_rows, no_compress, start_tm,
-             overwrite) -> None:
+             overwrite, rolling_restarts, close_thread_at) -> None:
     """Write a seeded RAC workload in the input format to OUT_DIR."""
     from .simulate import simulate as run_simulate
 
@@ -443,6 +449,8 @@ def simulate(out_dir, threads, transactions, seed, records_per_file, large_tx_ro
         large_tx_rows=large_tx_rows,
         start_tm=start_tm,
         overwrite=overwrite,
+        rolling_restarts=rolling_restarts,
+        close_thread_at=close_thread_at,
     )
     click.echo(f"wrote {out_dir}: {stats}")
     click.echo(f"clock started at {_iso(start_tm)} (--start-time {start_tm})")

@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterator
 from .dispatcher import DispatchError, Dispatcher, DispatchStats
 from .dispatcher.dispatcher import CHECKPOINT_KEY
 from .dispatcher.errors import damaged_checkpoint
+from .errors import OlrBufferError
 from .faults import fault_point
 from .reader.blocks import INFINITE_SCN
 from .reader.files import require_log_files
@@ -61,6 +62,13 @@ class PipelineOptions:
     changefeed_mode: int = DEFAULT_MODE  # the changefeed directory's mode; files get it without x bits
     adopt_changefeed: bool = False  # take over a changefeed written by another (lost) queue of the same input
     source_id: str | None = None  # the source's identity, checked beside the queue's (PostgreSQL: system id, slot)
+    stall_seconds: float = 60.0  # warn once about a thread in play silent (and not closed) this long
+
+
+class NoThreadsError(OlrBufferError):
+    """``run`` with no thread in play: nothing would hold the watermark back."""
+
+    exit_code = 2
 
 
 ReplayOptions = PipelineOptions  # the name replay's callers know
@@ -94,6 +102,7 @@ class ReplaySummary:
     compensations: int = 0
     unmatched_compensations: int = 0
     late_records: int = 0
+    late_transactions: int = 0
     extra_end_records: int = 0
     open_transactions: int = 0
     next_tx_seq: int = 0
@@ -166,15 +175,25 @@ class Pipeline:
             recorded = None
             if state is not None:
                 try:
-                    recorded = self.dispatcher.restore(state).get("changefeed") or {}
+                    doc = self.dispatcher.restore(state)
                 except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
                     raise damaged_checkpoint(queue_dir, exc) from exc
+                recorded = doc.get("changefeed") or {}
+                previous = doc.get("threads")
+                if previous is not None:
+                    # a thread newly in play may deliver records below what was published
+                    # while it was not: late records, not bad input
+                    self.dispatcher.strict = set(self.threads) & set(previous)
             elif self.queue.first_index > 0:
                 raise DispatchError(
                     f"{queue_dir}: the queue starts at index {self.queue.first_index} but has no dispatcher checkpoint",
                     hint="the queue directory is damaged; start again with an empty queue and changefeed",
                 )
-            self._bind_changefeed(queue_dir, None if recorded is None else recorded.get("next_tx_seq", 0))
+            adopting = self._bind_changefeed(queue_dir, None if recorded is None else recorded.get("next_tx_seq", 0))
+            published = self.dispatcher.published_through
+            # adopting, the input is read again from its start: what lies below the
+            # changefeed's last commit is skipped as published, not refused
+            self.readers.check_floor(set() if adopting else self.dispatcher.strict, published.scn if published else None)
         except BaseException:
             if self.sink is not None:
                 self.sink.release()
@@ -184,12 +203,13 @@ class Pipeline:
         self._last_checkpoint = time.monotonic()
         self.checkpoints = 0
         self.segments_deleted = 0
+        self.following = False  # serve(): the input is never complete
         self._held_warned: set[str] = set()
 
-    def _bind_changefeed(self, queue_dir: str, queue_next_tx_seq: int | None) -> None:
+    def _bind_changefeed(self, queue_dir: str, queue_next_tx_seq: int | None) -> bool:
         """Check that this queue (and source) may write the changefeed, then record it:
         first in the queue (if new), then in the changefeed. See
-        :meth:`ChangefeedWriter.check_owner`."""
+        :meth:`ChangefeedWriter.check_owner`. True when adopting it."""
         raw = self.queue.meta(QUEUE_ID_KEY)
         source_id = self.options.source_id if self.options.source_id is not None else self.readers.source_id
         owner = ChangefeedOwner(raw.decode() if raw else uuid.uuid4().hex, source_id)
@@ -201,6 +221,7 @@ class Pipeline:
             self.queue.append([], {QUEUE_ID_KEY: owner.queue_id.encode()})
         self.sink.bind(owner)
         self.dispatcher.log_skipped = adopting
+        return adopting
 
     # -- checkpoint cycle ----------------------------------------------------------------
 
@@ -265,6 +286,7 @@ class Pipeline:
             try:
                 while True:
                     n = dispatcher.poll()
+                    self._update_floor()
                     now = time.monotonic()
                     if on_progress and now - last_report >= progress_every:
                         last_report = now
@@ -304,13 +326,29 @@ class Pipeline:
         at a record boundary, everything watermark-safe published, a last checkpoint."""
         opts = self.options
         readers, dispatcher, sink = self.readers, self.dispatcher, self.sink
+        if not self.threads:
+            raise NoThreadsError(
+                f"{readers.input_dir}: no redo thread has log files yet and --threads is not given: "
+                "nothing would hold back a commit whose other threads' rows are still to come",
+                hint="give every redo thread of the database with --threads (e.g. --threads 1,2,3), "
+                     "or start the service once the capture process has written its first files",
+            )
         log.info("following %s: threads in play %s, queue index %d", readers.input_dir, self.threads, dispatcher.position)
+        waiting = [t for t in self.waiting_for() if t in readers.readers and not readers.readers[t].files]
+        if waiting:
+            log.warning("waiting for the first records of redo thread(s) %s: nothing is published until each "
+                        "thread in play has written", ", ".join(map(str, waiting)))
+        dispatcher.track_closed = True
+        self.following = True
+        watch = _ThreadWatch(self, opts.stall_seconds) if readers.watches_stalls else None
         with quiet_gc():
             readers.start(follow=True, poll_interval=opts.poll_seconds)
             last_scan = time.monotonic()
             try:
                 while not stop.is_set() and not readers.errors:
+                    self._confirm_closed()
                     n = dispatcher.poll()
+                    self._update_floor()
                     now = time.monotonic()
                     if sink.buffered_rows and now - sink.buffered_since >= opts.flush_seconds:
                         sink.flush()
@@ -318,7 +356,12 @@ class Pipeline:
                     if now - last_scan >= 1.0:
                         last_scan = now
                         for t in readers.add_new_threads():
-                            log.info("redo thread %d appeared; reading it (it is not in play for the watermark)", t)
+                            log.warning(
+                                "redo thread %d appeared after the start and is not in play: it does not hold the "
+                                "watermark, so its rows of transactions already published are counted as late "
+                                "records and not published (give every thread with --threads)", t)
+                        if watch:
+                            watch.check(now)
                     if on_tick:
                         on_tick(self)
                     if not n:
@@ -341,7 +384,33 @@ class Pipeline:
         log.info("stopped: changefeed at tx_seq %d", sink.next_tx_seq - 1)
         return self.summary()
 
+    def _confirm_closed(self) -> None:
+        """Hand the readers' confirmations of closed threads to the dispatcher."""
+        confirmed = self.dispatcher.closed_through
+        for t, r in self.readers.readers.items():
+            if r.closed_through >= 0:
+                confirmed[t] = r.closed_through
+
+    def _update_floor(self) -> None:
+        last = self.dispatcher.last_key
+        if last is not None:
+            self.readers.published_scn.value = last.scn
+
     # -- reporting -----------------------------------------------------------------------
+
+    def waiting_for(self) -> list[int]:
+        """Threads in play that have not written a record yet: nothing is published before."""
+        return [t for t in self.threads if self.dispatcher.progress.get(t, -1) < 0 and t not in self.dispatcher.closed]
+
+    def thread_states(self) -> dict[int, str]:
+        """``open``, ``closed`` or ``finished`` (its input read to the end, by replay) per thread."""
+        d = self.dispatcher
+        out = {}
+        for t in sorted(set(self.readers.readers) | set(d.progress) | set(d.closed)):
+            r = self.readers.readers.get(t)
+            done = r is not None and r.pos.finished and not self.following
+            out[t] = "finished" if done and t not in d.closed else d.thread_state(t)
+        return out
 
     def _fill_progress(self, p: Progress) -> None:
         d = self.dispatcher
@@ -368,6 +437,7 @@ class Pipeline:
             compensations=d["compensations"],
             unmatched_compensations=d["unmatched_compensations"],
             late_records=d["late_records"],
+            late_transactions=d["late_transactions"],
             extra_end_records=d["extra_ends"],
             open_transactions=len(self.dispatcher.open),
             next_tx_seq=self.sink.next_tx_seq,
@@ -385,6 +455,43 @@ class Pipeline:
         if self.sink is not None:
             self.sink.release()
         self.queue.close()
+
+
+class _ThreadWatch:
+    """What `run` warns about, once each: late records of a thread (again when more come,
+    at most once a minute), and a thread in play that is silent and not closed."""
+
+    def __init__(self, pipeline: Pipeline, stall_seconds: float) -> None:
+        self.pipeline = pipeline
+        self.stall_seconds = stall_seconds
+        self._late_logged: dict[int, tuple[int, float]] = {}
+        self._silent: dict[int, tuple[int, float]] = {}
+        self._stalled: set[int] = set()
+
+    def check(self, now: float) -> None:
+        d = self.pipeline.dispatcher
+        for t, n in d.late_by_thread.items():
+            seen, when = self._late_logged.get(t, (0, -1e9))
+            if n > seen and now - when >= 60.0:
+                self._late_logged[t] = (n, now)
+                log.warning("redo thread %d: %d late record(s) so far: rows of transactions already published "
+                            "(or ends below them), not published; the thread is %s", t, n,
+                            "in play" if t in d.progress else "not in play for the watermark")
+        for t in self.pipeline.threads:
+            p = d.progress.get(t, -1)
+            if t in d.closed:
+                self._silent.pop(t, None)
+                self._stalled.discard(t)
+                continue
+            last = self._silent.get(t)
+            if last is None or last[0] != p:
+                self._silent[t] = (p, now)
+                self._stalled.discard(t)
+            elif now - last[1] >= self.stall_seconds and t not in self._stalled:
+                self._stalled.add(t)
+                log.warning("redo thread %d has written nothing for %.0fs and is not closed (progress %s): it holds "
+                            "the watermark, so nothing above it is published", t, now - last[1],
+                            p if p >= 0 else "none yet")
 
 
 def run_service(

@@ -125,9 +125,17 @@ def _render(p) -> str:
            [("", round(oldest_age, 3))])
     metric("thread_progress_scn", "gauge", "Progress P(t) of each redo thread.",
            [(f'{{thread="{t}"}}', v) for t, v in sorted(progress.items())])
+    metric("thread_state", "gauge", "State of each redo thread: open, closed (by a close record) or finished "
+           "(input read to the end); 1 for the thread's state.",
+           [(f'{{thread="{t}",state="{s}"}}', int(s == state)) for t, state in p.thread_states().items()
+            for s in ("open", "closed", "finished")])
+    metric("threads_waiting", "gauge", "Threads in play that have not written a record yet (nothing is published).",
+           [("", len(p.waiting_for()))])
     metric("watermark_scn", "gauge", "min P(t) over the threads in play.", [("", watermark)])
     metric("watermark_lag_scn", "gauge", "How far the watermark is behind the most advanced thread, in SCN.",
            [("", (max(finite) - watermark) if finite and watermark < INFINITE_SCN else 0)])
+    metric("late_records_total", "counter", "Records not published because they came after their transaction, "
+           "or a later commit, was published (threads not in play).", [("", totals.late_records)])
     metric("transactions_published_total", "counter", "Transactions published to the changefeed.", [("", totals.published)])
     metric("rows_published_total", "counter", "Rows published to the changefeed.", [("", totals.rows)])
     metric("changefeed_next_tx_seq", "gauge", "The tx_seq the next transaction will get.", [("", sink.next_tx_seq)])

@@ -21,7 +21,13 @@ same arguments always produce byte-identical files.  It contains, interleaved:
   thousands of rows; ``large_tx_rows`` adds one more of exactly that many rows);
 * DDL transactions, a few transactions without ``begin`` at the very start (they began
   before the input), ``lwn`` heartbeats on every thread, and one thread that goes idle
-  for a while but keeps writing ``lwn``.
+  for a while but keeps writing ``lwn``;
+* on request, instances that shut down: ``rolling_restarts`` closes each thread in turn
+  (a ``close`` record) and opens it again later, ``close_thread_at`` closes the highest
+  thread for the rest of the input. While a thread is closed, the records its sessions
+  would write go to the lowest open thread (the sessions moved); a thread opens again
+  with an ``lwn`` above every SCN written so far. Off by default: the same seed then
+  gives the same files as without these options.
 
 SCNs come from one global clock that never goes back, so within a thread ``(scn, sub)``
 never decreases (``sub`` counts records that share an SCN within a thread and is omitted
@@ -137,6 +143,8 @@ class SimulationStats:
     long: int = 0
     large: int = 0
     idle_thread: int | None = None
+    closes: int = 0
+    reopens: int = 0
     first_scn: int = 0
     last_scn: int = 0
 
@@ -159,6 +167,8 @@ class _Config:
     open_at_end: int
     lwn_every: float
     idle: bool
+    rolling_restarts: bool
+    close_thread_at: float | None
     start_scn: int
     start_tm: int
     ns_per_scn: int
@@ -459,6 +469,7 @@ class _Simulator:
         self._active = 0
         self._active_regular = 0
         self._idle_thread = cfg.threads if cfg.idle and cfg.threads >= 2 else None
+        self._closed: set[int] = set()
         self._stats.idle_thread = self._idle_thread
         expected_records = max(7 * self._n_regular, 100)
         self._long_gap = max(
@@ -479,6 +490,8 @@ class _Simulator:
                 self._created += 1
             if not self._heap:
                 break
+            if self._cfg.rolling_restarts or self._cfg.close_thread_at is not None:
+                self._sync_closed()
             due, _, item = heapq.heappop(self._heap)
             self._now = due
             if isinstance(item, int):
@@ -487,8 +500,9 @@ class _Simulator:
                 self._step(item)
         self._clock += 1
         for thread, log in self._logs.items():
-            self._record(thread, "lwn", None, None, advance=False)
-            self._stats.lwn += 1
+            if thread not in self._closed:  # a thread closed for good ends with its close
+                self._record(thread, "lwn", None, None, advance=False)
+                self._stats.lwn += 1
             log.flush(archived=False)
         self._stats.last_scn = self._clock
         return self._stats
@@ -508,7 +522,48 @@ class _Simulator:
         return 0.3 <= progress < 0.45
 
     def _busy_threads(self) -> list[int]:
-        return [t for t in self._logs if not self._is_idle(t)]
+        busy = [t for t in self._logs if not self._is_idle(t) and t not in self._closed]
+        return busy or [t for t in self._logs if t not in self._closed]
+
+    # -- instances that shut down -------------------------------------------------------
+
+    def _wanted_closed(self) -> set[int]:
+        """The threads closed at this point of the workload (never all of them)."""
+        cfg = self._cfg
+        progress = self._created / self._n_regular if self._n_regular else 1.0
+        wanted = set()
+        if cfg.rolling_restarts and cfg.threads >= 2:
+            window = 0.6 / cfg.threads  # each thread in turn, between 20 % and 80 %
+            for i, t in enumerate(sorted(self._logs)):
+                start = 0.2 + i * window
+                if start <= progress < start + 0.6 * window:
+                    wanted.add(t)
+        if cfg.close_thread_at is not None and cfg.threads >= 2 and progress >= cfg.close_thread_at:
+            wanted.add(cfg.threads)
+        if len(wanted) >= cfg.threads:
+            wanted = {cfg.threads} if cfg.close_thread_at is not None and progress >= cfg.close_thread_at else set()
+        return wanted
+
+    def _sync_closed(self) -> None:
+        wanted = self._wanted_closed()
+        for t in sorted(wanted - self._closed):
+            self._record(t, "close", None, None, advance=False)
+            self._closed.add(t)
+            self._stats.closes += 1
+        for t in sorted(self._closed - wanted):
+            self._closed.discard(t)
+            # open again above every SCN written so far (SCNs are global)
+            self._clock = max(self._clock, self._logs[t].last_scn) + 1
+            self._record(t, "lwn", None, None, advance=False)
+            self._stats.lwn += 1
+            self._stats.reopens += 1
+            self._min_step = 1
+
+    def _route(self, thread: int) -> int:
+        """The thread a record of ``thread``'s sessions goes to: itself, or the lowest open one."""
+        if thread in self._closed:
+            return min(t for t in self._logs if t not in self._closed)
+        return thread
 
     # -- planning -----------------------------------------------------------------------
 
@@ -634,6 +689,7 @@ class _Simulator:
                    *, advance: bool = True) -> None:
         """Write a record of ``tx``; its records on two threads never share an SCN
         out of row-key order (a switch of thread at an equal SCN advances the clock)."""
+        thread = self._route(thread)
         min_step = 1 if thread != tx.last_thread and tx.last_scn == self._clock else 0
         self._record(thread, op, tx.xid, fields, advance=advance, min_step=min_step)
         tx.last_thread, tx.last_scn = thread, self._clock
@@ -642,6 +698,9 @@ class _Simulator:
     def _heartbeat(self, thread: int) -> None:
         """An ``lwn`` at the clock; the next record of any thread gets a larger SCN."""
         if self._active == 0 and self._created >= self._n_regular:
+            return
+        if thread in self._closed:  # a closed thread writes nothing: its next record opens it
+            self._push(self._now + self._cfg.lwn_every, thread)
             return
         if self._logs[thread].last_scn >= self._clock:
             self._clock = self._logs[thread].last_scn + 1
@@ -864,6 +923,8 @@ def simulate(
     open_at_end: int = 0,
     lwn_every: float = 64.0,
     idle_thread: bool = True,
+    rolling_restarts: bool = False,
+    close_thread_at: float | None = None,
     start_scn: int = 5_000_000_000,
     start_tm: int = 1_717_200_000_000_000_000,
     ns_per_scn: int = 1_000_000,
@@ -885,6 +946,10 @@ def simulate(
         (about one record each).
     :param idle_thread: the highest thread (if more than one) writes nothing but ``lwn``
         while 30–45 % of the transactions get started.
+    :param rolling_restarts: close each thread in turn (``close``) and open it again later,
+        between 20 % and 80 % of the transactions started: a rolling restart of the instances.
+    :param close_thread_at: close the highest thread (if more than one) once this share of
+        the transactions was started, for the rest of the input: its last record is ``close``.
     :param start_scn: the first SCN; ``tm`` is ``start_tm + (scn - start_scn) * ns_per_scn``.
     :param overwrite: delete redo files already in ``out_dir`` instead of refusing.
     :returns: counts of what was written.
@@ -900,6 +965,7 @@ def simulate(
         records_per_file=records_per_file, compress_archived=compress_archived,
         large_tx_rows=large_tx_rows, concurrency=concurrency, no_begin=no_begin,
         open_at_end=min(open_at_end, transactions), lwn_every=lwn_every, idle=idle_thread,
+        rolling_restarts=rolling_restarts, close_thread_at=close_thread_at,
         start_scn=start_scn, start_tm=start_tm, ns_per_scn=ns_per_scn, zstd_level=zstd_level,
     )
     path = Path(out_dir)

@@ -53,6 +53,7 @@ def _queue_status(queue_dir: str) -> dict:
                 "last_scn": p.scn,
                 "progress": _scn(p.progress),
                 "finished": p.finished,
+                "closed": p.closed,
             }
             for t, p in sorted(load_positions({k: v for k, v in meta.items() if k.startswith(POSITION_PREFIX)}).items())
         },
@@ -66,7 +67,8 @@ def _queue_status(queue_dir: str) -> dict:
     cp = load_json(CHECKPOINT_KEY, raw, queue_dir)
     threads = [int(t) for t in cp.get("threads", cp["progress"].keys())]
     progress = {int(t): p for t, p in cp["progress"].items()}
-    watermark = min((progress.get(t, -1) for t in threads), default=INFINITE_SCN)
+    closed = {int(t) for t in cp.get("closed", {})}
+    watermark = cp.get("watermark", min((progress.get(t, -1) for t in threads), default=INFINITE_SCN))
     txns = [state for _, state in cp["transactions"]]
     held = [t for in_open, t in cp["transactions"] if in_open]
     needed = min([cp["position"], *(t[1] for t in txns)])
@@ -79,6 +81,14 @@ def _queue_status(queue_dir: str) -> dict:
     }
     doc["watermark"] = _scn(watermark)
     doc["progress"] = {str(t): _scn(p) for t, p in sorted(progress.items())}
+    doc["threads_in_play"] = threads
+    doc["waiting_for"] = [t for t in threads if progress.get(t, -1) < 0 and t not in closed]
+    other = {int(t) for t in cp.get("other_progress", {})}
+    finished = {int(t) for t, r in doc["readers"].items() if r["finished"]}
+    doc["thread_states"] = {
+        str(t): "closed" if t in closed else "finished" if t in finished else "open"
+        for t in sorted(set(threads) | other | closed | {int(t) for t in doc["readers"]})
+    }
     doc["open_transactions"] = {
         "count": len(held),
         "ended_waiting_for_watermark": sum(1 for t in txns if t[7] is not None),
@@ -196,6 +206,16 @@ def _lines(doc: dict) -> list[str]:
         f"{cp['age_seconds']}s old"
     )
     lines.append(f"watermark: {doc['watermark']}  progress: " + ", ".join(f"{t}={p}" for t, p in doc["progress"].items()))
+    lines.append("threads: " + ", ".join(
+        f"{t} {state}{'' if int(t) in doc['threads_in_play'] else ' (not in play)'}"
+        for t, state in doc["thread_states"].items()))
+    if doc["waiting_for"]:
+        lines.append("waiting for the first records of thread(s) " + ", ".join(map(str, doc["waiting_for"]))
+                     + ": nothing is published until then")
+    totals = doc.get("totals", {})
+    if totals.get("late_records"):
+        lines.append(f"late records: {totals['late_records']:,} (in {totals.get('late_transactions', 0):,} whole "
+                     "transaction(s) and rows of published ones), not published")
     ot = doc["open_transactions"]
     lines.append(f"open transactions: {ot['count']:,} ({ot['ended_waiting_for_watermark']:,} ended, waiting for the watermark)")
     if ot["oldest"]:

@@ -25,6 +25,10 @@ Interpretations where the contract is silent (the implementation follows them to
   ``sub`` defaults to 0; ``thread`` comes from the file name; ``c_tm`` is the commit
   record's ``tm``.
 * A last line without ``\\n`` is not yet written (contract, follow mode) and is ignored.
+* ``lwn`` and ``close`` records belong to no transaction. For the complete input of a
+  period they change nothing in the changefeed: they only tell a live reader when a commit
+  is safe (``close``: the thread holds nothing back until its next record, whose SCN is
+  above every SCN written before it, see :func:`check_close_rule`).
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ __all__ = [
     "InputRecord",
     "ModelResult",
     "assert_changefeed_equal",
+    "check_close_rule",
     "changefeed_files",
     "check_changefeed_layout",
     "expected_changefeed",
@@ -58,6 +63,7 @@ CHANGEFEED_COLUMNS = (
 
 _NAME_RE = re.compile(r"^redo_([0-9]+)_([0-9]+)\.jsonl(\.zst)?$")
 _END_OPS = ("commit", "rollback")
+_THREAD_OPS = ("lwn", "close")  # records of a thread, not of a transaction
 _DML_OPS = ("insert", "update", "delete")
 _OP_CODES = {"insert": "c", "update": "u", "delete": "d", "ddl": "ddl"}
 
@@ -209,7 +215,7 @@ def expected_changefeed(input_dir: str | Path) -> ModelResult:
     """The changefeed the contract prescribes for the complete input in ``input_dir``."""
     by_xid: dict[str, list[InputRecord]] = defaultdict(list)
     for rec in load_input(input_dir):
-        if rec.op != "lwn":
+        if rec.op not in _THREAD_OPS:
             by_xid[rec.data["xid"]].append(rec)
 
     result = ModelResult()
@@ -240,6 +246,21 @@ def expected_changefeed(input_dir: str | Path) -> ModelResult:
         result.rows.extend(_row(tx_seq, op_seq, commit, rec) for op_seq, rec in enumerate(rows))
     result.committed = len(emitted)
     return result
+
+
+def check_close_rule(records_in_write_order: Iterable[InputRecord]) -> None:
+    """The contract's promise about ``close``, on records in the order they were written:
+    the record that opens a closed thread again has an SCN above every SCN written before
+    it by any thread. Raises AssertionError naming the record."""
+    closed: set[int] = set()
+    top = -1
+    for rec in records_in_write_order:
+        if rec.thread in closed and rec.op != "close":
+            assert rec.scn > top, f"thread {rec.thread} opens again at scn {rec.scn}, not above {top}"
+            closed.discard(rec.thread)
+        if rec.op == "close":
+            closed.add(rec.thread)
+        top = max(top, rec.scn)
 
 
 # ---------------------------------------------------------------------------------------

@@ -340,3 +340,19 @@ def test_a_million_records_well_under_a_minute(tmp_path: Path) -> None:
     elapsed = time.perf_counter() - started
     assert stats.records >= 1_000_000
     assert elapsed < 45, f"{stats.records} records took {elapsed:.1f} s"
+
+
+def test_rolling_restarts_close_each_thread_in_turn(tmp_path: Path) -> None:
+    from tests.contract_model import check_close_rule
+
+    stats = simulate(tmp_path / "w", threads=3, transactions=400, seed=9, records_per_file=200, rolling_restarts=True,
+                     close_thread_at=0.9)
+    records = load_input(tmp_path / "w")
+    assert (stats.closes, stats.reopens) == (4, 3)
+    for t in (1, 2, 3):
+        ops = [r.op for r in records if r.thread == t]
+        first = ops.index("close")
+        assert ops[first + 1] == "lwn"  # closed: nothing until the lwn that opens it again
+    assert [r.op for r in records if r.thread == 3][-1] == "close"  # closed for the rest of the input
+    # records in write order (the global clock): each reopening is above every SCN before it
+    check_close_rule(sorted(records, key=lambda r: (r.scn, r.data.get("sub", 0))))

@@ -3,7 +3,11 @@
 Rules (see docs/formats.md for the contract they implement):
 
 * Thread progress P(t) comes from block summaries (record SCNs and ``lwn``); the
-  watermark is ``min P(t)`` over the threads in play.
+  watermark is ``min P(t)`` over the threads in play. A thread closed by a ``close``
+  record does not hold it, within what its reader confirmed (see :meth:`watermark`).
+* An end that reaches the queue after a later commit was published cannot be published
+  in order: from a thread not in play it is late (counted, never published); from a
+  thread in play it is bad input, which the readers refuse before it reaches the queue.
 * A transaction's end is its end record with the smallest ``(scn, thread, sequence,
   line)``; an end is acted on once its SCN is at or below the watermark, so every record
   with an SCN up to it has been seen, whatever the interleaving of threads in the queue.
@@ -13,6 +17,7 @@ Rules (see docs/formats.md for the contract they implement):
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 import logging
@@ -63,6 +68,7 @@ class DispatchStats:
     already_published: int = 0
     extra_ends: int = 0
     late_records: int = 0
+    late_transactions: int = 0  # ends that arrived after a later commit was published (threads not in play)
     compensations: int = 0
     unmatched_compensations: int = 0
 
@@ -86,7 +92,20 @@ class Dispatcher:
         self._pending: list[tuple[CommitKey, int, OpenTransaction]] = []
         self._tiebreak = itertools.count()
         self._ended: OrderedDict[str, None] = OrderedDict()
-        self.published_through = published_through
+        self.published_through = published_through  # the changefeed's last commit when this run began
+        self.last_key = published_through  # the last commit handed to the sink: never publish below it
+        self._fresh_from = queue.next_index  # blocks from here on were never read by an earlier run
+        self.late_by_thread: dict[int, int] = {}  # late records per redo thread, this run
+        # threads whose late end is bad input, not a late record: in play now and when the
+        # changefeed's last commit was published (see Pipeline)
+        self.strict: set[int] = set(self.progress)
+        # closed threads: thread -> first index of the block that closed it
+        self.closed: dict[int, int] = {}
+        # follow mode: thread -> queue index below which its reader confirmed it still closed
+        self.closed_through: dict[int, int] = {}
+        self.track_closed = False  # keep the marks that turn a confirmation into progress
+        self._top = -1  # the highest progress any block showed: every SCN up to it is written
+        self._marks: list[tuple[int, int]] = []  # (block end, _top after it) while a thread is closed
         self.log_skipped = False  # log each commit skipped as already published (adopting a changefeed)
         self.tailer = queue.tailer(start_index)
         self.cache = BlockCache(queue, cache_blocks)
@@ -109,6 +128,9 @@ class Dispatcher:
             "position": self.tailer.index,
             "progress": {str(t): p for t, p in self.progress.items()},
             "other_progress": {str(t): p for t, p in self.other_progress.items()},
+            "closed": {str(t): i for t, i in self.closed.items()},
+            "top": self._top,
+            "watermark": self.watermark,
             "transactions": [[i in in_open, t.to_state()] for i, t in txns.items()],
             "ended": list(self._ended),
             "stats": asdict(self.stats),
@@ -129,6 +151,9 @@ class Dispatcher:
                 self.other_progress[int(t)] = p
         for t, p in doc["other_progress"].items():
             self.other_progress.setdefault(int(t), p)
+        self.closed = {int(t): i for t, i in doc.get("closed", {}).items()}
+        self._top = doc.get("top", -1)
+        self._marks.clear()
         self.open.clear()
         self._pending.clear()
         for in_open, state_ in doc["transactions"]:
@@ -177,7 +202,30 @@ class Dispatcher:
 
     @property
     def watermark(self) -> int:
-        return min(self.progress.values()) if self.progress else INFINITE_SCN
+        """``min P(t)`` over the threads in play. A closed thread counts as infinite for
+        every block below the queue index its reader confirmed it closed through (the
+        reader read that index, then found nothing after the ``close``): a reopened
+        thread writes above every SCN written by then, and everything below that index
+        was. Beyond it, and without a confirmation (offline), its own progress counts."""
+        w = INFINITE_SCN
+        for t, p in self.progress.items():
+            if t in self.closed:
+                p = max(p, self._closed_bound(t))
+            if p < w:
+                w = p
+        return w
+
+    def _closed_bound(self, thread: int) -> int:
+        q = self.closed_through.get(thread, -1)
+        if q <= self.closed[thread]:
+            return -1  # confirmed before the close reached the queue: not yet
+        if q >= self.tailer.index:
+            return INFINITE_SCN  # every block read so far is covered
+        i = bisect.bisect_right(self._marks, (q, INFINITE_SCN)) - 1
+        return self._marks[i][1] if i >= 0 else -1
+
+    def thread_state(self, thread: int) -> str:
+        return "closed" if thread in self.closed else "open"
 
     @property
     def position(self) -> int:
@@ -209,15 +257,26 @@ class Dispatcher:
                 self.progress[thread] = summary.progress
         elif summary.progress > self.other_progress.get(thread, -1):
             self.other_progress[thread] = summary.progress
+        if summary.progress > self._top:
+            self._top = summary.progress
         first = block.first
+        if summary.closed:
+            self.closed[thread] = first
+        elif self.closed:
+            self.closed.pop(thread, None)
+        if self.closed and self.track_closed:
+            self._mark(block.end)
+        elif self._marks and not self.closed:
+            self._marks.clear()
         open_ = self.open
+        fresh = first >= self._fresh_from
         for xid, start, count, rows, comps, first_scn, begin_scn, begin_tm, ends in summary.groups:
             txn = open_.get(xid)
             # a begin above an end's SCN is XID reuse: a new transaction; a begin below it
             # belongs to the transaction (another thread's end may reach the queue first)
             if txn is None or (txn.end_key is not None and begin_scn > txn.end_key.scn):
                 if txn is None and begin_scn < 0 and xid in self._ended:
-                    self.stats.late_records += count
+                    self._count_late(thread, count)
                     continue
                 txn = open_[xid] = OpenTransaction(xid, first, first_scn)
                 self._ended.pop(xid, None)
@@ -229,6 +288,11 @@ class Dispatcher:
             txn.compensations += comps
             for code, scn, seq, line, tm in ends:
                 key = CommitKey(scn, thread, seq, line)
+                if fresh and self.last_key is not None and key < self.last_key and (
+                    txn.end_key is None or key < txn.end_key
+                ):
+                    self._late_end(txn, key, first)
+                    break
                 if txn.end_key is None or key < txn.end_key:
                     if txn.end_key is not None:
                         self.stats.extra_ends += 1
@@ -236,6 +300,42 @@ class Dispatcher:
                     heapq.heappush(self._pending, (key, next(self._tiebreak), txn))
                 else:
                     self.stats.extra_ends += 1
+
+    def _mark(self, end: int) -> None:
+        """Remember the highest progress after the block ending at ``end``; forget the
+        marks no confirmation can need any more."""
+        marks = self._marks
+        marks.append((end, self._top))
+        low = min(max(self.closed_through.get(t, -1), i) for t, i in self.closed.items())
+        drop = 0
+        while drop + 1 < len(marks) and marks[drop + 1][0] <= low:
+            drop += 1
+        if drop:
+            del marks[:drop]
+
+    def _count_late(self, thread: int, n: int) -> None:
+        self.stats.late_records += n
+        self.late_by_thread[thread] = self.late_by_thread.get(thread, 0) + n
+
+    def _late_end(self, txn: OpenTransaction, key: CommitKey, block: int) -> None:
+        """The end of ``txn`` reached the queue after commit ``last_key`` was published:
+        publishing it now would break commit order."""
+        if key.thread in self.strict:
+            raise DispatchError(
+                f"queue block {block}: the end of transaction {txn.xid} at scn {key.scn} (thread {key.thread}, "
+                f"sequence {key.sequence}, line {key.line}) arrived after commit scn {self.last_key.scn} "
+                f"(thread {self.last_key.thread}) was published",
+                hint="the input of a thread in play went back below what was published; nothing out of order "
+                     "was published",
+                index=block, xid=txn.xid,
+            )
+        # a thread not in play: the transaction is late, whole; never published
+        if self.open.get(txn.xid) is txn:
+            del self.open[txn.xid]
+        txn.end_key = None  # its heap entries, if any, are skipped; no checkpoint keeps it
+        self._remember_ended(txn.xid)
+        self.stats.late_transactions += 1
+        self._count_late(key.thread, sum(sum(locs[2::3]) for locs in txn.locations.values()))
 
     def publish_ready(self, watermark: int | None = None) -> int:
         """Act on every end at or below the watermark, in key order.
@@ -265,7 +365,13 @@ class Dispatcher:
                     log.info("skipped as already published: xid %r, commit %s", txn.xid, tuple(key))
             elif txn.begin_scn < 0 or txn.begin_scn > key.scn:
                 self.stats.no_begin += 1
+            elif self.last_key is not None and key < self.last_key:
+                raise DispatchError(  # the last line of defence: _process keeps such ends out
+                    f"commit of {txn.xid} at scn {key.scn} would be published after commit scn {self.last_key.scn}",
+                    hint="this is a bug: nothing out of order was published", xid=txn.xid,
+                )
             elif batching and not txn.compensations and len(txn.locations) == 1 and txn.rows <= _BATCH_TX_MAX_ROWS:
+                self.last_key = key
                 batch.append((txn, key))
                 batch_records += sum(next(iter(txn.locations.values()))[2::3])
                 if batch_records >= _BATCH_MAX_RECORDS:
@@ -275,6 +381,7 @@ class Dispatcher:
                 if batch:  # commit order: what is batched goes first
                     self._publish_batch(batch)
                     batch, batch_records = [], 0
+                self.last_key = key
                 n = self.sink.write_transaction(Commit(txn.xid, key, txn.end_tm), self.replayer.rows(txn, key.scn))
                 self._count_published(n)
         if batch:

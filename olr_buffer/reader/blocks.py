@@ -14,7 +14,11 @@ The summary says which record format the block's records use (``"f"``); a queue 
 with another one is refused with a clear error instead of being misread.
 
 The summary says, per group, where it is and what it holds (begin, end records, row and
-compensation counts), and the thread's progress after the block. The dispatcher reads
+compensation counts), the thread's progress after the block, and (``"c": true``, only
+when so) that the thread is closed after the block: its last record is a ``close``.
+Blocks without ``"c"`` (every block written before ``close`` existed) are of open
+threads, so the key needs no new record format; a version that ignored it would only
+hold the watermark, never publish early. The dispatcher reads
 only summaries while tailing; it decodes a transaction's records only at commit, and
 only its own groups. Memory per open transaction is then a list of group locations,
 which grows with the number of blocks it spans, not with its rows.
@@ -78,6 +82,7 @@ class BlockBuilder:
         self.count = 0
         self.nbytes = 0
         self.progress = -1
+        self.closed = False
 
     def add(self, code: int, scn: int, sub: int, xid: str, seq: int, line: int, payload: list) -> None:
         """Add one validated record. Raises :class:`RecordError` (and changes nothing) for
@@ -110,13 +115,23 @@ class BlockBuilder:
             g.ends.append([code, scn, seq, line, payload[0]])
         self.count += 1
         self.nbytes += len(rec)
+        self.closed = False
         if scn - 1 > self.progress:
             self.progress = scn - 1
 
     def heartbeat(self, scn: int) -> None:
-        """An ``lwn``: every record with an SCN up to ``scn`` is written."""
+        """An ``lwn``: every record with an SCN up to ``scn`` is written (a closed thread
+        is open again)."""
         if scn > self.progress:
             self.progress = scn
+        self.closed = False
+
+    def close(self, scn: int) -> None:
+        """A ``close``: the thread has written everything up to ``scn`` and nothing more
+        until its next record, which opens it again."""
+        if scn > self.progress:
+            self.progress = scn
+        self.closed = True
 
     def build(self) -> list[bytes]:
         """The block's records: the summary first, then the groups."""
@@ -127,7 +142,10 @@ class BlockBuilder:
                 [g.xid, len(records), len(g.records), g.rows, g.comps, g.first_scn, g.begin_scn, g.begin_tm, g.ends]
             )
             records.extend(g.records)
-        records[0] = orjson.dumps({"f": RECORD_FORMAT, "t": self.thread, "p": self.progress, "g": groups})
+        summary = {"f": RECORD_FORMAT, "t": self.thread, "p": self.progress, "g": groups}
+        if self.closed:
+            summary["c"] = True
+        records[0] = orjson.dumps(summary)
         return records
 
     def reset(self) -> None:
@@ -144,6 +162,7 @@ class BlockSummary:
     thread: int
     progress: int
     groups: list[list] = field(default_factory=list)
+    closed: bool = False  # the thread is closed after this block
 
 
 class RecordFormatError(OlrBufferError):
@@ -165,4 +184,4 @@ def read_summary(record0: bytes) -> BlockSummary:
             hint="the queue was written by another version of olr-buffer: use that version to finish it, "
                  "or replay the input into a new queue directory",
         )
-    return BlockSummary(d["t"], d["p"], d["g"])
+    return BlockSummary(d["t"], d["p"], d["g"], d.get("c", False))

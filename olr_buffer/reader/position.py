@@ -17,7 +17,8 @@ class ReaderPosition:
     """Where one redo thread's reader is: the next unread byte and line of a sequence.
 
     ``scn``/``sub`` are the last accepted record's, so that "SCN goes back" is caught
-    across restarts and sequences; ``progress`` is the thread's progress P(t).
+    across restarts and sequences; ``progress`` is the thread's progress P(t); ``closed``
+    says that the last record read is a ``close``.
     """
 
     thread: int
@@ -28,6 +29,7 @@ class ReaderPosition:
     sub: int = 0
     progress: int = -1
     finished: bool = False  # the end of the thread's input was written to the queue (replay)
+    closed: bool = False  # the last record read is a ``close``: the thread is closed
 
     @property
     def key(self) -> bytes:

@@ -51,6 +51,7 @@ class ReaderProcess:
         on_append: Callable[[], None] | None,
         stop: threading.Event,
         dead_letter_path: str | None = None,
+        queue_end=None,
     ) -> None:
         self.queue = queue
         self.input_dir = input_dir
@@ -64,6 +65,12 @@ class ReaderProcess:
         self.dead_letter_path = dead_letter_path
         self.dead_letters = 0
         self.stats = ReaderStats()
+        self.queue_end = queue_end  # shared values, read by the child (see ThreadReader)
+        self.floor = None
+        self.closed_through = -1
+
+    def enable_floor(self, value) -> None:
+        self.floor = value
 
     def read_to_end(self) -> None:
         self._run(follow=False, poll_interval=0.1)
@@ -81,7 +88,8 @@ class ReaderProcess:
         proc = _CTX.Process(
             target=_child_main,
             args=(send_conn, stop_recv, os.getpid(), self.input_dir, self.thread, files, self.pos.encode(),
-                  self.block_records, self.block_bytes, self.dead_letter_path, follow, poll_interval),
+                  self.block_records, self.block_bytes, self.dead_letter_path, follow, poll_interval, self.floor,
+                  self.queue_end),
             name=f"olr-reader-{self.thread}",
             daemon=True,
         )
@@ -112,6 +120,8 @@ class ReaderProcess:
                     self.stats.bytes = self.pos.offset
                     self.dead_letters = dead
                     self.on_append()
+                elif kind == "closed":
+                    self.closed_through = msg[1]
                 elif kind == "files":
                     for seq, path, compressed in msg[1]:
                         self.files.setdefault(seq, LogFile(self.thread, seq, path, compressed))
@@ -198,7 +208,7 @@ class _PipeQueue:
 
 
 def _child_main(conn, stop_conn, parent_pid, input_dir, thread, files, pos_bytes, block_records, block_bytes,
-                dead_letter_path, follow, poll_interval) -> None:
+                dead_letter_path, follow, poll_interval, floor=None, queue_end=None) -> None:
     from .. import faults
 
     _die_with_parent(parent_pid)
@@ -217,7 +227,11 @@ def _child_main(conn, stop_conn, parent_pid, input_dir, thread, files, pos_bytes
             block_bytes=block_bytes,
             stop=_ParentStop(stop_conn),  # type: ignore[arg-type]
             dead_letters=dead,
+            queue_end=(lambda: queue_end.value) if queue_end is not None else None,
+            on_closed=lambda index: conn.send(("closed", index)),
         )
+        if floor is not None:
+            reader.enable_floor(floor)
         reader_ref.append(reader)
         if follow:
             reader.follow(poll_interval)

@@ -15,8 +15,9 @@ The PostgreSQL source (:mod:`olr_buffer.reader.postgres`) adds rows of two more 
 are dropped (a subtransaction rolled back). ``CUT`` has the ``COMPENSATION`` bit: it is
 a record that cancels rows.
 
-``lwn`` records are not stored as records: they only move the thread's progress, which
-the block summary carries (see :mod:`olr_buffer.reader.blocks`).
+``lwn`` and ``close`` records are not stored as records: they only move the thread's
+progress, or mark it closed, which the block summary carries (see
+:mod:`olr_buffer.reader.blocks`).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Annotated, Any
 import msgspec
 import orjson
 
-BEGIN, INSERT, UPDATE, DELETE, DDL, COMMIT, ROLLBACK, LWN = 1, 2, 3, 4, 5, 6, 7, 8
+BEGIN, INSERT, UPDATE, DELETE, DDL, COMMIT, ROLLBACK, LWN, CLOSE = 1, 2, 3, 4, 5, 6, 7, 8, 9
 COMPENSATION = 16  # or'ed into INSERT/UPDATE/DELETE
 
 OP_CODES = {
@@ -42,7 +43,9 @@ OP_CODES = {
     "commit": COMMIT,
     "rollback": ROLLBACK,
     "lwn": LWN,
+    "close": CLOSE,
 }
+MARKER_CODES = frozenset((LWN, CLOSE))  # records of the thread, not of a transaction
 TRUNCATE, COPY_ROW = 12, 13  # PostgreSQL source only
 CUT = COMPENSATION | 14  # PostgreSQL source only: a range of rows of its transaction rolled back
 
@@ -181,7 +184,7 @@ def validate(d: dict[str, Any]) -> tuple[int, int, int, str | None, list | None]
     """Check a parsed record against the contract.
 
     Returns ``(code, scn, sub, xid, payload)`` where payload is the tail of the queue
-    encoding (after ``[code, scn, sub, seq, line]``), or ``None`` for ``lwn``.
+    encoding (after ``[code, scn, sub, seq, line]``), or ``None`` for ``lwn`` and ``close``.
 
     The common, valid records take an inlined path; anything unusual goes through
     :func:`_validate_checked`, which gives the reason when a record is invalid.
@@ -251,7 +254,7 @@ def _validate_checked(d: dict[str, Any]) -> tuple[int, int, int, str | None, lis
         raise RecordError(f"unknown op {op!r} (expected one of {', '.join(OP_CODES)})")
     scn = _int(d, "scn", 0, MAX_SCN)
     sub = _int(d, "sub", 0, INT64_MAX, 0)
-    if code == LWN:
+    if code in MARKER_CODES:
         return code, scn, sub, None, None
     xid = d.get("xid")
     if type(xid) is not str or not xid:
@@ -358,8 +361,8 @@ def decode_line(raw: bytes) -> tuple[int, int, int, str | None, list | None]:
         code = OP_CODES.get(r.op)
         scn = r.scn
         sub = r.sub or 0
-        if code == LWN:
-            return LWN, scn, sub, None, None
+        if code in MARKER_CODES:
+            return code, scn, sub, None, None
         xid = r.xid
         if code is None or not xid:
             raise _NotFast

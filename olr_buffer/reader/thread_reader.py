@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import functools
+import multiprocessing
 import os
 import threading
 import time
 
 import orjson
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable, Iterable
 
 from ..faults import fault_point
 from ..txbuffer import TxQueue
@@ -17,7 +18,7 @@ from .blocks import BlockBuilder
 from .errors import InputError, MissingSequenceError
 from .files import CorruptCompressedFile, LogFile, check_contiguous, is_log_file, scan
 from .position import POSITION_PREFIX, ReaderPosition, load_positions
-from .records import LWN, RecordError, decode_line
+from .records import CLOSE, LWN, MARKER_CODES, RecordError, decode_line
 
 DEFAULT_BLOCK_RECORDS = 4096
 DEFAULT_BLOCK_BYTES = 1 << 20
@@ -89,8 +90,23 @@ class ThreadReader:
         stop: threading.Event | None = None,
         dead_letters: DeadLetters | None = None,
         max_line_bytes: int = MAX_LINE_BYTES,
+        floor: Callable[[], int] | None = None,
+        queue_end: Callable[[], int] | None = None,
+        on_closed: Callable[[int], None] | None = None,
     ) -> None:
         self.queue = queue
+        # ``floor()``: the SCN of the last commit published. The first record this reader
+        # reads, and the first after a ``close``, must lie above it: only there can a
+        # thread in play go back below what was published (after a replay that took its
+        # input as complete, or a close). Other records lie above the thread's progress.
+        self.floor = floor
+        self._check_floor = floor is not None
+        # follow mode, while closed: ``queue_end()`` is read before looking at the file; if
+        # nothing came after the close, the thread is confirmed closed through that index
+        # (``closed_through``, and ``on_closed(index)``)
+        self.queue_end = queue_end
+        self.on_closed = on_closed
+        self.closed_through = -1
         self.dead_letters = dead_letters
         self.max_line_bytes = max_line_bytes
         self.input_dir = input_dir
@@ -104,6 +120,7 @@ class ThreadReader:
         self.stats = ReaderStats()
         self._builder = BlockBuilder(thread)
         self._builder.progress = self.pos.progress
+        self._builder.closed = self.pos.closed
         # follow mode: the file being read, held open, so that a copy put in its place
         # (rsync: temporary file, rename) can be compared with what was read of it
         self._held: dict[int, int] = {}
@@ -153,9 +170,12 @@ class ThreadReader:
         is appended as soon as no more complete lines are there, so that latency stays low.
         """
         pos = self.pos
+        pos.finished = False  # following: the input is not complete (written with the next block)
         last_gap_check = 0.0
         read_whole: int | None = None  # a complete (archived) sequence read to its end
         while not self.stop.is_set():
+            # read before looking at the file: every block below it was written before
+            confirm = self.queue_end() if pos.closed and self.queue_end else None
             lf = self._log_file(pos.sequence)
             if lf is None:
                 if pos.offset or pos.line:
@@ -193,6 +213,10 @@ class ThreadReader:
                 self._check_no_gap_after(pos.sequence)
             if not read:
                 self._flush()
+                if confirm is not None and pos.closed and confirm != self.closed_through:
+                    self.closed_through = confirm
+                    if self.on_closed:
+                        self.on_closed(confirm)
                 self.stop.wait(poll_interval)
         self._flush()
         for seq in list(self._held):
@@ -313,11 +337,13 @@ class ThreadReader:
                         if len(raw) >= limit:
                             raise RecordError(f"line longer than {self.max_line_bytes} bytes")
                         code, scn, sub, xid, payload = decode_line(raw)
-                        if scn < last_scn or (scn == last_scn and sub < last_sub and code != LWN):
+                        if scn < last_scn or (scn == last_scn and sub < last_sub and code not in MARKER_CODES):
                             raise RecordError(
                                 f"SCN goes back: (scn {scn}, sub {sub}) after (scn {last_scn}, sub {last_sub})"
                             )
-                        if code != LWN:
+                        if code not in MARKER_CODES:
+                            if self._check_floor:
+                                self._above_floor(scn)
                             add(code, scn, sub, xid, seq, line, payload)  # type: ignore[arg-type]
                     except RecordError as exc:
                         if self.dead_letters is None:
@@ -337,8 +363,12 @@ class ThreadReader:
                         offset += len(raw)
                         continue
                     offset += len(raw)
-                    if code == LWN:
-                        b.heartbeat(scn)
+                    if code in MARKER_CODES:
+                        if code == LWN:
+                            b.heartbeat(scn)
+                        else:
+                            b.close(scn)
+                            self._check_floor = self.floor is not None
                         if scn > last_scn:
                             last_scn, last_sub = scn, sub
                     else:
@@ -357,11 +387,27 @@ class ThreadReader:
         pos.line, pos.offset, pos.scn, pos.sub = line, offset, last_scn, last_sub
         return line - first_line
 
+    def enable_floor(self, value) -> None:
+        """Check the first record, and the first after a ``close``, against ``value.value``."""
+        self.floor = lambda: value.value
+        self._check_floor = True
+
+    def _above_floor(self, scn: int) -> None:
+        floor = self.floor()  # type: ignore[misc]
+        if scn <= floor:
+            after = "a close of this thread" if self._builder.closed or self.pos.closed else "the start of this run"
+            raise RecordError(
+                f"record at scn {scn} is at or below commit scn {floor}, already published (the first record "
+                f"after {after} must lie above every published commit)"
+            )
+        self._check_floor = False
+
     def _flush(self, force: bool = False) -> None:
         b = self._builder
-        if not b.count and not force and b.progress == self.pos.progress:
+        if not b.count and not force and b.progress == self.pos.progress and b.closed == self.pos.closed:
             return
         self.pos.progress = b.progress
+        self.pos.closed = b.closed
         records = b.build()
         self.queue.append(records, {self.pos.key: self.pos.encode()})
         fault_point("after_append")
@@ -485,6 +531,29 @@ class ReaderGroup:
     dead_letters: DeadLetters | None = None
     _follow: bool = False
     _poll_interval: float = 0.1
+    # shared with the readers (child processes too): the SCN of the last commit published,
+    # and the queue's next index after the last append (see ThreadReader: floor, queue_end)
+    published_scn: Any = None
+    queue_end: Any = None
+    floor_threads: set[int] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self.published_scn = ctx.Value("q", -1, lock=False)
+        self.queue_end = ctx.Value("q", self.queue.next_index, lock=False)
+
+    def _appended(self) -> None:
+        self.queue_end.value = self.queue.next_index
+        if self.on_append:
+            self.on_append()
+
+    def check_floor(self, threads: Iterable[int], published_scn: int | None) -> None:
+        """The first record of each of ``threads`` (and the first after a ``close``) must lie
+        above ``published_scn``, which the caller keeps up to date in ``published_scn``."""
+        self.published_scn.value = -1 if published_scn is None else published_scn
+        self.floor_threads = set(threads)
+        for t in self.floor_threads & set(self.readers):
+            self.readers[t].enable_floor(self.published_scn)
 
     def prepare(self, threads: list[int] | None = None) -> list[int]:
         """Scan the input, check every thread's sequences; return the threads in play:
@@ -501,17 +570,20 @@ class ReaderGroup:
         if files:
             check_contiguous(self.input_dir, thread, files)
         common = dict(
-            block_records=self.block_records, block_bytes=self.block_bytes, on_append=self.on_append, stop=self.stop
+            block_records=self.block_records, block_bytes=self.block_bytes, on_append=self._appended, stop=self.stop
         )
         if self.processes:
             from .process import ReaderProcess
 
             reader = ReaderProcess(  # type: ignore[assignment]
-                self.queue, self.input_dir, thread, files, position, dead_letter_path=self.dead_letter_path, **common
+                self.queue, self.input_dir, thread, files, position, dead_letter_path=self.dead_letter_path,
+                queue_end=self.queue_end, **common
             )
         else:
+            end = self.queue_end
             reader = ThreadReader(
-                self.queue, self.input_dir, thread, files, position, dead_letters=self.dead_letters, **common
+                self.queue, self.input_dir, thread, files, position, dead_letters=self.dead_letters,
+                queue_end=lambda: end.value, **common
             )
         self.readers[thread] = reader
         return reader
@@ -562,6 +634,8 @@ class ReaderGroup:
     def following(self) -> bool:
         """Whether the readers follow their input (``run``) rather than read it to its end."""
         return self._follow
+
+    watches_stalls = True  # a silent redo thread in play holds the watermark: `run` warns
 
     @property
     def source_id(self) -> str | None:

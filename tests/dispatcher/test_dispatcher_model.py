@@ -70,7 +70,8 @@ class BatchListSink(ListSink):
 
 @st.composite
 def workloads(draw) -> dict[int, list[dict]]:
-    """Per thread, its records in order: transactions interleaved, some distributed."""
+    """Per thread, its records in order: transactions interleaved, some distributed, with
+    ``lwn`` and ``close`` records here and there."""
     n_threads = draw(st.integers(1, 4))
     streams = []
     for i in range(draw(st.integers(0, 10))):
@@ -119,6 +120,11 @@ def workloads(draw) -> dict[int, list[dict]]:
             if last_scn[lwn_thread] < clock:
                 per_thread[lwn_thread].append({"op": "lwn", "scn": clock})
                 last_scn[lwn_thread], sub[lwn_thread] = clock, 0
+        if draw(st.integers(0, 7)) == 0:  # an instance shuts down; its next record opens it again
+            close_thread = draw(st.integers(1, n_threads))
+            if last_scn[close_thread] < clock:
+                per_thread[close_thread].append({"op": "close", "scn": clock})
+                last_scn[close_thread], sub[close_thread] = clock, 0
         sub[thread] = sub[thread] + 1 if last_scn[thread] == clock else 0
         last_scn[thread] = clock
         per_thread[thread].append({**rec, "scn": clock, "sub": sub[thread]})

@@ -31,7 +31,7 @@ from olr_buffer.reader.errors import InputError
 from olr_buffer.reader.files import LogFile, scan
 from olr_buffer.reader.position import load_positions
 from olr_buffer.reader.blocks import BlockBuilder, decode_record
-from olr_buffer.reader.records import LWN, OP_CODES, RecordError, decode_line, parse_line, validate
+from olr_buffer.reader.records import CLOSE, LWN, MARKER_CODES, OP_CODES, RecordError, decode_line, parse_line, validate
 from olr_buffer.reader.thread_reader import ThreadReader
 from olr_buffer.txbuffer import MemoryQueue
 
@@ -58,8 +58,8 @@ def valid_records(draw, scn: int | None = None) -> dict:
     rec: dict = {"op": op, "scn": draw(SCN) if scn is None else scn}
     if draw(st.booleans()):
         rec["sub"] = draw(st.integers(0, (1 << 63) - 1) | st.none())
-    if op == "lwn":
-        return rec
+    if op in ("lwn", "close") and draw(st.booleans()):
+        return rec  # the other fields are not checked on them: sometimes present
     rec["xid"] = draw(st.text(min_size=1, max_size=20))
     if draw(st.booleans()):
         rec["tm"] = draw(INT64 | st.none())
@@ -207,11 +207,14 @@ def check_line(raw: bytes) -> None:
         builder = BlockBuilder(1)
         if code == LWN:
             builder.heartbeat(scn)
+        elif code == CLOSE:
+            builder.close(scn)
+            assert orjson.loads(builder.build()[0])["c"] is True
         else:
             builder.add(code, scn, sub, xid, 1, 1, payload)
         summary, *records = builder.build()
         orjson.loads(summary)
-        assert [decode_record(r) for r in records] == ([] if code == LWN else [[code, scn, sub, 1, 1, *payload]])
+        assert [decode_record(r) for r in records] == ([] if code in MARKER_CODES else [[code, scn, sub, 1, 1, *payload]])
     except RecordError as exc:
         assert str(exc) and "\n" not in str(exc)
 
@@ -307,7 +310,7 @@ def _lwn_only(path: str, compressed: bool, after: int, upto: int) -> bool:
     """Lines ``after+1 .. upto`` of the file are all ``lwn`` records."""
     with LogFile(1, 1, path, compressed).open() as fh:
         lines = [fh.readline() for _ in range(upto)]
-    return all(decode_line(raw)[0] == LWN for raw in lines[after:])
+    return all(decode_line(raw)[0] == LWN for raw in lines[after:])  # a close changes the thread's state
 
 
 @given(damaged_files())

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from olr_buffer.reader.records import (
-    COMPENSATION, DDL, INSERT, LWN, UPDATE, RecordError, decode_line, parse_line, validate,
+    CLOSE, COMPENSATION, DDL, INSERT, LWN, UPDATE, RecordError, decode_line, parse_line, validate,
 )
 
 DML = {"op": "insert", "scn": 5, "xid": "x", "owner": "O", "table": "T", "rid": "R", "after": {"A": 1}}
@@ -23,6 +23,8 @@ def test_valid_records_encode_their_fields():
     assert (code, scn, sub, xid) == (INSERT, 5, 0, "x")
     assert payload == [9, "O", "T", 3, "R", None, '{"A":1}', None]
     assert check({"op": "lwn", "scn": 7}) == (LWN, 7, 0, None, None)
+    assert check({"op": "close", "scn": 8}) == (CLOSE, 8, 0, None, None)
+    assert check({"op": "close", "scn": 8, "xid": "ignored", "tm": 1}) == (CLOSE, 8, 0, None, None)
     code, *_, payload = check({"op": "delete", "scn": 1, "xid": "x", "owner": "O", "table": "T", "rid": "R", "rollback": True})
     assert code == 4 | COMPENSATION and payload == ["R"]
     code, *_, payload = check({"op": "ddl", "scn": 1, "xid": "x", "owner": "O", "table": "T", "sql": "drop table t"})
@@ -100,6 +102,7 @@ def test_fast_path_accepts_what_the_reference_accepts():
         {"op": "delete", "scn": 1, "xid": "x", "owner": "O", "table": "T", "rid": "R", "rollback": True, "before": {}},
         {"op": "ddl", "scn": 1, "xid": "x", "owner": "O", "table": "T", "sql": "s", "rid": None, "before": None},
         {"op": "lwn", "scn": 3, "sub": 2, "xid": None, "tm": "not checked on lwn"},
+        {"op": "close", "scn": 4, "xid": 7, "tm": "not checked on close"},
         {"op": "commit", "scn": (1 << 63) - 1, "xid": "\u00e9", "tm": -(1 << 63)},
     ]:
         raw = json.dumps(line).encode()

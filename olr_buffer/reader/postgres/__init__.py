@@ -36,6 +36,8 @@ class PostgresSource:
         self.bytes_total = 0
 
     following = True  # a replication stream has no end: the service follows it
+    watches_stalls = False  # an idle database is not a stalled redo thread
+
 
     @property
     def source_id(self) -> str | None:
@@ -80,6 +82,14 @@ class PostgresSource:
 
     def add_new_threads(self) -> list[int]:
         return []
+
+    def check_floor(self, threads, published_scn: int | None) -> None:
+        """One stream, in commit order: nothing can arrive below a published commit."""
+
+    class _Floor:
+        value = -1
+
+    published_scn = _Floor()  # the redo readers' floor; unused here
 
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()

@@ -1,0 +1,344 @@
+"""Threads in play, closed threads and late input, with real processes (issues 14, 16, 18).
+
+* `run` never publishes with nothing in play: it refuses to start;
+* a thread that appears later and is not in play: a WARNING, late records counted
+  (metrics, `status`), nothing published out of order;
+* input below what a complete-period replay published: a one-line error, not a silent skip;
+* `close`: a closed thread does not hold the others back; it opens again with its next
+  record; a record after a close below what was published is bad input; a rolling restart
+  publishes exactly the contract's changefeed; SIGKILL while a thread is closed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from olr_buffer.pipeline import PipelineOptions, replay
+from olr_buffer.simulate import simulate
+from tests.contract_model import (
+    assert_changefeed_equal,
+    check_changefeed_layout,
+    check_close_rule,
+    expected_changefeed,
+    load_changefeed,
+    load_input,
+)
+from tests.test_run_service import ROOT, published_rows, run_cmd, start, stop, wait_for_rows
+
+
+def lines(*recs: dict[str, Any]) -> str:
+    return "".join(json.dumps(r) + "\n" for r in recs)
+
+
+def append(path: Path, *recs: dict[str, Any]) -> None:
+    with open(path, "a") as fh:
+        fh.write(lines(*recs))
+
+
+def tx(xid: str, scn: int, rid: str) -> list[dict[str, Any]]:
+    return [
+        {"op": "begin", "scn": scn, "xid": xid},
+        {"op": "insert", "scn": scn + 1, "xid": xid, "owner": "O", "table": "T", "rid": rid, "after": {"ID": rid}},
+        {"op": "commit", "scn": scn + 2, "xid": xid, "tm": scn + 2},
+    ]
+
+
+# `run` with the readers as threads of the service (PipelineOptions(reader_processes=False)),
+# which has no command-line flag: the same options as run_cmd, an error as the CLI prints it
+_THREADS_SERVICE = """
+import logging, signal, sys, threading
+from olr_buffer.errors import OlrBufferError
+from olr_buffer.pipeline import PipelineOptions, run_service
+live, q, cf, threads = sys.argv[1:5]
+logging.basicConfig(level="WARNING", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+stop = threading.Event()
+signal.signal(signal.SIGTERM, lambda *_: stop.set())
+opts = PipelineOptions(reader_processes=False, flush_seconds=0.3, poll_seconds=0.02, checkpoint_seconds=0.5,
+                       segment_bytes=128 << 10, threads=[int(t) for t in threads.split(",")] if threads else None)
+try:
+    run_service(live, q, cf, opts, stop)
+except OlrBufferError as exc:
+    print(f"olr-buffer: error: {exc}", file=sys.stderr)
+    sys.exit(exc.exit_code)
+"""
+
+
+def service_cmd(tmp: Path, processes: bool, threads: str = "") -> list[str]:
+    if processes:
+        return run_cmd(tmp, *(("--threads", threads) if threads else ()))
+    return [sys.executable, "-c", _THREADS_SERVICE, str(tmp / "live"), str(tmp / "q"), str(tmp / "cf"), threads]
+
+
+def status(tmp: Path) -> dict:
+    r = subprocess.run([sys.executable, "-m", "olr_buffer.cli", "status", "--queue", str(tmp / "q"), "--json"],
+                       capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def status_text(tmp: Path) -> str:
+    r = subprocess.run([sys.executable, "-m", "olr_buffer.cli", "status", "--queue", str(tmp / "q")],
+                       capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def wait_until(predicate, what: str, timeout: float = 30.0) -> None:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"not within {timeout}s: {what}")
+
+
+def checkpoint_says(tmp: Path, key: str, value: Any) -> bool:
+    try:
+        return status(tmp).get(key) == value
+    except (AssertionError, json.JSONDecodeError):
+        return False
+
+
+# -- issue 16: nothing in play ---------------------------------------------------------------
+
+
+def test_run_with_no_thread_in_play_refuses_at_once(tmp_path: Path):
+    (tmp_path / "live").mkdir()
+    r = subprocess.run(run_cmd(tmp_path), capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert r.returncode == 2
+    err = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(err) == 1 and "no redo thread has log files yet" in err[0] and "--threads" in err[0], r.stderr
+    assert published_rows(tmp_path / "cf") == 0
+
+
+def test_run_started_before_the_capture_with_threads_equals_replay(tmp_path: Path):
+    """The reproduction of issue 16, with --threads: the service waits (and says for what),
+    then publishes exactly what replay publishes from the same files."""
+    simulate(tmp_path / "stage", threads=3, transactions=300, seed=16, records_per_file=100_000)
+    live = tmp_path / "live"
+    live.mkdir()
+    service = start(run_cmd(tmp_path, "--threads", "1,2,3", "--log-level", "info"))
+    try:
+        wait_until(lambda: checkpoint_says(tmp_path, "waiting_for", [1, 2, 3]), "status names the threads waited for")
+        assert "waiting for the first records of thread(s) 1, 2, 3" in status_text(tmp_path)
+        shutil.copy(tmp_path / "stage" / "redo_1_1.jsonl", live)
+        time.sleep(1.5)
+        assert published_rows(tmp_path / "cf") == 0  # threads 2 and 3 have not written yet
+        wait_until(lambda: checkpoint_says(tmp_path, "waiting_for", [2, 3]), "status waits for 2 and 3")
+        for t in (2, 3):
+            shutil.copy(tmp_path / "stage" / f"redo_{t}_1.jsonl", live)
+        expected = expected_changefeed(live)
+        wait_for_rows(tmp_path / "cf", len(expected.rows))
+    finally:
+        code, err = stop(service)
+    assert code == 0, err
+    assert "waiting for the first records of redo thread(s) 1, 2, 3" in err
+    check_changefeed_layout(tmp_path / "cf")
+    assert_changefeed_equal(load_changefeed(tmp_path / "cf"), expected.rows)
+    replay(str(live), str(tmp_path / "rq"), str(tmp_path / "rcf"))
+    assert_changefeed_equal(load_changefeed(tmp_path / "cf"), load_changefeed(tmp_path / "rcf"))
+
+
+# -- issue 16 / 18.3: a thread that appears later, not in play --------------------------------
+
+
+def test_thread_appearing_later_not_in_play_is_late_warned_counted(tmp_path: Path):
+    live = tmp_path / "live"
+    live.mkdir()
+    (live / "redo_1_1.jsonl").write_text(lines(*tx("A", 10, "r1"), {"op": "lwn", "scn": 100}))
+    (live / "redo_2_1.jsonl").write_text(lines({"op": "lwn", "scn": 100}))
+    service = start(run_cmd(tmp_path, "--metrics-port", "0", "--log-level", "info"))
+    port = None
+    try:
+        t0 = time.monotonic()
+        while port is None and time.monotonic() - t0 < 20:
+            line = service.stderr.readline()
+            if "metrics on http://127.0.0.1:" in line:
+                port = int(line.rsplit(":", 1)[1].split("/")[0])
+        assert port, "no metrics address logged"
+        wait_for_rows(tmp_path / "cf", 1, timeout=20)
+        # thread 3 appears: a whole transaction below the published commit 12, and a row of A
+        (live / "redo_3_1.jsonl").write_text(lines(
+            *tx("B", 5, "r2"),
+            {"op": "insert", "scn": 11, "xid": "A", "owner": "O", "table": "T", "rid": "r3", "after": {"ID": "r3"}},
+        ))
+        wait_until(lambda: (status(tmp_path).get("totals") or {}).get("late_records") == 4, "4 late records in status")
+        time.sleep(1.2)
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        text = status_text(tmp_path)
+    finally:
+        code, err = stop(service)
+    assert code == 0, err
+    warnings = [ln for ln in err.splitlines() if " WARNING " in ln]
+    assert any("redo thread 3 appeared after the start and is not in play" in ln for ln in warnings), err
+    assert any("redo thread 3: 4 late record(s)" in ln for ln in warnings), err
+    assert "olr_buffer_late_records_total 4" in metrics
+    assert 'olr_buffer_thread_state{thread="3",state="open"} 1' in metrics
+    assert "late records: 4 (in 1 whole transaction(s)" in text
+    assert "3 open (not in play)" in text
+    assert [(r["xid"], r["rid"]) for r in load_changefeed(tmp_path / "cf")] == [("A", "r1")]
+
+
+# -- issue 18.2: replay, then more input below what it published ------------------------------
+
+
+def test_input_below_what_a_complete_replay_published_is_an_error(tmp_path: Path):
+    simulate(tmp_path / "full", threads=3, transactions=400, seed=18, records_per_file=250, compress_archived=False)
+    h = tmp_path / "h"
+    h.mkdir()
+    for t in (1, 2, 3):
+        for s in (1, 2):
+            shutil.copy(tmp_path / "full" / f"redo_{t}_{s}.jsonl", h)
+    cmd = [sys.executable, "-m", "olr_buffer.cli", "replay", str(h), "--queue", str(tmp_path / "q"),
+           "--changefeed", str(tmp_path / "cf")]
+    first = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert first.returncode == 0, first.stderr
+    rows = load_changefeed(tmp_path / "cf")
+    c = max(r["c_scn"] for r in rows)
+    for t in (1, 2, 3):
+        shutil.copy(tmp_path / "full" / f"redo_{t}_3.jsonl", h)
+    below = [(r.thread, r.line, r.scn) for r in load_input(h)
+             if r.sequence == 3 and r.line == 1 and r.scn <= c and r.op not in ("lwn", "close")]
+    assert below, "the workload must put a sequence 3 below the published commit"
+    second = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert second.returncode == 2, second.stdout + second.stderr
+    err = [ln for ln in second.stderr.splitlines() if ln.strip()]
+    assert len(err) == 1, second.stderr
+    m = re.search(r"redo_(\d)_3\.jsonl:1: record at scn (\d+) is at or below commit scn (\d+), already published", err[0])
+    assert m, err[0]
+    assert (int(m.group(1)), 1, int(m.group(2))) in below and int(m.group(3)) == c
+    assert load_changefeed(tmp_path / "cf") == rows  # nothing more, nothing out of order
+
+
+# -- issue 14: close ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("processes", [True, False], ids=["reader-processes", "reader-threads"])
+def test_close_does_not_stall_the_others_and_survives_sigkill(tmp_path: Path, processes: bool):
+    """Thread 1 closes while distributed transaction D spans it; commits on thread 2 are
+    published while it is closed; SIGKILL while closed; it opens again; the changefeed is
+    exactly the contract's."""
+    live = tmp_path / "live"
+    live.mkdir()
+    t1, t2 = live / "redo_1_1.jsonl", live / "redo_2_1.jsonl"
+    t1.write_text(lines(
+        *tx("A", 10, "a"),
+        {"op": "insert", "scn": 21, "xid": "D", "owner": "O", "table": "T", "rid": "d1", "after": {"ID": "d1"}},
+        {"op": "close", "scn": 22},
+    ))
+    t2.write_text(lines(
+        {"op": "begin", "scn": 20, "xid": "D"},
+        {"op": "insert", "scn": 23, "xid": "D", "owner": "O", "table": "T", "rid": "d2", "after": {"ID": "d2"}},
+        {"op": "commit", "scn": 24, "xid": "D"},
+        *tx("B", 30, "b"),
+        {"op": "lwn", "scn": 40},
+    ))
+    cmd = service_cmd(tmp_path, processes, "1,2")
+    service = start(cmd)
+    try:
+        t0 = time.monotonic()
+        wait_for_rows(tmp_path / "cf", 4, timeout=20)  # A, D (both rows), B: thread 1 is closed at 22
+        latency = time.monotonic() - t0
+        wait_until(lambda: (status(tmp_path).get("thread_states") or {}).get("1") == "closed", "status: 1 closed")
+        os.kill(service.pid, signal.SIGKILL)
+        service.wait(timeout=30)
+        service = start(cmd)
+        append(t2, *tx("C", 50, "c"), {"op": "lwn", "scn": 60})
+        wait_for_rows(tmp_path / "cf", 5, timeout=20)  # still closed after the restart: C goes through
+        append(t1, *tx("E", 70, "e"), {"op": "lwn", "scn": 80})  # opens again, above every SCN written
+        time.sleep(1.0)
+        assert published_rows(tmp_path / "cf") == 5  # thread 2 is at 60: E (72) waits for it
+        append(t2, {"op": "lwn", "scn": 90})
+        wait_for_rows(tmp_path / "cf", 6, timeout=20)
+        wait_until(lambda: (status(tmp_path).get("thread_states") or {}).get("1") == "open", "status: 1 open")
+    finally:
+        code, err = stop(service)
+    assert code == 0, err
+    assert latency < 15
+    check_changefeed_layout(tmp_path / "cf")
+    assert_changefeed_equal(load_changefeed(tmp_path / "cf"), expected_changefeed(live).rows)
+    assert [r["xid"] for r in load_changefeed(tmp_path / "cf")] == ["A", "D", "D", "B", "C", "E"]
+
+
+@pytest.mark.parametrize("processes", [True, False], ids=["reader-processes", "reader-threads"])
+def test_record_after_close_below_what_was_published_is_bad_input(tmp_path: Path, processes: bool):
+    live = tmp_path / "live"
+    live.mkdir()
+    t1 = live / "redo_1_1.jsonl"
+    t1.write_text(lines(*tx("A", 10, "a"), {"op": "close", "scn": 20}))
+    (live / "redo_2_1.jsonl").write_text(lines(*tx("B", 30, "b"), {"op": "lwn", "scn": 40}))
+    service = start(service_cmd(tmp_path, processes))
+    try:
+        wait_for_rows(tmp_path / "cf", 2, timeout=20)  # A and B: B's commit (32) is published
+        append(t1, *tx("X", 25, "x"))  # thread 1 opens again below 32: the contract forbids it
+        _, err = service.communicate(timeout=30)
+    finally:
+        if service.poll() is None:
+            service.kill()
+            service.wait()
+    assert service.returncode == 2, err
+    msg = [ln for ln in err.splitlines() if "error:" in ln]
+    assert len(msg) == 1 and f"{t1}:5: record at scn 25 is at or below commit scn 32, already published" in msg[0], err
+    assert [r["xid"] for r in load_changefeed(tmp_path / "cf")] == ["A", "B"]
+
+
+def test_rolling_restart_during_run_publishes_the_contract_changefeed(tmp_path: Path):
+    stats = simulate(tmp_path / "stage", threads=3, transactions=500, seed=14, records_per_file=400,
+                     compress_archived=False, rolling_restarts=True)
+    assert stats.closes == 3 and stats.reopens == 3
+    check_close_rule(sorted(load_input(tmp_path / "stage"), key=lambda r: (r.scn, r.data.get("sub", 0))))
+    (tmp_path / "live").mkdir()
+    service = start(run_cmd(tmp_path, "--threads", "1,2,3"))
+    writer = subprocess.Popen([sys.executable, "-m", "tests.live_writer", str(tmp_path / "stage"), str(tmp_path / "live"),
+                               "--rate", "3000", "--seed", "14"], cwd=ROOT)
+    try:
+        assert writer.wait(timeout=120) == 0
+        expected = expected_changefeed(tmp_path / "live")
+        wait_for_rows(tmp_path / "cf", len(expected.rows))
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+        code, err = stop(service)
+    assert code == 0, err
+    check_changefeed_layout(tmp_path / "cf")
+    assert_changefeed_equal(load_changefeed(tmp_path / "cf"), expected.rows)
+
+
+def test_replay_of_rolling_restarts_and_a_thread_closed_for_good_is_exact(tmp_path: Path):
+    simulate(tmp_path / "in", threads=3, transactions=600, seed=41, records_per_file=300,
+             rolling_restarts=True, close_thread_at=0.7)
+    assert [r.op for r in load_input(tmp_path / "in") if r.thread == 3][-1] == "close"
+    opts = PipelineOptions(checkpoint_seconds=0.0, block_records=64)
+    replay(str(tmp_path / "in"), str(tmp_path / "q"), str(tmp_path / "cf"), opts)
+    assert_changefeed_equal(load_changefeed(tmp_path / "cf"), expected_changefeed(tmp_path / "in").rows)
+    st = status(tmp_path)
+    assert st["thread_states"] == {"1": "finished", "2": "finished", "3": "closed"}
+
+
+def test_a_silent_thread_that_is_not_closed_is_warned_about_once(tmp_path: Path):
+    live = tmp_path / "live"
+    live.mkdir()
+    (live / "redo_1_1.jsonl").write_text(lines(*tx("A", 10, "a"), {"op": "close", "scn": 20}))
+    (live / "redo_2_1.jsonl").write_text(lines({"op": "lwn", "scn": 5}))
+    service = start(run_cmd(tmp_path, "--stall-warning", "1"))
+    try:
+        time.sleep(4.0)
+        assert published_rows(tmp_path / "cf") == 0  # thread 2 holds A (12) back at 5
+    finally:
+        code, err = stop(service)
+    assert code == 0, err
+    stalls = [ln for ln in err.splitlines() if "has written nothing for" in ln]
+    assert len(stalls) == 1 and " WARNING " in stalls[0], err
+    assert "redo thread 2 has written nothing for" in stalls[0] and "(progress 5)" in stalls[0]
