@@ -18,7 +18,7 @@ from .blocks import BlockBuilder
 from .errors import InputError, MissingSequenceError
 from .files import CorruptCompressedFile, LogFile, check_contiguous, is_log_file, scan
 from .position import POSITION_PREFIX, ReaderPosition, load_positions
-from .records import CLOSE, LWN, MARKER_CODES, RecordError, decode_line
+from .records import LWN, MARKER_CODES, RecordError, decode_line
 
 DEFAULT_BLOCK_RECORDS = 4096
 DEFAULT_BLOCK_BYTES = 1 << 20
