@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterator
 from .dispatcher import DispatchError, Dispatcher, DispatchStats
 from .dispatcher.dispatcher import CHECKPOINT_KEY
 from .dispatcher.errors import damaged_checkpoint
-from .errors import OlrBufferError
+from .errors import EXIT_USAGE, OlrBufferError
 from .faults import fault_point
 from .reader.blocks import INFINITE_SCN
 from .reader.files import require_log_files
@@ -68,7 +68,7 @@ class PipelineOptions:
 class NoThreadsError(OlrBufferError):
     """``run`` with no thread in play: nothing would hold the watermark back."""
 
-    exit_code = 2
+    exit_code = EXIT_USAGE
 
 
 ReplayOptions = PipelineOptions  # the name replay's callers know
@@ -189,11 +189,9 @@ class Pipeline:
                     f"{queue_dir}: the queue starts at index {self.queue.first_index} but has no dispatcher checkpoint",
                     hint="the queue directory is damaged; start again with an empty queue and changefeed",
                 )
-            adopting = self._bind_changefeed(queue_dir, None if recorded is None else recorded.get("next_tx_seq", 0))
+            self._bind_changefeed(queue_dir, None if recorded is None else recorded.get("next_tx_seq", 0))
             published = self.dispatcher.published_through
-            # adopting, the input is read again from its start: what lies below the
-            # changefeed's last commit is skipped as published, not refused
-            self.readers.check_floor(set() if adopting else self.dispatcher.strict, published.scn if published else None)
+            self.readers.check_floor(self.dispatcher.strict, published.scn if published else None)
         except BaseException:
             if self.sink is not None:
                 self.sink.release()
@@ -221,6 +219,11 @@ class Pipeline:
             self.queue.append([], {QUEUE_ID_KEY: owner.queue_id.encode()})
         self.sink.bind(owner)
         self.dispatcher.log_skipped = adopting
+        if adopting:
+            # the input is read again from its start: ends below the changefeed's last
+            # commit are skipped as published, neither refused nor counted as late
+            self.dispatcher.strict = set()
+            self.dispatcher.last_key = None
         return adopting
 
     # -- checkpoint cycle ----------------------------------------------------------------

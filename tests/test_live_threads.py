@@ -213,7 +213,7 @@ def test_input_below_what_a_complete_replay_published_is_an_error(tmp_path: Path
              if r.sequence == 3 and r.line == 1 and r.scn <= c and r.op not in ("lwn", "close")]
     assert below, "the workload must put a sequence 3 below the published commit"
     second = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert second.returncode == 2, second.stdout + second.stderr
+    assert second.returncode == 3, second.stdout + second.stderr
     err = [ln for ln in second.stderr.splitlines() if ln.strip()]
     assert len(err) == 1, second.stderr
     m = re.search(r"redo_(\d)_3\.jsonl:1: record at scn (\d+) is at or below commit scn (\d+), already published", err[0])
@@ -288,7 +288,7 @@ def test_record_after_close_below_what_was_published_is_bad_input(tmp_path: Path
         if service.poll() is None:
             service.kill()
             service.wait()
-    assert service.returncode == 2, err
+    assert service.returncode == 3, err
     msg = [ln for ln in err.splitlines() if "error:" in ln]
     assert len(msg) == 1 and f"{t1}:5: record at scn 25 is at or below commit scn 32, already published" in msg[0], err
     assert [r["xid"] for r in load_changefeed(tmp_path / "cf")] == ["A", "B"]

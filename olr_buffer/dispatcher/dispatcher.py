@@ -288,7 +288,9 @@ class Dispatcher:
             txn.compensations += comps
             for code, scn, seq, line, tm in ends:
                 key = CommitKey(scn, thread, seq, line)
-                if fresh and self.last_key is not None and key < self.last_key and (
+                # a late rollback publishes nothing, so it cannot break commit order (the
+                # PostgreSQL source rolls back, at scn 0, what a reconnect sends again)
+                if code == COMMIT and fresh and self.last_key is not None and key < self.last_key and (
                     txn.end_key is None or key < txn.end_key
                 ):
                     self._late_end(txn, key, first)
