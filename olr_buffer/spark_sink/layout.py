@@ -31,7 +31,6 @@ where the source has one, the source's identity. The pipeline checks it on open.
 from __future__ import annotations
 
 import errno
-import fcntl
 import logging
 import os
 import re
@@ -42,6 +41,7 @@ from dataclasses import dataclass
 import orjson
 import pyarrow.parquet as pq
 
+from .. import pidlock
 from ..dispatcher.transaction import CommitKey
 from .errors import ChangefeedCorruptError, ChangefeedError, ChangefeedLockedError
 from .schema import META_FIRST, META_LAST, META_LAST_COMMIT, META_ROWS, parse_part_name, part_name
@@ -194,28 +194,17 @@ class ChangefeedLock:
                 self._held = True
                 return
             try:
-                fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+                fd = pidlock.acquire(lock_path)
+            except pidlock.LockHeldError as held:
+                raise ChangefeedLockedError(
+                    f"{path}: changefeed is in use by another process (pid {held.pid})",
+                    hint="one process writes a changefeed: stop the other one first, or give each queue "
+                    "its own changefeed",
+                    path=path,
+                    pid=held.pid,
+                ) from None
             except OSError as exc:
-                raise os_failure(exc, lock_path, "open the changefeed's lock") from None
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError as exc:
-                owner = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
-                os.close(fd)
-                if exc.errno in (errno.EWOULDBLOCK, errno.EACCES):
-                    raise ChangefeedLockedError(
-                        f"{path}: changefeed is in use by another process (pid {owner})",
-                        hint="one process writes a changefeed: stop the other one first, or give each queue "
-                        "its own changefeed",
-                        path=path,
-                        pid=owner,
-                    ) from None
                 raise os_failure(exc, lock_path, "lock the changefeed") from None
-            try:
-                os.ftruncate(fd, 0)
-                os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-            except OSError:
-                pass  # the pid is for the message of a refused process only
             _HELD[self._key] = [fd, 1, writer]
             self._held = True
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import bisect
 import errno
-import fcntl
 import logging
 import os
 import threading
@@ -29,6 +28,7 @@ from typing import Mapping, Sequence
 
 import lmdb
 
+from .. import pidlock
 from ..faults import fault_point
 from .base import SegmentInfo, TxQueue, cleanup_candidates
 from .block import Block, index_key, key_index, thread_codec
@@ -143,23 +143,14 @@ class LmdbQueue(TxQueue):
     # -- ownership ---------------------------------------------------------------------
 
     def _acquire_lock(self) -> None:
-        lock_path = os.path.join(self.path, "LOCK")
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            owner = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
-            os.close(fd)
-            if exc.errno in (errno.EWOULDBLOCK, errno.EACCES):
-                raise QueueLockedError(
-                    f"{self.path}: queue is in use by another process (pid {owner})",
-                    hint="stop the other olr-buffer process first, or use another --queue",
-                    path=self.path,
-                ) from None
-            raise
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        self._lock_fd = fd
+            self._lock_fd = pidlock.acquire(os.path.join(self.path, "LOCK"))
+        except pidlock.LockHeldError as held:
+            raise QueueLockedError(
+                f"{self.path}: queue is in use by another process (pid {held.pid})",
+                hint="stop the other olr-buffer process first, or use another --queue",
+                path=self.path,
+            ) from None
 
     def _release_lock(self) -> None:
         if self._lock_fd is not None:
