@@ -87,7 +87,7 @@ def clean_errors(fn: Callable) -> Callable:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": ENV_PREFIX})
-@click.version_option(__version__, prog_name="olr-buffer")
+@click.version_option(__version__, prog_name="olr-buffer", allow_from_autoenv=False)
 @click.option("--log-level", type=_LOG_LEVELS, default=None,
               help="Log level of every command (default: info for run, warning otherwise); a command's own "
                    "--log-level wins.")

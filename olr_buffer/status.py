@@ -14,13 +14,13 @@ import os
 import time
 
 from .dispatcher.errors import damaged_checkpoint
-from .errors import printable
+from .errors import OlrBufferError, printable
 from .reader.blocks import INFINITE_SCN
 from .reader.position import POSITION_PREFIX, load_positions
 from .service import iso_time, read_failure
 from .spark_sink.layout import read_manifest
 from .txbuffer import LmdbQueue, cleanup_candidates, held_segments
-from .txbuffer.metadata import CHECKPOINT_KEY, POSTGRES_POSITION_KEY, load_json
+from .txbuffer.metadata import CHECKPOINT_KEY, POSTGRES_POSITION_KEY, QUEUE_ID_KEY, load_json
 
 
 def queue_status(queue_dir: str) -> dict:
@@ -105,7 +105,8 @@ def _queue_status(queue_dir: str) -> dict:
         "oldest": _txn(min(held, key=lambda t: (t[2], t[0])), now) if held else None,
         "largest": _txn(max(held, key=lambda t: (t[5], t[0])), now) if held else None,
     }
-    doc["changefeed"] = _changefeed(cp.get("changefeed") or {})
+    queue_id = meta.get(QUEUE_ID_KEY)
+    doc["changefeed"] = _changefeed(cp.get("changefeed") or {}, queue_id.decode() if queue_id else None)
     holder = min((t for t in txns if t[1] < cp["position"]), key=lambda t: t[1], default=None)
     held = held_segments(segments, needed, cp["position"])
     doc["cleanup"] = {
@@ -121,11 +122,16 @@ def _queue_status(queue_dir: str) -> dict:
     return doc
 
 
-def _changefeed(cf: dict) -> dict:
+def _changefeed(cf: dict, queue_id: str | None) -> dict:
     """The changefeed's live position from its manifest (the writer rewrites it with each
-    file it publishes), else as of the last checkpoint (``"source"`` says which)."""
-    manifest = read_manifest(cf["path"]) if cf.get("path") else None
-    live = manifest if manifest and isinstance(manifest.get("next_tx_seq"), int) else None
+    file it publishes) if this queue writes it, else as of the last checkpoint
+    (``"source"`` says which)."""
+    try:
+        manifest = read_manifest(cf["path"]) if cf.get("path") else None
+    except OlrBufferError:  # not readable by this user: the checkpoint's figures
+        manifest = None
+    ours = manifest and isinstance(manifest.get("next_tx_seq"), int) and manifest.get("queue_id") == queue_id
+    live = manifest if ours else None
     src = live or cf
     next_tx_seq = src.get("next_tx_seq")
     return {
