@@ -218,7 +218,10 @@ def replay(input_dir, queue_dir, changefeed_dir, progress, progress_interval, as
     undone and publishes no duplicate.
     """
     from .pipeline import replay as run_replay
+    from .service import clear_failure
 
+    if os.path.isdir(queue_dir):
+        clear_failure(queue_dir)  # status: this queue's state is no longer that of a failed `run`
     terminal = sys.stderr.isatty()
     opts = _options(**pipeline)
     dead_letter = opts.dead_letter

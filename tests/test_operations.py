@@ -175,6 +175,13 @@ def test_config_on_status_ignores_other_commands_keys(tmp_path: Path):
     cfg.write_text(f'queue = "{tmp_path / "nowhere"}"\nthreads = [1, 2]\nflush_interval = 1.0\n')
     r = cli("status", "--config", str(cfg))
     assert r.returncode == 1 and "no queue here" in r.stderr, r.stderr
+    # replay takes the same file: run's keys (threads, flush_interval) are ignored
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "redo_1_1.jsonl").write_text(lines(*tx("A", 10, "r1")))
+    cfg.write_text(f'input = "unused"\nqueue = "{tmp_path / "q"}"\nchangefeed = "{tmp_path / "cf"}"\n'
+                   'threads = [1]\nflush_interval = 1.0\n')
+    r = cli("replay", str(tmp_path / "in"), "--config", str(cfg))
+    assert r.returncode == 0 and "published 1 transactions" in r.stdout, r.stderr
     cfg.write_text('queue = "q"\nflush_intervall = 1\n')
     r = cli("status", "--config", str(cfg))
     assert r.returncode == 2 and "unknown key(s) flush_intervall" in r.stderr
