@@ -251,7 +251,8 @@ class Pipeline:
             retain_seconds=self.options.retain_seconds,
         )
         if deleted:
-            log.info("cleanup: deleted %d segment(s), queue now starts at index %d", len(deleted), self.queue.first_index)
+            log.info("cleanup: deleted %d segment(s), queue now starts at index %d", len(deleted), self.queue.first_index,
+                     extra={"segments_deleted": len(deleted), "first_index": self.queue.first_index})
         self.segments_deleted += len(deleted)
         if self.readers.following:  # a replay reports what is still open in its summary
             self._warn_held()
@@ -271,6 +272,7 @@ class Pipeline:
                 "transaction %s (from scn %d) has not ended and keeps %d queue segment(s), %.1f MB, from cleanup; "
                 "olr-buffer status shows what it holds",
                 txn.xid, txn.first_scn, len(held), sum(s.bytes for s in held) / 1e6,
+                extra={"xid": txn.xid, "first_scn": txn.first_scn, "segments_held": len(held)},
             )
 
     def maybe_checkpoint(self) -> None:
@@ -336,7 +338,8 @@ class Pipeline:
                 hint="give every redo thread of the database with --threads (e.g. --threads 1,2,3), "
                      "or start the service once the capture process has written its first files",
             )
-        log.info("following %s: threads in play %s, queue index %d", readers.input_dir, self.threads, dispatcher.position)
+        log.info("following %s: threads in play %s, queue index %d", readers.input_dir, self.threads, dispatcher.position,
+                 extra={"input": readers.input_dir, "threads": self.threads, "queue_index": dispatcher.position})
         waiting = [t for t in self.waiting_for() if t in readers.readers and not readers.readers[t].files]
         if waiting:
             log.warning("waiting for the first records of redo thread(s) %s: nothing is published until each "
@@ -362,7 +365,8 @@ class Pipeline:
                             log.warning(
                                 "redo thread %d appeared after the start and is not in play: it does not hold the "
                                 "watermark, so its rows of transactions already published are counted as late "
-                                "records and not published (give every thread with --threads)", t)
+                                "records and not published (give every thread with --threads)", t,
+                                extra={"redo_thread": t})
                         if watch:
                             watch.check(now)
                     if on_tick:
@@ -384,7 +388,7 @@ class Pipeline:
                 raise
         if readers.errors:
             raise readers.errors[0]
-        log.info("stopped: changefeed at tx_seq %d", sink.next_tx_seq - 1)
+        log.info("stopped: changefeed at tx_seq %d", sink.next_tx_seq - 1, extra={"last_tx_seq": sink.next_tx_seq - 1})
         return self.summary()
 
     def _confirm_closed(self) -> None:
@@ -479,7 +483,8 @@ class _ThreadWatch:
                 self._late_logged[t] = (n, now)
                 log.warning("redo thread %d: %d late record(s) so far: rows of transactions already published "
                             "(or ends below them), not published; the thread is %s", t, n,
-                            "in play" if t in d.progress else "not in play for the watermark")
+                            "in play" if t in d.progress else "not in play for the watermark",
+                            extra={"redo_thread": t, "late_records": n})
         for t in self.pipeline.threads:
             p = d.progress.get(t, -1)
             if t in d.closed:
@@ -494,7 +499,7 @@ class _ThreadWatch:
                 self._stalled.add(t)
                 log.warning("redo thread %d has written nothing for %.0fs and is not closed (progress %s): it holds "
                             "the watermark, so nothing above it is published", t, now - last[1],
-                            p if p >= 0 else "none yet")
+                            p if p >= 0 else "none yet", extra={"redo_thread": t, "progress": p})
 
 
 def run_service(

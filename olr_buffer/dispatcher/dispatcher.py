@@ -364,7 +364,8 @@ class Dispatcher:
             elif self.published_through is not None and key <= self.published_through:
                 self.stats.already_published += 1
                 if self.log_skipped:
-                    log.info("skipped as already published: xid %r, commit %s", txn.xid, tuple(key))
+                    log.info("skipped as already published: xid %r, commit %s", txn.xid, tuple(key),
+                             extra={"xid": txn.xid, "c_scn": key.scn})
             elif txn.begin_scn < 0 or txn.begin_scn > key.scn:
                 self.stats.no_begin += 1
             elif self.last_key is not None and key < self.last_key:

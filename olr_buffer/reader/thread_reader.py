@@ -16,7 +16,7 @@ from ..faults import fault_point
 from ..txbuffer import TxQueue
 from .blocks import BlockBuilder
 from .errors import InputError, MissingSequenceError
-from .files import CorruptCompressedFile, LogFile, check_contiguous, is_log_file, scan
+from .files import CorruptCompressedFile, LogFile, TruncatedCompressedFile, check_contiguous, is_log_file, scan
 from .position import POSITION_PREFIX, ReaderPosition, load_positions
 from .records import LWN, MARKER_CODES, RecordError, decode_line
 
@@ -24,6 +24,9 @@ DEFAULT_BLOCK_RECORDS = 4096
 DEFAULT_BLOCK_BYTES = 1 << 20
 MAX_LINE_BYTES = 64 << 20  # a longer line is refused: it is damage, not a record
 _BOM = b"\xef\xbb\xbf"  # a UTF-8 byte order mark, accepted at the start of a file
+#: Follow mode: how long the newest ``.jsonl.zst`` of a thread may stay truncated (empty,
+#: or ending inside a zstd frame: still being copied in) before it is bad input.
+TRUNCATED_ZST_WAIT_SECONDS = 60.0
 
 
 class DeadLetters:
@@ -173,6 +176,7 @@ class ThreadReader:
         pos.finished = False  # following: the input is not complete (written with the next block)
         last_gap_check = 0.0
         read_whole: int | None = None  # a complete (archived) sequence read to its end
+        truncated_since: float | None = None  # the newest .zst has been truncated since then
         while not self.stop.is_set():
             # read before looking at the file: every block below it was written before
             confirm = self.queue_end() if pos.closed and self.queue_end else None
@@ -197,9 +201,22 @@ class ThreadReader:
             elif not self._check_not_shrunk(lf) and not complete:
                 read = 0  # still the same unfinished last line
             else:
-                read = self._read_file(lf, final=complete)
-                if complete:
-                    read_whole = pos.sequence
+                newest_zst = lf.compressed and nxt is None
+                try:
+                    if newest_zst and os.path.getsize(lf.path) == 0:
+                        raise TruncatedCompressedFile("empty .zst file")
+                    read = self._read_file(lf, final=complete, truncated_ok=newest_zst)
+                    truncated_since = None
+                    if complete:
+                        read_whole = pos.sequence
+                except TruncatedCompressedFile as exc:
+                    # still being copied in: read again (what it held whole is kept) until whole
+                    now = time.monotonic()
+                    truncated_since = truncated_since or now
+                    if now - truncated_since >= TRUNCATED_ZST_WAIT_SECONDS:
+                        raise InputError(lf.path, pos.line + 1, f"{exc}, still after {TRUNCATED_ZST_WAIT_SECONDS:.0f}s",
+                                         hint="write archived logs under a temporary name and rename them") from None
+                    read = 0
             if self.stop.is_set():
                 break
             if nxt is not None:
@@ -306,9 +323,10 @@ class ThreadReader:
 
     # -- reading -----------------------------------------------------------------------
 
-    def _read_file(self, lf: LogFile, final: bool) -> int:
+    def _read_file(self, lf: LogFile, final: bool, truncated_ok: bool = False) -> int:
         """Read ``lf`` from the position to its end (``final``) or to its last complete
-        line; returns the number of lines read."""
+        line; returns the number of lines read. ``truncated_ok``: a ``.zst`` that ends
+        inside a frame raises :class:`TruncatedCompressedFile` (what it held whole is kept)."""
         pos = self.pos
         first_line = pos.line
         b = self._builder
@@ -382,6 +400,8 @@ class ThreadReader:
                 # keep what was read before the damage; `line` is the last line read whole
                 pos.line, pos.offset, pos.scn, pos.sub = line, offset, last_scn, last_sub
                 self._flush()
+                if truncated_ok and isinstance(exc, TruncatedCompressedFile):
+                    raise
                 reason = str(exc) if isinstance(exc, CorruptCompressedFile) else f"read failed: {exc}"
                 raise InputError(lf.path, line + 1, reason) from None
         pos.line, pos.offset, pos.scn, pos.sub = line, offset, last_scn, last_sub
