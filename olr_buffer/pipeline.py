@@ -25,12 +25,12 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Callable, Iterator
 
+from .changes import INFINITE_SCN
 from .dispatcher import DispatchError, Dispatcher, DispatchStats
 from .dispatcher.dispatcher import CHECKPOINT_KEY
 from .dispatcher.errors import damaged_checkpoint
 from .errors import EXIT_USAGE, OlrBufferError
 from .faults import fault_point
-from .reader.blocks import INFINITE_SCN
 from .reader.files import require_log_files
 from .reader.thread_reader import DEFAULT_BLOCK_BYTES, DEFAULT_BLOCK_RECORDS, ReaderGroup
 from .spark_sink import ChangefeedWriter

@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from .errors import OlrBufferError, printable
-from .reader.blocks import INFINITE_SCN
+from .changes import INFINITE_SCN
 
 
 class ConfigError(OlrBufferError):

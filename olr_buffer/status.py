@@ -12,7 +12,7 @@ import time
 
 from .dispatcher.errors import damaged_checkpoint
 from .errors import printable
-from .reader.blocks import INFINITE_SCN
+from .changes import INFINITE_SCN
 from .reader.position import POSITION_PREFIX, load_positions
 from .txbuffer import LmdbQueue, cleanup_candidates, held_segments
 from .txbuffer.metadata import CHECKPOINT_KEY, POSTGRES_POSITION_KEY, load_json

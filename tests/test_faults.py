@@ -34,7 +34,7 @@ from olr_buffer.reader.thread_reader import MAX_LINE_BYTES, DeadLetters, ThreadR
 from olr_buffer.simulate import simulate
 from olr_buffer.txbuffer import LmdbQueue, MemoryQueue
 from olr_buffer.txbuffer.block import HEADER_SIZE, key_index, thread_codec
-from olr_buffer.reader.blocks import decode_record, read_summary
+from olr_buffer.changes import decode_record, read_summary
 from tests.cli.conftest import Result, log_lines, log_path, ok, read_log, sequences, write_log
 from tests.contract_model import (
     ModelResult,

@@ -3,7 +3,8 @@
 from .dispatcher import DispatchStats, Dispatcher, TransactionSink
 from .errors import DispatchError
 from .replay import ReplayStats
-from .transaction import Commit, CommitKey, OpenTransaction
+from ..changes import Commit, CommitKey
+from .transaction import OpenTransaction
 
 __all__ = [
     "Commit",

@@ -27,13 +27,12 @@ from typing import Iterable, Protocol
 
 import orjson
 
-from ..reader.blocks import INFINITE_SCN, decode_records, read_summary
-from ..reader.records import COMMIT, ROW_CODES
+from ..changes import COMMIT, INFINITE_SCN, ROW_CODES, SCN, Commit, CommitKey, decode_records, read_summary
 from ..txbuffer import Block, TxQueue
 from ..txbuffer.metadata import CHECKPOINT_KEY, load_json, seal
 from .errors import DispatchError
 from .replay import BlockCache, Replayer
-from .transaction import Commit, CommitKey, OpenTransaction
+from .transaction import OpenTransaction
 
 log = logging.getLogger(__name__)
 
@@ -418,10 +417,10 @@ class Dispatcher:
         items = []
         late = 0
         for (txn, key), (thread, a, b) in zip(batch, spans):
-            rows = [r for r in recs[a:b] if r[0] in ROW_CODES]
+            rows = [r for r in recs[a:b] if r[0] in ROW_CODES]  # r[CODE]: a literal, once per record
             c = key.scn
             cut = len(rows)
-            while cut and rows[cut - 1][1] > c:
+            while cut and rows[cut - 1][SCN] > c:
                 cut -= 1
             if cut < len(rows):
                 late += len(rows) - cut

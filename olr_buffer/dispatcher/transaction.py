@@ -3,30 +3,8 @@
 from __future__ import annotations
 
 from array import array
-from dataclasses import dataclass
-from typing import NamedTuple
 
-
-class CommitKey(NamedTuple):
-    """Orders end records: ``(scn, thread, sequence, line)``."""
-
-    scn: int
-    thread: int
-    sequence: int
-    line: int
-
-
-@dataclass(frozen=True, slots=True)
-class Commit:
-    """A transaction that is safe to publish: its commit record's facts."""
-
-    xid: str
-    key: CommitKey
-    tm: int | None
-
-    @property
-    def scn(self) -> int:
-        return self.key.scn
+from ..changes import CommitKey
 
 
 class OpenTransaction:

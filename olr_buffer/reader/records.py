@@ -1,23 +1,8 @@
-"""Redo records: validation of one parsed line, and their compact encoding in the queue.
+"""Redo-op input lines: parsing and validation of one line, against the contract.
 
-A record in the queue is the MessagePack encoding of a list (see
-:mod:`olr_buffer.reader.blocks`); its first five items are always
-``[code, scn, sub, sequence, line]``:
-
-* rows (insert, update, delete, ddl): ``+ [tm, owner, table, obj, rid, before, after, sql]``
-  where ``before``/``after`` are JSON text (the input's own, see :func:`decode_line`) or ``None``;
-* compensations (DML with ``"rollback": true``): ``+ [rid]``, code has ``COMPENSATION``;
-* begin, commit, rollback: ``+ [tm]``.
-
-The PostgreSQL source (:mod:`olr_buffer.reader.postgres`) adds rows of two more kinds,
-``TRUNCATE`` and ``COPY_ROW`` (a row of the initial copy), laid out as rows, and
-``CUT``: ``+ [first, end]``, the rows of its transaction with ordinals ``first..end-1``
-are dropped (a subtransaction rolled back). ``CUT`` has the ``COMPENSATION`` bit: it is
-a record that cancels rows.
-
-``lwn`` and ``close`` records are not stored as records: they only move the thread's
-progress, or mark it closed, which the block summary carries (see
-:mod:`olr_buffer.reader.blocks`).
+A valid line becomes ``(code, scn, sub, xid, payload)``: the op code and the tail of its
+queue record, laid out as :mod:`olr_buffer.changes` defines (``lwn`` and ``close`` have
+no payload: they are not stored as records).
 """
 
 from __future__ import annotations
@@ -31,35 +16,21 @@ from typing import Annotated, Any
 import msgspec
 import orjson
 
-BEGIN, INSERT, UPDATE, DELETE, DDL, COMMIT, ROLLBACK, LWN, CLOSE = 1, 2, 3, 4, 5, 6, 7, 8, 9
-COMPENSATION = 16  # or'ed into INSERT/UPDATE/DELETE
-
-OP_CODES = {
-    "begin": BEGIN,
-    "insert": INSERT,
-    "update": UPDATE,
-    "delete": DELETE,
-    "ddl": DDL,
-    "commit": COMMIT,
-    "rollback": ROLLBACK,
-    "lwn": LWN,
-    "close": CLOSE,
-}
-MARKER_CODES = frozenset((LWN, CLOSE))  # records of the thread, not of a transaction
-TRUNCATE, COPY_ROW = 12, 13  # PostgreSQL source only
-CUT = COMPENSATION | 14  # PostgreSQL source only: a range of rows of its transaction rolled back
-
-ROW_CODES = frozenset((INSERT, UPDATE, DELETE, DDL, TRUNCATE, COPY_ROW))
-DML_CODES = frozenset((INSERT, UPDATE, DELETE))
-CHANGEFEED_OP = {INSERT: "c", UPDATE: "u", DELETE: "d", DDL: "ddl", TRUNCATE: "t", COPY_ROW: "r"}
+from ..changes import (
+    COMPENSATION,
+    DDL,
+    DELETE,
+    DML_CODES,
+    INSERT,
+    MARKER_CODES,
+    OP_CODES,
+    UPDATE,
+    RecordError,
+)
 
 MAX_SCN = (1 << 63) - 1
 INT64_MIN = -(1 << 63)
 INT64_MAX = (1 << 63) - 1
-
-
-class RecordError(ValueError):
-    """A line that is not a valid record; the message is the reason."""
 
 
 # Lines with a run of 20 digits, or "-" and 19 digits, may hold an integer beyond 64 bits:

@@ -12,13 +12,13 @@ import orjson
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
+from ..changes import LWN, MARKER_CODES, BlockBuilder, RecordError
 from ..faults import fault_point
 from ..txbuffer import TxQueue
-from .blocks import BlockBuilder
 from .errors import InputError, MissingSequenceError
 from .files import CorruptCompressedFile, LogFile, check_contiguous, is_log_file, scan
 from .position import POSITION_PREFIX, ReaderPosition, load_positions
-from .records import LWN, MARKER_CODES, RecordError, decode_line
+from .records import decode_line
 
 DEFAULT_BLOCK_RECORDS = 4096
 DEFAULT_BLOCK_BYTES = 1 << 20

@@ -15,9 +15,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from olr_buffer.dispatcher import Dispatcher
-from olr_buffer.reader.blocks import INFINITE_SCN
+from olr_buffer.changes import INFINITE_SCN
 from olr_buffer.reader.files import scan
-from olr_buffer.reader.records import CHANGEFEED_OP
+from olr_buffer.changes import CHANGEFEED_OP
 from olr_buffer.reader.thread_reader import ThreadReader
 from olr_buffer.txbuffer import MemoryQueue
 from tests.contract_model import assert_changefeed_equal, expected_changefeed

@@ -19,7 +19,7 @@ import zstandard
 
 from olr_buffer.pipeline import PipelineOptions, run_service
 from olr_buffer.reader import files as files_mod
-from olr_buffer.reader.blocks import decode_record
+from olr_buffer.changes import decode_record
 from olr_buffer.reader.errors import InputError, MissingSequenceError
 from olr_buffer.reader.files import scan
 from olr_buffer.reader.thread_reader import DeadLetters, ThreadReader

@@ -17,9 +17,9 @@ from typing import Any, Iterable
 
 import orjson
 
-from olr_buffer.dispatcher.transaction import Commit, CommitKey
+from olr_buffer.changes import Commit, CommitKey
 from olr_buffer.pipeline import ReplayOptions, replay
-from olr_buffer.reader.records import DDL, DELETE, INSERT, UPDATE
+from olr_buffer.changes import DDL, DELETE, INSERT, UPDATE
 from olr_buffer.simulate import simulate
 from olr_buffer.spark_sink import ChangefeedWriter
 from tests.contract_model import ModelResult, expected_changefeed
