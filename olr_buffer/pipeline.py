@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterator
 
 from .changes import INFINITE_SCN
 from .dispatcher import DispatchError, Dispatcher, DispatchStats
-from .dispatcher.dispatcher import CHECKPOINT_KEY
+from .dispatcher.checkpoint import ChangefeedPosition
 from .dispatcher.errors import damaged_checkpoint
 from .errors import EXIT_USAGE, OlrBufferError
 from .faults import fault_point
@@ -37,7 +37,7 @@ from .spark_sink import ChangefeedWriter
 from .spark_sink.layout import DEFAULT_MODE, ChangefeedOwner
 from .spark_sink.writer import DEFAULT_FILE_ROWS
 from .txbuffer import DEFAULT_SEGMENT_BYTES, LmdbQueue, held_segments
-from .txbuffer.metadata import QUEUE_ID_KEY
+from .txbuffer.metadata import CHECKPOINT_KEY, QUEUE_ID_KEY
 
 log = logging.getLogger("olr_buffer")
 _WARN_HELD_SEGMENTS = 4
@@ -178,8 +178,8 @@ class Pipeline:
                     doc = self.dispatcher.restore(state)
                 except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
                     raise damaged_checkpoint(queue_dir, exc) from exc
-                recorded = doc.get("changefeed") or {}
-                previous = doc.get("threads")
+                recorded = doc.changefeed or ChangefeedPosition()
+                previous = doc.threads
                 if previous is not None:
                     # a thread newly in play may deliver records below what was published
                     # while it was not: late records, not bad input
@@ -189,7 +189,7 @@ class Pipeline:
                     f"{queue_dir}: the queue starts at index {self.queue.first_index} but has no dispatcher checkpoint",
                     hint="the queue directory is damaged; start again with an empty queue and changefeed",
                 )
-            self._bind_changefeed(queue_dir, None if recorded is None else recorded.get("next_tx_seq", 0))
+            self._bind_changefeed(queue_dir, None if recorded is None else recorded.next_tx_seq or 0)
             published = self.dispatcher.published_through
             self.readers.check_floor(self.dispatcher.strict, published.scn if published else None)
         except BaseException:
@@ -233,16 +233,14 @@ class Pipeline:
         self.sink.flush()
         fault_point("before_checkpoint")
         state = self.dispatcher.checkpoint_state(
-            extra={
-                "threads": self.threads,
-                "written": time.time(),
-                "changefeed": {
-                    "path": os.path.abspath(self.sink.path),
-                    "next_tx_seq": self.sink.next_tx_seq,
-                    "last_c_scn": self.sink.last_c_scn,
-                    "files": self.sink.files_published,
-                },
-            }
+            threads=self.threads,
+            written=time.time(),
+            changefeed=ChangefeedPosition(
+                path=os.path.abspath(self.sink.path),
+                next_tx_seq=self.sink.next_tx_seq,
+                last_c_scn=self.sink.last_c_scn,
+                files=self.sink.files_published,
+            ),
         )
         self.queue.append([], {CHECKPOINT_KEY: state})
         deleted = self.queue.delete_segments_before(
