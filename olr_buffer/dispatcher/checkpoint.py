@@ -9,7 +9,7 @@ another version is refused in one line. Fields added later have defaults, so a d
 written before they existed still decodes; unknown fields are ignored.
 
 A transaction is a JSON array (:class:`TransactionState`, ``array_like``), a held one a
-pair ``[in_open, transaction]``; see docs/formats.md, "The dispatcher checkpoint".
+pair ``[in_open, transaction]``; see docs/architecture.md, "Checkpoints and cleanup".
 """
 
 from __future__ import annotations
