@@ -1,15 +1,9 @@
 """Wiring of the packages into the jobs the CLI runs.
 
 A :class:`Pipeline` owns one queue directory and one changefeed directory: reader
-threads append, the dispatcher (in the calling thread) publishes, and a checkpoint
-cycle makes progress durable and gives disk back::
-
-    sink.flush()                    every transaction handed to the sink is published
-    queue meta <- checkpoint        the dispatcher's state, in one LMDB write
-    delete segments below needed    nobody needs them: tail position and oldest open transaction
-
-The order matters: a checkpoint never claims a transaction that is not yet durable in
-the changefeed, and a segment is deleted only after a checkpoint that no longer needs it.
+threads append, the dispatcher (in the calling thread) publishes, and the checkpoint
+cycle (:class:`~olr_buffer.checkpointer.Checkpointer`) makes progress durable and gives
+disk back.
 """
 
 from __future__ import annotations
@@ -17,7 +11,6 @@ from __future__ import annotations
 import copy
 import gc
 import logging
-import os
 import threading
 import time
 import uuid
@@ -26,13 +19,13 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Callable, Iterator
 
 from .changes import INFINITE_SCN
+from .checkpointer import Checkpointer
 from .dispatcher import DispatchError, Dispatcher, DispatchStats
 from .dispatcher.checkpoint import ChangefeedPosition
 from .dispatcher.errors import damaged_checkpoint
 from .errors import EXIT_USAGE, OlrBufferError
-from .faults import fault_point
 from .reader.files import require_log_files
-from .reader.thread_reader import DEFAULT_BLOCK_BYTES, DEFAULT_BLOCK_RECORDS, ReaderGroup
+from .reader import DEFAULT_BLOCK_BYTES, DEFAULT_BLOCK_RECORDS, ReaderGroup
 from .spark_sink import ChangefeedWriter
 from .spark_sink.layout import DEFAULT_MODE, ChangefeedOwner
 from .spark_sink.writer import DEFAULT_FILE_ROWS
@@ -198,9 +191,15 @@ class Pipeline:
             self.queue.close()
             raise
         self._stats0 = copy.copy(self.dispatcher.totals())
-        self._last_checkpoint = time.monotonic()
-        self.checkpoints = 0
-        self.segments_deleted = 0
+        self.checkpointer = Checkpointer(
+            self.queue,
+            self.dispatcher,
+            self.sink,
+            self.threads,
+            interval=opts.checkpoint_seconds,
+            retain_segments=opts.retain_segments,
+            retain_seconds=opts.retain_seconds,
+        )
         self.following = False  # serve(): the input is never complete
         self._held_warned: set[str] = set()
 
@@ -229,32 +228,10 @@ class Pipeline:
     # -- checkpoint cycle ----------------------------------------------------------------
 
     def checkpoint(self) -> None:
-        """Publish what the sink holds, store the dispatcher's state, delete what nobody needs."""
-        self.sink.flush()
-        fault_point("before_checkpoint")
-        state = self.dispatcher.checkpoint_state(
-            threads=self.threads,
-            written=time.time(),
-            changefeed=ChangefeedPosition(
-                path=os.path.abspath(self.sink.path),
-                next_tx_seq=self.sink.next_tx_seq,
-                last_c_scn=self.sink.last_c_scn,
-                files=self.sink.files_published,
-            ),
-        )
-        self.queue.append([], {CHECKPOINT_KEY: state})
-        deleted = self.queue.delete_segments_before(
-            self.dispatcher.needed_from(),
-            retain_segments=self.options.retain_segments,
-            retain_seconds=self.options.retain_seconds,
-        )
-        if deleted:
-            log.info("cleanup: deleted %d segment(s), queue now starts at index %d", len(deleted), self.queue.first_index)
-        self.segments_deleted += len(deleted)
+        """Run the checkpoint cycle now (see :class:`Checkpointer`)."""
+        self.checkpointer.commit()
         if self.readers.following:  # a replay reports what is still open in its summary
             self._warn_held()
-        self.checkpoints += 1
-        self._last_checkpoint = time.monotonic()
 
     def _warn_held(self) -> None:
         """Warn once per transaction without an end that keeps ``_WARN_HELD_SEGMENTS`` or more
@@ -272,7 +249,7 @@ class Pipeline:
             )
 
     def maybe_checkpoint(self) -> None:
-        if time.monotonic() - self._last_checkpoint >= self.options.checkpoint_seconds:
+        if self.checkpointer.due():
             self.checkpoint()
 
     # -- offline -------------------------------------------------------------------------
@@ -415,7 +392,7 @@ class Pipeline:
 
     def _fill_progress(self, p: Progress) -> None:
         d = self.dispatcher
-        p.bytes_read = sum(_bytes_read(r) for r in self.readers.readers.values())
+        p.bytes_read = self.readers.bytes_read
         p.records = d.stats.records
         p.published = d.stats.published
         p.open_transactions = len(d.open)
@@ -444,8 +421,8 @@ class Pipeline:
             next_tx_seq=self.sink.next_tx_seq,
             files_published=self.sink.files_published,
             quarantined=self.readers.quarantined,
-            checkpoints=self.checkpoints,
-            segments_deleted=self.segments_deleted,
+            checkpoints=self.checkpointer.count,
+            segments_deleted=self.checkpointer.segments_deleted,
             queue_segments=len(segs),
             queue_bytes=sum(x.bytes for x in segs),
             seconds=time.monotonic() - self.started,
@@ -567,15 +544,3 @@ def replay(
         return pipeline.replay(on_progress, progress_every)
     finally:
         pipeline.close()
-
-
-def _bytes_read(r) -> int:
-    """Bytes on disk of the files passed, plus the current file's offset (capped at its size:
-    offsets count decompressed bytes)."""
-    total = 0
-    for seq, f in r.files.items():
-        if seq < r.pos.sequence:
-            total += os.path.getsize(f.path)
-        elif seq == r.pos.sequence:
-            total += min(r.pos.offset, os.path.getsize(f.path))
-    return total

@@ -30,7 +30,8 @@ from olr_buffer.errors import EXIT_BAD_INPUT
 from olr_buffer.reader.errors import InputError
 from olr_buffer.reader.files import scan
 from olr_buffer.reader.position import load_positions
-from olr_buffer.reader.thread_reader import MAX_LINE_BYTES, DeadLetters, ThreadReader
+from olr_buffer.reader.dead_letters import DeadLetters
+from olr_buffer.reader.thread_reader import MAX_LINE_BYTES, ThreadReader
 from olr_buffer.simulate import simulate
 from olr_buffer.txbuffer import LmdbQueue, MemoryQueue
 from olr_buffer.txbuffer.block import HEADER_SIZE, key_index, thread_codec
