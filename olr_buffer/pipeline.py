@@ -64,9 +64,6 @@ class NoThreadsError(OlrBufferError):
     exit_code = EXIT_USAGE
 
 
-ReplayOptions = PipelineOptions  # the name replay's callers know
-
-
 @dataclass
 class Progress:
     """What a progress display shows; ``bytes_total`` is the input's size on disk."""
@@ -80,8 +77,9 @@ class Progress:
 
 
 @dataclass
-class ReplaySummary:
-    """What one run did (counts are this run's), and where the changefeed and queue stand."""
+class RunSummary:
+    """What one run (``replay`` or ``run``) did (counts are this run's), and where the
+    changefeed and queue stand."""
 
     threads: list[int] = field(default_factory=list)
     records_read: int = 0
@@ -254,7 +252,7 @@ class Pipeline:
 
     # -- offline -------------------------------------------------------------------------
 
-    def replay(self, on_progress: Callable[[Progress], None] | None = None, progress_every: float = 0.5) -> ReplaySummary:
+    def replay(self, on_progress: Callable[[Progress], None] | None = None, progress_every: float = 0.5) -> RunSummary:
         """Read every log file to its end, publish every committed transaction."""
         readers, dispatcher = self.readers, self.dispatcher
         progress = Progress(bytes_total=readers.bytes_total)
@@ -299,7 +297,7 @@ class Pipeline:
 
     # -- service -------------------------------------------------------------------------
 
-    def serve(self, stop: threading.Event, on_tick: Callable[["Pipeline"], None] | None = None) -> ReplaySummary:
+    def serve(self, stop: threading.Event, on_tick: Callable[["Pipeline"], None] | None = None) -> RunSummary:
         """Follow the logs and publish until ``stop`` is set; then stop cleanly: readers
         at a record boundary, everything watermark-safe published, a last checkpoint."""
         opts = self.options
@@ -398,11 +396,11 @@ class Pipeline:
         p.open_transactions = len(d.open)
         p.watermark = d.watermark
 
-    def summary(self) -> ReplaySummary:
+    def summary(self) -> RunSummary:
         s = self.dispatcher.totals()
         d = {f.name: getattr(s, f.name) - getattr(self._stats0, f.name) for f in fields(DispatchStats)}
         segs = self.queue.segments()
-        return ReplaySummary(
+        return RunSummary(
             threads=list(self.threads),
             records_read=self.readers.records_read,
             blocks_dispatched=d["blocks"],
@@ -479,7 +477,7 @@ def run_service(
     options: PipelineOptions | None,
     stop: threading.Event,
     on_tick: Callable[[Pipeline], None] | None = None,
-) -> ReplaySummary:
+) -> RunSummary:
     """``olr-buffer run``: follow ``input_dir`` until ``stop`` is set."""
     pipeline = Pipeline(input_dir, queue_dir, changefeed_dir, options)
     try:
@@ -500,7 +498,7 @@ def run_postgres_service(
     publication: str = "olr_buffer",
     initial_copy: bool = True,
     streaming: bool = True,
-) -> ReplaySummary:
+) -> RunSummary:
     """``olr-buffer run postgresql://...``: the same service with a PostgreSQL source."""
     from .reader.postgres import PostgresSource
 
@@ -534,7 +532,7 @@ def replay(
     options: PipelineOptions | None = None,
     on_progress: Callable[[Progress], None] | None = None,
     progress_every: float = 0.5,
-) -> ReplaySummary:
+) -> RunSummary:
     """Read every log file of ``input_dir`` to its end through the queue, publish every
     committed transaction, return the summary. Resumes where a killed run stopped.
     An input directory without any log file is bad input (before anything is created)."""

@@ -59,8 +59,18 @@ class TransactionSink(Protocol):
         was used.
         """
 
+    def write_transactions(self, items: list[tuple[Commit, int, list[list]]]) -> list[int]:
+        """Many transactions at once, each ``(commit, thread, rows)`` with every row of one
+        redo thread; the same as :meth:`write_transaction` for each, in order."""
+
 
 class Dispatcher:
+    """Tails the queue from ``start_index``, holds the transactions of ``threads`` (the
+    threads in play) by XID, and hands each committed one to ``sink`` once the watermark
+    allows, in commit order; commits at or below ``published_through`` (the changefeed's
+    last) are skipped as published. ``batching=False`` sends every transaction down the
+    streaming path (tests compare both paths)."""
+
     def __init__(
         self,
         queue: TxQueue,
@@ -70,9 +80,11 @@ class Dispatcher:
         start_index: int | None = None,
         published_through: CommitKey | None = None,
         cache_blocks: int = 64,
+        batching: bool = True,
     ) -> None:
         self.queue = queue
         self.sink = sink
+        self.batching = batching
         self.progress: dict[int, int] = {t: -1 for t in threads}
         self.other_progress: dict[int, int] = {}
         self.open: dict[str, OpenTransaction] = {}
@@ -339,7 +351,7 @@ class Dispatcher:
         done = 0
         batch: list[tuple[OpenTransaction, CommitKey]] = []
         batch_records = 0
-        batching = hasattr(self.sink, "write_transactions")
+        batching = self.batching
         while pending and pending[0][0].scn <= watermark:
             key, _, txn = heapq.heappop(pending)
             if txn.end_key != key:
