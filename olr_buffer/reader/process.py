@@ -30,8 +30,7 @@ _CTX = mp.get_context("spawn")
 # The reader processes run at a lower priority than the parent: with more runnable
 # processes than cores, the scheduler would otherwise give each an equal share, so the
 # dispatcher (one thread, in the parent) would get half a core while three readers
-# parse ahead, and finish its backlog alone once they are done. Measured on 2 cores and
-# 3 redo threads: replay 116-127k records/s at equal priority, 136-142k at 10.
+# parse ahead, and finish its backlog alone once they are done (docs/performance.md).
 READER_NICENESS = 10
 
 
@@ -118,7 +117,6 @@ class ReaderProcess:
                     self.pos = ReaderPosition.decode(pos_bytes)
                     self.stats.records += nrecords
                     self.stats.blocks += 1
-                    self.stats.bytes = self.pos.offset
                     self.dead_letters = dead
                     self.on_append()
                 elif kind == "closed":

@@ -26,8 +26,9 @@ _BOM = b"\xef\xbb\xbf"  # a UTF-8 byte order mark, accepted at the start of a fi
 
 @dataclass(slots=True)
 class ReaderStats:
+    """What a reader appended this run (its position says how far it read)."""
+
     records: int = 0
-    bytes: int = 0
     blocks: int = 0
 
 
@@ -376,7 +377,6 @@ class ThreadReader:
         fault_point("after_append")
         self.stats.records += b.count
         self.stats.blocks += 1
-        self.stats.bytes = self.pos.offset
         b.reset()
         self.on_append()
 
