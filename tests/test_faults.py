@@ -26,16 +26,16 @@ from typing import Any, Callable, Iterator
 import lmdb
 import pytest
 
+from olr_buffer.changes import INSERT, ROW_FIELDS, decode_record, read_summary
 from olr_buffer.errors import EXIT_BAD_INPUT
 from olr_buffer.reader.errors import InputError
 from olr_buffer.reader.files import scan
-from olr_buffer.reader.position import load_positions
 from olr_buffer.reader.dead_letters import DeadLetters
+from olr_buffer.reader.position import load_positions
 from olr_buffer.reader.thread_reader import MAX_LINE_BYTES, ThreadReader
 from olr_buffer.simulate import simulate
 from olr_buffer.txbuffer import LmdbQueue, MemoryQueue
 from olr_buffer.txbuffer.block import HEADER_SIZE, key_index, thread_codec
-from olr_buffer.changes import decode_record, read_summary
 from tests.cli.conftest import Result, log_lines, log_path, ok, read_log, sequences, write_log
 from tests.contract_model import (
     ModelResult,
@@ -232,7 +232,12 @@ def test_negative_integers_beyond_64_bits_stay_exact(work: Path) -> None:
 def test_integer_at_the_bounds_is_accepted(tmp_path: Path, field: str, value: int | None) -> None:
     rec = {"op": "insert", "scn": 5, "xid": "x", "owner": "O", "table": "T", "rid": "R", "after": {"A": 1}, field: value}
     (tmp_path / "redo_1_1.jsonl").write_bytes(dumps(rec))
-    ThreadReader(MemoryQueue(), str(tmp_path), 1, scan(str(tmp_path))[1], None).read_to_end()
+    q = MemoryQueue()
+    ThreadReader(q, str(tmp_path), 1, scan(str(tmp_path))[1], None).read_to_end()
+    (stored,) = [decode_record(r) for r in list(q.read_block(0))[1:]]
+    got = dict(zip(ROW_FIELDS, stored))
+    assert got[field] == (value if value is not None else {"tm": None, "sub": 0}[field])
+    assert (got["code"], got["owner"], got["table"], got["rid"], got["after"]) == (INSERT, "O", "T", "R", '{"A":1}')
 
 
 @pytest.mark.parametrize("field, value", [("scn", 1 << 63), ("tm", 10**25)], ids=["scn-2^63", "tm-25-digits"])
