@@ -256,38 +256,31 @@ class Pipeline:
         """Read every log file to its end, publish every committed transaction."""
         readers, dispatcher = self.readers, self.dispatcher
         progress = Progress(bytes_total=readers.bytes_total)
-        with quiet_gc():
-            readers.start()
+        with self._running(follow=False):
             last_report = 0.0
-            try:
-                while True:
-                    n = dispatcher.poll()
-                    self._update_floor()
-                    now = time.monotonic()
-                    if on_progress and now - last_report >= progress_every:
-                        last_report = now
-                        self._fill_progress(progress)
-                        on_progress(progress)
-                    self.maybe_checkpoint()
-                    if n:
-                        continue
-                    if not readers.alive():
-                        if dispatcher.poll() == 0 and dispatcher.position >= self.queue.next_index:
-                            break
-                        continue
-                    self.appended.wait(0.2)
-                    self.appended.clear()
-                readers.join()
-                if not readers.errors:
-                    # the input is complete: every thread has written everything
-                    dispatcher.publish_ready(INFINITE_SCN)
-                # also after bad input: what was accepted is published and checkpointed
-                self.checkpoint()
-            except BaseException:
-                readers.stop.set()
-                readers.join()
-                self.sink.abandon()
-                raise
+            while True:
+                n = dispatcher.poll()
+                self._update_floor()
+                now = time.monotonic()
+                if on_progress and now - last_report >= progress_every:
+                    last_report = now
+                    self._fill_progress(progress)
+                    on_progress(progress)
+                self.maybe_checkpoint()
+                if n:
+                    continue
+                if not readers.alive():
+                    if dispatcher.poll() == 0 and dispatcher.position >= self.queue.next_index:
+                        break
+                    continue
+                self.appended.wait(0.2)
+                self.appended.clear()
+            readers.join()
+            if not readers.errors:
+                # the input is complete: every thread has written everything
+                dispatcher.publish_ready(INFINITE_SCN)
+            # also after bad input: what was accepted is published and checkpointed
+            self.checkpoint()
         if on_progress:
             self._fill_progress(progress)
             on_progress(progress)
@@ -317,48 +310,60 @@ class Pipeline:
         dispatcher.track_closed = True
         self.following = True
         watch = _ThreadWatch(self, opts.stall_seconds) if readers.watches_stalls else None
-        with quiet_gc():
-            readers.start(follow=True, poll_interval=opts.poll_seconds)
+        with self._running(follow=True):
             last_scan = time.monotonic()
-            try:
-                while not stop.is_set() and not readers.errors:
-                    self._confirm_closed()
-                    n = dispatcher.poll()
-                    self._update_floor()
-                    now = time.monotonic()
-                    if sink.buffered_rows and now - sink.buffered_since >= opts.flush_seconds:
-                        sink.flush()
-                    self.maybe_checkpoint()
-                    if now - last_scan >= 1.0:
-                        last_scan = now
-                        for t in readers.add_new_threads():
-                            log.warning(
-                                "redo thread %d appeared after the start and is not in play: it does not hold the "
-                                "watermark, so its rows of transactions already published are counted as late "
-                                "records and not published (give every thread with --threads)", t)
-                        if watch:
-                            watch.check(now)
-                    if on_tick:
-                        on_tick(self)
-                    if not n:
-                        wait = opts.flush_seconds - (now - sink.buffered_since) if sink.buffered_rows else opts.poll_seconds
-                        self.appended.wait(max(0.005, min(wait, opts.poll_seconds)))
-                        self.appended.clear()
-                log.info("stopping: readers finish their block")
-                readers.stop.set()
-                readers.join()
-                while dispatcher.poll():
-                    pass
-                self.checkpoint()
-            except BaseException:
-                readers.stop.set()
-                readers.join()
-                sink.abandon()
-                raise
+            while not stop.is_set() and not readers.errors:
+                self._confirm_closed()
+                n = dispatcher.poll()
+                self._update_floor()
+                now = time.monotonic()
+                if sink.buffered_rows and now - sink.buffered_since >= opts.flush_seconds:
+                    sink.flush()
+                self.maybe_checkpoint()
+                if now - last_scan >= 1.0:
+                    last_scan = now
+                    for t in readers.add_new_threads():
+                        log.warning(
+                            "redo thread %d appeared after the start and is not in play: it does not hold the "
+                            "watermark, so its rows of transactions already published are counted as late "
+                            "records and not published (give every thread with --threads)", t)
+                    if watch:
+                        watch.check(now)
+                if on_tick:
+                    on_tick(self)
+                if not n:
+                    wait = opts.flush_seconds - (now - sink.buffered_since) if sink.buffered_rows else opts.poll_seconds
+                    self.appended.wait(max(0.005, min(wait, opts.poll_seconds)))
+                    self.appended.clear()
+            log.info("stopping: readers finish their block")
+            readers.stop.set()
+            readers.join()
+            while dispatcher.poll():
+                pass
+            self.checkpoint()
         if readers.errors:
             raise readers.errors[0]
         log.info("stopped: changefeed at tx_seq %d", sink.next_tx_seq - 1)
         return self.summary()
+
+    @contextmanager
+    def _running(self, follow: bool) -> Iterator[None]:
+        """The readers started (to the end of the input, or following it) with the garbage
+        collector quiet; on any error the readers are stopped and joined and the sink's
+        unpublished file dropped (the next run publishes it again) before it goes on."""
+        readers = self.readers
+        with quiet_gc():
+            if follow:
+                readers.start(follow=True, poll_interval=self.options.poll_seconds)
+            else:
+                readers.start()
+            try:
+                yield
+            except BaseException:
+                readers.stop.set()
+                readers.join()
+                self.sink.abandon()
+                raise
 
     def _confirm_closed(self) -> None:
         """Hand the readers' confirmations of closed threads to the dispatcher."""
@@ -479,11 +484,7 @@ def run_service(
     on_tick: Callable[[Pipeline], None] | None = None,
 ) -> RunSummary:
     """``olr-buffer run``: follow ``input_dir`` until ``stop`` is set."""
-    pipeline = Pipeline(input_dir, queue_dir, changefeed_dir, options)
-    try:
-        return pipeline.serve(stop, on_tick)
-    finally:
-        pipeline.close()
+    return _serve(Pipeline(input_dir, queue_dir, changefeed_dir, options), stop, on_tick)
 
 
 def run_postgres_service(
@@ -518,7 +519,10 @@ def run_postgres_service(
             block_bytes=opts.block_bytes,
         )
 
-    pipeline = Pipeline(uri, queue_dir, changefeed_dir, opts, source=source)
+    return _serve(Pipeline(uri, queue_dir, changefeed_dir, opts, source=source), stop, on_tick)
+
+
+def _serve(pipeline: Pipeline, stop: threading.Event, on_tick: Callable[[Pipeline], None] | None) -> RunSummary:
     try:
         return pipeline.serve(stop, on_tick)
     finally:

@@ -175,7 +175,7 @@ class ReaderGroup:
     def quarantined(self) -> int:
         """Bad records written to the dead-letter file by this run."""
         if self.processes:
-            return sum(getattr(r, "dead_letters", 0) for r in self.readers.values())
+            return sum(r.quarantined for r in self.readers.values() if isinstance(r, ReaderProcess))
         return self.dead_letters.count if self.dead_letters else 0
 
     def close(self) -> None:

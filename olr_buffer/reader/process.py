@@ -63,7 +63,7 @@ class ReaderProcess:
         self.on_append = on_append or (lambda: None)
         self.stop = stop
         self.dead_letter_path = dead_letter_path
-        self.dead_letters = 0
+        self.quarantined = 0  # bad records its child wrote to the dead-letter file
         self.stats = ReaderStats()
         self.queue_end = queue_end  # shared values, read by the child (see ThreadReader)
         self.floor = None
@@ -117,7 +117,7 @@ class ReaderProcess:
                     self.pos = ReaderPosition.decode(pos_bytes)
                     self.stats.records += nrecords
                     self.stats.blocks += 1
-                    self.dead_letters = dead
+                    self.quarantined = dead
                     self.on_append()
                 elif kind == "closed":
                     self.closed_through = msg[1]
@@ -125,7 +125,7 @@ class ReaderProcess:
                     for seq, path, compressed in msg[1]:
                         self.files.setdefault(seq, LogFile(self.thread, seq, path, compressed))
                 elif kind == "done":
-                    self.dead_letters = msg[1]
+                    self.quarantined = msg[1]
                     return
                 elif kind == "error":
                     raise msg[1]
