@@ -18,7 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 
 from . import __version__
 from .errors import OlrBufferError, printable
-from .reader.blocks import INFINITE_SCN
+from .changes import INFINITE_SCN
 
 
 class ConfigError(OlrBufferError):

@@ -12,10 +12,14 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import asdict
 
+import msgspec
+
+from .changes import INFINITE_SCN
+from .dispatcher.checkpoint import TransactionState, decode_checkpoint
 from .dispatcher.errors import damaged_checkpoint
 from .errors import OlrBufferError, printable
-from .reader.blocks import INFINITE_SCN
 from .reader.position import POSITION_PREFIX, load_positions
 from .service import iso_time, read_failure
 from .spark_sink.layout import read_manifest
@@ -74,51 +78,48 @@ def _queue_status(queue_dir: str) -> dict:
     if raw is None:
         doc["checkpoint"] = None
         return doc
-    cp = load_json(CHECKPOINT_KEY, raw, queue_dir)
-    threads = [int(t) for t in cp.get("threads", cp["progress"].keys())]
-    progress = {int(t): p for t, p in cp["progress"].items()}
-    closed = {int(t) for t in cp.get("closed", {})}
-    watermark = cp.get("watermark", min((progress.get(t, -1) for t in threads), default=INFINITE_SCN))
-    txns = [state for _, state in cp["transactions"]]
-    held = [t for in_open, t in cp["transactions"] if in_open]
-    needed = min([cp["position"], *(t[1] for t in txns)])
+    cp = decode_checkpoint(raw, queue_dir)
+    threads = cp.threads if cp.threads is not None else list(cp.progress)
+    txns = [h.transaction for h in cp.transactions]
+    held = [h.transaction for h in cp.transactions if h.in_open]
+    needed = cp.needed_from()
     freeable = cleanup_candidates(segments, needed, 0, 0.0, lambda _p: 0.0)
     doc["checkpoint"] = {
-        "written": iso_time(cp["written"]) if cp.get("written") else None,
-        "age_seconds": round(now - cp["written"], 3) if cp.get("written") else None,
-        "position": cp["position"],
-        "behind_records": max(0, next_index - cp["position"]),
+        "written": iso_time(cp.written) if cp.written else None,
+        "age_seconds": round(now - cp.written, 3) if cp.written else None,
+        "position": cp.position,
+        "behind_records": max(0, next_index - cp.position),
     }
-    doc["watermark"] = _scn(watermark)
-    doc["progress"] = {str(t): _scn(p) for t, p in sorted(progress.items())}
+    doc["watermark"] = _scn(cp.effective_watermark())
+    doc["progress"] = {str(t): _scn(p) for t, p in sorted(cp.progress.items())}
     doc["threads_in_play"] = threads
-    doc["waiting_for"] = [t for t in threads if progress.get(t, -1) < 0 and t not in closed]
-    other = {int(t) for t in cp.get("other_progress", {})}
+    doc["waiting_for"] = [t for t in threads if cp.progress.get(t, -1) < 0 and t not in cp.closed]
     finished = {int(t) for t, r in doc["readers"].items() if r["finished"]}
     doc["thread_states"] = {
-        str(t): "closed" if t in closed else "finished" if t in finished else "open"
-        for t in sorted(set(threads) | other | closed | {int(t) for t in doc["readers"]})
+        str(t): "closed" if t in cp.closed else "finished" if t in finished else "open"
+        for t in sorted(set(threads) | set(cp.other_progress) | set(cp.closed) | {int(t) for t in doc["readers"]})
     }
     doc["open_transactions"] = {
         "count": len(held),
-        "ended_waiting_for_watermark": sum(1 for t in txns if t[7] is not None),
-        "oldest": _txn(min(held, key=lambda t: (t[2], t[0])), now) if held else None,
-        "largest": _txn(max(held, key=lambda t: (t[5], t[0])), now) if held else None,
+        "ended_waiting_for_watermark": sum(1 for t in txns if t.end_key is not None),
+        "oldest": _txn(min(held, key=lambda t: (t.first_scn, t.xid)), now) if held else None,
+        "largest": _txn(max(held, key=lambda t: (t.rows, t.xid)), now) if held else None,
     }
     queue_id = meta.get(QUEUE_ID_KEY)
-    doc["changefeed"] = _changefeed(cp.get("changefeed") or {}, queue_id.decode() if queue_id else None)
-    holder = min((t for t in txns if t[1] < cp["position"]), key=lambda t: t[1], default=None)
-    held = held_segments(segments, needed, cp["position"])
+    cf = msgspec.structs.asdict(cp.changefeed) if cp.changefeed else {}
+    doc["changefeed"] = _changefeed(cf, queue_id.decode() if queue_id else None)
+    holder = min((t for t in txns if t.first_block < cp.position), key=lambda t: t.first_block, default=None)
+    held_segs = held_segments(segments, needed, cp.position)
     doc["cleanup"] = {
         "needed_from_index": needed,
         "segments_freeable": len(freeable),
         "bytes_freeable": sum(s.bytes for s in freeable),
         # the transaction that keeps cleanup from going further, and what it keeps
-        "held_by": {**_txn(holder, now), "ended": holder[7] is not None} if holder else None,
-        "segments_held": len(held),
-        "bytes_held": sum(s.bytes for s in held),
+        "held_by": {**_txn(holder, now), "ended": holder.end_key is not None} if holder else None,
+        "segments_held": len(held_segs),
+        "bytes_held": sum(s.bytes for s in held_segs),
     }
-    doc["totals"] = cp.get("stats", {})
+    doc["totals"] = asdict(cp.stats)
     return doc
 
 
@@ -166,16 +167,15 @@ def _lsn(value: int) -> str:
     return f"{value >> 32:X}/{value & 0xFFFFFFFF:X}"
 
 
-def _txn(t: list, now: float) -> dict:
-    xid, first_block, first_scn, begin_scn, begin_tm, rows, comps, end_key, *_rest, locs = t
+def _txn(t: TransactionState, now: float) -> dict:
     return {
-        "xid": xid,
-        "first_scn": first_scn,
-        "begin_scn": begin_scn if begin_scn >= 0 else None,
-        "age_seconds": round(now - begin_tm / 1e9, 3) if begin_tm else None,
-        "rows": rows,
-        "blocks": sum(len(v) // 3 for v in locs.values()),
-        "first_index": first_block,
+        "xid": t.xid,
+        "first_scn": t.first_scn,
+        "begin_scn": t.begin_scn if t.begin_scn >= 0 else None,
+        "age_seconds": round(now - t.begin_tm / 1e9, 3) if t.begin_tm else None,
+        "rows": t.rows,
+        "blocks": sum(len(v) // 3 for v in t.locations.values()),
+        "first_index": t.first_block,
     }
 
 
