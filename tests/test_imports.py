@@ -16,7 +16,7 @@ LAYERS = {
     "txbuffer": 1,
     "changes": 2,
     "reader": 3, "dispatcher": 3, "spark_sink": 3,
-    "checkpointer": 4, "pipeline": 5, "status": 5, "service": 5, "simulate": 5, "demo": 5,
+    "checkpointer": 4, "service": 4, "pipeline": 5, "status": 5, "simulate": 5, "demo": 5,
     "cli": 6,
 }
 
