@@ -23,7 +23,7 @@ test: venv
 
 # the edit-test loop: neither slow nor spark (CI runs the full `make test`)
 test-fast: venv
-	$(BIN)/python -m pytest -m 'not slow and not spark' $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m 'not slow and not spark and not e2e' $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) $(DEMO) .pytest_cache .hypothesis

@@ -27,6 +27,8 @@ from tests.cli.conftest import Result, ok
 from tests.contract_model import changefeed_files, expected_changefeed
 from tests.fault_helpers import ROOT, TIMEOUT, exact, one_line_error, part_bytes, published_prefix, tmpfs
 
+pytestmark = pytest.mark.e2e  # a process or a server: in `make test`, not in `make test-fast`
+
 FILE_ROWS = ("--file-rows", "40")
 
 

@@ -9,9 +9,13 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from olr_buffer.pipeline import PipelineOptions, replay
 from olr_buffer.status import queue_status
 from tests.contract_model import assert_changefeed_equal, expected_changefeed, load_changefeed
+
+pytestmark = pytest.mark.e2e  # a process or a server: in `make test`, not in `make test-fast`
 
 SMALL = dict(segment_bytes=32 * 1024, block_records=64, checkpoint_seconds=0.0, file_rows=200)
 

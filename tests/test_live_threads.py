@@ -37,6 +37,8 @@ from tests.contract_model import (
 )
 from tests.test_run_service import ROOT, published_rows, run_cmd, start, stop, wait_for_rows
 
+pytestmark = pytest.mark.e2e  # a process or a server: in `make test`, not in `make test-fast`
+
 
 def lines(*recs: dict[str, Any]) -> str:
     return "".join(json.dumps(r) + "\n" for r in recs)

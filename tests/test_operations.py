@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.contract_model import load_changefeed
 from tests.test_run_service import ROOT, run_cmd, start, stop, wait_for_rows
 
-pytestmark = __import__("pytest").mark.timeout(120)
+pytestmark = [__import__("pytest").mark.timeout(120), __import__("pytest").mark.e2e]
 
 
 def lines(*recs: dict) -> str:

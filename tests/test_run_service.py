@@ -15,6 +15,8 @@ import pytest
 from olr_buffer.simulate import simulate
 from tests.contract_model import assert_changefeed_equal, check_changefeed_layout, expected_changefeed, load_changefeed
 
+pytestmark = pytest.mark.e2e  # a process or a server: in `make test`, not in `make test-fast`
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

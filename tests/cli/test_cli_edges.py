@@ -17,6 +17,8 @@ from olr_buffer.cli import main
 
 from .conftest import log_path, ok, olr_buffer, read_log, write_log
 
+pytestmark = pytest.mark.e2e  # a process or a server: in `make test`, not in `make test-fast`
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

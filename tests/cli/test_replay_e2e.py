@@ -36,6 +36,8 @@ from tests.contract_model import (
     load_changefeed,
 )
 
+pytestmark = pytest.mark.e2e  # a process or a server: in `make test`, not in `make test-fast`
+
 # ---------------------------------------------------------------------------------------
 # Workloads replayed whole
 

@@ -18,6 +18,8 @@ from tests.cli.conftest import ok
 from tests.contract_model import changefeed_files
 from tests.fault_helpers import ROOT, cli, replay, small_base, work  # noqa: F401 (small_base: a fixture work uses)
 
+pytestmark = pytest.mark.e2e  # a process or a server: in `make test`, not in `make test-fast`
+
 
 # Safety: owner-only directories, no network unless asked
 

@@ -15,6 +15,8 @@ from tests.contract_model import check_changefeed_layout, load_changefeed
 from tests.postgres.conftest import ROOT, start_service, wait_streaming
 from tests.postgres.workload import check_against_database, create_schema, run_clients
 
+pytestmark = pytest.mark.e2e  # a process or a server: in `make test`, not in `make test-fast`
+
 SERVICE_TIMEOUT = 30
 
 

@@ -37,6 +37,8 @@ from tests.fault_helpers import (
     work,
 )
 
+pytestmark = pytest.mark.e2e  # a process or a server: in `make test`, not in `make test-fast`
+
 
 # Integers out of range
 

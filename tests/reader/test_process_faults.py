@@ -15,6 +15,8 @@ import pytest
 from olr_buffer.reader.errors import InputError, MissingSequenceError
 from olr_buffer.simulate import simulate
 
+pytestmark = pytest.mark.e2e  # a process or a server: in `make test`, not in `make test-fast`
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.cli.conftest import ok
 from tests.contract_model import ModelResult
 from tests.fault_helpers import (
@@ -22,6 +24,8 @@ from tests.fault_helpers import (
     replay,
     tmpfs,
 )
+
+pytestmark = pytest.mark.e2e  # a process or a server: in `make test`, not in `make test-fast`
 
 
 def test_changefeed_disk_full_stops_cleanly_and_resumes(big_base: Path, big_model: ModelResult, tmp_path: Path) -> None:

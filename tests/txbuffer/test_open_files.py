@@ -9,11 +9,14 @@ import sys
 from pathlib import Path
 
 import lmdb
+import pytest
 
 from olr_buffer.txbuffer import LmdbQueue
 from olr_buffer.txbuffer.lmdb_queue import segment_name
 from tests.cli.conftest import TIMEOUT
 from tests.test_cleanup_and_status import write_long_and_short
+
+pytestmark = pytest.mark.e2e  # a process or a server: in `make test`, not in `make test-fast`
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -30,6 +30,8 @@ from tests.fault_helpers import (
     tmpfs,
 )
 
+pytestmark = pytest.mark.e2e  # a process or a server: in `make test`, not in `make test-fast`
+
 
 def test_queue_disk_full_stops_cleanly_and_resumes(big_base: Path, big_model: ModelResult, tmp_path: Path) -> None:
     q, cf = tmp_path / "queue", tmp_path / "cf"
