@@ -161,6 +161,13 @@ _PIPELINE_OPTIONS = [
                  help="Keep segments written within this many seconds, even when nobody needs them."),
     click.option("--dead-letter", type=click.Path(dir_okay=False), default=None,
                  help="Write bad records to this JSON Lines file and go on, instead of stopping (off by default)."),
+    click.option("--transaction-retention", type=click.FloatRange(min=0, min_open=True), default=None,
+                 help="DATA LOSS BY CHOICE: abandon a transaction without an end (not published; its queue segments "
+                      "freed) once it began more than this many seconds before the newest commit's tm (off by "
+                      "default; like Debezium's log.mining.transaction.retention.ms, in seconds)."),
+    click.option("--transaction-retention-scn", type=click.IntRange(min=1), default=None,
+                 help="DATA LOSS BY CHOICE: abandon a transaction without an end once it began more than this many "
+                      "SCNs below the watermark (off by default)."),
     click.option("--changefeed-mode", type=DirMode(), default="0700", show_default=True,
                  help="Mode of the changefeed directory; its files get it without the x bits (0750: a lake group "
                       "reads them)."),
@@ -180,7 +187,8 @@ def pipeline_options(fn: Callable) -> Callable:
 
 
 def _options(*, segment_size, file_rows, block_records, checkpoint_interval, retain_segments, retain_age,
-             dead_letter, changefeed_mode, adopt_changefeed, no_sync, **service):
+             dead_letter, transaction_retention, transaction_retention_scn, changefeed_mode, adopt_changefeed,
+             no_sync, **service):
     from .pipeline import PipelineOptions
 
     return PipelineOptions(
@@ -192,6 +200,8 @@ def _options(*, segment_size, file_rows, block_records, checkpoint_interval, ret
         retain_segments=retain_segments,
         retain_seconds=retain_age,
         dead_letter=dead_letter,
+        transaction_retention_seconds=transaction_retention,
+        transaction_retention_scn=transaction_retention_scn,
         changefeed_mode=changefeed_mode,
         adopt_changefeed=adopt_changefeed,
         **service,
@@ -250,7 +260,9 @@ def replay(input_dir, queue_dir, changefeed_dir, progress, progress_interval, as
         f"({s.unmatched_compensations:,} matched nothing); already published before {s.already_published:,}\n"
         f"late records ignored {s.late_records:,}; extra end records {s.extra_end_records:,}; "
         f"still open {s.open_transactions:,}\n"
-        f"queue {s.queue_segments} segment(s), {s.queue_bytes / 1e6:,.1f} MB; "
+        + (f"abandoned by the retention limit {s.abandoned_transactions:,} ({s.abandoned_rows:,} rows not published); "
+           f"their later records {s.abandoned_records:,}\n" if s.abandoned_transactions or s.abandoned_records else "")
+        + f"queue {s.queue_segments} segment(s), {s.queue_bytes / 1e6:,.1f} MB; "
         f"{s.checkpoints} checkpoint(s), {s.segments_deleted} segment(s) cleaned up"
         + (f"\nquarantined {s.quarantined:,} bad record(s) in {dead_letter}:" if s.quarantined else "")
         + "".join(f"\n  {b['file']}:{b['line']}: {b['reason']}" for b in bad_lines)
@@ -272,6 +284,7 @@ def _dead_letters_since(path: str, offset: int) -> list[dict]:
         return [
             {k: doc[k] for k in ("file", "line", "reason")}
             for doc in (json.loads(text) for text in fh.read().splitlines() if text.strip())
+            if "kind" not in doc  # an abandoned transaction, not a bad record
         ]
 
 

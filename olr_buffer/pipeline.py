@@ -20,10 +20,11 @@ from typing import Any, Callable, Iterator
 
 from .changes import INFINITE_SCN
 from .checkpointer import Checkpointer
-from .dispatcher import DispatchError, Dispatcher, DispatchStats
+from .dispatcher import AbandonedTransaction, DispatchError, Dispatcher, DispatchStats
 from .dispatcher.checkpoint import ChangefeedPosition
 from .dispatcher.errors import damaged_checkpoint
 from .errors import EXIT_USAGE, OlrBufferError
+from .reader.dead_letters import DeadLetters
 from .reader.files import require_log_files
 from .reader import DEFAULT_BLOCK_BYTES, DEFAULT_BLOCK_RECORDS, ReaderGroup
 from .spark_sink import ChangefeedWriter
@@ -56,6 +57,10 @@ class PipelineOptions:
     adopt_changefeed: bool = False  # take over a changefeed written by another (lost) queue of the same input
     source_id: str | None = None  # the source's identity, checked beside the queue's (PostgreSQL: system id, slot)
     stall_seconds: float = 60.0  # warn once about a thread in play silent (and not closed) this long
+    # retention (opt-in, data loss by choice): abandon a transaction without an end that
+    # started this long (source clock) or this many SCNs before the watermark
+    transaction_retention_seconds: float | None = None
+    transaction_retention_scn: int | None = None
 
 
 class NoThreadsError(OlrBufferError):
@@ -94,6 +99,9 @@ class RunSummary:
     unmatched_compensations: int = 0
     late_records: int = 0
     late_transactions: int = 0
+    abandoned_transactions: int = 0
+    abandoned_rows: int = 0
+    abandoned_records: int = 0
     extra_end_records: int = 0
     open_transactions: int = 0
     next_tx_seq: int = 0
@@ -200,6 +208,7 @@ class Pipeline:
         )
         self.following = False  # serve(): the input is never complete
         self._held_warned: set[str] = set()
+        self._dead_letters: DeadLetters | None = None  # abandoned transactions (opened at the first)
 
     def _bind_changefeed(self, queue_dir: str, queue_next_tx_seq: int | None) -> bool:
         """Check that this queue (and source) may write the changefeed, then record it:
@@ -226,10 +235,30 @@ class Pipeline:
     # -- checkpoint cycle ----------------------------------------------------------------
 
     def checkpoint(self) -> None:
-        """Run the checkpoint cycle now (see :class:`Checkpointer`)."""
+        """Run the checkpoint cycle now (see :class:`Checkpointer`), after abandoning the
+        transactions the retention limit expires."""
+        self.abandon_expired()
         self.checkpointer.commit()
         if self.readers.following:  # a replay reports what is still open in its summary
             self._warn_held()
+
+    def abandon_expired(self) -> list[AbandonedTransaction]:
+        """The retention limit: abandon what it expires (see
+        :meth:`Dispatcher.abandon_expired`), log each at WARNING and write it to the
+        dead-letter file (before the checkpoint that forgets it: at least once)."""
+        opts = self.options
+        gone = self.dispatcher.abandon_expired(opts.transaction_retention_seconds, opts.transaction_retention_scn)
+        for a in gone:
+            log.warning(
+                "transaction %s abandoned by the retention limit: %s; %d row(s) (%d record(s)) dropped, not published",
+                a.xid, a.reason, a.rows, a.records,
+                extra={"xid": a.xid, "rows": a.rows, "records": a.records, "first_scn": a.first_scn},
+            )
+            if opts.dead_letter:
+                if self._dead_letters is None:
+                    self._dead_letters = DeadLetters(opts.dead_letter)
+                self._dead_letters.put_doc(a.as_dict())
+        return gone
 
     def _warn_held(self) -> None:
         """Warn once per transaction without an end that keeps ``_WARN_HELD_SEGMENTS`` or more
@@ -422,6 +451,9 @@ class Pipeline:
             unmatched_compensations=d["unmatched_compensations"],
             late_records=d["late_records"],
             late_transactions=d["late_transactions"],
+            abandoned_transactions=d["abandoned_transactions"],
+            abandoned_rows=d["abandoned_rows"],
+            abandoned_records=d["abandoned_records"],
             extra_end_records=d["extra_ends"],
             open_transactions=len(self.dispatcher.open),
             next_tx_seq=self.sink.next_tx_seq,
@@ -436,6 +468,8 @@ class Pipeline:
 
     def close(self) -> None:
         self.readers.close()
+        if self._dead_letters is not None:
+            self._dead_letters.close()
         if self.sink is not None:
             self.sink.release()
         self.queue.close()

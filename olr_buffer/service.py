@@ -238,6 +238,12 @@ def _families(p):
                   "commit.", one(round(seconds_behind_source(p, now_ns), 3)))
     yield _family("late_records_total", "counter", "Records not published because they came after their "
                   "transaction, or a later commit, was published (threads not in play).", one(totals.late_records))
+    yield _family("abandoned_transactions_total", "counter", "Transactions without an end abandoned by the "
+                  "retention limit (--transaction-retention[-scn]): never published.", one(totals.abandoned_transactions))
+    yield _family("abandoned_rows_total", "counter", "Rows of the abandoned transactions, not published.",
+                  one(totals.abandoned_rows))
+    yield _family("abandoned_records_total", "counter", "Records of abandoned transactions that came after they "
+                  "were abandoned (their end among them), not published.", one(totals.abandoned_records))
     yield _family("dead_letters_total", "counter", "Bad records written to the --dead-letter file by this process.",
                   one(readers.quarantined))
     yield _family("transactions_rolled_back_total", "counter", "Transactions ended by a rollback (not published).",

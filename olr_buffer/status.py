@@ -248,6 +248,10 @@ def _lines(doc: dict) -> list[str]:
     if totals.get("late_records"):
         lines.append(f"late records: {totals['late_records']:,} (in {totals.get('late_transactions', 0):,} whole "
                      "transaction(s) and rows of published ones), not published")
+    if totals.get("abandoned_transactions") or totals.get("abandoned_records"):
+        lines.append(f"abandoned by the retention limit: {totals['abandoned_transactions']:,} transaction(s), "
+                     f"{totals['abandoned_rows']:,} rows, not published; {totals['abandoned_records']:,} record(s) "
+                     "of them came later")
     ot = doc["open_transactions"]
     lines.append(f"open transactions: {ot['count']:,} ({ot['ended_waiting_for_watermark']:,} ended, waiting for the watermark)")
     if ot["oldest"]:
@@ -269,7 +273,7 @@ def _lines(doc: dict) -> list[str]:
         h = c["held_by"]
         lines.append(
             f"  held by transaction {h['xid']} (from scn {h['first_scn']}, age {_age(h)}, "
-            f"{'ended, waiting for the watermark' if h['ended'] else 'not ended'}): "
+            f"{h['rows']:,} rows, {'ended, waiting for the watermark' if h['ended'] else 'not ended'}): "
             f"it keeps {c['segments_held']} segment(s), {c['bytes_held'] / 1e6:,.1f} MB"
         )
     return lines

@@ -1,12 +1,13 @@
 """dispatcher: transactions by XID, progress and watermark, commit order, compensation."""
 
 from .checkpoint import Checkpoint, DispatchStats, decode_checkpoint
-from .dispatcher import Dispatcher, TransactionSink
+from .dispatcher import AbandonedTransaction, Dispatcher, TransactionSink
 from .errors import DispatchError
 from .replay import ReplayStats
 from .transaction import OpenTransaction
 
 __all__ = [
+    "AbandonedTransaction",
     "Checkpoint",
     "DispatchError",
     "DispatchStats",

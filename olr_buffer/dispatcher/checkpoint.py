@@ -44,6 +44,10 @@ class DispatchStats:
     late_transactions: int = 0  # ends that arrived after a later commit was published (threads not in play)
     compensations: int = 0
     unmatched_compensations: int = 0
+    abandoned_transactions: int = 0  # dropped by the retention limit (--transaction-retention[-scn])
+    abandoned_rows: int = 0  # their rows, never published
+    abandoned_records: int = 0  # records of abandoned transactions that came after, not published
+    forgotten_records: int = 0  # late records (also in late_records) of an XID not held, at or below the last commit
 
 
 class TransactionState(msgspec.Struct, array_like=True):
@@ -60,6 +64,9 @@ class TransactionState(msgspec.Struct, array_like=True):
     end_code: int
     end_tm: int | None
     locations: dict[int, list[int]]  # redo thread -> flat (block, start, count) triples
+    # added later (absent from older documents): the dispatcher's clock when the retention
+    # rule first saw the transaction without a begin tm, its start for that rule
+    seen_tm: int | None = None
 
 
 class HeldTransaction(msgspec.Struct, array_like=True):
@@ -94,6 +101,11 @@ class Checkpoint(msgspec.Struct, kw_only=True):
     threads: list[int] | None = None  # the threads in play (the pipeline's)
     written: float | None = None  # time.time() when written
     changefeed: ChangefeedPosition | None = None
+    # the retention rule's clock: the newest tm of an end acted on (None: none yet)
+    clock_tm: int | None = None
+    # abandoned transactions, oldest first: [xid, scn]; a later begin of the XID above scn
+    # starts a new transaction, any other record of it is an abandoned record
+    abandoned: list[tuple[str, int]] = []
 
     def needed_from(self) -> int:
         """The lowest queue index the dispatcher still needs (see :func:`needed_from`)."""

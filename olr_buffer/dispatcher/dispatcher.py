@@ -13,6 +13,15 @@ Rules (see docs/formats.md for the contract they implement):
   with an SCN up to it has been seen, whatever the interleaving of threads in the queue.
 * Commits are published in that key order. A commit is published when the transaction
   has a ``begin`` at or below its SCN and at least one row left after compensation.
+* Records without a ``begin`` of an XID that is not held open a transaction, unless they
+  are known not to belong to a live one: the XID ended recently (``_ended``), it was
+  abandoned, or (in blocks this run reads first) they are at or below the last published
+  commit, which no thread in play can still write: late records, counted. So a forgotten
+  XID's late records do not open a transaction that never ends.
+* Retention (opt-in, :meth:`abandon_expired`): a transaction without an end that started
+  too long before the watermark (by SCN) or before the clock (the newest ``tm`` of an end
+  acted on) is abandoned: no longer held, so cleanup frees its segments, never published;
+  its later records are counted as abandoned records.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ import heapq
 import itertools
 import logging
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Iterable, Protocol
 
 from ..changes import COMMIT, INFINITE_SCN, ROW_CODES, SCN, Commit, CommitKey, decode_records, read_summary
@@ -43,10 +53,33 @@ from .transaction import OpenTransaction
 log = logging.getLogger(__name__)
 
 _ENDED_MEMORY = 20_000  # XIDs remembered after their end, to tell late records from new ones
+_ABANDONED_MEMORY = 10_000  # abandoned XIDs remembered, to count their later records
 # The batch path: transactions of one thread, without compensation, up to this many rows
 # are decoded together (one call per batch) and handed to the sink in batches.
 _BATCH_TX_MAX_ROWS = 50_000
 _BATCH_MAX_RECORDS = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class AbandonedTransaction:
+    """What :meth:`Dispatcher.abandon_expired` dropped: enough to log it and to write it
+    to the dead-letter file (its records are not kept)."""
+
+    xid: str
+    reason: str
+    rows: int
+    records: int
+    first_scn: int
+    begin_scn: int | None
+    begin_tm: int | None
+    start_tm: int | None  # the start the time rule measured from (begin tm, or when first seen)
+    clock_tm: int | None  # the dispatcher's clock then
+    watermark: int
+    threads: list[int]
+    first_index: int  # the queue index of its first block
+
+    def as_dict(self) -> dict:
+        return {"kind": "abandoned_transaction", **{f: getattr(self, f) for f in self.__slots__}}
 
 
 class TransactionSink(Protocol):
@@ -91,6 +124,9 @@ class Dispatcher:
         self._pending: list[tuple[CommitKey, int, OpenTransaction]] = []
         self._tiebreak = itertools.count()
         self._ended: OrderedDict[str, None] = OrderedDict()
+        self._abandoned: OrderedDict[str, int] = OrderedDict()  # xid -> scn bound (see abandon_expired)
+        self._abandoned_seen: set[str] = set()  # abandoned XIDs whose later records were logged, this run
+        self.clock_tm: int | None = None  # the newest tm of an end acted on: retention's clock
         self.published_through = published_through  # the changefeed's last commit when this run began
         self.last_key = published_through  # the last commit handed to the sink: never publish below it
         self._fresh_from = queue.next_index  # blocks from here on were never read by an earlier run
@@ -142,6 +178,8 @@ class Dispatcher:
             threads=threads,
             written=written,
             changefeed=changefeed,
+            clock_tm=self.clock_tm,
+            abandoned=list(self._abandoned.items()),
         )
         return seal(encode_checkpoint(doc))
 
@@ -169,6 +207,8 @@ class Dispatcher:
                 self._pending.append((txn.end_key, next(self._tiebreak), txn))
         heapq.heapify(self._pending)
         self._ended = OrderedDict.fromkeys(doc.ended)
+        self._abandoned = OrderedDict((x, scn) for x, scn in doc.abandoned)
+        self.clock_tm = doc.clock_tm
         self.stats = doc.stats
         self.replayer.stats.compensations = self.stats.compensations
         self.replayer.stats.unmatched_compensations = self.stats.unmatched_compensations
@@ -276,11 +316,28 @@ class Dispatcher:
             # a begin above an end's SCN is XID reuse: a new transaction; a begin below it
             # belongs to the transaction (another thread's end may reach the queue first)
             if txn is None or (txn.end_key is not None and begin_scn > txn.end_key.scn):
-                if txn is None and begin_scn < 0 and xid in self._ended:
-                    self._count_late(thread, count)
-                    continue
+                if txn is None:
+                    if begin_scn < 0:
+                        if xid in self._ended:
+                            self._count_late(thread, count)
+                            continue
+                        if xid in self._abandoned:
+                            self._abandoned_records(xid, thread, count, ends)
+                            continue
+                        # no thread in play writes at or below the last published commit
+                        # any more (a reopened one writes above it): a record there, of an
+                        # XID not held, is of a transaction that ended (and was forgotten)
+                        if not ends and fresh and self.last_key is not None and first_scn <= self.last_key.scn:
+                            self.stats.forgotten_records += count
+                            self._count_late(thread, count)
+                            continue
+                    elif self._abandoned and begin_scn <= self._abandoned.get(xid, -1):
+                        self._abandoned_records(xid, thread, count, ends)  # its own begin, late
+                        continue
                 txn = open_[xid] = OpenTransaction(xid, first, first_scn)
                 self._ended.pop(xid, None)
+                if self._abandoned:
+                    self._abandoned.pop(xid, None)  # XID reuse: a begin above what was abandoned
             if begin_scn >= 0 and (txn.begin_scn < 0 or begin_scn < txn.begin_scn):
                 txn.begin_scn = begin_scn
                 txn.begin_tm = begin_tm
@@ -319,6 +376,80 @@ class Dispatcher:
     def _count_late(self, thread: int, n: int) -> None:
         self.stats.late_records += n
         self.late_by_thread[thread] = self.late_by_thread.get(thread, 0) + n
+
+    def _abandoned_records(self, xid: str, thread: int, count: int, ends: list) -> None:
+        """Records of an abandoned transaction: counted, never published; logged once per
+        XID and run, and when its end comes."""
+        self.stats.abandoned_records += count
+        if xid not in self._abandoned_seen or ends:
+            self._abandoned_seen.add(xid)
+            end = f"; its end came ({'commit' if ends[0][0] == COMMIT else 'rollback'} at scn {ends[0][1]})" if ends else ""
+            log.warning(
+                "%d record(s) of abandoned transaction %s (redo thread %d) came after it was abandoned: not "
+                "published%s", count, xid, thread, end,
+                extra={"xid": xid, "redo_thread": thread, "abandoned_records": self.stats.abandoned_records},
+            )
+
+    # -- retention ---------------------------------------------------------------------
+
+    def abandon_expired(self, seconds: float | None = None, scn: int | None = None) -> list[AbandonedTransaction]:
+        """Abandon every transaction without an end that started more than ``scn`` below
+        the watermark, or more than ``seconds`` before :attr:`clock_tm` (the newest ``tm``
+        of an end acted on). Its start: the lower of its first record's and its begin's
+        SCN; its begin's ``tm``, or without one the clock when this rule first saw it.
+        Both measures move only as ends pass the watermark: a silent thread that holds
+        the watermark abandons nothing. Returns what was abandoned (no longer held, so
+        cleanup frees its segments; its later records are counted, not published)."""
+        if seconds is None and scn is None:
+            return []
+        watermark = self.watermark
+        ref = watermark if watermark < INFINITE_SCN else self._top
+        clock = self.clock_tm
+        limit_ns = None if seconds is None else int(seconds * 1e9)
+        out = []
+        for txn in list(self.open.values()):
+            if txn.end_key is not None:
+                continue  # ended: waits for the watermark
+            start_scn = txn.first_scn if txn.begin_scn < 0 else min(txn.first_scn, txn.begin_scn)
+            reason = None
+            if scn is not None and ref >= 0 and ref - start_scn > scn:
+                reason = f"started at scn {start_scn}, {ref - start_scn} below the watermark {ref} (limit {scn})"
+            start_tm = txn.begin_tm if txn.begin_tm is not None else txn.seen_tm
+            if reason is None and limit_ns is not None and clock is not None:
+                if start_tm is None:
+                    txn.seen_tm = start_tm = clock
+                elif clock - start_tm > limit_ns:
+                    reason = (f"started {(clock - start_tm) / 1e9:.1f}s before the newest commit's tm "
+                              f"(limit {seconds:g}s)")
+            if reason is not None:
+                out.append(self._abandon(txn, reason, start_tm, ref))
+        return out
+
+    def _abandon(self, txn: OpenTransaction, reason: str, start_tm: int | None, ref: int) -> AbandonedTransaction:
+        del self.open[txn.xid]
+        # a begin of this XID above every SCN read so far is a new transaction (XID reuse);
+        # anything else of it is the abandoned one's (its own begin may come late, from a
+        # thread behind the others, below records of it already read)
+        self._abandoned[txn.xid] = max(ref, self._top + 1)
+        self._abandoned.move_to_end(txn.xid)
+        if len(self._abandoned) > _ABANDONED_MEMORY:
+            self._abandoned.popitem(last=False)
+        self.stats.abandoned_transactions += 1
+        self.stats.abandoned_rows += txn.rows
+        return AbandonedTransaction(
+            xid=txn.xid,
+            reason=reason,
+            rows=txn.rows,
+            records=sum(sum(locs[2::3]) for locs in txn.locations.values()),
+            first_scn=txn.first_scn,
+            begin_scn=txn.begin_scn if txn.begin_scn >= 0 else None,
+            begin_tm=txn.begin_tm,
+            start_tm=start_tm,
+            clock_tm=self.clock_tm,
+            watermark=ref,
+            threads=sorted(txn.locations),
+            first_index=txn.first_block,
+        )
 
     def _late_end(self, txn: OpenTransaction, key: CommitKey, block: int) -> None:
         """The end of ``txn`` reached the queue after commit ``last_key`` was published:
@@ -360,6 +491,9 @@ class Dispatcher:
                 del self.open[txn.xid]
             self._remember_ended(txn.xid)
             done += 1
+            tm = txn.end_tm
+            if tm is not None and (self.clock_tm is None or tm > self.clock_tm):
+                self.clock_tm = tm
             if txn.end_code != COMMIT:
                 self.stats.rolled_back += 1
             elif self.published_through is not None and key <= self.published_through:

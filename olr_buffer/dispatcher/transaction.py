@@ -28,6 +28,7 @@ class OpenTransaction:
         "end_code",
         "end_tm",
         "first_block",
+        "seen_tm",
     )
 
     def __init__(self, xid: str, first_block: int, first_scn: int = -1) -> None:
@@ -42,6 +43,9 @@ class OpenTransaction:
         self.end_code = 0
         self.end_tm: int | None = None
         self.first_block = first_block
+        # the dispatcher's clock when the retention rule first saw it without a begin tm:
+        # its start for --transaction-retention (None: not looked at yet)
+        self.seen_tm: int | None = None
 
     def add(self, thread: int, block: int, start: int, count: int) -> None:
         locs = self.locations.get(thread)
@@ -62,6 +66,7 @@ class OpenTransaction:
             self.end_code,
             self.end_tm,
             {t: a.tolist() for t, a in self.locations.items()},
+            self.seen_tm,
         )
 
     @classmethod
@@ -72,4 +77,5 @@ class OpenTransaction:
         txn.end_key = CommitKey(*state.end_key) if state.end_key else None
         txn.end_code, txn.end_tm = state.end_code, state.end_tm
         txn.locations = {t: array("q", a) for t, a in state.locations.items()}
+        txn.seen_tm = state.seen_tm
         return txn

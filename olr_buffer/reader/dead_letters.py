@@ -10,7 +10,8 @@ import orjson
 
 class DeadLetters:
     """``--dead-letter FILE``: bad records are written here (one JSON object per line:
-    file, line, reason, the raw line) and skipped instead of stopping the run.
+    file, line, reason, the raw line) and skipped instead of stopping the run; the
+    pipeline writes transactions abandoned by the retention limit here too.
 
     A line is written (and fsynced) before the reader's position moves past it, so a
     crash may write it twice, never lose it.
@@ -31,7 +32,10 @@ class DeadLetters:
         self._fh = os.fdopen(fd, "ab")
 
     def put(self, file: str, line: int, reason: str, raw: bytes) -> None:
-        doc = {"file": file, "line": line, "reason": reason, "raw": raw.decode("utf-8", errors="backslashreplace")}
+        self.put_doc({"file": file, "line": line, "reason": reason, "raw": raw.decode("utf-8", errors="backslashreplace")})
+
+    def put_doc(self, doc: dict) -> None:
+        """One JSON line (an abandoned transaction: ``"kind": "abandoned_transaction"``)."""
         data = orjson.dumps(doc) + b"\n"
         with self._lock:
             self._fh.write(data)

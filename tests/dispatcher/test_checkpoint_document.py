@@ -17,9 +17,28 @@ from olr_buffer.errors import OlrBufferError
 from olr_buffer.txbuffer.metadata import seal
 
 # A document as this version writes it. A change to any field (name, order inside a
-# transaction, type) changes these bytes: change CHECKPOINT_FORMAT, docs/formats.md and
-# status with it, and keep older documents decoding (the test below).
+# transaction, type) changes these bytes: keep older documents decoding (GOLDEN_BEFORE_RETENTION
+# and the first layout below), and change CHECKPOINT_FORMAT, docs/formats.md and status
+# with it unless an older reader can ignore the change (a field added with a default: an
+# object key, or an item at the end of a transaction's array).
 GOLDEN = (
+    b'{"format":1,"position":40,"progress":{"1":17,"2":-1},"other_progress":{"3":9},"closed":{"2":30},'
+    b'"top":17,"watermark":-1,'
+    b'"transactions":[[true,["0x1",12,5,5,1700000000000000000,3,1,null,0,null,{"1":[12,1,4,20,1,2]},null]],'
+    b'[false,["0x2",20,7,-1,null,1,0,[16,1,2,8],6,99,{"1":[20,3,2]},1700000000500000000]]],'
+    b'"ended":["0x0"],'
+    b'"stats":{"blocks":3,"records":9,"published":1,"rows":2,"rolled_back":0,"no_begin":0,"empty":0,'
+    b'"already_published":0,"extra_ends":0,"late_records":0,"late_transactions":0,"compensations":1,'
+    b'"unmatched_compensations":0,"abandoned_transactions":1,"abandoned_rows":4,"abandoned_records":2,'
+    b'"forgotten_records":0},'
+    b'"threads":[1,2],"written":1700000001.5,'
+    b'"changefeed":{"path":"/cf","next_tx_seq":4,"last_c_scn":16,"files":2},'
+    b'"clock_tm":1700000000900000000,"abandoned":[["0x9",15]]}'
+)
+
+# The same state as written before retention (olr-buffer before seen_tm, clock_tm,
+# abandoned and the abandoned_* counters): it decodes, with their defaults.
+GOLDEN_BEFORE_RETENTION = (
     b'{"format":1,"position":40,"progress":{"1":17,"2":-1},"other_progress":{"3":9},"closed":{"2":30},'
     b'"top":17,"watermark":-1,'
     b'"transactions":[[true,["0x1",12,5,5,1700000000000000000,3,1,null,0,null,{"1":[12,1,4,20,1,2]}]],'
@@ -43,19 +62,72 @@ DOC = Checkpoint(
         HeldTransaction(True, TransactionState("0x1", 12, 5, 5, 1700000000000000000, 3, 1, None, 0, None,
                                                {1: [12, 1, 4, 20, 1, 2]})),
         HeldTransaction(False, TransactionState("0x2", 20, 7, -1, None, 1, 0, CommitKey(16, 1, 2, 8), 6, 99,
-                                                {1: [20, 3, 2]})),
+                                                {1: [20, 3, 2]}, 1700000000500000000)),
     ],
     ended=["0x0"],
-    stats=DispatchStats(blocks=3, records=9, published=1, rows=2, compensations=1),
+    stats=DispatchStats(blocks=3, records=9, published=1, rows=2, compensations=1, abandoned_transactions=1,
+                        abandoned_rows=4, abandoned_records=2),
     threads=[1, 2],
     written=1700000001.5,
     changefeed=ChangefeedPosition(path="/cf", next_tx_seq=4, last_c_scn=16, files=2),
+    clock_tm=1700000000900000000,
+    abandoned=[("0x9", 15)],
 )
 
 
 def test_the_document_encodes_to_the_pinned_bytes():
     assert encode_checkpoint(DOC) == GOLDEN
     assert decode_checkpoint(seal(GOLDEN)) == DOC
+
+
+def test_a_document_written_before_retention_decodes_with_the_defaults():
+    cp = decode_checkpoint(seal(GOLDEN_BEFORE_RETENTION))
+    assert [h.transaction.seen_tm for h in cp.transactions] == [None, None]
+    assert (cp.clock_tm, cp.abandoned) == (None, [])
+    assert cp.stats == DispatchStats(blocks=3, records=9, published=1, rows=2, compensations=1)
+    before = msgspec.structs.replace(
+        DOC,
+        transactions=[HeldTransaction(h.in_open, msgspec.structs.replace(h.transaction, seen_tm=None))
+                      for h in DOC.transactions],
+        stats=DispatchStats(blocks=3, records=9, published=1, rows=2, compensations=1),
+        clock_tm=None,
+        abandoned=[],
+    )
+    assert cp == before
+    assert encode_checkpoint(cp).replace(b',null]', b']').replace(
+        b',"clock_tm":null,"abandoned":[]', b'').replace(
+        b',"abandoned_transactions":0,"abandoned_rows":0,"abandoned_records":0,"forgotten_records":0', b''
+    ) == GOLDEN_BEFORE_RETENTION
+
+
+# the layout before retention, as an older olr-buffer decodes it
+class OldTransaction(msgspec.Struct, array_like=True):
+    xid: str
+    first_block: int
+    first_scn: int
+    begin_scn: int
+    begin_tm: int | None
+    rows: int
+    compensations: int
+    end_key: list | None
+    end_code: int
+    end_tm: int | None
+    locations: dict[int, list[int]]
+
+class OldCheckpoint(msgspec.Struct, kw_only=True):
+    format: int
+    position: int
+    transactions: list[tuple[bool, OldTransaction]]
+    ended: list[str]
+
+
+def test_an_older_reader_can_ignore_what_retention_added():
+    """What an olr-buffer of the layout before (the same format) makes of this document:
+    unknown keys and trailing items of a transaction's array are ignored."""
+
+    old = msgspec.json.decode(GOLDEN, type=OldCheckpoint)
+    assert [t.xid for _, t in old.transactions] == ["0x1", "0x2"]
+    assert old.transactions[1][1].locations == {1: [20, 3, 2]}
 
 
 def test_derived_figures_come_from_the_document():

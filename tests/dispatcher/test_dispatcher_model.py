@@ -196,6 +196,58 @@ def test_dispatcher_matches_model_whatever_the_interleaving(workload, per_file, 
             assert sink.batches == 0
 
 
+@given(workload=workloads(), per_file=st.integers(1, 6), block_records=st.integers(1, 4), batches=st.booleans(),
+       data=st.data())
+def test_retention_drops_exactly_the_abandoned_transactions(workload, per_file, block_records, batches, data):
+    """With the retention limit applied at random points (by SCN distance, or by the
+    clock of ends' ``tm``), the changefeed is the model's without the abandoned
+    transactions, whatever came of them later; every other transaction is untouched, and
+    nothing abandoned is held any more."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        write_input(root, workload, per_file)
+        expected = expected_changefeed(root)
+        found = scan(str(root))
+        blocks: dict[int, list[list[bytes]]] = {}
+        for thread, files in found.items():
+            q = MemoryQueue()
+            ThreadReader(q, str(root), thread, files, None, block_records=block_records).read_to_end()
+            blocks[thread] = [list(q.read_block(i)) for i in _block_starts(q)]
+
+        queue = MemoryQueue()
+        sink = BatchListSink()
+        dispatcher = Dispatcher(queue, sink, sorted(found), batching=batches)
+        abandoned: set[str] = set()
+        live = {t: b for t, b in blocks.items() if b}
+        while live:
+            thread = data.draw(st.sampled_from(sorted(live)))
+            queue.append(live[thread].pop(0))
+            if not live[thread]:
+                del live[thread]
+            if data.draw(st.booleans()):
+                dispatcher.poll(max_blocks=data.draw(st.integers(1, 3)))
+            if data.draw(st.integers(0, 2)) == 0:
+                if data.draw(st.booleans()):
+                    gone = dispatcher.abandon_expired(scn=data.draw(st.integers(0, 6)))
+                else:
+                    gone = dispatcher.abandon_expired(seconds=data.draw(st.integers(0, 3)) * 1e-9)
+                assert all(a.xid not in dispatcher.open for a in gone)
+                abandoned |= {a.xid for a in gone}
+                check_invariants(dispatcher, sink)
+            if data.draw(st.integers(0, 4)) == 0:
+                dispatcher = restarted(dispatcher, queue, sink, sorted(found))
+        while dispatcher.poll():
+            pass
+        dispatcher.publish_ready(INFINITE_SCN)
+        stats = dispatcher.totals()
+
+        assert stats.abandoned_transactions == len(abandoned)
+        assert not abandoned & set(dispatcher.open)
+        kept = [r for r in expected.rows if r["xid"] not in abandoned]
+        renumber = {tx: n for n, tx in enumerate(dict.fromkeys(r["tx_seq"] for r in kept))}
+        assert_changefeed_equal(sink.rows, [{**r, "tx_seq": renumber[r["tx_seq"]]} for r in kept])
+
+
 def check_invariants(dispatcher: Dispatcher, sink: ListSink) -> None:
     """What holds after every step: nothing is published above the watermark (offline,
     it only rises), and cleanup keeps every block a held transaction still needs."""
