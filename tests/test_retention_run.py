@@ -179,3 +179,26 @@ def test_a_transaction_that_never_ends_leaves_disk_flat_with_retention(tmp_path:
         assert "held by transaction STUCK (from scn 1001, age" in held_text and "3 rows, not ended): it keeps" in held_text
         assert "held by transaction STUCK" not in status.stdout  # it ended in the last file: nothing held
         assert not (tmp_path / "dead.jsonl").exists() or not (tmp_path / "dead.jsonl").read_text()
+
+
+def test_the_metrics_count_what_was_abandoned(tmp_path: Path):
+    from olr_buffer.pipeline import Pipeline, PipelineOptions
+    from olr_buffer.service import render_metrics
+
+    live = tmp_path / "live"
+    live.mkdir()
+    recs, _ = chunk(0, 1000)
+    later, _ = chunk(3, 5000)  # 15 minutes later
+    (live / "redo_1_1.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs + later))
+    opts = PipelineOptions(durable=False, transaction_retention_seconds=600, reader_processes=False)
+    p = Pipeline(str(live), str(tmp_path / "q"), str(tmp_path / "cf"), opts)
+    try:
+        summary = p.replay()
+        text = render_metrics(p).decode()
+    finally:
+        p.close()
+    assert (summary.abandoned_transactions, summary.abandoned_rows, summary.transactions_published) == (
+        1, 3, 2 * TX_PER_CHUNK)
+    assert "olr_buffer_abandoned_transactions_total 1.0" in text
+    assert "olr_buffer_abandoned_rows_total 3.0" in text
+    assert "olr_buffer_abandoned_records_total 0.0" in text
