@@ -309,7 +309,8 @@ def _threads(ctx, param, value):
 @click.option("--flush-interval", type=click.FloatRange(min=0), default=1.0, show_default=True,
               help="Publish safe transactions at least this often (seconds): the latency a Spark stream sees.")
 @click.option("--poll-interval", type=click.FloatRange(min=0.001), default=0.1, show_default=True,
-              help="How often an idle reader looks for new lines and files (seconds).")
+              help="How often an idle reader looks for new lines and files (seconds); at most half of "
+                   "--flush-interval (but not below 0.01).")
 @click.option("--stall-warning", type=click.FloatRange(min=0), default=60.0, show_default=True,
               help="Warn once about a thread in play that wrote nothing for this many seconds and is not closed.")
 @pipeline_options

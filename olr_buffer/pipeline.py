@@ -50,7 +50,7 @@ class PipelineOptions:
     # service (follow mode)
     threads: list[int] | None = None  # threads in play; None: those with files at start
     flush_seconds: float = 1.0  # a transaction is published at most this long after it is safe
-    poll_seconds: float = 0.1  # how often an idle reader looks for new lines and files
+    poll_seconds: float = 0.1  # how often an idle reader looks for new lines and files (see reader_poll_seconds)
     dead_letter: str | None = None  # quarantine bad records in this file instead of stopping
     reader_processes: bool = True  # parse in child processes (both cores); False: threads
     changefeed_mode: int = DEFAULT_MODE  # the changefeed directory's mode; files get it without x bits
@@ -61,6 +61,14 @@ class PipelineOptions:
     # started this long (source clock) or this many SCNs before the watermark
     transaction_retention_seconds: float | None = None
     transaction_retention_scn: int | None = None
+
+
+def reader_poll_seconds(opts: PipelineOptions) -> float:
+    """How often an idle reader of ``run`` looks for new lines: ``poll_seconds``, or half
+    the flush interval if that is shorter (at least 10 ms). A commit waits for a look of
+    every thread's reader (the watermark) and then for the flush: a poll as long as the
+    flush interval would double the latency asked for."""
+    return min(opts.poll_seconds, max(opts.flush_seconds / 2, 0.01))
 
 
 class NoThreadsError(OlrBufferError):
@@ -386,7 +394,7 @@ class Pipeline:
         readers = self.readers
         with quiet_gc():
             if follow:
-                readers.start(follow=True, poll_interval=self.options.poll_seconds)
+                readers.start(follow=True, poll_interval=reader_poll_seconds(self.options))
             else:
                 readers.start()
             try:
