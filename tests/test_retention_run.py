@@ -117,6 +117,7 @@ def settled_queue_bytes(tmp: Path, rows: int, proc: subprocess.Popen) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.e2e  # the service in its own process
 @pytest.mark.parametrize("retention", [True, False], ids=["retention", "without"])
 def test_a_transaction_that_never_ends_leaves_disk_flat_with_retention(tmp_path: Path, retention: bool):
     live = tmp_path / "live"

@@ -10,8 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.cli.conftest import ok, olr_buffer
 from tests.fault_helpers import dumps
+
+pytestmark = pytest.mark.e2e  # a process or a server: in `make test`, not in `make test-fast`
 
 T0 = 1_717_200_000_000_000_000
 
