@@ -49,11 +49,15 @@ class ReplayStats:
 
 
 class BlockCache:
-    """A small LRU of decoded queue blocks: commits mostly re-read recent blocks."""
+    """A small LRU of decoded queue blocks (commits mostly re-read recent blocks), bounded
+    by count and by the bytes it holds: the working set of reading back a transaction of
+    any size stays the same."""
 
-    def __init__(self, queue: TxQueue, capacity: int = 64) -> None:
+    def __init__(self, queue: TxQueue, capacity: int = 64, max_bytes: int = 16 << 20) -> None:
         self.queue = queue
         self.capacity = capacity
+        self.max_bytes = max_bytes
+        self.nbytes = 0
         self._blocks: OrderedDict[int, Block] = OrderedDict()
 
     def get(self, first: int) -> Block:
@@ -62,15 +66,17 @@ class BlockCache:
             self._blocks.move_to_end(first)
             return block
         block = self.queue.read_block(first)
-        self._blocks[first] = block
-        if len(self._blocks) > self.capacity:
-            self._blocks.popitem(last=False)
+        self.put(block)
         return block
 
     def put(self, block: Block) -> None:
+        old = self._blocks.pop(block.first, None)
+        if old is not None:
+            self.nbytes -= old.nbytes
         self._blocks[block.first] = block
-        if len(self._blocks) > self.capacity:
-            self._blocks.popitem(last=False)
+        self.nbytes += block.nbytes
+        while len(self._blocks) > 1 and (len(self._blocks) > self.capacity or self.nbytes > self.max_bytes):
+            self.nbytes -= self._blocks.popitem(last=False)[1].nbytes
 
 
 class Replayer:

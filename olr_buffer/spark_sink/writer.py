@@ -326,8 +326,9 @@ class ChangefeedWriter:
     def _group_full(self) -> bool:
         """Whether the buffered rows reach ``row_group_bytes`` (each row counted once)."""
         recs = self._recs
-        self._nbytes += _buffered_bytes(itertools.islice(recs, self._counted, None))
-        self._counted = len(recs)
+        if len(recs) > self._counted:  # a slice: islice would walk the counted rows again
+            self._nbytes += _buffered_bytes(recs[self._counted:])
+            self._counted = len(recs)
         return self._nbytes >= self.row_group_bytes
 
     def _write_row_group(self) -> None:

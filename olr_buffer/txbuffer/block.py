@@ -135,6 +135,11 @@ class Block:
         o = self._offsets
         return self._raw[self._base + o[start] : self._base + o[stop]]
 
+    @property
+    def nbytes(self) -> int:
+        """The memory its decoded bytes take."""
+        return len(self._raw)
+
     def __iter__(self) -> Iterator[bytes]:
         return iter(self.records())
 

@@ -14,6 +14,10 @@ carries a copy of all metadata, so the newest segment always holds the newest va
 An open environment costs three file descriptors. Older segments are opened when read,
 and at most ``max_open_segments`` stay open (the least recently read are closed), so a
 transaction that pins hundreds of segments does not exhaust the process's descriptors.
+
+Pages read through LMDB's mapping stay in the process's RSS until released: after every
+``RELEASE_MAPPED_BYTES`` read, the open segments' mapped pages are given back
+(:mod:`.mapped`), so reading back a large transaction does not grow the RSS with it.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import lmdb
 from .. import pidlock
 from ..faults import fault_point
 from .base import SegmentInfo, TxQueue, cleanup_candidates
+from . import mapped
 from .block import Block, index_key, key_index, thread_codec
 from .errors import QueueCorruptError, QueueError, QueueFullError, QueueLockedError
 
@@ -41,6 +46,7 @@ _SEGMENT_PREFIX = "seg-"
 _SEGMENT_SUFFIX = ".mdb"
 _MAP_HEADROOM = 1 << 30  # a block may overshoot the roll size; the map is virtual memory only
 DEFAULT_MAX_OPEN_SEGMENTS = 32  # and at most a twelfth of the open-files limit, 3 per segment
+RELEASE_MAPPED_BYTES = 16 << 20  # blocks read between two releases of the mapped pages
 
 
 class _NotInitialised(QueueError):
@@ -59,7 +65,7 @@ def parse_segment_name(name: str) -> int | None:
 
 
 class _Segment:
-    __slots__ = ("first", "path", "env", "blocks", "meta")
+    __slots__ = ("first", "path", "env", "blocks", "meta", "maps")
 
     def __init__(self, first: int, path: str) -> None:
         self.first = first
@@ -67,6 +73,7 @@ class _Segment:
         self.env: lmdb.Environment | None = None
         self.blocks = None
         self.meta = None
+        self.maps: list[tuple[int, int]] | None = None  # where the environment maps the file
 
 
 class LmdbQueue(TxQueue):
@@ -99,6 +106,7 @@ class LmdbQueue(TxQueue):
         self.segment_bytes = int(segment_bytes)
         self.durable = durable
         self._write_lock = threading.RLock()
+        self._read_since_release = 0  # bytes of blocks read since the mapped pages were released
         # never open one environment twice in a process, nor close one while it is read
         self._env_lock = threading.RLock()
         self._closed = False
@@ -267,7 +275,7 @@ class LmdbQueue(TxQueue):
         with self._env_lock:
             if seg.env is not None:
                 seg.env.close()
-                seg.env = seg.blocks = seg.meta = None
+                seg.env = seg.blocks = seg.meta = seg.maps = None
             self._open.pop(seg.first, None)
 
     # -- TxQueue -----------------------------------------------------------------------
@@ -351,12 +359,26 @@ class LmdbQueue(TxQueue):
                     if not found:
                         raise QueueCorruptError(f"{seg.path}: no block holds index {index}", index=index)
                     first = key_index(bytes(cur.key()))
-                    block = thread_codec().decode(first, cur.value(), f" in {seg.path}")
+                    value = cur.value()
+                    block = thread_codec().decode(first, value, f" in {seg.path}")
             except lmdb.Error as exc:
                 raise QueueCorruptError(f"{seg.path}: cannot read index {index}: {exc}", index=index) from exc
+            self._read_since_release += len(value)
+            if self._read_since_release >= RELEASE_MAPPED_BYTES:
+                self.release_mapped_pages()
         if not block.first <= index < block.end:
             raise QueueCorruptError(f"{seg.path}: no block holds index {index}", index=index)
         return block
+
+    def release_mapped_pages(self) -> None:
+        """Give back the pages of the open segments that reading has mapped into the
+        process (they stay in the page cache; see :mod:`.mapped`)."""
+        with self._env_lock:
+            self._read_since_release = 0
+            for seg in self._open.values():
+                if seg.maps is None:
+                    seg.maps = mapped.mappings(seg.path)
+                mapped.release(seg.maps)
 
     def meta(self, key: bytes) -> bytes | None:
         return self._meta.get(key)
