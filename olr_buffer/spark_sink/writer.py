@@ -78,6 +78,15 @@ _OP_NAMES = pa.array([CHANGEFEED_OP.get(code) for code in range(max(CHANGEFEED_O
 
 DEFAULT_FILE_ROWS = 1_000_000
 DEFAULT_ROW_GROUP_ROWS = 65_536
+DEFAULT_ROW_GROUP_BYTES = 32 << 20
+_BYTES_STEP = 4096  # rows between two looks at the buffered bytes
+
+
+def _image_bytes(recs: Iterable[list]) -> int:
+    """Characters of the row images (rid, before, after, sql) of ``recs``: what a buffered
+    row holds beyond its fixed-size fields."""
+    return sum(len(r[9] or "") + len(r[10] or "") + len(r[11] or "") + len(r[12] or "") for r in recs)
+
 _CHAIN_HINT = (
     "if an in-place compaction was interrupted, run `olr-buffer compact --in-place "
     "--i-know-no-reader-is-running` again to finish it; otherwise files were removed or edited by hand"
@@ -100,6 +109,7 @@ class ChangefeedWriter:
         *,
         file_rows: int = DEFAULT_FILE_ROWS,
         row_group_rows: int = DEFAULT_ROW_GROUP_ROWS,
+        row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES,
         durable: bool = True,
         compression: str = "zstd",
         mode: int = DEFAULT_MODE,
@@ -107,6 +117,7 @@ class ChangefeedWriter:
         self.path = os.fspath(path)
         self.file_rows = file_rows
         self.row_group_rows = row_group_rows
+        self.row_group_bytes = row_group_bytes
         self.durable = durable
         self.compression = compression
         self.mode = mode
@@ -135,6 +146,8 @@ class ChangefeedWriter:
         self._file_last_commit: CommitKey | None = None
         # buffered rows of the open file (not yet in a row group)
         self._recs: list[list] = []
+        self._nbytes = 0  # image bytes of _recs[:_counted]
+        self._counted = 0
         self._threads: list[int] = []
         self._tx: list[tuple[int, int, int, int | None, str, int]] = []  # tx_seq, n, c_scn, c_tm, xid, op_seq0
         self.buffered_since = 0.0  # monotonic time the open file got its first transaction
@@ -260,7 +273,7 @@ class ChangefeedWriter:
             recs.append(rec)
             threads.append(thread)
             n += 1
-            if len(recs) >= self.row_group_rows:
+            if len(recs) >= self.row_group_rows or (not len(recs) % _BYTES_STEP and self._group_full()):
                 self._tx.append((tx_seq, n, commit.key.scn, commit.tm, commit.xid, op_seq0))
                 self._write_row_group()
                 op_seq0 += n
@@ -287,12 +300,13 @@ class ChangefeedWriter:
             tx_seq = self.next_tx_seq
             done = 0
             while done < n:
-                take = rows[done : done + group - len(recs)] if done or len(recs) + n > group else rows
+                room = min(group - len(recs), _BYTES_STEP)
+                take = rows[done : done + room] if done or n > room else rows
                 recs.extend(take)
                 threads.extend([thread] * len(take))
                 txs.append((tx_seq, len(take), commit.key.scn, commit.tm, commit.xid, done))
                 done += len(take)
-                if len(recs) >= group:
+                if len(recs) >= group or self._group_full():
                     self._write_row_group()
             self._end_transaction(commit, n)
         return out
@@ -307,6 +321,13 @@ class ChangefeedWriter:
         self._file_last_commit = commit.key
         if self._file_rows >= self.file_rows:
             self.flush()
+
+    def _group_full(self) -> bool:
+        """Whether the buffered rows' images reach ``row_group_bytes`` (counted once each)."""
+        recs = self._recs
+        self._nbytes += _image_bytes(itertools.islice(recs, self._counted, None))
+        self._counted = len(recs)
+        return self._nbytes >= self.row_group_bytes
 
     def _write_row_group(self) -> None:
         if not self._recs:
@@ -330,6 +351,7 @@ class ChangefeedWriter:
         self._recs.clear()
         self._threads.clear()
         self._tx.clear()
+        self._nbytes = self._counted = 0
 
     def _batch(self) -> pa.RecordBatch:
         # The columns of the commit (tx_seq, c_scn, c_tm, xid) hold one value per
@@ -467,6 +489,7 @@ class ChangefeedWriter:
         self._recs.clear()
         self._threads.clear()
         self._tx.clear()
+        self._nbytes = self._counted = 0
         self.next_tx_seq = self._file_first
         self._file_rows = 0
         self._file_last_commit = None
