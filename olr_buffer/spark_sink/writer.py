@@ -78,14 +78,16 @@ _OP_NAMES = pa.array([CHANGEFEED_OP.get(code) for code in range(max(CHANGEFEED_O
 
 DEFAULT_FILE_ROWS = 1_000_000
 DEFAULT_ROW_GROUP_ROWS = 65_536
-DEFAULT_ROW_GROUP_BYTES = 32 << 20
+DEFAULT_ROW_GROUP_BYTES = 16 << 20
 _BYTES_STEP = 4096  # rows between two looks at the buffered bytes
+_ROW_OVERHEAD = 1024  # bytes a row takes to build a row group besides its images (Python objects, Arrow copies)
 
 
-def _image_bytes(recs: Iterable[list]) -> int:
-    """Characters of the row images (rid, before, after, sql) of ``recs``: what a buffered
-    row holds beyond its fixed-size fields."""
-    return sum(len(r[9] or "") + len(r[10] or "") + len(r[11] or "") + len(r[12] or "") for r in recs)
+def _buffered_bytes(recs: Iterable[list]) -> int:
+    """An estimate of the memory ``recs`` take to buffer and turn into a row group: a
+    fixed part per row and the characters of its images (rid, before, after, sql)."""
+    return sum(_ROW_OVERHEAD + len(r[9] or "") + len(r[10] or "") + len(r[11] or "") + len(r[12] or "")
+               for r in recs)
 
 _CHAIN_HINT = (
     "if an in-place compaction was interrupted, run `olr-buffer compact --in-place "
@@ -146,7 +148,7 @@ class ChangefeedWriter:
         self._file_last_commit: CommitKey | None = None
         # buffered rows of the open file (not yet in a row group)
         self._recs: list[list] = []
-        self._nbytes = 0  # image bytes of _recs[:_counted]
+        self._nbytes = 0  # estimated bytes of _recs[:_counted]
         self._counted = 0
         self._threads: list[int] = []
         self._tx: list[tuple[int, int, int, int | None, str, int]] = []  # tx_seq, n, c_scn, c_tm, xid, op_seq0
@@ -323,9 +325,9 @@ class ChangefeedWriter:
             self.flush()
 
     def _group_full(self) -> bool:
-        """Whether the buffered rows' images reach ``row_group_bytes`` (counted once each)."""
+        """Whether the buffered rows reach ``row_group_bytes`` (each row counted once)."""
         recs = self._recs
-        self._nbytes += _image_bytes(itertools.islice(recs, self._counted, None))
+        self._nbytes += _buffered_bytes(itertools.islice(recs, self._counted, None))
         self._counted = len(recs)
         return self._nbytes >= self.row_group_bytes
 
