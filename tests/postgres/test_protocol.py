@@ -76,6 +76,12 @@ def test_begin_commit_frames_and_status():
         (b"B\0\0", "ends inside its final LSN"),
         (b"I" + struct.pack("!I", 1) + b"X", "unexpected tuple tag"),
         (b"I" + struct.pack("!I", 1) + b"N" + struct.pack("!H", 1) + b"q", "unknown kind"),
+        (b"I" + struct.pack("!I", 1), "ends inside its tuple tag"),
+        (b"I" + struct.pack("!I", 1) + b"N" + struct.pack("!H", 2) + b"n", "ends inside column 1"),
+        (b"I" + struct.pack("!I", 1) + b"N" + struct.pack("!H", 1) + b"t" + struct.pack("!i", 5) + b"ab",
+         "ends inside column 0"),
+        (b"I" + struct.pack("!I", 1) + b"N" + struct.pack("!H", 1) + b"t" + struct.pack("!i", -1), "negative length"),
+        (b"I" + struct.pack("!I", 1) + b"N" + struct.pack("!H", 1) + b"n" + b"zz", "2 unexpected trailing"),
         (b"E\0", "trailing"),
         (b"R" + struct.pack("!I", 1) + b"sch", "no terminating zero"),
     ],
@@ -139,3 +145,12 @@ def test_password_is_hidden_everywhere():
     assert redact("connect failed: password=w0rd host=x", "w0rd") == "connect failed: password=*** host=x"
     assert redact("FATAL for user u with w0rd inside", "w0rd") == "FATAL for user u with *** inside"
     assert redact("echo p@ss-w0rd and p%40ss-w0rd", "p%40ss-w0rd") == "echo *** and ***"
+
+
+def test_insert_in_and_outside_a_stream_block():
+    tup = struct.pack("!H", 3) + b"t" + struct.pack("!i", 2) + b"42" + b"n" + b"u"
+    assert p.decode_message(b"I" + struct.pack("!I", 16384) + b"N" + tup) == p.Insert(None, 16384, (b"42", None, p.UNCHANGED))
+    streamed = b"I" + struct.pack("!II", 731, 16384) + b"N" + tup
+    assert p.decode_message(streamed, in_stream=True) == p.Insert(731, 16384, (b"42", None, p.UNCHANGED))
+    with pytest.raises(p.PgoutputError, match="unexpected tuple tag"):
+        p.decode_message(streamed)  # read without the xid: the tag is the OID's first byte

@@ -61,6 +61,7 @@ POSITION_KEY = POSTGRES_POSITION_KEY
 THREAD = 1
 COPY_SEQUENCE = -1  # commit keys of the initial copy: (consistent point, 1, -1, n) sort before every change
 _BACKOFF_MAX = 30.0
+_DATA = frozenset((p.Insert, p.Update, p.Delete, p.Truncate, p.Relation))  # messages of a transaction
 
 
 class _Stopped(Exception):
@@ -524,7 +525,9 @@ class PostgresReader:
 
     def _handle(self, msg, lsn: int) -> None:
         kind = type(msg)
-        if kind is p.Begin:
+        if kind in _DATA:
+            self._data(kind, msg, lsn)
+        elif kind is p.Begin:
             xid = str(msg.xid)
             if msg.final_lsn <= self.last_commit:
                 self._current = _Txn(xid, skip=True)  # appended before the reconnect
@@ -559,25 +562,26 @@ class PostgresReader:
             self.txns.pop(str(msg.xid), None)
         elif kind is p.StreamAbort:
             self._abort(str(msg.xid), msg.subxid)
-        elif kind is p.Origin or kind is p.LogicalMessage or kind is p.TypeInfo:
-            # type names are not needed (values of other types are strings), messages are not rows
-            return
-        else:
-            txn = self._stream or self._current
-            if txn is None:
-                if kind is p.Relation:
-                    self._relation(None, msg)
-                    return
-                raise PostgresError(f"a {kind.__name__} message outside any transaction at {p.lsn_text(lsn)}")
-            sub = msg.xid
-            if sub is not None and str(sub) != txn.xid and sub not in txn.subs:
-                txn.subs[sub] = txn.rows
+        # Origin, LogicalMessage, TypeInfo: type names are not needed (values of other
+        # types are strings), messages are not rows
+
+    def _data(self, kind: type, msg, lsn: int) -> None:
+        """A change or a Relation message."""
+        txn = self._stream or self._current
+        if txn is None:
             if kind is p.Relation:
-                # also in a transaction skipped as appended already: the server counts the
-                # relation as sent once that transaction commits, and does not send it again
-                self._relation(txn, msg)
-            elif not txn.skip:
-                self._change(txn, msg, lsn)
+                self._relation(None, msg)
+                return
+            raise PostgresError(f"a {kind.__name__} message outside any transaction at {p.lsn_text(lsn)}")
+        sub = msg.xid
+        if sub is not None and sub not in txn.subs and str(sub) != txn.xid:
+            txn.subs[sub] = txn.rows
+        if kind is p.Relation:
+            # also in a transaction skipped as appended already: the server counts the
+            # relation as sent once that transaction commits, and does not send it again
+            self._relation(txn, msg)
+        elif not txn.skip:
+            self._change(txn, msg, lsn)
 
     def _begin(self, xid: str, streamed: bool) -> _Txn:
         txn = _Txn(xid, streamed=streamed)
