@@ -71,10 +71,11 @@ class _Stopped(Exception):
 class _Txn:
     """A top-level transaction the reader is receiving."""
 
-    __slots__ = ("xid", "rows", "subs", "rels", "skip", "streamed")
+    __slots__ = ("xid", "top", "rows", "subs", "rels", "skip", "streamed")
 
     def __init__(self, xid: str, skip: bool = False, streamed: bool = False) -> None:
         self.xid = xid
+        self.top = int(xid) if xid.isdigit() else None  # the xid as data messages carry it
         self.rows = 0  # rows appended so far: the ordinals CUT records name
         self.subs: dict[int, int] = {}  # subxid -> ordinal of the first row at or after it was first seen
         self.rels: dict[int, tuple[Table, int]] = {}  # relation OID -> (table, subxid that carried it)
@@ -574,7 +575,7 @@ class PostgresReader:
                 return
             raise PostgresError(f"a {kind.__name__} message outside any transaction at {p.lsn_text(lsn)}")
         sub = msg.xid
-        if sub is not None and sub not in txn.subs and str(sub) != txn.xid:
+        if sub is not None and sub != txn.top and sub not in txn.subs:
             txn.subs[sub] = txn.rows
         if kind is p.Relation:
             # also in a transaction skipped as appended already: the server counts the
