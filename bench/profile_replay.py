@@ -148,7 +148,7 @@ def view_replay(inp: str, work: str, top: int) -> dict:
 
 
 def view_readers(inp: str, work: str, top: int) -> dict:
-    from olr_buffer.reader.thread_reader import ReaderGroup
+    from olr_buffer.reader.group import ReaderGroup
     from olr_buffer.txbuffer import LmdbQueue, MemoryQueue
 
     out: dict = {}

@@ -15,7 +15,13 @@ from typing import Any, Callable
 import click
 
 from . import __version__
-from .errors import EXIT_INTERRUPTED, OlrBufferError
+from .errors import EXIT_ERROR, EXIT_INTERRUPTED, OlrBufferError
+
+#: Environment variables: ``OLR_BUFFER_<OPTION>`` for the group's options,
+#: ``OLR_BUFFER_<COMMAND>_<OPTION>`` for a command's (``OLR_BUFFER_RUN_QUEUE``).
+ENV_PREFIX = "OLR_BUFFER"
+_LOG_LEVELS = click.Choice(["debug", "info", "warning", "error"], case_sensitive=False)
+_LOG_FORMAT = "olr_buffer.log_format"
 
 
 def is_postgres_uri(source: str | None) -> bool:
@@ -57,14 +63,21 @@ class ByteSize(click.ParamType):
 
 
 def clean_errors(fn: Callable) -> Callable:
-    """Turn olr-buffer's errors into one line on stderr and their exit code."""
+    """Turn olr-buffer's errors into one line on stderr and their exit code: with
+    ``--log-format json``, a JSON log line with the error's facts as fields."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
         except OlrBufferError as exc:
-            click.echo(f"olr-buffer: error: {exc}", err=True)
+            ctx = click.get_current_context(silent=True)
+            if ctx is not None and ctx.meta.get(_LOG_FORMAT) == "json":
+                logging.getLogger("olr_buffer").critical(
+                    "error: %s", exc, extra={**exc.facts, "error": type(exc).__name__, "hint": exc.hint,
+                                            "exit_code": exc.exit_code})
+            else:
+                click.echo(f"olr-buffer: error: {exc}", err=True)
             sys.exit(exc.exit_code)
         except KeyboardInterrupt:
             click.echo("olr-buffer: interrupted", err=True)
@@ -73,19 +86,64 @@ def clean_errors(fn: Callable) -> Callable:
     return wrapper
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="olr-buffer")
-@click.option(
-    "--log-level",
-    type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
-    default="warning",
-    show_default=True,
-)
-def main(log_level: str) -> None:
-    """olr-buffer: a disk-backed transaction buffer for Oracle change data capture."""
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": ENV_PREFIX})
+@click.version_option(__version__, prog_name="olr-buffer", allow_from_autoenv=False)
+@click.option("--log-level", type=_LOG_LEVELS, default=None,
+              help="Log level of every command (default: info for run, warning otherwise); a command's own "
+                   "--log-level wins.")
+@click.pass_context
+def main(ctx: click.Context, log_level: str | None) -> None:
+    """olr-buffer: a disk-backed transaction buffer for Oracle change data capture.
+
+    Every option can also be set in the environment: OLR_BUFFER_LOG_LEVEL for the ones
+    above, OLR_BUFFER_<COMMAND>_<OPTION> for a command's (OLR_BUFFER_RUN_QUEUE,
+    OLR_BUFFER_RUN_METRICS_PORT), and in a --config file. The command line wins over the
+    environment, which wins over the file."""
     from .service import setup_logging
 
-    setup_logging(log_level, "text")
+    ctx.meta["olr_buffer.log_level"] = log_level
+    setup_logging(log_level or "warning", "text")
+
+
+def _log_level(own: str | None, default: str) -> str:
+    """A command's --log-level, else the group's, else ``default``."""
+    return own or click.get_current_context().meta.get("olr_buffer.log_level") or default
+
+
+_CONFIG_ALIASES = {"input": "input_dir", "queue": "queue_dir", "changefeed": "changefeed_dir"}
+
+
+def _load_config(ctx: click.Context, param, value):
+    """--config FILE: its keys become the defaults of the command's options (flags and
+    environment variables given win). Keys of another command are ignored, so that one
+    file serves them all; a key no command knows is an error."""
+    if value:
+        from .service import load_config
+
+        try:
+            cfg = load_config(value)
+        except OlrBufferError as exc:
+            raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+        known = {p.name for p in ctx.command.params}
+        anywhere = {p.name for c in main.commands.values() for p in c.params}
+        cfg = {_CONFIG_ALIASES.get(k, k): v for k, v in cfg.items()}
+        unknown = sorted(set(cfg) - anywhere)
+        if unknown:
+            raise click.BadParameter(f"{value}: unknown key(s) {', '.join(unknown)}", ctx=ctx, param=param)
+        cfg = {k: v for k, v in cfg.items() if k in known}
+        if isinstance(cfg.get("threads"), list):
+            cfg["threads"] = ",".join(str(t) for t in cfg["threads"])
+        ctx.default_map = {**(ctx.default_map or {}), **cfg}
+    return value
+
+
+def config_option(fn: Callable) -> Callable:
+    """``--config FILE``: a TOML file with any of the command's options."""
+    return click.option(
+        "--config", type=click.Path(dir_okay=False), is_eager=True, expose_value=False, callback=_load_config,
+        help="TOML file with any of these options (input, queue, changefeed, threads, flush_interval, ...); "
+             "the command line and OLR_BUFFER_* environment variables win.",
+    )(fn)
 
 
 _PIPELINE_OPTIONS = [
@@ -142,6 +200,7 @@ def _options(*, segment_size, file_rows, block_records, checkpoint_interval, ret
 
 @main.command()
 @click.argument("input_dir", type=click.Path(file_okay=False))
+@config_option
 @click.option("--queue", "queue_dir", required=True, type=click.Path(file_okay=False), help="Queue directory.")
 @click.option("--changefeed", "changefeed_dir", required=True, type=click.Path(file_okay=False), help="Changefeed directory.")
 @pipeline_options
@@ -159,7 +218,10 @@ def replay(input_dir, queue_dir, changefeed_dir, progress, progress_interval, as
     undone and publishes no duplicate.
     """
     from .pipeline import replay as run_replay
+    from .service import clear_failure
 
+    if os.path.isdir(queue_dir):
+        clear_failure(queue_dir)  # status: this queue's state is no longer that of a failed `run`
     terminal = sys.stderr.isatty()
     opts = _options(**pipeline)
     dead_letter = opts.dead_letter
@@ -213,29 +275,6 @@ def _dead_letters_since(path: str, offset: int) -> list[dict]:
         ]
 
 
-_CONFIG_ALIASES = {"input": "input_dir", "queue": "queue_dir", "changefeed": "changefeed_dir"}
-
-
-def _load_config(ctx: click.Context, param, value):
-    """--config FILE: its keys become the defaults of `run`'s options; flags given win."""
-    if value:
-        from .service import load_config
-
-        try:
-            cfg = load_config(value)
-        except OlrBufferError as exc:
-            raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
-        known = {p.name for p in ctx.command.params}
-        cfg = {_CONFIG_ALIASES.get(k, k): v for k, v in cfg.items()}
-        unknown = sorted(set(cfg) - known)
-        if unknown:
-            raise click.BadParameter(f"{value}: unknown key(s) {', '.join(unknown)}", ctx=ctx, param=param)
-        if isinstance(cfg.get("threads"), list):
-            cfg["threads"] = ",".join(str(t) for t in cfg["threads"])
-        ctx.default_map = {**(ctx.default_map or {}), **cfg}
-    return value
-
-
 def _threads(ctx, param, value):
     if value is None or value == "":
         return None
@@ -249,10 +288,8 @@ def _threads(ctx, param, value):
 
 
 @main.command()
-@click.argument("input_dir", required=False, type=click.Path(file_okay=False))
-@click.option("--config", type=click.Path(dir_okay=False), is_eager=True, expose_value=False, callback=_load_config,
-              help="TOML file with any of these options (input, queue, changefeed, threads, flush_interval, ...); "
-                   "flags given on the command line win.")
+@click.argument("input_dir", required=False, type=click.Path(file_okay=False), envvar=f"{ENV_PREFIX}_RUN_INPUT")
+@config_option
 @click.option("--queue", "queue_dir", type=click.Path(file_okay=False), help="Queue directory.")
 @click.option("--changefeed", "changefeed_dir", type=click.Path(file_okay=False), help="Changefeed directory.")
 @click.option("--threads", callback=_threads, help="Redo threads in play, e.g. 1,2 (default: those with files at start).")
@@ -266,9 +303,10 @@ def _threads(ctx, param, value):
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
               help="Serve Prometheus metrics on this port (off by default).")
 @click.option("--metrics-host", default="127.0.0.1", show_default=True, help="Address for the metrics (loopback by default).")
-@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
-              default="info", show_default=True)
-@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--log-level", type=_LOG_LEVELS, default=None, help="Log level (default: the group's, else info).")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="json: one object per line (ts ISO-8601, level, logger, msg, and facts as fields), the fatal "
+                   "error too.")
 @click.option("--slot", default="olr_buffer", show_default=True, help="PostgreSQL source: the replication slot.")
 @click.option("--publication", default="olr_buffer", show_default=True, help="PostgreSQL source: the publication.")
 @click.option("--no-initial-copy", is_flag=True, help="PostgreSQL source: do not copy the tables when the slot is created.")
@@ -283,16 +321,52 @@ def run(input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_inte
 
     INPUT_DIR may be a PostgreSQL URI (postgresql://user@host/db): the source is then that
     database's logical replication (see docs/postgresql.md)."""
+    from .service import setup_logging
+
+    missing = [n for n, v in (("INPUT_DIR", input_dir), ("--queue", queue_dir), ("--changefeed", changefeed_dir)) if not v]
+    if missing:
+        raise click.UsageError(f"missing {', '.join(missing)} (on the command line, in the environment or in --config)")
+    setup_logging(_log_level(log_level, "info"), log_format)
+    click.get_current_context().meta[_LOG_FORMAT] = log_format
+    _run_recording_failure(queue_dir, lambda: _serve(
+        input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_interval, stall_warning, metrics_port,
+        metrics_host, slot, publication, no_initial_copy, no_streaming, pipeline))
+
+
+def _run_recording_failure(queue_dir: str, serve: Callable[[], None]) -> None:
+    """Run the service; an error that stops it is recorded in the queue directory for
+    ``status`` (``failed``), unless another process owns the queue."""
+    from .service import clear_failure, record_failure
+    from .txbuffer.errors import QueueLockedError
+
+    if os.path.isdir(queue_dir):
+        clear_failure(queue_dir)
+    try:
+        serve()
+    except QueueLockedError:
+        raise
+    except OlrBufferError as exc:
+        if os.path.isdir(queue_dir):
+            record_failure(queue_dir, exc, exc.exit_code)
+        raise
+    except Exception as exc:
+        if os.path.isdir(queue_dir):
+            record_failure(queue_dir, exc, EXIT_ERROR)
+        if click.get_current_context().meta.get(_LOG_FORMAT) != "json":
+            raise
+        logging.getLogger("olr_buffer").critical("stopped by an unexpected error: %s", exc, exc_info=True,
+                                                 extra={"error": type(exc).__name__, "exit_code": EXIT_ERROR})
+        sys.exit(EXIT_ERROR)
+
+
+def _serve(input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_interval, stall_warning, metrics_port,
+           metrics_host, slot, publication, no_initial_copy, no_streaming, pipeline) -> None:
     import signal
     import threading
 
     from .pipeline import run_service
-    from .service import Metrics, serve_metrics, setup_logging
+    from .service import Metrics, serve_metrics
 
-    missing = [n for n, v in (("INPUT_DIR", input_dir), ("--queue", queue_dir), ("--changefeed", changefeed_dir)) if not v]
-    if missing:
-        raise click.UsageError(f"missing {', '.join(missing)} (on the command line or in --config)")
-    setup_logging(log_level, log_format)
     stop = threading.Event()
 
     def on_signal(signum, _frame):
@@ -305,7 +379,8 @@ def run(input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_inte
     if metrics_port is not None:
         metrics = Metrics()
         server = serve_metrics(metrics, metrics_host, metrics_port)
-        logging.getLogger("olr_buffer").info("metrics on http://%s:%d/metrics", metrics_host, server.server_address[1])
+        logging.getLogger("olr_buffer").info("metrics on http://%s:%d/metrics", metrics_host, server.server_address[1],
+                                             extra={"metrics_port": server.server_address[1]})
     opts = _options(**pipeline, threads=threads, flush_seconds=flush_interval, poll_seconds=poll_interval,
                     stall_seconds=stall_warning)
     on_tick = metrics.update if metrics else None
@@ -321,10 +396,13 @@ def run(input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_inte
     logging.getLogger("olr_buffer").info(
         "stopped cleanly: %d records read, %d transactions published this run, changefeed at tx_seq %d",
         summary.records_read, summary.transactions_published, summary.next_tx_seq - 1,
+        extra={"records": summary.records_read, "transactions": summary.transactions_published,
+               "last_tx_seq": summary.next_tx_seq - 1},
     )
 
 
 @main.command()
+@config_option
 @click.option("--queue", "queue_dir", required=True, type=click.Path(file_okay=False), help="Queue directory.")
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
 @clean_errors
@@ -464,6 +542,7 @@ def _iso(nanos: int) -> str:
 
 @main.command()
 @click.argument("changefeed_dir", type=click.Path(file_okay=False))
+@config_option
 @click.option("--output", "output_dir", type=click.Path(file_okay=False),
               help="Write the compacted changefeed to this directory (safe while readers run; run again to catch up).")
 @click.option("--in-place", is_flag=True, help="Replace the files in CHANGEFEED_DIR itself (no reader may run).")
@@ -511,6 +590,20 @@ def compact(changefeed_dir, output_dir, in_place, no_reader_running, target_rows
         f"{done}; {r.target} {'would hold' if r.dry_run else 'holds'} tx_seq 0..{r.next_tx_seq - 1} "
         f"in {r.files_after:,} file(s)"
     )
+
+
+def _name_environment_variables() -> None:
+    """``OLR_BUFFER_<COMMAND>_<OPTION>`` after an option's flag (``--queue``: ``OLR_BUFFER_RUN_QUEUE``),
+    not after its Python name (``queue_dir``), which click's ``auto_envvar_prefix`` would use."""
+    for name, command in main.commands.items():
+        for param in command.params:
+            if isinstance(param, click.Option) and param.envvar is None and param.name != "help":
+                flag = next(o for o in param.opts if o.startswith("--"))
+                param.envvar = f"{ENV_PREFIX}_{name.upper()}_{flag[2:].replace('-', '_').upper()}"
+                param.show_envvar = True
+
+
+_name_environment_variables()
 
 
 if __name__ == "__main__":  # pragma: no cover

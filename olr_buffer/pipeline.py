@@ -1,15 +1,9 @@
 """Wiring of the packages into the jobs the CLI runs.
 
 A :class:`Pipeline` owns one queue directory and one changefeed directory: reader
-threads append, the dispatcher (in the calling thread) publishes, and a checkpoint
-cycle makes progress durable and gives disk back::
-
-    sink.flush()                    every transaction handed to the sink is published
-    queue meta <- checkpoint        the dispatcher's state, in one LMDB write
-    delete segments below needed    nobody needs them: tail position and oldest open transaction
-
-The order matters: a checkpoint never claims a transaction that is not yet durable in
-the changefeed, and a segment is deleted only after a checkpoint that no longer needs it.
+threads append, the dispatcher (in the calling thread) publishes, and the checkpoint
+cycle (:class:`~olr_buffer.checkpointer.Checkpointer`) makes progress durable and gives
+disk back.
 """
 
 from __future__ import annotations
@@ -17,7 +11,6 @@ from __future__ import annotations
 import copy
 import gc
 import logging
-import os
 import threading
 import time
 import uuid
@@ -25,19 +18,19 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Callable, Iterator
 
+from .changes import INFINITE_SCN
+from .checkpointer import Checkpointer
 from .dispatcher import DispatchError, Dispatcher, DispatchStats
-from .dispatcher.dispatcher import CHECKPOINT_KEY
+from .dispatcher.checkpoint import ChangefeedPosition
 from .dispatcher.errors import damaged_checkpoint
 from .errors import EXIT_USAGE, OlrBufferError
-from .faults import fault_point
-from .reader.blocks import INFINITE_SCN
 from .reader.files import require_log_files
-from .reader.thread_reader import DEFAULT_BLOCK_BYTES, DEFAULT_BLOCK_RECORDS, ReaderGroup
+from .reader import DEFAULT_BLOCK_BYTES, DEFAULT_BLOCK_RECORDS, ReaderGroup
 from .spark_sink import ChangefeedWriter
 from .spark_sink.layout import DEFAULT_MODE, ChangefeedOwner
 from .spark_sink.writer import DEFAULT_FILE_ROWS
 from .txbuffer import DEFAULT_SEGMENT_BYTES, LmdbQueue, held_segments
-from .txbuffer.metadata import QUEUE_ID_KEY
+from .txbuffer.metadata import CHECKPOINT_KEY, QUEUE_ID_KEY
 
 log = logging.getLogger("olr_buffer")
 _WARN_HELD_SEGMENTS = 4
@@ -71,9 +64,6 @@ class NoThreadsError(OlrBufferError):
     exit_code = EXIT_USAGE
 
 
-ReplayOptions = PipelineOptions  # the name replay's callers know
-
-
 @dataclass
 class Progress:
     """What a progress display shows; ``bytes_total`` is the input's size on disk."""
@@ -87,8 +77,9 @@ class Progress:
 
 
 @dataclass
-class ReplaySummary:
-    """What one run did (counts are this run's), and where the changefeed and queue stand."""
+class RunSummary:
+    """What one run (``replay`` or ``run``) did (counts are this run's), and where the
+    changefeed and queue stand."""
 
     threads: list[int] = field(default_factory=list)
     records_read: int = 0
@@ -178,8 +169,8 @@ class Pipeline:
                     doc = self.dispatcher.restore(state)
                 except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
                     raise damaged_checkpoint(queue_dir, exc) from exc
-                recorded = doc.get("changefeed") or {}
-                previous = doc.get("threads")
+                recorded = doc.changefeed or ChangefeedPosition()
+                previous = doc.threads
                 if previous is not None:
                     # a thread newly in play may deliver records below what was published
                     # while it was not: late records, not bad input
@@ -189,7 +180,7 @@ class Pipeline:
                     f"{queue_dir}: the queue starts at index {self.queue.first_index} but has no dispatcher checkpoint",
                     hint="the queue directory is damaged; start again with an empty queue and changefeed",
                 )
-            self._bind_changefeed(queue_dir, None if recorded is None else recorded.get("next_tx_seq", 0))
+            self._bind_changefeed(queue_dir, None if recorded is None else recorded.next_tx_seq or 0)
             published = self.dispatcher.published_through
             self.readers.check_floor(self.dispatcher.strict, published.scn if published else None)
         except BaseException:
@@ -198,9 +189,15 @@ class Pipeline:
             self.queue.close()
             raise
         self._stats0 = copy.copy(self.dispatcher.totals())
-        self._last_checkpoint = time.monotonic()
-        self.checkpoints = 0
-        self.segments_deleted = 0
+        self.checkpointer = Checkpointer(
+            self.queue,
+            self.dispatcher,
+            self.sink,
+            self.threads,
+            interval=opts.checkpoint_seconds,
+            retain_segments=opts.retain_segments,
+            retain_seconds=opts.retain_seconds,
+        )
         self.following = False  # serve(): the input is never complete
         self._held_warned: set[str] = set()
 
@@ -229,34 +226,10 @@ class Pipeline:
     # -- checkpoint cycle ----------------------------------------------------------------
 
     def checkpoint(self) -> None:
-        """Publish what the sink holds, store the dispatcher's state, delete what nobody needs."""
-        self.sink.flush()
-        fault_point("before_checkpoint")
-        state = self.dispatcher.checkpoint_state(
-            extra={
-                "threads": self.threads,
-                "written": time.time(),
-                "changefeed": {
-                    "path": os.path.abspath(self.sink.path),
-                    "next_tx_seq": self.sink.next_tx_seq,
-                    "last_c_scn": self.sink.last_c_scn,
-                    "files": self.sink.files_published,
-                },
-            }
-        )
-        self.queue.append([], {CHECKPOINT_KEY: state})
-        deleted = self.queue.delete_segments_before(
-            self.dispatcher.needed_from(),
-            retain_segments=self.options.retain_segments,
-            retain_seconds=self.options.retain_seconds,
-        )
-        if deleted:
-            log.info("cleanup: deleted %d segment(s), queue now starts at index %d", len(deleted), self.queue.first_index)
-        self.segments_deleted += len(deleted)
+        """Run the checkpoint cycle now (see :class:`Checkpointer`)."""
+        self.checkpointer.commit()
         if self.readers.following:  # a replay reports what is still open in its summary
             self._warn_held()
-        self.checkpoints += 1
-        self._last_checkpoint = time.monotonic()
 
     def _warn_held(self) -> None:
         """Warn once per transaction without an end that keeps ``_WARN_HELD_SEGMENTS`` or more
@@ -271,50 +244,44 @@ class Pipeline:
                 "transaction %s (from scn %d) has not ended and keeps %d queue segment(s), %.1f MB, from cleanup; "
                 "olr-buffer status shows what it holds",
                 txn.xid, txn.first_scn, len(held), sum(s.bytes for s in held) / 1e6,
+                extra={"xid": txn.xid, "first_scn": txn.first_scn, "segments_held": len(held)},
             )
 
     def maybe_checkpoint(self) -> None:
-        if time.monotonic() - self._last_checkpoint >= self.options.checkpoint_seconds:
+        if self.checkpointer.due():
             self.checkpoint()
 
     # -- offline -------------------------------------------------------------------------
 
-    def replay(self, on_progress: Callable[[Progress], None] | None = None, progress_every: float = 0.5) -> ReplaySummary:
+    def replay(self, on_progress: Callable[[Progress], None] | None = None, progress_every: float = 0.5) -> RunSummary:
         """Read every log file to its end, publish every committed transaction."""
         readers, dispatcher = self.readers, self.dispatcher
         progress = Progress(bytes_total=readers.bytes_total)
-        with quiet_gc():
-            readers.start()
+        with self._running(follow=False):
             last_report = 0.0
-            try:
-                while True:
-                    n = dispatcher.poll()
-                    self._update_floor()
-                    now = time.monotonic()
-                    if on_progress and now - last_report >= progress_every:
-                        last_report = now
-                        self._fill_progress(progress)
-                        on_progress(progress)
-                    self.maybe_checkpoint()
-                    if n:
-                        continue
-                    if not readers.alive():
-                        if dispatcher.poll() == 0 and dispatcher.position >= self.queue.next_index:
-                            break
-                        continue
-                    self.appended.wait(0.2)
-                    self.appended.clear()
-                readers.join()
-                if not readers.errors:
-                    # the input is complete: every thread has written everything
-                    dispatcher.publish_ready(INFINITE_SCN)
-                # also after bad input: what was accepted is published and checkpointed
-                self.checkpoint()
-            except BaseException:
-                readers.stop.set()
-                readers.join()
-                self.sink.abandon()
-                raise
+            while True:
+                n = dispatcher.poll()
+                self._update_floor()
+                now = time.monotonic()
+                if on_progress and now - last_report >= progress_every:
+                    last_report = now
+                    self._fill_progress(progress)
+                    on_progress(progress)
+                self.maybe_checkpoint()
+                if n:
+                    continue
+                if not readers.alive():
+                    if dispatcher.poll() == 0 and dispatcher.position >= self.queue.next_index:
+                        break
+                    continue
+                self.appended.wait(0.2)
+                self.appended.clear()
+            readers.join()
+            if not readers.errors:
+                # the input is complete: every thread has written everything
+                dispatcher.publish_ready(INFINITE_SCN)
+            # also after bad input: what was accepted is published and checkpointed
+            self.checkpoint()
         if on_progress:
             self._fill_progress(progress)
             on_progress(progress)
@@ -324,7 +291,7 @@ class Pipeline:
 
     # -- service -------------------------------------------------------------------------
 
-    def serve(self, stop: threading.Event, on_tick: Callable[["Pipeline"], None] | None = None) -> ReplaySummary:
+    def serve(self, stop: threading.Event, on_tick: Callable[["Pipeline"], None] | None = None) -> RunSummary:
         """Follow the logs and publish until ``stop`` is set; then stop cleanly: readers
         at a record boundary, everything watermark-safe published, a last checkpoint."""
         opts = self.options
@@ -336,7 +303,8 @@ class Pipeline:
                 hint="give every redo thread of the database with --threads (e.g. --threads 1,2,3), "
                      "or start the service once the capture process has written its first files",
             )
-        log.info("following %s: threads in play %s, queue index %d", readers.input_dir, self.threads, dispatcher.position)
+        log.info("following %s: threads in play %s, queue index %d", readers.input_dir, self.threads, dispatcher.position,
+                 extra={"input": readers.input_dir, "threads": self.threads, "queue_index": dispatcher.position})
         waiting = [t for t in self.waiting_for() if t in readers.readers and not readers.readers[t].files]
         if waiting:
             log.warning("waiting for the first records of redo thread(s) %s: nothing is published until each "
@@ -344,48 +312,61 @@ class Pipeline:
         dispatcher.track_closed = True
         self.following = True
         watch = _ThreadWatch(self, opts.stall_seconds) if readers.watches_stalls else None
-        with quiet_gc():
-            readers.start(follow=True, poll_interval=opts.poll_seconds)
+        with self._running(follow=True):
             last_scan = time.monotonic()
+            while not stop.is_set() and not readers.errors:
+                self._confirm_closed()
+                n = dispatcher.poll()
+                self._update_floor()
+                now = time.monotonic()
+                if sink.buffered_rows and now - sink.buffered_since >= opts.flush_seconds:
+                    sink.flush()
+                self.maybe_checkpoint()
+                if now - last_scan >= 1.0:
+                    last_scan = now
+                    for t in readers.add_new_threads():
+                        log.warning(
+                            "redo thread %d appeared after the start and is not in play: it does not hold the "
+                            "watermark, so its rows of transactions already published are counted as late "
+                            "records and not published (give every thread with --threads)", t,
+                            extra={"redo_thread": t})
+                    if watch:
+                        watch.check(now)
+                if on_tick:
+                    on_tick(self)
+                if not n:
+                    wait = opts.flush_seconds - (now - sink.buffered_since) if sink.buffered_rows else opts.poll_seconds
+                    self.appended.wait(max(0.005, min(wait, opts.poll_seconds)))
+                    self.appended.clear()
+            log.info("stopping: readers finish their block")
+            readers.stop.set()
+            readers.join()
+            while dispatcher.poll():
+                pass
+            self.checkpoint()
+        if readers.errors:
+            raise readers.errors[0]
+        log.info("stopped: changefeed at tx_seq %d", sink.next_tx_seq - 1, extra={"last_tx_seq": sink.next_tx_seq - 1})
+        return self.summary()
+
+    @contextmanager
+    def _running(self, follow: bool) -> Iterator[None]:
+        """The readers started (to the end of the input, or following it) with the garbage
+        collector quiet; on any error the readers are stopped and joined and the sink's
+        unpublished file dropped (the next run publishes it again) before it goes on."""
+        readers = self.readers
+        with quiet_gc():
+            if follow:
+                readers.start(follow=True, poll_interval=self.options.poll_seconds)
+            else:
+                readers.start()
             try:
-                while not stop.is_set() and not readers.errors:
-                    self._confirm_closed()
-                    n = dispatcher.poll()
-                    self._update_floor()
-                    now = time.monotonic()
-                    if sink.buffered_rows and now - sink.buffered_since >= opts.flush_seconds:
-                        sink.flush()
-                    self.maybe_checkpoint()
-                    if now - last_scan >= 1.0:
-                        last_scan = now
-                        for t in readers.add_new_threads():
-                            log.warning(
-                                "redo thread %d appeared after the start and is not in play: it does not hold the "
-                                "watermark, so its rows of transactions already published are counted as late "
-                                "records and not published (give every thread with --threads)", t)
-                        if watch:
-                            watch.check(now)
-                    if on_tick:
-                        on_tick(self)
-                    if not n:
-                        wait = opts.flush_seconds - (now - sink.buffered_since) if sink.buffered_rows else opts.poll_seconds
-                        self.appended.wait(max(0.005, min(wait, opts.poll_seconds)))
-                        self.appended.clear()
-                log.info("stopping: readers finish their block")
-                readers.stop.set()
-                readers.join()
-                while dispatcher.poll():
-                    pass
-                self.checkpoint()
+                yield
             except BaseException:
                 readers.stop.set()
                 readers.join()
-                sink.abandon()
+                self.sink.abandon()
                 raise
-        if readers.errors:
-            raise readers.errors[0]
-        log.info("stopped: changefeed at tx_seq %d", sink.next_tx_seq - 1)
-        return self.summary()
 
     def _confirm_closed(self) -> None:
         """Hand the readers' confirmations of closed threads to the dispatcher."""
@@ -417,17 +398,17 @@ class Pipeline:
 
     def _fill_progress(self, p: Progress) -> None:
         d = self.dispatcher
-        p.bytes_read = sum(_bytes_read(r) for r in self.readers.readers.values())
+        p.bytes_read = self.readers.bytes_read
         p.records = d.stats.records
         p.published = d.stats.published
         p.open_transactions = len(d.open)
         p.watermark = d.watermark
 
-    def summary(self) -> ReplaySummary:
+    def summary(self) -> RunSummary:
         s = self.dispatcher.totals()
         d = {f.name: getattr(s, f.name) - getattr(self._stats0, f.name) for f in fields(DispatchStats)}
         segs = self.queue.segments()
-        return ReplaySummary(
+        return RunSummary(
             threads=list(self.threads),
             records_read=self.readers.records_read,
             blocks_dispatched=d["blocks"],
@@ -446,8 +427,8 @@ class Pipeline:
             next_tx_seq=self.sink.next_tx_seq,
             files_published=self.sink.files_published,
             quarantined=self.readers.quarantined,
-            checkpoints=self.checkpoints,
-            segments_deleted=self.segments_deleted,
+            checkpoints=self.checkpointer.count,
+            segments_deleted=self.checkpointer.segments_deleted,
             queue_segments=len(segs),
             queue_bytes=sum(x.bytes for x in segs),
             seconds=time.monotonic() - self.started,
@@ -479,7 +460,8 @@ class _ThreadWatch:
                 self._late_logged[t] = (n, now)
                 log.warning("redo thread %d: %d late record(s) so far: rows of transactions already published "
                             "(or ends below them), not published; the thread is %s", t, n,
-                            "in play" if t in d.progress else "not in play for the watermark")
+                            "in play" if t in d.progress else "not in play for the watermark",
+                            extra={"redo_thread": t, "late_records": n})
         for t in self.pipeline.threads:
             p = d.progress.get(t, -1)
             if t in d.closed:
@@ -494,7 +476,7 @@ class _ThreadWatch:
                 self._stalled.add(t)
                 log.warning("redo thread %d has written nothing for %.0fs and is not closed (progress %s): it holds "
                             "the watermark, so nothing above it is published", t, now - last[1],
-                            p if p >= 0 else "none yet")
+                            p if p >= 0 else "none yet", extra={"redo_thread": t, "progress": p})
 
 
 def run_service(
@@ -504,13 +486,9 @@ def run_service(
     options: PipelineOptions | None,
     stop: threading.Event,
     on_tick: Callable[[Pipeline], None] | None = None,
-) -> ReplaySummary:
+) -> RunSummary:
     """``olr-buffer run``: follow ``input_dir`` until ``stop`` is set."""
-    pipeline = Pipeline(input_dir, queue_dir, changefeed_dir, options)
-    try:
-        return pipeline.serve(stop, on_tick)
-    finally:
-        pipeline.close()
+    return _serve(Pipeline(input_dir, queue_dir, changefeed_dir, options), stop, on_tick)
 
 
 def run_postgres_service(
@@ -525,7 +503,7 @@ def run_postgres_service(
     publication: str = "olr_buffer",
     initial_copy: bool = True,
     streaming: bool = True,
-) -> ReplaySummary:
+) -> RunSummary:
     """``olr-buffer run postgresql://...``: the same service with a PostgreSQL source."""
     from .reader.postgres import PostgresSource
 
@@ -545,7 +523,10 @@ def run_postgres_service(
             block_bytes=opts.block_bytes,
         )
 
-    pipeline = Pipeline(uri, queue_dir, changefeed_dir, opts, source=source)
+    return _serve(Pipeline(uri, queue_dir, changefeed_dir, opts, source=source), stop, on_tick)
+
+
+def _serve(pipeline: Pipeline, stop: threading.Event, on_tick: Callable[[Pipeline], None] | None) -> RunSummary:
     try:
         return pipeline.serve(stop, on_tick)
     finally:
@@ -559,7 +540,7 @@ def replay(
     options: PipelineOptions | None = None,
     on_progress: Callable[[Progress], None] | None = None,
     progress_every: float = 0.5,
-) -> ReplaySummary:
+) -> RunSummary:
     """Read every log file of ``input_dir`` to its end through the queue, publish every
     committed transaction, return the summary. Resumes where a killed run stopped.
     An input directory without any log file is bad input (before anything is created)."""
@@ -569,15 +550,3 @@ def replay(
         return pipeline.replay(on_progress, progress_every)
     finally:
         pipeline.close()
-
-
-def _bytes_read(r) -> int:
-    """Bytes on disk of the files passed, plus the current file's offset (capped at its size:
-    offsets count decompressed bytes)."""
-    total = 0
-    for seq, f in r.files.items():
-        if seq < r.pos.sequence:
-            total += os.path.getsize(f.path)
-        elif seq == r.pos.sequence:
-            total += min(r.pos.offset, os.path.getsize(f.path))
-    return total

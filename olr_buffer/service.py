@@ -4,14 +4,21 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import platform
 import threading
 import time
 import tomllib
+from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, SummaryMetricFamily
+
+from . import __version__
 from .errors import OlrBufferError, printable
-from .reader.blocks import INFINITE_SCN
+from .changes import INFINITE_SCN
 
 
 class ConfigError(OlrBufferError):
@@ -30,17 +37,63 @@ def load_config(path: str) -> dict[str, Any]:
     return {k.replace("-", "_"): v for k, v in doc.items()}
 
 
+# -- the last failure ------------------------------------------------------------------
+
+#: In QUEUE_DIR: written by ``run`` when it stops on an error, removed when it starts.
+FAILURE_FILE = "service-failure.json"
+
+
+def record_failure(queue_dir: str, exc: BaseException, exit_code: int) -> None:
+    """Leave a record of the error that stopped ``run`` in ``queue_dir`` (if it exists),
+    for ``status``: its ``state`` is then ``failed``."""
+    doc = {"time": iso_now(), "pid": os.getpid(), "exit_code": exit_code, "error": str(exc) or type(exc).__name__}
+    tmp = os.path.join(queue_dir, f".{FAILURE_FILE}.tmp")
+    try:
+        with open(tmp, "w") as fh:
+            json.dump(doc, fh)
+        os.replace(tmp, os.path.join(queue_dir, FAILURE_FILE))
+    except OSError:
+        pass  # a queue directory that cannot be written: the error itself is on stderr
+
+
+def clear_failure(queue_dir: str) -> None:
+    try:
+        os.unlink(os.path.join(queue_dir, FAILURE_FILE))
+    except FileNotFoundError:
+        pass
+
+
+def read_failure(queue_dir: str) -> dict | None:
+    try:
+        with open(os.path.join(queue_dir, FAILURE_FILE)) as fh:
+            doc = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def iso_now() -> str:
+    """The current time as ISO-8601 UTC, to the millisecond: ``2026-11-23T10:28:23.123Z``."""
+    return iso_time(time.time())
+
+
+def iso_time(seconds: float) -> str:
+    """Seconds since the epoch as ISO-8601 UTC, to the millisecond."""
+    return datetime.fromtimestamp(seconds, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 # -- logs ------------------------------------------------------------------------------
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line: ts, level, logger, msg, and any ``extra`` fields."""
+    """One JSON object per line: ``ts`` (ISO-8601 UTC), ``level``, ``logger``, ``msg``, and
+    the facts a message gives with ``extra=`` (file, tx_seq range, rows, xid ...) as fields."""
 
     _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
 
     def format(self, record: logging.LogRecord) -> str:
         doc = {
-            "ts": round(record.created, 3),
+            "ts": iso_time(record.created),
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": record.getMessage(),
@@ -73,92 +126,160 @@ def setup_logging(level: str, fmt: str) -> None:
 
 # -- metrics ---------------------------------------------------------------------------
 
+#: ``/health`` answers 503 when the service's loop has not ticked for this many seconds.
+HEALTH_STALE_SECONDS = 30.0
+
 
 class Metrics:
-    """A snapshot of the service's figures in the Prometheus text format, renewed at most
-    once a second from the pipeline's loop; the HTTP thread only reads the last text."""
+    """The service's figures in the Prometheus text format (rendered by prometheus_client),
+    renewed at most once a second from the pipeline's loop; the HTTP thread only reads the
+    last text. ``/health`` says whether that loop still ticks."""
 
     def __init__(self) -> None:
-        self._text = "# no data yet\n"
+        self._text = b"# no data yet\n"
         self._last = 0.0
+        self._tick = time.monotonic()
         self._lock = threading.Lock()
 
     def update(self, pipeline, force: bool = False) -> None:
         now = time.monotonic()
+        self._tick = now
         if not force and now - self._last < 1.0:
             return
         self._last = now
-        text = _render(pipeline)
+        text = render_metrics(pipeline)
         with self._lock:
             self._text = text
 
-    def text(self) -> str:
+    def text(self) -> bytes:
         with self._lock:
             return self._text
 
+    def health(self) -> tuple[bool, dict]:
+        """(healthy, document): healthy while the loop ticked within ``HEALTH_STALE_SECONDS``."""
+        idle = time.monotonic() - self._tick
+        ok = idle < HEALTH_STALE_SECONDS
+        return ok, {"status": "ok" if ok else "stalled", "seconds_since_loop": round(idle, 3)}
 
-def _render(p) -> str:
+
+def render_metrics(p) -> bytes:
+    """The pipeline's metrics in the Prometheus text exposition format."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Snapshot(list(_families(p))))
+    return generate_latest(registry)
+
+
+class _Snapshot:
+    """A prometheus_client collector that hands out families collected beforehand."""
+
+    def __init__(self, families: list) -> None:
+        self._families = families
+
+    def collect(self):
+        return iter(self._families)
+
+
+def _family(name: str, kind: str, help_: str, samples, labels: tuple[str, ...] = ()):
+    cls = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
+    fam = cls(f"olr_buffer_{name}", help_, labels=list(labels))
+    for label_values, value in samples:
+        fam.add_metric(list(label_values), value)
+    return fam
+
+
+def seconds_behind_source(p, now_ns: int) -> float:
+    """Like Debezium's MilliSecondsBehindSource, in seconds: how far the changefeed is
+    behind the source's clock. While a commit waits for the watermark (a silent thread
+    holds it), now minus the oldest such commit's ``tm``, growing; otherwise the delay of
+    the last published commit (publication time minus its ``tm``), 0 before any."""
+    waiting = [t.end_tm for t in p.dispatcher.open.values() if t.end_key is not None and t.end_tm]
+    last = p.sink.latencies[-1] if p.sink.latencies else 0.0
+    return max(last, (now_ns - min(waiting)) / 1e9 if waiting else 0.0, 0.0)
+
+
+def _families(p):
     d, sink, readers = p.dispatcher, p.sink, p.readers
     totals = d.totals()
-    progress = {t: v for t, v in d.progress.items()}
+    progress = dict(d.progress)
     finite = [v for v in progress.values() if v < INFINITE_SCN]
     watermark = d.watermark
     now_ns = time.time_ns()
     tms = [t.begin_tm for t in d.open.values() if t.begin_tm]
     oldest_age = (now_ns - min(tms)) / 1e9 if tms else 0.0
     lat = sorted(sink.latencies)
-    out = []
-
-    def metric(name: str, kind: str, help_: str, samples: list[tuple[str, float]]) -> None:
-        out.append(f"# HELP olr_buffer_{name} {help_}")
-        out.append(f"# TYPE olr_buffer_{name} {kind}")
-        for labels, value in samples:
-            out.append(f"olr_buffer_{name}{labels} {value}")
-
-    metric("records_appended_total", "counter", "Redo records appended to the queue by this process.",
-           [("", readers.records_read)])
     segments = p.queue.segments()
-    metric("queue_bytes", "gauge", "Bytes of the queue's segment files.", [("", sum(s.bytes for s in segments))])
-    metric("queue_segments", "gauge", "Segments in the queue.", [("", len(segments))])
-    metric("open_transactions", "gauge", "Transactions held by the dispatcher.", [("", len(d.open))])
-    metric("oldest_open_age_seconds", "gauge", "Age of the oldest open transaction (from its begin's tm).",
-           [("", round(oldest_age, 3))])
-    metric("thread_progress_scn", "gauge", "Progress P(t) of each redo thread.",
-           [(f'{{thread="{t}"}}', v) for t, v in sorted(progress.items())])
-    metric("thread_state", "gauge", "State of each redo thread: open, closed (by a close record) or finished "
-           "(input read to the end); 1 for the thread's state.",
-           [(f'{{thread="{t}",state="{s}"}}', int(s == state)) for t, state in p.thread_states().items()
-            for s in ("open", "closed", "finished")])
-    metric("threads_waiting", "gauge", "Threads in play that have not written a record yet (nothing is published).",
-           [("", len(p.waiting_for()))])
-    metric("watermark_scn", "gauge", "min P(t) over the threads in play.", [("", watermark)])
-    metric("watermark_lag_scn", "gauge", "How far the watermark is behind the most advanced thread, in SCN.",
-           [("", (max(finite) - watermark) if finite and watermark < INFINITE_SCN else 0)])
-    metric("late_records_total", "counter", "Records not published because they came after their transaction, "
-           "or a later commit, was published (threads not in play).", [("", totals.late_records)])
-    metric("transactions_published_total", "counter", "Transactions published to the changefeed.", [("", totals.published)])
-    metric("rows_published_total", "counter", "Rows published to the changefeed.", [("", totals.rows)])
-    metric("changefeed_next_tx_seq", "gauge", "The tx_seq the next transaction will get.", [("", sink.next_tx_seq)])
+
+    def one(value):
+        return [((), value)]
+
+    build = InfoMetricFamily("olr_buffer_build", "Version of olr-buffer and of Python.",
+                             value={"version": __version__, "python": platform.python_version()})
+    yield build
+    yield _family("records_appended_total", "counter", "Redo records appended to the queue by this process.",
+                  one(readers.records_read))
+    yield _family("queue_bytes", "gauge", "Bytes of the queue's segment files.", one(sum(s.bytes for s in segments)))
+    yield _family("queue_segments", "gauge", "Segments in the queue.", one(len(segments)))
+    yield _family("open_transactions", "gauge", "Transactions held by the dispatcher.", one(len(d.open)))
+    yield _family("oldest_open_age_seconds", "gauge", "Age of the oldest open transaction (from its begin's tm).",
+                  one(round(oldest_age, 3)))
+    yield _family("thread_progress_scn", "gauge", "Progress P(t) of each redo thread.",
+                  [((str(t),), v) for t, v in sorted(progress.items())], ("thread",))
+    yield _family("thread_state", "gauge", "State of each redo thread: open, closed (by a close record) or finished "
+                  "(input read to the end); 1 for the thread's state.",
+                  [((str(t), s), int(s == state)) for t, state in p.thread_states().items()
+                   for s in ("open", "closed", "finished")], ("thread", "state"))
+    yield _family("threads_waiting", "gauge", "Threads in play that have not written a record yet (nothing is "
+                  "published).", one(len(p.waiting_for())))
+    yield _family("watermark_scn", "gauge", "min P(t) over the threads in play.", one(watermark))
+    yield _family("watermark_lag_scn", "gauge", "How far the watermark is behind the most advanced thread, in SCN.",
+                  one((max(finite) - watermark) if finite and watermark < INFINITE_SCN else 0))
+    yield _family("seconds_behind_source", "gauge", "Like Debezium's MilliSecondsBehindSource, in seconds: now minus "
+                  "the tm of the oldest commit waiting for the watermark, else the delay of the last published "
+                  "commit.", one(round(seconds_behind_source(p, now_ns), 3)))
+    yield _family("late_records_total", "counter", "Records not published because they came after their "
+                  "transaction, or a later commit, was published (threads not in play).", one(totals.late_records))
+    yield _family("dead_letters_total", "counter", "Bad records written to the --dead-letter file by this process.",
+                  one(readers.quarantined))
+    yield _family("transactions_rolled_back_total", "counter", "Transactions ended by a rollback (not published).",
+                  one(totals.rolled_back))
+    yield _family("unmatched_compensations_total", "counter", "Compensating records (rollback: true) that matched "
+                  "no row of their transaction.", one(totals.unmatched_compensations))
+    yield _family("transactions_published_total", "counter", "Transactions published to the changefeed.",
+                  one(totals.published))
+    yield _family("rows_published_total", "counter", "Rows published to the changefeed.", one(totals.rows))
+    yield _family("changefeed_next_tx_seq", "gauge", "The tx_seq the next transaction will get.",
+                  one(sink.next_tx_seq))
     for name, kind, help_, samples in readers.metrics() if hasattr(readers, "metrics") else ():
-        metric(name, kind, help_, samples)  # the source's own (PostgreSQL: slot, lag)
-    quantiles = [(q, lat[min(len(lat) - 1, int(q * len(lat)))]) for q in (0.5, 0.9, 0.99)] if lat else []
-    metric("publish_latency_seconds", "summary",
-           "Commit-to-visible latency of recent transactions (publication time minus the commit's tm).",
-           [(f'{{quantile="{q}"}}', round(v, 4)) for q, v in quantiles] + [("_count", len(lat))])
-    return "\n".join(out) + "\n"
+        # the source's own (PostgreSQL: slot, lag), without labels
+        yield _family(name, kind, help_, [((), value) for _labels, value in samples])
+    latency = SummaryMetricFamily(
+        "olr_buffer_publish_latency_seconds",
+        "Commit-to-visible latency of recent transactions (publication time minus the commit's tm).",
+        count_value=len(lat), sum_value=round(sum(lat), 4),
+    )
+    for q in (0.5, 0.9, 0.99) if lat else ():
+        latency.add_sample("olr_buffer_publish_latency_seconds", {"quantile": str(q)},
+                           round(lat[min(len(lat) - 1, int(q * len(lat)))], 4))
+    yield latency
 
 
 def serve_metrics(metrics: Metrics, host: str, port: int) -> ThreadingHTTPServer:
-    """Serve ``/metrics`` on ``host:port`` from a daemon thread."""
+    """Serve ``/metrics`` and ``/health`` on ``host:port`` from a daemon thread."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
-            if self.path.split("?")[0] != "/metrics":
+            path = self.path.split("?")[0]
+            if path == "/metrics":
+                self._send(200, metrics.text(), CONTENT_TYPE_LATEST)
+            elif path == "/health":
+                ok, doc = metrics.health()
+                self._send(200 if ok else 503, json.dumps(doc).encode() + b"\n", "application/json")
+            else:
                 self.send_error(404)
-                return
-            body = metrics.text().encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+
+        def _send(self, code: int, body: bytes, content_type: str) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)

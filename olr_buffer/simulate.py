@@ -118,7 +118,7 @@ def _maybe(r: random.Random, value: Any, null_share: float = 0.3) -> Any:
 class SimulationStats:
     """What `simulate` wrote.
 
-    ``partial`` counts the transactions without a ``begin`` (they started before the
+    ``no_begin`` counts the transactions without a ``begin`` (they started before the
     input; all of them commit).  ``committed`` counts every transaction that ends with a
     ``commit`` (with or without ``begin``, emptied by compensation or not); ``emitted`` is
     how many the changefeed must hold (committed, with ``begin``, at least one row left).
@@ -129,7 +129,7 @@ class SimulationStats:
     transactions: int = 0
     committed: int = 0
     rolled_back: int = 0
-    partial: int = 0
+    no_begin: int = 0
     compensations: int = 0
     distributed: int = 0
     ddl: int = 0
@@ -138,7 +138,7 @@ class SimulationStats:
     emitted: int = 0
     emitted_rows: int = 0
     fully_compensated: int = 0
-    open: int = 0
+    open_at_end: int = 0  # transactions without an end when the input ends
     equal_scn_commits: int = 0
     long: int = 0
     large: int = 0
@@ -147,11 +147,6 @@ class SimulationStats:
     reopens: int = 0
     first_scn: int = 0
     last_scn: int = 0
-
-    @property
-    def no_begin(self) -> int:
-        """Alias of ``partial``: transactions without a ``begin`` record."""
-        return self.partial
 
 
 @dataclass(frozen=True)
@@ -656,7 +651,7 @@ class _Simulator:
         self._stats.transactions += 1
         self._stats.long += tx.long
         self._stats.large += tx.large
-        self._stats.partial += not tx.has_begin
+        self._stats.no_begin += not tx.has_begin
         # Those without begin started before the input: their records come first.
         delay = self._rng.uniform(0.0, 1.0) if tx.has_begin else 0.0
         self._push(self._now + delay, tx)
@@ -839,7 +834,7 @@ class _Simulator:
         thread), release the rows, retire the transaction."""
         self._ready.pop(tx.ident, None)
         if tx.end is None:
-            self._stats.open += 1
+            self._stats.open_at_end += 1
             self._retire(tx)
             return
         self._record_tx(tx, tx.home, tx.end, None)

@@ -2,20 +2,29 @@
 
 The queue is opened read-only (no lock taken), so this works while ``replay`` or ``run``
 owns it. Dispatcher figures are those of the last checkpoint; segment and reader figures
-are current.
+are current, and so is the changefeed's position (read from its manifest). ``state`` is
+``running`` while the queue's LOCK holder is alive, ``failed`` when the last ``run``
+stopped on an error (its record, :func:`olr_buffer.service.read_failure`), else
+``stopped``. Times are ISO-8601 UTC.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from dataclasses import asdict
 
+import msgspec
+
+from .changes import INFINITE_SCN
+from .dispatcher.checkpoint import TransactionState, decode_checkpoint
 from .dispatcher.errors import damaged_checkpoint
-from .errors import printable
-from .reader.blocks import INFINITE_SCN
+from .errors import OlrBufferError, printable
 from .reader.position import POSITION_PREFIX, load_positions
+from .service import iso_time, read_failure
+from .spark_sink.layout import read_manifest
 from .txbuffer import LmdbQueue, cleanup_candidates, held_segments
-from .txbuffer.metadata import CHECKPOINT_KEY, POSTGRES_POSITION_KEY, load_json
+from .txbuffer.metadata import CHECKPOINT_KEY, POSTGRES_POSITION_KEY, QUEUE_ID_KEY, load_json
 
 
 def queue_status(queue_dir: str) -> dict:
@@ -35,9 +44,14 @@ def _queue_status(queue_dir: str) -> dict:
     finally:
         q.close()
     now = time.time()
+    owner = _owner(queue_dir)
+    failure = None if owner["running"] else read_failure(queue_dir)
     doc: dict = {
         "queue": os.path.abspath(queue_dir),
-        "owner": _owner(queue_dir),
+        "state": "running" if owner["running"] else "failed" if failure else "stopped",
+        "failure": failure,
+        "as_of": iso_time(now),
+        "owner": owner,
         "segments": {
             "count": len(segments),
             "bytes": sum(s.bytes for s in segments),
@@ -64,58 +78,72 @@ def _queue_status(queue_dir: str) -> dict:
     if raw is None:
         doc["checkpoint"] = None
         return doc
-    cp = load_json(CHECKPOINT_KEY, raw, queue_dir)
-    threads = [int(t) for t in cp.get("threads", cp["progress"].keys())]
-    progress = {int(t): p for t, p in cp["progress"].items()}
-    closed = {int(t) for t in cp.get("closed", {})}
-    watermark = cp.get("watermark", min((progress.get(t, -1) for t in threads), default=INFINITE_SCN))
-    txns = [state for _, state in cp["transactions"]]
-    held = [t for in_open, t in cp["transactions"] if in_open]
-    needed = min([cp["position"], *(t[1] for t in txns)])
+    cp = decode_checkpoint(raw, queue_dir)
+    threads = cp.threads if cp.threads is not None else list(cp.progress)
+    txns = [h.transaction for h in cp.transactions]
+    held = [h.transaction for h in cp.transactions if h.in_open]
+    needed = cp.needed_from()
     freeable = cleanup_candidates(segments, needed, 0, 0.0, lambda _p: 0.0)
     doc["checkpoint"] = {
-        "written": cp.get("written"),
-        "age_seconds": round(now - cp["written"], 3) if cp.get("written") else None,
-        "position": cp["position"],
-        "behind_records": max(0, next_index - cp["position"]),
+        "written": iso_time(cp.written) if cp.written else None,
+        "age_seconds": round(now - cp.written, 3) if cp.written else None,
+        "position": cp.position,
+        "behind_records": max(0, next_index - cp.position),
     }
-    doc["watermark"] = _scn(watermark)
-    doc["progress"] = {str(t): _scn(p) for t, p in sorted(progress.items())}
+    doc["watermark"] = _scn(cp.effective_watermark())
+    doc["progress"] = {str(t): _scn(p) for t, p in sorted(cp.progress.items())}
     doc["threads_in_play"] = threads
-    doc["waiting_for"] = [t for t in threads if progress.get(t, -1) < 0 and t not in closed]
-    other = {int(t) for t in cp.get("other_progress", {})}
+    doc["waiting_for"] = [t for t in threads if cp.progress.get(t, -1) < 0 and t not in cp.closed]
     finished = {int(t) for t, r in doc["readers"].items() if r["finished"]}
     doc["thread_states"] = {
-        str(t): "closed" if t in closed else "finished" if t in finished else "open"
-        for t in sorted(set(threads) | other | closed | {int(t) for t in doc["readers"]})
+        str(t): "closed" if t in cp.closed else "finished" if t in finished else "open"
+        for t in sorted(set(threads) | set(cp.other_progress) | set(cp.closed) | {int(t) for t in doc["readers"]})
     }
     doc["open_transactions"] = {
         "count": len(held),
-        "ended_waiting_for_watermark": sum(1 for t in txns if t[7] is not None),
-        "oldest": _txn(min(held, key=lambda t: (t[2], t[0])), now) if held else None,
-        "largest": _txn(max(held, key=lambda t: (t[5], t[0])), now) if held else None,
+        "ended_waiting_for_watermark": sum(1 for t in txns if t.end_key is not None),
+        "oldest": _txn(min(held, key=lambda t: (t.first_scn, t.xid)), now) if held else None,
+        "largest": _txn(max(held, key=lambda t: (t.rows, t.xid)), now) if held else None,
     }
-    cf = cp.get("changefeed") or {}
-    doc["changefeed"] = {
-        "path": cf.get("path"),
-        "next_tx_seq": cf.get("next_tx_seq"),
-        "last_tx_seq": (cf["next_tx_seq"] - 1) if cf.get("next_tx_seq") else None,
-        "last_c_scn": cf.get("last_c_scn"),
-        "files": cf.get("files"),
-    }
-    holder = min((t for t in txns if t[1] < cp["position"]), key=lambda t: t[1], default=None)
-    held = held_segments(segments, needed, cp["position"])
+    queue_id = meta.get(QUEUE_ID_KEY)
+    cf = msgspec.structs.asdict(cp.changefeed) if cp.changefeed else {}
+    doc["changefeed"] = _changefeed(cf, queue_id.decode() if queue_id else None)
+    holder = min((t for t in txns if t.first_block < cp.position), key=lambda t: t.first_block, default=None)
+    held_segs = held_segments(segments, needed, cp.position)
     doc["cleanup"] = {
         "needed_from_index": needed,
         "segments_freeable": len(freeable),
         "bytes_freeable": sum(s.bytes for s in freeable),
         # the transaction that keeps cleanup from going further, and what it keeps
-        "held_by": {**_txn(holder, now), "ended": holder[7] is not None} if holder else None,
-        "segments_held": len(held),
-        "bytes_held": sum(s.bytes for s in held),
+        "held_by": {**_txn(holder, now), "ended": holder.end_key is not None} if holder else None,
+        "segments_held": len(held_segs),
+        "bytes_held": sum(s.bytes for s in held_segs),
     }
-    doc["totals"] = cp.get("stats", {})
+    doc["totals"] = asdict(cp.stats)
     return doc
+
+
+def _changefeed(cf: dict, queue_id: str | None) -> dict:
+    """The changefeed's live position from its manifest (the writer rewrites it with each
+    file it publishes) if this queue writes it, else as of the last checkpoint
+    (``"source"`` says which)."""
+    try:
+        manifest = read_manifest(cf["path"]) if cf.get("path") else None
+    except OlrBufferError:  # not readable by this user: the checkpoint's figures
+        manifest = None
+    ours = manifest and isinstance(manifest.get("next_tx_seq"), int) and manifest.get("queue_id") == queue_id
+    live = manifest if ours else None
+    src = live or cf
+    next_tx_seq = src.get("next_tx_seq")
+    return {
+        "path": cf.get("path"),
+        "source": "manifest" if live else "checkpoint",
+        "next_tx_seq": next_tx_seq,
+        "last_tx_seq": (next_tx_seq - 1) if next_tx_seq else None,
+        "last_c_scn": src.get("last_c_scn"),
+        "files": src.get("files"),
+        "updated": iso_time(live["updated"]) if live and live.get("updated") else None,
+    }
 
 
 def _postgres(st: dict, now: float) -> dict:
@@ -139,16 +167,15 @@ def _lsn(value: int) -> str:
     return f"{value >> 32:X}/{value & 0xFFFFFFFF:X}"
 
 
-def _txn(t: list, now: float) -> dict:
-    xid, first_block, first_scn, begin_scn, begin_tm, rows, comps, end_key, *_rest, locs = t
+def _txn(t: TransactionState, now: float) -> dict:
     return {
-        "xid": xid,
-        "first_scn": first_scn,
-        "begin_scn": begin_scn if begin_scn >= 0 else None,
-        "age_seconds": round(now - begin_tm / 1e9, 3) if begin_tm else None,
-        "rows": rows,
-        "blocks": sum(len(v) // 3 for v in locs.values()),
-        "first_index": first_block,
+        "xid": t.xid,
+        "first_scn": t.first_scn,
+        "begin_scn": t.begin_scn if t.begin_scn >= 0 else None,
+        "age_seconds": round(now - t.begin_tm / 1e9, 3) if t.begin_tm else None,
+        "rows": t.rows,
+        "blocks": sum(len(v) // 3 for v in t.locations.values()),
+        "first_index": t.first_block,
     }
 
 
@@ -182,9 +209,13 @@ def render(doc: dict) -> str:
 def _lines(doc: dict) -> list[str]:
     seg = doc["segments"]
     lines = [
-        f"queue {doc['queue']}  (owner pid {doc['owner']['pid']}, {'running' if doc['owner']['running'] else 'not running'})",
+        f"queue {doc['queue']}: {doc['state']}"
+        + (f" (pid {doc['owner']['pid']})" if doc["owner"]["running"] else "") + f", as of {doc['as_of']}",
         f"segments: {seg['count']}, {seg['bytes'] / 1e6:,.1f} MB, indexes {seg['first_index']}..{seg['next_index'] - 1}",
     ]
+    if doc["failure"]:
+        f = doc["failure"]
+        lines.append(f"failed at {f.get('time')} (pid {f.get('pid')}, exit {f.get('exit_code')}): {f.get('error')}")
     for t, r in doc["readers"].items():
         lines.append(
             f"reader thread {t}: sequence {r['sequence']} line {r['line']} (byte {r['offset']}), "
@@ -195,7 +226,8 @@ def _lines(doc: dict) -> list[str]:
         lines.append(
             f"postgresql {pg['source']}: slot {pg['slot']}, confirmed {pg['confirmed_lsn']}, server {pg['server_lsn']} "
             f"({pg['lag_bytes']:,} bytes behind), {pg['streaming_transactions']} transaction(s) streaming, "
-            f"initial copy {pg['initial_copy']} (as of {pg['as_of_seconds_ago']}s ago)"
+            f"initial copy {pg['initial_copy']}"
+            + (f" (as of {pg['as_of_seconds_ago']}s ago)" if pg["as_of_seconds_ago"] is not None else "")
         )
     cp = doc.get("checkpoint")
     if cp is None:
@@ -203,7 +235,7 @@ def _lines(doc: dict) -> list[str]:
         return lines
     lines.append(
         f"checkpoint: queue index {cp['position']} ({cp['behind_records']:,} records behind the queue's end), "
-        f"{cp['age_seconds']}s old"
+        + (f"written {cp['written']} ({cp['age_seconds']}s ago)" if cp["written"] else "time unknown")
     )
     lines.append(f"watermark: {doc['watermark']}  progress: " + ", ".join(f"{t}={p}" for t, p in doc["progress"].items()))
     lines.append("threads: " + ", ".join(
@@ -220,12 +252,13 @@ def _lines(doc: dict) -> list[str]:
     lines.append(f"open transactions: {ot['count']:,} ({ot['ended_waiting_for_watermark']:,} ended, waiting for the watermark)")
     if ot["oldest"]:
         o = ot["oldest"]
-        lines.append(f"  oldest: {o['xid']} from scn {o['first_scn']}, age {o['age_seconds']}s, {o['rows']:,} rows")
+        lines.append(f"  oldest: {o['xid']} from scn {o['first_scn']}, age {_age(o)}, {o['rows']:,} rows")
         lg = ot["largest"]
         lines.append(f"  largest: {lg['xid']} with {lg['rows']:,} rows in {lg['blocks']:,} blocks")
     cf = doc["changefeed"]
     lines.append(
         f"changefeed {cf['path']}: last tx_seq {cf['last_tx_seq']}, last c_scn {cf['last_c_scn']}, {cf['files']} files"
+        + (f" (updated {cf['updated']})" if cf["updated"] else " (as of the checkpoint)")
     )
     c = doc["cleanup"]
     lines.append(
@@ -235,8 +268,13 @@ def _lines(doc: dict) -> list[str]:
     if c["held_by"]:
         h = c["held_by"]
         lines.append(
-            f"  held by transaction {h['xid']} (from scn {h['first_scn']}, age {h['age_seconds']}s, "
+            f"  held by transaction {h['xid']} (from scn {h['first_scn']}, age {_age(h)}, "
             f"{'ended, waiting for the watermark' if h['ended'] else 'not ended'}): "
             f"it keeps {c['segments_held']} segment(s), {c['bytes_held'] / 1e6:,.1f} MB"
         )
     return lines
+
+
+def _age(txn: dict) -> str:
+    """A transaction's age, or ``unknown`` when its begin has no ``tm`` (or it has no begin)."""
+    return f"{txn['age_seconds']}s" if txn["age_seconds"] is not None else "unknown (no tm)"

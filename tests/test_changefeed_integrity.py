@@ -25,7 +25,7 @@ from olr_buffer.simulate import simulate
 from olr_buffer.txbuffer import LmdbQueue
 from tests.cli.conftest import Result, ok
 from tests.contract_model import changefeed_files, expected_changefeed
-from tests.test_faults import ROOT, TIMEOUT, exact, one_line_error, part_bytes, published_prefix, tmpfs
+from tests.fault_helpers import ROOT, TIMEOUT, exact, one_line_error, part_bytes, published_prefix, tmpfs
 
 FILE_ROWS = ("--file-rows", "40")
 

@@ -185,7 +185,7 @@ def test_thread_appearing_later_not_in_play_is_late_warned_counted(tmp_path: Pat
     assert any("redo thread 3 appeared after the start and is not in play" in ln for ln in warnings), err
     assert any("redo thread 3: 4 late record(s)" in ln for ln in warnings), err
     assert "olr_buffer_late_records_total 4" in metrics
-    assert 'olr_buffer_thread_state{thread="3",state="open"} 1' in metrics
+    assert 'olr_buffer_thread_state{state="open",thread="3"} 1' in metrics
     assert "late records: 4 (in 1 whole transaction(s)" in text
     assert "3 open (not in play)" in text
     assert [(r["xid"], r["rid"]) for r in load_changefeed(tmp_path / "cf")] == [("A", "r1")]

@@ -1,17 +1,18 @@
 """dispatcher: transactions by XID, progress and watermark, commit order, compensation."""
 
-from .dispatcher import DispatchStats, Dispatcher, TransactionSink
+from .checkpoint import Checkpoint, DispatchStats, decode_checkpoint
+from .dispatcher import Dispatcher, TransactionSink
 from .errors import DispatchError
 from .replay import ReplayStats
-from .transaction import Commit, CommitKey, OpenTransaction
+from .transaction import OpenTransaction
 
 __all__ = [
-    "Commit",
-    "CommitKey",
+    "Checkpoint",
     "DispatchError",
     "DispatchStats",
     "Dispatcher",
     "OpenTransaction",
     "ReplayStats",
+    "decode_checkpoint",
     "TransactionSink",
 ]

@@ -22,18 +22,23 @@ import heapq
 import itertools
 import logging
 from collections import OrderedDict
-from dataclasses import asdict, dataclass
 from typing import Iterable, Protocol
 
-import orjson
-
-from ..reader.blocks import INFINITE_SCN, decode_records, read_summary
-from ..reader.records import COMMIT, ROW_CODES
+from ..changes import COMMIT, INFINITE_SCN, ROW_CODES, SCN, Commit, CommitKey, decode_records, read_summary
 from ..txbuffer import Block, TxQueue
-from ..txbuffer.metadata import CHECKPOINT_KEY, load_json, seal
+from ..txbuffer.metadata import seal
+from .checkpoint import (
+    ChangefeedPosition,
+    Checkpoint,
+    DispatchStats,
+    HeldTransaction,
+    decode_checkpoint,
+    encode_checkpoint,
+    needed_from,
+)
 from .errors import DispatchError
 from .replay import BlockCache, Replayer
-from .transaction import Commit, CommitKey, OpenTransaction
+from .transaction import OpenTransaction
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +47,6 @@ _ENDED_MEMORY = 20_000  # XIDs remembered after their end, to tell late records 
 # are decoded together (one call per batch) and handed to the sink in batches.
 _BATCH_TX_MAX_ROWS = 50_000
 _BATCH_MAX_RECORDS = 100_000
-_CHECKPOINT_FORMAT = 1
 
 
 class TransactionSink(Protocol):
@@ -55,25 +59,18 @@ class TransactionSink(Protocol):
         was used.
         """
 
-
-@dataclass(slots=True)
-class DispatchStats:
-    blocks: int = 0
-    records: int = 0
-    published: int = 0
-    rows: int = 0
-    rolled_back: int = 0
-    no_begin: int = 0
-    empty: int = 0
-    already_published: int = 0
-    extra_ends: int = 0
-    late_records: int = 0
-    late_transactions: int = 0  # ends that arrived after a later commit was published (threads not in play)
-    compensations: int = 0
-    unmatched_compensations: int = 0
+    def write_transactions(self, items: list[tuple[Commit, int, list[list]]]) -> list[int]:
+        """Many transactions at once, each ``(commit, thread, rows)`` with every row of one
+        redo thread; the same as :meth:`write_transaction` for each, in order."""
 
 
 class Dispatcher:
+    """Tails the queue from ``start_index``, holds the transactions of ``threads`` (the
+    threads in play) by XID, and hands each committed one to ``sink`` once the watermark
+    allows, in commit order; commits at or below ``published_through`` (the changefeed's
+    last) are skipped as published. ``batching=False`` sends every transaction down the
+    streaming path (tests compare both paths)."""
+
     def __init__(
         self,
         queue: TxQueue,
@@ -83,9 +80,11 @@ class Dispatcher:
         start_index: int | None = None,
         published_through: CommitKey | None = None,
         cache_blocks: int = 64,
+        batching: bool = True,
     ) -> None:
         self.queue = queue
         self.sink = sink
+        self.batching = batching
         self.progress: dict[int, int] = {t: -1 for t in threads}
         self.other_progress: dict[int, int] = {}
         self.open: dict[str, OpenTransaction] = {}
@@ -114,57 +113,63 @@ class Dispatcher:
 
     # -- checkpoint --------------------------------------------------------------------
 
-    def checkpoint_state(self, extra: dict | None = None) -> bytes:
-        """The dispatcher's whole state, to be stored once the sink has made durable
-        every transaction handed to it (see :meth:`restore`)."""
+    def checkpoint_state(
+        self,
+        *,
+        threads: list[int] | None = None,
+        written: float | None = None,
+        changefeed: ChangefeedPosition | None = None,
+    ) -> bytes:
+        """The dispatcher's whole state, sealed, to be stored once the sink has made durable
+        every transaction handed to it (see :meth:`restore`), with what the pipeline adds:
+        the threads in play, the time, the changefeed's position."""
         txns = {id(t): t for t in self.open.values()}
         for _, _, t in self._pending:
             if t.end_key is not None:
                 txns.setdefault(id(t), t)
         in_open = {id(t) for t in self.open.values()}
         self._sync_replay_stats()
-        doc = {
-            "format": _CHECKPOINT_FORMAT,
-            "position": self.tailer.index,
-            "progress": {str(t): p for t, p in self.progress.items()},
-            "other_progress": {str(t): p for t, p in self.other_progress.items()},
-            "closed": {str(t): i for t, i in self.closed.items()},
-            "top": self._top,
-            "watermark": self.watermark,
-            "transactions": [[i in in_open, t.to_state()] for i, t in txns.items()],
-            "ended": list(self._ended),
-            "stats": asdict(self.stats),
-            **(extra or {}),
-        }
-        return seal(orjson.dumps(doc))
+        doc = Checkpoint(
+            position=self.tailer.index,
+            progress=dict(self.progress),
+            other_progress=dict(self.other_progress),
+            closed=dict(self.closed),
+            top=self._top,
+            watermark=self.watermark,
+            transactions=[HeldTransaction(i in in_open, t.to_state()) for i, t in txns.items()],
+            ended=list(self._ended),
+            stats=self.stats,
+            threads=threads,
+            written=written,
+            changefeed=changefeed,
+        )
+        return seal(encode_checkpoint(doc))
 
-    def restore(self, state: bytes) -> dict:
+    def restore(self, state: bytes) -> Checkpoint:
         """Take the state of :meth:`checkpoint_state`; returns the whole document."""
-        doc = load_json(CHECKPOINT_KEY, state, getattr(self.queue, "path", "queue"))
-        if doc.get("format") != _CHECKPOINT_FORMAT:
-            raise DispatchError(f"dispatcher checkpoint has unknown format {doc.get('format')!r}")
-        self.tailer.index = doc["position"]
-        for t, p in doc["progress"].items():
-            if int(t) in self.progress:
-                self.progress[int(t)] = p
+        doc = decode_checkpoint(state, getattr(self.queue, "path", "queue"))
+        self.tailer.index = doc.position
+        for t, p in doc.progress.items():
+            if t in self.progress:
+                self.progress[t] = p
             else:
-                self.other_progress[int(t)] = p
-        for t, p in doc["other_progress"].items():
-            self.other_progress.setdefault(int(t), p)
-        self.closed = {int(t): i for t, i in doc.get("closed", {}).items()}
-        self._top = doc.get("top", -1)
+                self.other_progress[t] = p
+        for t, p in doc.other_progress.items():
+            self.other_progress.setdefault(t, p)
+        self.closed = dict(doc.closed)
+        self._top = doc.top
         self._marks.clear()
         self.open.clear()
         self._pending.clear()
-        for in_open, state_ in doc["transactions"]:
-            txn = OpenTransaction.from_state(state_)
-            if in_open:
+        for held in doc.transactions:
+            txn = OpenTransaction.from_state(held.transaction)
+            if held.in_open:
                 self.open[txn.xid] = txn
             if txn.end_key is not None:
                 self._pending.append((txn.end_key, next(self._tiebreak), txn))
         heapq.heapify(self._pending)
-        self._ended = OrderedDict.fromkeys(doc["ended"])
-        self.stats = DispatchStats(**doc["stats"])
+        self._ended = OrderedDict.fromkeys(doc.ended)
+        self.stats = doc.stats
         self.replayer.stats.compensations = self.stats.compensations
         self.replayer.stats.unmatched_compensations = self.stats.unmatched_compensations
         self.replayer.stats.records_after_end = 0
@@ -185,14 +190,10 @@ class Dispatcher:
     def needed_from(self) -> int:
         """The lowest queue index anyone still needs: the tail position, or the first block
         of the oldest transaction still held. Segments wholly below it can go."""
-        low = self.tailer.index
-        for txn in self.open.values():
-            if txn.first_block < low:
-                low = txn.first_block
-        for _, _, txn in self._pending:
-            if txn.first_block < low:
-                low = txn.first_block
-        return low
+        return needed_from(
+            self.tailer.index,
+            itertools.chain((t.first_block for t in self.open.values()), (t.first_block for _, _, t in self._pending)),
+        )
 
     def oldest_unended(self) -> OpenTransaction | None:
         """The transaction without an end that started lowest in the queue, if any."""
@@ -350,7 +351,7 @@ class Dispatcher:
         done = 0
         batch: list[tuple[OpenTransaction, CommitKey]] = []
         batch_records = 0
-        batching = hasattr(self.sink, "write_transactions")
+        batching = self.batching
         while pending and pending[0][0].scn <= watermark:
             key, _, txn = heapq.heappop(pending)
             if txn.end_key != key:
@@ -364,7 +365,8 @@ class Dispatcher:
             elif self.published_through is not None and key <= self.published_through:
                 self.stats.already_published += 1
                 if self.log_skipped:
-                    log.info("skipped as already published: xid %r, commit %s", txn.xid, tuple(key))
+                    log.info("skipped as already published: xid %r, commit %s", txn.xid, tuple(key),
+                             extra={"xid": txn.xid, "c_scn": key.scn})
             elif txn.begin_scn < 0 or txn.begin_scn > key.scn:
                 self.stats.no_begin += 1
             elif self.last_key is not None and key < self.last_key:
@@ -418,10 +420,10 @@ class Dispatcher:
         items = []
         late = 0
         for (txn, key), (thread, a, b) in zip(batch, spans):
-            rows = [r for r in recs[a:b] if r[0] in ROW_CODES]
+            rows = [r for r in recs[a:b] if r[0] in ROW_CODES]  # r[CODE]: a literal, once per record
             c = key.scn
             cut = len(rows)
-            while cut and rows[cut - 1][1] > c:
+            while cut and rows[cut - 1][SCN] > c:
                 cut -= 1
             if cut < len(rows):
                 late += len(rows) - cut

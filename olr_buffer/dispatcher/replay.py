@@ -19,13 +19,26 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Iterator
 
-from ..reader.blocks import decode_records
-from ..reader.records import COMPENSATION, CUT, ROW_CODES
+from ..changes import (
+    CODE,
+    COMPENSATED_RID,
+    COMPENSATION,
+    CUT,
+    CUT_END,
+    CUT_FIRST,
+    LINE,
+    RID,
+    ROW_CODES,
+    SCN,
+    SEQUENCE,
+    SUB,
+    decode_records,
+)
 from ..txbuffer import Block, TxQueue
 from .transaction import OpenTransaction
 
-# A replayed record: (scn, sub, thread, sequence, line, record list)
-Item = tuple
+# A replayed record: (scn, sub, thread, sequence, line, record list), ordered as rows are
+ReplayItem = tuple[int, int, int, int, int, list]
 
 
 @dataclass(slots=True)
@@ -65,19 +78,20 @@ class Replayer:
         self.cache = cache
         self.stats = ReplayStats()
 
-    def _thread_items(self, thread: int, locs, c_scn: int, count_late: bool) -> Iterator[Item]:
+    def _thread_items(self, thread: int, locs, c_scn: int, count_late: bool) -> Iterator[ReplayItem]:
         get = self.cache.get
+        code_, scn_, sub_, seq_, line_ = CODE, SCN, SUB, SEQUENCE, LINE  # locals: the loop runs per record
         for i in range(0, len(locs), 3):
             start, count = locs[i + 1], locs[i + 2]
             for rec in decode_records(get(locs[i]).span(start, start + count), count):
-                code = rec[0]
+                code = rec[code_]
                 if code in ROW_CODES or code & COMPENSATION:
-                    if rec[1] <= c_scn:
-                        yield (rec[1], rec[2], thread, rec[3], rec[4], rec)
+                    if rec[scn_] <= c_scn:
+                        yield (rec[scn_], rec[sub_], thread, rec[seq_], rec[line_], rec)
                     elif count_late:
                         self.stats.records_after_end += 1
 
-    def _items(self, txn: OpenTransaction, c_scn: int, count_late: bool = False) -> Iterator[Item]:
+    def _items(self, txn: OpenTransaction, c_scn: int, count_late: bool = False) -> Iterator[ReplayItem]:
         streams = [self._thread_items(t, locs, c_scn, count_late) for t, locs in sorted(txn.locations.items())]
         if len(streams) == 1:
             return streams[0]
@@ -87,14 +101,14 @@ class Replayer:
         """``(thread, record)`` for each row of the transaction, compensation applied."""
         if not txn.compensations:
             for item in self._items(txn, c_scn, count_late=True):
-                if item[5][0] in ROW_CODES:
+                if item[5][CODE] in ROW_CODES:
                     yield item[2], item[5]
             return
         cancelled = self._cancelled(txn, c_scn)
         ordinal = 0
         for item in self._items(txn, c_scn, count_late=True):
             rec = item[5]
-            if rec[0] in ROW_CODES:
+            if rec[CODE] in ROW_CODES:
                 if ordinal not in cancelled:
                     yield item[2], rec
                 ordinal += 1
@@ -105,19 +119,19 @@ class Replayer:
         rids = set()
         for item in self._items(txn, c_scn):
             rec = item[5]
-            if rec[0] == CUT:
-                cancelled.add_range(rec[5], rec[6])
-            elif rec[0] & COMPENSATION:
-                rids.add(rec[5])
+            if rec[CODE] == CUT:
+                cancelled.add_range(rec[CUT_FIRST], rec[CUT_END])
+            elif rec[CODE] & COMPENSATION:
+                rids.add(rec[COMPENSATED_RID])
         if not rids:
             return cancelled
         stacks: dict[str, list[int]] = {}
         ordinal = 0
         for item in self._items(txn, c_scn):
             rec = item[5]
-            code = rec[0]
+            code = rec[CODE]
             if code in ROW_CODES:
-                rid = rec[9]
+                rid = rec[RID]
                 if rid in rids:
                     stacks.setdefault(rid, []).append(ordinal)
                 ordinal += 1
@@ -125,7 +139,7 @@ class Replayer:
                 continue
             else:
                 self.stats.compensations += 1
-                stack = stacks.get(rec[5])
+                stack = stacks.get(rec[COMPENSATED_RID])
                 if stack:
                     cancelled.add(stack.pop())
                 else:

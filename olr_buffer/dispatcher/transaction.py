@@ -3,30 +3,9 @@
 from __future__ import annotations
 
 from array import array
-from dataclasses import dataclass
-from typing import NamedTuple
 
-
-class CommitKey(NamedTuple):
-    """Orders end records: ``(scn, thread, sequence, line)``."""
-
-    scn: int
-    thread: int
-    sequence: int
-    line: int
-
-
-@dataclass(frozen=True, slots=True)
-class Commit:
-    """A transaction that is safe to publish: its commit record's facts."""
-
-    xid: str
-    key: CommitKey
-    tm: int | None
-
-    @property
-    def scn(self) -> int:
-        return self.key.scn
+from ..changes import CommitKey
+from .checkpoint import TransactionState
 
 
 class OpenTransaction:
@@ -70,8 +49,8 @@ class OpenTransaction:
             locs = self.locations[thread] = array("q")
         locs.extend((block, start, count))
 
-    def to_state(self) -> list:
-        return [
+    def to_state(self) -> TransactionState:
+        return TransactionState(
             self.xid,
             self.first_block,
             self.first_scn,
@@ -79,18 +58,18 @@ class OpenTransaction:
             self.begin_tm,
             self.rows,
             self.compensations,
-            list(self.end_key) if self.end_key else None,
+            self.end_key,
             self.end_code,
             self.end_tm,
-            {str(t): a.tolist() for t, a in self.locations.items()},
-        ]
+            {t: a.tolist() for t, a in self.locations.items()},
+        )
 
     @classmethod
-    def from_state(cls, state: list) -> "OpenTransaction":
-        xid, first_block, first_scn, begin_scn, begin_tm, rows, comps, end_key, end_code, end_tm, locs = state
-        txn = cls(xid, first_block, first_scn)
-        txn.begin_scn, txn.begin_tm, txn.rows, txn.compensations = begin_scn, begin_tm, rows, comps
-        txn.end_key = CommitKey(*end_key) if end_key else None
-        txn.end_code, txn.end_tm = end_code, end_tm
-        txn.locations = {int(t): array("q", a) for t, a in locs.items()}
+    def from_state(cls, state: TransactionState) -> "OpenTransaction":
+        txn = cls(state.xid, state.first_block, state.first_scn)
+        txn.begin_scn, txn.begin_tm = state.begin_scn, state.begin_tm
+        txn.rows, txn.compensations = state.rows, state.compensations
+        txn.end_key = CommitKey(*state.end_key) if state.end_key else None
+        txn.end_code, txn.end_tm = state.end_code, state.end_tm
+        txn.locations = {t: array("q", a) for t, a in state.locations.items()}
         return txn

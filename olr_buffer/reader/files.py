@@ -39,6 +39,10 @@ class CorruptCompressedFile(Exception):
     """A ``.jsonl.zst`` file that is damaged or ends inside a frame."""
 
 
+class TruncatedCompressedFile(CorruptCompressedFile):
+    """A ``.jsonl.zst`` file that ends inside a frame: damaged, or still being copied in."""
+
+
 class _ZstdRaw(io.RawIOBase):
     """Decompresses every frame of a zstd file and, unlike zstandard's stream reader,
     refuses a file that ends inside a frame (a truncated archive is not a short one)."""
@@ -64,7 +68,7 @@ class _ZstdRaw(io.RawIOBase):
             if not chunk:
                 self._done = True
                 if self._in_frame:
-                    raise CorruptCompressedFile("truncated zstd data: the file ends inside a frame")
+                    raise TruncatedCompressedFile("truncated zstd data: the file ends inside a frame")
                 return 0
             self._buf = memoryview(self._feed(chunk))
         n = min(len(b), len(self._buf))

@@ -16,21 +16,21 @@ import os
 import signal
 import threading
 import traceback
-from typing import Callable
+from typing import Callable, Mapping, Sequence
 
 from ..errors import OlrBufferError
 from ..faults import fault_point
 from ..txbuffer import BlockCodec, TxQueue
 from .files import LogFile
 from .position import ReaderPosition
-from .thread_reader import DeadLetters, ReaderStats, ThreadReader
+from .dead_letters import DeadLetters
+from .thread_reader import ReaderStats, ThreadReader
 
 _CTX = mp.get_context("spawn")
 # The reader processes run at a lower priority than the parent: with more runnable
 # processes than cores, the scheduler would otherwise give each an equal share, so the
 # dispatcher (one thread, in the parent) would get half a core while three readers
-# parse ahead, and finish its backlog alone once they are done. Measured on 2 cores and
-# 3 redo threads: replay 116-127k records/s at equal priority, 136-142k at 10.
+# parse ahead, and finish its backlog alone once they are done (docs/performance.md).
 READER_NICENESS = 10
 
 
@@ -63,7 +63,7 @@ class ReaderProcess:
         self.on_append = on_append or (lambda: None)
         self.stop = stop
         self.dead_letter_path = dead_letter_path
-        self.dead_letters = 0
+        self.quarantined = 0  # bad records its child wrote to the dead-letter file
         self.stats = ReaderStats()
         self.queue_end = queue_end  # shared values, read by the child (see ThreadReader)
         self.floor = None
@@ -117,8 +117,7 @@ class ReaderProcess:
                     self.pos = ReaderPosition.decode(pos_bytes)
                     self.stats.records += nrecords
                     self.stats.blocks += 1
-                    self.stats.bytes = self.pos.offset
-                    self.dead_letters = dead
+                    self.quarantined = dead
                     self.on_append()
                 elif kind == "closed":
                     self.closed_through = msg[1]
@@ -126,7 +125,7 @@ class ReaderProcess:
                     for seq, path, compressed in msg[1]:
                         self.files.setdefault(seq, LogFile(self.thread, seq, path, compressed))
                 elif kind == "done":
-                    self.dead_letters = msg[1]
+                    self.quarantined = msg[1]
                     return
                 elif kind == "error":
                     raise msg[1]
@@ -185,7 +184,8 @@ _PR_SET_PDEATHSIG = 1
 
 
 class _PipeQueue:
-    """The child's "queue": every append goes to the parent, which does the real one."""
+    """The child's :class:`~olr_buffer.txbuffer.BlockAppender`: every append goes to the
+    parent, which does the real one."""
 
     def __init__(self, conn, reader_ref: list) -> None:
         self._conn = conn
@@ -193,13 +193,13 @@ class _PipeQueue:
         self._codec = BlockCodec()
         self._files_sent: set[int] = set()
 
-    def append(self, records, meta) -> int:
+    def append(self, records: Sequence[bytes], meta: Mapping[bytes, bytes] | None = None) -> int:
         reader: ThreadReader = self._reader_ref[0]
         new_files = [(lf.sequence, lf.path, lf.compressed) for s, lf in reader.files.items() if s not in self._files_sent]
         if new_files:
             self._files_sent.update(s for s, *_ in new_files)
             self._conn.send(("files", new_files))
-        (pos_bytes,) = meta.values()
+        (pos_bytes,) = (meta or {}).values()
         nrecords = len(records) - 1  # the summary aside
         dead = reader.dead_letters.count if reader.dead_letters else 0
         # compressed and checksummed here, so that the parent only writes it
@@ -218,7 +218,7 @@ def _child_main(conn, stop_conn, parent_pid, input_dir, thread, files, pos_bytes
     dead = DeadLetters(dead_letter_path) if dead_letter_path else None
     try:
         reader = ThreadReader(
-            _PipeQueue(conn, reader_ref),  # type: ignore[arg-type]
+            _PipeQueue(conn, reader_ref),
             input_dir,
             thread,
             {seq: LogFile(thread, seq, path, compressed) for seq, path, compressed in files},

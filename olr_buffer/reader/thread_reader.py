@@ -3,68 +3,35 @@
 from __future__ import annotations
 
 import functools
-import multiprocessing
 import os
 import threading
 import time
+from dataclasses import dataclass
+from typing import Callable
 
-import orjson
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
-
+from ..changes import LWN, MARKER_CODES, BlockBuilder, RecordError
 from ..faults import fault_point
-from ..txbuffer import TxQueue
-from .blocks import BlockBuilder
+from ..txbuffer import BlockAppender
+from .dead_letters import DeadLetters
 from .errors import InputError, MissingSequenceError
-from .files import CorruptCompressedFile, LogFile, check_contiguous, is_log_file, scan
-from .position import POSITION_PREFIX, ReaderPosition, load_positions
-from .records import LWN, MARKER_CODES, RecordError, decode_line
+from .files import CorruptCompressedFile, LogFile, TruncatedCompressedFile, check_contiguous, is_log_file, scan
+from .position import ReaderPosition
+from .records import decode_line
 
 DEFAULT_BLOCK_RECORDS = 4096
 DEFAULT_BLOCK_BYTES = 1 << 20
 MAX_LINE_BYTES = 64 << 20  # a longer line is refused: it is damage, not a record
 _BOM = b"\xef\xbb\xbf"  # a UTF-8 byte order mark, accepted at the start of a file
-
-
-class DeadLetters:
-    """``--dead-letter FILE``: bad records are written here (one JSON object per line:
-    file, line, reason, the raw line) and skipped instead of stopping the run.
-
-    A line is written (and fsynced) before the reader's position moves past it, so a
-    crash may write it twice, never lose it.
-    """
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self._lock = threading.Lock()
-        self.count = 0
-        parent = os.path.dirname(os.path.abspath(path))
-        os.makedirs(parent, exist_ok=True)
-        # owner-only: the lines hold row data (an existing file is tightened too)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        try:
-            os.fchmod(fd, os.fstat(fd).st_mode & 0o600)
-        except PermissionError:
-            pass  # another user's file: its owner chose its mode
-        self._fh = os.fdopen(fd, "ab")
-
-    def put(self, file: str, line: int, reason: str, raw: bytes) -> None:
-        doc = {"file": file, "line": line, "reason": reason, "raw": raw.decode("utf-8", errors="backslashreplace")}
-        data = orjson.dumps(doc) + b"\n"
-        with self._lock:
-            self._fh.write(data)
-            self._fh.flush()
-            os.fsync(self._fh.fileno())
-            self.count += 1
-
-    def close(self) -> None:
-        self._fh.close()
+#: Follow mode: how long the newest ``.jsonl.zst`` of a thread may stay truncated (empty,
+#: or ending inside a zstd frame: still being copied in) before it is bad input.
+TRUNCATED_ZST_WAIT_SECONDS = 60.0
 
 
 @dataclass(slots=True)
 class ReaderStats:
+    """What a reader appended this run (its position says how far it read)."""
+
     records: int = 0
-    bytes: int = 0
     blocks: int = 0
 
 
@@ -78,7 +45,7 @@ class ThreadReader:
 
     def __init__(
         self,
-        queue: TxQueue,
+        queue: BlockAppender,
         input_dir: str,
         thread: int,
         files: dict[int, LogFile],
@@ -173,6 +140,7 @@ class ThreadReader:
         pos.finished = False  # following: the input is not complete (written with the next block)
         last_gap_check = 0.0
         read_whole: int | None = None  # a complete (archived) sequence read to its end
+        truncated_since: float | None = None  # the newest .zst has been truncated since then
         while not self.stop.is_set():
             # read before looking at the file: every block below it was written before
             confirm = self.queue_end() if pos.closed and self.queue_end else None
@@ -197,9 +165,22 @@ class ThreadReader:
             elif not self._check_not_shrunk(lf) and not complete:
                 read = 0  # still the same unfinished last line
             else:
-                read = self._read_file(lf, final=complete)
-                if complete:
-                    read_whole = pos.sequence
+                newest_zst = lf.compressed and nxt is None
+                try:
+                    if newest_zst and os.path.getsize(lf.path) == 0:
+                        raise TruncatedCompressedFile("empty .zst file")
+                    read = self._read_file(lf, final=complete, truncated_ok=newest_zst)
+                    truncated_since = None
+                    if complete:
+                        read_whole = pos.sequence
+                except TruncatedCompressedFile as exc:
+                    # still being copied in: read again (what it held whole is kept) until whole
+                    now = time.monotonic()
+                    truncated_since = truncated_since or now
+                    if now - truncated_since >= TRUNCATED_ZST_WAIT_SECONDS:
+                        raise InputError(lf.path, pos.line + 1, f"{exc}, still after {TRUNCATED_ZST_WAIT_SECONDS:.0f}s",
+                                         hint="write archived logs under a temporary name and rename them") from None
+                    read = 0
             if self.stop.is_set():
                 break
             if nxt is not None:
@@ -306,9 +287,10 @@ class ThreadReader:
 
     # -- reading -----------------------------------------------------------------------
 
-    def _read_file(self, lf: LogFile, final: bool) -> int:
+    def _read_file(self, lf: LogFile, final: bool, truncated_ok: bool = False) -> int:
         """Read ``lf`` from the position to its end (``final``) or to its last complete
-        line; returns the number of lines read."""
+        line; returns the number of lines read. ``truncated_ok``: a ``.zst`` that ends
+        inside a frame raises :class:`TruncatedCompressedFile` (what it held whole is kept)."""
         pos = self.pos
         first_line = pos.line
         b = self._builder
@@ -382,6 +364,8 @@ class ThreadReader:
                 # keep what was read before the damage; `line` is the last line read whole
                 pos.line, pos.offset, pos.scn, pos.sub = line, offset, last_scn, last_sub
                 self._flush()
+                if truncated_ok and isinstance(exc, TruncatedCompressedFile):
+                    raise
                 reason = str(exc) if isinstance(exc, CorruptCompressedFile) else f"read failed: {exc}"
                 raise InputError(lf.path, line + 1, reason) from None
         pos.line, pos.offset, pos.scn, pos.sub = line, offset, last_scn, last_sub
@@ -413,7 +397,6 @@ class ThreadReader:
         fault_point("after_append")
         self.stats.records += b.count
         self.stats.blocks += 1
-        self.stats.bytes = self.pos.offset
         b.reset()
         self.on_append()
 
@@ -511,157 +494,3 @@ def _skip(fh, offset: int, lf: LogFile, line: int) -> None:
             hint="a log file must only grow; lines already read may not be rewritten: restore the file as it was, "
                  "or replay it into a new queue and changefeed",
         )
-
-
-@dataclass
-class ReaderGroup:
-    """All reader threads of a run, one :class:`threading.Thread` per redo thread."""
-
-    queue: TxQueue
-    input_dir: str
-    block_records: int = DEFAULT_BLOCK_RECORDS
-    block_bytes: int = DEFAULT_BLOCK_BYTES
-    on_append: Callable[[], None] | None = None
-    readers: dict[int, ThreadReader] = field(default_factory=dict)
-    errors: list[BaseException] = field(default_factory=list)
-    stop: threading.Event = field(default_factory=threading.Event)
-    _threads: list[threading.Thread] = field(default_factory=list)
-    dead_letter_path: str | None = None
-    processes: bool = False  # parse in one child process per redo thread (see process.py)
-    dead_letters: DeadLetters | None = None
-    _follow: bool = False
-    _poll_interval: float = 0.1
-    # shared with the readers (child processes too): the SCN of the last commit published,
-    # and the queue's next index after the last append (see ThreadReader: floor, queue_end)
-    published_scn: Any = None
-    queue_end: Any = None
-    floor_threads: set[int] = field(default_factory=set)
-
-    def __post_init__(self) -> None:
-        ctx = multiprocessing.get_context("spawn")
-        self.published_scn = ctx.Value("q", -1, lock=False)
-        self.queue_end = ctx.Value("q", self.queue.next_index, lock=False)
-
-    def _appended(self) -> None:
-        self.queue_end.value = self.queue.next_index
-        if self.on_append:
-            self.on_append()
-
-    def check_floor(self, threads: Iterable[int], published_scn: int | None) -> None:
-        """The first record of each of ``threads`` (and the first after a ``close``) must lie
-        above ``published_scn``, which the caller keeps up to date in ``published_scn``."""
-        self.published_scn.value = -1 if published_scn is None else published_scn
-        self.floor_threads = set(threads)
-        for t in self.floor_threads & set(self.readers):
-            self.readers[t].enable_floor(self.published_scn)
-
-    def prepare(self, threads: list[int] | None = None) -> list[int]:
-        """Scan the input, check every thread's sequences; return the threads in play:
-        ``threads`` if given, else every thread with files (or a stored position)."""
-        if self.dead_letter_path and not self.processes and self.dead_letters is None:
-            self.dead_letters = DeadLetters(self.dead_letter_path)
-        found = scan(self.input_dir)
-        positions = load_positions(self.queue.meta_items(POSITION_PREFIX))
-        for thread in sorted(set(found) | set(positions) | set(threads or ())):
-            self._add(thread, found.get(thread, {}), positions.get(thread))
-        return sorted(threads) if threads else sorted(self.readers)
-
-    def _add(self, thread: int, files: dict[int, LogFile], position: ReaderPosition | None) -> ThreadReader:
-        if files:
-            check_contiguous(self.input_dir, thread, files)
-        common = dict(
-            block_records=self.block_records, block_bytes=self.block_bytes, on_append=self._appended, stop=self.stop
-        )
-        if self.processes:
-            from .process import ReaderProcess
-
-            reader = ReaderProcess(  # type: ignore[assignment]
-                self.queue, self.input_dir, thread, files, position, dead_letter_path=self.dead_letter_path,
-                queue_end=self.queue_end, **common
-            )
-        else:
-            end = self.queue_end
-            reader = ThreadReader(
-                self.queue, self.input_dir, thread, files, position, dead_letters=self.dead_letters,
-                queue_end=lambda: end.value, **common
-            )
-        self.readers[thread] = reader
-        return reader
-
-    def start(self, follow: bool = False, poll_interval: float = 0.1) -> None:
-        """Start one thread per reader: to the end of the input, or following it."""
-        self._follow, self._poll_interval = follow, poll_interval
-        for reader in self.readers.values():
-            self._start(reader)
-
-    def _start(self, reader: ThreadReader) -> None:
-        t = threading.Thread(target=self._run, args=(reader,), name=f"reader-{reader.thread}", daemon=True)
-        self._threads.append(t)
-        t.start()
-
-    def add_new_threads(self) -> list[int]:
-        """Follow mode: start readers for redo threads whose first files appeared since."""
-        new = []
-        for thread, files in scan(self.input_dir).items():
-            if thread not in self.readers:
-                self._start(self._add(thread, files, None))
-                new.append(thread)
-        return new
-
-    def _run(self, reader: ThreadReader) -> None:
-        try:
-            if self._follow:
-                reader.follow(self._poll_interval)
-            else:
-                reader.read_to_end()
-        except InputError as exc:
-            # Offline, the other threads read on: their records are accepted, and what the
-            # failing thread's progress allows is published. Following, everything stops.
-            self.errors.append(exc)
-            if self._follow:
-                self.stop.set()
-        except BaseException as exc:  # handed to the main thread
-            self.errors.append(exc)
-            self.stop.set()
-        finally:
-            if self.on_append:
-                self.on_append()
-
-    def alive(self) -> bool:
-        return any(t.is_alive() for t in self._threads)
-
-    @property
-    def following(self) -> bool:
-        """Whether the readers follow their input (``run``) rather than read it to its end."""
-        return self._follow
-
-    watches_stalls = True  # a silent redo thread in play holds the watermark: `run` warns
-
-    @property
-    def source_id(self) -> str | None:
-        """The source's own identity, recorded in the changefeed beside the queue's: redo
-        files have none (the queue's id binds them)."""
-        return None
-
-    def join(self) -> None:
-        for t in self._threads:
-            t.join()
-
-    @property
-    def bytes_total(self) -> int:
-        return sum(os.path.getsize(f.path) for r in self.readers.values() for f in r.files.values())
-
-    @property
-    def records_read(self) -> int:
-        return sum(r.stats.records for r in self.readers.values())
-
-    @property
-    def quarantined(self) -> int:
-        """Bad records written to the dead-letter file by this run."""
-        if self.processes:
-            return sum(getattr(r, "dead_letters", 0) for r in self.readers.values())
-        return self.dead_letters.count if self.dead_letters else 0
-
-    def close(self) -> None:
-        if self.dead_letters:
-            self.dead_letters.close()

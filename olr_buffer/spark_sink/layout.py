@@ -42,7 +42,7 @@ import orjson
 import pyarrow.parquet as pq
 
 from .. import pidlock
-from ..dispatcher.transaction import CommitKey
+from ..changes import CommitKey
 from .errors import ChangefeedCorruptError, ChangefeedError, ChangefeedLockedError
 from .schema import META_FIRST, META_LAST, META_LAST_COMMIT, META_ROWS, parse_part_name, part_name
 

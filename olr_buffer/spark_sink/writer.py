@@ -28,9 +28,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..dispatcher.transaction import Commit, CommitKey
+from ..changes import CHANGEFEED_OP, ROW_FIELDS, Commit, CommitKey
 from ..faults import fault_point
-from ..reader.records import CHANGEFEED_OP
 from .errors import ChangefeedCorruptError, ChangefeedError, ChangefeedOwnerError
 from .layout import (  # noqa: F401  (MANIFEST, META_DIR, PUBLISHED_LOG, read_footer: public names)
     DEFAULT_MODE,
@@ -369,27 +368,27 @@ class ChangefeedWriter:
         # op_seq: the row's place in its transaction = op_seq0 + (row - the segment's first row)
         first_rows = per_segment(tuple(op0 - (end - n) for op0, end, n in zip(op0s, ends, ns)), pa.int64())
         op_seq = pc.add(_row_numbers(total), first_rows)
-        code, scn_, sub, _seq, _line, tm_, owner, table, obj, rid, before, after, sql = zip(*self._recs)
+        row = dict(zip(ROW_FIELDS, zip(*self._recs), strict=True))  # a column per field of a row record
         i64, s = pa.int64(), pa.string()
-        c_tm, row_tm = per_segment(tms, i64), pa.array(tm_, i64)
+        c_tm, row_tm = per_segment(tms, i64), pa.array(row["tm"], i64)
         arrays = [
             per_segment(seqs, i64),
             op_seq,
             per_segment(scns, i64),
             c_tm,
             per_segment(xids, s),
-            _OP_NAMES.take(pa.array(code, pa.int8())),
-            pa.array(scn_, i64),
-            pa.array(sub, i64),
+            _OP_NAMES.take(pa.array(row["code"], pa.int8())),
+            pa.array(row["scn"], i64),
+            pa.array(row["sub"], i64),
             row_tm,
             pa.array(self._threads, pa.int32()),
-            pa.array(owner, s),
-            pa.array(table, s),
-            pa.array(obj, i64),
-            pa.array(rid, s),
-            pa.array(before, s),
-            pa.array(after, s),
-            pa.array(sql, s),
+            pa.array(row["owner"], s),
+            pa.array(row["table"], s),
+            pa.array(row["obj"], i64),
+            pa.array(row["rid"], s),
+            pa.array(row["before"], s),
+            pa.array(row["after"], s),
+            pa.array(row["sql"], s),
             nanos_to_timestamp(c_tm),
             nanos_to_timestamp(row_tm),
         ]
@@ -453,7 +452,9 @@ class ChangefeedWriter:
             except OSError as exc:
                 raise os_failure(exc, self.path, "sync the changefeed directory") from None
         fault_point("after_rename")
-        log.info("published %s: tx_seq %d..%d, %d rows", published.name, first, last, published.rows)
+        log.info("published %s: tx_seq %d..%d, %d rows", published.name, first, last, published.rows,
+                 extra={"file": published.name, "first_tx_seq": first, "last_tx_seq": last, "rows": published.rows,
+                        "c_scn": last_commit.scn})
         log_published(self.path, published, self.durable)
         write_manifest(self.path, self.files_published, published, self.owner, self.durable)
         return published

@@ -15,9 +15,17 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 import time
-from typing import Callable, Iterator, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Protocol, Sequence
 
 from .block import Block
+
+
+class BlockAppender(Protocol):
+    """What a writer of blocks needs of the queue (a reader; a reader process's pipe to
+    its parent): :meth:`TxQueue.append`."""
+
+    def append(self, records: Sequence[bytes], meta: Mapping[bytes, bytes] | None = None) -> int:
+        """Store ``records`` as one block, and ``meta`` in the same write; return the first index."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,7 +29,6 @@ FORMAT_VERSION = 1
 _HEADER = struct.Struct(">BIII")
 HEADER_SIZE = _HEADER.size
 KEY_SIZE = 8
-MAX_INDEX = (1 << 63) - 1
 
 
 def index_key(index: int) -> bytes:

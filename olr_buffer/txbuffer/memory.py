@@ -22,7 +22,8 @@ class MemoryQueue(TxQueue):
         self._segments: list[list[Block]] = []  # blocks of each segment
         self._seg_first: list[int] = []
         self._seg_size: list[int] = []
-        self._seg_time: list[float] = []  # creation time of each segment, for age retention
+        # the time of each segment's last write, for age retention (LmdbQueue: its file's mtime)
+        self._seg_time: list[float] = []
         self._next = 0
         self._meta: dict[bytes, bytes] = {}
         self._closed = False
@@ -49,7 +50,8 @@ class MemoryQueue(TxQueue):
                 self._seg_first.append(first)
                 self._seg_size.append(0)
             if len(self._seg_time) < len(self._segments):
-                self._seg_time.append(time.time())
+                self._seg_time.append(0.0)
+            self._seg_time[-1] = time.time()
             self._segments[-1].append(block)
             self._seg_size[-1] += len(value)
             self._next += len(records)
@@ -98,6 +100,7 @@ class MemoryQueue(TxQueue):
         return deleted
 
     def _mtime(self, path: str) -> float:
+        """When the segment named ``path`` (``memory:<position>``) was last written."""
         return self._seg_time[int(path.split(":")[1])]
 
     def close(self) -> None:

@@ -42,11 +42,11 @@ def unseal(key: bytes, value: bytes, where: str = "queue") -> bytes:
     if value[:1] == b"{":
         return value
     if len(value) < _HEADER.size or value[0] != _VERSION:
-        raise _damaged(key, where, "unknown format")
+        raise damaged(key, where, "unknown format")
     _, crc = _HEADER.unpack_from(value)
     body = value[_HEADER.size :]
     if zlib.crc32(body) != crc:
-        raise _damaged(key, where, "checksum mismatch")
+        raise damaged(key, where, "checksum mismatch")
     return body
 
 
@@ -55,10 +55,11 @@ def load_json(key: bytes, value: bytes, where: str = "queue") -> Any:
     try:
         return orjson.loads(unseal(key, value, where))
     except orjson.JSONDecodeError as exc:
-        raise _damaged(key, where, f"not JSON ({exc})") from None
+        raise damaged(key, where, f"not JSON ({exc})") from None
 
 
-def _damaged(key: bytes, where: str, reason: str) -> QueueCorruptError:
+def damaged(key: bytes, where: str, reason: str) -> QueueCorruptError:
+    """The one-line error for a stored value under ``key`` that cannot be read."""
     name = key.decode(errors="backslashreplace")
     return QueueCorruptError(
         f"{where}: the stored {name} is damaged: {reason}",

@@ -15,9 +15,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from olr_buffer.dispatcher import Dispatcher
-from olr_buffer.reader.blocks import INFINITE_SCN
+from olr_buffer.changes import INFINITE_SCN
 from olr_buffer.reader.files import scan
-from olr_buffer.reader.records import CHANGEFEED_OP
+from olr_buffer.changes import CHANGEFEED_OP
 from olr_buffer.reader.thread_reader import ThreadReader
 from olr_buffer.txbuffer import MemoryQueue
 from tests.contract_model import assert_changefeed_equal, expected_changefeed
@@ -61,11 +61,20 @@ class ListSink:
         return len(out)
 
 
-class BatchListSink(ListSink):
-    """A sink that also takes batches, so that the dispatcher's batch path is exercised."""
-
     def write_transactions(self, items) -> list[int]:
         return [self.write_transaction(commit, ((thread, r) for r in rows)) for commit, thread, rows in items]
+
+
+class BatchListSink(ListSink):
+    """A sink that counts the batches it takes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.batches = 0
+
+    def write_transactions(self, items) -> list[int]:
+        self.batches += 1
+        return super().write_transactions(items)
 
 
 @st.composite
@@ -157,8 +166,8 @@ def test_dispatcher_matches_model_whatever_the_interleaving(workload, per_file, 
             blocks[thread] = [list(q.read_block(i)) for i in _block_starts(q)]
 
         queue = MemoryQueue()
-        sink = BatchListSink() if batches else ListSink()
-        dispatcher = Dispatcher(queue, sink, sorted(found))
+        sink = BatchListSink()
+        dispatcher = Dispatcher(queue, sink, sorted(found), batching=batches)
         live = {t: b for t, b in blocks.items() if b}
         while live:
             thread = data.draw(st.sampled_from(sorted(live)))
@@ -167,10 +176,12 @@ def test_dispatcher_matches_model_whatever_the_interleaving(workload, per_file, 
                 del live[thread]
             if data.draw(st.booleans()):
                 dispatcher.poll(max_blocks=data.draw(st.integers(1, 3)))
+                check_invariants(dispatcher, sink)
             if data.draw(st.integers(0, 4)) == 0:
                 dispatcher = restarted(dispatcher, queue, sink, sorted(found))
+                check_invariants(dispatcher, sink)
         while dispatcher.poll():
-            pass
+            check_invariants(dispatcher, sink)
         dispatcher.publish_ready(INFINITE_SCN)  # the end of a replay: the input is complete
         dispatcher.totals()
 
@@ -181,12 +192,26 @@ def test_dispatcher_matches_model_whatever_the_interleaving(workload, per_file, 
         assert dispatcher.stats.empty == expected.empty
         assert dispatcher.stats.unmatched_compensations == expected.unmatched_compensations
         assert len(dispatcher.open) == expected.open
+        if not batches:
+            assert sink.batches == 0
+
+
+def check_invariants(dispatcher: Dispatcher, sink: ListSink) -> None:
+    """What holds after every step: nothing is published above the watermark (offline,
+    it only rises), and cleanup keeps every block a held transaction still needs."""
+    watermark = dispatcher.watermark
+    assert all(row["c_scn"] <= watermark for row in sink.rows)
+    held = [*dispatcher.open.values(), *(txn for _, _, txn in dispatcher._pending if txn.end_key is not None)]
+    low = dispatcher.needed_from()
+    assert low <= dispatcher.position
+    assert all(low <= txn.first_block for txn in held)
+    assert all(txn.first_block <= block for txn in held for locs in txn.locations.values() for block in locs[::3])
 
 
 def restarted(dispatcher: Dispatcher, queue, sink, threads) -> Dispatcher:
     """A new dispatcher from the old one's checkpoint, as after a crash and restart."""
     state = dispatcher.checkpoint_state()
-    fresh = Dispatcher(queue, sink, threads)
+    fresh = Dispatcher(queue, sink, threads, batching=dispatcher.batching)
     fresh.restore(state)
     assert fresh.checkpoint_state() == state
     return fresh

@@ -175,3 +175,26 @@ def test_no_streaming_protocol_1(pg_db, tmp_path):
     assert rows and not [r for r in rows if r["op"] == "r"]  # no initial copy
     published = {int(r["xid"]) for r in rows}
     assert outcome.committed <= published and not (outcome.rolled_back & published)
+
+
+def test_metrics_and_json_logs_of_the_postgresql_source(pg_db, tmp_path):
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    create_schema(pg_db)
+    svc = start_service(pg_db, tmp_path, "--metrics-port", "0", "--log-format", "json")
+    try:
+        wait_streaming(tmp_path, svc)
+        outcome = run_clients(pg_db, clients=1, per_client=5, large_rows=0, seed=2)
+        wait_published(tmp_path / "cf", outcome.committed)
+        docs = [json.loads(ln) for ln in service_log(tmp_path).splitlines() if ln.startswith("{")]
+        port = next(d["metrics_port"] for d in docs if "metrics_port" in d)
+        time.sleep(1.2)
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    finally:
+        assert stop(svc) == 0, service_log(tmp_path)
+    names = {s.name for fam in text_string_to_metric_families(text) for s in fam.samples}
+    assert {"olr_buffer_postgres_confirmed_lsn", "olr_buffer_postgres_lag_bytes", "olr_buffer_postgres_reconnects_total",
+            "olr_buffer_seconds_behind_source", "olr_buffer_transactions_published_total"} <= names
+    assert all(d["ts"].endswith("Z") for d in docs)

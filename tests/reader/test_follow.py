@@ -19,10 +19,12 @@ import zstandard
 
 from olr_buffer.pipeline import PipelineOptions, run_service
 from olr_buffer.reader import files as files_mod
-from olr_buffer.reader.blocks import decode_record
+from olr_buffer.changes import decode_record
+from olr_buffer.reader import thread_reader as thread_reader_mod
 from olr_buffer.reader.errors import InputError, MissingSequenceError
 from olr_buffer.reader.files import scan
-from olr_buffer.reader.thread_reader import DeadLetters, ThreadReader
+from olr_buffer.reader.dead_letters import DeadLetters
+from olr_buffer.reader.thread_reader import ThreadReader
 from olr_buffer.txbuffer import MemoryQueue
 from tests.contract_model import assert_changefeed_equal, check_changefeed_layout, expected_changefeed, load_changefeed
 
@@ -230,6 +232,38 @@ def test_switch_to_an_archived_sequence(tmp_path: Path, follower) -> None:
     assert f.lines() == [(s, n) for s in (1, 2, 3) for n in (1, 2, 3)]
 
 
+
+@pytest.mark.parametrize("first_part", ["empty", "half"])
+def test_newest_archived_sequence_being_copied_in_is_read_once_whole(tmp_path: Path, follower, first_part) -> None:
+    """A .jsonl.zst that arrives in two writes: read again until whole, each line once."""
+    inp = tmp_path / "in"
+    (inp / "redo_1_1.jsonl").write_bytes(tx("A", 100, "r1"))
+    data = zstandard.ZstdCompressor().compress(tx("B", 200, "r2") + tx("C", 300, "r3"))
+    cut = 0 if first_part == "empty" else len(data) // 2
+    f = follower()
+    f.wait_for_lines(3)
+    (inp / "redo_1_2.jsonl.zst").write_bytes(data[:cut])
+    f.idle()
+    assert f.error is None and f.lines() == [(1, n) for n in (1, 2, 3)]
+    append(inp / "redo_1_2.jsonl.zst", data[cut:])
+    f.wait_for_lines(9)
+    f.idle()
+    f.finish()
+    assert f.lines() == [(1, n) for n in (1, 2, 3)] + [(2, n) for n in range(1, 7)]
+
+
+def test_newest_archived_sequence_truncated_too_long_is_bad_input(tmp_path: Path, follower, monkeypatch) -> None:
+    monkeypatch.setattr(thread_reader_mod, "TRUNCATED_ZST_WAIT_SECONDS", 0.5)
+    inp = tmp_path / "in"
+    data = zstandard.ZstdCompressor().compress(tx("A", 100, "r1"))
+    (inp / "redo_1_1.jsonl.zst").write_bytes(data[:-4])
+    f = follower()
+    err = f.wait_for_error()
+    assert isinstance(err, InputError)
+    assert "redo_1_1.jsonl.zst" in str(err) and "ends inside a frame, still after 0s" in str(err)
+    assert "temporary name and rename" in str(err)
+
+
 # ---------------------------------------------------------------------------------------
 # Files that change in ways a log must not
 
@@ -426,7 +460,8 @@ def test_an_unfinished_last_line_is_read_again_only_once_the_file_grew(tmp_path:
     path.write_bytes(line({"op": "begin", "scn": 100, "xid": "A"}) + big[:-100])
     reads: list[int] = []
     real = ThreadReader._read_file
-    monkeypatch.setattr(ThreadReader, "_read_file", lambda self, lf, final: reads.append(1) or real(self, lf, final))
+    monkeypatch.setattr(ThreadReader, "_read_file",
+                        lambda self, lf, final, **kw: reads.append(1) or real(self, lf, final, **kw))
     f = follower()
     f.wait_for_lines(1)
     time.sleep(50 * POLL)

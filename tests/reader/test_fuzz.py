@@ -30,8 +30,8 @@ from olr_buffer.errors import OlrBufferError
 from olr_buffer.reader.errors import InputError
 from olr_buffer.reader.files import LogFile, scan
 from olr_buffer.reader.position import load_positions
-from olr_buffer.reader.blocks import BlockBuilder, decode_record
-from olr_buffer.reader.records import CLOSE, LWN, MARKER_CODES, OP_CODES, RecordError, decode_line, parse_line, validate
+from olr_buffer.changes import CLOSE, LWN, MARKER_CODES, OP_CODES, BlockBuilder, RecordError, decode_record
+from olr_buffer.reader.records import decode_line, parse_line, validate
 from olr_buffer.reader.thread_reader import ThreadReader
 from olr_buffer.txbuffer import MemoryQueue
 

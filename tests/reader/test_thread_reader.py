@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from olr_buffer.reader.blocks import decode_record, read_summary
+from olr_buffer.changes import decode_record, read_summary
 from olr_buffer.reader.errors import InputError, MissingSequenceError
 from olr_buffer.reader.files import scan
 from olr_buffer.reader.position import load_positions

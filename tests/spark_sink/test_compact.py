@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from olr_buffer.cli import main
-from olr_buffer.pipeline import ReplayOptions, replay
+from olr_buffer.pipeline import PipelineOptions, replay
 from olr_buffer.spark_sink import ChangefeedCorruptError, ChangefeedWriter
 from olr_buffer.spark_sink import compact as compact_mod
 from olr_buffer.spark_sink.compact import CompactionError, compact, published_files, read_footer
@@ -63,7 +63,7 @@ def test_compact_to_output_keeps_every_row(spark, copied, tmp_path):
     # what readers get: Spark's rows equal the source's, row by row
     assert_changefeed_equal(spark_rows(read_changefeed(spark, str(out))), copied.expected.rows)
     # the last commit key is kept: replay of the same queue into it publishes nothing
-    summary = replay(str(copied.input), str(copied.queue), str(out), ReplayOptions(file_rows=200, durable=False))
+    summary = replay(str(copied.input), str(copied.queue), str(out), PipelineOptions(file_rows=200, durable=False))
     assert summary.transactions_published == 0
     assert summary.next_tx_seq == copied.expected.committed
     # the writer reopens it and carries on

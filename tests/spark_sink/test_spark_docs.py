@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from olr_buffer.pipeline import ReplayOptions, replay
+from olr_buffer.pipeline import PipelineOptions, replay
 from olr_buffer.simulate import simulate
 from olr_buffer.spark_sink.compact import compact
 
@@ -39,7 +39,7 @@ def test_every_python_block_runs_as_written(spark, tmp_path):
     stats = simulate(tmp_path / "in", threads=2, transactions=60, seed=5, records_per_file=150,
                      start_tm=1_717_200_000_000_000_000)
     assert (stats.emitted, stats.emitted_rows) == (54, 881)
-    replay(str(tmp_path / "in"), str(tmp_path / "q"), str(tmp_path / "cf"), ReplayOptions(file_rows=10, durable=False))
+    replay(str(tmp_path / "in"), str(tmp_path / "q"), str(tmp_path / "cf"), PipelineOptions(file_rows=10, durable=False))
     compact(str(tmp_path / "cf"), output=str(tmp_path / "cf-compacted"), target_rows=300, durable=False)
     namespace: dict = {"spark": spark}
     out = io.StringIO()

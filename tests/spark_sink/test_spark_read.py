@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from olr_buffer.pipeline import ReplayOptions, replay
+from olr_buffer.pipeline import PipelineOptions, replay
 from olr_buffer.simulate import simulate
 from olr_buffer.spark_sink import read_changefeed
 from tests.contract_model import assert_changefeed_equal, expected_changefeed
@@ -41,7 +41,7 @@ def changefeed(tmp_path_factory):
     root = tmp_path_factory.mktemp("spark")
     simulate(root / "in", threads=3, transactions=400, seed=7, records_per_file=400)
     # several files, so that Spark reads a multi-file changefeed
-    replay(str(root / "in"), str(root / "q"), str(root / "cf"), ReplayOptions(file_rows=700))
+    replay(str(root / "in"), str(root / "q"), str(root / "cf"), PipelineOptions(file_rows=700))
     return root
 
 

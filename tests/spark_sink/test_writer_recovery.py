@@ -8,7 +8,7 @@ import json
 import shutil
 from pathlib import Path
 
-from olr_buffer.dispatcher.transaction import Commit, CommitKey
+from olr_buffer.changes import Commit, CommitKey
 from olr_buffer.spark_sink.writer import MANIFEST, META_DIR, PUBLISHED_LOG, ChangefeedWriter
 
 

@@ -17,9 +17,9 @@ from typing import Any, Iterable
 
 import orjson
 
-from olr_buffer.dispatcher.transaction import Commit, CommitKey
-from olr_buffer.pipeline import ReplayOptions, replay
-from olr_buffer.reader.records import DDL, DELETE, INSERT, UPDATE
+from olr_buffer.changes import Commit, CommitKey
+from olr_buffer.pipeline import PipelineOptions, replay
+from olr_buffer.changes import DDL, DELETE, INSERT, UPDATE
 from olr_buffer.simulate import simulate
 from olr_buffer.spark_sink import ChangefeedWriter
 from tests.contract_model import ModelResult, expected_changefeed
@@ -208,5 +208,5 @@ def part_files(path: Path) -> list[str]:
 def build_workload(root: Path) -> Workload:
     stats = simulate(root / "in", threads=3, transactions=500, seed=11, records_per_file=300)
     _write_extra_sequence(root / "in", stats.last_scn)
-    replay(str(root / "in"), str(root / "q"), str(root / "cf"), ReplayOptions(file_rows=FILE_ROWS, durable=False))
+    replay(str(root / "in"), str(root / "q"), str(root / "cf"), PipelineOptions(file_rows=FILE_ROWS, durable=False))
     return Workload(root, root / "in", root / "q", root / "cf", expected_changefeed(root / "in"))

@@ -1,7 +1,7 @@
 """The PostgreSQL reader: the replication stream into the queue, exactly once across restarts.
 
 One thread (queue "thread" 1) reads the slot's pgoutput stream and appends its changes
-as blocks (:class:`~olr_buffer.reader.blocks.BlockBuilder`), each with the reader's
+as blocks (:class:`~olr_buffer.changes.BlockBuilder`), each with the reader's
 state under :data:`POSITION_KEY` in the same LMDB write. Rows go to the group of their
 top-level transaction, in the order the server sends them, whatever the interleaving of
 streamed transactions:
@@ -39,9 +39,8 @@ import orjson
 import psycopg2
 
 from ...txbuffer import TxQueue
-from ..blocks import BlockBuilder
 from ...txbuffer.metadata import POSTGRES_POSITION_KEY, load_json, seal
-from ..records import BEGIN, COMMIT, COPY_ROW, CUT, DELETE, INSERT, ROLLBACK, TRUNCATE, UPDATE
+from ...changes import BEGIN, COMMIT, COPY_ROW, CUT, DELETE, INSERT, ROLLBACK, TRUNCATE, UPDATE, BlockBuilder
 from . import protocol as p
 from .connection import (
     ConnectionLostError,
@@ -263,8 +262,7 @@ class PostgresReader:
                 log.warning("%s; reconnecting in %.0f s", exc, delay)
                 self.stop.wait(delay)
                 delay = min(delay * 2, _BACKOFF_MAX)
-        if self.builder.count:
-            self._append()
+        self._append()  # what it holds, and the state as of the stop (confirmed LSN, lag) for `status`
         self._close_sql()
 
     def _session(self) -> None:

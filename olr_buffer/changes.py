@@ -1,27 +1,40 @@
-"""Redo blocks: how a reader lays out one queue block, and the summary the dispatcher reads.
+"""The change-record format: what every source writes to the queue and every consumer reads.
 
-A reader thread turns a run of one redo thread's records into one queue block::
+Neutral ground between the packages: the readers (redo files, PostgreSQL) produce
+records and blocks in this format, the dispatcher and the changefeed writer consume them;
+none of them imports another for it (see docs/architecture.md, "Packages").
+
+**Records.** A record in the queue is the MessagePack encoding of a list. Its first five
+items are always ``[code, scn, sub, sequence, line]`` (:data:`CODE` .. :data:`LINE`):
+
+* rows (insert, update, delete, ddl; from PostgreSQL also truncate and rows of the
+  initial copy): ``+ [tm, owner, table, obj, rid, before, after, sql]``
+  (:data:`ROW_FIELDS`), where ``before``/``after`` are JSON text or ``None``;
+* compensations (DML with ``"rollback": true``): ``+ [rid]``
+  (:data:`COMPENSATED_RID`), code has the :data:`COMPENSATION` bit;
+* ``CUT`` (PostgreSQL: a subtransaction rolled back): ``+ [first, end]``
+  (:data:`CUT_FIRST`, :data:`CUT_END`): the rows of its transaction with ordinals
+  ``first..end-1`` are dropped. It has the ``COMPENSATION`` bit: it cancels rows;
+* begin, commit, rollback: ``+ [tm]`` (:data:`END_TM`).
+
+``lwn`` and ``close`` are not stored as records: they move the thread's progress, or mark
+it closed, which the block summary carries.
+
+**Blocks.** A source turns a run of one thread's records into one queue block::
 
     record 0        the block summary (JSON), see :class:`BlockSummary`
     records 1..n    the records, grouped by transaction: each group holds one XID's
                     records in input order; groups appear in order of first appearance.
-                    Each record is a MessagePack array (see
-                    :mod:`olr_buffer.reader.records`), so a run of ``n`` records (one
-                    slice of the block) behind a MessagePack array header of ``n`` is one
-                    array of them: :func:`decode_records` decodes a group in one call.
+                    A run of ``n`` records behind a MessagePack array header of ``n`` is
+                    one array of them: :func:`decode_records` decodes a group in one call.
 
 The summary says which record format the block's records use (``"f"``); a queue written
-with another one is refused with a clear error instead of being misread.
-
-The summary says, per group, where it is and what it holds (begin, end records, row and
-compensation counts), the thread's progress after the block, and (``"c": true``, only
-when so) that the thread is closed after the block: its last record is a ``close``.
-Blocks without ``"c"`` (every block written before ``close`` existed) are of open
-threads, so the key needs no new record format; a version that ignored it would only
-hold the watermark, never publish early. The dispatcher reads
-only summaries while tailing; it decodes a transaction's records only at commit, and
-only its own groups. Memory per open transaction is then a list of group locations,
-which grows with the number of blocks it spans, not with its rows.
+with another one is refused with a clear error instead of being misread. It says, per
+group, where it is and what it holds (begin, end records, row and compensation counts),
+the thread's progress after the block (``"p"``), and (``"c": true``, only when so) that
+the thread is closed after the block: its last record is a ``close``. Blocks without
+``"c"`` are of open threads. The dispatcher reads only summaries while tailing; it
+decodes a transaction's records only at commit, and only its own groups.
 
 If a ``begin`` follows an end record of the same XID (XID reuse), a new group starts,
 so a group never mixes two transactions.
@@ -30,16 +43,59 @@ so a group never mixes two transactions.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import msgspec
 import orjson
 
-from ..errors import OlrBufferError
-from .records import BEGIN, COMMIT, COMPENSATION, ROLLBACK, ROW_CODES, RecordError
+from .errors import OlrBufferError
+
+# -- op codes ------------------------------------------------------------------------------
+
+BEGIN, INSERT, UPDATE, DELETE, DDL, COMMIT, ROLLBACK, LWN, CLOSE = 1, 2, 3, 4, 5, 6, 7, 8, 9
+COMPENSATION = 16  # or'ed into INSERT/UPDATE/DELETE
+TRUNCATE, COPY_ROW = 12, 13  # PostgreSQL source only
+CUT = COMPENSATION | 14  # PostgreSQL source only: a range of rows of its transaction rolled back
+
+OP_CODES = {  # the input's op names
+    "begin": BEGIN,
+    "insert": INSERT,
+    "update": UPDATE,
+    "delete": DELETE,
+    "ddl": DDL,
+    "commit": COMMIT,
+    "rollback": ROLLBACK,
+    "lwn": LWN,
+    "close": CLOSE,
+}
+MARKER_CODES = frozenset((LWN, CLOSE))  # records of the thread, not of a transaction
+ROW_CODES = frozenset((INSERT, UPDATE, DELETE, DDL, TRUNCATE, COPY_ROW))
+DML_CODES = frozenset((INSERT, UPDATE, DELETE))
+# the changefeed's ``op`` column, per row code
+CHANGEFEED_OP = {INSERT: "c", UPDATE: "u", DELETE: "d", DDL: "ddl", TRUNCATE: "t", COPY_ROW: "r"}
+
+# -- record fields, by index -----------------------------------------------------------------
+
+CODE, SCN, SUB, SEQUENCE, LINE = 0, 1, 2, 3, 4
+# a row
+ROW_FIELDS = ("code", "scn", "sub", "sequence", "line", "tm", "owner", "table", "obj", "rid", "before", "after", "sql")
+TM, OWNER, TABLE, OBJ, RID, BEFORE, AFTER, SQL = range(5, 13)
+COMPENSATED_RID = 5  # a compensation: the rid of the row it cancels
+CUT_FIRST, CUT_END = 5, 6  # a cut: the row ordinals it drops, first..end-1
+END_TM = 5  # begin, commit, rollback: the record's tm
 
 INFINITE_SCN = 1 << 63  # a watermark above every SCN: releases every end (end of a replay)
-# 1: records as JSON arrays (olr-buffer 0.1.0 until 2026-11-22); 2: MessagePack arrays
+# 1: records as JSON arrays (olr-buffer 0.1.0); 2: MessagePack arrays
 RECORD_FORMAT = 2
+
+
+class RecordError(ValueError):
+    """A record that cannot be stored as it is; the message is the reason."""
+
+
+class RecordFormatError(OlrBufferError):
+    """A queue block whose records this version cannot read."""
+
 
 _encode_record = msgspec.msgpack.Encoder().encode
 _decode = msgspec.msgpack.Decoder().decode
@@ -53,6 +109,34 @@ def decode_records(data: bytes | memoryview, count: int) -> list[list]:
 def decode_record(raw: bytes) -> list:
     """One encoded record, as a list ``[code, scn, sub, sequence, line, ...]``."""
     return _decode(raw)
+
+
+# -- commits -----------------------------------------------------------------------------------
+
+
+class CommitKey(NamedTuple):
+    """Orders end records: ``(scn, thread, sequence, line)``."""
+
+    scn: int
+    thread: int
+    sequence: int
+    line: int
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    """A transaction that is safe to publish: its commit record's facts."""
+
+    xid: str
+    key: CommitKey
+    tm: int | None
+
+    @property
+    def scn(self) -> int:
+        return self.key.scn
+
+
+# -- blocks ------------------------------------------------------------------------------------
 
 # A group in the summary: [xid, start, count, rows, compensations, first_scn, begin_scn, begin_tm, ends]
 # begin_scn is -1 without a begin (begin_tm then None); ends is a list of [code, scn, sequence, line, tm].
@@ -85,8 +169,9 @@ class BlockBuilder:
         self.closed = False
 
     def add(self, code: int, scn: int, sub: int, xid: str, seq: int, line: int, payload: list) -> None:
-        """Add one validated record. Raises :class:`RecordError` (and changes nothing) for
-        strings that are not valid Unicode (a lone surrogate from a ``\\ud800`` escape)."""
+        """Add one record: ``payload`` is what follows ``[code, scn, sub, sequence, line]``.
+        Raises :class:`RecordError` (and changes nothing) for strings that are not valid
+        Unicode (a lone surrogate from a ``\\ud800`` escape)."""
         try:
             rec = _encode_record([code, scn, sub, seq, line, *payload])
         except UnicodeEncodeError:
@@ -165,11 +250,8 @@ class BlockSummary:
     closed: bool = False  # the thread is closed after this block
 
 
-class RecordFormatError(OlrBufferError):
-    """A queue block whose records this version cannot read."""
-
-
 def read_summary(record0: bytes) -> BlockSummary:
+    """The summary of a block (its record 0), or :class:`RecordFormatError`."""
     try:
         d = orjson.loads(record0)
     except orjson.JSONDecodeError as exc:
