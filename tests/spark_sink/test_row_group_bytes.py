@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from olr_buffer.dispatcher.transaction import Commit, CommitKey
+from olr_buffer.changes import Commit, CommitKey
 from olr_buffer.spark_sink.writer import ChangefeedWriter
 
 
