@@ -30,6 +30,7 @@ keepalive's position when nothing is in flight.
 from __future__ import annotations
 
 import logging
+import struct
 import threading
 from collections import deque
 import time
@@ -60,6 +61,9 @@ POSITION_KEY = POSTGRES_POSITION_KEY
 THREAD = 1
 COPY_SEQUENCE = -1  # commit keys of the initial copy: (consistent point, 1, -1, n) sort before every change
 _BACKOFF_MAX = 30.0
+_W_HEAD = struct.Struct("!QQ").unpack_from  # an XLogData frame's data start and WAL end
+_INSERT_HEAD = struct.Struct("!IB").unpack_from  # an Insert's relation OID and tuple tag
+_STREAM_INSERT_HEAD = struct.Struct("!IIB").unpack_from  # the same in a stream block, after the xid
 _DATA = frozenset((p.Insert, p.Update, p.Delete, p.Truncate, p.Relation))  # messages of a transaction
 
 
@@ -474,27 +478,70 @@ class PostgresReader:
                 data = stream.read(min(self.status_interval, 0.5))
                 if data is None:
                     continue
-            frame = p.decode_frame(data)
-            if isinstance(frame, p.Keepalive):
+            if data[0] == 0x77 and len(data) > 35 and data[25] == 0x49:  # XLogData of an Insert: the hot path
+                start, wal_end = _W_HEAD(data, 1)
+                if wal_end > self.server_lsn:
+                    self.server_lsn = wal_end
+                if start > received:
+                    received = start
+                if not self._insert(data, start, decoder.in_stream):
+                    self._handle(decoder.decode(data[25:]), start)
+            else:
+                frame = p.decode_frame(data)
+                if isinstance(frame, p.Keepalive):
+                    if frame.wal_end > self.server_lsn:
+                        self.server_lsn = frame.wal_end
+                    if frame.reply or time.monotonic() - last_status >= self.status_interval:
+                        if self.builder.count:
+                            self._append()
+                        self._status(stream, received, idle_lsn=frame.wal_end)
+                        last_status = time.monotonic()
+                    continue
                 if frame.wal_end > self.server_lsn:
                     self.server_lsn = frame.wal_end
-                if frame.reply or time.monotonic() - last_status >= self.status_interval:
-                    if self.builder.count:
-                        self._append()
-                    self._status(stream, received, idle_lsn=frame.wal_end)
-                    last_status = time.monotonic()
-                continue
-            if frame.wal_end > self.server_lsn:
-                self.server_lsn = frame.wal_end
-            if frame.data_start > received:
-                received = frame.data_start
-            self._handle(decoder.decode(frame.payload), frame.data_start)
+                if frame.data_start > received:
+                    received = frame.data_start
+                self._handle(decoder.decode(frame.payload), frame.data_start)
             now = time.monotonic()
             if self.builder.count and now - self._pending_since >= self.flush_seconds:
                 self._append()
             if now - last_status >= self.status_interval:
                 self._status(stream, received)
                 last_status = now
+
+    def _insert(self, data: bytes, lsn: int, in_stream: bool) -> bool:
+        """The common message, an Insert (its XLogData frame ``data``), added without the
+        general decoder; False if it is anything but a well-formed insert into a
+        transaction that is not skipped: the general path then handles it."""
+        txn = self._stream or self._current
+        if txn is None or txn.skip:
+            return False
+        if in_stream:
+            sub, rel, tag = _STREAM_INSERT_HEAD(data, 26)
+            pos = 35
+        else:
+            rel, tag = _INSERT_HEAD(data, 26)
+            sub, pos = None, 31
+        if tag != 0x4E:  # N
+            return False
+        got = txn.rels.get(rel)
+        table = got[0] if got is not None else (self.tables.get(rel) or self._last_seen.get(rel))
+        if table is None:
+            return False
+        images = table.images(data, pos)
+        if images is None:
+            return False
+        if sub is not None and sub != txn.top and sub not in txn.subs:
+            txn.subs[sub] = txn.rows
+        builder = self.builder
+        if not builder.count:
+            self._pending_since = time.monotonic()
+        rid, obj = images
+        builder.add(INSERT, lsn, 0, txn.xid, 0, 0, [None, table.schema, table.name, table.oid, rid, None, obj, None])
+        txn.rows += 1
+        if builder.count >= self.block_records or builder.nbytes >= self.block_bytes:
+            self._append()
+        return True
 
     def _idle(self) -> bool:
         pub = self.published()
