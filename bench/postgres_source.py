@@ -13,7 +13,11 @@
 * latency: one transaction of ``--rows`` rows while the service runs, streaming and with
   ``--no-streaming``: seconds from COMMIT returning to its rows visible in the changefeed,
   and the server's spill bytes for the slot (``pg_stat_replication_slots``). Targets: with
-  streaming visible within 2 s, and no spill.
+  streaming visible within 2 s, and no spill. Split by the service's log: COMMIT to the
+  reader's append of the commit (the reader still catching up), then to the file with the
+  last row published (the dispatcher's and changefeed writer's read-back, with its rows/s).
+  The same transaction followed by ``pg_recvlogical`` (streaming) instead gives the
+  server's own part: COMMIT to the walsender having sent WAL up to the commit.
 * memory: the service's peak RSS (``VmHWM``) with one ``--rows`` transaction on top of a
   load of ``--base-rows`` rows in 200-row transactions, against the load alone. Target:
   at most 1.5x.
@@ -83,13 +87,35 @@ def wait_log(work: Path, text: str, proc: subprocess.Popen, timeout: float = 120
         time.sleep(0.02)
 
 
-def wait_rows(work: Path, n: int, proc: subprocess.Popen, timeout: float = 1800) -> float:
+def wait_rows(work: Path, n: int, proc: subprocess.Popen, timeout: float = 1800, clock=time.monotonic) -> float:
     deadline = time.monotonic() + timeout
     while rows_published(work / "cf") < n:
         if proc.poll() is not None or time.monotonic() > deadline:
             raise RuntimeError((work / "service.log").read_text(errors="replace"))
         time.sleep(0.05)
-    return time.monotonic()
+    return clock()
+
+
+def log_times(work: Path, rows: int) -> tuple[float, float]:
+    """From the service's JSON log: when the reader appended the commit of the ``rows``-row
+    transaction, and when the changefeed file that holds its last row was published."""
+    from datetime import datetime
+
+    def ts(doc: dict) -> float:
+        return datetime.fromisoformat(doc["ts"].replace("Z", "+00:00")).timestamp()
+
+    in_queue = published = 0.0
+    total = 0
+    for line in (work / "service.log").read_text(errors="replace").splitlines():
+        if not line.startswith("{"):
+            continue
+        doc = json.loads(line)
+        if "committed at" in doc.get("msg", "") and doc.get("rows") == rows:
+            in_queue = ts(doc)
+        elif doc.get("msg", "").startswith("published ") and total < rows:
+            total += doc["rows"]
+            published = ts(doc)
+    return in_queue, published
 
 
 def stop(proc: subprocess.Popen) -> None:
@@ -123,25 +149,67 @@ def throughput(cluster, work: Path, rows: int, tx_rows: int) -> dict:
             "olr_buffer_rows_per_s": round(rows / ours), "ratio": round(server / ours, 3), "target": 0.5}
 
 
+def server_latency(cluster, rows: int) -> dict:
+    """The server alone: ``pg_recvlogical`` (pgoutput, protocol 2, streaming) follows a slot
+    to /dev/null while one ``rows``-row INSERT commits; seconds from COMMIT returning to the
+    walsender having sent WAL up to the commit (``pg_stat_replication.sent_lsn``)."""
+    db = "bench_lat_server"
+    new_db(cluster, db)
+    sql(cluster, db, "SELECT pg_create_logical_replication_slot('recv', 'pgoutput')")
+    recv = subprocess.Popen([*cluster.as_user, str(cluster.bin / "pg_recvlogical"), "-d", db, "-h", str(cluster.sock),
+                             "-U", "postgres", "--slot", "recv", "--start", "-f", "/dev/null", "-o", "proto_version=2",
+                             "-o", "streaming=on", "-o", "publication_names=olr_buffer", "--no-loop"])
+    try:
+        deadline = time.monotonic() + 60
+        while not sql(cluster, db, "SELECT 1 FROM pg_stat_replication WHERE application_name = 'pg_recvlogical'"):
+            if time.monotonic() > deadline or recv.poll() is not None:
+                raise RuntimeError("pg_recvlogical did not start")
+            time.sleep(0.05)
+        t0 = time.time()
+        sql(cluster, db, "INSERT INTO big SELECT g, g %% 1000, 'row ' || g FROM generate_series(1, %s) g", (rows,))
+        committed = time.time()
+        (end,) = sql(cluster, db, "SELECT pg_current_wal_lsn()::text")[0]
+        while not sql(cluster, db, "SELECT 1 FROM pg_stat_replication WHERE application_name = 'pg_recvlogical' "
+                                   "AND sent_lsn >= %s::pg_lsn", (end,)):
+            time.sleep(0.01)
+        sent = time.time()
+    finally:
+        recv.terminate()
+        recv.wait(60)
+    sql(cluster, db, "SELECT pg_drop_replication_slot('recv')")
+    return {"insert_s": round(committed - t0, 3), "commit_to_sent_s": round(sent - committed, 3)}
+
+
 def latency(cluster, work: Path, rows: int) -> dict:
-    out = {}
+    out = {"server_streaming": server_latency(cluster, rows)}
     for label, extra in (("streaming", ()), ("no_streaming", ("--no-streaming",))):
         db = f"bench_lat_{label}"
         new_db(cluster, db)
         w = work / label
         w.mkdir()
-        proc = start_service(cluster, db, w, "--no-initial-copy", *extra)
+        proc = start_service(cluster, db, w, "--no-initial-copy", "--log-format", "json", *extra)
         try:
             wait_log(w, "streaming slot", proc)
+            t0 = time.time()
             sql(cluster, db, "INSERT INTO big SELECT g, g %% 1000, 'row ' || g FROM generate_series(1, %s) g", (rows,))
-            committed = time.monotonic()
-            visible = wait_rows(w, rows, proc)
+            committed = time.time()
+            visible = wait_rows(w, rows, proc, clock=time.time)
         finally:
             stop(proc)
         spill, stream = sql(cluster, db, "SELECT spill_bytes, stream_bytes FROM pg_stat_replication_slots "
                                          "WHERE slot_name = 'olr_buffer'")[0]
         sql(cluster, db, "SELECT pg_drop_replication_slot('olr_buffer')")
-        out[label] = {"commit_to_visible_s": round(visible - committed, 3), "spill_bytes": spill, "stream_bytes": stream}
+        in_queue, published = log_times(w, rows)
+        out[label] = {
+            "insert_s": round(committed - t0, 3),
+            "commit_to_visible_s": round(visible - committed, 3),
+            # from the service's log (millisecond timestamps): the reader appended the commit,
+            # then the dispatcher and the changefeed writer read the rows back and published them
+            "commit_to_in_queue_s": round(in_queue - committed, 3),
+            "in_queue_to_published_s": round(published - in_queue, 3),
+            "read_back_rows_per_s": round(rows / (published - in_queue)) if published > in_queue else None,
+            "spill_bytes": spill, "stream_bytes": stream,
+        }
     out["targets"] = {"streaming_commit_to_visible_s": 2.0, "streaming_spill_bytes": 0}
     return {"rows": rows, **out}
 

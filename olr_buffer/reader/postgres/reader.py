@@ -61,6 +61,7 @@ POSITION_KEY = POSTGRES_POSITION_KEY
 THREAD = 1
 COPY_SEQUENCE = -1  # commit keys of the initial copy: (consistent point, 1, -1, n) sort before every change
 _BACKOFF_MAX = 30.0
+LARGE_TRANSACTION_ROWS = 100_000  # the commit of a transaction this large is logged
 _W_HEAD = struct.Struct("!QQ").unpack_from  # an XLogData frame's data start and WAL end
 _INSERT_HEAD = struct.Struct("!IB").unpack_from  # an Insert's relation OID and tuple tag
 _STREAM_INSERT_HEAD = struct.Struct("!IIB").unpack_from  # the same in a stream block, after the xid
@@ -645,6 +646,10 @@ class PostgresReader:
         self._merge_relations(txn)
         self.builder.heartbeat(commit_lsn)
         self._add(COMMIT, commit_lsn, txn.xid, [tm])
+        if txn.rows >= LARGE_TRANSACTION_ROWS:
+            self._append()  # now: the dispatcher has its rows already
+            log.info("transaction %s committed at %s with %d row(s): in the queue", txn.xid, p.lsn_text(commit_lsn),
+                     txn.rows, extra={"xid": txn.xid, "commit_lsn": p.lsn_text(commit_lsn), "rows": txn.rows})
 
     def _merge_relations(self, txn: _Txn) -> None:
         """A committed transaction's relation messages join the cache."""
