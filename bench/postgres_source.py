@@ -10,6 +10,8 @@
   decoded from two slots created before the load: ``pg_recvlogical`` writing the slot's
   pgoutput stream to /dev/null (the server's decode rate, the limit), and ``olr-buffer
   run`` until every row is in the changefeed. Target: olr-buffer >= 0.5x the server.
+  Also the CPU time a row of each process (from ``/proc``): both walsenders, the service
+  and its reader process; on a shared machine the steadier figure.
 * latency: one transaction of ``--rows`` rows while the service runs, streaming and with
   ``--no-streaming``: seconds from COMMIT returning to its rows visible in the changefeed,
   and the server's spill bytes for the slot (``pg_stat_replication_slots``). Targets: with
@@ -130,23 +132,38 @@ def throughput(cluster, work: Path, rows: int, tx_rows: int) -> dict:
     insert_in_transactions(cluster, "bench_tp", 1, rows, tx_rows)
     (end,) = sql(cluster, "bench_tp", "SELECT pg_current_wal_lsn()::text")[0]
     t0 = time.monotonic()
-    subprocess.run([*cluster.as_user, str(cluster.bin / "pg_recvlogical"), "-d", "bench_tp", "-h", str(cluster.sock),
-                    "-U", "postgres", "--slot", "recv", "--start", "--endpos", end, "-f", "/dev/null",
-                    "-o", "proto_version=1", "-o", "publication_names=olr_buffer", "--no-loop"],
-                   check=True, timeout=3600)
+    recv = subprocess.Popen([*cluster.as_user, str(cluster.bin / "pg_recvlogical"), "-d", "bench_tp", "-h",
+                             str(cluster.sock), "-U", "postgres", "--slot", "recv", "--start", "--endpos", end, "-f",
+                             "/dev/null", "-o", "proto_version=1", "-o", "publication_names=olr_buffer", "--no-loop"])
+    recv_cpu = 0.0
+    while recv.poll() is None:  # the walsender's CPU, as of its last look before it ends
+        pids = sql(cluster, "bench_tp", "SELECT pid FROM pg_stat_replication WHERE application_name = 'pg_recvlogical'")
+        recv_cpu = max([recv_cpu, *(cpu_seconds(pid) for (pid,) in pids)])
+        time.sleep(0.02)
     server = time.monotonic() - t0
+    if recv.returncode != 0:
+        raise RuntimeError(f"pg_recvlogical failed ({recv.returncode})")
     proc = start_service(cluster, "bench_tp", work, "--no-initial-copy")
     try:
         wait_log(work, "streaming slot", proc)
         t1 = time.monotonic()
+        pids = [proc.pid, *spawned_children(proc.pid)]
+        ((ws,),) = sql(cluster, "bench_tp", "SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'olr_buffer'")
+        cpu0 = [cpu_seconds(pid) for pid in pids], cpu_seconds(ws)
         done = wait_rows(work, rows, proc)
+        cpu1 = [cpu_seconds(pid) for pid in pids], cpu_seconds(ws)
     finally:
         stop(proc)
         for slot in ("recv", "olr_buffer"):
             sql(cluster, "bench_tp", "SELECT pg_drop_replication_slot(%s)", (slot,))
     ours = done - t1
+    us = [round((b - a) / rows * 1e6, 2) for a, b in zip(cpu0[0], cpu1[0])]
     return {"rows": rows, "tx_rows": tx_rows, "server_rows_per_s": round(rows / server),
-            "olr_buffer_rows_per_s": round(rows / ours), "ratio": round(server / ours, 3), "target": 0.5}
+            "olr_buffer_rows_per_s": round(rows / ours), "ratio": round(server / ours, 3), "target": 0.5,
+            # CPU microseconds a row (user + system), steadier than rows/s on a shared machine
+            "cpu_us_per_row": {"pg_recvlogical_walsender": round(recv_cpu / rows * 1e6, 2),
+                               "olr_buffer_walsender": round((cpu1[1] - cpu0[1]) / rows * 1e6, 2),
+                               "service": us[0], "reader_process": sum(us[1:])}}
 
 
 def server_latency(cluster, rows: int) -> dict:
@@ -212,6 +229,15 @@ def latency(cluster, work: Path, rows: int) -> dict:
         }
     out["targets"] = {"streaming_commit_to_visible_s": 2.0, "streaming_spill_bytes": 0}
     return {"rows": rows, **out}
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a live process (0 if it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def peak_rss_kib(pid: int) -> int:
