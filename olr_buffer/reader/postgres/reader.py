@@ -89,7 +89,8 @@ class _Txn:
 
 class PostgresReader:
     """Reads one slot into the queue; see the module doc. ``prepare`` checks the set-up
-    (errors are raised there, at start); ``run`` (in a thread) copies and streams."""
+    (errors are raised there, at start); ``run`` (in a thread, or in a child process:
+    :mod:`.process`) copies and streams."""
 
     def __init__(
         self,
