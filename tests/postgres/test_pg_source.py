@@ -261,3 +261,37 @@ def test_the_reader_process_dies_with_the_service(pg_db, tmp_path):
     while Path(f"/proc/{child}").exists() and Path(f"/proc/{child}/status").read_text().find("State:\tZ") < 0:
         assert time.monotonic() < deadline, "the reader process outlived the service"
         time.sleep(0.05)
+
+
+def test_reader_as_a_thread_of_the_service(pg_db, tmp_path):
+    """``PipelineOptions(reader_processes=False)``: the same source, the reader a thread."""
+    import threading
+
+    from olr_buffer.pipeline import PipelineOptions, run_postgres_service
+
+    create_schema(pg_db)
+    stop_event = threading.Event()
+    box: dict = {}
+    opts = PipelineOptions(reader_processes=False, flush_seconds=0.2, checkpoint_seconds=0.5)
+
+    def serve():
+        try:
+            box["summary"] = run_postgres_service(pg_db.uri, str(tmp_path / "q"), str(tmp_path / "cf"), opts,
+                                                  stop_event)
+        except BaseException as exc:  # noqa: BLE001 - asserted below
+            box["error"] = exc
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not list((tmp_path / "cf").glob("*.parquet")) and "error" not in box:
+            assert time.monotonic() < deadline, "the initial copy was not published"
+            time.sleep(0.1)
+        outcome = run_clients(pg_db, clients=2, per_client=10, large_rows=2000, seed=8)
+        wait_published(tmp_path / "cf", outcome.committed)
+    finally:
+        stop_event.set()
+        t.join(SERVICE_TIMEOUT)
+    assert "error" not in box, box.get("error")
+    check_against_database(pg_db, tmp_path / "cf", outcome)
