@@ -30,8 +30,6 @@ from ...txbuffer import BlockCodec, TxQueue
 from ..process import _CTX, _die_with_parent, _ParentStop
 from .reader import POSITION_KEY, PostgresReader
 
-log = logging.getLogger("olr_buffer.postgres")
-
 
 @dataclass
 class ReaderFigures:
@@ -97,7 +95,7 @@ class PostgresProcess:
         proc.start()
         send_conn.close()
         stop_recv.close()
-        queue, figures = self.queue, self.figures
+        queue = self.queue
         try:
             while True:
                 if self.stop.is_set():
@@ -115,11 +113,11 @@ class PostgresProcess:
                 if kind == "append":
                     _, value, count, meta, figs = msg
                     queue.append_encoded(value, count, meta)
-                    self.figures = figures = figs
+                    self.figures = figs
                     if value is not None:
                         self.on_append()
                 elif kind == "figures":
-                    self.figures = figures = msg[1]
+                    self.figures = msg[1]
                 elif kind == "log":
                     record = logging.makeLogRecord(msg[1])
                     logger = logging.getLogger(record.name)
