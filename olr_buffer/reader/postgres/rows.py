@@ -67,7 +67,8 @@ class Table:
     def __post_init__(self) -> None:
         self._names = [orjson.dumps(c.name) + b":" for c in self.columns]
         self._categories = [_category(c.type_oid) for c in self.columns]
-        self._key_set = frozenset(self.key) if self.key is not None else None
+        keys = frozenset(self.key or ())
+        self._cols = [(n, c, i in keys) for i, (n, c) in enumerate(zip(self._names, self._categories))]
 
     def obj(self, values: tuple, fallback: tuple | None = None, only: tuple[int, ...] | None = None) -> str:
         """The JSON object of a tuple; unchanged TOASTed values are taken from ``fallback``
@@ -108,49 +109,38 @@ class Table:
         :meth:`obj` give. None for anything out of the ordinary (another column count than
         the relation's, a binary or unchanged value, a malformed or non-UTF-8 tuple): the
         general path then decodes it, or raises the precise error."""
-        names, cats = self._names, self._categories
-        n = len(data)
-        if pos + 2 > n or ((data[pos] << 8) | data[pos + 1]) != len(names):
-            return None
-        pos += 2
-        parts = []
-        append = parts.append
-        null_key = False
-        for i in range(len(names)):
-            if pos >= n:
-                return None
-            k = data[pos]
-            if k == 0x74:  # t
-                if pos + 5 > n:
-                    return None
-                (length,) = _LENGTH(data, pos + 1)
-                pos += 5
-                end = pos + length
-                if length < 0 or end > n:
-                    return None
-                cat = cats[i]
-                if cat == _RAW:
-                    append(names[i] + data[pos:end])
-                elif cat == _STRING:
-                    try:
-                        append(names[i] + _dumps(data[pos:end].decode("utf-8")))
-                    except UnicodeDecodeError:
-                        return None
-                else:
-                    append(names[i] + _json(cat, data[pos:end]))
-                pos = end
-            elif k == 0x6E:  # n
-                append(names[i] + b"null")
-                if self._key_set is not None and i in self._key_set:
-                    null_key = True
-                pos += 1
-            else:
-                return None
-        if pos != n:
-            return None
         try:
+            if ((data[pos] << 8) | data[pos + 1]) != len(self._cols):
+                return None
+            pos += 2
+            parts: list[bytes] = []
+            append = parts.append
+            null_key = False
+            for name, cat, is_key in self._cols:
+                k = data[pos]  # past the end: IndexError
+                if k == 0x74:  # t
+                    (length,) = _LENGTH(data, pos + 1)  # past the end: struct.error
+                    if length < 0:
+                        return None
+                    pos += 5
+                    end = pos + length  # past the end: the next column or the final check
+                    if cat == _RAW:
+                        append(name + data[pos:end])
+                    elif cat == _STRING:
+                        append(name + _dumps(data[pos:end].decode("utf-8")))
+                    else:
+                        append(name + _json(cat, data[pos:end]))
+                    pos = end
+                elif k == 0x6E:  # n
+                    append(name + b"null")
+                    null_key = null_key or is_key
+                    pos += 1
+                else:
+                    return None
+            if pos != len(data):
+                return None
             obj = (b"{" + b",".join(parts) + b"}").decode()
-        except UnicodeDecodeError:
+        except (IndexError, struct.error, UnicodeDecodeError):
             return None
         key = self.key
         if key is None or null_key:
