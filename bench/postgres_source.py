@@ -10,13 +10,19 @@
   decoded from two slots created before the load: ``pg_recvlogical`` writing the slot's
   pgoutput stream to /dev/null (the server's decode rate, the limit), and ``olr-buffer
   run`` until every row is in the changefeed. Target: olr-buffer >= 0.5x the server.
+  Also the CPU time a row of each process (from ``/proc``): both walsenders, the service
+  and its reader process; on a shared machine the steadier figure.
 * latency: one transaction of ``--rows`` rows while the service runs, streaming and with
   ``--no-streaming``: seconds from COMMIT returning to its rows visible in the changefeed,
   and the server's spill bytes for the slot (``pg_stat_replication_slots``). Targets: with
-  streaming visible within 2 s, and no spill.
-* memory: the service's peak RSS (``VmHWM``) with one ``--rows`` transaction on top of a
-  load of ``--base-rows`` rows in 200-row transactions, against the load alone. Target:
-  at most 1.5x.
+  streaming visible within 2 s, and no spill. Split by the service's log: COMMIT to the
+  reader's append of the commit (the reader still catching up), then to the file with the
+  last row published (the dispatcher's and changefeed writer's read-back, with its rows/s).
+  The same transaction followed by ``pg_recvlogical`` (streaming) instead gives the
+  server's own part: COMMIT to the walsender having sent WAL up to the commit.
+* memory: the service's peak RSS (``VmHWM``, the service process plus its reader
+  process) with one ``--rows`` transaction on top of a load of ``--base-rows`` rows in
+  200-row transactions, against the load alone. Target: at most 1.5x.
 """
 
 from __future__ import annotations
@@ -83,13 +89,35 @@ def wait_log(work: Path, text: str, proc: subprocess.Popen, timeout: float = 120
         time.sleep(0.02)
 
 
-def wait_rows(work: Path, n: int, proc: subprocess.Popen, timeout: float = 1800) -> float:
+def wait_rows(work: Path, n: int, proc: subprocess.Popen, timeout: float = 1800, clock=time.monotonic) -> float:
     deadline = time.monotonic() + timeout
     while rows_published(work / "cf") < n:
         if proc.poll() is not None or time.monotonic() > deadline:
             raise RuntimeError((work / "service.log").read_text(errors="replace"))
         time.sleep(0.05)
-    return time.monotonic()
+    return clock()
+
+
+def log_times(work: Path, rows: int) -> tuple[float, float]:
+    """From the service's JSON log: when the reader appended the commit of the ``rows``-row
+    transaction, and when the changefeed file that holds its last row was published."""
+    from datetime import datetime
+
+    def ts(doc: dict) -> float:
+        return datetime.fromisoformat(doc["ts"].replace("Z", "+00:00")).timestamp()
+
+    in_queue = published = 0.0
+    total = 0
+    for line in (work / "service.log").read_text(errors="replace").splitlines():
+        if not line.startswith("{"):
+            continue
+        doc = json.loads(line)
+        if "committed at" in doc.get("msg", "") and doc.get("rows") == rows:
+            in_queue = ts(doc)
+        elif doc.get("msg", "").startswith("published ") and total < rows:
+            total += doc["rows"]
+            published = ts(doc)
+    return in_queue, published
 
 
 def stop(proc: subprocess.Popen) -> None:
@@ -104,46 +132,112 @@ def throughput(cluster, work: Path, rows: int, tx_rows: int) -> dict:
     insert_in_transactions(cluster, "bench_tp", 1, rows, tx_rows)
     (end,) = sql(cluster, "bench_tp", "SELECT pg_current_wal_lsn()::text")[0]
     t0 = time.monotonic()
-    subprocess.run([*cluster.as_user, str(cluster.bin / "pg_recvlogical"), "-d", "bench_tp", "-h", str(cluster.sock),
-                    "-U", "postgres", "--slot", "recv", "--start", "--endpos", end, "-f", "/dev/null",
-                    "-o", "proto_version=1", "-o", "publication_names=olr_buffer", "--no-loop"],
-                   check=True, timeout=3600)
+    recv = subprocess.Popen([*cluster.as_user, str(cluster.bin / "pg_recvlogical"), "-d", "bench_tp", "-h",
+                             str(cluster.sock), "-U", "postgres", "--slot", "recv", "--start", "--endpos", end, "-f",
+                             "/dev/null", "-o", "proto_version=1", "-o", "publication_names=olr_buffer", "--no-loop"])
+    recv_cpu = 0.0
+    while recv.poll() is None:  # the walsender's CPU, as of its last look before it ends
+        pids = sql(cluster, "bench_tp", "SELECT pid FROM pg_stat_replication WHERE application_name = 'pg_recvlogical'")
+        recv_cpu = max([recv_cpu, *(cpu_seconds(pid) for (pid,) in pids)])
+        time.sleep(0.02)
     server = time.monotonic() - t0
+    if recv.returncode != 0:
+        raise RuntimeError(f"pg_recvlogical failed ({recv.returncode})")
     proc = start_service(cluster, "bench_tp", work, "--no-initial-copy")
     try:
         wait_log(work, "streaming slot", proc)
         t1 = time.monotonic()
+        pids = [proc.pid, *spawned_children(proc.pid)]
+        ((ws,),) = sql(cluster, "bench_tp", "SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'olr_buffer'")
+        cpu0 = [cpu_seconds(pid) for pid in pids], cpu_seconds(ws)
         done = wait_rows(work, rows, proc)
+        cpu1 = [cpu_seconds(pid) for pid in pids], cpu_seconds(ws)
     finally:
         stop(proc)
         for slot in ("recv", "olr_buffer"):
             sql(cluster, "bench_tp", "SELECT pg_drop_replication_slot(%s)", (slot,))
     ours = done - t1
+    us = [round((b - a) / rows * 1e6, 2) for a, b in zip(cpu0[0], cpu1[0])]
     return {"rows": rows, "tx_rows": tx_rows, "server_rows_per_s": round(rows / server),
-            "olr_buffer_rows_per_s": round(rows / ours), "ratio": round(server / ours, 3), "target": 0.5}
+            "olr_buffer_rows_per_s": round(rows / ours), "ratio": round(server / ours, 3), "target": 0.5,
+            # CPU microseconds a row (user + system), steadier than rows/s on a shared machine
+            "cpu_us_per_row": {"pg_recvlogical_walsender": round(recv_cpu / rows * 1e6, 2),
+                               "olr_buffer_walsender": round((cpu1[1] - cpu0[1]) / rows * 1e6, 2),
+                               "service": us[0], "reader_process": sum(us[1:])}}
+
+
+def server_latency(cluster, rows: int) -> dict:
+    """The server alone: ``pg_recvlogical`` (pgoutput, protocol 2, streaming) follows a slot
+    to /dev/null while one ``rows``-row INSERT commits; seconds from COMMIT returning to the
+    walsender having sent WAL up to the commit (``pg_stat_replication.sent_lsn``)."""
+    db = "bench_lat_server"
+    new_db(cluster, db)
+    sql(cluster, db, "SELECT pg_create_logical_replication_slot('recv', 'pgoutput')")
+    recv = subprocess.Popen([*cluster.as_user, str(cluster.bin / "pg_recvlogical"), "-d", db, "-h", str(cluster.sock),
+                             "-U", "postgres", "--slot", "recv", "--start", "-f", "/dev/null", "-o", "proto_version=2",
+                             "-o", "streaming=on", "-o", "publication_names=olr_buffer", "--no-loop"])
+    try:
+        deadline = time.monotonic() + 60
+        while not sql(cluster, db, "SELECT 1 FROM pg_stat_replication WHERE application_name = 'pg_recvlogical'"):
+            if time.monotonic() > deadline or recv.poll() is not None:
+                raise RuntimeError("pg_recvlogical did not start")
+            time.sleep(0.05)
+        t0 = time.time()
+        sql(cluster, db, "INSERT INTO big SELECT g, g %% 1000, 'row ' || g FROM generate_series(1, %s) g", (rows,))
+        committed = time.time()
+        (end,) = sql(cluster, db, "SELECT pg_current_wal_lsn()::text")[0]
+        while not sql(cluster, db, "SELECT 1 FROM pg_stat_replication WHERE application_name = 'pg_recvlogical' "
+                                   "AND sent_lsn >= %s::pg_lsn", (end,)):
+            time.sleep(0.01)
+        sent = time.time()
+    finally:
+        recv.terminate()
+        recv.wait(60)
+    sql(cluster, db, "SELECT pg_drop_replication_slot('recv')")
+    return {"insert_s": round(committed - t0, 3), "commit_to_sent_s": round(sent - committed, 3)}
 
 
 def latency(cluster, work: Path, rows: int) -> dict:
-    out = {}
+    out = {"server_streaming": server_latency(cluster, rows)}
     for label, extra in (("streaming", ()), ("no_streaming", ("--no-streaming",))):
         db = f"bench_lat_{label}"
         new_db(cluster, db)
         w = work / label
         w.mkdir()
-        proc = start_service(cluster, db, w, "--no-initial-copy", *extra)
+        proc = start_service(cluster, db, w, "--no-initial-copy", "--log-format", "json", *extra)
         try:
             wait_log(w, "streaming slot", proc)
+            t0 = time.time()
             sql(cluster, db, "INSERT INTO big SELECT g, g %% 1000, 'row ' || g FROM generate_series(1, %s) g", (rows,))
-            committed = time.monotonic()
-            visible = wait_rows(w, rows, proc)
+            committed = time.time()
+            visible = wait_rows(w, rows, proc, clock=time.time)
         finally:
             stop(proc)
         spill, stream = sql(cluster, db, "SELECT spill_bytes, stream_bytes FROM pg_stat_replication_slots "
                                          "WHERE slot_name = 'olr_buffer'")[0]
         sql(cluster, db, "SELECT pg_drop_replication_slot('olr_buffer')")
-        out[label] = {"commit_to_visible_s": round(visible - committed, 3), "spill_bytes": spill, "stream_bytes": stream}
+        in_queue, published = log_times(w, rows)
+        out[label] = {
+            "insert_s": round(committed - t0, 3),
+            "commit_to_visible_s": round(visible - committed, 3),
+            # from the service's log (millisecond timestamps): the reader appended the commit,
+            # then the dispatcher and the changefeed writer read the rows back and published them
+            "commit_to_in_queue_s": round(in_queue - committed, 3),
+            "in_queue_to_published_s": round(published - in_queue, 3),
+            "read_back_rows_per_s": round(rows / (published - in_queue)) if published > in_queue else None,
+            "spill_bytes": spill, "stream_bytes": stream,
+        }
     out["targets"] = {"streaming_commit_to_visible_s": 2.0, "streaming_spill_bytes": 0}
     return {"rows": rows, **out}
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a live process (0 if it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def peak_rss_kib(pid: int) -> int:
@@ -152,6 +246,18 @@ def peak_rss_kib(pid: int) -> int:
             if line.startswith("VmHWM:"):
                 return int(line.split()[1])
     raise RuntimeError("no VmHWM")
+
+
+def spawned_children(pid: int) -> list[int]:
+    """The service's child processes started by multiprocessing (the PostgreSQL reader)."""
+    out = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            kids = [int(c) for c in (task / "children").read_text().split()]
+        except FileNotFoundError:
+            continue
+        out += [c for c in kids if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
+    return out
 
 
 def memory(cluster, work: Path, rows: int, base_rows: int) -> dict:
@@ -168,7 +274,11 @@ def memory(cluster, work: Path, rows: int, base_rows: int) -> dict:
             if large:
                 sql(cluster, db, "INSERT INTO big SELECT g, g %% 1000, 'large' FROM generate_series(1, %s) g", (large,))
             wait_rows(w, base_rows + large, proc)
-            out[f"{label}_peak_rss_mib"] = round(peak_rss_kib(proc.pid) / 1024, 1)
+            service = peak_rss_kib(proc.pid)
+            reader = sum(peak_rss_kib(c) for c in spawned_children(proc.pid))
+            out[f"{label}_service_peak_rss_mib"] = round(service / 1024, 1)
+            out[f"{label}_reader_peak_rss_mib"] = round(reader / 1024, 1)
+            out[f"{label}_peak_rss_mib"] = round((service + reader) / 1024, 1)
         finally:
             stop(proc)
         sql(cluster, db, "SELECT pg_drop_replication_slot('olr_buffer')")

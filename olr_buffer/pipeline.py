@@ -563,6 +563,7 @@ def run_postgres_service(
             streaming=streaming,
             block_records=opts.block_records,
             block_bytes=opts.block_bytes,
+            process=opts.reader_processes,
         )
 
     return _serve(Pipeline(uri, queue_dir, changefeed_dir, opts, source=source), stop, on_tick)

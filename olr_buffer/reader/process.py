@@ -15,6 +15,7 @@ import multiprocessing as mp
 import os
 import signal
 import threading
+import time
 import traceback
 from typing import Callable, Mapping, Sequence
 
@@ -151,13 +152,20 @@ class _ParentStop:
     """The child's stop event: set by the parent closing its end of a pipe, or by the
     parent's death (EOF); ``wait`` sleeps on the pipe, so a stop wakes it at once."""
 
+    _EVERY = 0.02  # seconds between two looks at the pipe: a look costs microseconds, readers ask per record
+
     def __init__(self, conn) -> None:
         self._conn = conn
         self._set = False
+        self._next_look = 0.0
 
     def is_set(self) -> bool:
-        if not self._set and self._conn.poll(0):
-            self._set = True
+        if not self._set:
+            now = time.monotonic()
+            if now >= self._next_look:
+                self._next_look = now + self._EVERY
+                if self._conn.poll(0):
+                    self._set = True
         return self._set
 
     def wait(self, timeout: float | None = None) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -200,3 +201,99 @@ def test_metrics_and_json_logs_of_the_postgresql_source(pg_db, tmp_path):
     assert {"olr_buffer_postgres_confirmed_lsn", "olr_buffer_postgres_lag_bytes", "olr_buffer_postgres_reconnects_total",
             "olr_buffer_seconds_behind_source", "olr_buffer_transactions_published_total"} <= names
     assert all(d["ts"].endswith("Z") for d in docs)
+
+
+def reader_processes(pid: int) -> list[int]:
+    """The service's child processes started by multiprocessing's ``spawn`` (the
+    PostgreSQL reader is its only one; its resource tracker is not one of them)."""
+    out = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            children = [int(c) for c in (task / "children").read_text().split()]
+        except FileNotFoundError:
+            continue
+        out += [c for c in children if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
+    return out
+
+
+def test_a_killed_reader_process_stops_the_service_with_an_error(pg_db, tmp_path):
+    """The reader runs in a child process: killed, the service exits non-zero with one
+    error line (it does not hang); run again, it goes on exactly once."""
+    create_schema(pg_db)
+    svc = start_service(pg_db, tmp_path)
+    try:
+        wait_streaming(tmp_path, svc)
+        first = run_clients(pg_db, clients=2, per_client=10, large_rows=2000, seed=4)
+        wait_published(tmp_path / "cf", first.committed)
+        (child,) = reader_processes(svc.pid)
+        os.kill(child, signal.SIGKILL)
+        code = svc.wait(SERVICE_TIMEOUT)
+    finally:
+        if svc.poll() is None:
+            svc.kill()
+            svc.wait(SERVICE_TIMEOUT)
+    errors = [ln for ln in service_log(tmp_path).splitlines() if ln.startswith("olr-buffer: error:")]
+    assert code != 0 and len(errors) == 1, service_log(tmp_path)
+    assert "the PostgreSQL reader process died (exit code -9)" in errors[0]
+    assert "Traceback" not in service_log(tmp_path)
+    svc = start_service(pg_db, tmp_path)
+    try:
+        wait_streaming(tmp_path, svc, after=1)
+        second = run_clients(pg_db, clients=2, per_client=10, large_rows=2000, seed=5, number0=3)
+        wait_published(tmp_path / "cf", second.committed)
+    finally:
+        assert stop(svc) == 0, service_log(tmp_path)
+    first.committed |= second.committed
+    first.rolled_back |= second.rolled_back
+    check_against_database(pg_db, tmp_path / "cf", first)
+
+
+def test_the_reader_process_dies_with_the_service(pg_db, tmp_path):
+    """SIGKILL of the service kills its reader process too (PR_SET_PDEATHSIG): nothing
+    keeps the slot busy for the next run."""
+    create_schema(pg_db)
+    svc = start_service(pg_db, tmp_path)
+    try:
+        wait_streaming(tmp_path, svc)
+        (child,) = reader_processes(svc.pid)
+    finally:
+        svc.kill()
+        svc.wait(SERVICE_TIMEOUT)
+    deadline = time.monotonic() + SERVICE_TIMEOUT
+    while Path(f"/proc/{child}").exists() and Path(f"/proc/{child}/status").read_text().find("State:\tZ") < 0:
+        assert time.monotonic() < deadline, "the reader process outlived the service"
+        time.sleep(0.05)
+
+
+def test_reader_as_a_thread_of_the_service(pg_db, tmp_path):
+    """``PipelineOptions(reader_processes=False)``: the same source, the reader a thread."""
+    import threading
+
+    from olr_buffer.pipeline import PipelineOptions, run_postgres_service
+
+    create_schema(pg_db)
+    stop_event = threading.Event()
+    box: dict = {}
+    opts = PipelineOptions(reader_processes=False, flush_seconds=0.2, checkpoint_seconds=0.5)
+
+    def serve():
+        try:
+            box["summary"] = run_postgres_service(pg_db.uri, str(tmp_path / "q"), str(tmp_path / "cf"), opts,
+                                                  stop_event)
+        except BaseException as exc:  # noqa: BLE001 - asserted below
+            box["error"] = exc
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not list((tmp_path / "cf").glob("*.parquet")) and "error" not in box:
+            assert time.monotonic() < deadline, "the initial copy was not published"
+            time.sleep(0.1)
+        outcome = run_clients(pg_db, clients=2, per_client=10, large_rows=2000, seed=8)
+        wait_published(tmp_path / "cf", outcome.committed)
+    finally:
+        stop_event.set()
+        t.join(SERVICE_TIMEOUT)
+    assert "error" not in box, box.get("error")
+    check_against_database(pg_db, tmp_path / "cf", outcome)

@@ -3,11 +3,13 @@ into the same queue as the redo-file source. See docs/postgresql.md."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Any, Callable
 
 from ...txbuffer import TxQueue
 from .connection import PostgresError, safe_uri
+from .process import PostgresProcess, ReaderFigures
 from .reader import POSITION_KEY, THREAD, PostgresReader
 
 __all__ = ["POSITION_KEY", "PostgresError", "PostgresReader", "PostgresSource", "safe_uri"]
@@ -23,10 +25,18 @@ class PostgresSource:
         uri: str,
         published: Callable[[], Any],
         on_append: Callable[[], None] | None = None,
+        process: bool = True,
         **options,
     ) -> None:
+        """``process``: the reader runs in a child process (:mod:`.process`), else in a thread."""
         self.stop = threading.Event()
         self.reader = PostgresReader(queue, uri, published=published, on_append=on_append, stop=self.stop, **options)
+        self._process: PostgresProcess | None = None
+        if process:
+            self._process = PostgresProcess(
+                queue, uri, source_id=None, figures=ReaderFigures(), published=published, on_append=on_append,
+                stop=self.stop, options=options,
+            )
         self.input_dir = self.reader.server.safe
         self.readers: dict = {}
         self.errors: list[BaseException] = []
@@ -45,11 +55,19 @@ class PostgresSource:
         return self.reader.source_id
 
     @property
+    def figures(self) -> ReaderFigures:
+        """The reader's figures: its own, or the last its process sent."""
+        return self._process.figures if self._process is not None else ReaderFigures.of(self.reader)
+
+    @property
     def records_read(self) -> int:
-        return self.reader.records
+        return self.figures.records
 
     def prepare(self, threads: list[int] | None = None) -> list[int]:
         self.reader.prepare()
+        if self._process is not None:
+            self._process.source_id = self.reader.source_id
+            self._process.figures = ReaderFigures.of(self.reader)
         return [THREAD]
 
     def start(self, follow: bool = True, poll_interval: float = 0.1) -> None:
@@ -58,7 +76,11 @@ class PostgresSource:
 
     def _run(self) -> None:
         try:
-            self.reader.run()
+            if self._process is not None:
+                self._process.options["log_level"] = logging.getLogger("olr_buffer.postgres").getEffectiveLevel()
+                self._process.run()
+            else:
+                self.reader.run()
         except BaseException as exc:  # handed to the main thread
             self.errors.append(exc)
             self.stop.set()
@@ -68,7 +90,7 @@ class PostgresSource:
 
     def metrics(self) -> list[tuple[str, str, str, list[tuple[str, float]]]]:
         """The source's own figures for the service's metrics: (name, kind, help, samples)."""
-        r = self.reader
+        r = self.figures
         return [
             ("postgres_confirmed_lsn", "gauge", "The slot position confirmed to the server (flush LSN).",
              [("", r.confirmed)]),
@@ -76,7 +98,7 @@ class PostgresSource:
             ("postgres_lag_bytes", "gauge", "WAL bytes between the confirmed position and the server's.",
              [("", max(0, r.server_lsn - r.confirmed))]),
             ("postgres_streaming_transactions", "gauge", "In-progress transactions being streamed by the server.",
-             [("", sum(1 for t in r.txns.values() if t.streamed))]),
+             [("", r.streaming)]),
             ("postgres_reconnects_total", "counter", "Reconnections to the server.", [("", r.reconnects)]),
         ]
 

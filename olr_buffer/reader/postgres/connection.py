@@ -227,6 +227,7 @@ class ReplicationStream:
         self.pgconn = ctypes.c_void_p(conn.pgconn_ptr)
         self.sock = conn.fileno()
         self._buf = ctypes.c_void_p()
+        self._buf_ref = ctypes.byref(self._buf)
 
     def _lost(self, doing: str) -> ConnectionLostError:
         msg = (self.lib.PQerrorMessage(self.pgconn) or b"").decode("utf-8", "replace")
@@ -235,23 +236,25 @@ class ReplicationStream:
 
     def read(self, timeout: float) -> bytes | None:
         """The next message, or None if none arrived within ``timeout`` seconds."""
-        lib, pgconn, buf = self.lib, self.pgconn, self._buf
-        deadline = time.monotonic() + timeout
-        while True:
-            n = lib.PQgetCopyData(pgconn, ctypes.byref(buf), 1)
-            if n > 0:
-                data = ctypes.string_at(buf, n)
-                lib.PQfreemem(buf)
-                return data
+        lib, pgconn, buf, ref = self.lib, self.pgconn, self._buf, self._buf_ref
+        n = lib.PQgetCopyData(pgconn, ref, 1)  # mostly a message is in libpq's buffer already
+        deadline = None
+        while n <= 0:
             if n == -1:
                 raise ConnectionLostError(f"{self.server.safe}: the server ended the replication stream")
             if n < -1:
                 raise self._lost("reading the replication stream")
+            if deadline is None:
+                deadline = time.monotonic() + timeout
             r, _, _ = select.select([self.sock], [], [], max(0.0, deadline - time.monotonic()))
             if not r:
                 return None
             if not lib.PQconsumeInput(pgconn):
                 raise self._lost("reading the replication stream")
+            n = lib.PQgetCopyData(pgconn, ref, 1)
+        data = ctypes.string_at(buf, n)
+        lib.PQfreemem(buf)
+        return data
 
     def send_status(self, write_lsn: int, flush_lsn: int, reply: bool = False) -> None:
         data = encode_status(write_lsn, flush_lsn, flush_lsn, int(time.time() * 1_000_000), reply)

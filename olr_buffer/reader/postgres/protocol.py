@@ -36,7 +36,9 @@ UNCHANGED = object()  # a TOASTed value the server did not send ('u')
 # -- framing ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+# XLogData, Insert, Update and Delete are made once per row: plain slotted dataclasses, as a
+# frozen one's __init__ sets each field through object.__setattr__; nothing changes them.
+@dataclass(slots=True)
 class XLogData:
     data_start: int
     wal_end: int
@@ -145,14 +147,14 @@ class TypeInfo:
 Tuple = tuple  # of None (null), UNCHANGED, or bytes (text or binary form)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Insert:
     xid: int | None
     relation: int
     new: Tuple
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Update:
     xid: int | None
     relation: int
@@ -161,7 +163,7 @@ class Update:
     new: Tuple
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Delete:
     xid: int | None
     relation: int
@@ -214,6 +216,71 @@ Message = Union[
     Begin, Commit, Origin, Relation, TypeInfo, Insert, Update, Delete, Truncate, LogicalMessage,
     StreamStart, StreamStop, StreamCommit, StreamAbort,
 ]
+
+
+def _tuple_data(data: bytes, pos: int, kind: str) -> tuple[Tuple, int]:
+    """The TupleData at ``pos`` and the position after it. The hot path of the decoder:
+    one call per row, no method call per column."""
+    n = len(data)
+    if pos + 2 > n:
+        raise PgoutputError(f"message {kind!r} ends inside its tuple column count (at byte {pos} of {n})")
+    count = (data[pos] << 8) | data[pos + 1]
+    pos += 2
+    values: list = []
+    append = values.append
+    unpack = _I32.unpack_from
+    for i in range(count):
+        if pos >= n:
+            raise PgoutputError(f"message {kind!r} ends inside column {i} (at byte {pos} of {n})")
+        k = data[pos]
+        pos += 1
+        if k == 0x74 or k == 0x62:  # t, b
+            if pos + 4 > n:
+                raise PgoutputError(f"message {kind!r} ends inside the length of column {i}")
+            (length,) = unpack(data, pos)
+            pos += 4
+            end = pos + length
+            if length < 0:
+                raise PgoutputError(f"message {kind!r}: column {i} has a negative length {length}")
+            if end > n:
+                raise PgoutputError(f"message {kind!r} ends inside column {i} (at byte {pos} of {n})")
+            append(data[pos:end])
+            pos = end
+        elif k == 0x6E:  # n
+            append(None)
+        elif k == 0x75:  # u
+            append(UNCHANGED)
+        else:
+            raise PgoutputError(f"message {kind!r}: column {i} has an unknown kind {bytes([k])!r}")
+    return tuple(values), pos
+
+
+_INSERT_HEAD = struct.Struct("!IB")  # relation OID, tuple tag
+_STREAM_INSERT_HEAD = struct.Struct("!IIB")  # xid, relation OID, tuple tag
+
+
+def _insert(data: bytes, in_stream: bool) -> Insert | None:
+    """An Insert decoded without a cursor (the common message), or None if it is not
+    well-formed: the general path then raises the precise error."""
+    if in_stream:
+        if len(data) < 10:
+            return None
+        xid, rel, tag = _STREAM_INSERT_HEAD.unpack_from(data, 1)
+        pos = 10
+    else:
+        if len(data) < 6:
+            return None
+        rel, tag = _INSERT_HEAD.unpack_from(data, 1)
+        xid, pos = None, 6
+    if tag != 0x4E:  # N
+        return None
+    try:
+        new, end = _tuple_data(data, pos, "I")
+    except PgoutputError:
+        return None
+    if end != len(data):
+        return None
+    return Insert(xid, rel, new)
 
 
 class _Cursor:
@@ -282,39 +349,8 @@ class _Cursor:
         return v
 
     def tuple_data(self) -> Tuple:
-        # the hot path of the decoder: one call per row, no method call per column
-        data, pos, n = self.data, self.pos, len(self.data)
-        if pos + 2 > n:
-            raise PgoutputError(f"message {self.kind!r} ends inside its tuple column count (at byte {pos} of {n})")
-        count = (data[pos] << 8) | data[pos + 1]
-        pos += 2
-        values: list = []
-        append = values.append
-        for i in range(count):
-            if pos >= n:
-                raise PgoutputError(f"message {self.kind!r} ends inside column {i} (at byte {pos} of {n})")
-            k = data[pos]
-            pos += 1
-            if k == 0x74 or k == 0x62:  # t, b
-                if pos + 4 > n:
-                    raise PgoutputError(f"message {self.kind!r} ends inside the length of column {i}")
-                length = _I32.unpack_from(data, pos)[0]
-                pos += 4
-                end = pos + length
-                if length < 0:
-                    raise PgoutputError(f"message {self.kind!r}: column {i} has a negative length {length}")
-                if end > n:
-                    raise PgoutputError(f"message {self.kind!r} ends inside column {i} (at byte {pos} of {n})")
-                append(data[pos:end])
-                pos = end
-            elif k == 0x6E:  # n
-                append(None)
-            elif k == 0x75:  # u
-                append(UNCHANGED)
-            else:
-                raise PgoutputError(f"message {self.kind!r}: column {i} has an unknown kind {bytes([k])!r}")
-        self.pos = pos
-        return tuple(values)
+        values, self.pos = _tuple_data(self.data, self.pos, self.kind)
+        return values
 
     def tuple_tag(self, allowed: bytes) -> str:
         tag = self.u8("tuple tag")
@@ -332,6 +368,10 @@ def decode_message(data: bytes, in_stream: bool = False) -> Message:
     data and schema messages start with a transaction id."""
     if not data:
         raise PgoutputError("empty pgoutput message")
+    if data[0] == 0x49:  # I
+        msg = _insert(data, in_stream)
+        if msg is not None:
+            return msg
     kind = chr(data[0])
     c = _Cursor(data, kind)
     msg: Message

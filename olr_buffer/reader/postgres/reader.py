@@ -30,6 +30,7 @@ keepalive's position when nothing is in flight.
 from __future__ import annotations
 
 import logging
+import struct
 import threading
 from collections import deque
 import time
@@ -60,6 +61,11 @@ POSITION_KEY = POSTGRES_POSITION_KEY
 THREAD = 1
 COPY_SEQUENCE = -1  # commit keys of the initial copy: (consistent point, 1, -1, n) sort before every change
 _BACKOFF_MAX = 30.0
+LARGE_TRANSACTION_ROWS = 100_000  # the commit of a transaction this large is logged
+_W_HEAD = struct.Struct("!QQ").unpack_from  # an XLogData frame's data start and WAL end
+_INSERT_HEAD = struct.Struct("!IB").unpack_from  # an Insert's relation OID and tuple tag
+_STREAM_INSERT_HEAD = struct.Struct("!IIB").unpack_from  # the same in a stream block, after the xid
+_DATA = frozenset((p.Insert, p.Update, p.Delete, p.Truncate, p.Relation))  # messages of a transaction
 
 
 class _Stopped(Exception):
@@ -69,10 +75,11 @@ class _Stopped(Exception):
 class _Txn:
     """A top-level transaction the reader is receiving."""
 
-    __slots__ = ("xid", "rows", "subs", "rels", "skip", "streamed")
+    __slots__ = ("xid", "top", "rows", "subs", "rels", "skip", "streamed")
 
     def __init__(self, xid: str, skip: bool = False, streamed: bool = False) -> None:
         self.xid = xid
+        self.top = int(xid) if xid.isdigit() else None  # the xid as data messages carry it
         self.rows = 0  # rows appended so far: the ordinals CUT records name
         self.subs: dict[int, int] = {}  # subxid -> ordinal of the first row at or after it was first seen
         self.rels: dict[int, tuple[Table, int]] = {}  # relation OID -> (table, subxid that carried it)
@@ -82,7 +89,8 @@ class _Txn:
 
 class PostgresReader:
     """Reads one slot into the queue; see the module doc. ``prepare`` checks the set-up
-    (errors are raised there, at start); ``run`` (in a thread) copies and streams."""
+    (errors are raised there, at start); ``run`` (in a thread, or in a child process:
+    :mod:`.process`) copies and streams."""
 
     def __init__(
         self,
@@ -472,27 +480,70 @@ class PostgresReader:
                 data = stream.read(min(self.status_interval, 0.5))
                 if data is None:
                     continue
-            frame = p.decode_frame(data)
-            if isinstance(frame, p.Keepalive):
+            if data[0] == 0x77 and len(data) > 35 and data[25] == 0x49:  # XLogData of an Insert: the hot path
+                start, wal_end = _W_HEAD(data, 1)
+                if wal_end > self.server_lsn:
+                    self.server_lsn = wal_end
+                if start > received:
+                    received = start
+                if not self._insert(data, start, decoder.in_stream):
+                    self._handle(decoder.decode(data[25:]), start)
+            else:
+                frame = p.decode_frame(data)
+                if isinstance(frame, p.Keepalive):
+                    if frame.wal_end > self.server_lsn:
+                        self.server_lsn = frame.wal_end
+                    if frame.reply or time.monotonic() - last_status >= self.status_interval:
+                        if self.builder.count:
+                            self._append()
+                        self._status(stream, received, idle_lsn=frame.wal_end)
+                        last_status = time.monotonic()
+                    continue
                 if frame.wal_end > self.server_lsn:
                     self.server_lsn = frame.wal_end
-                if frame.reply or time.monotonic() - last_status >= self.status_interval:
-                    if self.builder.count:
-                        self._append()
-                    self._status(stream, received, idle_lsn=frame.wal_end)
-                    last_status = time.monotonic()
-                continue
-            if frame.wal_end > self.server_lsn:
-                self.server_lsn = frame.wal_end
-            if frame.data_start > received:
-                received = frame.data_start
-            self._handle(decoder.decode(frame.payload), frame.data_start)
+                if frame.data_start > received:
+                    received = frame.data_start
+                self._handle(decoder.decode(frame.payload), frame.data_start)
             now = time.monotonic()
             if self.builder.count and now - self._pending_since >= self.flush_seconds:
                 self._append()
             if now - last_status >= self.status_interval:
                 self._status(stream, received)
                 last_status = now
+
+    def _insert(self, data: bytes, lsn: int, in_stream: bool) -> bool:
+        """The common message, an Insert (its XLogData frame ``data``), added without the
+        general decoder; False if it is anything but a well-formed insert into a
+        transaction that is not skipped: the general path then handles it."""
+        txn = self._stream or self._current
+        if txn is None or txn.skip:
+            return False
+        if in_stream:
+            sub, rel, tag = _STREAM_INSERT_HEAD(data, 26)
+            pos = 35
+        else:
+            rel, tag = _INSERT_HEAD(data, 26)
+            sub, pos = None, 31
+        if tag != 0x4E:  # N
+            return False
+        got = txn.rels.get(rel)
+        table = got[0] if got is not None else (self.tables.get(rel) or self._last_seen.get(rel))
+        if table is None:
+            return False
+        images = table.images(data, pos)
+        if images is None:
+            return False
+        if sub is not None and sub != txn.top and sub not in txn.subs:
+            txn.subs[sub] = txn.rows
+        builder = self.builder
+        if not builder.count:
+            self._pending_since = time.monotonic()
+        rid, obj = images
+        builder.add(INSERT, lsn, 0, txn.xid, 0, 0, [None, table.schema, table.name, table.oid, rid, None, obj, None])
+        txn.rows += 1
+        if builder.count >= self.block_records or builder.nbytes >= self.block_bytes:
+            self._append()
+        return True
 
     def _idle(self) -> bool:
         pub = self.published()
@@ -522,7 +573,9 @@ class PostgresReader:
 
     def _handle(self, msg, lsn: int) -> None:
         kind = type(msg)
-        if kind is p.Begin:
+        if kind in _DATA:
+            self._data(kind, msg, lsn)
+        elif kind is p.Begin:
             xid = str(msg.xid)
             if msg.final_lsn <= self.last_commit:
                 self._current = _Txn(xid, skip=True)  # appended before the reconnect
@@ -557,25 +610,26 @@ class PostgresReader:
             self.txns.pop(str(msg.xid), None)
         elif kind is p.StreamAbort:
             self._abort(str(msg.xid), msg.subxid)
-        elif kind is p.Origin or kind is p.LogicalMessage or kind is p.TypeInfo:
-            # type names are not needed (values of other types are strings), messages are not rows
-            return
-        else:
-            txn = self._stream or self._current
-            if txn is None:
-                if kind is p.Relation:
-                    self._relation(None, msg)
-                    return
-                raise PostgresError(f"a {kind.__name__} message outside any transaction at {p.lsn_text(lsn)}")
-            sub = msg.xid
-            if sub is not None and str(sub) != txn.xid and sub not in txn.subs:
-                txn.subs[sub] = txn.rows
+        # Origin, LogicalMessage, TypeInfo: type names are not needed (values of other
+        # types are strings), messages are not rows
+
+    def _data(self, kind: type, msg, lsn: int) -> None:
+        """A change or a Relation message."""
+        txn = self._stream or self._current
+        if txn is None:
             if kind is p.Relation:
-                # also in a transaction skipped as appended already: the server counts the
-                # relation as sent once that transaction commits, and does not send it again
-                self._relation(txn, msg)
-            elif not txn.skip:
-                self._change(txn, msg, lsn)
+                self._relation(None, msg)
+                return
+            raise PostgresError(f"a {kind.__name__} message outside any transaction at {p.lsn_text(lsn)}")
+        sub = msg.xid
+        if sub is not None and sub != txn.top and sub not in txn.subs:
+            txn.subs[sub] = txn.rows
+        if kind is p.Relation:
+            # also in a transaction skipped as appended already: the server counts the
+            # relation as sent once that transaction commits, and does not send it again
+            self._relation(txn, msg)
+        elif not txn.skip:
+            self._change(txn, msg, lsn)
 
     def _begin(self, xid: str, streamed: bool) -> _Txn:
         txn = _Txn(xid, streamed=streamed)
@@ -593,6 +647,10 @@ class PostgresReader:
         self._merge_relations(txn)
         self.builder.heartbeat(commit_lsn)
         self._add(COMMIT, commit_lsn, txn.xid, [tm])
+        if txn.rows >= LARGE_TRANSACTION_ROWS:
+            self._append()  # now: the dispatcher has its rows already
+            log.info("transaction %s committed at %s with %d row(s): in the queue", txn.xid, p.lsn_text(commit_lsn),
+                     txn.rows, extra={"xid": txn.xid, "commit_lsn": p.lsn_text(commit_lsn), "rows": txn.rows})
 
     def _merge_relations(self, txn: _Txn) -> None:
         """A committed transaction's relation messages join the cache."""

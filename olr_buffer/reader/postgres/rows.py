@@ -9,11 +9,15 @@ values; every other type is a JSON string holding the server's text form.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 
 import orjson
 
 from .protocol import UNCHANGED, Column, PgoutputError
+
+_LENGTH = struct.Struct("!i").unpack_from
+_dumps = orjson.dumps
 
 BOOL, INT8, INT2, INT4, OID, JSON, FLOAT4, FLOAT8, NUMERIC, JSONB = 16, 20, 21, 23, 26, 114, 700, 701, 1700, 3802
 _INTEGERS = frozenset((INT8, INT2, INT4, OID))
@@ -63,6 +67,8 @@ class Table:
     def __post_init__(self) -> None:
         self._names = [orjson.dumps(c.name) + b":" for c in self.columns]
         self._categories = [_category(c.type_oid) for c in self.columns]
+        keys = frozenset(self.key or ())
+        self._cols = [(n, c, i in keys) for i, (n, c) in enumerate(zip(self._names, self._categories))]
 
     def obj(self, values: tuple, fallback: tuple | None = None, only: tuple[int, ...] | None = None) -> str:
         """The JSON object of a tuple; unchanged TOASTed values are taken from ``fallback``
@@ -96,6 +102,52 @@ class Table:
                 return None
             parts.append(self._names[i] + _json(self._categories[i], values[i]))
         return (b"{" + b",".join(parts) + b"}").decode()
+
+    def images(self, data: bytes, pos: int) -> tuple[str | None, str] | None:
+        """``(rid, obj)`` of the TupleData at ``pos``, which ends ``data``, read and turned
+        into JSON in one pass: the hot path of inserts, the same text as :meth:`rid` and
+        :meth:`obj` give. None for anything out of the ordinary (another column count than
+        the relation's, a binary or unchanged value, a malformed or non-UTF-8 tuple): the
+        general path then decodes it, or raises the precise error."""
+        try:
+            if ((data[pos] << 8) | data[pos + 1]) != len(self._cols):
+                return None
+            pos += 2
+            parts: list[bytes] = []
+            append = parts.append
+            null_key = False
+            for name, cat, is_key in self._cols:
+                k = data[pos]  # past the end: IndexError
+                if k == 0x74:  # t
+                    (length,) = _LENGTH(data, pos + 1)  # past the end: struct.error
+                    if length < 0:
+                        return None
+                    pos += 5
+                    end = pos + length  # past the end: the next column or the final check
+                    if cat == _RAW:
+                        append(name + data[pos:end])
+                    elif cat == _STRING:
+                        append(name + _dumps(data[pos:end].decode("utf-8")))
+                    else:
+                        append(name + _json(cat, data[pos:end]))
+                    pos = end
+                elif k == 0x6E:  # n
+                    append(name + b"null")
+                    null_key = null_key or is_key
+                    pos += 1
+                else:
+                    return None
+            if pos != len(data):
+                return None
+            obj = (b"{" + b",".join(parts) + b"}").decode()
+        except (IndexError, struct.error, UnicodeDecodeError):
+            return None
+        key = self.key
+        if key is None or null_key:
+            return None, obj
+        if key == (0,):
+            return "{" + parts[0].decode() + "}", obj
+        return (b"{" + b",".join([parts[i] for i in key]) + b"}").decode(), obj
 
     def flagged(self) -> tuple[int, ...]:
         return tuple(i for i, c in enumerate(self.columns) if c.key)

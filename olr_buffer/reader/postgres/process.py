@@ -1,0 +1,241 @@
+"""The PostgreSQL reader in a child process: decoding on another core than the dispatcher.
+
+The reader (:class:`~olr_buffer.reader.postgres.reader.PostgresReader`: the replication
+connection, pgoutput decoding, records and blocks) is Python; in the service's process
+it would share one interpreter lock with the dispatcher and the changefeed writer. As for
+the redo-file readers (:mod:`olr_buffer.reader.process`), a child process started with
+``spawn`` runs it; its queue is a pipe: each block, encoded and compressed in the child,
+goes to the parent with the reader's state, and the parent appends both in one LMDB write,
+as the reader in a thread does. The parent stays the only writer of the queue.
+
+What goes the other way: the changefeed's last published commit LSN, in a shared value
+the parent keeps up to date (the reader confirms to the server only what is published),
+and the stop, by closing a pipe (no lock a killed process could leave held). The child
+dies with its parent (``PR_SET_PDEATHSIG``); a child that dies is a one-line error of the
+service. The child's log records are logged again by the parent.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
+
+from ...errors import OlrBufferError
+from ...txbuffer import BlockCodec, TxQueue
+from ..process import _CTX, _die_with_parent, _ParentStop
+from .reader import POSITION_KEY, PostgresReader
+
+
+@dataclass
+class ReaderFigures:
+    """The reader's figures the service reports (metrics, summary)."""
+
+    records: int = 0
+    confirmed: int = 0
+    server_lsn: int = 0
+    reconnects: int = 0
+    streaming: int = 0  # in-progress transactions being streamed by the server
+
+    @classmethod
+    def of(cls, reader) -> "ReaderFigures":
+        return cls(reader.records, reader.confirmed, reader.server_lsn, reader.reconnects,
+                   sum(1 for t in reader.txns.values() if t.streamed))
+
+
+class ReaderProcessDied(OlrBufferError):
+    """The child process of the PostgreSQL reader ended without reporting an error."""
+
+
+class PostgresProcess:
+    """The parent's side: starts the child, appends what it sends, until it stops."""
+
+    def __init__(
+        self,
+        queue: TxQueue,
+        uri: str,
+        *,
+        source_id: str | None,
+        figures: ReaderFigures,
+        published: Callable[[], object],
+        on_append: Callable[[], None] | None,
+        stop: threading.Event,
+        options: Mapping,
+    ) -> None:
+        self.queue = queue
+        self.uri = uri
+        self.source_id = source_id
+        self.figures = figures
+        self.published = published
+        self.on_append = on_append or (lambda: None)
+        self.stop = stop
+        self.options = dict(options)
+        self._published = _CTX.Value("q", -1, lock=False)
+
+    def _update_published(self) -> None:
+        pub = self.published()
+        self._published.value = -1 if pub is None else pub.scn
+
+    def run(self) -> None:
+        """Run the child until ``stop`` (then it stops at a block boundary) or an error."""
+        recv_conn, send_conn = _CTX.Pipe(duplex=False)
+        stop_recv, stop_send = _CTX.Pipe(duplex=False)
+        self._update_published()
+        proc = _CTX.Process(
+            target=_child_main,
+            args=(send_conn, stop_recv, os.getpid(), self.uri, self.source_id, self.queue.meta(POSITION_KEY),
+                  self._published, self.options),
+            name="olr-reader-postgres",
+            daemon=True,
+        )
+        proc.start()
+        send_conn.close()
+        stop_recv.close()
+        queue = self.queue
+        try:
+            while True:
+                if self.stop.is_set():
+                    stop_send.close()
+                self._update_published()
+                if not recv_conn.poll(0.1):
+                    if not proc.is_alive() and not recv_conn.poll(0):
+                        raise _died(proc)
+                    continue
+                try:
+                    msg = recv_conn.recv()
+                except EOFError:
+                    raise _died(proc) from None
+                kind = msg[0]
+                if kind == "append":
+                    _, value, count, meta, figs = msg
+                    queue.append_encoded(value, count, meta)
+                    self.figures = figs
+                    if value is not None:
+                        self.on_append()
+                elif kind == "figures":
+                    self.figures = msg[1]
+                elif kind == "log":
+                    record = logging.makeLogRecord(msg[1])
+                    logger = logging.getLogger(record.name)
+                    if logger.isEnabledFor(record.levelno):
+                        logger.handle(record)
+                elif kind == "done":
+                    return
+                elif kind == "error":
+                    raise msg[1]
+                elif kind == "crash":
+                    raise RuntimeError(f"the PostgreSQL reader process failed: {msg[1]}")
+        finally:
+            stop_send.close()
+            proc.join(10)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(5)
+            recv_conn.close()
+
+
+def _died(proc) -> ReaderProcessDied:
+    proc.join(5)
+    return ReaderProcessDied(
+        f"the PostgreSQL reader process died (exit code {proc.exitcode})",
+        hint="look for an out-of-memory kill in the system log; run the same command again "
+             "(it restarts from the last block in the queue)",
+    )
+
+
+class _PipeQueue:
+    """The child's queue: the stored reader state when it starts, and appends that go to
+    the parent (encoded and compressed here, so that the parent only writes them)."""
+
+    def __init__(self, conn, state: bytes | None) -> None:
+        self._conn = conn
+        self._state = state
+        self._codec = BlockCodec()
+        self.reader = None
+
+    def meta(self, key: bytes) -> bytes | None:
+        return self._state if key == POSITION_KEY else None
+
+    def append(self, records: Sequence[bytes], meta: Mapping[bytes, bytes] | None = None) -> int:
+        value = self._codec.encode(records) if records else None
+        self._conn.send(("append", value, len(records), dict(meta or {}), ReaderFigures.of(self.reader)))
+        return 0
+
+
+class _Published:
+    """What the reader reads of the changefeed's last commit: its LSN (``scn``)."""
+
+    __slots__ = ("scn",)
+
+    def __init__(self, scn: int) -> None:
+        self.scn = scn
+
+
+class _LogToParent(logging.Handler):
+    def __init__(self, conn) -> None:
+        super().__init__()
+        self._conn = conn
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            d = dict(record.__dict__)
+            d["msg"] = record.getMessage()
+            d["args"] = None
+            d["exc_info"] = None
+            d["exc_text"] = None
+            self._conn.send(("log", d))
+        except Exception:  # noqa: BLE001 - a log record is never worth the reader
+            pass
+
+
+def _child_main(conn, stop_conn, parent_pid, uri, source_id, state, published, options) -> None:
+    from ... import faults
+
+    _die_with_parent(parent_pid)
+    faults._SPEC = None  # faults are the parent's
+    root = logging.getLogger("olr_buffer")
+    root.handlers[:] = [_LogToParent(conn)]
+    root.setLevel(options.pop("log_level", logging.INFO))
+    root.propagate = False
+    try:
+        queue = _PipeQueue(conn, state)
+
+        def published_lsn():
+            v = published.value
+            return None if v < 0 else _Published(v)
+
+        reader = _ChildReader(queue, uri, published=published_lsn, stop=_ParentStop(stop_conn), **options)
+        queue.reader = reader
+        reader.conn = conn
+        reader.source_id = source_id
+        reader.run()
+        conn.send(("done",))
+    except OlrBufferError as exc:
+        try:
+            conn.send(("error", exc))
+        except Exception:  # noqa: BLE001 - an exception that does not pickle
+            conn.send(("crash", f"{type(exc).__name__}: {exc}"))
+    except BaseException:  # noqa: BLE001 - reported to the parent, which stops the run
+        conn.send(("crash", traceback.format_exc()))
+    finally:
+        conn.close()
+        os._exit(0)
+
+
+class _ChildReader(PostgresReader):
+    """The reader of the child: also sends its figures with the status updates (at least
+    every second), for the service's metrics."""
+
+    conn = None
+    _figures_sent = 0.0
+
+    def _status(self, stream, received, idle_lsn=None):
+        super()._status(stream, received, idle_lsn)
+        now = time.monotonic()
+        if now - self._figures_sent >= 0.5:
+            self._figures_sent = now
+            self.conn.send(("figures", ReaderFigures.of(self)))
