@@ -80,65 +80,98 @@ class ReaderProcess:
         self._run(follow=True, poll_interval=poll_interval)
 
     def _run(self, follow: bool, poll_interval: float) -> None:
-        recv_conn, send_conn = _CTX.Pipe(duplex=False)
-        # Stopping the child is closing this pipe: it takes no lock, so a child killed at
-        # any instant cannot block the parent (a multiprocessing Event could: its lock
-        # dies held), and the child sees EOF when the parent dies.
-        stop_recv, stop_send = _CTX.Pipe(duplex=False)
         files = [(lf.sequence, lf.path, lf.compressed) for lf in self.files.values()]
-        proc = _CTX.Process(
-            target=_child_main,
-            args=(send_conn, stop_recv, os.getpid(), self.input_dir, self.thread, files, self.pos.encode(),
-                  self.block_records, self.block_bytes, self.dead_letter_path, follow, poll_interval, self.floor,
-                  self.queue_end),
+        run_child(
+            _child_main,
+            (self.input_dir, self.thread, files, self.pos.encode(), self.block_records, self.block_bytes,
+             self.dead_letter_path, follow, poll_interval, self.floor, self.queue_end),
             name=f"olr-reader-{self.thread}",
-            daemon=True,
+            label=f"the reader process of redo thread {self.thread}",
+            stop=self.stop,
+            handle=self._handle,
+            died=lambda exitcode: _died(self.thread, exitcode),
         )
-        proc.start()
-        send_conn.close()
-        stop_recv.close()
-        try:
-            while True:
-                if self.stop.is_set():
-                    stop_send.close()
-                if not recv_conn.poll(0.1):
-                    if not proc.is_alive() and not recv_conn.poll(0):
-                        raise _died(self.thread, proc.exitcode)
-                    continue
-                try:
-                    msg = recv_conn.recv()
-                except EOFError:
+
+    def _handle(self, msg: tuple) -> bool:
+        """One message of the child; True when it is done."""
+        kind = msg[0]
+        if kind == "block":
+            _, value, count, pos_bytes, nrecords, dead = msg
+            self.queue.append_encoded(value, count, {self.pos.key: pos_bytes})
+            fault_point("after_append")
+            self.pos = ReaderPosition.decode(pos_bytes)
+            self.stats.records += nrecords
+            self.stats.blocks += 1
+            self.quarantined = dead
+            self.on_append()
+        elif kind == "closed":
+            self.closed_through = msg[1]
+        elif kind == "files":
+            for seq, path, compressed in msg[1]:
+                self.files.setdefault(seq, LogFile(self.thread, seq, path, compressed))
+        elif kind == "done":
+            self.quarantined = msg[1]
+            return True
+        return False
+
+
+def run_child(
+    target: Callable[..., None],
+    args: tuple,
+    *,
+    name: str,
+    label: str,
+    stop: threading.Event,
+    handle: Callable[[tuple], bool],
+    died: Callable[[int | None], BaseException],
+    tick: Callable[[], None] | None = None,
+) -> None:
+    """Run ``target(conn, stop_conn, parent_pid, *args)`` in a spawned child and hand each
+    message it sends to ``handle`` until that returns True. The child's ``("error", exc)``
+    is raised here, its ``("crash", text)`` too (as a RuntimeError naming ``label``), and a
+    child that dies without a word is ``died(exitcode)``. ``tick`` runs before each wait.
+
+    Stopping the child is closing a pipe once ``stop`` is set: it takes no lock, so a child
+    killed at any instant cannot block the parent (a multiprocessing Event could: its lock
+    dies held), and the child sees EOF when the parent dies. The child is reaped (killed
+    if it does not end) on every path.
+    """
+    recv_conn, send_conn = _CTX.Pipe(duplex=False)
+    stop_recv, stop_send = _CTX.Pipe(duplex=False)
+    proc = _CTX.Process(target=target, args=(send_conn, stop_recv, os.getpid(), *args), name=name, daemon=True)
+    proc.start()
+    send_conn.close()
+    stop_recv.close()
+    try:
+        while True:
+            if stop.is_set():
+                stop_send.close()
+            if tick:
+                tick()
+            if not recv_conn.poll(0.1):
+                if not proc.is_alive() and not recv_conn.poll(0):
                     proc.join(5)
-                    raise _died(self.thread, proc.exitcode) from None
-                kind = msg[0]
-                if kind == "block":
-                    _, value, count, pos_bytes, nrecords, dead = msg
-                    self.queue.append_encoded(value, count, {self.pos.key: pos_bytes})
-                    fault_point("after_append")
-                    self.pos = ReaderPosition.decode(pos_bytes)
-                    self.stats.records += nrecords
-                    self.stats.blocks += 1
-                    self.quarantined = dead
-                    self.on_append()
-                elif kind == "closed":
-                    self.closed_through = msg[1]
-                elif kind == "files":
-                    for seq, path, compressed in msg[1]:
-                        self.files.setdefault(seq, LogFile(self.thread, seq, path, compressed))
-                elif kind == "done":
-                    self.quarantined = msg[1]
-                    return
-                elif kind == "error":
-                    raise msg[1]
-                elif kind == "crash":
-                    raise RuntimeError(f"reader process of redo thread {self.thread} failed: {msg[1]}")
-        finally:
-            stop_send.close()
-            proc.join(10)
-            if proc.is_alive():
-                proc.kill()
+                    raise died(proc.exitcode)
+                continue
+            try:
+                msg = recv_conn.recv()
+            except EOFError:
                 proc.join(5)
-            recv_conn.close()
+                raise died(proc.exitcode) from None
+            kind = msg[0]
+            if kind == "error":
+                raise msg[1]
+            if kind == "crash":
+                raise RuntimeError(f"{label} failed: {msg[1]}")
+            if handle(msg):
+                return
+    finally:
+        stop_send.close()
+        proc.join(10)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(5)
+        recv_conn.close()
 
 
 def _died(thread: int, exitcode: int | None) -> OlrBufferError:

@@ -27,7 +27,7 @@ from typing import Callable, Mapping, Sequence
 
 from ...errors import OlrBufferError
 from ...txbuffer import BlockCodec, TxQueue
-from ..process import _CTX, _die_with_parent, _ParentStop
+from ..process import _CTX, _die_with_parent, _ParentStop, run_child
 from .reader import POSITION_KEY, PostgresReader
 
 
@@ -82,66 +82,40 @@ class PostgresProcess:
 
     def run(self) -> None:
         """Run the child until ``stop`` (then it stops at a block boundary) or an error."""
-        recv_conn, send_conn = _CTX.Pipe(duplex=False)
-        stop_recv, stop_send = _CTX.Pipe(duplex=False)
         self._update_published()
-        proc = _CTX.Process(
-            target=_child_main,
-            args=(send_conn, stop_recv, os.getpid(), self.uri, self.source_id, self.queue.meta(POSITION_KEY),
-                  self._published, self.options),
+        run_child(
+            _child_main,
+            (self.uri, self.source_id, self.queue.meta(POSITION_KEY), self._published, self.options),
             name="olr-reader-postgres",
-            daemon=True,
+            label="the PostgreSQL reader process",
+            stop=self.stop,
+            handle=self._handle,
+            died=_died,
+            tick=self._update_published,
         )
-        proc.start()
-        send_conn.close()
-        stop_recv.close()
-        queue = self.queue
-        try:
-            while True:
-                if self.stop.is_set():
-                    stop_send.close()
-                self._update_published()
-                if not recv_conn.poll(0.1):
-                    if not proc.is_alive() and not recv_conn.poll(0):
-                        raise _died(proc)
-                    continue
-                try:
-                    msg = recv_conn.recv()
-                except EOFError:
-                    raise _died(proc) from None
-                kind = msg[0]
-                if kind == "append":
-                    _, value, count, meta, figs = msg
-                    queue.append_encoded(value, count, meta)
-                    self.figures = figs
-                    if value is not None:
-                        self.on_append()
-                elif kind == "figures":
-                    self.figures = msg[1]
-                elif kind == "log":
-                    record = logging.makeLogRecord(msg[1])
-                    logger = logging.getLogger(record.name)
-                    if logger.isEnabledFor(record.levelno):
-                        logger.handle(record)
-                elif kind == "done":
-                    return
-                elif kind == "error":
-                    raise msg[1]
-                elif kind == "crash":
-                    raise RuntimeError(f"the PostgreSQL reader process failed: {msg[1]}")
-        finally:
-            stop_send.close()
-            proc.join(10)
-            if proc.is_alive():
-                proc.kill()
-                proc.join(5)
-            recv_conn.close()
+
+    def _handle(self, msg: tuple) -> bool:
+        """One message of the child; True when it is done."""
+        kind = msg[0]
+        if kind == "append":
+            _, value, count, meta, figs = msg
+            self.queue.append_encoded(value, count, meta)
+            self.figures = figs
+            if value is not None:
+                self.on_append()
+        elif kind == "figures":
+            self.figures = msg[1]
+        elif kind == "log":
+            record = logging.makeLogRecord(msg[1])
+            logger = logging.getLogger(record.name)
+            if logger.isEnabledFor(record.levelno):
+                logger.handle(record)
+        return kind == "done"
 
 
-def _died(proc) -> ReaderProcessDied:
-    proc.join(5)
+def _died(exitcode: int | None) -> ReaderProcessDied:
     return ReaderProcessDied(
-        f"the PostgreSQL reader process died (exit code {proc.exitcode})",
+        f"the PostgreSQL reader process died (exit code {exitcode})",
         hint="look for an out-of-memory kill in the system log; run the same command again "
              "(it restarts from the last block in the queue)",
     )
