@@ -18,6 +18,31 @@ from .thread_reader import DEFAULT_BLOCK_BYTES, DEFAULT_BLOCK_RECORDS, ThreadRea
 
 
 @dataclass
+def run_reported(
+    body: Callable[[], None],
+    errors: list[BaseException],
+    stop: threading.Event,
+    on_append: Callable[[], None] | None,
+    *,
+    stop_on_input_error: bool = True,
+) -> None:
+    """Run a reader's ``body`` in its thread: an error is handed to the main thread
+    (appended to ``errors``) and stops the other readers (bad input only if
+    ``stop_on_input_error``); the main thread is woken (``on_append``) either way."""
+    try:
+        body()
+    except InputError as exc:
+        errors.append(exc)
+        if stop_on_input_error:
+            stop.set()
+    except BaseException as exc:
+        errors.append(exc)
+        stop.set()
+    finally:
+        if on_append:
+            on_append()
+
+
 class ReaderGroup:
     """All reader threads of a run, one :class:`threading.Thread` per redo thread."""
 
@@ -112,23 +137,12 @@ class ReaderGroup:
         return new
 
     def _run(self, reader: ThreadReader | ReaderProcess) -> None:
-        try:
-            if self._follow:
-                reader.follow(self._poll_interval)
-            else:
-                reader.read_to_end()
-        except InputError as exc:
-            # Offline, the other threads read on: their records are accepted, and what the
-            # failing thread's progress allows is published. Following, everything stops.
-            self.errors.append(exc)
-            if self._follow:
-                self.stop.set()
-        except BaseException as exc:  # handed to the main thread
-            self.errors.append(exc)
-            self.stop.set()
-        finally:
-            if self.on_append:
-                self.on_append()
+        # Offline, the other threads read on after bad input: their records are accepted,
+        # and what the failing thread's progress allows is published. Following, all stop.
+        run_reported(
+            (lambda: reader.follow(self._poll_interval)) if self._follow else reader.read_to_end,
+            self.errors, self.stop, self.on_append, stop_on_input_error=self._follow,
+        )
 
     def alive(self) -> bool:
         return any(t.is_alive() for t in self._threads)

@@ -8,6 +8,7 @@ import threading
 from typing import Any, Callable
 
 from ...txbuffer import TxQueue
+from ..group import run_reported
 from .connection import PostgresError, safe_uri
 from .process import PostgresProcess, ReaderFigures
 from .reader import POSITION_KEY, THREAD, PostgresReader
@@ -75,18 +76,10 @@ class PostgresSource:
         self._thread.start()
 
     def _run(self) -> None:
-        try:
-            if self._process is not None:
-                self._process.options["log_level"] = logging.getLogger("olr_buffer.postgres").getEffectiveLevel()
-                self._process.run()
-            else:
-                self.reader.run()
-        except BaseException as exc:  # handed to the main thread
-            self.errors.append(exc)
-            self.stop.set()
-        finally:
-            if self.on_append:
-                self.on_append()
+        if self._process is not None:
+            self._process.options["log_level"] = logging.getLogger("olr_buffer.postgres").getEffectiveLevel()
+        run_reported(self._process.run if self._process is not None else self.reader.run,
+                     self.errors, self.stop, self.on_append)
 
     def metrics(self) -> list[tuple[str, str, str, list[tuple[str, float]]]]:
         """The source's own figures for the service's metrics: (name, kind, help, samples)."""
