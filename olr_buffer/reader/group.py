@@ -17,7 +17,6 @@ from .process import ReaderProcess
 from .thread_reader import DEFAULT_BLOCK_BYTES, DEFAULT_BLOCK_RECORDS, ThreadReader
 
 
-@dataclass
 def run_reported(
     body: Callable[[], None],
     errors: list[BaseException],
@@ -43,6 +42,7 @@ def run_reported(
             on_append()
 
 
+@dataclass
 class ReaderGroup:
     """All reader threads of a run, one :class:`threading.Thread` per redo thread."""
 
