@@ -114,6 +114,9 @@ class ParquetOut:
             c["before"].append(None if b is None else json.dumps(b, ensure_ascii=False, separators=(",", ":")))
             c["after"].append(None if a is None else json.dumps(a, ensure_ascii=False, separators=(",", ":")))
             c["sql"].append(r.get("sql"))
+            c["c_ts"].append(None if c_tm is None else c_tm // 1000)  # timestamp columns: microseconds
+            tm = r.get("tm")
+            c["ts"].append(None if tm is None else tm // 1000)
         self.batch += len(rows)
         self.file_rows += len(rows)
         if self.batch >= BATCH_ROWS:
