@@ -470,12 +470,16 @@ class PostgresReader:
         decoder = p.StreamDecoder()
         last_status = 0.0
         received = 0
+        # the newest keepalive's position: confirmed whenever the reader is idle, not only
+        # in the reply to it (the server asks once, and may ask again only after
+        # wal_sender_timeout / 2; the changefeed may publish the last commit just after)
+        keepalive_lsn: int | None = None
         while not self.stop.is_set():
             data = stream.read(0)
             if data is None:
                 if self.builder.count:
                     self._append()
-                self._status(stream, received)
+                self._status(stream, received, idle_lsn=keepalive_lsn)
                 last_status = time.monotonic()
                 data = stream.read(min(self.status_interval, 0.5))
                 if data is None:
@@ -493,6 +497,7 @@ class PostgresReader:
                 if isinstance(frame, p.Keepalive):
                     if frame.wal_end > self.server_lsn:
                         self.server_lsn = frame.wal_end
+                    keepalive_lsn = frame.wal_end
                     if frame.reply or time.monotonic() - last_status >= self.status_interval:
                         if self.builder.count:
                             self._append()
@@ -508,7 +513,7 @@ class PostgresReader:
             if self.builder.count and now - self._pending_since >= self.flush_seconds:
                 self._append()
             if now - last_status >= self.status_interval:
-                self._status(stream, received)
+                self._status(stream, received, idle_lsn=keepalive_lsn)
                 last_status = now
 
     def _insert(self, data: bytes, lsn: int, in_stream: bool) -> bool:
