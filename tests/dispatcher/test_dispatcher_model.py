@@ -159,11 +159,7 @@ def test_dispatcher_matches_model_whatever_the_interleaving(workload, per_file, 
         expected = expected_changefeed(root)
 
         found = scan(str(root))
-        blocks: dict[int, list[list[bytes]]] = {}
-        for thread, files in found.items():
-            q = MemoryQueue()
-            ThreadReader(q, str(root), thread, files, None, block_records=block_records).read_to_end()
-            blocks[thread] = [list(q.read_block(i)) for i in _block_starts(q)]
+        blocks = _thread_blocks(root, found, block_records)
 
         queue = MemoryQueue()
         sink = BatchListSink()
@@ -208,11 +204,7 @@ def test_retention_drops_exactly_the_abandoned_transactions(workload, per_file, 
         write_input(root, workload, per_file)
         expected = expected_changefeed(root)
         found = scan(str(root))
-        blocks: dict[int, list[list[bytes]]] = {}
-        for thread, files in found.items():
-            q = MemoryQueue()
-            ThreadReader(q, str(root), thread, files, None, block_records=block_records).read_to_end()
-            blocks[thread] = [list(q.read_block(i)) for i in _block_starts(q)]
+        blocks = _thread_blocks(root, found, block_records)
 
         queue = MemoryQueue()
         sink = BatchListSink()
@@ -267,6 +259,17 @@ def restarted(dispatcher: Dispatcher, queue, sink, threads) -> Dispatcher:
     fresh.restore(state)
     assert fresh.checkpoint_state() == state
     return fresh
+
+
+def _thread_blocks(root: Path, found: dict, block_records: int) -> dict[int, list[list[bytes]]]:
+    """Each redo thread's input read alone into blocks of ``block_records``: what its
+    reader appends, to be interleaved into one queue as the test draws."""
+    blocks = {}
+    for thread, files in found.items():
+        q = MemoryQueue()
+        ThreadReader(q, str(root), thread, files, None, block_records=block_records).read_to_end()
+        blocks[thread] = [list(q.read_block(i)) for i in _block_starts(q)]
+    return blocks
 
 
 def _block_starts(q: MemoryQueue) -> list[int]:
