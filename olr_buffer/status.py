@@ -79,7 +79,7 @@ def _queue_status(queue_dir: str) -> dict:
         doc["checkpoint"] = None
         return doc
     cp = decode_checkpoint(raw, queue_dir)
-    threads = cp.threads if cp.threads is not None else list(cp.progress)
+    threads = cp.threads_in_play()
     txns = [h.transaction for h in cp.transactions]
     held = [h.transaction for h in cp.transactions if h.in_open]
     needed = cp.needed_from()

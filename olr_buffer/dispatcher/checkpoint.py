@@ -111,12 +111,15 @@ class Checkpoint(msgspec.Struct, kw_only=True):
         """The lowest queue index the dispatcher still needs (see :func:`needed_from`)."""
         return needed_from(self.position, (h.transaction.first_block for h in self.transactions))
 
+    def threads_in_play(self) -> list[int]:
+        """The threads in play; a document without them: every thread with progress."""
+        return self.threads if self.threads is not None else list(self.progress)
+
     def effective_watermark(self) -> int:
         """The stored watermark, or for an older document, ``min P(t)`` over the threads."""
         if self.watermark is not None:
             return self.watermark
-        threads = self.threads if self.threads is not None else list(self.progress)
-        return min((self.progress.get(t, -1) for t in threads), default=INFINITE_SCN)
+        return min((self.progress.get(t, -1) for t in self.threads_in_play()), default=INFINITE_SCN)
 
 
 def needed_from(position: int, first_blocks: Iterable[int]) -> int:
