@@ -36,3 +36,10 @@ def spark():
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (``-n``), every Spark test runs on one worker: one Spark session a run."""
+    for item in items:
+        if item.get_closest_marker("spark") is not None or "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("spark"))

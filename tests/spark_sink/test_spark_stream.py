@@ -123,8 +123,19 @@ def test_stream_sees_every_row_once_while_olr_buffer_run_publishes(spark, tmp_pa
         writer = subprocess.Popen(
             [sys.executable, "-m", "tests.live_writer", str(tmp_path / "stage"), str(live), "--rate", "800"], cwd=root
         )
+        # Hold the writer (SIGSTOP) once two files are out, until the query has read two
+        # batches: the stream reads while the input is still being written, however slow
+        # the machine (a fixed rate and a look at the end depended on the machine's load).
+        _wait_for(lambda: len(part_files(cf)) >= 2 or writer.poll() is not None, timeout=120)
+        writer.send_signal(signal.SIGSTOP)
+        try:
+            writing = writer.poll() is None
+            if writing:
+                _wait_for(lambda: len([p for p in query.recentProgress if p["numInputRows"]]) >= 2, timeout=120)
+            batches_while_writing = len([p for p in query.recentProgress if p["numInputRows"]])
+        finally:
+            writer.send_signal(signal.SIGCONT)
         assert writer.wait(timeout=180) == 0
-        batches_while_writing = len([p for p in query.recentProgress if p["numInputRows"]])
         expected = expected_changefeed(live)
         _wait_for(lambda: len(load_changefeed(cf)) == len(expected.rows), timeout=60)
         query.processAllAvailable()
@@ -132,5 +143,6 @@ def test_stream_sees_every_row_once_while_olr_buffer_run_publishes(spark, tmp_pa
         query.stop()
         service.send_signal(signal.SIGTERM)
         assert service.wait(timeout=60) == 0
+    assert writing, "the writer finished before the service published two files"
     assert batches_while_writing >= 2  # the stream read while the service was publishing
     assert_changefeed_equal(spark_rows(spark.read.parquet(str(out))), expected.rows)
