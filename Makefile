@@ -18,12 +18,18 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 demo: venv
 	$(BIN)/python -m olr_buffer.demo $(DEMO)
 
+# pytest-xdist workers. Most end-to-end tests wait on child processes, fsyncs, Spark or a
+# PostgreSQL server, so three workers keep two cores busy; every Spark test runs on one
+# worker (tests/conftest.py groups them), so a run starts one Spark session.
+# TEST_WORKERS=0 runs the suite in one process.
+TEST_WORKERS ?= 3
+
 test: venv
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # the edit-test loop: neither slow nor spark (CI runs the full `make test`)
 test-fast: venv
-	$(BIN)/python -m pytest -m 'not slow and not spark and not e2e' $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup -m 'not slow and not spark and not e2e' $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) $(DEMO) .pytest_cache .hypothesis

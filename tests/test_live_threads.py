@@ -18,6 +18,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -335,11 +336,27 @@ def test_a_silent_thread_that_is_not_closed_is_warned_about_once(tmp_path: Path)
     (live / "redo_1_1.jsonl").write_text(lines(*tx("A", 10, "a"), {"op": "close", "scn": 20}))
     (live / "redo_2_1.jsonl").write_text(lines({"op": "lwn", "scn": 5}))
     service = start(run_cmd(tmp_path, "--stall-warning", "1"))
+    err_lines: list[str] = []
+
+    def drain() -> None:
+        for line in service.stderr:
+            err_lines.append(line)
+
+    drainer = threading.Thread(target=drain, daemon=True)
+    drainer.start()
     try:
-        time.sleep(4.0)
+        # wait for the warning rather than a fixed time: a loaded machine starts the service slowly
+        deadline = time.monotonic() + 60
+        while not any("has written nothing for" in ln for ln in err_lines):
+            assert time.monotonic() < deadline, "no stall warning in 60 s:\n" + "".join(err_lines)
+            time.sleep(0.1)
+        time.sleep(3.0)  # three more stall-warning periods: still one warning
         assert published_rows(tmp_path / "cf") == 0  # thread 2 holds A (12) back at 5
     finally:
-        code, err = stop(service)
+        service.send_signal(signal.SIGTERM)
+        code = service.wait(timeout=30)
+        drainer.join(timeout=10)
+    err = "".join(err_lines)
     assert code == 0, err
     stalls = [ln for ln in err.splitlines() if "has written nothing for" in ln]
     assert len(stalls) == 1 and " WARNING " in stalls[0], err
