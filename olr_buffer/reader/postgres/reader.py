@@ -354,18 +354,22 @@ class PostgresReader:
         try:
             with conn.cursor() as cur:
                 cur.execute(f"SET TRANSACTION SNAPSHOT {quote_literal(snapshot)}")
+                # PostgreSQL 15+ publications may have a column list and a row filter per
+                # table: the copy takes what the stream would send, as PostgreSQL's own
+                # table synchronization does (the listed columns, WHERE the filter)
+                filters = "t.attnames::text[], t.rowfilter" if conn.server_version >= 150000 else "NULL, NULL"
                 cur.execute(
-                    "SELECT c.oid, n.nspname, c.relname FROM pg_publication_tables t "
+                    f"SELECT c.oid, n.nspname, c.relname, {filters} FROM pg_publication_tables t "
                     "JOIN pg_namespace n ON n.nspname = t.schemaname "
                     "JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = t.tablename "
                     "WHERE t.pubname = %s ORDER BY 2, 3",
                     (self.publication,),
                 )
                 tables = cur.fetchall()
-            for oid, schema, name in tables:
+            for oid, schema, name, attnames, rowfilter in tables:
                 if self.stop.is_set():
                     raise _Stopped()  # the copy starts again from a new slot next time
-                xids.append(self._copy_table(conn, oid, schema, name))
+                xids.append(self._copy_table(conn, oid, schema, name, attnames, rowfilter))
             conn.rollback()
         finally:
             conn.close()
@@ -378,14 +382,18 @@ class PostgresReader:
         self._append()
         log.info("initial copy: %d table(s) at %s", len(xids), p.lsn_text(self.consistent_point))
 
-    def _copy_table(self, conn, oid: int, schema: str, name: str) -> str:
+    def _copy_table(self, conn, oid: int, schema: str, name: str, attnames=None, rowfilter: str | None = None) -> str:
+        """Copy one table as a transaction of ``op = 'r'`` rows. ``attnames`` (the
+        publication's column list, or every column) and ``rowfilter`` (its WHERE
+        expression) come from ``pg_publication_tables`` on PostgreSQL 15+."""
         with conn.cursor() as cur:
             cur.execute(
                 "SELECT attname, atttypid FROM pg_attribute WHERE attrelid = %s AND attnum > 0 "
                 "AND NOT attisdropped AND attgenerated = '' ORDER BY attnum",
                 (oid,),
             )
-            cols = tuple(p.Column(n, t, False) for n, t in cur.fetchall())
+            listed = None if attnames is None else set(attnames)
+            cols = tuple(p.Column(n, t, False) for n, t in cur.fetchall() if listed is None or n in listed)
         table = self._table(oid, schema, name, "d", cols, conn)
         xid = f"copy-{oid}"
         self.txns[xid] = txn = _Txn(xid)
@@ -394,7 +402,8 @@ class PostgresReader:
         target = f"{quote_ident(schema)}.{quote_ident(name)}"
         with conn.cursor(name=f"olr_copy_{oid}") as cur:
             cur.itersize = 5000
-            cur.execute(f"SELECT {select} FROM ONLY {target}")
+            where = f" WHERE ({rowfilter})" if rowfilter else ""
+            cur.execute(f"SELECT {select} FROM ONLY {target}{where}")
             scn = self.consistent_point
             for row in cur:
                 values = tuple(None if v is None else v.encode() for v in row)
