@@ -13,7 +13,9 @@ class OpenTransaction:
 
     ``locations`` holds, per redo thread, flat triples ``(block, start, count)``: the
     queue block and the run of records of this transaction in it. Memory grows with the
-    number of blocks the transaction spans, not with its rows.
+    number of blocks the transaction spans, not with its rows. A thread's first triple is
+    a plain list (cheaper to make, and most transactions are in one block); a second one
+    turns it into an ``array("q")``.
     """
 
     __slots__ = (
@@ -36,7 +38,7 @@ class OpenTransaction:
         self.first_scn = first_scn
         self.begin_scn = -1
         self.begin_tm: int | None = None
-        self.locations: dict[int, array] = {}
+        self.locations: dict[int, array | list[int]] = {}
         self.rows = 0
         self.compensations = 0
         self.end_key: CommitKey | None = None
@@ -50,7 +52,10 @@ class OpenTransaction:
     def add(self, thread: int, block: int, start: int, count: int) -> None:
         locs = self.locations.get(thread)
         if locs is None:
-            locs = self.locations[thread] = array("q")
+            self.locations[thread] = [block, start, count]
+            return
+        if type(locs) is list:
+            locs = self.locations[thread] = array("q", locs)
         locs.extend((block, start, count))
 
     def to_state(self) -> TransactionState:
@@ -65,7 +70,7 @@ class OpenTransaction:
             self.end_key,
             self.end_code,
             self.end_tm,
-            {t: a.tolist() for t, a in self.locations.items()},
+            {t: list(a) for t, a in self.locations.items()},
             self.seen_tm,
         )
 
