@@ -71,6 +71,17 @@ def _entry_scn(entry: tuple) -> int:
     return entry[0][0]
 
 
+_entry_key = itemgetter(0)
+
+
+def _sort_pending(pending: list[tuple[CommitKey, int, OpenTransaction]]) -> None:
+    """Sort ``pending`` by key, then by when each entry was added (a stable sort of a list
+    whose equal keys are in that order). By SCN alone when the SCNs are distinct: ints
+    compare several times faster than CommitKeys."""
+    scns = list(map(_entry_scn, pending))
+    pending.sort(key=_entry_scn if len(set(scns)) == len(scns) else _entry_key)
+
+
 @dataclass(frozen=True, slots=True)
 class AbandonedTransaction:
     """What :meth:`Dispatcher.abandon_expired` dropped: enough to log it and to write it
@@ -225,7 +236,7 @@ class Dispatcher:
                 self.open[txn.xid] = txn
             if txn.end_key is not None:
                 self._pending.append((txn.end_key, next(self._tiebreak), txn))
-        self._pending.sort()
+        _sort_pending(self._pending)
         self._pending_sorted = True
         self._ended = OrderedDict.fromkeys(doc.ended)
         self._abandoned = OrderedDict((x, scn) for x, scn in doc.abandoned)
@@ -333,7 +344,10 @@ class Dispatcher:
         open_ = self.open
         ended = self._ended
         pending = self._pending
+        tiebreak = self._tiebreak
+        last_key = self.last_key
         fresh = first >= self._fresh_from
+        self._pending_sorted = False  # (before anything is appended: an error may stop the loop)
         for xid, start, count, rows, comps, first_scn, begin_scn, begin_tm, ends in summary.groups:
             txn = open_.get(xid)
             # a begin above an end's SCN is XID reuse: a new transaction; a begin below it
@@ -350,24 +364,20 @@ class Dispatcher:
                         # no thread in play writes at or below the last published commit
                         # any more (a reopened one writes above it): a record there, of an
                         # XID not held, is of a transaction that ended (and was forgotten)
-                        if not ends and fresh and self.last_key is not None and first_scn <= self.last_key.scn:
+                        if not ends and fresh and last_key is not None and first_scn <= last_key.scn:
                             self.stats.forgotten_records += count
                             self._count_late(thread, count)
                             continue
                     elif self._abandoned and begin_scn <= self._abandoned.get(xid, -1):
                         self._abandoned_records(xid, thread, count, ends)  # its own begin, late
                         continue
-                txn = open_[xid] = OpenTransaction(xid, first, first_scn)
+                txn = open_[xid] = OpenTransaction(
+                    xid, first, first_scn, begin_scn, begin_tm, {thread: [first, start, count]}, rows, comps
+                )
                 if ended:
                     ended.pop(xid, None)
                 if self._abandoned:
                     self._abandoned.pop(xid, None)  # XID reuse: a begin above what was abandoned
-                if begin_scn >= 0:
-                    txn.begin_scn = begin_scn
-                    txn.begin_tm = begin_tm
-                txn.locations[thread] = [first, start, count]  # see OpenTransaction.add
-                txn.rows = rows
-                txn.compensations = comps
             else:
                 if begin_scn >= 0 and (txn.begin_scn < 0 or begin_scn < txn.begin_scn):
                     txn.begin_scn = begin_scn
@@ -379,7 +389,7 @@ class Dispatcher:
                 key = _commit_key((scn, thread, seq, line))
                 # a late rollback publishes nothing, so it cannot break commit order (the
                 # PostgreSQL source rolls back, at scn 0, what a reconnect sends again)
-                if code == COMMIT and fresh and self.last_key is not None and key < self.last_key and (
+                if code == COMMIT and fresh and last_key is not None and key < last_key and (
                     txn.end_key is None or key < txn.end_key
                 ):
                     self._late_end(txn, key, first)
@@ -388,8 +398,7 @@ class Dispatcher:
                     if txn.end_key is not None:
                         self.stats.extra_ends += 1
                     txn.end_key, txn.end_code, txn.end_tm = key, code, tm
-                    pending.append((key, next(self._tiebreak), txn))
-                    self._pending_sorted = False
+                    pending.append((key, next(tiebreak), txn))
                 else:
                     self.stats.extra_ends += 1
 
@@ -514,7 +523,7 @@ class Dispatcher:
         if not pending:
             return 0
         if not self._pending_sorted:
-            pending.sort()  # the ends held over are one sorted run, each block's ends nearly one
+            _sort_pending(pending)
             self._pending_sorted = True
         cut = bisect.bisect_right(pending, watermark, key=_entry_scn)
         if not cut:
@@ -536,12 +545,15 @@ class Dispatcher:
         open_ = self.open
         ended = self._ended
         stats = self.stats
+        # ready is sorted: only its first keys can be at or below these two
         published_through = self.published_through
+        if published_through is not None and ready[0][0] > published_through:
+            published_through = None
+        check_order = self.last_key is not None and ready[0][0] < self.last_key
         clock = self.clock_tm
-        self._acted = 0
+        i = 0
         try:
-            for key, _, txn in ready:
-                self._acted += 1
+            for i, (key, _, txn) in enumerate(ready):
                 if txn.end_key is not key and txn.end_key != key:
                     continue  # superseded by an earlier end of the same transaction
                 xid = txn.xid
@@ -564,7 +576,7 @@ class Dispatcher:
                                  extra={"xid": xid, "c_scn": key.scn})
                 elif txn.begin_scn < 0 or txn.begin_scn > key[0]:
                     stats.no_begin += 1
-                elif self.last_key is not None and key < self.last_key:
+                elif check_order and key < self.last_key:
                     raise DispatchError(  # the last line of defence: _process keeps such ends out
                         f"commit of {xid} at scn {key.scn} would be published after commit scn {self.last_key.scn}",
                         hint="this is a bug: nothing out of order was published", xid=xid,
@@ -584,8 +596,12 @@ class Dispatcher:
                     self.last_key = key
                     n = self.sink.write_transaction(Commit(xid, key, txn.end_tm), self.replayer.rows(txn, key.scn))
                     self._count_published(n)
+            i = len(ready)
             if batch:
                 self._publish_batch(batch)
+        except BaseException:
+            self._acted = i + 1 if i < len(ready) else i
+            raise
         finally:
             self.clock_tm = clock
             while len(ended) > _ENDED_MEMORY:
@@ -604,31 +620,46 @@ class Dispatcher:
         in the queue already; decode them all at once and drop all but rows up to the
         commit SCN (at the end of each run, since the thread's SCNs do not decrease).
         The sink gets the rows in one flat list (:meth:`TransactionSink.write_rows`)."""
-        get = self.cache.get
-        parts: list[bytes] = []
+        runs: list[tuple[int, int, int]] = []  # (block, start, stop): runs of records to slice
         spans = []
         a = 0
-        # runs of adjacent records of one block are sliced once (the groups of tiny
-        # transactions of a block are often adjacent, and in commit order)
-        run_block = None
+        # adjacent records of one block are sliced once (the groups of tiny transactions
+        # of a block are often adjacent, and in commit order)
+        run_index = -1
         run_start = run_stop = 0
         for txn, _key in batch:
             ((thread, locs),) = txn.locations.items()
-            n = 0
-            for i in range(0, len(locs), 3):
-                index, start, count = locs[i], locs[i + 1], locs[i + 2]
-                if run_block is not None and index == run_block.first and start == run_stop:
-                    run_stop += count
+            if len(locs) == 3:
+                index, start, n = locs
+                if index == run_index and start == run_stop:
+                    run_stop += n
                 else:
-                    if run_block is not None:
-                        parts.append(run_block.span(run_start, run_stop))
-                    run_block = get(index) if run_block is None or index != run_block.first else run_block
-                    run_start, run_stop = start, start + count
-                n += count
+                    if run_index >= 0:
+                        runs.append((run_index, run_start, run_stop))
+                    run_index, run_start, run_stop = index, start, start + n
+            else:
+                n = 0
+                for i in range(0, len(locs), 3):
+                    index, start, count = locs[i], locs[i + 1], locs[i + 2]
+                    if index == run_index and start == run_stop:
+                        run_stop += count
+                    else:
+                        if run_index >= 0:
+                            runs.append((run_index, run_start, run_stop))
+                        run_index, run_start, run_stop = index, start, start + count
+                    n += count
             spans.append((thread, a, a + n))
             a += n
-        if run_block is not None:
-            parts.append(run_block.span(run_start, run_stop))
+        if run_index >= 0:
+            runs.append((run_index, run_start, run_stop))
+        get = self.cache.get
+        blocks: dict[int, Block] = {}
+        parts: list[bytes] = []
+        for index, start, stop in runs:
+            block = blocks.get(index)
+            if block is None:
+                block = blocks[index] = get(index)
+            parts.append(block.span(start, stop))
         recs = decode_records(parts[0] if len(parts) == 1 else b"".join(parts), a)
         flags = list(map(_is_row, map(_code_of, recs)))
         rows = list(itertools.compress(recs, flags))

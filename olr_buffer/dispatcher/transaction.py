@@ -33,14 +33,24 @@ class OpenTransaction:
         "seen_tm",
     )
 
-    def __init__(self, xid: str, first_block: int, first_scn: int = -1) -> None:
+    def __init__(
+        self,
+        xid: str,
+        first_block: int,
+        first_scn: int = -1,
+        begin_scn: int = -1,
+        begin_tm: int | None = None,
+        locations: dict[int, array | list[int]] | None = None,
+        rows: int = 0,
+        compensations: int = 0,
+    ) -> None:
         self.xid = xid
         self.first_scn = first_scn
-        self.begin_scn = -1
-        self.begin_tm: int | None = None
-        self.locations: dict[int, array | list[int]] = {}
-        self.rows = 0
-        self.compensations = 0
+        self.begin_scn = begin_scn if begin_scn >= 0 else -1
+        self.begin_tm: int | None = begin_tm if begin_scn >= 0 else None
+        self.locations: dict[int, array | list[int]] = {} if locations is None else locations
+        self.rows = rows
+        self.compensations = compensations
         self.end_key: CommitKey | None = None
         self.end_code = 0
         self.end_tm: int | None = None
