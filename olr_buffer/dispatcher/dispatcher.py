@@ -382,7 +382,13 @@ class Dispatcher:
                 if begin_scn >= 0 and (txn.begin_scn < 0 or begin_scn < txn.begin_scn):
                     txn.begin_scn = begin_scn
                     txn.begin_tm = begin_tm
-                txn.add(thread, first, start, count)
+                locs = txn.locations.get(thread)  # OpenTransaction.add, inline
+                if locs is None:
+                    txn.locations[thread] = [first, start, count]
+                else:
+                    if type(locs) is list:
+                        locs = txn.locations[thread] = array("q", locs)
+                    locs.extend((first, start, count))
                 txn.rows += rows
                 txn.compensations += comps
             for code, scn, seq, line, tm in ends:
@@ -655,11 +661,12 @@ class Dispatcher:
         get = self.cache.get
         blocks: dict[int, Block] = {}
         parts: list[bytes] = []
+        append = parts.append
         for index, start, stop in runs:
             block = blocks.get(index)
             if block is None:
                 block = blocks[index] = get(index)
-            parts.append(block.span(start, stop))
+            append(block.span(start, stop))
         recs = decode_records(parts[0] if len(parts) == 1 else b"".join(parts), a)
         flags = list(map(_is_row, map(_code_of, recs)))
         rows = list(itertools.compress(recs, flags))
