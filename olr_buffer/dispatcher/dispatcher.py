@@ -50,7 +50,7 @@ from .checkpoint import (
 )
 from .errors import DispatchError
 from .replay import BlockCache, Replayer
-from .transaction import OpenTransaction
+from .transaction import _LOCATIONS_AS_LIST, OpenTransaction
 
 log = logging.getLogger(__name__)
 
@@ -386,9 +386,9 @@ class Dispatcher:
                 if locs is None:
                     txn.locations[thread] = [first, start, count]
                 else:
-                    if type(locs) is list:
-                        locs = txn.locations[thread] = array("q", locs)
                     locs.extend((first, start, count))
+                    if len(locs) >= _LOCATIONS_AS_LIST and type(locs) is list:
+                        txn.locations[thread] = array("q", locs)
                 txn.rows += rows
                 txn.compensations += comps
             for code, scn, seq, line, tm in ends:

@@ -7,15 +7,18 @@ from array import array
 from ..changes import CommitKey
 from .checkpoint import TransactionState
 
+_LOCATIONS_AS_LIST = 24  # a thread's locations are a list below this many items (8 triples)
+
 
 class OpenTransaction:
     """One transaction by XID until its end is past the watermark.
 
     ``locations`` holds, per redo thread, flat triples ``(block, start, count)``: the
     queue block and the run of records of this transaction in it. Memory grows with the
-    number of blocks the transaction spans, not with its rows. A thread's first triple is
-    a plain list (cheaper to make, and most transactions are in one block); a second one
-    turns it into an ``array("q")``.
+    number of blocks the transaction spans, not with its rows. A thread's first triples
+    are a plain list (cheaper to make and extend, and most transactions are in one to a
+    few blocks); from :data:`_LOCATIONS_AS_LIST` items on, an ``array("q")`` (8 bytes an
+    item, where a list holds a pointer and an int object).
     """
 
     __slots__ = (
@@ -64,9 +67,9 @@ class OpenTransaction:
         if locs is None:
             self.locations[thread] = [block, start, count]
             return
-        if type(locs) is list:
-            locs = self.locations[thread] = array("q", locs)
         locs.extend((block, start, count))
+        if len(locs) >= _LOCATIONS_AS_LIST and type(locs) is list:
+            self.locations[thread] = array("q", locs)
 
     def to_state(self) -> TransactionState:
         return TransactionState(
