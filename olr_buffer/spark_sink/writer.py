@@ -310,15 +310,15 @@ class ChangefeedWriter:
         a file is published once it holds ``file_rows`` rows, at a transaction boundary;
         a row group holds at most ``row_group_rows`` rows and closes once its rows reach
         ``row_group_bytes``, looked at every ``_BYTES_STEP`` rows at most."""
+        ends = list(itertools.accumulate(t[4] for t in txs))  # rows up to each transaction's end
         i = r = 0
         while i < len(txs):
             # the transactions up to the one that fills the open file
-            ends = list(itertools.accumulate(t[4] for t in txs[i:]))
-            j = bisect.bisect_left(ends, self.file_rows - self._file_rows)
-            part = txs[i : i + j + 1]
-            m = ends[min(j, len(ends) - 1)]
+            j = min(bisect.bisect_left(ends, r + self.file_rows - self._file_rows, lo=i), len(txs) - 1)
+            part = txs[i : j + 1]
+            m = ends[j] - r
             self._append_rows(rows[r : r + m] if r or m < len(rows) else rows, part)
-            i += len(part)
+            i = j + 1
             r += m
             if not self._file_rows:
                 self.buffered_since = time.monotonic()
