@@ -27,14 +27,16 @@ Rules (see docs/formats.md for the contract they implement):
 from __future__ import annotations
 
 import bisect
-import heapq
 import itertools
 import logging
+from array import array
 from collections import OrderedDict
 from dataclasses import dataclass
+from functools import partial
+from operator import itemgetter
 from typing import Iterable, Protocol
 
-from ..changes import COMMIT, INFINITE_SCN, ROW_CODES, SCN, Commit, CommitKey, decode_records, read_summary
+from ..changes import CODE, COMMIT, INFINITE_SCN, ROW_CODES, SCN, Commit, CommitKey, decode_records, read_summary
 from ..txbuffer import Block, TxQueue
 from ..txbuffer.metadata import seal
 from .checkpoint import (
@@ -48,7 +50,7 @@ from .checkpoint import (
 )
 from .errors import DispatchError
 from .replay import BlockCache, Replayer
-from .transaction import OpenTransaction
+from .transaction import _LOCATIONS_AS_LIST, OpenTransaction
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +60,26 @@ _ABANDONED_MEMORY = 10_000  # abandoned XIDs remembered, to count their later re
 # are decoded together (one call per batch) and handed to the sink in batches.
 _BATCH_TX_MAX_ROWS = 50_000
 _BATCH_MAX_RECORDS = 100_000
+
+# A CommitKey without the Python-level ``__new__`` of a NamedTuple (one per end record)
+_commit_key = partial(tuple.__new__, CommitKey)
+_is_row = ROW_CODES.__contains__
+_code_of = itemgetter(CODE)
+
+
+def _entry_scn(entry: tuple) -> int:
+    return entry[0][0]
+
+
+_entry_key = itemgetter(0)
+
+
+def _sort_pending(pending: list[tuple[CommitKey, int, OpenTransaction]]) -> None:
+    """Sort ``pending`` by key, then by when each entry was added (a stable sort of a list
+    whose equal keys are in that order). By SCN alone when the SCNs are distinct: ints
+    compare several times faster than CommitKeys."""
+    scns = list(map(_entry_scn, pending))
+    pending.sort(key=_entry_scn if len(set(scns)) == len(scns) else _entry_key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +118,11 @@ class TransactionSink(Protocol):
         """Many transactions at once, each ``(commit, thread, rows)`` with every row of one
         redo thread; the same as :meth:`write_transaction` for each, in order."""
 
+    def write_rows(self, rows: list[list], txs: list[tuple[str, CommitKey, int | None, int, int]]) -> None:
+        """Many transactions at once, flat: ``txs`` holds ``(xid, key, tm, thread, n)`` for
+        each, ``n > 0`` of its rows (every one of redo thread ``thread``), which are the
+        next ``n`` of ``rows``; the same as :meth:`write_transaction` for each, in order."""
+
 
 class Dispatcher:
     """Tails the queue from ``start_index``, holds the transactions of ``threads`` (the
@@ -121,7 +148,10 @@ class Dispatcher:
         self.progress: dict[int, int] = {t: -1 for t in threads}
         self.other_progress: dict[int, int] = {}
         self.open: dict[str, OpenTransaction] = {}
+        # ends not yet acted on: (key, tiebreak, transaction); sorted by publish_ready
+        # (a sorted list is also a heap), appended to by _process
         self._pending: list[tuple[CommitKey, int, OpenTransaction]] = []
+        self._pending_sorted = True
         self._tiebreak = itertools.count()
         self._ended: OrderedDict[str, None] = OrderedDict()
         self._abandoned: OrderedDict[str, int] = OrderedDict()  # xid -> scn bound (see abandon_expired)
@@ -146,6 +176,7 @@ class Dispatcher:
         self.cache = BlockCache(queue, cache_blocks)
         self.replayer = Replayer(self.cache)
         self.stats = DispatchStats()
+        self._acted = 0  # entries of the ready list publish_ready has looked at
 
     # -- checkpoint --------------------------------------------------------------------
 
@@ -205,7 +236,8 @@ class Dispatcher:
                 self.open[txn.xid] = txn
             if txn.end_key is not None:
                 self._pending.append((txn.end_key, next(self._tiebreak), txn))
-        heapq.heapify(self._pending)
+        _sort_pending(self._pending)
+        self._pending_sorted = True
         self._ended = OrderedDict.fromkeys(doc.ended)
         self._abandoned = OrderedDict((x, scn) for x, scn in doc.abandoned)
         self.clock_tm = doc.clock_tm
@@ -310,7 +342,12 @@ class Dispatcher:
         elif self._marks and not self.closed:
             self._marks.clear()
         open_ = self.open
+        ended = self._ended
+        pending = self._pending
+        tiebreak = self._tiebreak
+        last_key = self.last_key
         fresh = first >= self._fresh_from
+        self._pending_sorted = False  # (before anything is appended: an error may stop the loop)
         for xid, start, count, rows, comps, first_scn, begin_scn, begin_tm, ends in summary.groups:
             txn = open_.get(xid)
             # a begin above an end's SCN is XID reuse: a new transaction; a begin below it
@@ -318,7 +355,7 @@ class Dispatcher:
             if txn is None or (txn.end_key is not None and begin_scn > txn.end_key.scn):
                 if txn is None:
                     if begin_scn < 0:
-                        if xid in self._ended:
+                        if xid in ended:
                             self._count_late(thread, count)
                             continue
                         if xid in self._abandoned:
@@ -327,28 +364,38 @@ class Dispatcher:
                         # no thread in play writes at or below the last published commit
                         # any more (a reopened one writes above it): a record there, of an
                         # XID not held, is of a transaction that ended (and was forgotten)
-                        if not ends and fresh and self.last_key is not None and first_scn <= self.last_key.scn:
+                        if not ends and fresh and last_key is not None and first_scn <= last_key.scn:
                             self.stats.forgotten_records += count
                             self._count_late(thread, count)
                             continue
                     elif self._abandoned and begin_scn <= self._abandoned.get(xid, -1):
                         self._abandoned_records(xid, thread, count, ends)  # its own begin, late
                         continue
-                txn = open_[xid] = OpenTransaction(xid, first, first_scn)
-                self._ended.pop(xid, None)
+                txn = open_[xid] = OpenTransaction(
+                    xid, first, first_scn, begin_scn, begin_tm, {thread: [first, start, count]}, rows, comps
+                )
+                if ended:
+                    ended.pop(xid, None)
                 if self._abandoned:
                     self._abandoned.pop(xid, None)  # XID reuse: a begin above what was abandoned
-            if begin_scn >= 0 and (txn.begin_scn < 0 or begin_scn < txn.begin_scn):
-                txn.begin_scn = begin_scn
-                txn.begin_tm = begin_tm
-            txn.add(thread, first, start, count)
-            txn.rows += rows
-            txn.compensations += comps
+            else:
+                if begin_scn >= 0 and (txn.begin_scn < 0 or begin_scn < txn.begin_scn):
+                    txn.begin_scn = begin_scn
+                    txn.begin_tm = begin_tm
+                locs = txn.locations.get(thread)  # OpenTransaction.add, inline
+                if locs is None:
+                    txn.locations[thread] = [first, start, count]
+                else:
+                    locs.extend((first, start, count))
+                    if len(locs) >= _LOCATIONS_AS_LIST and type(locs) is list:
+                        txn.locations[thread] = array("q", locs)
+                txn.rows += rows
+                txn.compensations += comps
             for code, scn, seq, line, tm in ends:
-                key = CommitKey(scn, thread, seq, line)
+                key = _commit_key((scn, thread, seq, line))
                 # a late rollback publishes nothing, so it cannot break commit order (the
                 # PostgreSQL source rolls back, at scn 0, what a reconnect sends again)
-                if code == COMMIT and fresh and self.last_key is not None and key < self.last_key and (
+                if code == COMMIT and fresh and last_key is not None and key < last_key and (
                     txn.end_key is None or key < txn.end_key
                 ):
                     self._late_end(txn, key, first)
@@ -357,7 +404,7 @@ class Dispatcher:
                     if txn.end_key is not None:
                         self.stats.extra_ends += 1
                     txn.end_key, txn.end_code, txn.end_tm = key, code, tm
-                    heapq.heappush(self._pending, (key, next(self._tiebreak), txn))
+                    pending.append((key, next(tiebreak), txn))
                 else:
                     self.stats.extra_ends += 1
 
@@ -479,51 +526,92 @@ class Dispatcher:
         """
         watermark = self.watermark if watermark is None else watermark
         pending = self._pending
+        if not pending:
+            return 0
+        if not self._pending_sorted:
+            _sort_pending(pending)
+            self._pending_sorted = True
+        cut = bisect.bisect_right(pending, watermark, key=_entry_scn)
+        if not cut:
+            return 0
+        ready = pending[:cut]
+        del pending[:cut]
+        try:
+            return self._act_on(ready)
+        except BaseException:
+            pending[:0] = ready[self._acted:]  # not looked at: still pending (as with a heap)
+            raise
+
+    def _act_on(self, ready: list[tuple[CommitKey, int, OpenTransaction]]) -> int:
+        """Act on ``ready``'s ends (sorted), in order."""
         done = 0
         batch: list[tuple[OpenTransaction, CommitKey]] = []
         batch_records = 0
         batching = self.batching
-        while pending and pending[0][0].scn <= watermark:
-            key, _, txn = heapq.heappop(pending)
-            if txn.end_key != key:
-                continue  # superseded by an earlier end of the same transaction
-            if self.open.get(txn.xid) is txn:
-                del self.open[txn.xid]
-            self._remember_ended(txn.xid)
-            done += 1
-            tm = txn.end_tm
-            if tm is not None and (self.clock_tm is None or tm > self.clock_tm):
-                self.clock_tm = tm
-            if txn.end_code != COMMIT:
-                self.stats.rolled_back += 1
-            elif self.published_through is not None and key <= self.published_through:
-                self.stats.already_published += 1
-                if self.log_skipped:
-                    log.info("skipped as already published: xid %r, commit %s", txn.xid, tuple(key),
-                             extra={"xid": txn.xid, "c_scn": key.scn})
-            elif txn.begin_scn < 0 or txn.begin_scn > key.scn:
-                self.stats.no_begin += 1
-            elif self.last_key is not None and key < self.last_key:
-                raise DispatchError(  # the last line of defence: _process keeps such ends out
-                    f"commit of {txn.xid} at scn {key.scn} would be published after commit scn {self.last_key.scn}",
-                    hint="this is a bug: nothing out of order was published", xid=txn.xid,
-                )
-            elif batching and not txn.compensations and len(txn.locations) == 1 and txn.rows <= _BATCH_TX_MAX_ROWS:
-                self.last_key = key
-                batch.append((txn, key))
-                batch_records += sum(next(iter(txn.locations.values()))[2::3])
-                if batch_records >= _BATCH_MAX_RECORDS:
-                    self._publish_batch(batch)
-                    batch, batch_records = [], 0
-            else:
-                if batch:  # commit order: what is batched goes first
-                    self._publish_batch(batch)
-                    batch, batch_records = [], 0
-                self.last_key = key
-                n = self.sink.write_transaction(Commit(txn.xid, key, txn.end_tm), self.replayer.rows(txn, key.scn))
-                self._count_published(n)
-        if batch:
-            self._publish_batch(batch)
+        open_ = self.open
+        ended = self._ended
+        stats = self.stats
+        # ready is sorted: only its first keys can be at or below these two
+        published_through = self.published_through
+        if published_through is not None and ready[0][0] > published_through:
+            published_through = None
+        check_order = self.last_key is not None and ready[0][0] < self.last_key
+        clock = self.clock_tm
+        i = 0
+        try:
+            for i, (key, _, txn) in enumerate(ready):
+                if txn.end_key is not key and txn.end_key != key:
+                    continue  # superseded by an earlier end of the same transaction
+                xid = txn.xid
+                if open_.get(xid) is txn:
+                    del open_[xid]
+                if xid in ended:
+                    ended.move_to_end(xid)
+                else:
+                    ended[xid] = None
+                done += 1
+                tm = txn.end_tm
+                if tm is not None and (clock is None or tm > clock):
+                    clock = tm
+                if txn.end_code != COMMIT:
+                    stats.rolled_back += 1
+                elif published_through is not None and key <= published_through:
+                    stats.already_published += 1
+                    if self.log_skipped:
+                        log.info("skipped as already published: xid %r, commit %s", xid, tuple(key),
+                                 extra={"xid": xid, "c_scn": key.scn})
+                elif txn.begin_scn < 0 or txn.begin_scn > key[0]:
+                    stats.no_begin += 1
+                elif check_order and key < self.last_key:
+                    raise DispatchError(  # the last line of defence: _process keeps such ends out
+                        f"commit of {xid} at scn {key.scn} would be published after commit scn {self.last_key.scn}",
+                        hint="this is a bug: nothing out of order was published", xid=xid,
+                    )
+                elif batching and not txn.compensations and len(txn.locations) == 1 and txn.rows <= _BATCH_TX_MAX_ROWS:
+                    self.last_key = key
+                    batch.append((txn, key))
+                    (locs,) = txn.locations.values()
+                    batch_records += locs[2] if len(locs) == 3 else sum(locs[2::3])
+                    if batch_records >= _BATCH_MAX_RECORDS:
+                        self._publish_batch(batch)
+                        batch, batch_records = [], 0
+                else:
+                    if batch:  # commit order: what is batched goes first
+                        self._publish_batch(batch)
+                        batch, batch_records = [], 0
+                    self.last_key = key
+                    n = self.sink.write_transaction(Commit(xid, key, txn.end_tm), self.replayer.rows(txn, key.scn))
+                    self._count_published(n)
+            i = len(ready)
+            if batch:
+                self._publish_batch(batch)
+        except BaseException:
+            self._acted = i + 1 if i < len(ready) else i
+            raise
+        finally:
+            self.clock_tm = clock
+            while len(ended) > _ENDED_MEMORY:
+                ended.popitem(last=False)
         return done
 
     def _count_published(self, n: int) -> None:
@@ -536,36 +624,78 @@ class Dispatcher:
     def _publish_batch(self, batch: list[tuple[OpenTransaction, CommitKey]]) -> None:
         """Single-thread transactions without compensation: their records are in row order
         in the queue already; decode them all at once and drop all but rows up to the
-        commit SCN (at the end of each run, since the thread's SCNs do not decrease)."""
-        get = self.cache.get
-        parts: list[bytes] = []
+        commit SCN (at the end of each run, since the thread's SCNs do not decrease).
+        The sink gets the rows in one flat list (:meth:`TransactionSink.write_rows`)."""
+        runs: list[tuple[int, int, int]] = []  # (block, start, stop): runs of records to slice
         spans = []
         a = 0
+        # adjacent records of one block are sliced once (the groups of tiny transactions
+        # of a block are often adjacent, and in commit order)
+        run_index = -1
+        run_start = run_stop = 0
         for txn, _key in batch:
             ((thread, locs),) = txn.locations.items()
-            n = 0
-            for i in range(0, len(locs), 3):
-                start = locs[i + 1]
-                parts.append(get(locs[i]).span(start, start + locs[i + 2]))
-                n += locs[i + 2]
+            if len(locs) == 3:
+                index, start, n = locs
+                if index == run_index and start == run_stop:
+                    run_stop += n
+                else:
+                    if run_index >= 0:
+                        runs.append((run_index, run_start, run_stop))
+                    run_index, run_start, run_stop = index, start, start + n
+            else:
+                n = 0
+                for i in range(0, len(locs), 3):
+                    index, start, count = locs[i], locs[i + 1], locs[i + 2]
+                    if index == run_index and start == run_stop:
+                        run_stop += count
+                    else:
+                        if run_index >= 0:
+                            runs.append((run_index, run_start, run_stop))
+                        run_index, run_start, run_stop = index, start, start + count
+                    n += count
             spans.append((thread, a, a + n))
             a += n
-        recs = decode_records(b"".join(parts), a)
-        items = []
+        if run_index >= 0:
+            runs.append((run_index, run_start, run_stop))
+        get = self.cache.get
+        blocks: dict[int, Block] = {}
+        parts: list[bytes] = []
+        append = parts.append
+        for index, start, stop in runs:
+            block = blocks.get(index)
+            if block is None:
+                block = blocks[index] = get(index)
+            append(block.span(start, stop))
+        recs = decode_records(parts[0] if len(parts) == 1 else b"".join(parts), a)
+        flags = list(map(_is_row, map(_code_of, recs)))
+        rows = list(itertools.compress(recs, flags))
+        cum = list(itertools.accumulate(flags, initial=0))  # rows before each record
+        txs = []
+        ranges = []
         late = 0
+        empty = 0
         for (txn, key), (thread, a, b) in zip(batch, spans):
-            rows = [r for r in recs[a:b] if r[0] in ROW_CODES]  # r[CODE]: a literal, once per record
-            c = key.scn
-            cut = len(rows)
-            while cut and rows[cut - 1][SCN] > c:
-                cut -= 1
-            if cut < len(rows):
-                late += len(rows) - cut
-                del rows[cut:]
-            items.append((Commit(txn.xid, key, txn.end_tm), thread, rows))
+            ra, rb = cum[a], cum[b]
+            if rb > ra and rows[rb - 1][SCN] > key[0]:  # rows after the commit: late, dropped
+                end = rb
+                c = key[0]
+                while rb > ra and rows[rb - 1][SCN] > c:
+                    rb -= 1
+                late += end - rb
+            if rb > ra:
+                txs.append((txn.xid, key, txn.end_tm, thread, rb - ra))
+                ranges.append((ra, rb))
+            else:
+                empty += 1
+        if late:
+            rows = list(itertools.chain.from_iterable(rows[ra:rb] for ra, rb in ranges))
         self.stats.late_records += late
-        for n in self.sink.write_transactions(items):
-            self._count_published(n)
+        if txs:
+            self.sink.write_rows(rows, txs)
+        self.stats.published += len(txs)
+        self.stats.rows += len(rows)
+        self.stats.empty += empty
 
     def _remember_ended(self, xid: str) -> None:
         ended = self._ended

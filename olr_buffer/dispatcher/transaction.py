@@ -7,13 +7,18 @@ from array import array
 from ..changes import CommitKey
 from .checkpoint import TransactionState
 
+_LOCATIONS_AS_LIST = 24  # a thread's locations are a list below this many items (8 triples)
+
 
 class OpenTransaction:
     """One transaction by XID until its end is past the watermark.
 
     ``locations`` holds, per redo thread, flat triples ``(block, start, count)``: the
     queue block and the run of records of this transaction in it. Memory grows with the
-    number of blocks the transaction spans, not with its rows.
+    number of blocks the transaction spans, not with its rows. A thread's first triples
+    are a plain list (cheaper to make and extend, and most transactions are in one to a
+    few blocks); from :data:`_LOCATIONS_AS_LIST` items on, an ``array("q")`` (8 bytes an
+    item, where a list holds a pointer and an int object).
     """
 
     __slots__ = (
@@ -31,14 +36,24 @@ class OpenTransaction:
         "seen_tm",
     )
 
-    def __init__(self, xid: str, first_block: int, first_scn: int = -1) -> None:
+    def __init__(
+        self,
+        xid: str,
+        first_block: int,
+        first_scn: int = -1,
+        begin_scn: int = -1,
+        begin_tm: int | None = None,
+        locations: dict[int, array | list[int]] | None = None,
+        rows: int = 0,
+        compensations: int = 0,
+    ) -> None:
         self.xid = xid
         self.first_scn = first_scn
-        self.begin_scn = -1
-        self.begin_tm: int | None = None
-        self.locations: dict[int, array] = {}
-        self.rows = 0
-        self.compensations = 0
+        self.begin_scn = begin_scn if begin_scn >= 0 else -1
+        self.begin_tm: int | None = begin_tm if begin_scn >= 0 else None
+        self.locations: dict[int, array | list[int]] = {} if locations is None else locations
+        self.rows = rows
+        self.compensations = compensations
         self.end_key: CommitKey | None = None
         self.end_code = 0
         self.end_tm: int | None = None
@@ -50,8 +65,11 @@ class OpenTransaction:
     def add(self, thread: int, block: int, start: int, count: int) -> None:
         locs = self.locations.get(thread)
         if locs is None:
-            locs = self.locations[thread] = array("q")
+            self.locations[thread] = [block, start, count]
+            return
         locs.extend((block, start, count))
+        if len(locs) >= _LOCATIONS_AS_LIST and type(locs) is list:
+            self.locations[thread] = array("q", locs)
 
     def to_state(self) -> TransactionState:
         return TransactionState(
@@ -65,7 +83,7 @@ class OpenTransaction:
             self.end_key,
             self.end_code,
             self.end_tm,
-            {t: a.tolist() for t, a in self.locations.items()},
+            {t: list(a) for t, a in self.locations.items()},
             self.seen_tm,
         )
 

@@ -1,0 +1,68 @@
+"""The flat batch path of the changefeed writer (``write_rows``, behind
+``write_transactions``) writes exactly what ``write_transaction`` writes for each
+transaction in turn: the same files, the same rows, the same footers."""
+
+from __future__ import annotations
+
+import itertools
+import tempfile
+from pathlib import Path
+
+import pyarrow.parquet as pq
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from olr_buffer.changes import DELETE, INSERT, Commit, CommitKey
+from olr_buffer.spark_sink.writer import ChangefeedWriter
+
+
+def _row(scn: int, i: int) -> list:
+    code = INSERT if i % 3 else DELETE
+    after = None if code == DELETE else '{"I":%d,"S":"%s"}' % (i, "y" * (i % 11))
+    return [code, scn, i, 1, i, None if i % 4 == 0 else scn * 7, "O", "T", None if i % 5 == 0 else 9, f"R{i}",
+            '{"I":%d}' % i if code == DELETE else None, after, None]
+
+
+def _files(cf: Path) -> list[tuple[str, dict, list]]:
+    out = []
+    for p in sorted(cf.glob("part-*.parquet")):
+        f = pq.ParquetFile(p)
+        meta = {k: v for k, v in f.metadata.metadata.items() if not k.startswith(b"ARROW")}
+        out.append((p.name, meta, f.read().to_pylist()))
+    return out
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    txs=st.lists(st.tuples(st.integers(0, 9), st.integers(1, 3)), max_size=30),
+    cuts=st.lists(st.integers(1, 8), max_size=10),
+    file_rows=st.integers(1, 40),
+    row_group_rows=st.integers(1, 12),
+    row_group_bytes=st.sampled_from([1, 3000, 1 << 40]),
+)
+def test_write_rows_equals_write_transaction_per_transaction(txs, cuts, file_rows, row_group_rows, row_group_bytes):
+    items = []
+    for k, (n, thread) in enumerate(txs):
+        scn = 10 * (k + 1)
+        items.append((Commit(f"x{k}", CommitKey(scn, thread, 1, k), None if k % 3 == 0 else scn * 1000), thread,
+                      [_row(scn, i) for i in range(n)]))
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        limits = dict(file_rows=file_rows, row_group_rows=row_group_rows, row_group_bytes=row_group_bytes,
+                      durable=False)
+        one = ChangefeedWriter(root / "one", **limits)
+        for commit, thread, rows in items:
+            assert one.write_transaction(commit, ((thread, r) for r in rows)) == len(rows)
+        one.close()
+        flat = ChangefeedWriter(root / "flat", **limits)
+        it = iter(items)
+        for size in itertools.chain(cuts, itertools.repeat(5)):
+            chunk = list(itertools.islice(it, size))
+            if not chunk:
+                break
+            assert flat.write_transactions(chunk) == [len(rows) for _, _, rows in chunk]
+        assert flat.next_tx_seq == one.next_tx_seq == sum(1 for _, _, rows in items if rows)
+        flat.close()
+        a, b = _files(root / "one"), _files(root / "flat")
+        assert a == b
+        assert sum(len(rows) for _, _, rows in a) == sum(len(rows) for _, _, rows in items)
