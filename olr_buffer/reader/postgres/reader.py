@@ -49,7 +49,9 @@ from .connection import (
     ReplicationStream,
     SlotInUseError,
     Server,
+    SocketStream,
     check_setup,
+    encrypted,
     quote_ident,
     quote_literal,
 )
@@ -109,6 +111,7 @@ class PostgresReader:
         status_interval: float = 1.0,
         flush_seconds: float = 0.1,
         slot_wait: float = 5.0,
+        socket_reads: bool = True,
     ) -> None:
         self.queue = queue
         self.server = Server(uri)
@@ -124,6 +127,8 @@ class PostgresReader:
         self.status_interval = status_interval
         self.flush_seconds = flush_seconds
         self.slot_wait = slot_wait
+        self.socket_reads = socket_reads  # read the stream from the socket when not encrypted (else libpq)
+        self.reads = ""  # how the stream is read: "socket" or "libpq"
         self.builder = BlockBuilder(THREAD)
         self._pending_since = 0.0
         self._state_written = 0.0
@@ -462,20 +467,31 @@ class PostgresReader:
 
     # -- the stream ----------------------------------------------------------------------------
 
-    def _start(self, repl) -> ReplicationStream:
+    def _start(self, repl) -> ReplicationStream | SocketStream:
         if self.streaming:
             opts = f"proto_version '2', streaming 'on', publication_names {quote_literal(quote_ident(self.publication))}"
         else:
             opts = f"proto_version '1', publication_names {quote_literal(quote_ident(self.publication))}"
-        repl.cursor().start_replication_expert(
-            f"START_REPLICATION SLOT {quote_ident(self.slot)} LOGICAL 0/0 ({opts})", decode=False, status_interval=3600
-        )
+        command = f"START_REPLICATION SLOT {quote_ident(self.slot)} LOGICAL 0/0 ({opts})"
+        stream: ReplicationStream | SocketStream
+        if self.socket_reads and not encrypted(repl):
+            stream = SocketStream(self.server, repl)
+            try:
+                stream.start(command, psycopg2.extensions.encodings.get(repl.encoding, "utf-8"))
+            except BaseException:
+                stream.sock.close()
+                raise
+        else:
+            repl.cursor().start_replication_expert(command, decode=False, status_interval=3600)
+            stream = ReplicationStream(self.server, repl)
+        self.reads = "socket" if isinstance(stream, SocketStream) else "libpq"
         self._streamed = True
-        log.info("streaming slot %s (publication %s, %s)", self.slot, self.publication,
-                 "protocol 2, streaming" if self.streaming else "protocol 1")
-        return ReplicationStream(self.server, repl)
+        log.info("streaming slot %s (publication %s, %s, read %s)", self.slot, self.publication,
+                 "protocol 2, streaming" if self.streaming else "protocol 1",
+                 "from the socket" if self.reads == "socket" else "through libpq")
+        return stream
 
-    def _stream_loop(self, stream: ReplicationStream) -> None:
+    def _stream_loop(self, stream: ReplicationStream | SocketStream) -> None:
         decoder = p.StreamDecoder()
         last_status = 0.0
         received = 0
@@ -483,25 +499,27 @@ class PostgresReader:
         # in the reply to it (the server asks once, and may ask again only after
         # wal_sender_timeout / 2; the changefeed may publish the last commit just after)
         keepalive_lsn: int | None = None
+        insert = self._insert
         while not self.stop.is_set():
-            data = stream.read(0)
-            if data is None:
+            batch = stream.read_batch(0)
+            if not batch:
                 if self.builder.count:
                     self._append()
                 self._status(stream, received, idle_lsn=keepalive_lsn)
                 last_status = time.monotonic()
-                data = stream.read(min(self.status_interval, 0.5))
-                if data is None:
+                batch = stream.read_batch(min(self.status_interval, 0.5))
+                if not batch:
                     continue
-            if data[0] == 0x77 and len(data) > 35 and data[25] == 0x49:  # XLogData of an Insert: the hot path
-                start, wal_end = _W_HEAD(data, 1)
-                if wal_end > self.server_lsn:
-                    self.server_lsn = wal_end
-                if start > received:
-                    received = start
-                if not self._insert(data, start, decoder.in_stream):
-                    self._handle(decoder.decode(data[25:]), start)
-            else:
+            for data in batch:
+                if data[0] == 0x77 and len(data) > 35 and data[25] == 0x49:  # XLogData of an Insert: the hot path
+                    start, wal_end = _W_HEAD(data, 1)
+                    if wal_end > self.server_lsn:
+                        self.server_lsn = wal_end
+                    if start > received:
+                        received = start
+                    if not insert(data, start, decoder.in_stream):
+                        self._handle(decoder.decode(data[25:]), start)
+                    continue
                 frame = p.decode_frame(data)
                 if isinstance(frame, p.Keepalive):
                     if frame.wal_end > self.server_lsn:
@@ -518,6 +536,7 @@ class PostgresReader:
                 if frame.data_start > received:
                     received = frame.data_start
                 self._handle(decoder.decode(frame.payload), frame.data_start)
+            # once a batch (a socket read: up to 256 KiB, a few thousand messages)
             now = time.monotonic()
             if self.builder.count and now - self._pending_since >= self.flush_seconds:
                 self._append()
@@ -564,7 +583,7 @@ class PostgresReader:
         published_all = self.last_commit <= (pub.scn if pub is not None else -1)
         return published_all and not self.txns and not self.builder.count and self.copy != "running"
 
-    def _status(self, stream: ReplicationStream, received: int, idle_lsn: int | None = None) -> None:
+    def _status(self, stream: ReplicationStream | SocketStream, received: int, idle_lsn: int | None = None) -> None:
         """Tell the server what the changefeed has published (see the module doc)."""
         pub = self.published()
         pub_lsn = pub.scn if pub is not None else -1
