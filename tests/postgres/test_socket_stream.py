@@ -145,11 +145,12 @@ def test_error_response_ends_the_stream_after_the_messages_before_it(pair):
     assert "\n" not in text and PASSWORD not in text and "u:***@h" in text
 
 
-def test_copy_done_eof_and_garbage_are_lost_connections(pair):
+@pytest.mark.parametrize("end", [msg(b"c", b""), msg(b"C", b"COPY 0\0")])
+def test_copy_done_and_command_complete_end_the_stream(pair, end):
     stream, server = pair
     started(stream, server)
-    server.sendall(msg(b"c", b""))
-    with pytest.raises(ConnectionLostError, match="the server ended the replication stream"):
+    server.sendall(end)
+    with pytest.raises(ConnectionLostError, match="the server ended the replication stream$"):
         stream.read_batch(0.5)
 
 

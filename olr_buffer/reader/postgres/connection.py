@@ -365,7 +365,8 @@ class SocketStream:
     ErrorResponse raised as psycopg2's would be). Then every backend message is framed as
     type (1 byte) and length (Int32, counting itself): CopyData (``d``) carries a message
     of the stream; ErrorResponse ends it (the server going away: :class:`ConnectionLostError`
-    with the server's words), as does CopyDone or the socket's end; notices and parameter
+    with the server's words), as do CopyDone, CommandComplete (``COPY 0``: a walsender
+    that shuts down sends it) and the socket's end; notices and parameter
     changes are skipped; anything else is a protocol error. Messages received before an
     error are returned first, the error is raised by the next read."""
 
@@ -537,7 +538,7 @@ class SocketStream:
         if kind == 0x45:  # E: ErrorResponse (the server shutting down, the walsender failing)
             err = self._server_error(body, "the server ended the replication stream")
             return ConnectionLostError(str(err))
-        if kind == 0x63:  # c: CopyDone
+        if kind == 0x63 or kind == 0x43:  # c: CopyDone; C: CommandComplete (a walsender shutting down sends it)
             return self._lost("the server ended the replication stream")
         return self._lost(f"reading the replication stream: unexpected message type {bytes([kind])!r}")
 
