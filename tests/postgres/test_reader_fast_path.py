@@ -172,3 +172,31 @@ def test_block_builder_add_row_builds_what_add_builds(ops):
                 builder.add(code, scn, 0, xid, 0, 0, [None])
     assert (a.count, a.nbytes, a.progress) == (b.count, b.nbytes, b.progress)
     assert a.build() == b.build()
+
+
+_FRAME_HEAD = struct.pack("!QQq", 100, 105, 0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(
+    st.binary(min_size=1, max_size=60),  # anything (both streams give no empty message)
+    st.binary(max_size=40).map(lambda b: b"w" + _FRAME_HEAD + b"I" + b),  # an Insert, damaged
+    st.binary(max_size=40).map(lambda b: b"w" + _FRAME_HEAD + b"I" + struct.pack("!I", OID) + b"N" + b),
+    st.binary(max_size=40).map(lambda b: b"w" + _FRAME_HEAD + b"I" + struct.pack("!II", 700, OID) + b"N" + b),
+    st.sampled_from([b"w" + _FRAME_HEAD + b"B" + struct.pack("!QqI", 10**6, 0, 700),
+                     b"w" + _FRAME_HEAD + b"S" + struct.pack("!IB", 700, 1),
+                     b"w" + _FRAME_HEAD + encode(p.Relation(None, OID, "public", "t", "d", VARIANTS[0]), False),
+                     b"w" + _FRAME_HEAD + encode(p.Relation(700, OID, "public", "t", "d", VARIANTS[2]), True),
+                     b"w" + _FRAME_HEAD + b"E"]),
+), max_size=12))
+def test_stream_loop_fails_only_with_one_line_errors(frames):
+    """Whatever the server sends, the stream loop handles it or stops with one of our
+    one-line errors (the decoder's fuzz test, through the loop's own insert path)."""
+    from olr_buffer.errors import OlrBufferError
+
+    r = reader(MemoryQueue())
+    r.flush_seconds = 1e9
+    try:
+        r._stream_loop(FakeStream([frames], r.stop))
+    except OlrBufferError as exc:
+        assert "\n" not in str(exc) and str(exc)

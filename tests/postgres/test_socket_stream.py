@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from olr_buffer.errors import OlrBufferError
 from olr_buffer.reader.postgres import connection as c
 from olr_buffer.reader.postgres.connection import ConnectionLostError, PostgresError, Server, SocketStream
 from olr_buffer.reader.postgres.protocol import encode_status
@@ -67,7 +68,7 @@ def drain(stream: SocketStream) -> list[bytes]:
 
 @settings(max_examples=150, deadline=None)
 @given(
-    payloads=st.lists(st.binary(min_size=0, max_size=300), min_size=1, max_size=20),
+    payloads=st.lists(st.binary(min_size=1, max_size=300), min_size=1, max_size=20),
     cuts=st.lists(st.integers(min_value=0, max_value=10_000), max_size=12),
     chunk=st.sampled_from([5, 7, 64, c.CHUNK]),
     notices=st.lists(st.integers(min_value=0, max_value=20), max_size=3),
@@ -168,12 +169,13 @@ def test_socket_closed_by_the_server(pair):
     (b"d\xff\xff\xff\xff", "invalid message length -1"),
     (b"d\0\0\0\x02", "invalid message length 2"),
     (msg(b"Z", b"I"), "unexpected message type b'Z'"),
+    (msg(b"d", b""), "empty replication message"),
 ])
 def test_malformed_stream_is_a_one_line_error(pair, wire, reason):
     stream, server = pair
     started(stream, server)
     server.sendall(wire)
-    with pytest.raises(ConnectionLostError, match=reason) as info:
+    with pytest.raises(OlrBufferError, match=reason) as info:
         stream.read_batch(0.5)
     assert "\n" not in str(info.value)
 

@@ -34,7 +34,7 @@ import psycopg2
 import psycopg2.extras
 
 from ...errors import OlrBufferError
-from .protocol import encode_status
+from .protocol import PgoutputError, encode_status
 
 
 class PostgresError(OlrBufferError):
@@ -378,7 +378,7 @@ class SocketStream:
         self._chunks: list[bytes] = []  # received while a message longer than one chunk is incomplete
         self._have = 0  # bytes in _rest and _chunks
         self._need = 5  # bytes needed before the next message can be complete
-        self._error: ConnectionLostError | None = None
+        self._error: OlrBufferError | None = None  # the stream's end, raised at the next read
 
     # -- errors ------------------------------------------------------------------------
 
@@ -483,8 +483,9 @@ class SocketStream:
     # -- the stream ------------------------------------------------------------------------
 
     def read_batch(self, timeout: float) -> list[bytes]:
-        """The CopyData messages received so far, at least one unless none came within
-        ``timeout`` seconds (then empty)."""
+        """The CopyData messages received so far (none of them empty: an empty one is a
+        :class:`PgoutputError`), at least one unless none came within ``timeout`` seconds
+        (then the list is empty)."""
         if self._error is not None:
             raise self._error
         deadline = None
@@ -514,9 +515,13 @@ class SocketStream:
         while end - pos >= 5:
             kind, n = head(buf, pos)
             stop = pos + 1 + n
-            if n < 4:
-                self._error = self._lost(f"reading the replication stream: invalid message length {n}")
-                break
+            if n < 5:
+                if n < 4:
+                    self._error = self._lost(f"reading the replication stream: invalid message length {n}")
+                    break
+                if kind == 0x64:  # a CopyData without a message
+                    self._error = PgoutputError("empty replication message")
+                    break
             if stop > end:
                 self._keep(buf[pos:], stop - pos)
                 break
