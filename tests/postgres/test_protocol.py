@@ -6,7 +6,7 @@ from __future__ import annotations
 import struct
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from olr_buffer.errors import OlrBufferError
@@ -159,19 +159,21 @@ def test_insert_in_and_outside_a_stream_block():
 _TYPES = (16, 20, 21, 23, 26, 114, 700, 701, 1700, 3802, 25, 1043, 1114)
 
 
+@settings(max_examples=300)
 @given(
-    st.lists(st.sampled_from(_TYPES), min_size=1, max_size=6),
+    st.lists(st.sampled_from(_TYPES), min_size=0, max_size=6),
     st.data(),
 )
 def test_fast_insert_images_equal_the_general_path(types, data):
     """``Table.images`` (the hot path of inserts) gives the text of ``rid`` and ``obj`` of
     the decoded tuple, or None (then the general path decodes it): never other text."""
-    cols = tuple(p.Column(f"c{i}", t, False) for i, t in enumerate(types))
-    key = data.draw(st.one_of(st.none(), st.lists(st.integers(0, len(cols) - 1), min_size=1, max_size=2, unique=True)))
+    names = data.draw(st.lists(st.text(max_size=4), min_size=len(types), max_size=len(types), unique=True))
+    cols = tuple(p.Column(f"c{i}{n}", t, False) for i, (t, n) in enumerate(zip(types, names)))
+    key = data.draw(st.one_of(st.none(), st.lists(st.integers(0, max(len(cols) - 1, 0)), min_size=0, max_size=min(2, len(cols)), unique=True)))
     table = Table(1, "public", "t", cols, None if key is None else tuple(key))
     value = st.one_of(st.none(), st.binary(max_size=8), st.text(max_size=6).map(str.encode),
-                      st.sampled_from([b"1", b"-2.5", b"NaN", b"t", b"f", b'{"a":1}']), st.just(p.UNCHANGED))
-    values = data.draw(st.lists(value, min_size=len(cols) - 1, max_size=len(cols) + 1))
+                      st.sampled_from([b"1", b"-2.5", b"NaN", b"-Infinity", b"t", b"f", b"true", b"false", b"\"", b"\xc3\xa9", b"\xff", b'{"a":1}']), st.just(p.UNCHANGED))
+    values = data.draw(st.lists(value, min_size=max(len(cols) - 1, 0), max_size=len(cols) + 1))
     raw = tup(*values)
     if data.draw(st.booleans()):
         raw = raw[: data.draw(st.integers(0, len(raw)))]  # cut short
@@ -188,3 +190,20 @@ def test_fast_insert_images_equal_the_general_path(types, data):
         # only what the general path handles differently: other column counts, unchanged
         # values, text that is not UTF-8 (which the general path rejects in obj)
         assert len(values) != len(cols) or p.UNCHANGED in values
+
+
+_SPECIAL = [None, b"", b"1", b"-2.5", b"NaN", b"Infinity", b"-Infinity", b"t", b"f", b"true", b"false", b'"',
+            b"\\", b"\x01", b"\xc3\xa9", b'{"a":1}']
+
+
+@pytest.mark.parametrize("type_oid", _TYPES)
+def test_fast_insert_images_of_every_type_and_special_value(type_oid):
+    """Each value mapping of ``Table.images``, every type against the general path."""
+    cols = (p.Column("id", 23, True), p.Column('v"\u00e9', type_oid, False))
+    for key in (None, (0,), (1,), (1, 0)):
+        table = Table(1, "public", "t", cols, key)
+        for value in _SPECIAL:
+            for id_ in (b"7", None):
+                raw = tup(id_, value)
+                decoded, _ = p._tuple_data(raw, 0, "I")
+                assert table.images(raw, 0) == (table.rid(decoded), table.obj(decoded)), (key, value, id_)

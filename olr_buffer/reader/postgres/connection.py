@@ -1,12 +1,21 @@
 """Connections to the server: checks with clear errors, the slot, and the raw replication I/O.
 
-psycopg2's ``LogicalReplicationConnection`` opens the replication connection and sends
-``START_REPLICATION``; the CopyData messages are then read and written here through
-libpq itself (:class:`ReplicationStream`), so that the stream's framing and every flush
-position we confirm are ours: psycopg2's own ``read_message`` would move the confirmed
-position to a keepalive's position whenever the last message's LSN is at or below what
-we confirmed, which streamed transactions (whose message LSNs go backwards, relation
-messages carrying 0/0) make unsafe.
+psycopg2's ``LogicalReplicationConnection`` opens the replication connection (and
+authenticates, and runs ``CREATE_REPLICATION_SLOT``); the replication stream itself is
+read and written here, so that the stream's framing and every flush position we confirm
+are ours: psycopg2's own ``read_message`` would move the confirmed position to a
+keepalive's position whenever the last message's LSN is at or below what we confirmed,
+which streamed transactions (whose message LSNs go backwards, relation messages carrying
+0/0) make unsafe. Two ways, the same messages:
+
+* :class:`SocketStream`, on a plain connection (unix socket, or TCP without SSL or GSSAPI
+  encryption): ``START_REPLICATION`` is sent on the socket by us, not by libpq, and the
+  CopyBoth stream is read from the socket in large chunks and split into its CopyData
+  messages in Python. libpq has nothing buffered at the switch: the connection is idle
+  (its last command ended with ReadyForQuery, after which the server sends nothing
+  unasked), and libpq never reads from it again (closing it only sends Terminate).
+* :class:`ReplicationStream`, on an encrypted connection: psycopg2 sends
+  ``START_REPLICATION``, and each message is read through libpq (``PQgetCopyData``).
 """
 
 from __future__ import annotations
@@ -16,6 +25,8 @@ import glob
 import os
 import re
 import select
+import socket
+import struct
 import time
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -23,7 +34,7 @@ import psycopg2
 import psycopg2.extras
 
 from ...errors import OlrBufferError
-from .protocol import encode_status
+from .protocol import PgoutputError, encode_status
 
 
 class PostgresError(OlrBufferError):
@@ -208,7 +219,26 @@ def _load_libpq() -> ctypes.CDLL:
     lib.PQfreemem.restype = None
     lib.PQerrorMessage.argtypes = [ctypes.c_void_p]
     lib.PQerrorMessage.restype = ctypes.c_char_p
+    if hasattr(lib, "PQgssEncInUse"):  # libpq 12+
+        lib.PQgssEncInUse.argtypes = [ctypes.c_void_p]
+        lib.PQgssEncInUse.restype = ctypes.c_int
     return lib
+
+
+def libpq() -> ctypes.CDLL:
+    global _libpq
+    if _libpq is None:
+        _libpq = _load_libpq()
+    return _libpq
+
+
+def encrypted(conn) -> bool:
+    """Whether the connection's traffic is encrypted by libpq (SSL or GSSAPI): then only
+    libpq can read and write it."""
+    if conn.info.ssl_in_use:
+        return True
+    lib = libpq()
+    return bool(hasattr(lib, "PQgssEncInUse") and lib.PQgssEncInUse(ctypes.c_void_p(conn.pgconn_ptr)))
 
 
 _libpq: ctypes.CDLL | None = None
@@ -218,16 +248,14 @@ class ReplicationStream:
     """The CopyData messages of a started replication connection, read and written with libpq."""
 
     def __init__(self, server: Server, conn) -> None:
-        global _libpq
-        if _libpq is None:
-            _libpq = _load_libpq()
-        self.lib = _libpq
+        self.lib = libpq()
         self.server = server
         self.conn = conn
         self.pgconn = ctypes.c_void_p(conn.pgconn_ptr)
         self.sock = conn.fileno()
         self._buf = ctypes.c_void_p()
         self._buf_ref = ctypes.byref(self._buf)
+        self._pending = 0  # an end (-1) or error (-2) of PQgetCopyData met by read_batch
 
     def _lost(self, doing: str) -> ConnectionLostError:
         msg = (self.lib.PQerrorMessage(self.pgconn) or b"").decode("utf-8", "replace")
@@ -237,7 +265,10 @@ class ReplicationStream:
     def read(self, timeout: float) -> bytes | None:
         """The next message, or None if none arrived within ``timeout`` seconds."""
         lib, pgconn, buf, ref = self.lib, self.pgconn, self._buf, self._buf_ref
-        n = lib.PQgetCopyData(pgconn, ref, 1)  # mostly a message is in libpq's buffer already
+        if self._pending:
+            n, self._pending = self._pending, 0
+        else:
+            n = lib.PQgetCopyData(pgconn, ref, 1)  # mostly a message is in libpq's buffer already
         deadline = None
         while n <= 0:
             if n == -1:
@@ -256,12 +287,275 @@ class ReplicationStream:
         lib.PQfreemem(buf)
         return data
 
+    def read_batch(self, timeout: float, most: int = 512) -> list[bytes]:
+        """The next messages (those libpq holds already, up to ``most``); empty if none
+        arrived within ``timeout`` seconds."""
+        data = self.read(timeout)
+        if data is None:
+            return []
+        batch = [data]
+        lib, pgconn, buf, ref = self.lib, self.pgconn, self._buf, self._buf_ref
+        string_at, free = ctypes.string_at, lib.PQfreemem
+        while len(batch) < most:
+            n = lib.PQgetCopyData(pgconn, ref, 1)
+            if n <= 0:
+                self._pending = n  # an end or error: raised by the next read
+                break
+            batch.append(string_at(buf, n))
+            free(buf)
+        return batch
+
     def send_status(self, write_lsn: int, flush_lsn: int, reply: bool = False) -> None:
         data = encode_status(write_lsn, flush_lsn, flush_lsn, int(time.time() * 1_000_000), reply)
         if self.lib.PQputCopyData(self.pgconn, data, len(data)) != 1 or self.lib.PQflush(self.pgconn) == -1:
             raise self._lost("sending the standby status")
 
     def close(self) -> None:
+        try:
+            self.conn.close()
+        except Exception:
+            pass
+
+
+# -- the stream read from the socket ---------------------------------------------------------
+
+_HEAD = struct.Struct("!Bi").unpack_from  # a backend message's type and length (which counts itself)
+_LENGTH = struct.Struct("!i").pack
+_SKIPPED = frozenset(b"NSA")  # NoticeResponse, ParameterStatus, NotificationResponse: nothing to do
+CHUNK = 127 * 1024  # bytes asked of the socket at a time: a buffer malloc takes from its heap (a larger one is
+# mmap()ed and faulted in at each read: 2.5x the CPU per byte; unix sockets hold 208 KiB by default)
+MOST = 16 << 20  # bytes asked at most at a time, for a long message
+SEND_TIMEOUT = 30.0  # seconds a status update may wait for room in the socket's buffer
+
+
+def _error_fields(body: bytes) -> dict[str, str]:
+    """The fields of an ErrorResponse or NoticeResponse: code letter -> text."""
+    fields = {}
+    for part in body.split(b"\0"):
+        if part:
+            fields[part[:1].decode("ascii", "replace")] = part[1:].decode("utf-8", "replace")
+    return fields
+
+
+def _error_text(fields: dict[str, str]) -> str:
+    """An ErrorResponse as libpq words it (severity, message, detail, hint)."""
+    text = f"{fields.get('S', 'ERROR')}:  {fields.get('M', 'unknown error')}"
+    if "D" in fields:
+        text += f"\nDETAIL:  {fields['D']}"
+    if "H" in fields:
+        text += f"\nHINT:  {fields['H']}"
+    return text
+
+
+def _is_lost(sqlstate: str | None) -> bool:
+    """Whether psycopg2 would raise this SQLSTATE as an error that :meth:`Server.error`
+    takes as transient (the server going away, a slot still held): the same classes."""
+    try:
+        cls = psycopg2.errors.lookup(sqlstate or "")
+    except KeyError:
+        return False
+    return issubclass(cls, (psycopg2.OperationalError, psycopg2.InterfaceError))
+
+
+class SocketStream:
+    """The CopyData messages of a replication connection, read from its socket in large
+    chunks (see the module doc); only for a connection that is not encrypted.
+
+    :meth:`start` sends ``START_REPLICATION`` and reads the answer (CopyBothResponse, or an
+    ErrorResponse raised as psycopg2's would be). Then every backend message is framed as
+    type (1 byte) and length (Int32, counting itself): CopyData (``d``) carries a message
+    of the stream; ErrorResponse ends it (the server going away: :class:`ConnectionLostError`
+    with the server's words), as do CopyDone, CommandComplete (``COPY 0``: a walsender
+    that shuts down sends it) and the socket's end; notices and parameter
+    changes are skipped; anything else is a protocol error. Messages received before an
+    error are returned first, the error is raised by the next read."""
+
+    def __init__(self, server: Server, conn) -> None:
+        self.server = server
+        self.conn = conn
+        self.sock = socket.socket(fileno=os.dup(conn.fileno()))  # non-blocking, as libpq left it
+        self._rest = b""  # bytes received after the last whole message
+        self._chunks: list[bytes] = []  # received while a message longer than one chunk is incomplete
+        self._have = 0  # bytes in _rest and _chunks
+        self._need = 5  # bytes needed before the next message can be complete
+        self._error: OlrBufferError | None = None  # the stream's end, raised at the next read
+
+    # -- errors ------------------------------------------------------------------------
+
+    def _lost(self, what: str) -> ConnectionLostError:
+        return ConnectionLostError(f"{self.server.safe}: {redact(' '.join(what.split()), self.server.password)}")
+
+    def _server_error(self, body: bytes, doing: str) -> PostgresError:
+        fields = _error_fields(body)
+        text = _one_line(Exception(_error_text(fields)), self.server.password)
+        cls = ConnectionLostError if _is_lost(fields.get("C")) else PostgresError
+        return cls(f"{self.server.safe}: {doing}: {text}")
+
+    # -- start ---------------------------------------------------------------------------
+
+    def start(self, command: str, encoding: str = "utf-8", timeout: float = 120.0) -> None:
+        """Send ``command`` (START_REPLICATION) as a simple query and wait for CopyBoth."""
+        body = command.encode(encoding) + b"\0"
+        self._send(b"Q" + _LENGTH(len(body) + 4) + body)
+        deadline = time.monotonic() + timeout
+        while True:
+            while self._have < self._need:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise self._lost("START_REPLICATION: no answer from the server")
+                self._receive(left)
+            buf = self._take()
+            kind, n = _HEAD(buf, 0)
+            kind = bytes([kind])
+            if n < 4:
+                raise self._lost(f"START_REPLICATION: invalid message length {n} from the server")
+            if len(buf) < 1 + n:
+                self._keep(buf, 1 + n)
+                continue
+            body, self._rest = buf[5 : 1 + n], buf[1 + n :]
+            self._have, self._need = len(self._rest), 5
+            if kind == b"W":  # CopyBothResponse: the stream follows
+                return
+            if kind == b"E":
+                raise self._server_error(body, "replication")
+            if kind not in (b"N", b"S"):  # a notice, a parameter status
+                raise self._lost(f"START_REPLICATION: unexpected message type {kind!r} from the server")
+
+    # -- socket I/O ----------------------------------------------------------------------
+
+    def _send(self, data: bytes) -> None:
+        deadline = None
+        view = memoryview(data)
+        while view:
+            try:
+                sent = self.sock.send(view, socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL)
+                view = view[sent:]
+                continue
+            except BlockingIOError:
+                pass
+            except OSError as exc:
+                raise self._lost(f"sending to the server: {exc.strerror or exc}") from None
+            if deadline is None:
+                deadline = time.monotonic() + SEND_TIMEOUT
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([], [self.sock], [], left)[1]:
+                raise self._lost("sending to the server: the server does not read")
+
+    def _receive(self, timeout: float) -> bool:
+        """Receive what the socket holds (at least ``_need`` bytes asked for); False if
+        nothing came within ``timeout`` seconds."""
+        size = min(max(CHUNK, self._need - self._have), MOST)
+        try:
+            data = self.sock.recv(size, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            if timeout <= 0 or not select.select([self.sock], [], [], timeout)[0]:
+                return False
+            try:
+                data = self.sock.recv(size, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                return False
+            except OSError as exc:
+                raise self._lost(f"reading the replication stream: {exc.strerror or exc}") from None
+        except OSError as exc:
+            raise self._lost(f"reading the replication stream: {exc.strerror or exc}") from None
+        if not data:
+            raise self._lost("reading the replication stream: the server closed the connection")
+        if self._chunks or self._rest:
+            if not self._chunks:
+                self._chunks.append(self._rest)
+                self._rest = b""
+            self._chunks.append(data)
+        else:
+            self._rest = data
+        self._have += len(data)
+        return True
+
+    def _take(self) -> bytes:
+        """Every byte received and not yet split into messages, as one bytes object."""
+        if self._chunks:
+            self._rest = b"".join(self._chunks)
+            self._chunks = []
+        return self._rest
+
+    def _keep(self, buf: bytes, need: int) -> None:
+        self._rest, self._have, self._need = buf, len(buf), need
+
+    # -- the stream ------------------------------------------------------------------------
+
+    def read_batch(self, timeout: float) -> list[bytes]:
+        """The CopyData messages received so far (none of them empty: an empty one is a
+        :class:`PgoutputError`), at least one unless none came within ``timeout`` seconds
+        (then the list is empty)."""
+        if self._error is not None:
+            raise self._error
+        deadline = None
+        while True:
+            while self._have < self._need:
+                if not self._receive(0):
+                    if timeout <= 0:
+                        return []
+                    if deadline is None:
+                        deadline = time.monotonic() + timeout
+                    left = deadline - time.monotonic()
+                    if left <= 0 or not self._receive(left):
+                        return []
+            out = self._split()
+            if out:
+                return out
+            # nothing whole yet: a message longer than what was received, read on
+
+    def _split(self) -> list[bytes]:
+        """The CopyData messages of what was received; the rest is kept. An error (the
+        stream's end) is raised now if no message came before it, else by the next read."""
+        buf = self._take()
+        out: list[bytes] = []
+        append = out.append
+        head = _HEAD
+        pos, end = 0, len(buf)
+        while end - pos >= 5:
+            kind, n = head(buf, pos)
+            stop = pos + 1 + n
+            if n < 5:
+                if n < 4:
+                    self._error = self._lost(f"reading the replication stream: invalid message length {n}")
+                    break
+                if kind == 0x64:  # a CopyData without a message
+                    self._error = PgoutputError("empty replication message")
+                    break
+            if stop > end:
+                self._keep(buf[pos:], stop - pos)
+                break
+            if kind == 0x64:  # d: CopyData
+                append(buf[pos + 5 : stop])
+            elif kind not in _SKIPPED:
+                self._error = self._end(kind, buf[pos + 5 : stop])
+                break
+            pos = stop
+        else:
+            self._keep(buf[pos:] if pos else buf, 5)
+        if self._error is not None:
+            self._rest, self._chunks, self._have, self._need = b"", [], 0, 5
+            if not out:
+                raise self._error
+        return out
+
+    def _end(self, kind: int, body: bytes) -> ConnectionLostError:
+        if kind == 0x45:  # E: ErrorResponse (the server shutting down, the walsender failing)
+            err = self._server_error(body, "the server ended the replication stream")
+            return ConnectionLostError(str(err))
+        if kind == 0x63 or kind == 0x43:  # c: CopyDone; C: CommandComplete (a walsender shutting down sends it)
+            return self._lost("the server ended the replication stream")
+        return self._lost(f"reading the replication stream: unexpected message type {bytes([kind])!r}")
+
+    def send_status(self, write_lsn: int, flush_lsn: int, reply: bool = False) -> None:
+        data = encode_status(write_lsn, flush_lsn, flush_lsn, int(time.time() * 1_000_000), reply)
+        self._send(b"d" + _LENGTH(len(data) + 4) + data)
+
+    def close(self) -> None:
+        try:
+            self.sock.close()  # our duplicate of the descriptor; libpq's closes with the connection
+        except OSError:
+            pass
         try:
             self.conn.close()
         except Exception:

@@ -49,7 +49,9 @@ from .connection import (
     ReplicationStream,
     SlotInUseError,
     Server,
+    SocketStream,
     check_setup,
+    encrypted,
     quote_ident,
     quote_literal,
 )
@@ -62,9 +64,9 @@ THREAD = 1
 COPY_SEQUENCE = -1  # commit keys of the initial copy: (consistent point, 1, -1, n) sort before every change
 _BACKOFF_MAX = 30.0
 LARGE_TRANSACTION_ROWS = 100_000  # the commit of a transaction this large is logged
-_W_HEAD = struct.Struct("!QQ").unpack_from  # an XLogData frame's data start and WAL end
-_INSERT_HEAD = struct.Struct("!IB").unpack_from  # an Insert's relation OID and tuple tag
-_STREAM_INSERT_HEAD = struct.Struct("!IIB").unpack_from  # the same in a stream block, after the xid
+# an XLogData frame of an Insert: data start, WAL end, (send time, 'I'), [xid in a stream block,] relation OID, tuple tag
+_INSERT_FRAME = struct.Struct("!QQ9xIB").unpack_from
+_STREAM_INSERT_FRAME = struct.Struct("!QQ9xIIB").unpack_from
 _DATA = frozenset((p.Insert, p.Update, p.Delete, p.Truncate, p.Relation))  # messages of a transaction
 
 
@@ -109,6 +111,7 @@ class PostgresReader:
         status_interval: float = 1.0,
         flush_seconds: float = 0.1,
         slot_wait: float = 5.0,
+        socket_reads: bool = True,
     ) -> None:
         self.queue = queue
         self.server = Server(uri)
@@ -124,6 +127,8 @@ class PostgresReader:
         self.status_interval = status_interval
         self.flush_seconds = flush_seconds
         self.slot_wait = slot_wait
+        self.socket_reads = socket_reads  # read the stream from the socket when not encrypted (else libpq)
+        self.reads = ""  # how the stream is read: "socket" or "libpq"
         self.builder = BlockBuilder(THREAD)
         self._pending_since = 0.0
         self._state_written = 0.0
@@ -462,20 +467,31 @@ class PostgresReader:
 
     # -- the stream ----------------------------------------------------------------------------
 
-    def _start(self, repl) -> ReplicationStream:
+    def _start(self, repl) -> ReplicationStream | SocketStream:
         if self.streaming:
             opts = f"proto_version '2', streaming 'on', publication_names {quote_literal(quote_ident(self.publication))}"
         else:
             opts = f"proto_version '1', publication_names {quote_literal(quote_ident(self.publication))}"
-        repl.cursor().start_replication_expert(
-            f"START_REPLICATION SLOT {quote_ident(self.slot)} LOGICAL 0/0 ({opts})", decode=False, status_interval=3600
-        )
+        command = f"START_REPLICATION SLOT {quote_ident(self.slot)} LOGICAL 0/0 ({opts})"
+        stream: ReplicationStream | SocketStream
+        if self.socket_reads and not encrypted(repl):
+            stream = SocketStream(self.server, repl)
+            try:
+                stream.start(command, psycopg2.extensions.encodings.get(repl.encoding, "utf-8"))
+            except BaseException:
+                stream.sock.close()
+                raise
+        else:
+            repl.cursor().start_replication_expert(command, decode=False, status_interval=3600)
+            stream = ReplicationStream(self.server, repl)
+        self.reads = "socket" if isinstance(stream, SocketStream) else "libpq"
         self._streamed = True
-        log.info("streaming slot %s (publication %s, %s)", self.slot, self.publication,
-                 "protocol 2, streaming" if self.streaming else "protocol 1")
-        return ReplicationStream(self.server, repl)
+        log.info("streaming slot %s (publication %s, %s, read %s)", self.slot, self.publication,
+                 "protocol 2, streaming" if self.streaming else "protocol 1",
+                 "from the socket" if self.reads == "socket" else "through libpq")
+        return stream
 
-    def _stream_loop(self, stream: ReplicationStream) -> None:
+    def _stream_loop(self, stream: ReplicationStream | SocketStream) -> None:
         decoder = p.StreamDecoder()
         last_status = 0.0
         received = 0
@@ -483,88 +499,99 @@ class PostgresReader:
         # in the reply to it (the server asks once, and may ask again only after
         # wal_sender_timeout / 2; the changefeed may publish the last commit just after)
         keepalive_lsn: int | None = None
+        builder = self.builder
+        add_row = builder.add_row
+        block_records, block_bytes = self.block_records, self.block_bytes
+        # Inserts, the common message, take a path of their own (no message object, the
+        # images made by Table.images): into ``txn``, the transaction receiving them when it
+        # is not skipped, with the table of relation ``rel`` looked up once for a run of
+        # inserts into it; every other message, and any insert out of the ordinary, goes to
+        # _handle, after which these are looked up again.
+        txn = None
+        rel_seen, table = -1, None
+        in_stream = False
         while not self.stop.is_set():
-            data = stream.read(0)
-            if data is None:
-                if self.builder.count:
+            batch = stream.read_batch(0)
+            if not batch:
+                if builder.count:
                     self._append()
                 self._status(stream, received, idle_lsn=keepalive_lsn)
                 last_status = time.monotonic()
-                data = stream.read(min(self.status_interval, 0.5))
-                if data is None:
+                batch = stream.read_batch(min(self.status_interval, 0.5))
+                if not batch:
                     continue
-            if data[0] == 0x77 and len(data) > 35 and data[25] == 0x49:  # XLogData of an Insert: the hot path
-                start, wal_end = _W_HEAD(data, 1)
-                if wal_end > self.server_lsn:
-                    self.server_lsn = wal_end
-                if start > received:
-                    received = start
-                if not self._insert(data, start, decoder.in_stream):
+            server_lsn = self.server_lsn  # kept here during the batch, stored before any call out
+            for data in batch:
+                if data[0] == 0x77 and len(data) > 35 and data[25] == 0x49:  # XLogData of an Insert: the hot path
+                    if in_stream:
+                        start, wal_end, sub, rel, tag = _STREAM_INSERT_FRAME(data, 1)
+                        pos = 35
+                    else:
+                        start, wal_end, rel, tag = _INSERT_FRAME(data, 1)
+                        sub, pos = None, 31
+                    if wal_end > server_lsn:
+                        server_lsn = wal_end
+                    if start > received:
+                        received = start
+                    if txn is not None and tag == 0x4E:  # N
+                        if rel != rel_seen:
+                            got = txn.rels.get(rel)
+                            table = got[0] if got is not None else (self.tables.get(rel) or self._last_seen.get(rel))
+                            rel_seen = rel if table is not None else -1
+                        images = table.images(data, pos) if rel == rel_seen else None
+                        if images is not None:
+                            if sub is not None and sub != txn.top and sub not in txn.subs:
+                                txn.subs[sub] = txn.rows
+                            if not builder.count:
+                                self._pending_since = time.monotonic()
+                            add_row(start, txn.xid, [INSERT, start, 0, 0, 0, None, table.schema, table.name, table.oid,
+                                                     images[0], None, images[1], None])
+                            txn.rows += 1
+                            if builder.count >= block_records or builder.nbytes >= block_bytes:
+                                self.server_lsn = server_lsn  # stored with the block
+                                self._append()
+                            continue
+                    self.server_lsn = server_lsn
                     self._handle(decoder.decode(data[25:]), start)
-            else:
-                frame = p.decode_frame(data)
-                if isinstance(frame, p.Keepalive):
-                    if frame.wal_end > self.server_lsn:
-                        self.server_lsn = frame.wal_end
-                    keepalive_lsn = frame.wal_end
-                    if frame.reply or time.monotonic() - last_status >= self.status_interval:
-                        if self.builder.count:
-                            self._append()
-                        self._status(stream, received, idle_lsn=frame.wal_end)
-                        last_status = time.monotonic()
-                    continue
-                if frame.wal_end > self.server_lsn:
-                    self.server_lsn = frame.wal_end
-                if frame.data_start > received:
-                    received = frame.data_start
-                self._handle(decoder.decode(frame.payload), frame.data_start)
+                else:
+                    self.server_lsn = server_lsn
+                    frame = p.decode_frame(data)
+                    if isinstance(frame, p.Keepalive):
+                        if frame.wal_end > server_lsn:
+                            self.server_lsn = server_lsn = frame.wal_end
+                        keepalive_lsn = frame.wal_end
+                        if frame.reply or time.monotonic() - last_status >= self.status_interval:
+                            if builder.count:
+                                self._append()
+                            self._status(stream, received, idle_lsn=frame.wal_end)
+                            last_status = time.monotonic()
+                        continue
+                    if frame.wal_end > server_lsn:
+                        self.server_lsn = server_lsn = frame.wal_end
+                    if frame.data_start > received:
+                        received = frame.data_start
+                    self._handle(decoder.decode(frame.payload), frame.data_start)
+                # after _handle: the transaction, the stream block and the relations may have changed
+                txn = self._stream or self._current
+                if txn is not None and txn.skip:
+                    txn = None
+                in_stream = decoder.in_stream
+                rel_seen = -1
+            self.server_lsn = server_lsn
+            # once a batch (a socket read: up to 256 KiB, a few thousand messages)
             now = time.monotonic()
-            if self.builder.count and now - self._pending_since >= self.flush_seconds:
+            if builder.count and now - self._pending_since >= self.flush_seconds:
                 self._append()
             if now - last_status >= self.status_interval:
                 self._status(stream, received, idle_lsn=keepalive_lsn)
                 last_status = now
-
-    def _insert(self, data: bytes, lsn: int, in_stream: bool) -> bool:
-        """The common message, an Insert (its XLogData frame ``data``), added without the
-        general decoder; False if it is anything but a well-formed insert into a
-        transaction that is not skipped: the general path then handles it."""
-        txn = self._stream or self._current
-        if txn is None or txn.skip:
-            return False
-        if in_stream:
-            sub, rel, tag = _STREAM_INSERT_HEAD(data, 26)
-            pos = 35
-        else:
-            rel, tag = _INSERT_HEAD(data, 26)
-            sub, pos = None, 31
-        if tag != 0x4E:  # N
-            return False
-        got = txn.rels.get(rel)
-        table = got[0] if got is not None else (self.tables.get(rel) or self._last_seen.get(rel))
-        if table is None:
-            return False
-        images = table.images(data, pos)
-        if images is None:
-            return False
-        if sub is not None and sub != txn.top and sub not in txn.subs:
-            txn.subs[sub] = txn.rows
-        builder = self.builder
-        if not builder.count:
-            self._pending_since = time.monotonic()
-        rid, obj = images
-        builder.add(INSERT, lsn, 0, txn.xid, 0, 0, [None, table.schema, table.name, table.oid, rid, None, obj, None])
-        txn.rows += 1
-        if builder.count >= self.block_records or builder.nbytes >= self.block_bytes:
-            self._append()
-        return True
 
     def _idle(self) -> bool:
         pub = self.published()
         published_all = self.last_commit <= (pub.scn if pub is not None else -1)
         return published_all and not self.txns and not self.builder.count and self.copy != "running"
 
-    def _status(self, stream: ReplicationStream, received: int, idle_lsn: int | None = None) -> None:
+    def _status(self, stream: ReplicationStream | SocketStream, received: int, idle_lsn: int | None = None) -> None:
         """Tell the server what the changefeed has published (see the module doc)."""
         pub = self.published()
         pub_lsn = pub.scn if pub is not None else -1
