@@ -324,8 +324,11 @@ def batch_decode(region: bytes, lines: list[bytes], max_line_bytes: int) -> list
     if longest >= 1000 and any(len(x) >= 1000 and x.count(b"[") + x.count(b"{") >= 500 for x in lines):
         return None
     if not region.isascii():
+        # only the lines that are not ASCII (each starts with "{" and ends with "}": joined,
+        # no two can make one UTF-8 sequence); decoding a whole chunk that holds a few
+        # non-ASCII characters was ~0.6 us a line
         try:
-            region.decode()
+            b"\n".join([x for x in lines if not x.isascii()]).decode()
         except UnicodeDecodeError:
             return None
     try:

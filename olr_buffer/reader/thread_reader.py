@@ -446,20 +446,31 @@ class ThreadReader:
         region = buf[:end]
         lines = region.split(b"\n")
         decoded = batch_decode(region, lines, self.max_line_bytes)
-        line, offset, last_scn, last_sub = st
-        start = offset
+        line, start, last_scn, last_sub = st
+        line0 = line
+        # the offset after the first n lines, from the last one worked out (at flushes, at the end)
+        known = [0, start]
+
+        def offset_after(n: int) -> int:
+            if n == len(lines):
+                return start + end + 1
+            k, off = known
+            off += sum(map(len, lines[k:n])) + n - k
+            known[0], known[1] = n, off
+            return off
+
         pos = self.pos
         b = self._builder
         groups = b._groups
         order = b._order
         count, nbytes, progress, closed = b.count, b.nbytes, b.progress, b.closed
         block_records, block_bytes = self.block_records, self.block_bytes
-        max_line = self.max_line_bytes
+        check_floor = self._check_floor
         encode = _encode_record
         op_codes = OP_CODES.get
         status = _OK
         try:
-            for raw, r in zip(lines, decoded if decoded is not None else repeat(None)):
+            for r in decoded if decoded is not None else repeat(None, len(lines)):
                 line += 1
                 if r is not None:
                     try:
@@ -468,7 +479,7 @@ class ThreadReader:
                         sub = r.sub or 0
                         if code is None:
                             raise _Slow
-                        if code in MARKER_CODES:
+                        if code >= LWN:  # lwn, close
                             if scn < last_scn:
                                 raise _Slow  # the slow path words it
                             if scn > progress:
@@ -477,12 +488,11 @@ class ThreadReader:
                                 closed = False
                             else:
                                 closed = True
-                                self._check_floor = self.floor is not None
+                                check_floor = self._check_floor = self.floor is not None
                             if scn > last_scn:
                                 last_scn, last_sub = scn, sub
-                            offset += len(raw) + 1
                             continue
-                        if scn < last_scn or (scn == last_scn and sub < last_sub) or self._check_floor:
+                        if check_floor or scn < last_scn or (scn == last_scn and sub < last_sub):
                             raise _Slow
                         xid = r.xid
                         if not xid:
@@ -532,14 +542,14 @@ class ThreadReader:
                         if not recs:
                             g.first_scn = scn
                         recs.append(rec)
-                        if INSERT <= code <= DELETE:
-                            g.rows += 1
-                        elif code & COMPENSATION:
-                            g.comps += 1
-                        elif code == BEGIN:
-                            if g.begin_scn < 0:
+                        if code <= DELETE:
+                            if code != BEGIN:
+                                g.rows += 1
+                            elif g.begin_scn < 0:
                                 g.begin_scn = scn
                                 g.begin_tm = tm
+                        elif code & COMPENSATION:
+                            g.comps += 1
                         else:  # commit, rollback
                             g.ends.append([code, scn, seq, line, tm])
                     except (_Slow, UnicodeEncodeError):
@@ -551,10 +561,9 @@ class ThreadReader:
                         if scn - 1 > progress:
                             progress = scn - 1
                         last_scn, last_sub = scn, sub
-                        offset += len(raw) + 1
                         if count >= block_records or nbytes >= block_bytes:
                             b.count, b.nbytes, b.progress, b.closed = count, nbytes, progress, closed
-                            pos.line, pos.offset, pos.scn, pos.sub = line, offset, last_scn, last_sub
+                            pos.line, pos.offset, pos.scn, pos.sub = line, offset_after(line - line0), last_scn, last_sub
                             self._flush()
                             count, nbytes = 0, 0
                             if self.stop.is_set():
@@ -562,7 +571,8 @@ class ThreadReader:
                                 break
                         continue
                 # the general path: any line, as decode_line and BlockBuilder take it
-                if len(raw) >= max_line:
+                raw = lines[line - line0 - 1]
+                if len(raw) >= self.max_line_bytes:
                     line -= 1
                     break
                 b.count, b.nbytes, b.progress, b.closed = count, nbytes, progress, closed
@@ -576,6 +586,7 @@ class ThreadReader:
                         b.add(code, scn, sub, xid, seq, line, payload)  # type: ignore[arg-type]
                 except RecordError:
                     line -= 1  # the slow path reads it again, and words the error
+                    check_floor = self._check_floor
                     break
                 if code in MARKER_CODES:
                     if code == LWN:
@@ -587,10 +598,10 @@ class ThreadReader:
                         last_scn, last_sub = scn, sub
                 else:
                     last_scn, last_sub = scn, sub
+                check_floor = self._check_floor
                 count, nbytes, progress, closed = b.count, b.nbytes, b.progress, b.closed
-                offset += len(raw) + 1
                 if count >= block_records or nbytes >= block_bytes:
-                    pos.line, pos.offset, pos.scn, pos.sub = line, offset, last_scn, last_sub
+                    pos.line, pos.offset, pos.scn, pos.sub = line, offset_after(line - line0), last_scn, last_sub
                     self._flush()
                     count, nbytes = 0, 0
                     if self.stop.is_set():
@@ -598,8 +609,8 @@ class ThreadReader:
                         break
         finally:
             b.count, b.nbytes, b.progress, b.closed = count, nbytes, progress, closed
-            st[0], st[1], st[2], st[3] = line, offset, last_scn, last_sub
-        return status, offset - start
+            st[0], st[1], st[2], st[3] = line, offset_after(line - line0), last_scn, last_sub
+        return status, st[1] - start
 
     def _slow_line(self, src: "_Chained", lf: LogFile, final: bool, st: list) -> int:
         """Read one line from ``src`` as the line-by-line reader always did: the path of

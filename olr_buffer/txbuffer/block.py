@@ -50,7 +50,7 @@ class BlockCodec:
     def encode(self, records: Sequence[bytes]) -> bytes:
         count = len(records)
         offsets = array("I", [0])
-        offsets.extend(accumulate(len(r) for r in records))
+        offsets.extend(accumulate(map(len, records)))
         if offsets.itemsize != 4:  # pragma: no cover - every platform we run on
             raise RuntimeError("array('I') is not 32-bit here")
         raw = offsets.tobytes() + b"".join(records)
