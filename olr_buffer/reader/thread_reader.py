@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import functools
 import os
 import threading
@@ -469,6 +470,7 @@ class ThreadReader:
         check_floor = self._check_floor
         encode = _encode_record
         op_codes = OP_CODES.get
+        utf8 = codecs.utf_8_decode
         status = _OK
         try:
             for r in decoded if decoded is not None else repeat(None, len(lines)):
@@ -504,22 +506,18 @@ class ThreadReader:
                                 raise _Slow
                             before = r.before
                             if before is not None:
-                                before = bytes(before)
-                                if before[0] != 123:  # "{"
-                                    if before != b"null":
+                                before = utf8(before)[0]  # straight from the Raw (UTF-8 checked)
+                                if before[0] != "{":
+                                    if before != "null":
                                         raise _Slow
                                     before = None
-                                else:
-                                    before = before.decode()
                             after = r.after
                             if after is not None:
-                                after = bytes(after)
-                                if after[0] != 123:
-                                    if after != b"null":
+                                after = utf8(after)[0]
+                                if after[0] != "{":
+                                    if after != "null":
                                         raise _Slow
                                     after = None
-                                else:
-                                    after = after.decode()
                             if r.rollback:
                                 code |= COMPENSATION
                                 rec = encode([code, scn, sub, seq, line, rid])
