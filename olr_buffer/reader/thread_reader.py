@@ -2,21 +2,36 @@
 
 from __future__ import annotations
 
+import codecs
 import functools
 import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable
+from itertools import repeat
+from typing import BinaryIO, Callable
 
-from ..changes import LWN, MARKER_CODES, BlockBuilder, RecordError
+from ..changes import (
+    BEGIN,
+    COMPENSATION,
+    DDL,
+    DELETE,
+    INSERT,
+    LWN,
+    MARKER_CODES,
+    OP_CODES,
+    BlockBuilder,
+    RecordError,
+    _encode_record,
+    _Group,
+)
 from ..faults import fault_point
 from ..txbuffer import BlockAppender
 from .dead_letters import DeadLetters
 from .errors import InputError, MissingSequenceError
 from .files import CorruptCompressedFile, LogFile, TruncatedCompressedFile, check_contiguous, is_log_file, scan
 from .position import ReaderPosition
-from .records import decode_line
+from .records import batch_decode, decode_line
 
 DEFAULT_BLOCK_RECORDS = 4096
 DEFAULT_BLOCK_BYTES = 1 << 20
@@ -25,6 +40,54 @@ _BOM = b"\xef\xbb\xbf"  # a UTF-8 byte order mark, accepted at the start of a fi
 #: Follow mode: how long the newest ``.jsonl.zst`` of a thread may stay truncated (empty,
 #: or ending inside a zstd frame: still being copied in) before it is bad input.
 TRUNCATED_ZST_WAIT_SECONDS = 60.0
+_CHUNK = 1 << 16  # how much of a file is read at once: 64 KiB (1 MiB chunks kept ~4 MB of lines and
+# decoded records alive at once and ran no faster than reading line by line: cache misses)
+_OK, _BREAK, _STOP = 0, 1, 2  # _slow_line and _fast_lines: go on, stop reading this file, stop set
+
+
+class _Slow(Exception):
+    """A line the fast loop leaves to the general path."""
+
+
+class _Chained:
+    """What the slow path reads: bytes already read from ``fh``, then ``fh`` itself
+    (``readline(limit)`` as a binary file has it, and ``read``)."""
+
+    __slots__ = ("_buf", "_at", "_fh")
+
+    def __init__(self, buf: bytes, fh: BinaryIO) -> None:
+        self._buf = buf
+        self._at = 0
+        self._fh = fh
+
+    def readline(self, limit: int = -1) -> bytes:
+        buf, at = self._buf, self._at
+        if at >= len(buf):
+            return self._fh.readline(limit)
+        stop = len(buf) if limit < 0 else min(len(buf), at + limit)
+        nl = buf.find(b"\n", at, stop)
+        if nl >= 0:
+            self._at = nl + 1
+            return buf[at : nl + 1]
+        self._at = stop
+        head = buf[at:stop]
+        if stop < len(buf) or (limit >= 0 and len(head) >= limit):
+            return head
+        return head + self._fh.readline(-1 if limit < 0 else limit - len(head))
+
+    def read(self, n: int = -1) -> bytes:
+        buf, at = self._buf, self._at
+        if at >= len(buf):
+            return self._fh.read(n)
+        if n < 0:
+            self._at = len(buf)
+            return buf[at:] + self._fh.read()
+        self._at = min(len(buf), at + n)
+        return buf[at : self._at]
+
+    def rest(self) -> bytes:
+        """The bytes read from ``fh`` that were not read from here."""
+        return self._buf[self._at :]
 
 
 @dataclass(slots=True)
@@ -85,6 +148,8 @@ class ThreadReader:
         self.on_append = on_append or (lambda: None)
         self.stop = stop or threading.Event()
         self.stats = ReaderStats()
+        # read files in chunks (False: line by line, as before; the tests compare the two)
+        self.chunked = True
         self._builder = BlockBuilder(thread)
         self._builder.progress = self.pos.progress
         self._builder.closed = self.pos.closed
@@ -290,86 +355,326 @@ class ThreadReader:
     def _read_file(self, lf: LogFile, final: bool, truncated_ok: bool = False) -> int:
         """Read ``lf`` from the position to its end (``final``) or to its last complete
         line; returns the number of lines read. ``truncated_ok``: a ``.zst`` that ends
-        inside a frame raises :class:`TruncatedCompressedFile` (what it held whole is kept)."""
+        inside a frame raises :class:`TruncatedCompressedFile` (what it held whole is kept).
+
+        The file is read in chunks of ``_CHUNK`` bytes; the complete lines of a chunk go
+        through :meth:`_fast_lines` (one decode of all of them in C, then a tight loop).
+        A line it does not take (an invalid one, one too long, the last one without
+        ``\n``) is read by :meth:`_slow_line`, the line-by-line reader that words errors,
+        quarantines bad lines and waits for lines still being written; then the chunked
+        reading goes on after it.
+        """
         pos = self.pos
         first_line = pos.line
-        b = self._builder
-        add = b.add
-        seq = lf.sequence
-        line = pos.line
-        offset = pos.offset
-        last_scn, last_sub = pos.scn, pos.sub
+        # line, offset, last scn, last sub: the state after the last line taken
+        st = [pos.line, pos.offset, pos.scn, pos.sub]
         try:
             fh = lf.open()
         except OSError as exc:
             raise InputError(lf.path, None, f"cannot open: {exc.strerror}") from None
         with fh:
             try:
-                _skip(fh, offset, lf, line)
-                if offset == 0 and fh.peek(len(_BOM))[: len(_BOM)] == _BOM:
-                    offset = len(fh.read(len(_BOM)))  # a byte order mark: not part of the first line
-                limit = self.max_line_bytes + 1
-                for raw in iter(functools.partial(fh.readline, limit), b""):
-                    if raw[-1:] != b"\n" and len(raw) < limit and not final:
-                        # not yet written completely: read once its "\n" is there
-                        self._partial_at = (seq, offset, offset + len(raw))
-                        break
-                    line += 1
-                    try:
-                        if len(raw) >= limit:
-                            raise RecordError(f"line longer than {self.max_line_bytes} bytes")
-                        code, scn, sub, xid, payload = decode_line(raw)
-                        if scn < last_scn or (scn == last_scn and sub < last_sub and code not in MARKER_CODES):
-                            raise RecordError(
-                                f"SCN goes back: (scn {scn}, sub {sub}) after (scn {last_scn}, sub {last_sub})"
-                            )
-                        if code not in MARKER_CODES:
-                            if self._check_floor:
-                                self._above_floor(scn)
-                            add(code, scn, sub, xid, seq, line, payload)  # type: ignore[arg-type]
-                    except RecordError as exc:
-                        if self.dead_letters is None:
-                            pos.line, pos.offset, pos.scn, pos.sub = line - 1, offset, last_scn, last_sub
-                            self._flush()
-                            raise InputError(
-                                lf.path, line, str(exc), hint=_further_bad_lines(fh, raw, line, last_scn, last_sub,
-                                                                                 limit, final),
-                            ) from None
-                        if len(raw) >= limit:
-                            rest = _rest_of_line(fh)
-                            if not final and not rest.endswith(b"\n"):
-                                line -= 1  # still being written: quarantine it whole, later
-                                break
-                            raw += rest
-                        self.dead_letters.put(lf.path, line, str(exc), raw)
-                        offset += len(raw)
-                        continue
-                    offset += len(raw)
-                    if code in MARKER_CODES:
-                        if code == LWN:
-                            b.heartbeat(scn)
-                        else:
-                            b.close(scn)
-                            self._check_floor = self.floor is not None
-                        if scn > last_scn:
-                            last_scn, last_sub = scn, sub
-                    else:
-                        last_scn, last_sub = scn, sub
-                    if b.count >= self.block_records or b.nbytes >= self.block_bytes:
-                        pos.line, pos.offset, pos.scn, pos.sub = line, offset, last_scn, last_sub
-                        self._flush()
-                        if self.stop.is_set():
-                            return line - first_line
+                _skip(fh, st[1], lf, st[0])
+                if st[1] == 0 and fh.peek(len(_BOM))[: len(_BOM)] == _BOM:
+                    st[1] = len(fh.read(len(_BOM)))  # a byte order mark: not part of the first line
+                if self.chunked:
+                    status = self._read_chunks(fh, lf, final, st)
+                else:  # line by line: the reference that reading in chunks must equal
+                    src = _Chained(b"", fh)
+                    while (status := self._slow_line(src, lf, final, st)) == _OK:
+                        pass
+                if status == _STOP:
+                    return st[0] - first_line
             except (OSError, CorruptCompressedFile) as exc:
                 # keep what was read before the damage; `line` is the last line read whole
-                pos.line, pos.offset, pos.scn, pos.sub = line, offset, last_scn, last_sub
+                pos.line, pos.offset, pos.scn, pos.sub = st
                 self._flush()
                 if truncated_ok and isinstance(exc, TruncatedCompressedFile):
                     raise
                 reason = str(exc) if isinstance(exc, CorruptCompressedFile) else f"read failed: {exc}"
-                raise InputError(lf.path, line + 1, reason) from None
-        pos.line, pos.offset, pos.scn, pos.sub = line, offset, last_scn, last_sub
-        return line - first_line
+                raise InputError(lf.path, st[0] + 1, reason) from None
+        pos.line, pos.offset, pos.scn, pos.sub = st
+        return st[0] - first_line
+
+    def _read_chunks(self, fh: BinaryIO, lf: LogFile, final: bool, st: list) -> int:
+        """The lines of ``fh`` from where it stands, chunk by chunk: ``_BREAK`` at the end
+        (or at a line still being written), ``_STOP`` when ``stop`` was set."""
+        buf = b""
+        eof = False
+        while True:
+            if not eof and b"\n" not in buf:
+                # only when no complete line is waiting: a read that fails (a damaged .zst)
+                # then keeps every line before the damage
+                data = fh.read1(_CHUNK)
+                if data:
+                    buf = buf + data if buf else data
+                else:
+                    eof = True
+            end = buf.rfind(b"\n")
+            if end >= 0:
+                status, used = self._fast_lines(buf, end, lf.sequence, st)
+                if status == _STOP:
+                    return _STOP
+                if used > end:  # every line taken
+                    buf = buf[end + 1 :]
+                    continue
+                buf = buf[used:]  # a line left to the slow path
+            elif not buf:
+                if eof:
+                    return _BREAK
+                continue
+            elif not eof and len(buf) < _CHUNK:
+                continue  # read on to the line's end
+            # the slow path reads one line: an invalid one, one longer than a chunk, or the
+            # last one without "\n"; then the chunks go on after it
+            src = _Chained(buf, fh)
+            status = self._slow_line(src, lf, final, st)
+            buf = src.rest()
+            if status != _OK:
+                return status
+
+    def _fast_lines(self, buf: bytes, end: int, seq: int, st: list) -> tuple[int, int]:
+        """Take the complete lines of ``buf[:end]`` (``buf[end]`` is a newline) as the
+        line-by-line reader would; ``(status, bytes taken)``. It stops before a line that
+        :meth:`_slow_line` must read (an invalid line, or one too long): the bytes taken
+        are then fewer than ``end + 1``.
+
+        The lines are decoded in one call (msgspec's ``decode_lines``) when that cannot
+        mix them up: every line is one object, ``{`` to ``}``, so that a value spanning
+        two lines, or two values on one line, cannot decode (see :func:`batch_decodable`).
+        Records the typed decode cannot vouch for go through :func:`decode_line`. The
+        block builder's bookkeeping (``BlockBuilder.add``) is folded into the loop.
+        """
+        region = buf[:end]
+        lines = region.split(b"\n")
+        decoded = batch_decode(region, lines, self.max_line_bytes)
+        line, start, last_scn, last_sub = st
+        line0 = line
+        # the offset after the first n lines, from the last one worked out (at flushes, at the end)
+        known = [0, start]
+
+        def offset_after(n: int) -> int:
+            if n == len(lines):
+                return start + end + 1
+            k, off = known
+            off += sum(map(len, lines[k:n])) + n - k
+            known[0], known[1] = n, off
+            return off
+
+        pos = self.pos
+        b = self._builder
+        groups = b._groups
+        order = b._order
+        count, nbytes, progress, closed = b.count, b.nbytes, b.progress, b.closed
+        block_records, block_bytes = self.block_records, self.block_bytes
+        check_floor = self._check_floor
+        encode = _encode_record
+        op_codes = OP_CODES.get
+        utf8 = codecs.utf_8_decode
+        status = _OK
+        try:
+            for r in decoded if decoded is not None else repeat(None, len(lines)):
+                line += 1
+                if r is not None:
+                    try:
+                        code = op_codes(r.op)
+                        scn = r.scn
+                        sub = r.sub or 0
+                        if code is None:
+                            raise _Slow
+                        if code >= LWN:  # lwn, close
+                            if scn < last_scn:
+                                raise _Slow  # the slow path words it
+                            if scn > progress:
+                                progress = scn
+                            if code == LWN:
+                                closed = False
+                            else:
+                                closed = True
+                                check_floor = self._check_floor = self.floor is not None
+                            if scn > last_scn:
+                                last_scn, last_sub = scn, sub
+                            continue
+                        if check_floor or scn < last_scn or (scn == last_scn and sub < last_sub):
+                            raise _Slow
+                        xid = r.xid
+                        if not xid:
+                            raise _Slow
+                        if INSERT <= code <= DELETE:
+                            owner, table, rid = r.owner, r.table, r.rid
+                            if owner is None or table is None or rid is None:
+                                raise _Slow
+                            before = r.before
+                            if before is not None:
+                                before = utf8(before)[0]  # straight from the Raw (UTF-8 checked)
+                                if before[0] != "{":
+                                    if before != "null":
+                                        raise _Slow
+                                    before = None
+                            after = r.after
+                            if after is not None:
+                                after = utf8(after)[0]
+                                if after[0] != "{":
+                                    if after != "null":
+                                        raise _Slow
+                                    after = None
+                            if r.rollback:
+                                code |= COMPENSATION
+                                rec = encode([code, scn, sub, seq, line, rid])
+                            else:
+                                if (before is None and code != INSERT) or (after is None and code != DELETE):
+                                    raise _Slow
+                                rec = encode([code, scn, sub, seq, line, r.tm, owner, table, r.obj, rid, before, after,
+                                              None])
+                        elif code == DDL:
+                            raise _Slow
+                        else:  # begin, commit, rollback
+                            tm = r.tm
+                            rec = encode([code, scn, sub, seq, line, tm])
+                        g = groups.get(xid)
+                        if g is None or (code == BEGIN and g.ends):
+                            xid.encode()  # a lone surrogate: UnicodeEncodeError, the slow path words it
+                            g = _Group(xid)
+                            groups[xid] = g
+                            order.append(g)
+                        recs = g.records
+                        if not recs:
+                            g.first_scn = scn
+                        recs.append(rec)
+                        if code <= DELETE:
+                            if code != BEGIN:
+                                g.rows += 1
+                            elif g.begin_scn < 0:
+                                g.begin_scn = scn
+                                g.begin_tm = tm
+                        elif code & COMPENSATION:
+                            g.comps += 1
+                        else:  # commit, rollback
+                            g.ends.append([code, scn, seq, line, tm])
+                    except (_Slow, UnicodeEncodeError):
+                        pass
+                    else:
+                        count += 1
+                        nbytes += len(rec)
+                        closed = False
+                        if scn - 1 > progress:
+                            progress = scn - 1
+                        last_scn, last_sub = scn, sub
+                        if count >= block_records or nbytes >= block_bytes:
+                            b.count, b.nbytes, b.progress, b.closed = count, nbytes, progress, closed
+                            pos.line, pos.offset, pos.scn, pos.sub = line, offset_after(line - line0), last_scn, last_sub
+                            self._flush()
+                            count, nbytes = 0, 0
+                            if self.stop.is_set():
+                                status = _STOP
+                                break
+                        continue
+                # the general path: any line, as decode_line and BlockBuilder take it
+                raw = lines[line - line0 - 1]
+                if len(raw) >= self.max_line_bytes:
+                    line -= 1
+                    break
+                b.count, b.nbytes, b.progress, b.closed = count, nbytes, progress, closed
+                try:
+                    code, scn, sub, xid, payload = decode_line(raw)
+                    if scn < last_scn or (scn == last_scn and sub < last_sub and code not in MARKER_CODES):
+                        raise RecordError("SCN goes back")
+                    if code not in MARKER_CODES:
+                        if self._check_floor:
+                            self._above_floor(scn)
+                        b.add(code, scn, sub, xid, seq, line, payload)  # type: ignore[arg-type]
+                except RecordError:
+                    line -= 1  # the slow path reads it again, and words the error
+                    check_floor = self._check_floor
+                    break
+                if code in MARKER_CODES:
+                    if code == LWN:
+                        b.heartbeat(scn)
+                    else:
+                        b.close(scn)
+                        self._check_floor = self.floor is not None
+                    if scn > last_scn:
+                        last_scn, last_sub = scn, sub
+                else:
+                    last_scn, last_sub = scn, sub
+                check_floor = self._check_floor
+                count, nbytes, progress, closed = b.count, b.nbytes, b.progress, b.closed
+                if count >= block_records or nbytes >= block_bytes:
+                    pos.line, pos.offset, pos.scn, pos.sub = line, offset_after(line - line0), last_scn, last_sub
+                    self._flush()
+                    count, nbytes = 0, 0
+                    if self.stop.is_set():
+                        status = _STOP
+                        break
+        finally:
+            b.count, b.nbytes, b.progress, b.closed = count, nbytes, progress, closed
+            st[0], st[1], st[2], st[3] = line, offset_after(line - line0), last_scn, last_sub
+        return status, st[1] - start
+
+    def _slow_line(self, src: "_Chained", lf: LogFile, final: bool, st: list) -> int:
+        """Read one line from ``src`` as the line-by-line reader always did: the path of
+        over-long lines, invalid ones (the error, or the dead-letter file) and a last line
+        still being written. Returns ``_OK``, ``_BREAK`` (stop reading this file: at its
+        end, or at a line still being written) or ``_STOP`` (``stop`` is set)."""
+        pos = self.pos
+        b = self._builder
+        seq = lf.sequence
+        line, offset, last_scn, last_sub = st
+        limit = self.max_line_bytes + 1
+        raw = src.readline(limit)
+        if not raw:
+            return _BREAK
+        if raw[-1:] != b"\n" and len(raw) < limit and not final:
+            # not yet written completely: read once its "\n" is there
+            self._partial_at = (seq, offset, offset + len(raw))
+            return _BREAK
+        line += 1
+        try:
+            if len(raw) >= limit:
+                raise RecordError(f"line longer than {self.max_line_bytes} bytes")
+            code, scn, sub, xid, payload = decode_line(raw)
+            if scn < last_scn or (scn == last_scn and sub < last_sub and code not in MARKER_CODES):
+                raise RecordError(
+                    f"SCN goes back: (scn {scn}, sub {sub}) after (scn {last_scn}, sub {last_sub})"
+                )
+            if code not in MARKER_CODES:
+                if self._check_floor:
+                    self._above_floor(scn)
+                b.add(code, scn, sub, xid, seq, line, payload)  # type: ignore[arg-type]
+        except RecordError as exc:
+            if self.dead_letters is None:
+                pos.line, pos.offset, pos.scn, pos.sub = line - 1, offset, last_scn, last_sub
+                self._flush()
+                raise InputError(
+                    lf.path, line, str(exc), hint=_further_bad_lines(src, raw, line, last_scn, last_sub,
+                                                                     limit, final),
+                ) from None
+            if len(raw) >= limit:
+                rest = _rest_of_line(src)
+                if not final and not rest.endswith(b"\n"):
+                    return _BREAK  # still being written: quarantine it whole, later
+                raw += rest
+            self.dead_letters.put(lf.path, line, str(exc), raw)
+            st[0], st[1] = line, offset + len(raw)
+            return _OK
+        offset += len(raw)
+        if code in MARKER_CODES:
+            if code == LWN:
+                b.heartbeat(scn)
+            else:
+                b.close(scn)
+                self._check_floor = self.floor is not None
+            if scn > last_scn:
+                last_scn, last_sub = scn, sub
+        else:
+            last_scn, last_sub = scn, sub
+        st[0], st[1], st[2], st[3] = line, offset, last_scn, last_sub
+        if b.count >= self.block_records or b.nbytes >= self.block_bytes:
+            pos.line, pos.offset, pos.scn, pos.sub = line, offset, last_scn, last_sub
+            self._flush()
+            if self.stop.is_set():
+                return _STOP
+        return _OK
 
     def enable_floor(self, value) -> None:
         """Check the first record, and the first after a ``close``, against ``value.value``."""
