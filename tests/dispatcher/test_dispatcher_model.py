@@ -141,10 +141,12 @@ def workloads(draw) -> dict[int, list[dict]]:
     for thread, rec in order:
         clock += draw(st.integers(0, 2))
         if draw(st.integers(0, 5)) == 0:
+            # lwn N: the thread has written every record with scn <= N (the contract), so
+            # N is below the SCN of its next record, which is at least the clock
             lwn_thread = draw(st.integers(1, n_threads))
-            if last_scn[lwn_thread] < clock:
-                per_thread[lwn_thread].append({"op": "lwn", "scn": clock})
-                last_scn[lwn_thread], sub[lwn_thread] = clock, 0
+            if last_scn[lwn_thread] < clock - 1:
+                per_thread[lwn_thread].append({"op": "lwn", "scn": clock - 1})
+                last_scn[lwn_thread], sub[lwn_thread] = clock - 1, 0
         if draw(st.integers(0, 7)) == 0:  # an instance shuts down; its next record opens it again
             close_thread = draw(st.integers(1, n_threads))
             if last_scn[close_thread] < clock:

@@ -154,7 +154,7 @@ def _run(tmp: str, data: bytes, compressed: bool, *, chunked: bool, block_record
     st.sampled_from([None, 0, 500, 1000]),
     st.booleans(),
 )
-@settings(max_examples=max(200, 2 * settings.default.max_examples), deadline=None,
+@settings(max_examples=max(120, 2 * settings.default.max_examples), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 def test_chunked_reading_equals_line_by_line(case, chunk, block_records, max_line_bytes, dead, floor, final) -> None:
     lines, compressed = case
@@ -193,7 +193,7 @@ def test_chunked_reading_takes_a_line_being_written_once_complete(tmp_path) -> N
 
 
 @given(st.lists(valid_records() | damaged_lines(), min_size=1, max_size=8), st.booleans())
-@settings(max_examples=max(200, 2 * settings.default.max_examples), deadline=None,
+@settings(max_examples=max(120, 2 * settings.default.max_examples), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 def test_batch_decode_equals_one_decode_per_line(items, ascii_only) -> None:
     lines = [dumps(x, ascii_only) if isinstance(x, dict) else x.replace(b"\n", b" ") for x in items]
