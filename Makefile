@@ -23,15 +23,9 @@ demo: venv
 # worker (tests/conftest.py groups them), so a run starts one Spark session.
 # TEST_WORKERS=0 runs the suite in one process.
 TEST_WORKERS ?= 3
-# The tests' files (queues, changefeeds, PostgreSQL clusters) go to a tmpfs when the machine
-# has one: the suite fsyncs thousands of times, and on a disk those waits, not the CPU, set
-# its length. A process killed with SIGKILL (the crash tests) leaves the same files on
-# either. TEST_TMPDIR= (empty) keeps the system's temporary directory.
-TEST_TMPDIR ?= $(shell test -d /dev/shm -a -w /dev/shm && echo /dev/shm/olr-buffer-tests)
 
 test: venv
-	$(if $(TEST_TMPDIR),mkdir -p $(TEST_TMPDIR) && chmod 1777 $(TEST_TMPDIR) && TMPDIR=$(TEST_TMPDIR)) \
-	  $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # the edit-test loop: neither slow nor spark (CI runs the full `make test`)
 test-fast: venv
