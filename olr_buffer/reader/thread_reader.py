@@ -576,27 +576,11 @@ class ThreadReader:
                     break
                 b.count, b.nbytes, b.progress, b.closed = count, nbytes, progress, closed
                 try:
-                    code, scn, sub, xid, payload = decode_line(raw)
-                    if scn < last_scn or (scn == last_scn and sub < last_sub and code not in MARKER_CODES):
-                        raise RecordError("SCN goes back")
-                    if code not in MARKER_CODES:
-                        if self._check_floor:
-                            self._above_floor(scn)
-                        b.add(code, scn, sub, xid, seq, line, payload)  # type: ignore[arg-type]
+                    last_scn, last_sub = self._take_line(b, raw, seq, line, last_scn, last_sub)
                 except RecordError:
-                    line -= 1  # the slow path reads it again, and words the error
+                    line -= 1  # the slow path reads it again, and handles the error
                     check_floor = self._check_floor
                     break
-                if code in MARKER_CODES:
-                    if code == LWN:
-                        b.heartbeat(scn)
-                    else:
-                        b.close(scn)
-                        self._check_floor = self.floor is not None
-                    if scn > last_scn:
-                        last_scn, last_sub = scn, sub
-                else:
-                    last_scn, last_sub = scn, sub
                 check_floor = self._check_floor
                 count, nbytes, progress, closed = b.count, b.nbytes, b.progress, b.closed
                 if count >= block_records or nbytes >= block_bytes:
@@ -632,15 +616,7 @@ class ThreadReader:
         try:
             if len(raw) >= limit:
                 raise RecordError(f"line longer than {self.max_line_bytes} bytes")
-            code, scn, sub, xid, payload = decode_line(raw)
-            if scn < last_scn or (scn == last_scn and sub < last_sub and code not in MARKER_CODES):
-                raise RecordError(
-                    f"SCN goes back: (scn {scn}, sub {sub}) after (scn {last_scn}, sub {last_sub})"
-                )
-            if code not in MARKER_CODES:
-                if self._check_floor:
-                    self._above_floor(scn)
-                b.add(code, scn, sub, xid, seq, line, payload)  # type: ignore[arg-type]
+            new_scn, new_sub = self._take_line(b, raw, seq, line, last_scn, last_sub)
         except RecordError as exc:
             if self.dead_letters is None:
                 pos.line, pos.offset, pos.scn, pos.sub = line - 1, offset, last_scn, last_sub
@@ -658,16 +634,7 @@ class ThreadReader:
             st[0], st[1] = line, offset + len(raw)
             return _OK
         offset += len(raw)
-        if code in MARKER_CODES:
-            if code == LWN:
-                b.heartbeat(scn)
-            else:
-                b.close(scn)
-                self._check_floor = self.floor is not None
-            if scn > last_scn:
-                last_scn, last_sub = scn, sub
-        else:
-            last_scn, last_sub = scn, sub
+        last_scn, last_sub = new_scn, new_sub
         st[0], st[1], st[2], st[3] = line, offset, last_scn, last_sub
         if b.count >= self.block_records or b.nbytes >= self.block_bytes:
             pos.line, pos.offset, pos.scn, pos.sub = line, offset, last_scn, last_sub
@@ -680,6 +647,25 @@ class ThreadReader:
         """Check the first record, and the first after a ``close``, against ``value.value``."""
         self.floor = lambda: value.value
         self._check_floor = True
+
+    def _take_line(self, b, raw: bytes, seq: int, line: int, last_scn: int, last_sub: int) -> tuple[int, int]:
+        """Decode and check one line, then add it to block ``b`` (a record) or apply it to
+        ``b`` (``lwn``, ``close``); the thread's new ``(last_scn, last_sub)``. On a
+        :class:`RecordError` nothing is taken."""
+        code, scn, sub, xid, payload = decode_line(raw)
+        if scn < last_scn or (scn == last_scn and sub < last_sub and code not in MARKER_CODES):
+            raise RecordError(f"SCN goes back: (scn {scn}, sub {sub}) after (scn {last_scn}, sub {last_sub})")
+        if code not in MARKER_CODES:
+            if self._check_floor:
+                self._above_floor(scn)
+            b.add(code, scn, sub, xid, seq, line, payload)  # type: ignore[arg-type]
+            return scn, sub
+        if code == LWN:
+            b.heartbeat(scn)
+        else:
+            b.close(scn)
+            self._check_floor = self.floor is not None
+        return (scn, sub) if scn > last_scn else (last_scn, last_sub)
 
     def _above_floor(self, scn: int) -> None:
         floor = self.floor()  # type: ignore[misc]
