@@ -378,17 +378,19 @@ def _serve(input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_i
     import signal
     import threading
 
-    from .pipeline import run_service
-    from .service import Metrics, serve_metrics
-
     stop = threading.Event()
 
     def on_signal(signum, _frame):
         logging.getLogger("olr_buffer").info("received %s, stopping", signal.Signals(signum).name)
         stop.set()
 
+    # before the pipeline's imports (pyarrow takes a while): a stop asked for while the
+    # service starts is a clean stop, not a kill
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+
+    from .pipeline import run_service
+    from .service import Metrics, serve_metrics
     metrics = None
     if metrics_port is not None:
         metrics = Metrics()

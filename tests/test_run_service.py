@@ -48,6 +48,15 @@ def wait_for_rows(cf: Path, n: int, timeout: float = 60.0) -> float:
     raise AssertionError(f"changefeed has {published_rows(cf)} rows after {timeout}s, expected {n}")
 
 
+def wait_started(proc: subprocess.Popen, cf: Path, timeout: float = 60.0) -> None:
+    """Until the service has opened its queue and changefeed (it creates ``cf/_olr_buffer``)."""
+    deadline = time.monotonic() + timeout
+    while not (cf / "_olr_buffer").is_dir():
+        assert proc.poll() is None, proc.communicate()[1]
+        assert time.monotonic() < deadline, f"the service did not start within {timeout}s"
+        time.sleep(0.05)
+
+
 def stop(proc: subprocess.Popen, sig: int = signal.SIGTERM) -> tuple[int, str]:
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=30)
@@ -106,7 +115,7 @@ def test_second_service_on_the_same_queue_is_refused(tmp_path: Path):
     (tmp_path / "live" / "redo_1_1.jsonl").write_text(json.dumps({"op": "lwn", "scn": 1}) + "\n")
     first = start(run_cmd(tmp_path))
     try:
-        time.sleep(1.0)
+        wait_started(first, tmp_path / "cf")
         second = subprocess.run(run_cmd(tmp_path), capture_output=True, text=True, timeout=60, cwd=ROOT)
         assert second.returncode == 1
         lines = [ln for ln in second.stderr.splitlines() if ln.strip()]
@@ -127,8 +136,7 @@ def test_config_file_gives_defaults_and_flags_win(tmp_path: Path):
     )
     proc = start([sys.executable, "-m", "olr_buffer.cli", "run", "--config", str(cfg), "--changefeed", str(tmp_path / "cf")])
     try:
-        time.sleep(1.5)
-        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        wait_started(proc, tmp_path / "cf")
     finally:
         code, err = stop(proc)
     assert code == 0, err
