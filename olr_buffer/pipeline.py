@@ -11,11 +11,12 @@ from __future__ import annotations
 import copy
 import gc
 import logging
+import os
 import threading
 import time
 import uuid
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Callable, Iterator
 
 from .changes import INFINITE_SCN
@@ -25,7 +26,7 @@ from .dispatcher.checkpoint import ChangefeedPosition
 from .dispatcher.errors import damaged_checkpoint
 from .errors import EXIT_USAGE, OlrBufferError
 from .reader.dead_letters import DeadLetters
-from .reader.files import require_log_files
+from .reader.files import require_log_files, scan
 from .reader import DEFAULT_BLOCK_BYTES, DEFAULT_BLOCK_RECORDS, ReaderGroup
 from .spark_sink import ChangefeedWriter
 from .spark_sink.layout import DEFAULT_MODE, ChangefeedOwner
@@ -52,7 +53,9 @@ class PipelineOptions:
     flush_seconds: float = 1.0  # a transaction is published at most this long after it is safe
     poll_seconds: float = 0.1  # how often an idle reader looks for new lines and files (see reader_poll_seconds)
     dead_letter: str | None = None  # quarantine bad records in this file instead of stopping
-    reader_processes: bool = True  # parse in child processes (both cores); False: threads
+    # parse in one child process per redo thread (both cores); False: threads of this
+    # process; None: processes, except for a replay of a small input (see replay_in_processes)
+    reader_processes: bool | None = None
     changefeed_mode: int = DEFAULT_MODE  # the changefeed directory's mode; files get it without x bits
     adopt_changefeed: bool = False  # take over a changefeed written by another (lost) queue of the same input
     source_id: str | None = None  # the source's identity, checked beside the queue's (PostgreSQL: system id, slot)
@@ -61,6 +64,26 @@ class PipelineOptions:
     # started this long (source clock) or this many SCNs before the watermark
     transaction_retention_seconds: float | None = None
     transaction_retention_scn: int | None = None
+
+
+# A replay whose input is estimated below this many bytes of text reads it in threads of
+# its own process: starting a Python process per redo thread costs about 0.5 s of wall time
+# and 1 s of CPU, more than reading a few MiB takes (docs/performance.md, "Small replays").
+SMALL_REPLAY_BYTES = 8 << 20
+ZSTD_RATIO = 5  # the text bytes a .zst byte of redo ops is estimated to hold
+
+
+def replay_in_processes(input_dir: str, opts: PipelineOptions) -> bool:
+    """Whether a replay of ``input_dir`` reads in child processes: as ``reader_processes``
+    says, or (None) if its log files hold an estimated SMALL_REPLAY_BYTES or more."""
+    if opts.reader_processes is not None:
+        return opts.reader_processes
+    estimate = sum(
+        os.path.getsize(f.path) * (ZSTD_RATIO if f.compressed else 1)
+        for files in scan(input_dir).values()
+        for f in files.values()
+    )
+    return estimate >= SMALL_REPLAY_BYTES
 
 
 def reader_poll_seconds(opts: PipelineOptions) -> float:
@@ -168,7 +191,7 @@ class Pipeline:
                 block_bytes=opts.block_bytes,
                 on_append=self.appended.set,
                 dead_letter_path=opts.dead_letter,
-                processes=opts.reader_processes,
+                processes=opts.reader_processes is not False,
             )
             self.threads = self.readers.prepare(opts.threads)
             self.dispatcher = Dispatcher(
@@ -563,7 +586,7 @@ def run_postgres_service(
             streaming=streaming,
             block_records=opts.block_records,
             block_bytes=opts.block_bytes,
-            process=opts.reader_processes,
+            process=opts.reader_processes is not False,
         )
 
     return _serve(Pipeline(uri, queue_dir, changefeed_dir, opts, source=source), stop, on_tick)
@@ -588,7 +611,9 @@ def replay(
     committed transaction, return the summary. Resumes where a killed run stopped.
     An input directory without any log file is bad input (before anything is created)."""
     require_log_files(input_dir)
-    pipeline = Pipeline(input_dir, queue_dir, changefeed_dir, options)
+    opts = options or PipelineOptions()
+    opts = replace(opts, reader_processes=replay_in_processes(input_dir, opts))
+    pipeline = Pipeline(input_dir, queue_dir, changefeed_dir, opts)
     try:
         return pipeline.replay(on_progress, progress_every)
     finally:
