@@ -44,6 +44,11 @@ _CHUNK = 1 << 16  # how much of a file is read at once: 64 KiB (1 MiB chunks kep
 # decoded records alive at once and ran no faster than reading line by line: cache misses)
 _OK, _BREAK, _STOP = 0, 1, 2  # _slow_line and _fast_lines: go on, stop reading this file, stop set
 
+# ``last_sub`` after an ``lwn`` or ``close`` at the thread's last SCN: above any record's
+# sub, so that a record at that SCN is refused (the marker said every record at or below
+# it is written); a marker at that SCN again is not
+AFTER_MARKER = 1 << 63
+
 
 class _Slow(Exception):
     """A line the fast loop leaves to the general path."""
@@ -492,8 +497,7 @@ class ThreadReader:
                             else:
                                 closed = True
                                 check_floor = self._check_floor = self.floor is not None
-                            if scn > last_scn:
-                                last_scn, last_sub = scn, sub
+                            last_scn, last_sub = scn, AFTER_MARKER  # the next record lies above scn
                             continue
                         if check_floor or scn < last_scn or (scn == last_scn and sub < last_sub):
                             raise _Slow
@@ -654,6 +658,11 @@ class ThreadReader:
         :class:`RecordError` nothing is taken."""
         code, scn, sub, xid, payload = decode_line(raw)
         if scn < last_scn or (scn == last_scn and sub < last_sub and code not in MARKER_CODES):
+            if last_sub == AFTER_MARKER and scn == last_scn:
+                raise RecordError(
+                    f"record at scn {scn} after an lwn or close at scn {scn} (they say every record of the thread "
+                    "at or below their scn is written)"
+                )
             raise RecordError(f"SCN goes back: (scn {scn}, sub {sub}) after (scn {last_scn}, sub {last_sub})")
         if code not in MARKER_CODES:
             if self._check_floor:
@@ -665,7 +674,7 @@ class ThreadReader:
         else:
             b.close(scn)
             self._check_floor = self.floor is not None
-        return (scn, sub) if scn > last_scn else (last_scn, last_sub)
+        return scn, AFTER_MARKER  # scn >= last_scn here; the next record lies above scn
 
     def _above_floor(self, scn: int) -> None:
         floor = self.floor()  # type: ignore[misc]
@@ -718,10 +727,9 @@ def _further_bad_lines(fh, raw: bytes, line: int, last_scn: int, last_sub: int, 
                     _rest_of_line(fh)
                     raise RecordError("line too long")
                 code, scn, sub, _xid, _payload = decode_line(raw)
-                if scn < last_scn or (scn == last_scn and sub < last_sub and code != LWN):
+                if scn < last_scn or (scn == last_scn and sub < last_sub and code not in MARKER_CODES):
                     raise RecordError("SCN goes back")
-                if code != LWN or scn > last_scn:
-                    last_scn, last_sub = scn, sub
+                last_scn, last_sub = scn, AFTER_MARKER if code in MARKER_CODES else sub
             except RecordError:
                 bad.append(line)
     except (OSError, CorruptCompressedFile):

@@ -148,10 +148,12 @@ def workloads(draw) -> dict[int, list[dict]]:
                 per_thread[lwn_thread].append({"op": "lwn", "scn": clock - 1})
                 last_scn[lwn_thread], sub[lwn_thread] = clock - 1, 0
         if draw(st.integers(0, 7)) == 0:  # an instance shuts down; its next record opens it again
+            # above every SCN written by then (the contract), the close's own too: at the
+            # clock - 1, as an lwn
             close_thread = draw(st.integers(1, n_threads))
-            if last_scn[close_thread] < clock:
-                per_thread[close_thread].append({"op": "close", "scn": clock})
-                last_scn[close_thread], sub[close_thread] = clock, 0
+            if last_scn[close_thread] < clock - 1:
+                per_thread[close_thread].append({"op": "close", "scn": clock - 1})
+                last_scn[close_thread], sub[close_thread] = clock - 1, 0
         sub[thread] = sub[thread] + 1 if last_scn[thread] == clock else 0
         last_scn[thread] = clock
         per_thread[thread].append({**rec, "scn": clock, "sub": sub[thread]})

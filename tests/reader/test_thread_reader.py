@@ -107,3 +107,28 @@ def test_lwn_moves_progress_and_may_repeat_the_last_scn(tmp_path: Path):
         r._read_file(next(iter(r.files.values())), final=True)
         r._flush()
         assert read_summary(q.read_block(0).record(0)).progress == 40
+
+
+@pytest.mark.parametrize("marker", ["lwn", "close"])
+@pytest.mark.parametrize("sub", [0, 7])
+def test_a_record_at_the_scn_of_an_lwn_or_close_before_it_is_bad_input(tmp_path: Path, marker: str, sub: int):
+    """``lwn N`` (and ``close N``) says every record of the thread at or below N is
+    written: a record at N after it breaks the promise, whatever its sub. A record above N,
+    and another marker at N, are fine (records, markers, lines as the chunked reader and
+    the line-by-line reader take them: both run, the file is read in one chunk)."""
+    inp = tmp_path / "in"
+    inp.mkdir()
+    head = [{"op": "begin", "scn": 10, "sub": 3, "xid": "x"}, {"op": marker, "scn": 20}, {"op": marker, "scn": 20}]
+    write(inp / "redo_1_1.jsonl", head + [{"op": "insert", "scn": 20, "sub": sub, "xid": "x", "owner": "O",
+                                             "table": "T", "rid": "r", "after": {"ID": 1}}])
+    with LmdbQueue(tmp_path / "q") as q:
+        with pytest.raises(InputError) as err:
+            reader_for(q, inp).read_to_end()
+    assert str(err.value).startswith(
+        f"{inp / 'redo_1_1.jsonl'}:4: record at scn 20 after an lwn or close at scn 20 (they say every record "
+        "of the thread at or below their scn is written)"
+    ), str(err.value)
+    write(inp / "redo_1_1.jsonl", head + [{"op": "commit", "scn": 21, "xid": "x"}])
+    with LmdbQueue(tmp_path / "q2") as q:
+        reader_for(q, inp).read_to_end()
+        assert [(r[1], r[2], r[4]) for r in records_in(q)] == [(10, 3, 1), (21, 0, 4)]  # (scn, sub, line)
