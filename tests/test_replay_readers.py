@@ -14,6 +14,7 @@ from olr_buffer.reader.errors import InputError
 from olr_buffer.simulate import simulate
 from tests.contract_model import assert_changefeed_equal, expected_changefeed, load_changefeed
 
+
 def _workload(root: Path) -> Path:
     simulate(root / "in", threads=2, transactions=120, seed=11, records_per_file=200, compress_archived=False)
     return root / "in"

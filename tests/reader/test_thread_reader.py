@@ -114,8 +114,8 @@ def test_lwn_moves_progress_and_may_repeat_the_last_scn(tmp_path: Path):
 def test_a_record_at_the_scn_of_an_lwn_or_close_before_it_is_bad_input(tmp_path: Path, marker: str, sub: int):
     """``lwn N`` (and ``close N``) says every record of the thread at or below N is
     written: a record at N after it breaks the promise, whatever its sub. A record above N,
-    and another marker at N, are fine (records, markers, lines as the chunked reader and
-    the line-by-line reader take them: both run, the file is read in one chunk)."""
+    and another marker at N, are fine. (The chunked loop leaves the line to the line path,
+    which words the error: both paths run.)"""
     inp = tmp_path / "in"
     inp.mkdir()
     head = [{"op": "begin", "scn": 10, "sub": 3, "xid": "x"}, {"op": marker, "scn": 20}, {"op": marker, "scn": 20}]
