@@ -22,7 +22,8 @@ SMALL = dict(segment_bytes=32 * 1024, block_records=64, checkpoint_seconds=0.0, 
 
 def write_long_and_short(root: Path, *, long_open: bool) -> None:
     """Thread 1: transaction L begins first and gets a row every 25 small transactions;
-    it commits at the very end (or never, with ``long_open``). Thread 2: small ones."""
+    it commits at the very end (or never, with ``long_open``: thread 1 ends with an ``lwn``
+    there instead). Thread 2: small ones."""
     root.mkdir(parents=True, exist_ok=True)
     per = {1: [], 2: []}
     scn = 100
@@ -38,7 +39,13 @@ def write_long_and_short(root: Path, *, long_open: bool) -> None:
             per[1].append({"op": "insert", "scn": scn + 1, "xid": "L", "owner": "A", "table": "L", "rid": f"l{i}", "after": {"i": i}})
             scn += 1
     scn += 1
-    if not long_open:
+    if long_open:
+        # thread 1 has written everything up to here: under `run`, every small transaction
+        # is safe, and only L holds segments (else the last small ones, above thread 1's
+        # last record, wait for it too, and one whose block lies below L's first one, when
+        # thread 2's reader ran ahead, is what holds cleanup)
+        per[1].append({"op": "lwn", "scn": scn})
+    else:
         per[1].append({"op": "commit", "scn": scn, "xid": "L"})
     for t, recs in per.items():
         with open(root / f"redo_{t}_1.jsonl", "w") as fh:
