@@ -14,6 +14,7 @@ from olr_buffer.dispatcher import Dispatcher
 from olr_buffer.reader.postgres import protocol as p
 from olr_buffer.txbuffer import MemoryQueue
 from tests.dispatcher.test_dispatcher_model import BatchListSink
+from tests.postgres.test_protocol import tup
 from tests.postgres.test_reader_model import feed, histories
 from tests.postgres.test_reader_stream import OID, reader
 
@@ -31,18 +32,6 @@ def _s(text: str) -> bytes:
 
 def _us(ns: int) -> int:
     return ns // 1000 - p.PG_EPOCH_US
-
-
-def _tuple(values) -> bytes:
-    out = struct.pack("!H", len(values))
-    for v in values:
-        if v is None:
-            out += b"n"
-        elif v is p.UNCHANGED:
-            out += b"u"
-        else:
-            out += b"t" + struct.pack("!i", len(v)) + v
-    return out
 
 
 def encode(msg, in_stream: bool) -> bytes:
@@ -66,7 +55,7 @@ def encode(msg, in_stream: bool) -> bytes:
         return (b"R" + xid + struct.pack("!I", msg.oid) + _s(msg.schema) + _s(msg.name) + msg.replica_identity.encode()
                 + struct.pack("!H", len(msg.columns)) + cols)
     if kind is p.Insert:
-        return b"I" + xid + struct.pack("!I", msg.relation) + b"N" + _tuple(msg.new)
+        return b"I" + xid + struct.pack("!I", msg.relation) + b"N" + tup(*msg.new)
     raise AssertionError(kind)
 
 
