@@ -21,6 +21,7 @@ import errno
 import itertools
 import logging
 import os
+import threading
 import time
 from collections import deque
 from itertools import repeat
@@ -148,6 +149,7 @@ class ChangefeedWriter:
             raise
         # the open file
         self._writer: pq.ParquetWriter | None = None
+        self._pending_write: _BackgroundWrite | None = None  # the row group being written
         self._tmp_path: str | None = None
         self._file_first = self.next_tx_seq
         self._file_rows = 0
@@ -388,14 +390,21 @@ class ChangefeedWriter:
                 error = os_failure(exc, self._tmp_path, "create a changefeed file")
                 self.abandon()
                 raise error from None
-        try:
-            self._writer.write_batch(batch, row_group_size=len(self._recs))
-        except OSError as exc:
-            self._io_failed(exc, "writing")
+        self._wait_write()
+        self._pending_write = _BackgroundWrite(self._writer, batch)
         self._recs.clear()
         self._threads.clear()
         self._tx.clear()
         self._nbytes = self._counted = 0
+
+    def _wait_write(self) -> None:
+        """Wait for the row group being written; its I/O error is raised here."""
+        pending, self._pending_write = self._pending_write, None
+        if pending is not None:
+            try:
+                pending.result()
+            except OSError as exc:
+                self._io_failed(exc, "writing")
 
     def _batch(self) -> pa.RecordBatch:
         # The columns of the commit (tx_seq, c_scn, c_tm, xid) hold one value per
@@ -464,6 +473,7 @@ class ChangefeedWriter:
 
     def _publish(self) -> PublishedFile:
         self._write_row_group()
+        self._wait_write()
         first, last = self._file_first, self.next_tx_seq - 1
         last_commit = self._file_last_commit
         assert self._writer is not None and self._tmp_path is not None and last_commit is not None
@@ -524,6 +534,9 @@ class ChangefeedWriter:
 
     def abandon(self) -> None:
         """Drop the unpublished file (its transactions will be published again on restart)."""
+        pending, self._pending_write = self._pending_write, None
+        if pending is not None:
+            pending.join()  # its error, if any, does not matter: the file is dropped
         if self._writer is not None:
             try:
                 self._writer.close()
@@ -540,6 +553,34 @@ class ChangefeedWriter:
         self._file_rows = 0
         self._file_last_commit = None
         self._file_c_tms.clear()
+
+
+class _BackgroundWrite:
+    """One row group written to the open file by a thread of its own: Parquet encoding
+    and compression run without the GIL, so the dispatcher goes on meanwhile. The writer
+    keeps at most one in flight and waits for it before the next one, before closing the
+    file and before dropping it."""
+
+    __slots__ = ("_thread", "_error")
+
+    def __init__(self, writer: pq.ParquetWriter, batch: pa.RecordBatch) -> None:
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(writer, batch), name="changefeed-write", daemon=True)
+        self._thread.start()
+
+    def _run(self, writer: pq.ParquetWriter, batch: pa.RecordBatch) -> None:
+        try:
+            writer.write_batch(batch, row_group_size=batch.num_rows)
+        except BaseException as exc:  # noqa: BLE001 - raised again by result()
+            self._error = exc
+
+    def join(self) -> None:
+        self._thread.join()
+
+    def result(self) -> None:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
 
 
 def _tx_range(next_tx_seq: int) -> str:
