@@ -67,7 +67,7 @@ class ReaderGroup:
     floor_threads: set[int] = field(default_factory=set)
 
     def __post_init__(self) -> None:
-        ctx = multiprocessing.get_context("spawn")
+        ctx = multiprocessing.get_context("forkserver")
         self.published_scn = ctx.Value("q", -1, lock=False)
         self.queue_end = ctx.Value("q", self.queue.next_index, lock=False)
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.contract_model import check_changefeed_layout, load_changefeed
+from tests.processes import reader_processes
 from tests.postgres.conftest import ROOT, start_service, wait_streaming
 from tests.postgres.workload import check_against_database, create_schema, run_clients
 
@@ -201,19 +202,6 @@ def test_metrics_and_json_logs_of_the_postgresql_source(pg_db, tmp_path):
     assert {"olr_buffer_postgres_confirmed_lsn", "olr_buffer_postgres_lag_bytes", "olr_buffer_postgres_reconnects_total",
             "olr_buffer_seconds_behind_source", "olr_buffer_transactions_published_total"} <= names
     assert all(d["ts"].endswith("Z") for d in docs)
-
-
-def reader_processes(pid: int) -> list[int]:
-    """The service's child processes started by multiprocessing's ``spawn`` (the
-    PostgreSQL reader is its only one; its resource tracker is not one of them)."""
-    out = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            children = [int(c) for c in (task / "children").read_text().split()]
-        except FileNotFoundError:
-            continue
-        out += [c for c in children if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
-    return out
 
 
 def test_a_killed_reader_process_stops_the_service_with_an_error(pg_db, tmp_path):

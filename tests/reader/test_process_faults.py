@@ -14,6 +14,7 @@ import pytest
 
 from olr_buffer.reader.errors import InputError, MissingSequenceError
 from olr_buffer.simulate import simulate
+from tests.processes import cmdline, reader_processes, service_processes
 
 pytestmark = pytest.mark.e2e  # a process or a server: in `make test`, not in `make test-fast`
 
@@ -26,25 +27,6 @@ def _run_cmd(tmp: Path) -> list[str]:
         "--changefeed", str(tmp / "cf"), "--poll-interval", "0.05", "--checkpoint-interval", "0.5",
         "--log-level", "warning",
     ]
-
-
-def _children(pid: int) -> list[int]:
-    out = []
-    for task in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{task}/children") as fh:
-                out.extend(int(c) for c in fh.read().split())
-        except FileNotFoundError:
-            pass
-    return out
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            return fh.read().replace(b"\0", b" ").decode(errors="replace")
-    except FileNotFoundError:
-        return ""
 
 
 def _alive(pid: int) -> bool:
@@ -61,8 +43,8 @@ def _start_with_readers(tmp: Path, n: int) -> tuple[subprocess.Popen, list[int]]
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.communicate()[1]
-        kids = _children(proc.pid)
-        readers = [k for k in kids if "spawn_main" in _cmdline(k)]
+        kids = service_processes(proc.pid)
+        readers = reader_processes(proc.pid)
         published = any(p.name.startswith("part-") for p in (tmp / "cf").rglob("*"))
         if len(readers) >= n and published:
             time.sleep(1.0)  # the readers have read everything: they wait for more input
@@ -84,7 +66,7 @@ def test_errors_pickle_whole():
 def test_reader_child_killed_stops_run_with_one_line(tmp_path: Path):
     proc, kids = _start_with_readers(tmp_path, 3)
     try:
-        reader = next(k for k in kids if "spawn_main" in _cmdline(k) and "resource_tracker" not in _cmdline(k))
+        reader = reader_processes(proc.pid)[0]
         os.kill(reader, signal.SIGKILL)
         _, err = proc.communicate(timeout=60)
     finally:
@@ -106,7 +88,7 @@ def test_children_exit_when_the_parent_is_killed(tmp_path: Path):
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline and any(_alive(k) for k in kids):
         time.sleep(0.1)
-    left = [(k, _cmdline(k)) for k in kids if _alive(k)]
+    left = [(k, cmdline(k)) for k in kids if _alive(k)]
     for k, _ in left:
         os.kill(k, signal.SIGKILL)
     assert not left, f"children outlived their parent: {left}"

@@ -3,10 +3,10 @@
 The reader (:class:`~olr_buffer.reader.postgres.reader.PostgresReader`: the replication
 connection, pgoutput decoding, records and blocks) is Python; in the service's process
 it would share one interpreter lock with the dispatcher and the changefeed writer. As for
-the redo-file readers (:mod:`olr_buffer.reader.process`), a child process started with
-``spawn`` runs it; its queue is a pipe: each block, encoded and compressed in the child,
-goes to the parent with the reader's state, and the parent appends both in one LMDB write,
-as the reader in a thread does. The parent stays the only writer of the queue.
+the redo-file readers (:mod:`olr_buffer.reader.process`), a child process forked by
+multiprocessing's fork server runs it; its queue is a pipe: each block, encoded and
+compressed in the child, goes to the parent with the reader's state, and the parent
+appends both in one LMDB write, as the reader in a thread does. The parent stays the only writer of the queue.
 
 What goes the other way: the changefeed's last published commit LSN, in a shared value
 the parent keeps up to date (the reader confirms to the server only what is published),
