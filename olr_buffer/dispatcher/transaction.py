@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from array import array
 
+import msgspec
+
 from ..changes import CommitKey
 from .checkpoint import TransactionState
 
 _LOCATIONS_AS_LIST = 24  # a thread's locations are a list below this many items (8 triples)
 
 
-class OpenTransaction:
+class OpenTransaction(msgspec.Struct, gc=False, eq=False):
     """One transaction by XID until its end is past the watermark.
 
     ``locations`` holds, per redo thread, flat triples ``(block, start, count)``: the
@@ -19,48 +21,27 @@ class OpenTransaction:
     are a plain list (cheaper to make and extend, and most transactions are in one to a
     few blocks); from :data:`_LOCATIONS_AS_LIST` items on, an ``array("q")`` (8 bytes an
     item, where a list holds a pointer and an int object).
+
+    A msgspec ``Struct`` (a C type: made in a quarter of the time of a Python class, one
+    per transaction), compared by identity; not tracked by the garbage collector, as
+    nothing it holds refers back to it. ``begin_scn`` is -1 without a begin, and
+    ``begin_tm`` then ``None``: the callers pass them so.
     """
 
-    __slots__ = (
-        "xid",
-        "first_scn",
-        "begin_scn",
-        "begin_tm",
-        "locations",
-        "rows",
-        "compensations",
-        "end_key",
-        "end_code",
-        "end_tm",
-        "first_block",
-        "seen_tm",
-    )
-
-    def __init__(
-        self,
-        xid: str,
-        first_block: int,
-        first_scn: int = -1,
-        begin_scn: int = -1,
-        begin_tm: int | None = None,
-        locations: dict[int, array | list[int]] | None = None,
-        rows: int = 0,
-        compensations: int = 0,
-    ) -> None:
-        self.xid = xid
-        self.first_scn = first_scn
-        self.begin_scn = begin_scn if begin_scn >= 0 else -1
-        self.begin_tm: int | None = begin_tm if begin_scn >= 0 else None
-        self.locations: dict[int, array | list[int]] = {} if locations is None else locations
-        self.rows = rows
-        self.compensations = compensations
-        self.end_key: CommitKey | None = None
-        self.end_code = 0
-        self.end_tm: int | None = None
-        self.first_block = first_block
-        # the dispatcher's clock when the retention rule first saw it without a begin tm:
-        # its start for --transaction-retention (None: not looked at yet)
-        self.seen_tm: int | None = None
+    xid: str
+    first_block: int
+    first_scn: int = -1
+    begin_scn: int = -1
+    begin_tm: int | None = None
+    locations: dict[int, array | list[int]] = msgspec.field(default_factory=dict)
+    rows: int = 0
+    compensations: int = 0
+    end_key: CommitKey | None = None
+    end_code: int = 0
+    end_tm: int | None = None
+    # the dispatcher's clock when the retention rule first saw it without a begin tm:
+    # its start for --transaction-retention (None: not looked at yet)
+    seen_tm: int | None = None
 
     def add(self, thread: int, block: int, start: int, count: int) -> None:
         locs = self.locations.get(thread)
