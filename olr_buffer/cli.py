@@ -82,6 +82,11 @@ def clean_errors(fn: Callable) -> Callable:
         except KeyboardInterrupt:
             click.echo("olr-buffer: interrupted", err=True)
             sys.exit(EXIT_INTERRUPTED)
+        finally:
+            # reader processes ran (the module is imported only then): reap their fork server
+            process = sys.modules.get("olr_buffer.reader.process")
+            if process is not None:
+                process.stop_fork_server()
 
     return wrapper
 
