@@ -168,7 +168,8 @@ _PIPELINE_OPTIONS = [
                  help="Write bad records to this JSON Lines file and go on, instead of stopping (off by default)."),
     click.option("--transaction-retention", type=click.FloatRange(min=0, min_open=True), default=None,
                  help="DATA LOSS BY CHOICE: abandon a transaction without an end (not published; its queue segments "
-                      "freed) once it began more than this many seconds before the newest commit's tm (off by "
+                      "freed) once it began more than this many seconds before the source's clock: the median tm of the "
+                      "last 5 commits and rollbacks (off by "
                       "default; like Debezium's log.mining.transaction.retention.ms, in seconds)."),
     click.option("--transaction-retention-scn", type=click.IntRange(min=1), default=None,
                  help="DATA LOSS BY CHOICE: abandon a transaction without an end once it began more than this many "

@@ -101,11 +101,13 @@ class Checkpoint(msgspec.Struct, kw_only=True):
     threads: list[int] | None = None  # the threads in play (the pipeline's)
     written: float | None = None  # time.time() when written
     changefeed: ChangefeedPosition | None = None
-    # the retention rule's clock: the newest tm of an end acted on (None: none yet)
+    # the retention rule's clock: the median tm of the last ends acted on (None: not yet)
     clock_tm: int | None = None
     # abandoned transactions, oldest first: [xid, scn]; a later begin of the XID above scn
     # starts a new transaction, any other record of it is an abandoned record
     abandoned: list[tuple[str, int]] = []
+    # the tm of the last ends acted on, oldest first: the clock's median is taken of them
+    clock_tms: list[int] = []
 
     def needed_from(self) -> int:
         """The lowest queue index the dispatcher still needs (see :func:`needed_from`)."""

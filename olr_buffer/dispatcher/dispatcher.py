@@ -19,8 +19,8 @@ Rules (see docs/formats.md for the contract they implement):
   commit, which no thread in play can still write: late records, counted. So a forgotten
   XID's late records do not open a transaction that never ends.
 * Retention (opt-in, :meth:`abandon_expired`): a transaction without an end that started
-  too long before the watermark (by SCN) or before the clock (the newest ``tm`` of an end
-  acted on) is abandoned: no longer held, so cleanup frees its segments, never published;
+  too long before the watermark (by SCN) or before the clock (the median ``tm`` of the
+  last :data:`CLOCK_ENDS` ends acted on, never going back) is abandoned: no longer held, so cleanup frees its segments, never published;
   its later records are counted as abandoned records.
 """
 
@@ -30,7 +30,7 @@ import bisect
 import itertools
 import logging
 from array import array
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 from functools import partial
 from operator import itemgetter
@@ -55,6 +55,10 @@ from .transaction import _LOCATIONS_AS_LIST, OpenTransaction
 log = logging.getLogger(__name__)
 
 _ENDED_MEMORY = 20_000  # XIDs remembered after their end, to tell late records from new ones
+# Retention's clock is the median tm of this many last ends acted on: one or two ends with
+# a wrong tm (an instance's clock far ahead) cannot move it, and so cannot make every open
+# transaction look old at once.
+CLOCK_ENDS = 5
 _ABANDONED_MEMORY = 10_000  # abandoned XIDs remembered, to count their later records
 # The batch path: transactions of one thread, without compensation, up to this many rows
 # are decoded together (one call per batch) and handed to the sink in batches.
@@ -156,7 +160,8 @@ class Dispatcher:
         self._ended: OrderedDict[str, None] = OrderedDict()
         self._abandoned: OrderedDict[str, int] = OrderedDict()  # xid -> scn bound (see abandon_expired)
         self._abandoned_seen: set[str] = set()  # abandoned XIDs whose later records were logged, this run
-        self.clock_tm: int | None = None  # the newest tm of an end acted on: retention's clock
+        self.clock_tm: int | None = None  # retention's clock: see abandon_expired
+        self._clock_tms: deque[int] = deque(maxlen=CLOCK_ENDS)  # the tm of the last ends acted on
         self.published_through = published_through  # the changefeed's last commit when this run began
         self.last_key = published_through  # the last commit handed to the sink: never publish below it
         self._fresh_from = queue.next_index  # blocks from here on were never read by an earlier run
@@ -210,6 +215,7 @@ class Dispatcher:
             written=written,
             changefeed=changefeed,
             clock_tm=self.clock_tm,
+            clock_tms=list(self._clock_tms),
             abandoned=list(self._abandoned.items()),
         )
         return seal(encode_checkpoint(doc))
@@ -241,6 +247,7 @@ class Dispatcher:
         self._ended = OrderedDict.fromkeys(doc.ended)
         self._abandoned = OrderedDict((x, scn) for x, scn in doc.abandoned)
         self.clock_tm = doc.clock_tm
+        self._clock_tms = deque(doc.clock_tms, maxlen=CLOCK_ENDS)
         self.stats = doc.stats
         self.replayer.stats.compensations = self.stats.compensations
         self.replayer.stats.unmatched_compensations = self.stats.unmatched_compensations
@@ -441,8 +448,9 @@ class Dispatcher:
 
     def abandon_expired(self, seconds: float | None = None, scn: int | None = None) -> list[AbandonedTransaction]:
         """Abandon every transaction without an end that started more than ``scn`` below
-        the watermark, or more than ``seconds`` before :attr:`clock_tm` (the newest ``tm``
-        of an end acted on). Its start: the lower of its first record's and its begin's
+        the watermark, or more than ``seconds`` before :attr:`clock_tm`. The clock is the
+        median ``tm`` of the last :data:`CLOCK_ENDS` ends acted on (those with a ``tm``),
+        and it never goes back; it starts once that many ends were acted on. Its start: the lower of its first record's and its begin's
         SCN; its begin's ``tm``, or without one the clock when this rule first saw it.
         Both measures move only as ends pass the watermark: a silent thread that holds
         the watermark abandons nothing. Returns what was abandoned (no longer held, so
@@ -466,8 +474,8 @@ class Dispatcher:
                 if start_tm is None:
                     txn.seen_tm = start_tm = clock
                 elif clock - start_tm > limit_ns:
-                    reason = (f"started {(clock - start_tm) / 1e9:.1f}s before the newest commit's tm "
-                              f"(limit {seconds:g}s)")
+                    reason = (f"started {(clock - start_tm) / 1e9:.1f}s before the clock, the median tm of the "
+                              f"last {CLOCK_ENDS} ends (limit {seconds:g}s)")
             if reason is not None:
                 out.append(self._abandon(txn, reason, start_tm, ref))
         return out
@@ -556,7 +564,7 @@ class Dispatcher:
         if published_through is not None and ready[0][0] > published_through:
             published_through = None
         check_order = self.last_key is not None and ready[0][0] < self.last_key
-        clock = self.clock_tm
+        remember_tm = self._clock_tms.append
         i = 0
         try:
             for i, (key, _, txn) in enumerate(ready):
@@ -570,9 +578,8 @@ class Dispatcher:
                 else:
                     ended[xid] = None
                 done += 1
-                tm = txn.end_tm
-                if tm is not None and (clock is None or tm > clock):
-                    clock = tm
+                if txn.end_tm is not None:
+                    remember_tm(txn.end_tm)
                 if txn.end_code != COMMIT:
                     stats.rolled_back += 1
                 elif published_through is not None and key <= published_through:
@@ -609,7 +616,11 @@ class Dispatcher:
             self._acted = i + 1 if i < len(ready) else i
             raise
         finally:
-            self.clock_tm = clock
+            tms = self._clock_tms
+            if len(tms) == CLOCK_ENDS:
+                median = sorted(tms)[CLOCK_ENDS // 2]
+                if self.clock_tm is None or median > self.clock_tm:
+                    self.clock_tm = median
             while len(ended) > _ENDED_MEMORY:
                 ended.popitem(last=False)
         return done

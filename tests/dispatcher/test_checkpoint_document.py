@@ -33,7 +33,8 @@ GOLDEN = (
     b'"forgotten_records":0},'
     b'"threads":[1,2],"written":1700000001.5,'
     b'"changefeed":{"path":"/cf","next_tx_seq":4,"last_c_scn":16,"files":2},'
-    b'"clock_tm":1700000000900000000,"abandoned":[["0x9",15]]}'
+    b'"clock_tm":1700000000900000000,"abandoned":[["0x9",15]],'
+    b'"clock_tms":[1700000000700000000,1700000000900000000,1700000000800000000]}'
 )
 
 # The same state as written before retention (olr-buffer before seen_tm, clock_tm,
@@ -72,12 +73,19 @@ DOC = Checkpoint(
     changefeed=ChangefeedPosition(path="/cf", next_tx_seq=4, last_c_scn=16, files=2),
     clock_tm=1700000000900000000,
     abandoned=[("0x9", 15)],
+    clock_tms=[1700000000700000000, 1700000000900000000, 1700000000800000000],
 )
 
 
 def test_the_document_encodes_to_the_pinned_bytes():
     assert encode_checkpoint(DOC) == GOLDEN
     assert decode_checkpoint(seal(GOLDEN)) == DOC
+
+
+def test_a_document_written_before_the_clock_kept_its_last_ends_decodes_without_them():
+    older = GOLDEN.replace(b',"clock_tms":[1700000000700000000,1700000000900000000,1700000000800000000]', b'')
+    assert older != GOLDEN
+    assert decode_checkpoint(seal(older)) == msgspec.structs.replace(DOC, clock_tms=[])
 
 
 def test_a_document_written_before_retention_decodes_with_the_defaults():
@@ -92,10 +100,11 @@ def test_a_document_written_before_retention_decodes_with_the_defaults():
         stats=DispatchStats(blocks=3, records=9, published=1, rows=2, compensations=1),
         clock_tm=None,
         abandoned=[],
+        clock_tms=[],
     )
     assert cp == before
     assert encode_checkpoint(cp).replace(b',null]', b']').replace(
-        b',"clock_tm":null,"abandoned":[]', b'').replace(
+        b',"clock_tm":null,"abandoned":[],"clock_tms":[]', b'').replace(
         b',"abandoned_transactions":0,"abandoned_rows":0,"abandoned_records":0,"forgotten_records":0', b''
     ) == GOLDEN_BEFORE_RETENTION
 

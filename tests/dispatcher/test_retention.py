@@ -16,6 +16,7 @@ import pytest
 from olr_buffer.changes import OP_CODES, ROW_CODES, BlockBuilder
 from olr_buffer.dispatcher import Dispatcher
 from olr_buffer.dispatcher import dispatcher as dispatcher_module
+from olr_buffer.dispatcher.dispatcher import CLOCK_ENDS
 from olr_buffer.txbuffer import LmdbQueue
 from tests.dispatcher.test_dispatcher_model import ListSink
 
@@ -43,6 +44,12 @@ def tx(xid: str, scn: int, tm: int, rows: int = 1) -> list[tuple]:
             ("commit", scn + 1 + rows, xid, tm)]
 
 
+def txs(prefix: str, scn: int, tm: int, n: int = CLOCK_ENDS) -> list[tuple]:
+    """``n`` whole transactions of one row from ``scn`` on (3 SCNs each), all at ``tm``:
+    by default enough ends for the clock (their median ``tm``) to be ``tm``."""
+    return [r for i in range(n) for r in tx(f"{prefix}{i}", scn + 3 * i, tm)]
+
+
 @pytest.fixture
 def queue(tmp_path: Path):
     q = LmdbQueue(str(tmp_path / "q"), segment_bytes=64 * 1024, durable=False)
@@ -58,14 +65,15 @@ def test_time_rule_abandons_a_transaction_without_end_and_frees_its_blocks(queue
     sink = ListSink()
     d = Dispatcher(queue, sink, [1])
     stuck_block = queue.append(block(1, ("begin", 10, "STUCK", T0), ("insert", 11, "STUCK", T0)))
-    queue.append(block(1, *tx("A", 20, T0 + 60 * SECOND), lwn=29))
+    queue.append(block(1, *txs("A", 20, T0 + 60 * SECOND), lwn=99))
     d.poll()
-    assert d.abandon_expired(seconds=600) == []  # the clock (A's commit tm) is 60 s after STUCK's begin
+    assert d.clock_tm == T0 + 60 * SECOND
+    assert d.abandon_expired(seconds=600) == []  # the clock is 60 s after STUCK's begin
     assert d.needed_from() == stuck_block
-    queue.append(block(1, *tx("B", 30, T0 + 600 * SECOND), lwn=39))
+    queue.append(block(1, *txs("B", 100, T0 + 600 * SECOND), lwn=199))
     d.poll()
     assert d.abandon_expired(seconds=600) == []  # exactly the limit: not more than it
-    queue.append(block(1, *tx("C", 40, T0 + 601 * SECOND), lwn=50))
+    queue.append(block(1, *txs("C", 200, T0 + 601 * SECOND), lwn=299))
     d.poll()
     (gone,) = d.abandon_expired(seconds=600)
     assert (gone.xid, gone.rows, gone.records, gone.begin_scn, gone.begin_tm) == ("STUCK", 1, 2, 10, T0)
@@ -75,7 +83,33 @@ def test_time_rule_abandons_a_transaction_without_end_and_frees_its_blocks(queue
     assert "STUCK" not in d.open and d.needed_from() == d.position
     s = d.totals()
     assert (s.abandoned_transactions, s.abandoned_rows, s.abandoned_records) == (1, 1, 0)
-    assert published_xids(sink) == ["A", "B", "C"]
+    assert published_xids(sink) == [f"{p}{i}" for p in "ABC" for i in range(CLOCK_ENDS)]
+
+
+def test_one_or_two_ends_with_a_wrong_tm_do_not_move_the_clock(queue):
+    """An instance whose clock jumped a year ahead writes a few ends: with the newest tm
+    as the clock, every open transaction would look a year old and be abandoned, and its
+    commit, when it came, never published. The clock is the median of the last ends, and
+    never goes back."""
+    sink = ListSink()
+    d = Dispatcher(queue, sink, [1])
+    queue.append(block(1, ("begin", 10, "LONG", T0), ("insert", 11, "LONG", T0)))
+    queue.append(block(1, *txs("A", 20, T0 + 60 * SECOND, n=CLOCK_ENDS - 1), lwn=99))
+    d.poll()
+    assert d.clock_tm is None  # fewer ends than the clock takes
+    year = 365 * 24 * 3600 * SECOND
+    queue.append(block(1, *tx("SKEW1", 100, T0 + year), *txs("B", 110, T0 + 61 * SECOND, n=2),
+                       *tx("SKEW2", 120, T0 + year), lwn=199))
+    d.poll()
+    assert d.clock_tm == T0 + 61 * SECOND  # median of 60, 61, 61, a year, a year
+    assert d.abandon_expired(seconds=600) == []
+    queue.append(block(1, *txs("C", 200, T0 + 30 * SECOND), lwn=299))  # older ends: the clock stays
+    d.poll()
+    assert d.clock_tm == T0 + 61 * SECOND and d.abandon_expired(seconds=600) == []
+    queue.append(block(1, ("insert", 300, "LONG", T0 + 62 * SECOND), ("commit", 301, "LONG", T0 + 62 * SECOND),
+                       lwn=399))
+    d.poll()
+    assert "LONG" in published_xids(sink)
 
 
 def test_scn_rule_measures_from_the_watermark(queue):
@@ -111,15 +145,16 @@ def test_a_silent_thread_holding_the_watermark_abandons_nothing(queue):
 def test_without_a_begin_tm_the_start_is_when_the_rule_first_saw_it(queue):
     d = Dispatcher(queue, ListSink(), [1])
     queue.append(block(1, ("insert", 10, "NB", None)))  # no begin: a partial transaction
-    queue.append(block(1, *tx("A", 20, T0), lwn=25))
+    queue.append(block(1, *txs("A", 20, T0), lwn=99))
     d.poll()
     assert d.abandon_expired(seconds=60) == []
     assert d.open["NB"].seen_tm == T0
-    # the choice survives a checkpoint and a restart
+    # the choice survives a checkpoint and a restart, and so do the last ends' tm: three
+    # more ends past the limit make the median (five are needed after a restart without them)
     d2 = Dispatcher(queue, ListSink(), [1])
     d2.restore(d.checkpoint_state())
     assert d2.open["NB"].seen_tm == T0 and d2.clock_tm == T0
-    queue.append(block(1, *tx("B", 30, T0 + 61 * SECOND), lwn=35))
+    queue.append(block(1, *txs("B", 100, T0 + 61 * SECOND, n=3), lwn=199))
     d2.poll()
     (gone,) = d2.abandon_expired(seconds=60)
     assert gone.xid == "NB" and gone.begin_scn is None and gone.start_tm == T0
@@ -129,22 +164,22 @@ def test_later_records_of_an_abandoned_transaction_are_counted_and_survive_a_res
     sink = ListSink()
     d = Dispatcher(queue, sink, [1])
     queue.append(block(1, ("begin", 10, "S", T0), ("insert", 11, "S", T0), ("insert", 12, "S", T0)))
-    queue.append(block(1, *tx("A", 20, T0 + 3600 * SECOND), lwn=25))
+    queue.append(block(1, *txs("A", 20, T0 + 3600 * SECOND), lwn=39))
     d.poll()
     (gone,) = d.abandon_expired(seconds=60)
     assert gone.rows == 2
     restarted = Dispatcher(queue, sink, [1])
     restarted.restore(d.checkpoint_state())
-    queue.append(block(1, ("insert", 30, "S", T0), ("insert", 31, "S", T0)))
-    queue.append(block(1, ("insert", 32, "S", T0), ("commit", 33, "S", T0 + 3601 * SECOND), lwn=40))
+    queue.append(block(1, ("insert", 40, "S", T0), ("insert", 41, "S", T0)))
+    queue.append(block(1, ("insert", 42, "S", T0), ("commit", 43, "S", T0 + 3601 * SECOND), lwn=50))
     with caplog.at_level("WARNING"):
         restarted.poll()
-    assert "S" not in restarted.open and published_xids(sink) == ["A"]
+    assert "S" not in restarted.open and published_xids(sink) == [f"A{i}" for i in range(CLOCK_ENDS)]
     s = restarted.totals()
     assert (s.abandoned_transactions, s.abandoned_rows, s.abandoned_records) == (1, 2, 4)
     warnings = [r.getMessage() for r in caplog.records if "abandoned transaction S" in r.getMessage()]
     assert len(warnings) == 2  # the first later records, then its end
-    assert "its end came (commit at scn 33)" in warnings[1]
+    assert "its end came (commit at scn 43)" in warnings[1]
 
 
 def test_a_begin_above_everything_read_is_a_new_transaction_of_the_same_xid(queue):
