@@ -71,9 +71,6 @@ class PipelineOptions:
 # and 1 s of CPU, more than reading a few MiB takes (docs/performance.md, "Small replays").
 SMALL_REPLAY_BYTES = 8 << 20
 ZSTD_RATIO = 5  # the text bytes a .zst byte of redo ops is estimated to hold
-# Decoded blocks the queue keeps from their append to their first read, in bytes: the
-# dispatcher reads them without decoding them again (olr_buffer/txbuffer/lmdb_queue.py).
-KEEP_APPENDED_BYTES = 16 << 20
 
 
 def replay_in_processes(input_dir: str, opts: PipelineOptions) -> bool:
@@ -180,8 +177,7 @@ class Pipeline:
         place of the redo-file readers of ``input_dir`` (see :func:`run_postgres_service`)."""
         self.options = opts = options or PipelineOptions()
         self.started = time.monotonic()
-        self.queue = LmdbQueue(queue_dir, segment_bytes=opts.segment_bytes, durable=opts.durable,
-                               keep_appended_bytes=KEEP_APPENDED_BYTES)
+        self.queue = LmdbQueue(queue_dir, segment_bytes=opts.segment_bytes, durable=opts.durable)
         self.sink: ChangefeedWriter | None = None
         try:
             self.sink = ChangefeedWriter(

@@ -18,19 +18,11 @@ transaction that pins hundreds of segments does not exhaust the process's descri
 Pages read through LMDB's mapping stay in the process's RSS until released: after every
 ``RELEASE_MAPPED_BYTES`` read, the open segments' mapped pages are given back
 (:mod:`.mapped`), so reading back a large transaction does not grow the RSS with it.
-
-A queue opened with ``keep_appended_bytes`` also keeps the blocks it appends, decoded,
-until they are read (while they take less than that many bytes; a block that does not fit
-is not kept): the process that appends a block and then tails it (``replay``, ``run``)
-reads it without decoding it again. The appending thread decodes it (zstd and the checksum
-run without the GIL), so the tailing thread does not. Blocks below one read are dropped:
-a tailer reads in order and does not come back to them.
 """
 
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import errno
 import logging
 import os
@@ -101,16 +93,10 @@ class LmdbQueue(TxQueue):
         create: bool = True,
         read_only: bool = False,
         max_open_segments: int | None = None,
-        keep_appended_bytes: int = 0,
     ) -> None:
         """``read_only=True`` opens a view for inspection (``olr-buffer status``) while
-        another process owns the queue: no lock is taken and nothing is written.
-        ``keep_appended_bytes``: see the module doc (0: off)."""
+        another process owns the queue: no lock is taken and nothing is written."""
         self.path = os.fspath(path)
-        self.keep_appended_bytes = int(keep_appended_bytes)
-        self._appended: OrderedDict[int, Block] = OrderedDict()  # first index -> block appended, not yet read
-        self._appended_bytes = 0
-        self._appended_lock = threading.Lock()
         if max_open_segments is None:
             limit = _fd_limit()
             max_open_segments = min(DEFAULT_MAX_OPEN_SEGMENTS, limit // 12) if isinstance(limit, int) else DEFAULT_MAX_OPEN_SEGMENTS
@@ -311,14 +297,6 @@ class LmdbQueue(TxQueue):
         self._check_writable()
         if value is not None and count <= 0:
             raise QueueError(f"{self.path}: an encoded block must hold at least one record")
-        decoded = None
-        if value is not None and self._appended_bytes < self.keep_appended_bytes:
-            try:  # here, in the appending thread, outside the write lock
-                decoded = thread_codec().decode(0, value)
-            except QueueCorruptError:
-                decoded = None  # stored as given: reading it reports the damage
-            if decoded is not None and decoded.count != count:
-                decoded = None
         with self._write_lock:
             seg = self._current_segment(roll=not self._segments)
             if value is not None and self._segment_full(seg):
@@ -357,34 +335,15 @@ class LmdbQueue(TxQueue):
                     ) from exc
                 raise QueueError(f"{seg.path}: write failed at index {first}: {exc}", index=first) from exc
             if value is not None:
-                if decoded is not None:
-                    self._keep(dataclasses.replace(decoded, first=first))
                 self._next = first + count
             if meta:
                 self._meta.update(meta)
             return first
 
-    def _keep(self, block: Block) -> None:
-        """Keep an appended block for its first read, if it fits."""
-        with self._appended_lock:
-            if self._appended_bytes + block.nbytes <= self.keep_appended_bytes or not self._appended:
-                self._appended[block.first] = block
-                self._appended_bytes += block.nbytes
-
     def read_block(self, index: int) -> Block:
         self._check_open()
         if not (self.first_index <= index < self._next):
             raise IndexError(f"queue index {index} is not stored ({self.first_index}..{self._next - 1})")
-        if self._appended:
-            with self._appended_lock:
-                kept = self._appended.pop(index, None)
-                if kept is not None:
-                    self._appended_bytes -= kept.nbytes
-                    appended = self._appended
-                    while appended and next(iter(appended)) < index:  # passed: not read again
-                        self._appended_bytes -= appended.popitem(last=False)[1].nbytes
-            if kept is not None:
-                return kept
         pos = bisect.bisect_right(self._firsts, index) - 1
         with self._env_lock:  # not closed for another's room while read
             seg = self._open_env(self._segments[pos])
@@ -456,9 +415,6 @@ class LmdbQueue(TxQueue):
                 deleted.append(info)
             if deleted:
                 _fsync_dir(self._seg_dir)
-                with self._appended_lock:
-                    for first in [f for f in self._appended if f < self.first_index]:
-                        self._appended_bytes -= self._appended.pop(first).nbytes
             return deleted
 
     def close(self) -> None:
@@ -468,9 +424,6 @@ class LmdbQueue(TxQueue):
             for seg in self._segments:
                 self._close_segment(seg)
             self._closed = True
-            with self._appended_lock:
-                self._appended.clear()
-                self._appended_bytes = 0
             self._release_lock()
 
     def _check_open(self) -> None:

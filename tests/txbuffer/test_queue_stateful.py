@@ -81,7 +81,6 @@ class QueueMachine(RuleBasedStateMachine):
         self.tailers: dict[int, dict[str, Tailer]] = {}
         self.segment_bytes = 0
         self.durable = False
-        self.keep = 0
         self.rolls_seen = 0
 
     # -- set-up ----------------------------------------------------------------------------
@@ -89,14 +88,11 @@ class QueueMachine(RuleBasedStateMachine):
     @initialize(
         segment_bytes=st.sampled_from([8 * 1024, 16 * 1024, 32 * 1024, 64 * 1024]),
         durable=st.booleans(),
-        keep=st.sampled_from([0, 2048, 1 << 20]),  # appended blocks kept decoded: none, one or two, all
     )
-    def open_queues(self, segment_bytes: int, durable: bool, keep: int) -> None:
+    def open_queues(self, segment_bytes: int, durable: bool) -> None:
         self.segment_bytes = segment_bytes
         self.durable = durable
-        self.keep = keep
-        self.queues["lmdb"] = LmdbQueue(self.path, segment_bytes=segment_bytes, durable=durable,
-                                        keep_appended_bytes=keep)
+        self.queues["lmdb"] = LmdbQueue(self.path, segment_bytes=segment_bytes, durable=durable)
         self.queues["mem"] = MemoryQueue(segment_bytes=segment_bytes)
         for q in self.queues.values():
             assert q.first_index == 0
@@ -252,7 +248,7 @@ class QueueMachine(RuleBasedStateMachine):
             pass
         else:
             raise AssertionError("a closed queue still reads")
-        q = LmdbQueue(self.path, segment_bytes=self.segment_bytes, durable=durable, keep_appended_bytes=self.keep)
+        q = LmdbQueue(self.path, segment_bytes=self.segment_bytes, durable=durable)
         self.queues["lmdb"] = q
         assert q.next_index == len(self.records)
         assert q.first_index == self.first["lmdb"]
