@@ -20,8 +20,9 @@ Rules (see docs/formats.md for the contract they implement):
   XID's late records do not open a transaction that never ends.
 * Retention (opt-in, :meth:`abandon_expired`): a transaction without an end that started
   too long before the watermark (by SCN) or before the clock (the median ``tm`` of the
-  last :data:`CLOCK_ENDS` ends acted on, never going back) is abandoned: no longer held, so cleanup frees its segments, never published;
-  its later records are counted as abandoned records.
+  last :data:`CLOCK_ENDS` ends acted on, never going back) is abandoned: no longer held,
+  so cleanup frees its segments, never published; its later records are counted as
+  abandoned records.
 """
 
 from __future__ import annotations
@@ -450,8 +451,9 @@ class Dispatcher:
         """Abandon every transaction without an end that started more than ``scn`` below
         the watermark, or more than ``seconds`` before :attr:`clock_tm`. The clock is the
         median ``tm`` of the last :data:`CLOCK_ENDS` ends acted on (those with a ``tm``),
-        and it never goes back; it starts once that many ends were acted on. Its start: the lower of its first record's and its begin's
-        SCN; its begin's ``tm``, or without one the clock when this rule first saw it.
+        and it never goes back; it starts once that many ends were acted on. Its start:
+        the lower of its first record's and its begin's SCN; its begin's ``tm``, or
+        without one the clock when this rule first saw it.
         Both measures move only as ends pass the watermark: a silent thread that holds
         the watermark abandons nothing. Returns what was abandoned (no longer held, so
         cleanup frees its segments; its later records are counted, not published)."""

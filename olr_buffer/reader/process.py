@@ -2,9 +2,10 @@
 
 Python runs one thread at a time per process, and parsing is most of olr-buffer's work.
 A :class:`ReaderProcess` stands in for a :class:`ThreadReader` in the parent: a child
-process runs the real ``ThreadReader`` whose queue is a pipe; the parent receives each block with the position
-after it and appends both in one LMDB write, exactly as the in-process reader does. The
-parent stays the only writer of the queue; a full pipe holds the child back.
+process runs the real ``ThreadReader`` whose queue is a pipe; the parent receives each
+block with the position after it and appends both in one LMDB write, exactly as the
+in-process reader does. The parent stays the only writer of the queue; a full pipe holds
+the child back.
 
 Children are forked by multiprocessing's ``forkserver``: a process started once, from a
 fresh interpreter (LMDB environments must not cross a fork, and the parent has them open),

@@ -6,7 +6,8 @@ it would share one interpreter lock with the dispatcher and the changefeed write
 the redo-file readers (:mod:`olr_buffer.reader.process`), a child process forked by
 multiprocessing's fork server runs it; its queue is a pipe: each block, encoded and
 compressed in the child, goes to the parent with the reader's state, and the parent
-appends both in one LMDB write, as the reader in a thread does. The parent stays the only writer of the queue.
+appends both in one LMDB write, as the reader in a thread does. The parent stays the
+only writer of the queue.
 
 What goes the other way: the changefeed's last published commit LSN, in a shared value
 the parent keeps up to date (the reader confirms to the server only what is published),
