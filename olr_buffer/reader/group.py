@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import threading
 from dataclasses import dataclass, field
@@ -13,7 +12,7 @@ from .dead_letters import DeadLetters
 from .errors import InputError
 from .files import LogFile, check_contiguous, scan
 from .position import POSITION_PREFIX, ReaderPosition, load_positions
-from .process import ReaderProcess
+from .process import _CTX, ReaderProcess
 from .thread_reader import DEFAULT_BLOCK_BYTES, DEFAULT_BLOCK_RECORDS, ThreadReader
 
 
@@ -67,9 +66,9 @@ class ReaderGroup:
     floor_threads: set[int] = field(default_factory=set)
 
     def __post_init__(self) -> None:
-        ctx = multiprocessing.get_context("forkserver")
-        self.published_scn = ctx.Value("q", -1, lock=False)
-        self.queue_end = ctx.Value("q", self.queue.next_index, lock=False)
+        # shared with the reader processes: made by the context that starts them
+        self.published_scn = _CTX.Value("q", -1, lock=False)
+        self.queue_end = _CTX.Value("q", self.queue.next_index, lock=False)
 
     def _appended(self) -> None:
         self.queue_end.value = self.queue.next_index
