@@ -170,7 +170,12 @@ def write_input(root: Path, per_thread: dict[int, list[dict]], per_file: int) ->
                     fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
 
 
-@given(workload=workloads(), per_file=st.integers(1, 6), block_records=st.one_of(st.integers(1, 4), st.just(64)), batches=st.booleans(),
+# records a block: a few (groups cut across blocks), or many (batches that take several
+# groups of one block, adjacent or not)
+_BLOCK_RECORDS = st.one_of(st.integers(1, 4), st.just(64))
+
+
+@given(workload=workloads(), per_file=st.integers(1, 6), block_records=_BLOCK_RECORDS, batches=st.booleans(),
        data=st.data())
 def test_dispatcher_matches_model_whatever_the_interleaving(workload, per_file, block_records, batches, data):
     with tempfile.TemporaryDirectory() as tmp:
@@ -212,7 +217,7 @@ def test_dispatcher_matches_model_whatever_the_interleaving(workload, per_file, 
             assert sink.batches == 0
 
 
-@given(workload=workloads(), per_file=st.integers(1, 6), block_records=st.one_of(st.integers(1, 4), st.just(64)), batches=st.booleans(),
+@given(workload=workloads(), per_file=st.integers(1, 6), block_records=_BLOCK_RECORDS, batches=st.booleans(),
        data=st.data())
 def test_retention_drops_exactly_the_abandoned_transactions(workload, per_file, block_records, batches, data):
     """With the retention limit applied at random points (by SCN distance, or by the
