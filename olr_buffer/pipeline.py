@@ -68,8 +68,9 @@ class PipelineOptions:
 
 # A replay whose input is estimated below this many bytes of text reads it in threads of
 # its own process: starting the reader processes costs more than reading a few MiB takes
-# (0.5 s of wall time and 1 s of CPU when they were spawned, where the threshold was
-# measured; 0.3-0.5 s of wall time with the fork server: docs/performance.md, "Small replays").
+# (0.5 s of wall time and 1 s of CPU when they were spawned; 0.3-0.5 s of wall time with
+# the fork server, with which the two still cross at about 9 MiB: docs/performance.md,
+# "Small replays").
 SMALL_REPLAY_BYTES = 8 << 20
 ZSTD_RATIO = 5  # the text bytes a .zst byte of redo ops is estimated to hold
 
