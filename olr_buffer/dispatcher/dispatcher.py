@@ -61,8 +61,8 @@ _ENDED_MEMORY = 20_000  # XIDs remembered after their end, to tell late records 
 # transaction look old at once.
 CLOCK_ENDS = 5
 _ABANDONED_MEMORY = 10_000  # abandoned XIDs remembered, to count their later records
-# The batch path: transactions of one thread, without compensation, up to this many rows
-# are decoded together (one call per batch) and handed to the sink in batches.
+# The batch path: transactions of one thread up to this many rows are decoded together
+# (one call per batch) and handed to the sink in batches.
 _BATCH_TX_MAX_ROWS = 50_000
 _BATCH_MAX_RECORDS = 100_000
 
@@ -112,8 +112,9 @@ class AbandonedTransaction:
 class TransactionSink(Protocol):
     """Where committed transactions go (the changefeed writer)."""
 
-    def write_transaction(self, commit: Commit, rows: Iterable[tuple[int, list]]) -> int:
-        """Consume ``rows`` (``(thread, record)``); publish them as one transaction.
+    def write_transaction(self, commit: Commit, chunks: Iterable[tuple[int, list[list]]]) -> int:
+        """Consume ``chunks`` (``(thread, rows)``: runs of rows, each of one redo thread,
+        in row order); publish their rows as one transaction.
 
         Returns the number of rows written; 0 means nothing was written and no ``tx_seq``
         was used.
@@ -596,7 +597,7 @@ class Dispatcher:
                         f"commit of {xid} at scn {key.scn} would be published after commit scn {self.last_key.scn}",
                         hint="this is a bug: nothing out of order was published", xid=xid,
                     )
-                elif batching and not txn.compensations and len(txn.locations) == 1 and txn.rows <= _BATCH_TX_MAX_ROWS:
+                elif batching and len(txn.locations) == 1 and txn.rows <= _BATCH_TX_MAX_ROWS:
                     self.last_key = key
                     batch.append((txn, key))
                     (locs,) = txn.locations.values()
@@ -609,7 +610,7 @@ class Dispatcher:
                         self._publish_batch(batch)
                         batch, batch_records = [], 0
                     self.last_key = key
-                    n = self.sink.write_transaction(Commit(xid, key, txn.end_tm), self.replayer.rows(txn, key.scn))
+                    n = self.sink.write_transaction(Commit(xid, key, txn.end_tm), self.replayer.chunks(txn, key.scn))
                     self._count_published(n)
             i = len(ready)
             if batch:
@@ -635,10 +636,12 @@ class Dispatcher:
             self.stats.empty += 1
 
     def _publish_batch(self, batch: list[tuple[OpenTransaction, CommitKey]]) -> None:
-        """Single-thread transactions without compensation: their records are in row order
-        in the queue already; decode them all at once and drop all but rows up to the
-        commit SCN (at the end of each run, since the thread's SCNs do not decrease).
-        The sink gets the rows in one flat list (:meth:`TransactionSink.write_rows`)."""
+        """Single-thread transactions: their records are in row order in the queue
+        already; decode them all at once and drop all but rows up to the commit SCN (at
+        the end of each run, since the thread's SCNs do not decrease). A transaction with
+        compensation records has its own rows worked out from its records
+        (:meth:`Replayer.compensated`). The sink gets the rows in one flat list
+        (:meth:`TransactionSink.write_rows`)."""
         runs: list[tuple[int, int, int]] = []  # (block, start, stop): runs of records to slice
         spans = []
         a = 0
@@ -685,10 +688,20 @@ class Dispatcher:
         rows = list(itertools.compress(recs, flags))
         cum = list(itertools.accumulate(flags, initial=0))  # rows before each record
         txs = []
-        ranges = []
+        ranges: list = []  # per transaction published: (first, end) of rows, or its own rows
         late = 0
         empty = 0
+        own = False  # whether rows holds rows of compensated transactions (to be left out)
         for (txn, key), (thread, a, b) in zip(batch, spans):
+            if txn.compensations:
+                own = True
+                kept = self.replayer.compensated(recs[a:b], key[0])
+                if kept:
+                    txs.append((txn.xid, key, txn.end_tm, thread, len(kept)))
+                    ranges.append(kept)
+                else:
+                    empty += 1
+                continue
             ra, rb = cum[a], cum[b]
             if rb > ra and rows[rb - 1][SCN] > key[0]:  # rows after the commit: late, dropped
                 end = rb
@@ -701,8 +714,8 @@ class Dispatcher:
                 ranges.append((ra, rb))
             else:
                 empty += 1
-        if late:
-            rows = list(itertools.chain.from_iterable(rows[ra:rb] for ra, rb in ranges))
+        if late or own:
+            rows = list(itertools.chain.from_iterable(r if type(r) is list else rows[r[0] : r[1]] for r in ranges))
         self.stats.late_records += late
         if txs:
             self.sink.write_rows(rows, txs)

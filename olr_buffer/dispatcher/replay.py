@@ -3,9 +3,16 @@
 Per redo thread, a transaction's records are in the queue in input order, which is row
 order ``(scn, sub, sequence, line)`` within the thread. The threads' streams are merged
 lazily (``heapq.merge``), so a transaction of any size streams through in bounded
-memory. Compensation needs to know, for each row, whether a later record cancels it; a
-transaction with compensation records is read more than once: first the RIDs that
-compensations name, then which rows they cancel, then the rows.
+memory; rows are handed on in chunks (lists of one thread's rows), not one by one.
+
+Compensation needs to know, for each row, whether a later record cancels it; a
+transaction with compensation records is read twice. The first read goes backwards:
+a compensation record is one more cancel pending for its RID, and a row whose RID has
+one pending takes it. That is the same matching as the forward rule of the contract
+(a compensation cancels the latest row before it with its RID that is not cancelled
+already): per RID, rows and compensations pair like opening and closing brackets, and
+the pairs are the same whichever end they are matched from. The second read hands on
+the rows that are left.
 
 A ``CUT`` record (PostgreSQL: a subtransaction rolled back) cancels a range of row
 ordinals of its transaction, whatever their RID.
@@ -17,7 +24,9 @@ import bisect
 import heapq
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Iterator
+from itertools import compress
+from operator import itemgetter
+from typing import Iterable, Iterator
 
 from ..changes import (
     CODE,
@@ -39,6 +48,18 @@ from .transaction import OpenTransaction
 
 # A replayed record: (scn, sub, thread, sequence, line, record list), ordered as rows are
 ReplayItem = tuple[int, int, int, int, int, list]
+
+# Rows of a transaction of several threads handed on at a time (at most)
+CHUNK_ROWS = 4096
+
+_code_of = itemgetter(CODE)
+_scn_of = itemgetter(SCN)
+_is_row = ROW_CODES.__contains__
+_cancels = COMPENSATION.__and__  # compensations and cuts
+
+
+def _rows_of(recs: list[list]) -> list[list]:
+    return list(compress(recs, map(_is_row, map(_code_of, recs))))
 
 
 @dataclass(slots=True)
@@ -84,72 +105,122 @@ class Replayer:
         self.cache = cache
         self.stats = ReplayStats()
 
-    def _thread_items(self, thread: int, locs, c_scn: int, count_late: bool) -> Iterator[ReplayItem]:
+    def chunks(self, txn: OpenTransaction, c_scn: int) -> Iterator[tuple[int, list[list]]]:
+        """The rows of a transaction committed at ``c_scn``, compensation applied, in row
+        order, as ``(thread, rows)``: runs of rows of one redo thread. Records above
+        ``c_scn`` are left out and counted (``records_after_end``)."""
+        cancelled = self._cancelled(txn, c_scn) if txn.compensations else None
+        ordinal = 0
+        for thread, recs in self._record_chunks(txn, c_scn, count_late=True):
+            rows = _rows_of(recs)
+            if cancelled is not None and rows:
+                n = len(rows)
+                rows = cancelled.kept(ordinal, rows)
+                ordinal += n
+            if rows:
+                yield thread, rows
+
+    def compensated(self, recs: list[list], c_scn: int) -> list[list]:
+        """The rows of one transaction whose records are all in ``recs`` (one thread's, in
+        order), compensation applied; the same as :meth:`chunks` gives."""
+        recs = self._upto(recs, c_scn, count_late=True)
+        rows = _rows_of(recs)
+        return self._cancellations([recs[::-1]]).kept(0, rows)
+
+    # -- reading records ---------------------------------------------------------------
+
+    def _upto(self, recs: list[list], c_scn: int, count_late: bool) -> list[list]:
+        """``recs`` without those above ``c_scn``; the rows and compensations among those
+        are counted as late if ``count_late``."""
+        if not recs or max(map(_scn_of, recs)) <= c_scn:
+            return recs
+        if count_late:
+            self.stats.records_after_end += sum(
+                1 for r in recs if r[SCN] > c_scn and (r[CODE] in ROW_CODES or r[CODE] & COMPENSATION)
+            )
+        return [r for r in recs if r[SCN] <= c_scn]
+
+    def _spans(self, locs: list[int], c_scn: int, count_late: bool, reverse: bool) -> Iterator[list[list]]:
+        """The records of each span of one thread's locations, at or below ``c_scn``, in
+        order (or all in reverse order)."""
         get = self.cache.get
-        code_, scn_, sub_, seq_, line_ = CODE, SCN, SUB, SEQUENCE, LINE  # locals: the loop runs per record
-        for i in range(0, len(locs), 3):
+        order = range(len(locs) - 3, -1, -3) if reverse else range(0, len(locs), 3)
+        for i in order:
             start, count = locs[i + 1], locs[i + 2]
-            for rec in decode_records(get(locs[i]).span(start, start + count), count):
+            recs = self._upto(decode_records(get(locs[i]).span(start, start + count), count), c_scn, count_late)
+            yield recs[::-1] if reverse else recs
+
+    def _thread_items(self, thread: int, locs, c_scn: int, count_late: bool, reverse: bool) -> Iterator[ReplayItem]:
+        code_, scn_, sub_, seq_, line_ = CODE, SCN, SUB, SEQUENCE, LINE  # locals: the loop runs per record
+        for recs in self._spans(locs, c_scn, count_late, reverse):
+            for rec in recs:
                 code = rec[code_]
                 if code in ROW_CODES or code & COMPENSATION:
-                    if rec[scn_] <= c_scn:
-                        yield (rec[scn_], rec[sub_], thread, rec[seq_], rec[line_], rec)
-                    elif count_late:
-                        self.stats.records_after_end += 1
+                    yield (rec[scn_], rec[sub_], thread, rec[seq_], rec[line_], rec)
 
-    def _items(self, txn: OpenTransaction, c_scn: int, count_late: bool = False) -> Iterator[ReplayItem]:
-        streams = [self._thread_items(t, locs, c_scn, count_late) for t, locs in sorted(txn.locations.items())]
-        if len(streams) == 1:
-            return streams[0]
-        return heapq.merge(*streams)
-
-    def rows(self, txn: OpenTransaction, c_scn: int) -> Iterator[tuple[int, list]]:
-        """``(thread, record)`` for each row of the transaction, compensation applied."""
-        if not txn.compensations:
-            for item in self._items(txn, c_scn, count_late=True):
-                if item[5][CODE] in ROW_CODES:
-                    yield item[2], item[5]
+    def _record_chunks(self, txn: OpenTransaction, c_scn: int, count_late: bool = False,
+                       reverse: bool = False) -> Iterator[tuple[int, list[list]]]:
+        """``(thread, records)``, in row order (or reverse row order): of one thread, its
+        spans as decoded (other records than rows and compensations included); of several,
+        their merged records in runs of one thread."""
+        if len(txn.locations) == 1:
+            ((thread, locs),) = txn.locations.items()
+            for recs in self._spans(locs, c_scn, count_late, reverse):
+                yield thread, recs
             return
-        cancelled = self._cancelled(txn, c_scn)
-        ordinal = 0
-        for item in self._items(txn, c_scn, count_late=True):
-            rec = item[5]
-            if rec[CODE] in ROW_CODES:
-                if ordinal not in cancelled:
-                    yield item[2], rec
-                ordinal += 1
+        streams = [self._thread_items(t, locs, c_scn, count_late, reverse) for t, locs in sorted(txn.locations.items())]
+        run: list[list] = []
+        run_thread = None
+        for item in heapq.merge(*streams, reverse=reverse):
+            if item[2] != run_thread or len(run) >= CHUNK_ROWS:
+                if run:
+                    yield run_thread, run
+                run, run_thread = [], item[2]
+            run.append(item[5])
+        if run:
+            yield run_thread, run
+
+    # -- compensation --------------------------------------------------------------------
 
     def _cancelled(self, txn: OpenTransaction, c_scn: int) -> "Cancelled":
-        """Ordinals (among rows) of the rows that compensation and cut records cancel."""
+        """The row ordinals that compensation and cut records cancel (one backward read)."""
+        return self._cancellations(recs for _, recs in self._record_chunks(txn, c_scn, reverse=True))
+
+    def _cancellations(self, backwards: Iterable[list[list]]) -> "Cancelled":
+        """The row ordinals cancelled among records given in reverse row order (lists of
+        them, all at or below the commit SCN): see the module's docstring."""
         cancelled = Cancelled()
-        rids = set()
-        for item in self._items(txn, c_scn):
-            rec = item[5]
-            if rec[CODE] == CUT:
-                cancelled.add_range(rec[CUT_FIRST], rec[CUT_END])
-            elif rec[CODE] & COMPENSATION:
-                rids.add(rec[COMPENSATED_RID])
-        if not rids:
-            return cancelled
-        stacks: dict[str, list[int]] = {}
-        ordinal = 0
-        for item in self._items(txn, c_scn):
-            rec = item[5]
-            code = rec[CODE]
-            if code in ROW_CODES:
-                rid = rec[RID]
-                if rid in rids:
-                    stacks.setdefault(rid, []).append(ordinal)
-                ordinal += 1
-            elif code == CUT:
+        pending: dict = {}  # RID -> compensations after the rows read so far, not yet matched
+        matched: list[int] = []  # rows cancelled, counted from the last row
+        rows = 0
+        stats = self.stats
+        for recs in backwards:
+            codes = list(map(_code_of, recs))
+            if not pending and not any(map(_cancels, codes)):  # nothing here is cancelled
+                rows += sum(map(_is_row, codes))
                 continue
-            else:
-                self.stats.compensations += 1
-                stack = stacks.get(rec[COMPENSATED_RID])
-                if stack:
-                    cancelled.add(stack.pop())
-                else:
-                    self.stats.unmatched_compensations += 1
+            for rec, code in zip(recs, codes):
+                if code in ROW_CODES:
+                    if pending:
+                        rid = rec[RID]
+                        n = pending.get(rid)
+                        if n:
+                            matched.append(rows)
+                            if n == 1:
+                                del pending[rid]
+                            else:
+                                pending[rid] = n - 1
+                    rows += 1
+                elif code == CUT:
+                    cancelled.add_range(rec[CUT_FIRST], rec[CUT_END])
+                elif code & COMPENSATION:
+                    stats.compensations += 1
+                    rid = rec[COMPENSATED_RID]
+                    pending[rid] = pending.get(rid, 0) + 1
+        stats.unmatched_compensations += sum(pending.values())
+        last = rows - 1
+        for r in matched:
+            cancelled.add(last - r)
         return cancelled
 
 
@@ -180,3 +251,44 @@ class Cancelled:
             return True
         i = bisect.bisect_right(self._starts, ordinal) - 1
         return i >= 0 and ordinal < self._ends[i]
+
+    def kept(self, first: int, rows: list) -> list:
+        """``rows``, whose ordinals are ``first``, ``first + 1``, ..., without the cancelled
+        ones."""
+        if not self._starts:  # no cut: compensations only
+            ordinals = self._ordinals
+            if not ordinals:
+                return rows
+            return [r for o, r in enumerate(rows, first) if o not in ordinals]
+        if self._ordinals:
+            self._fold()
+        starts, ends = self._starts, self._ends  # ranges: the kept rows are slices between them
+        stop = first + len(rows)
+        i = bisect.bisect_right(ends, first)  # the first range that ends after first
+        if i == len(starts) or starts[i] >= stop:
+            return rows
+        out: list = []
+        pos = first
+        while i < len(starts) and starts[i] < stop:
+            if starts[i] > pos:
+                out += rows[pos - first : starts[i] - first]
+            pos = max(pos, ends[i])
+            i += 1
+        if pos < stop:
+            out += rows[pos - first :]
+        return out
+
+    def _fold(self) -> None:
+        """Fold the single ordinals into the ranges (once, before reading them in order)."""
+        spans = sorted([*zip(self._starts, self._ends), *((o, o + 1) for o in self._ordinals)])
+        starts: list[int] = []
+        ends: list[int] = []
+        for s, e in spans:
+            if starts and s <= ends[-1]:
+                if e > ends[-1]:
+                    ends[-1] = e
+            else:
+                starts.append(s)
+                ends.append(e)
+        self._starts, self._ends = starts, ends
+        self._ordinals = set()

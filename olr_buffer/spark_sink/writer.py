@@ -274,25 +274,33 @@ class ChangefeedWriter:
 
     # -- writing -----------------------------------------------------------------------
 
-    def write_transaction(self, commit: Commit, rows: Iterable[tuple[int, list]]) -> int:
+    def write_transaction(self, commit: Commit, chunks: Iterable[tuple[int, list[list]]]) -> int:
+        """One transaction whose rows come in ``chunks``: ``(thread, rows)``, runs of rows
+        of one redo thread, in order. Row groups are written as they fill; returns the
+        rows written (0: nothing, and no ``tx_seq`` taken)."""
         tx_seq = self.next_tx_seq
-        recs, threads = self._recs, self._threads
-        op_seq0 = 0
-        n = 0  # rows of this transaction in the buffer
-        for thread, rec in rows:
-            recs.append(rec)
-            threads.append(thread)
-            n += 1
-            if len(recs) >= self.row_group_rows or (not len(recs) % _BYTES_STEP and self._group_full()):
-                self._tx.append((tx_seq, n, commit.key.scn, commit.tm, commit.xid, op_seq0))
-                self._write_row_group()
-                op_seq0 += n
-                n = 0
-        total = op_seq0 + n
+        recs, threads, segs = self._recs, self._threads, self._tx
+        group = self.row_group_rows
+        c_scn, tm, xid = commit.key.scn, commit.tm, commit.xid
+        total = 0  # rows of this transaction so far
+        for thread, rows in chunks:
+            pos, n = 0, len(rows)
+            while pos < n:
+                stop = pos + min(group - len(recs), _BYTES_STEP, n - pos)
+                take = stop - pos
+                recs.extend(rows[pos:stop] if pos or stop < n else rows)
+                threads.extend(repeat(thread, take))
+                if segs and segs[-1][0] == tx_seq:  # the same transaction, same row group: one segment
+                    last = segs[-1]
+                    segs[-1] = (tx_seq, last[1] + take, c_scn, tm, xid, last[5])
+                else:
+                    segs.append((tx_seq, take, c_scn, tm, xid, total))
+                total += take
+                pos = stop
+                if len(recs) >= group or self._group_full():
+                    self._write_row_group()
         if not total:
             return 0
-        if n:
-            self._tx.append((tx_seq, n, commit.key.scn, commit.tm, commit.xid, op_seq0))
         self._end_transaction(commit, total)
         return total
 
@@ -313,6 +321,8 @@ class ChangefeedWriter:
         a row group holds at most ``row_group_rows`` rows and closes once its rows reach
         ``row_group_bytes``, looked at every ``_BYTES_STEP`` rows at most."""
         ends = list(itertools.accumulate(t[4] for t in txs))  # rows up to each transaction's end
+        if not ends or ends[-1] != len(rows):
+            raise ValueError(f"write_rows: {len(rows)} rows for transactions of {ends[-1] if ends else 0} rows")
         i = r = 0
         while i < len(txs):
             # the transactions up to the one that fills the open file

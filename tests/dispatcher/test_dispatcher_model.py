@@ -30,9 +30,9 @@ class ListSink:
         self.rows: list[dict] = []
         self.next_tx_seq = 0
 
-    def write_transaction(self, commit, rows) -> int:
+    def write_transaction(self, commit, chunks) -> int:
         out = []
-        for thread, rec in rows:
+        for thread, rec in ((t, r) for t, chunk in chunks for r in chunk):
             code, scn, sub, _seq, _line, tm, owner, table, obj, rid, before, after, sql = rec
             out.append(
                 {
@@ -62,7 +62,7 @@ class ListSink:
 
 
     def write_transactions(self, items) -> list[int]:
-        return [self.write_transaction(commit, ((thread, r) for r in rows)) for commit, thread, rows in items]
+        return [self.write_transaction(commit, [(thread, rows)]) for commit, thread, rows in items]
 
     def write_rows(self, rows, txs) -> None:
         """The flat batch: each transaction's rows are the next ``n`` of ``rows``."""
@@ -70,7 +70,7 @@ class ListSink:
         a = 0
         for xid, key, tm, thread, n in txs:
             assert isinstance(key, CommitKey)
-            assert self.write_transaction(Commit(xid, key, tm), ((thread, r) for r in rows[a : a + n])) == n
+            assert self.write_transaction(Commit(xid, key, tm), [(thread, rows[a : a + n])]) == n
             a += n
 
 

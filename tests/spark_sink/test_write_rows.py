@@ -39,8 +39,10 @@ def _files(cf: Path) -> list[tuple[str, dict, list]]:
     file_rows=st.integers(1, 40),
     row_group_rows=st.integers(1, 12),
     row_group_bytes=st.sampled_from([1, 3000, 1 << 40]),
+    chunk=st.integers(1, 4),
 )
-def test_write_rows_equals_write_transaction_per_transaction(txs, cuts, file_rows, row_group_rows, row_group_bytes):
+def test_write_rows_equals_write_transaction_per_transaction(txs, cuts, file_rows, row_group_rows, row_group_bytes,
+                                                             chunk):
     items = []
     for k, (n, thread) in enumerate(txs):
         scn = 10 * (k + 1)
@@ -52,7 +54,8 @@ def test_write_rows_equals_write_transaction_per_transaction(txs, cuts, file_row
                       durable=False)
         one = ChangefeedWriter(root / "one", **limits)
         for commit, thread, rows in items:
-            assert one.write_transaction(commit, ((thread, r) for r in rows)) == len(rows)
+            chunks = ((thread, rows[i : i + chunk]) for i in range(0, len(rows), chunk))
+            assert one.write_transaction(commit, chunks) == len(rows)
         one.close()
         flat = ChangefeedWriter(root / "flat", **limits)
         it = iter(items)

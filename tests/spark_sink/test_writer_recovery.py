@@ -14,7 +14,7 @@ from olr_buffer.spark_sink.writer import MANIFEST, META_DIR, PUBLISHED_LOG, Chan
 
 def _publish(writer: ChangefeedWriter, scn: int) -> None:
     row = [2, scn, 0, 1, scn, None, "O", "T", None, f"R{scn}", None, '{"A":1}', None]
-    assert writer.write_transaction(Commit(f"x{scn}", CommitKey(scn, 1, 1, scn), None), [(1, row)]) == 1
+    assert writer.write_transaction(Commit(f"x{scn}", CommitKey(scn, 1, 1, scn), None), [(1, [row])]) == 1
     writer.flush()
 
 

@@ -64,7 +64,7 @@ class WriterMachine(RuleBasedStateMachine):
     @rule(rows=st.integers(0, 5))
     def write(self, rows: int) -> None:
         commit = self._commit()
-        n = self.writer.write_transaction(commit, ((1, _row(commit.scn, i)) for i in range(rows)))
+        n = self.writer.write_transaction(commit, [(1, [_row(commit.scn, i) for i in range(rows)])])
         assert n == rows
         self._handed(commit.xid, rows)
 

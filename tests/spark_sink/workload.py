@@ -181,11 +181,11 @@ def publish(writer: ChangefeedWriter, tx: list[dict[str, Any]]) -> None:
     commit = Commit(first["xid"], CommitKey(first["c_scn"], 0, 0, first["tx_seq"]), first["c_tm"])
     writer.write_transaction(
         commit,
-        (
+        (  # a chunk a row: the rows of a transaction may change thread at any row
             (
                 r["thread"],
-                [_CODES[r["op"]], r["scn"], r["sub"], 0, r["op_seq"], r["tm"], r["owner"], r["table"],
-                 r["obj"], r["rid"], text(r["before"]), text(r["after"]), r["sql"]],
+                [[_CODES[r["op"]], r["scn"], r["sub"], 0, r["op_seq"], r["tm"], r["owner"], r["table"],
+                  r["obj"], r["rid"], text(r["before"]), text(r["after"]), r["sql"]]],
             )
             for r in tx
         ),
