@@ -14,7 +14,9 @@ this writes one *shape* at a time, so that each cell of the matrix measures one 
 * ``--open N``: how many transactions are open at once (their records interleave);
 * ``--compensated F``: this share of rows is followed by a compensation record
   (``"rollback": true``, same ``rid``) that cancels it;
-* ``--threads``: RAC threads; 2 % of transactions write rows on a second thread;
+* ``--threads``: RAC threads;
+* ``--distributed F``: this share of transactions (default 0.02) write rows on a second
+  thread too (half of their rows, at random);
 * ``--zst``: archived sequences (all but each thread's last) as ``.jsonl.zst``.
 
 The input is valid: one global SCN clock, ``lwn`` heartbeats on every thread every
@@ -75,7 +77,8 @@ class _Tx:
 
 
 def generate(out_dir: str, *, lines: int, threads: int, width: str, tx: str, open_txs: int,
-             compensated: float, zst: bool, seed: int = 1, records_per_file: int = 20_000) -> dict:
+             compensated: float, zst: bool, seed: int = 1, records_per_file: int = 20_000,
+             distributed: float = 0.02) -> dict:
     out = Path(out_dir)
     if out.exists():
         shutil.rmtree(out)
@@ -94,7 +97,7 @@ def generate(out_dir: str, *, lines: int, threads: int, width: str, tx: str, ope
         n_tx += 1
         home = rng.randrange(threads) + 1
         others = [home]
-        if threads > 1 and rng.random() < 0.02:
+        if threads > 1 and rng.random() < distributed:
             others.append(rng.choice([t for t in range(1, threads + 1) if t != home]))
         if tx == "tiny":
             rows = rng.randint(1, 5) if rng.random() < 0.9 else rng.randint(1, 2)
@@ -167,7 +170,8 @@ def generate(out_dir: str, *, lines: int, threads: int, width: str, tx: str, ope
             lg.flush(archived=False)
     total = sum(p.stat().st_size for p in out.iterdir())
     desc = {"params": {"lines": lines, "threads": threads, "width": width, "tx": tx, "open": open_txs,
-                       "compensated": compensated, "zst": zst, "seed": seed},
+                       "compensated": compensated, "zst": zst, "seed": seed,
+                       **({"distributed": distributed} if distributed != 0.02 else {})},
             "lines": written, "bytes": total, "stats": stats}
     (out / MARKER).write_text(json.dumps(desc, indent=2))
     return desc
@@ -196,10 +200,13 @@ def main() -> None:
     ap.add_argument("--open", type=int, default=16, dest="open_txs")
     ap.add_argument("--compensated", type=float, default=0.0)
     ap.add_argument("--zst", action="store_true")
+    ap.add_argument("--distributed", type=float, default=0.02,
+                    help="share of transactions that write rows on a second thread too")
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()
     desc = generate(args.out_dir, lines=args.lines, threads=args.threads, width=args.width, tx=args.tx,
-                    open_txs=args.open_txs, compensated=args.compensated, zst=args.zst, seed=args.seed)
+                    open_txs=args.open_txs, compensated=args.compensated, zst=args.zst, seed=args.seed,
+                    distributed=args.distributed)
     print(json.dumps({k: desc[k] for k in ("lines", "bytes", "stats")}), file=sys.stdout)
 
 

@@ -61,10 +61,13 @@ _ENDED_MEMORY = 20_000  # XIDs remembered after their end, to tell late records 
 # transaction look old at once.
 CLOCK_ENDS = 5
 _ABANDONED_MEMORY = 10_000  # abandoned XIDs remembered, to count their later records
-# The batch path: transactions of one thread up to this many rows are decoded together
-# (one call per batch) and handed to the sink in batches.
+# The batch path: transactions up to this many rows are decoded together (one call per
+# batch) and handed to the sink in batches of about _BATCH_MAX_RECORDS records. Batches
+# are kept small enough for the CPU's caches: every pass over a batch's rows (decoding,
+# slicing, the writer's columns) is then a pass over memory just written; batches of
+# 100,000 records cost ~10 % more CPU than of 1,000 (docs/performance.md).
 _BATCH_TX_MAX_ROWS = 50_000
-_BATCH_MAX_RECORDS = 100_000
+_BATCH_MAX_RECORDS = 1_000
 
 # A CommitKey without the Python-level ``__new__`` of a NamedTuple (one per end record)
 _commit_key = partial(tuple.__new__, CommitKey)
@@ -124,10 +127,11 @@ class TransactionSink(Protocol):
         """Many transactions at once, each ``(commit, thread, rows)`` with every row of one
         redo thread; the same as :meth:`write_transaction` for each, in order."""
 
-    def write_rows(self, rows: list[list], txs: list[tuple[str, CommitKey, int | None, int, int]]) -> None:
+    def write_rows(self, rows: list[list], txs: list[tuple[str, CommitKey, int | None, int | list[int], int]]) -> None:
         """Many transactions at once, flat: ``txs`` holds ``(xid, key, tm, thread, n)`` for
-        each, ``n > 0`` of its rows (every one of redo thread ``thread``), which are the
-        next ``n`` of ``rows``; the same as :meth:`write_transaction` for each, in order."""
+        each, ``n > 0`` of its rows, which are the next ``n`` of ``rows``; ``thread`` is the
+        redo thread of all of them, or a list of each one's; the same as
+        :meth:`write_transaction` for each, in order."""
 
 
 class Dispatcher:
@@ -597,11 +601,11 @@ class Dispatcher:
                         f"commit of {xid} at scn {key.scn} would be published after commit scn {self.last_key.scn}",
                         hint="this is a bug: nothing out of order was published", xid=xid,
                     )
-                elif batching and len(txn.locations) == 1 and txn.rows <= _BATCH_TX_MAX_ROWS:
+                elif batching and txn.rows <= _BATCH_TX_MAX_ROWS:
                     self.last_key = key
                     batch.append((txn, key))
-                    (locs,) = txn.locations.values()
-                    batch_records += locs[2] if len(locs) == 3 else sum(locs[2::3])
+                    for locs in txn.locations.values():
+                        batch_records += locs[2] if len(locs) == 3 else sum(locs[2::3])
                     if batch_records >= _BATCH_MAX_RECORDS:
                         self._publish_batch(batch)
                         batch, batch_records = [], 0
@@ -636,30 +640,37 @@ class Dispatcher:
             self.stats.empty += 1
 
     def _publish_batch(self, batch: list[tuple[OpenTransaction, CommitKey]]) -> None:
-        """Single-thread transactions: their records are in row order in the queue
-        already; decode them all at once and drop all but rows up to the commit SCN (at
-        the end of each run, since the thread's SCNs do not decrease). A transaction with
-        compensation records has its own rows worked out from its records
-        (:meth:`Replayer.compensated`). The sink gets the rows in one flat list
+        """Transactions up to ``_BATCH_TX_MAX_ROWS`` rows, decoded all at once. Those of
+        one thread without compensation records are in row order in the queue already:
+        their rows are those of their records, up to the commit SCN (at the end of each
+        run, since the thread's SCNs do not decrease). The others (several threads, or
+        compensation) have their own rows worked out from their records
+        (:meth:`Replayer.transaction_rows`). The sink gets the rows in one flat list
         (:meth:`TransactionSink.write_rows`)."""
         runs: list[tuple[int, int, int]] = []  # (block, start, stop): runs of records to slice
-        spans = []
+        spans: list[tuple] = []  # per transaction: (thread, first, end) of its records, or (None, [those per thread], None)
         a = 0
         # adjacent records of one block are sliced once (the groups of tiny transactions
         # of a block are often adjacent, and in commit order)
         run_index = -1
         run_start = run_stop = 0
         for txn, _key in batch:
-            ((thread, locs),) = txn.locations.items()
-            if len(locs) == 3:
-                index, start, n = locs
-                if index == run_index and start == run_stop:
-                    run_stop += n
-                else:
-                    if run_index >= 0:
-                        runs.append((run_index, run_start, run_stop))
-                    run_index, run_start, run_stop = index, start, start + n
-            else:
+            locations = txn.locations
+            if len(locations) == 1:
+                ((thread, locs),) = locations.items()
+                if len(locs) == 3:  # one group: the most common case, inline
+                    index, start, n = locs
+                    if index == run_index and start == run_stop:
+                        run_stop += n
+                    else:
+                        if run_index >= 0:
+                            runs.append((run_index, run_start, run_stop))
+                        run_index, run_start, run_stop = index, start, start + n
+                    spans.append((thread, a, a + n))
+                    a += n
+                    continue
+            per_thread = []
+            for thread, locs in sorted(locations.items()):
                 n = 0
                 for i in range(0, len(locs), 3):
                     index, start, count = locs[i], locs[i + 1], locs[i + 2]
@@ -670,8 +681,9 @@ class Dispatcher:
                             runs.append((run_index, run_start, run_stop))
                         run_index, run_start, run_stop = index, start, start + count
                     n += count
-            spans.append((thread, a, a + n))
-            a += n
+                per_thread.append((thread, a, a + n))
+                a += n
+            spans.append(per_thread[0] if len(per_thread) == 1 else (None, per_thread, None))
         if run_index >= 0:
             runs.append((run_index, run_start, run_stop))
         get = self.cache.get
@@ -688,17 +700,27 @@ class Dispatcher:
         rows = list(itertools.compress(recs, flags))
         cum = list(itertools.accumulate(flags, initial=0))  # rows before each record
         txs = []
-        ranges: list = []  # per transaction published: (first, end) of rows, or its own rows
+        # rows holds every row decoded, a transaction's after another's; where some are
+        # not published as decoded (rows after the commit, transactions with rows of
+        # their own), the rows published are put together from pieces: slices of rows
+        # between such transactions, and their own rows
+        pieces: list[list[list]] = []
+        done = 0  # rows before this are in pieces
         late = 0
         empty = 0
-        own = False  # whether rows holds rows of compensated transactions (to be left out)
         for (txn, key), (thread, a, b) in zip(batch, spans):
-            if txn.compensations:
-                own = True
-                kept = self.replayer.compensated(recs[a:b], key[0])
+            if thread is None or txn.compensations:
+                if thread is None:
+                    ra, rb = cum[a[0][1]], cum[a[-1][2]]
+                    kept, threads = self.replayer.transaction_rows([(t, recs[x:y]) for t, x, y in a], key[0])
+                else:
+                    ra, rb = cum[a], cum[b]
+                    kept, threads = self.replayer.transaction_rows([(thread, recs[a:b])], key[0])
+                pieces.append(rows[done:ra])
+                done = rb
                 if kept:
-                    txs.append((txn.xid, key, txn.end_tm, thread, len(kept)))
-                    ranges.append(kept)
+                    txs.append((txn.xid, key, txn.end_tm, threads, len(kept)))
+                    pieces.append(kept)
                 else:
                     empty += 1
                 continue
@@ -709,13 +731,15 @@ class Dispatcher:
                 while rb > ra and rows[rb - 1][SCN] > c:
                     rb -= 1
                 late += end - rb
+                pieces.append(rows[done:rb])
+                done = end
             if rb > ra:
                 txs.append((txn.xid, key, txn.end_tm, thread, rb - ra))
-                ranges.append((ra, rb))
             else:
                 empty += 1
-        if late or own:
-            rows = list(itertools.chain.from_iterable(r if type(r) is list else rows[r[0] : r[1]] for r in ranges))
+        if pieces:
+            pieces.append(rows[done:])
+            rows = list(itertools.chain.from_iterable(pieces))
         self.stats.late_records += late
         if txs:
             self.sink.write_rows(rows, txs)

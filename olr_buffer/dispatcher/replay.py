@@ -56,6 +56,7 @@ _code_of = itemgetter(CODE)
 _scn_of = itemgetter(SCN)
 _is_row = ROW_CODES.__contains__
 _cancels = COMPENSATION.__and__  # compensations and cuts
+_item_key = itemgetter(0, 1, 2, 3, 4)  # a ReplayItem's place in row order
 
 
 def _rows_of(recs: list[list]) -> list[list]:
@@ -120,12 +121,26 @@ class Replayer:
             if rows:
                 yield thread, rows
 
-    def compensated(self, recs: list[list], c_scn: int) -> list[list]:
-        """The rows of one transaction whose records are all in ``recs`` (one thread's, in
-        order), compensation applied; the same as :meth:`chunks` gives."""
-        recs = self._upto(recs, c_scn, count_late=True)
-        rows = _rows_of(recs)
-        return self._cancellations([recs[::-1]]).kept(0, rows)
+    def transaction_rows(self, parts: list[tuple[int, list[list]]], c_scn: int) -> tuple[list[list], int | list[int]]:
+        """The rows of a transaction committed at ``c_scn`` whose records are all in
+        ``parts`` (``(thread, records)``, one thread's in order each), compensation
+        applied: the rows :meth:`chunks` gives, and their thread (one for all, or a list
+        of each one's)."""
+        if len(parts) == 1:
+            thread, recs = parts[0]
+            recs = self._upto(recs, c_scn, count_late=True)
+            return self._cancellations((recs[::-1],)).kept(0, _rows_of(recs)), thread
+        items: list[ReplayItem] = []
+        for thread, recs in parts:
+            items += (
+                (r[SCN], r[SUB], thread, r[SEQUENCE], r[LINE], r)
+                for r in self._upto(recs, c_scn, count_late=True)
+                if r[CODE] in ROW_CODES or r[CODE] & COMPENSATION
+            )
+        items.sort(key=_item_key)
+        recs = [item[5] for item in items]
+        kept = self._cancellations((recs[::-1],)).kept(0, [item for item in items if item[5][CODE] in ROW_CODES])
+        return [item[5] for item in kept], [item[2] for item in kept]
 
     # -- reading records ---------------------------------------------------------------
 

@@ -313,10 +313,10 @@ class ChangefeedWriter:
             self.write_rows(list(itertools.chain.from_iterable(rows for _, _, rows in items)), txs)
         return out
 
-    def write_rows(self, rows: list[list], txs: list[tuple[str, CommitKey, int | None, int, int]]) -> None:
+    def write_rows(self, rows: list[list], txs: list[tuple[str, CommitKey, int | None, int | list[int], int]]) -> None:
         """Many transactions at once, flat: ``txs`` holds ``(xid, key, tm, thread, n)`` for
-        each, ``n > 0`` of its rows (all of redo thread ``thread``), which are the next
-        ``n`` of ``rows``. Same result as :meth:`write_transaction` for each, in order:
+        each, ``n > 0`` of its rows, which are the next ``n`` of ``rows``; ``thread`` is
+        the redo thread of all of them, or a list of each one's. Same result as :meth:`write_transaction` for each, in order:
         a file is published once it holds ``file_rows`` rows, at a transaction boundary;
         a row group holds at most ``row_group_rows`` rows and closes once its rows reach
         ``row_group_bytes``, looked at every ``_BYTES_STEP`` rows at most."""
@@ -357,7 +357,7 @@ class ChangefeedWriter:
                 xid, key, tm, thread, n = txs[k]
                 take = n - off if n - off <= stop - pos else stop - pos
                 segs.append((tx_seq + k, take, key[0], tm, xid, off))
-                threads.extend(repeat(thread, take))
+                threads.extend(repeat(thread, take) if type(thread) is int else thread[off : off + take])
                 pos += take
                 off += take
                 if off == n:

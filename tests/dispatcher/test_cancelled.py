@@ -78,8 +78,8 @@ _RECORDS = st.lists(
 )
 
 
-@given(_RECORDS, st.integers(1, 8), st.integers(0, 45))
-def test_compensation_read_backwards_matches_the_forward_rule(spec, chunk, c_scn):
+@given(_RECORDS, st.integers(1, 8), st.integers(0, 45), st.lists(st.integers(1, 3), min_size=40, max_size=40))
+def test_compensation_read_backwards_matches_the_forward_rule(spec, chunk, c_scn, threads):
     recs = [_record(kind, scn, rid, (a, a + n)) for scn, (kind, rid, (a, n)) in enumerate(spec)]
     upto = [r for r in recs if r[SCN] <= c_scn]
     cancelled, unmatched = _forward(upto)
@@ -96,7 +96,18 @@ def test_compensation_read_backwards_matches_the_forward_rule(spec, chunk, c_scn
         kept += got.kept(i, rows[i : i + chunk])
     assert kept == [r for o, r in enumerate(rows) if o not in cancelled]
     # all records at once, late ones counted
-    again = Replayer(cache=None)
-    assert again.compensated(recs, c_scn) == kept
     late = sum(1 for r in recs if r[SCN] > c_scn and r[CODE] != BEGIN)
+    again = Replayer(cache=None)
+    assert again.transaction_rows([(1, recs)], c_scn) == (kept, 1)
     assert again.stats.records_after_end == late
+    # the same records spread over threads (SCNs are distinct: row order is SCN order)
+    parts: dict[int, list] = {}
+    for thread, rec in zip(threads, recs):
+        parts.setdefault(thread, []).append(rec)
+    spread = Replayer(cache=None)
+    rows_got, threads_got = spread.transaction_rows(sorted(parts.items()), c_scn)
+    assert rows_got == kept
+    if len(parts) > 1:
+        assert threads_got == [t for t, r in zip(threads, recs) if any(r is k for k in kept)]
+    assert spread.stats.records_after_end == late
+    assert spread.stats.unmatched_compensations == unmatched

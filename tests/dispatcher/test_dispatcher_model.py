@@ -70,7 +70,12 @@ class ListSink:
         a = 0
         for xid, key, tm, thread, n in txs:
             assert isinstance(key, CommitKey)
-            assert self.write_transaction(Commit(xid, key, tm), [(thread, rows[a : a + n])]) == n
+            if type(thread) is int:
+                chunks = [(thread, rows[a : a + n])]
+            else:  # a transaction of several threads: each row's thread
+                assert len(thread) == n
+                chunks = [(t, [r]) for t, r in zip(thread, rows[a : a + n])]
+            assert self.write_transaction(Commit(xid, key, tm), chunks) == n
             a += n
 
 
