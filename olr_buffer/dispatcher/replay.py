@@ -131,16 +131,21 @@ class Replayer:
             recs = self._upto(recs, c_scn, count_late=True)
             return self._cancellations((recs[::-1],)).kept(0, _rows_of(recs)), thread
         items: list[ReplayItem] = []
+        cancels = False
         for thread, recs in parts:
-            items += (
-                (r[SCN], r[SUB], thread, r[SEQUENCE], r[LINE], r)
-                for r in self._upto(recs, c_scn, count_late=True)
-                if r[CODE] in ROW_CODES or r[CODE] & COMPENSATION
-            )
+            recs = self._upto(recs, c_scn, count_late=True)
+            codes = list(map(_code_of, recs))
+            if any(map(_cancels, codes)):
+                cancels = True
+                recs = [r for r, code in zip(recs, codes) if code in ROW_CODES or code & COMPENSATION]
+            else:
+                recs = list(compress(recs, map(_is_row, codes)))
+            items += [(r[SCN], r[SUB], thread, r[SEQUENCE], r[LINE], r) for r in recs]
         items.sort(key=_item_key)
-        recs = [item[5] for item in items]
-        kept = self._cancellations((recs[::-1],)).kept(0, [item for item in items if item[5][CODE] in ROW_CODES])
-        return [item[5] for item in kept], [item[2] for item in kept]
+        if cancels:
+            backwards = [item[5] for item in reversed(items)]
+            items = self._cancellations((backwards,)).kept(0, [item for item in items if item[5][CODE] in ROW_CODES])
+        return [item[5] for item in items], [item[2] for item in items]
 
     # -- reading records ---------------------------------------------------------------
 
