@@ -34,7 +34,7 @@ def _files(cf: Path) -> list[tuple[str, dict, list]]:
 
 @settings(max_examples=40, deadline=None)
 @given(
-    txs=st.lists(st.tuples(st.integers(0, 9), st.integers(1, 3)), max_size=30),
+    txs=st.lists(st.tuples(st.integers(0, 9), st.integers(1, 3), st.booleans()), max_size=30),
     cuts=st.lists(st.integers(1, 8), max_size=10),
     file_rows=st.integers(1, 40),
     row_group_rows=st.integers(1, 12),
@@ -43,27 +43,40 @@ def _files(cf: Path) -> list[tuple[str, dict, list]]:
 )
 def test_write_rows_equals_write_transaction_per_transaction(txs, cuts, file_rows, row_group_rows, row_group_bytes,
                                                              chunk):
+    """Also for transactions of several threads: ``write_rows`` takes a list of each row's
+    thread, ``write_transaction`` chunks of one thread's rows."""
     items = []
-    for k, (n, thread) in enumerate(txs):
+    for k, (n, thread, several) in enumerate(txs):
         scn = 10 * (k + 1)
-        items.append((Commit(f"x{k}", CommitKey(scn, thread, 1, k), None if k % 3 == 0 else scn * 1000), thread,
-                      [_row(scn, i) for i in range(n)]))
+        threads = [thread if not several or i % 3 else thread % 3 + 1 for i in range(n)]
+        items.append((Commit(f"x{k}", CommitKey(scn, thread, 1, k), None if k % 3 == 0 else scn * 1000),
+                      threads, [_row(scn, i) for i in range(n)]))
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         limits = dict(file_rows=file_rows, row_group_rows=row_group_rows, row_group_bytes=row_group_bytes,
                       durable=False)
         one = ChangefeedWriter(root / "one", **limits)
-        for commit, thread, rows in items:
-            chunks = ((thread, rows[i : i + chunk]) for i in range(0, len(rows), chunk))
+        for commit, threads, rows in items:
+            chunks = []  # runs of one thread's rows, cut every `chunk` rows
+            for i, (thread, row) in enumerate(zip(threads, rows)):
+                if not chunks or chunks[-1][0] != thread or i % chunk == 0:
+                    chunks.append((thread, []))
+                chunks[-1][1].append(row)
             assert one.write_transaction(commit, chunks) == len(rows)
         one.close()
         flat = ChangefeedWriter(root / "flat", **limits)
         it = iter(items)
         for size in itertools.chain(cuts, itertools.repeat(5)):
-            chunk = list(itertools.islice(it, size))
-            if not chunk:
+            group = list(itertools.islice(it, size))
+            if not group:
                 break
-            assert flat.write_transactions(chunk) == [len(rows) for _, _, rows in chunk]
+            single = [(c, threads[0], rows) for c, threads, rows in group if rows and len(set(threads)) == 1]
+            if len(single) == sum(1 for _, _, rows in group if rows):
+                assert flat.write_transactions(single) == [len(rows) for _, _, rows in single]
+            else:  # write_rows itself, with a list of threads for some
+                txs_ = [(c.xid, c.key, c.tm, threads[0] if len(set(threads)) == 1 else threads, len(rows))
+                        for c, threads, rows in group if rows]
+                flat.write_rows([r for _, _, rows in group for r in rows], txs_)
         assert flat.next_tx_seq == one.next_tx_seq == sum(1 for _, _, rows in items if rows)
         flat.close()
         a, b = _files(root / "one"), _files(root / "flat")
