@@ -241,6 +241,7 @@ class Pipeline:
         )
         self.following = False  # serve(): the input is never complete
         self._held_warned: set[str] = set()
+        self._held_last: str | None = None  # the transaction _warn_held found at the last checkpoint
         self._dead_letters: DeadLetters | None = None  # abandoned transactions (opened at the first)
 
     def _bind_changefeed(self, queue_dir: str, queue_next_tx_seq: int | None) -> bool:
@@ -295,9 +296,12 @@ class Pipeline:
 
     def _warn_held(self) -> None:
         """Warn once per transaction without an end that keeps ``_WARN_HELD_SEGMENTS`` or more
-        segments from cleanup (fewer may be one that is simply in flight)."""
+        segments from cleanup, at two checkpoints in a row (fewer, or once, may be one that
+        is simply in flight: its end in a block another thread's reader has not appended
+        yet)."""
         txn = self.dispatcher.oldest_unended()
-        if txn is None or txn.xid in self._held_warned:
+        last, self._held_last = self._held_last, (txn.xid if txn is not None else None)
+        if txn is None or txn.xid in self._held_warned or txn.xid != last:
             return
         held = held_segments(self.queue.segments(), txn.first_block, self.dispatcher.tailer.index)
         if len(held) >= _WARN_HELD_SEGMENTS:
