@@ -9,8 +9,8 @@ this writes one *shape* at a time, so that each cell of the matrix measures one 
 * ``--width narrow``: row images of 3 to 6 scalar columns, about 135 bytes a line on
   average (begin and commit lines included); ``wide``: 22 to 30 columns, about 270 to
   400 bytes a line;
-* ``--tx tiny``: transactions of 1 to 5 rows (2.7 on average); ``large``: ten
-  transactions, each a tenth of the input, interleaved;
+* ``--tx tiny``: transactions of 1 to 5 rows (2.7 on average); ``medium``: 500 to
+  20,000 rows; ``large``: ten transactions, each a tenth of the input, interleaved;
 * ``--open N``: how many transactions are open at once (their records interleave);
 * ``--compensated F``: this share of rows is followed by a compensation record
   (``"rollback": true``, same ``rid``) that cancels it;
@@ -101,6 +101,8 @@ def generate(out_dir: str, *, lines: int, threads: int, width: str, tx: str, ope
             others.append(rng.choice([t for t in range(1, threads + 1) if t != home]))
         if tx == "tiny":
             rows = rng.randint(1, 5) if rng.random() < 0.9 else rng.randint(1, 2)
+        elif tx == "medium":
+            rows = rng.randint(500, 20_000)
         else:
             rows = max(1, lines // 10)
         end = "rollback" if rng.random() < 0.03 else "commit"
@@ -196,7 +198,7 @@ def main() -> None:
     ap.add_argument("--lines", type=int, default=1_000_000)
     ap.add_argument("--threads", type=int, default=3)
     ap.add_argument("--width", choices=("narrow", "wide"), default="narrow")
-    ap.add_argument("--tx", choices=("tiny", "large"), default="tiny")
+    ap.add_argument("--tx", choices=("tiny", "medium", "large"), default="tiny")
     ap.add_argument("--open", type=int, default=16, dest="open_txs")
     ap.add_argument("--compensated", type=float, default=0.0)
     ap.add_argument("--zst", action="store_true")
