@@ -316,12 +316,13 @@ class ChangefeedWriter:
     def write_rows(self, rows: list[list], txs: list[tuple[str, CommitKey, int | None, int | list[int], int]]) -> None:
         """Many transactions at once, flat: ``txs`` holds ``(xid, key, tm, thread, n)`` for
         each, ``n > 0`` of its rows, which are the next ``n`` of ``rows``; ``thread`` is
-        the redo thread of all of them, or a list of each one's. Same result as :meth:`write_transaction` for each, in order:
-        a file is published once it holds ``file_rows`` rows, at a transaction boundary;
-        a row group holds at most ``row_group_rows`` rows and closes once its rows reach
-        ``row_group_bytes``, looked at every ``_BYTES_STEP`` rows at most."""
+        the redo thread of all of them, or a list of each one's. Same result as
+        :meth:`write_transaction` for each, in order: a file is published once it holds
+        ``file_rows`` rows, at a transaction boundary; a row group holds at most
+        ``row_group_rows`` rows and closes once its rows reach ``row_group_bytes``, looked
+        at every ``_BYTES_STEP`` rows at most."""
         ends = list(itertools.accumulate(t[4] for t in txs))  # rows up to each transaction's end
-        if not ends or ends[-1] != len(rows):
+        if (ends[-1] if ends else 0) != len(rows):
             raise ValueError(f"write_rows: {len(rows)} rows for transactions of {ends[-1] if ends else 0} rows")
         i = r = 0
         while i < len(txs):
