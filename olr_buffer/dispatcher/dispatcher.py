@@ -648,7 +648,9 @@ class Dispatcher:
         (:meth:`Replayer.transaction_rows`). The sink gets the rows in one flat list
         (:meth:`TransactionSink.write_rows`)."""
         runs: list[tuple[int, int, int]] = []  # (block, start, stop): runs of records to slice
-        spans: list[tuple] = []  # per transaction: (thread, first, end) of its records, or (None, [those per thread], None)
+        # per transaction: (thread, first, end) of its records in the batch's, or, for one of
+        # several threads, (None, [(thread, first, end) per thread], None)
+        spans: list[tuple] = []
         a = 0
         # adjacent records of one block are sliced once (the groups of tiny transactions
         # of a block are often adjacent, and in commit order)
