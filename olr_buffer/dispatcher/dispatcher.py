@@ -712,12 +712,9 @@ class Dispatcher:
         empty = 0
         for (txn, key), (thread, a, b) in zip(batch, spans):
             if thread is None or txn.compensations:
-                if thread is None:
-                    ra, rb = cum[a[0][1]], cum[a[-1][2]]
-                    kept, threads = self.replayer.transaction_rows([(t, recs[x:y]) for t, x, y in a], key[0])
-                else:
-                    ra, rb = cum[a], cum[b]
-                    kept, threads = self.replayer.transaction_rows([(thread, recs[a:b])], key[0])
+                per_thread = a if thread is None else ((thread, a, b),)
+                ra, rb = cum[per_thread[0][1]], cum[per_thread[-1][2]]
+                kept, threads = self.replayer.transaction_rows([(t, recs[x:y]) for t, x, y in per_thread], key[0])
                 pieces.append(rows[done:ra])
                 done = rb
                 if kept:

@@ -278,27 +278,12 @@ class ChangefeedWriter:
         """One transaction whose rows come in ``chunks``: ``(thread, rows)``, runs of rows
         of one redo thread, in order. Row groups are written as they fill; returns the
         rows written (0: nothing, and no ``tx_seq`` taken)."""
-        tx_seq = self.next_tx_seq
-        recs, threads, segs = self._recs, self._threads, self._tx
-        group = self.row_group_rows
-        c_scn, tm, xid = commit.key.scn, commit.tm, commit.xid
+        key, tm, xid = commit.key, commit.tm, commit.xid
         total = 0  # rows of this transaction so far
         for thread, rows in chunks:
-            pos, n = 0, len(rows)
-            while pos < n:
-                stop = pos + min(group - len(recs), _BYTES_STEP, n - pos)
-                take = stop - pos
-                recs.extend(rows[pos:stop] if pos or stop < n else rows)
-                threads.extend(repeat(thread, take))
-                if segs and segs[-1][0] == tx_seq:  # the same transaction, same row group: one segment
-                    last = segs[-1]
-                    segs[-1] = (tx_seq, last[1] + take, c_scn, tm, xid, last[5])
-                else:
-                    segs.append((tx_seq, take, c_scn, tm, xid, total))
-                total += take
-                pos = stop
-                if len(recs) >= group or self._group_full():
-                    self._write_row_group()
+            if rows:
+                self._append_rows(rows, [(xid, key, tm, thread, total + len(rows))], off=total)
+                total += len(rows)
         if not total:
             return 0
         self._end_transaction(commit, total)
@@ -342,14 +327,14 @@ class ChangefeedWriter:
             if self._file_rows >= self.file_rows:
                 self.flush()
 
-    def _append_rows(self, rows: list[list], txs: list[tuple]) -> None:
+    def _append_rows(self, rows: list[list], txs: list[tuple], off: int = 0) -> None:
         """Buffer ``rows`` of the transactions ``txs`` (taking tx_seq from ``next_tx_seq``
-        on), writing row groups as they fill."""
+        on), writing row groups as they fill. ``off``: rows of the first transaction
+        buffered already (its ``n`` counts them; a transaction written in chunks)."""
         recs, threads, segs = self._recs, self._threads, self._tx
         group = self.row_group_rows
         tx_seq = self.next_tx_seq
-        k = 0  # the transaction being buffered
-        off = 0  # its rows already buffered
+        k = 0  # the transaction being buffered; off: its rows already buffered
         pos, total = 0, len(rows)
         while pos < total:
             stop = pos + min(group - len(recs), _BYTES_STEP, total - pos)
@@ -357,7 +342,11 @@ class ChangefeedWriter:
             while pos < stop:
                 xid, key, tm, thread, n = txs[k]
                 take = n - off if n - off <= stop - pos else stop - pos
-                segs.append((tx_seq + k, take, key[0], tm, xid, off))
+                if segs and segs[-1][0] == tx_seq + k:  # more of it in the same row group: one segment
+                    last = segs[-1]
+                    segs[-1] = (tx_seq + k, last[1] + take, key[0], tm, xid, last[5])
+                else:
+                    segs.append((tx_seq + k, take, key[0], tm, xid, off))
                 threads.extend(repeat(thread, take) if type(thread) is int else thread[off : off + take])
                 pos += take
                 off += take
