@@ -321,14 +321,24 @@ class Dispatcher:
     # -- work --------------------------------------------------------------------------
 
     def poll(self, max_blocks: int = 64) -> int:
-        """Process up to ``max_blocks`` available blocks and publish what became safe."""
+        """Process up to ``max_blocks`` available blocks and publish what became safe:
+        also on the way, each time the blocks read fill a quarter of the block cache, so
+        that the blocks of the commits published are still in it (read once, not twice)."""
         n = 0
+        cache = self.cache
+        every_bytes, every_blocks = cache.max_bytes // 4, max(1, cache.capacity // 4)
+        read = blocks = 0
         while n < max_blocks:
             block = self.tailer.next_block()
             if block is None:
                 break
             self._process(block)
             n += 1
+            read += block.nbytes
+            blocks += 1
+            if read >= every_bytes or blocks >= every_blocks:
+                self.publish_ready()
+                read = blocks = 0
         self.publish_ready()
         return n
 
