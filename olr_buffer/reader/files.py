@@ -45,7 +45,9 @@ class TruncatedCompressedFile(CorruptCompressedFile):
 
 class _ZstdRaw(io.RawIOBase):
     """Decompresses every frame of a zstd file and, unlike zstandard's stream reader,
-    refuses a file that ends inside a frame (a truncated archive is not a short one)."""
+    refuses a file that ends inside a frame (a truncated archive is not a short one), and
+    a file of no bytes at all: not a zstd file (an empty log compresses to a frame of its
+    own), but one emptied or not copied yet, whose records would be lost for good."""
 
     _CHUNK = 1 << 20
 
@@ -56,6 +58,7 @@ class _ZstdRaw(io.RawIOBase):
         self._in_frame = False
         self._buf = memoryview(b"")
         self._done = False
+        self._empty = True  # no byte read yet
 
     def readable(self) -> bool:
         return True
@@ -67,9 +70,12 @@ class _ZstdRaw(io.RawIOBase):
             chunk = self._fh.read(self._CHUNK)
             if not chunk:
                 self._done = True
+                if self._empty:
+                    raise TruncatedCompressedFile("empty .zst file (0 bytes): not a zstd frame")
                 if self._in_frame:
                     raise TruncatedCompressedFile("truncated zstd data: the file ends inside a frame")
                 return 0
+            self._empty = False
             self._buf = memoryview(self._feed(chunk))
         n = min(len(b), len(self._buf))
         b[:n] = self._buf[:n]

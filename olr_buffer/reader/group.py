@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from dataclasses import dataclass, field
@@ -14,6 +15,8 @@ from .files import LogFile, check_contiguous, scan
 from .position import POSITION_PREFIX, ReaderPosition, load_positions
 from .process import _CTX, ReaderProcess
 from .thread_reader import DEFAULT_BLOCK_BYTES, DEFAULT_BLOCK_RECORDS, ThreadReader
+
+log = logging.getLogger(__name__)
 
 
 def run_reported(
@@ -39,6 +42,22 @@ def run_reported(
     finally:
         if on_append:
             on_append()
+
+
+def _warn_empty_sequences(files: dict[int, LogFile], position: ReaderPosition | None) -> None:
+    """A plain log of 0 bytes whose next sequence exists, not yet read, is read as a
+    sequence without records (the contract does not forbid one), but it may as well be a
+    log emptied or not copied: say so. (An empty ``.jsonl.zst`` is bad input: not zstd.)"""
+    for seq, lf in sorted(files.items()):
+        if lf.compressed or seq + 1 not in files or (position is not None and seq < position.sequence):
+            continue
+        try:
+            empty = os.path.getsize(lf.path) == 0
+        except OSError:
+            continue
+        if empty:
+            log.warning("%s: empty (0 bytes), while sequence %d exists: read as a sequence without records "
+                        "(if it was emptied or not copied in full, its records are missing)", lf.path, seq + 1)
 
 
 @dataclass
@@ -92,6 +111,7 @@ class ReaderGroup:
         positions = load_positions(self.queue.meta_items(POSITION_PREFIX))
         for thread in sorted(set(found) | set(positions) | set(threads or ())):
             self._add(thread, found.get(thread, {}), positions.get(thread))
+            _warn_empty_sequences(found.get(thread, {}), positions.get(thread))
         return sorted(threads) if threads else sorted(self.readers)
 
     def _add(self, thread: int, files: dict[int, LogFile], position: ReaderPosition | None) -> ThreadReader | ReaderProcess:

@@ -237,8 +237,6 @@ class ThreadReader:
             else:
                 newest_zst = lf.compressed and nxt is None
                 try:
-                    if newest_zst and os.path.getsize(lf.path) == 0:
-                        raise TruncatedCompressedFile("empty .zst file")
                     read = self._read_file(lf, final=complete, truncated_ok=newest_zst)
                     truncated_since = None
                     if complete:

@@ -476,6 +476,44 @@ def test_zst_missing_its_last_bytes(workdir: Path) -> None:
     fail_then_fix(workdir, lambda: path.write_bytes(original), str(path), min_published=0)
 
 
+@pytest.mark.parametrize("newest", [False, True], ids=["middle", "newest"])
+def test_empty_zst_is_bad_input_at_once(workdir: Path, newest: bool) -> None:
+    """A .jsonl.zst of 0 bytes (emptied, or not copied yet) is not a zstd file: one line
+    naming it, and the same command finishes the job once it is restored. (It was read as
+    a sequence without records: exit 0, and its records lost for good.)"""
+    import zstandard
+
+    input_dir = workdir / "input"
+    seqs = sequences(input_dir, 2)
+    path = log_path(input_dir, 2, seqs[-1] if newest else 2)
+    if newest:  # the simulator leaves the newest plain: archive it as the capture would
+        zst = path.with_name(path.name + ".zst")
+        zst.write_bytes(zstandard.ZstdCompressor().compress(path.read_bytes()))
+        path.unlink()
+        path = zst
+    assert path.name.endswith(".zst") and seqs[-1] > 2
+    original = path.read_bytes()
+    path.write_bytes(b"")
+    fail_then_fix(workdir, lambda: path.write_bytes(original), f"{path}:1: empty .zst file", min_published=0)
+
+
+def test_empty_plain_sequence_is_read_as_one_without_records_with_a_warning(workdir: Path) -> None:
+    """A plain log of 0 bytes whose next sequence exists is a sequence without records (the
+    contract sets no minimum), but one that may have been emptied: replay reads it so and
+    says so on stderr, naming the file."""
+    input_dir = workdir / "input"
+    path = input_dir / "redo_2_2.jsonl"
+    zst = log_path(input_dir, 2, 2)
+    zst.unlink()
+    path.write_bytes(b"")
+    args = replay_args(input_dir, workdir / "queue", workdir / "changefeed")
+    result = ok(olr_buffer(*args))
+    model = expected_changefeed(input_dir)
+    assert_changefeed_equal(load_changefeed(workdir / "changefeed"), model.rows)
+    warned = [line for line in result.stderr_lines if str(path) in line]
+    assert len(warned) == 1 and "empty (0 bytes), while sequence 3 exists" in warned[0], result.describe()
+
+
 # ---------------------------------------------------------------------------------------
 # Help
 

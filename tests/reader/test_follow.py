@@ -266,6 +266,21 @@ def test_newest_archived_sequence_truncated_too_long_is_bad_input(tmp_path: Path
     assert "temporary name and rename" in str(err)
 
 
+def test_archived_sequence_of_zero_bytes_that_is_not_the_newest_is_bad_input_at_once(tmp_path: Path, follower) -> None:
+    """An empty .zst whose next sequence exists cannot be still being copied in: it is bad
+    input at once (it was read as a sequence without records, which lost them for good)."""
+    inp = tmp_path / "in"
+    (inp / "redo_1_1.jsonl").write_bytes(tx("A", 100, "r1"))
+    (inp / "redo_1_2.jsonl.zst").write_bytes(b"")
+    (inp / "redo_1_3.jsonl").write_bytes(tx("C", 300, "r3"))
+    f = follower()
+    err = f.wait_for_error()
+    assert isinstance(err, InputError), repr(err)
+    assert str(err).startswith(f"{inp / 'redo_1_2.jsonl.zst'}:1: empty .zst file"), str(err)
+    assert "still after" not in str(err)
+    assert f.lines() == [(1, n) for n in (1, 2, 3)]  # nothing of sequence 3 before 2
+
+
 # ---------------------------------------------------------------------------------------
 # Files that change in ways a log must not
 
