@@ -222,6 +222,8 @@ def test_input_below_what_a_complete_replay_published_is_an_error(tmp_path: Path
     m = re.search(r"redo_(\d)_3\.jsonl:1: record at scn (\d+) is at or below commit scn (\d+), already published", err[0])
     assert m, err[0]
     assert (int(m.group(1)), 1, int(m.group(2))) in below and int(m.group(3)) == c
+    # not a bad line to fix and run again: say what can be done instead
+    assert "into a new queue and changefeed" in err[0] and "fix them" not in err[0], err[0]
     assert load_changefeed(tmp_path / "cf") == rows  # nothing more, nothing out of order
 
 
@@ -294,6 +296,7 @@ def test_record_after_close_below_what_was_published_is_bad_input(tmp_path: Path
     assert service.returncode == 3, err
     msg = [ln for ln in err.splitlines() if "error:" in ln]
     assert len(msg) == 1 and f"{t1}:5: record at scn 25 is at or below commit scn 32, already published" in msg[0], err
+    assert "must lie above them" in msg[0] and "fix them" not in msg[0], msg[0]
     assert [r["xid"] for r in load_changefeed(tmp_path / "cf")] == ["A", "B"]
 
 

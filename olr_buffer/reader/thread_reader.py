@@ -623,10 +623,9 @@ class ThreadReader:
             if self.dead_letters is None:
                 pos.line, pos.offset, pos.scn, pos.sub = line - 1, offset, last_scn, last_sub
                 self._flush()
-                raise InputError(
-                    lf.path, line, str(exc), hint=_further_bad_lines(src, raw, line, last_scn, last_sub,
-                                                                     limit, final),
-                ) from None
+                hint = (BelowPublishedError.hint if isinstance(exc, BelowPublishedError)
+                        else _further_bad_lines(src, raw, line, last_scn, last_sub, limit, final))
+                raise InputError(lf.path, line, str(exc), hint=hint) from None
             if len(raw) >= limit:
                 rest = _rest_of_line(src)
                 if not final and not rest.endswith(b"\n"):
@@ -678,7 +677,7 @@ class ThreadReader:
         floor = self.floor()  # type: ignore[misc]
         if scn <= floor:
             after = "a close of this thread" if self._builder.closed or self.pos.closed else "the start of this run"
-            raise RecordError(
+            raise BelowPublishedError(
                 f"record at scn {scn} is at or below commit scn {floor}, already published (the first record "
                 f"after {after} must lie above every published commit)"
             )
@@ -697,6 +696,14 @@ class ThreadReader:
         self.stats.blocks += 1
         b.reset()
         self.on_append()
+
+
+class BelowPublishedError(RecordError):
+    """A thread's first record (of the run, or after its ``close``) at or below a commit
+    already published: not a line to fix, but input that this changefeed cannot take."""
+
+    hint = ("the changefeed already holds later commits: what is added to its input must lie above them "
+            "(the logs the capture writes next); to read other logs, replay them into a new queue and changefeed")
 
 
 #: How much of a file the scan after a bad line reads at most.
