@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import re
+import signal
 import sys
 import time
 from datetime import datetime, timedelta, timezone
@@ -15,7 +16,7 @@ from typing import Any, Callable
 import click
 
 from . import __version__
-from .errors import EXIT_ERROR, EXIT_INTERRUPTED, OlrBufferError
+from .errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_TERMINATED, OlrBufferError, Terminated
 
 #: Environment variables: ``OLR_BUFFER_<OPTION>`` for the group's options,
 #: ``OLR_BUFFER_<COMMAND>_<OPTION>`` for a command's (``OLR_BUFFER_RUN_QUEUE``).
@@ -62,12 +63,26 @@ class ByteSize(click.ParamType):
         return int(m.group(1)) * _UNITS[unit]
 
 
+def _raise_on_sigterm() -> Any:
+    """Make SIGTERM raise :class:`Terminated` in the main thread (``run`` installs its own
+    clean stop over it); the handler it replaces, or ``None`` outside the main thread."""
+
+    def terminated(_signum, _frame):
+        raise Terminated()
+
+    try:
+        return signal.signal(signal.SIGTERM, terminated)
+    except ValueError:  # not the main thread (an embedding program's worker)
+        return None
+
+
 def clean_errors(fn: Callable) -> Callable:
     """Turn olr-buffer's errors into one line on stderr and their exit code: with
     ``--log-format json``, a JSON log line with the error's facts as fields."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        previous = _raise_on_sigterm()
         try:
             return fn(*args, **kwargs)
         except OlrBufferError as exc:
@@ -79,10 +94,18 @@ def clean_errors(fn: Callable) -> Callable:
             else:
                 click.echo(f"olr-buffer: error: {exc}", err=True)
             sys.exit(exc.exit_code)
+        except Terminated:
+            ctx = click.get_current_context(silent=True)
+            resumes = ctx is not None and ctx.info_name in ("replay", "compact")
+            click.echo("olr-buffer: terminated (SIGTERM)" + ("; run the same command again: it resumes" if resumes else ""),
+                       err=True)
+            sys.exit(EXIT_TERMINATED)
         except KeyboardInterrupt:
             click.echo("olr-buffer: interrupted", err=True)
             sys.exit(EXIT_INTERRUPTED)
         finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
             # reader processes ran (the module is imported only then): reap their fork server
             process = sys.modules.get("olr_buffer.reader.process")
             if process is not None:
@@ -381,7 +404,6 @@ def _run_recording_failure(queue_dir: str, serve: Callable[[], None]) -> None:
 
 def _serve(input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_interval, stall_warning, metrics_port,
            metrics_host, slot, publication, no_initial_copy, no_streaming, pipeline) -> None:
-    import signal
     import threading
 
     stop = threading.Event()
@@ -416,8 +438,9 @@ def _serve(input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_i
     else:
         summary = run_service(input_dir, queue_dir, changefeed_dir, opts, stop, on_tick=on_tick)
     logging.getLogger("olr_buffer").info(
-        "stopped cleanly: %d records read, %d transactions published this run, changefeed at tx_seq %d",
-        summary.records_read, summary.transactions_published, summary.next_tx_seq - 1,
+        "stopped cleanly: %d records read, %d transactions published this run, %s",
+        summary.records_read, summary.transactions_published,
+        f"changefeed at tx_seq {summary.next_tx_seq - 1}" if summary.next_tx_seq else "nothing published yet",
         extra={"records": summary.records_read, "transactions": summary.transactions_published,
                "last_tx_seq": summary.next_tx_seq - 1},
     )
@@ -463,6 +486,8 @@ class _ProgressLine:
 
     def _text(self, p, now: float, finished: bool = False) -> str:
         pct = 100.0 * p.bytes_read / p.bytes_total if p.bytes_total else 100.0
+        if not finished:
+            pct = min(pct, 99.9)  # read to the end is not done: the last commits are still published
         elapsed = max(now - self.started, 1e-9)
         if finished:
             eta = f"done in {elapsed:.1f}s"
@@ -477,6 +502,8 @@ class _ProgressLine:
 
     def done(self) -> None:
         if self.terminal:
+            if self.last is not None:
+                sys.stderr.write(f"\r{self._text(self.last, time.monotonic(), finished=True)}\x1b[K")
             sys.stderr.write("\n")
         elif self.last is not None:
             sys.stderr.write(f"progress: {self._text(self.last, time.monotonic(), finished=True)}\n")
@@ -595,6 +622,12 @@ def compact(changefeed_dir, output_dir, in_place, no_reader_running, target_rows
         raise click.UsageError("--output and --in-place exclude each other")
     if full_groups_only and in_place:
         raise click.UsageError("--full-groups-only goes with --output")
+    if in_place and not no_reader_running:
+        raise click.UsageError(
+            "refusing to compact in place without --i-know-no-reader-is-running: running readers would read rows "
+            "twice or miss rows, and streaming checkpoints over it would read every merged row again; use "
+            "--output DIR (readers switch to it explicitly), or stop every reader and producer and pass "
+            "--i-know-no-reader-is-running")
     r = run_compact(changefeed_dir, output=output_dir, in_place=in_place, no_reader_running=no_reader_running,
                     target_rows=target_rows, full_groups_only=full_groups_only, durable=not no_sync, dry_run=dry_run)
     if as_json:

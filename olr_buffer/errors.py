@@ -21,6 +21,14 @@ EXIT_USAGE = 2
 EXIT_BAD_INPUT = 3
 #: Stopped by Ctrl-C (SIGINT) where no clean stop is offered.
 EXIT_INTERRUPTED = 130
+#: Stopped by SIGTERM where no clean stop is offered (128 + 15, as a shell reports it).
+EXIT_TERMINATED = 143
+
+
+class Terminated(KeyboardInterrupt):
+    """Raised in the main thread on SIGTERM by a command that has no clean stop of its own
+    (``replay``, ``compact``, ``simulate``): it unwinds as Ctrl-C does, so that what is
+    open (a queue transaction, a half-written file) is aborted, not left as it was."""
 
 
 # C0 and C1 control characters, DEL, and the bidirectional overrides and isolates

@@ -412,7 +412,8 @@ class Pipeline:
             self.checkpoint()
         if readers.errors:
             raise readers.errors[0]
-        log.info("stopped: changefeed at tx_seq %d", sink.next_tx_seq - 1, extra={"last_tx_seq": sink.next_tx_seq - 1})
+        log.info("stopped: %s", f"changefeed at tx_seq {sink.next_tx_seq - 1}" if sink.next_tx_seq
+                 else "nothing published yet", extra={"last_tx_seq": sink.next_tx_seq - 1})
         return self.summary()
 
     @contextmanager

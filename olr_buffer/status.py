@@ -76,7 +76,9 @@ def _queue_status(queue_dir: str) -> dict:
         doc["postgresql"] = _postgres(load_json(POSTGRES_POSITION_KEY, meta[POSTGRES_POSITION_KEY], queue_dir), now)
     raw = meta.get(CHECKPOINT_KEY)
     if raw is None:
-        doc["checkpoint"] = None
+        # before the first checkpoint: the same keys, as null, for scripts that read them
+        doc.update(checkpoint=None, watermark=None, progress={}, threads_in_play=[], waiting_for=[],
+                   thread_states={}, open_transactions=None, changefeed=None, cleanup=None, totals=None)
         return doc
     cp = decode_checkpoint(raw, queue_dir)
     threads = cp.threads_in_play()
@@ -90,7 +92,8 @@ def _queue_status(queue_dir: str) -> dict:
         "position": cp.position,
         "behind_records": max(0, next_index - cp.position),
     }
-    doc["watermark"] = _scn(cp.effective_watermark())
+    watermark = cp.effective_watermark()
+    doc["watermark"] = _scn(watermark) if watermark >= 0 else None  # null: no thread has progress yet
     doc["progress"] = {str(t): _scn(p) for t, p in sorted(cp.progress.items())}
     doc["threads_in_play"] = threads
     doc["waiting_for"] = [t for t in threads if cp.progress.get(t, -1) < 0 and t not in cp.closed]
@@ -211,7 +214,9 @@ def _lines(doc: dict) -> list[str]:
     lines = [
         f"queue {doc['queue']}: {doc['state']}"
         + (f" (pid {doc['owner']['pid']})" if doc["owner"]["running"] else "") + f", as of {doc['as_of']}",
-        f"segments: {seg['count']}, {seg['bytes'] / 1e6:,.1f} MB, indexes {seg['first_index']}..{seg['next_index'] - 1}",
+        f"segments: {seg['count']}, {seg['bytes'] / 1e6:,.1f} MB, "
+        + (f"indexes {seg['first_index']}..{seg['next_index'] - 1}" if seg["next_index"] > seg["first_index"]
+           else "no record"),
     ]
     if doc["failure"]:
         f = doc["failure"]
@@ -231,13 +236,14 @@ def _lines(doc: dict) -> list[str]:
         )
     cp = doc.get("checkpoint")
     if cp is None:
-        lines.append("no dispatcher checkpoint yet")
+        lines.append("no dispatcher checkpoint yet: nothing dispatched or published")
         return lines
     lines.append(
         f"checkpoint: queue index {cp['position']} ({cp['behind_records']:,} records behind the queue's end), "
         + (f"written {cp['written']} ({cp['age_seconds']}s ago)" if cp["written"] else "time unknown")
     )
-    lines.append(f"watermark: {doc['watermark']}  progress: " + ", ".join(f"{t}={p}" for t, p in doc["progress"].items()))
+    lines.append(f"watermark: {'none yet' if doc['watermark'] is None else doc['watermark']}  progress: "
+                 + (", ".join(f"{t}={p}" for t, p in doc["progress"].items()) or "none yet"))
     lines.append("threads: " + ", ".join(
         f"{t} {state}{'' if int(t) in doc['threads_in_play'] else ' (not in play)'}"
         for t, state in doc["thread_states"].items()))
@@ -260,10 +266,10 @@ def _lines(doc: dict) -> list[str]:
         lg = ot["largest"]
         lines.append(f"  largest: {lg['xid']} with {lg['rows']:,} rows in {lg['blocks']:,} blocks")
     cf = doc["changefeed"]
-    lines.append(
-        f"changefeed {cf['path']}: last tx_seq {cf['last_tx_seq']}, last c_scn {cf['last_c_scn']}, {cf['files']} files"
-        + (f" (updated {cf['updated']})" if cf["updated"] else " (as of the checkpoint)")
-    )
+    held = (f"last tx_seq {cf['last_tx_seq']}, last c_scn {cf['last_c_scn']}, {cf['files']} files"
+            if cf["last_tx_seq"] is not None else "nothing published yet")
+    lines.append(f"changefeed {cf['path']}: {held}"
+                 + (f" (updated {cf['updated']})" if cf["updated"] else " (as of the checkpoint)"))
     c = doc["cleanup"]
     lines.append(
         f"cleanup: needed from index {c['needed_from_index']}; {c['segments_freeable']} segment(s), "

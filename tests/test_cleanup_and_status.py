@@ -109,6 +109,45 @@ def test_status_of_a_missing_queue_is_a_clean_error(tmp_path: Path):
     assert r.returncode == 1 and r.stderr.strip().endswith("no queue here (hint: check --queue)")
 
 
+def _status(queue: Path, *extra: str) -> str:
+    r = subprocess.run([sys.executable, "-m", "olr_buffer.cli", "status", "--queue", str(queue), *extra],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+STATUS_KEYS = {"queue", "state", "failure", "as_of", "owner", "segments", "readers", "checkpoint", "watermark",
+               "progress", "threads_in_play", "waiting_for", "thread_states", "open_transactions", "changefeed",
+               "cleanup", "totals"}
+
+
+def test_status_before_anything_was_dispatched_has_every_key_and_no_made_up_numbers(tmp_path: Path):
+    """A new queue, then one whose replay published nothing (its one transaction is open):
+    --json has the same keys as later (null where nothing is known yet), and the text says
+    "none yet" rather than -1 or None."""
+    from olr_buffer.txbuffer import LmdbQueue
+
+    LmdbQueue(str(tmp_path / "new")).close()
+    doc = json.loads(_status(tmp_path / "new", "--json"))
+    assert set(doc) == STATUS_KEYS and doc["checkpoint"] is None and doc["watermark"] is None
+    assert doc["waiting_for"] == [] and doc["thread_states"] == {}
+    text = _status(tmp_path / "new")
+    assert "no record" in text and "no dispatcher checkpoint yet" in text and " -1" not in text, text
+
+    inp = tmp_path / "in"
+    inp.mkdir()
+    (inp / "redo_1_1.jsonl").write_text(
+        '{"op":"begin","scn":5,"xid":"X"}\n{"op":"insert","scn":6,"xid":"X","owner":"A","table":"T","rid":"r",'
+        '"after":{"a":1}}\n')
+    s = replay(str(inp), str(tmp_path / "q"), str(tmp_path / "cf"), PipelineOptions(**SMALL))
+    assert s.transactions_published == 0
+    doc = json.loads(_status(tmp_path / "q", "--json"))
+    assert set(doc) == STATUS_KEYS and doc["changefeed"]["last_tx_seq"] is None
+    assert doc["open_transactions"]["count"] == 1
+    text = _status(tmp_path / "q")
+    assert "nothing published yet" in text and "None" not in text and "..-1" not in text, text
+
+
 def run_until_logged(input_dir: Path, queue: Path, changefeed: Path, text: str, timeout: float = 60.0) -> str:
     """Run ``olr-buffer run`` with small segments until its log (stderr) has ``text``,
     then stop it with SIGTERM; returns the log."""

@@ -64,6 +64,33 @@ def test_replay_killed_many_times_then_completed_is_exact(tmp_path: Path, seed: 
     assert not [n for n in os.listdir(tmp_path / "cf") if n.startswith(".tmp-")]
 
 
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_replay_stopped_by_a_signal_says_so_and_resumes_exact(tmp_path: Path, sig: signal.Signals):
+    """SIGTERM (a container or systemd stopping it) and Ctrl-C end replay with one line and
+    their exit code (143, 130), not a death by signal; the same command then completes it."""
+    simulate(tmp_path / "in", threads=3, transactions=12000, seed=3, records_per_file=3000)
+    cmd = replay_cmd(tmp_path)
+    cmd[cmd.index("--no-progress")] = "--progress"
+    proc = subprocess.Popen([*cmd, "--progress-interval", "0.05"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    first = proc.stderr.readline()  # the first progress line: the replay is under way
+    assert first.startswith("progress: "), first
+    proc.send_signal(sig)
+    rest = proc.stderr.read()
+    proc.wait(timeout=120)
+    errors = [ln for ln in rest.splitlines() if not ln.startswith("progress: ")]
+    if sig == signal.SIGTERM:
+        assert proc.returncode == 143, rest
+        assert errors == ["olr-buffer: terminated (SIGTERM); run the same command again: it resumes"], rest
+    else:
+        assert proc.returncode == 130, rest
+        assert errors == ["olr-buffer: interrupted"], rest
+    final = subprocess.run(replay_cmd(tmp_path), capture_output=True, text=True)
+    assert final.returncode == 0, final.stderr
+    check_changefeed_layout(tmp_path / "cf")
+    assert_changefeed_equal(load_changefeed(tmp_path / "cf"), expected_changefeed(tmp_path / "in").rows)
+
+
 FAULTS = [
     "after_append:3",
     "after_append:40",

@@ -96,7 +96,8 @@ def test_replay_of_a_directory_without_logs_is_an_error(tmp_path, content):
 
 
 def test_exit_codes_are_distinct_and_documented(tmp_path):
-    codes = {"EXIT_OK": 0, "EXIT_ERROR": 1, "EXIT_USAGE": 2, "EXIT_BAD_INPUT": 3, "EXIT_INTERRUPTED": 130}
+    codes = {"EXIT_OK": 0, "EXIT_ERROR": 1, "EXIT_USAGE": 2, "EXIT_BAD_INPUT": 3, "EXIT_INTERRUPTED": 130,
+             "EXIT_TERMINATED": 143}
     assert {name: getattr(errors, name) for name in codes} == codes
     usage = olr_buffer("replay", tmp_path, "--queue", tmp_path / "q", "--changefeed", tmp_path / "cf", "--no-such")
     assert usage.returncode == errors.EXIT_USAGE and "No such option" in usage.stderr
