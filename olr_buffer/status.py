@@ -3,7 +3,7 @@
 The queue is opened read-only (no lock taken), so this works while ``replay`` or ``run``
 owns it. Dispatcher figures are those of the last checkpoint; segment and reader figures
 are current, and so is the changefeed's position (read from its manifest). ``state`` is
-``running`` while the queue's LOCK holder is alive, ``failed`` when the last ``run``
+``running`` while a process holds the queue's LOCK, ``failed`` when the last ``run``
 stopped on an error (its record, :func:`olr_buffer.service.read_failure`), else
 ``stopped``. Times are ISO-8601 UTC.
 """
@@ -187,21 +187,8 @@ def _scn(value: int) -> int | str:
 
 
 def _owner(queue_dir: str) -> dict:
-    try:
-        with open(os.path.join(queue_dir, "LOCK")) as fh:
-            pid = int(fh.read().strip() or 0)
-    except (OSError, ValueError):
-        return {"pid": None, "running": False}
-    running = False
-    if pid:
-        try:
-            os.kill(pid, 0)
-            running = True
-        except ProcessLookupError:
-            running = False
-        except PermissionError:
-            running = True
-    return {"pid": pid or None, "running": running}
+    pid = LmdbQueue.owner_pid(queue_dir)
+    return {"pid": pid or None, "running": pid is not None}
 
 
 def render(doc: dict) -> str:
@@ -213,7 +200,7 @@ def _lines(doc: dict) -> list[str]:
     seg = doc["segments"]
     lines = [
         f"queue {doc['queue']}: {doc['state']}"
-        + (f" (pid {doc['owner']['pid']})" if doc["owner"]["running"] else "") + f", as of {doc['as_of']}",
+        + (f" (pid {doc['owner']['pid']})" if doc["owner"]["pid"] else "") + f", as of {doc['as_of']}",
         f"segments: {seg['count']}, {seg['bytes'] / 1e6:,.1f} MB, "
         + (f"indexes {seg['first_index']}..{seg['next_index'] - 1}" if seg["next_index"] > seg["first_index"]
            else "no record"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -146,6 +147,33 @@ def test_status_before_anything_was_dispatched_has_every_key_and_no_made_up_numb
     assert doc["open_transactions"]["count"] == 1
     text = _status(tmp_path / "q")
     assert "nothing published yet" in text and "None" not in text and "..-1" not in text, text
+
+
+def test_status_running_follows_the_lock_not_the_pid_left_in_its_file(tmp_path: Path):
+    """The queue's LOCK keeps the pid of its last owner; status says running only while a
+    process holds the lock: this one while it has the queue open, then nobody, and
+    nobody after an owner killed with SIGKILL (whose pid may be reused by then)."""
+    from olr_buffer.txbuffer import LmdbQueue
+
+    q = LmdbQueue(str(tmp_path / "q"))
+    doc = queue_status(str(tmp_path / "q"))
+    assert doc["state"] == "running" and doc["owner"] == {"pid": os.getpid(), "running": True}
+    q.close()
+    assert (tmp_path / "q" / "LOCK").read_text().strip() == str(os.getpid())  # still there, and alive
+    doc = queue_status(str(tmp_path / "q"))
+    assert doc["state"] == "stopped" and doc["owner"] == {"pid": None, "running": False}
+
+    child = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from olr_buffer.txbuffer import LmdbQueue; q = LmdbQueue(sys.argv[1]); "
+        "print('open', flush=True); time.sleep(60)"), str(tmp_path / "q")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "open"
+        assert queue_status(str(tmp_path / "q"))["owner"] == {"pid": child.pid, "running": True}
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    assert queue_status(str(tmp_path / "q"))["owner"] == {"pid": None, "running": False}
+    assert ": stopped, as of " in _status(tmp_path / "q").splitlines()[0]
 
 
 def run_until_logged(input_dir: Path, queue: Path, changefeed: Path, text: str, timeout: float = 60.0) -> str:

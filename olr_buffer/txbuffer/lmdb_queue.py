@@ -160,6 +160,12 @@ class LmdbQueue(TxQueue):
                 path=self.path,
             ) from None
 
+    @staticmethod
+    def owner_pid(path: str) -> int | None:
+        """The pid of the process that has the queue at ``path`` open for writing, or
+        ``None``; without taking its lock (see :func:`olr_buffer.pidlock.holder`)."""
+        return pidlock.holder(os.path.join(path, "LOCK"))
+
     def _release_lock(self) -> None:
         if self._lock_fd is not None:
             os.close(self._lock_fd)  # closing drops the flock
