@@ -622,12 +622,6 @@ def compact(changefeed_dir, output_dir, in_place, no_reader_running, target_rows
         raise click.UsageError("--output and --in-place exclude each other")
     if full_groups_only and in_place:
         raise click.UsageError("--full-groups-only goes with --output")
-    if in_place and not no_reader_running:
-        raise click.UsageError(
-            "refusing to compact in place without --i-know-no-reader-is-running: running readers would read rows "
-            "twice or miss rows, and streaming checkpoints over it would read every merged row again; use "
-            "--output DIR (readers switch to it explicitly), or stop every reader and producer and pass "
-            "--i-know-no-reader-is-running")
     r = run_compact(changefeed_dir, output=output_dir, in_place=in_place, no_reader_running=no_reader_running,
                     target_rows=target_rows, full_groups_only=full_groups_only, durable=not no_sync, dry_run=dry_run)
     if as_json:

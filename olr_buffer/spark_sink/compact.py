@@ -52,6 +52,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..errors import EXIT_USAGE
 from .errors import ChangefeedCorruptError, ChangefeedError
 from .layout import (  # noqa: F401  (read_footer: a public name of this module too)
     COMPACT_TMP_PREFIX,
@@ -90,6 +91,13 @@ META_COMPACTED = b"olr_buffer.compacted_files"  # how many published files a mer
 
 class CompactionError(ChangefeedError):
     """Compaction cannot run as asked (another one runs, the output is not this changefeed's)."""
+
+
+class CompactionRefused(CompactionError):
+    """In place without the promise that no reader runs: a usage error (exit 2), as a
+    missing option is, but worded as the one-line error it is."""
+
+    exit_code = EXIT_USAGE
 
 
 @dataclass
@@ -175,7 +183,7 @@ def compact(
             hint="--output DIR is safe while readers run; --in-place is not",
         )
     if in_place and not no_reader_running:
-        raise CompactionError(
+        raise CompactionRefused(
             f"{src}: refusing to compact in place: running readers would read rows twice or miss "
             "rows, and streaming checkpoints over it would read every merged row again",
             hint="use --output DIR (readers switch to it explicitly), or stop every reader and "

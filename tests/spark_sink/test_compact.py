@@ -119,7 +119,8 @@ def test_in_place_is_refused_without_the_promise(copied):
     before = part_files(copied.changefeed)
     runner = CliRunner()
     res = runner.invoke(main, ["compact", str(copied.changefeed), "--in-place"])
-    assert res.exit_code == 2  # a promise missing from the command line: usage
+    assert res.exit_code == 2  # a promise missing from the command line: usage, in one line
+    assert res.output.startswith("olr-buffer: error: ") and res.output.count("\n") == 1, res.output
     assert "refusing to compact in place" in res.output and "--output DIR" in res.output
     res = runner.invoke(main, ["compact", str(copied.changefeed)])
     assert res.exit_code == 2 and "--output DIR" in res.output
