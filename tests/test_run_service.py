@@ -110,6 +110,32 @@ def test_thread_writing_only_heartbeats_does_not_hold_back_the_others(tmp_path: 
     assert [r["xid"] for r in load_changefeed(tmp_path / "cf")] == ["A"]
 
 
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_to_the_whole_process_group_is_a_clean_stop(tmp_path: Path, sig: int):
+    """Ctrl-C in a terminal, and systemd's stop (KillMode=control-group), signal every
+    process of the service: its reader processes and their fork server too. The service
+    stops cleanly (exit 0), not with 'the reader process ... failed/died' (exit 1)."""
+    simulate(tmp_path / "live", threads=2, transactions=300, seed=4, records_per_file=400, compress_archived=False)
+    service = subprocess.Popen(run_cmd(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                               start_new_session=True)
+    try:
+        expected = expected_changefeed(tmp_path / "live")
+        wait_for_rows(tmp_path / "cf", len(expected.rows))
+        time.sleep(0.3)  # idle, following
+        os.killpg(service.pid, sig)
+        _, err = service.communicate(timeout=30)
+    finally:
+        if service.poll() is None:
+            os.killpg(service.pid, signal.SIGKILL)
+            service.wait()
+    assert service.returncode == 0, err
+    assert "Traceback" not in err and "reader process" not in err, err
+    assert_changefeed_equal(load_changefeed(tmp_path / "cf"), expected.rows)
+    status = subprocess.run([sys.executable, "-m", "olr_buffer.cli", "status", "--queue", str(tmp_path / "q"), "--json"],
+                            capture_output=True, text=True, cwd=ROOT)
+    assert json.loads(status.stdout)["state"] == "stopped", status.stdout
+
+
 def test_second_service_on_the_same_queue_is_refused(tmp_path: Path):
     (tmp_path / "live").mkdir()
     (tmp_path / "live" / "redo_1_1.jsonl").write_text(json.dumps({"op": "lwn", "scn": 1}) + "\n")

@@ -13,7 +13,8 @@ that imports the child's module and forks a child per reader. A child then start
 few milliseconds instead of the ~0.2 s of CPU that a fresh interpreter and its imports
 take (``spawn``), which counts with a reader per redo thread on a machine of two cores.
 If the parent dies, the fork server sees its pipe close and exits, and each child, which
-asked to be killed with its parent (the fork server), is killed.
+asked to be killed with its parent (the fork server), is killed. The fork server and the
+children ignore SIGINT and SIGTERM: the parent stops them (``forkserver_signals``).
 """
 
 from __future__ import annotations
@@ -144,7 +145,8 @@ def run_child(
     dies held), and the child sees EOF when the parent dies. The child is reaped (killed
     if it does not end) on every path.
     """
-    _CTX.set_forkserver_preload([target.__module__])  # (once the fork server runs, no effect)
+    # (once the fork server runs, no effect)
+    _CTX.set_forkserver_preload([target.__module__, f"{__package__}.forkserver_signals"])
     recv_conn, send_conn = _CTX.Pipe(duplex=False)
     stop_recv, stop_send = _CTX.Pipe(duplex=False)
     proc = _CTX.Process(target=target, args=(send_conn, stop_recv, os.getpid(), *args), name=name, daemon=True)
@@ -237,7 +239,11 @@ def stop_fork_server() -> None:
 
 def _die_with_parent(parent_pid: int) -> None:
     """Have the kernel kill this process when its parent (the fork server, which exits
-    when the service does) dies (Linux), however it dies."""
+    when the service does) dies (Linux), however it dies; and ignore SIGINT and SIGTERM,
+    which a terminal's Ctrl-C or a supervisor's stop sends to every process of the
+    service: the service stops its children itself (see ``forkserver_signals``)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
