@@ -136,6 +136,43 @@ def test_a_signal_to_the_whole_process_group_is_a_clean_stop(tmp_path: Path, sig
     assert json.loads(status.stdout)["state"] == "stopped", status.stdout
 
 
+def test_sequences_archived_right_after_their_log_switch(tmp_path: Path):
+    """The capture switches to sequence s+1 and at once archives s as .jsonl.zst (temporary
+    name, rename, plain file removed), while the service may still hold s: it reads on,
+    each transaction once, and does not stop."""
+    import zstandard
+
+    live = tmp_path / "live"
+    live.mkdir()
+
+    def tx(i: int) -> str:
+        scn = 100 * i
+        recs = [{"op": "begin", "scn": scn, "xid": f"X{i}"},
+                {"op": "insert", "scn": scn + 1, "xid": f"X{i}", "owner": "O", "table": "T", "rid": f"r{i}",
+                 "after": {"i": i}},
+                {"op": "commit", "scn": scn + 2, "xid": f"X{i}", "tm": scn}, {"op": "lwn", "scn": scn + 2}]
+        return "".join(json.dumps(r) + "\n" for r in recs)
+
+    (live / "redo_1_1.jsonl").write_text(tx(1))
+    service = start(run_cmd(tmp_path))
+    try:
+        wait_for_rows(tmp_path / "cf", 1, timeout=30)
+        for seq in range(2, 12):
+            (live / f"redo_1_{seq}.jsonl").write_text(tx(seq))
+            old = live / f"redo_1_{seq - 1}.jsonl"
+            tmp = live / f"redo_1_{seq - 1}.jsonl.zst.tmp"
+            tmp.write_bytes(zstandard.ZstdCompressor().compress(old.read_bytes()))
+            os.replace(tmp, live / f"redo_1_{seq - 1}.jsonl.zst")
+            old.unlink()
+            time.sleep(0.01 * (seq % 4))
+        wait_for_rows(tmp_path / "cf", 11, timeout=30)
+        assert service.poll() is None, service.communicate()[1]
+    finally:
+        code, err = stop(service)
+    assert code == 0, err
+    assert [r["xid"] for r in load_changefeed(tmp_path / "cf")] == [f"X{i}" for i in range(1, 12)]
+
+
 def test_second_service_on_the_same_queue_is_refused(tmp_path: Path):
     (tmp_path / "live").mkdir()
     (tmp_path / "live" / "redo_1_1.jsonl").write_text(json.dumps({"op": "lwn", "scn": 1}) + "\n")

@@ -35,6 +35,29 @@ class LogFile:
         return io.BufferedReader(_ZstdRaw(fh), buffer_size=1 << 20)
 
 
+def read_open_file(fd: int, compressed: bool) -> BinaryIO:
+    """The content of the open file ``fd`` from its start (decompressed if ``compressed``),
+    read with ``pread``: its offset does not move, and closing the stream leaves it open."""
+    raw = io.BufferedReader(_PreadRaw(fd), buffer_size=1 << 20)
+    return io.BufferedReader(_ZstdRaw(raw), buffer_size=1 << 20) if compressed else raw
+
+
+class _PreadRaw(io.RawIOBase):
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._at = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:  # type: ignore[override]
+        data = os.pread(self._fd, len(b), self._at)
+        n = len(data)
+        b[:n] = data
+        self._at += n
+        return n
+
+
 class CorruptCompressedFile(Exception):
     """A ``.jsonl.zst`` file that is damaged or ends inside a frame."""
 

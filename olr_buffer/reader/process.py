@@ -117,7 +117,7 @@ class ReaderProcess:
             self.closed_through = msg[1]
         elif kind == "files":
             for seq, path, compressed in msg[1]:
-                self.files.setdefault(seq, LogFile(self.thread, seq, path, compressed))
+                self.files[seq] = LogFile(self.thread, seq, path, compressed)  # or its archive, in its place
         elif kind == "done":
             self.quarantined = msg[1]
             return True
@@ -274,13 +274,14 @@ class _PipeQueue:
         self._conn = conn
         self._reader_ref = reader_ref
         self._codec = BlockCodec()
-        self._files_sent: set[int] = set()
+        self._files_sent: dict[int, str] = {}  # sequence -> the path the parent was told
 
     def append(self, records: Sequence[bytes], meta: Mapping[bytes, bytes] | None = None) -> int:
         reader: ThreadReader = self._reader_ref[0]
-        new_files = [(lf.sequence, lf.path, lf.compressed) for s, lf in reader.files.items() if s not in self._files_sent]
+        new_files = [(lf.sequence, lf.path, lf.compressed) for s, lf in reader.files.items()
+                     if self._files_sent.get(s) != lf.path]
         if new_files:
-            self._files_sent.update(s for s, *_ in new_files)
+            self._files_sent.update((s, path) for s, path, _ in new_files)
             self._conn.send(("files", new_files))
         (pos_bytes,) = (meta or {}).values()
         nrecords = len(records) - 1  # the summary aside

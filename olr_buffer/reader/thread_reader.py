@@ -29,7 +29,15 @@ from ..faults import fault_point
 from ..txbuffer import BlockAppender
 from .dead_letters import DeadLetters
 from .errors import InputError, MissingSequenceError
-from .files import CorruptCompressedFile, LogFile, TruncatedCompressedFile, check_contiguous, is_log_file, scan
+from .files import (
+    CorruptCompressedFile,
+    LogFile,
+    TruncatedCompressedFile,
+    check_contiguous,
+    is_log_file,
+    read_open_file,
+    scan,
+)
 from .position import ReaderPosition
 from .records import batch_decode, decode_line
 
@@ -158,9 +166,10 @@ class ThreadReader:
         self._builder = BlockBuilder(thread)
         self._builder.progress = self.pos.progress
         self._builder.closed = self.pos.closed
-        # follow mode: the file being read, held open, so that a copy put in its place
-        # (rsync: temporary file, rename) can be compared with what was read of it
-        self._held: dict[int, int] = {}
+        # follow mode: the file being read, held open (descriptor, compressed), so that a
+        # copy put in its place (rsync: temporary file, rename; an archive .zst) can be
+        # compared with what was read of it
+        self._held: dict[int, tuple[int, bool]] = {}
         # follow mode: (sequence, offset, size) when the file ended inside a line: the
         # line is read again only once the file has grown
         self._partial_at: tuple[int, int, int] | None = None
@@ -272,9 +281,9 @@ class ThreadReader:
             self._release(seq)
 
     def _release(self, seq: int) -> None:
-        fd = self._held.pop(seq, None)
-        if fd is not None:
-            os.close(fd)
+        held = self._held.pop(seq, None)
+        if held is not None:
+            os.close(held[0])
 
     def _log_file(self, seq: int) -> LogFile | None:
         for compressed, name in ((False, f"redo_{self.thread}_{seq}.jsonl"), (True, f"redo_{self.thread}_{seq}.jsonl.zst")):
@@ -306,7 +315,8 @@ class ThreadReader:
         to read than the unfinished line seen last time.
 
         A file replaced by a copy (a new inode: rsync writes a temporary file and renames
-        it) is read on if the copy holds the same bytes up to the read position."""
+        it; the capture archives the sequence as ``.jsonl.zst`` and removes the plain file)
+        is read on if the copy holds the same bytes (decompressed) up to the read position."""
         pos = self.pos
         try:
             st = os.stat(lf.path)
@@ -315,7 +325,7 @@ class ThreadReader:
         held = self._held.get(lf.sequence)
         if held is None:
             held = self._hold(lf)
-        old = os.fstat(held)
+        old = os.fstat(held[0])
         if (old.st_dev, old.st_ino) != (st.st_dev, st.st_ino):
             self._adopt_copy(lf, held, old.st_size)
         if not lf.compressed and st.st_size < pos.offset:
@@ -323,24 +333,36 @@ class ThreadReader:
                              hint="a log file must only grow until the next sequence exists")
         return self._partial_at != (lf.sequence, pos.offset, st.st_size)
 
-    def _hold(self, lf: LogFile) -> int:
+    def _hold(self, lf: LogFile) -> tuple[int, bool]:
         try:
             fd = os.open(lf.path, os.O_RDONLY)
         except FileNotFoundError:
             raise InputError(lf.path, self.pos.line or None, "file disappeared while being read") from None
-        self._held[lf.sequence] = fd
-        return fd
+        self._held[lf.sequence] = held = (fd, lf.compressed)
+        return held
 
-    def _adopt_copy(self, lf: LogFile, old_fd: int, old_size: int) -> None:
+    def _adopt_copy(self, lf: LogFile, old: tuple[int, bool], old_size: int) -> None:
         """The file was replaced: read on in the new one if it starts with the same bytes
         as the old one up to the read position, else stop. (Bytes past the old file's end
-        were read from the new one already.)"""
+        were read from the new one already.) A ``.jsonl.zst`` in the place of a plain
+        file (or the other way round) is compared decompressed."""
         pos = self.pos
+        old_fd, old_compressed = old
         try:
             new_fd = os.open(lf.path, os.O_RDONLY)
         except FileNotFoundError:
             raise InputError(lf.path, pos.line or None, "file disappeared while being read") from None
-        if lf.compressed or not _same_prefix(old_fd, new_fd, min(pos.offset, old_size)):
+        try:
+            if lf.compressed or old_compressed:
+                same = _same_content(read_open_file(old_fd, old_compressed), read_open_file(new_fd, lf.compressed),
+                                     pos.offset)
+            else:
+                same = _same_prefix(old_fd, new_fd, min(pos.offset, old_size))
+        except CorruptCompressedFile as exc:
+            os.close(new_fd)
+            raise InputError(lf.path, pos.line or None, f"file was replaced while being read (new inode): {exc}",
+                             hint="write archived logs under a temporary name and rename them") from None
+        if not same:
             os.close(new_fd)
             raise InputError(
                 lf.path,
@@ -350,7 +372,7 @@ class ThreadReader:
                 hint="a log file must only grow until the next sequence exists; a copy must keep what was written",
             )
         os.close(old_fd)
-        self._held[lf.sequence] = new_fd
+        self._held[lf.sequence] = (new_fd, lf.compressed)
         self._partial_at = None
 
     # -- reading -----------------------------------------------------------------------
@@ -760,6 +782,22 @@ def _same_prefix(fd_a: int, fd_b: int, length: int, chunk: int = 1 << 20) -> boo
         if a != b or len(a) < n:
             return False
         at += n
+    return True
+
+
+def _same_content(old: BinaryIO, new: BinaryIO, length: int, chunk: int = 1 << 20) -> bool:
+    """Whether ``new`` starts with the first ``length`` bytes of ``old``, or with all of
+    ``old`` if it is shorter (what was read past its end came from ``new`` already)."""
+    with old, new:
+        at = 0
+        while at < length:
+            n = min(chunk, length - at)
+            a, b = old.read(n), new.read(n)
+            if len(a) < n:
+                return b[: len(a)] == a and len(b) >= len(a)
+            if a != b:
+                return False
+            at += n
     return True
 
 
