@@ -221,7 +221,14 @@ class Pipeline:
                     f"{queue_dir}: the queue starts at index {self.queue.first_index} but has no dispatcher checkpoint",
                     hint="the queue directory is damaged; start again with an empty queue and changefeed",
                 )
-            self._bind_changefeed(queue_dir, None if recorded is None else recorded.next_tx_seq or 0)
+            adopting = self._bind_changefeed(queue_dir, None if recorded is None else recorded.next_tx_seq or 0)
+            if not adopting:
+                # published after the last checkpoint (or before the first) by this queue, which
+                # then crashed: its counters do not have them, and they are skipped when read again
+                since = (recorded.next_tx_seq or 0) if recorded is not None else 0
+                tx, rows = self.sink.published_since(self.sink.owner.queue_id, since)  # type: ignore[union-attr]
+                self.dispatcher.stats.published += tx
+                self.dispatcher.stats.rows += rows
             published = self.dispatcher.published_through
             self.readers.check_floor(self.dispatcher.strict, published.scn if published else None)
         except BaseException:

@@ -137,6 +137,7 @@ class ChangefeedWriter:
         self.last_c_scn: int | None = None
         self.files_published = 0
         self.owner: ChangefeedOwner | None = None  # the queue (and source) that writes it
+        self._found: list[tuple[int, int, int, str | None]] = []  # see published_since
         self._last_file: PublishedFile | None = None
         prepare_dir(self.path, mode)
         self._lock: ChangefeedLock | None = ChangefeedLock(self.path, writer=True)
@@ -174,6 +175,8 @@ class ChangefeedWriter:
         for name in remove_own_temporaries(self.path):
             log.info("deleted unpublished temporary file %s", name)
         files = list_files(self.path, hint=_CHAIN_HINT)
+        # (first tx_seq, transactions, rows, queue id) of each file found: see published_since
+        self._found = [(f.first, f.last - f.first + 1, f.rows, f.owner.queue_id if f.owner else None) for f in files]
         self.files_published = len(files)
         self.next_tx_seq = files[-1].last + 1 if files else 0
         recorded = manifest.get("next_tx_seq") if manifest else None
@@ -202,6 +205,17 @@ class ChangefeedWriter:
                 if f.name not in logged:
                     log_published(self.path, f, self.durable)
             write_manifest(self.path, len(files), files[-1], self.owner, self.durable)
+
+    def published_since(self, queue_id: str, tx_seq: int) -> tuple[int, int]:
+        """Transactions and rows of the files found when this writer opened that the queue
+        ``queue_id`` wrote from ``tx_seq`` on: what it published after its last checkpoint
+        (or without one) and before it stopped, which its counters lost with a crash."""
+        tx = rows = 0
+        for first, n, r, owner in self._found:
+            if first >= tx_seq and owner == queue_id:
+                tx += n
+                rows += r
+        return tx, rows
 
     # -- owner -------------------------------------------------------------------------
 
