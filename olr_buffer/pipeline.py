@@ -522,7 +522,8 @@ class Pipeline:
 
 class _ThreadWatch:
     """What `run` warns about, once each: late records of a thread (again when more come,
-    at most once a minute), and a thread in play that is silent and not closed."""
+    at most once a minute), and a thread in play that is silent and not closed while a
+    commit or rollback waits for the watermark."""
 
     def __init__(self, pipeline: Pipeline, stall_seconds: float) -> None:
         self.pipeline = pipeline
@@ -551,7 +552,8 @@ class _ThreadWatch:
             if last is None or last[0] != p:
                 self._silent[t] = (p, now)
                 self._stalled.discard(t)
-            elif now - last[1] >= self.stall_seconds and t not in self._stalled:
+            elif now - last[1] >= self.stall_seconds and t not in self._stalled and d.ends_waiting:
+                # (an idle source, nothing waiting: a silent thread holds nothing back)
                 self._stalled.add(t)
                 log.warning("redo thread %d has written nothing for %.0fs and is not closed (progress %s): it holds "
                             "the watermark, so nothing above it is published", t, now - last[1],

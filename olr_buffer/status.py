@@ -94,12 +94,14 @@ def _queue_status(queue_dir: str) -> dict:
     }
     watermark = cp.effective_watermark()
     doc["watermark"] = _scn(watermark) if watermark >= 0 else None  # null: no thread has progress yet
-    doc["progress"] = {str(t): _scn(p) for t, p in sorted(cp.progress.items())}
+    # null: nothing read of the thread yet
+    doc["progress"] = {str(t): _scn(p) if p >= 0 else None for t, p in sorted(cp.progress.items())}
     doc["threads_in_play"] = threads
     doc["waiting_for"] = [t for t in threads if cp.progress.get(t, -1) < 0 and t not in cp.closed]
     finished = {int(t) for t, r in doc["readers"].items() if r["finished"]}
     doc["thread_states"] = {
-        str(t): "closed" if t in cp.closed else "finished" if t in finished else "open"
+        str(t): "closed" if t in cp.closed else "finished" if t in finished
+        else "waiting" if t in doc["waiting_for"] else "open"
         for t in sorted(set(threads) | set(cp.other_progress) | set(cp.closed) | {int(t) for t in doc["readers"]})
     }
     doc["open_transactions"] = {
@@ -230,9 +232,10 @@ def _lines(doc: dict) -> list[str]:
         + (f"written {cp['written']} ({cp['age_seconds']}s ago)" if cp["written"] else "time unknown")
     )
     lines.append(f"watermark: {'none yet' if doc['watermark'] is None else doc['watermark']}  progress: "
-                 + (", ".join(f"{t}={p}" for t, p in doc["progress"].items()) or "none yet"))
+                 + (", ".join(f"{t}={'none yet' if p is None else p}" for t, p in doc["progress"].items()) or "none yet"))
     lines.append("threads: " + ", ".join(
-        f"{t} {state}{'' if int(t) in doc['threads_in_play'] else ' (not in play)'}"
+        f"{t} {'waiting for its first record' if state == 'waiting' else state}"
+        f"{'' if int(t) in doc['threads_in_play'] else ' (not in play)'}"
         for t, state in doc["thread_states"].items()))
     if doc["waiting_for"]:
         lines.append("waiting for the first records of thread(s) " + ", ".join(map(str, doc["waiting_for"]))

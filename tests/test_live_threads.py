@@ -140,6 +140,11 @@ def test_run_started_before_the_capture_with_threads_equals_replay(tmp_path: Pat
         time.sleep(1.5)
         assert published_rows(tmp_path / "cf") == 0  # threads 2 and 3 have not written yet
         wait_until(lambda: checkpoint_says(tmp_path, "waiting_for", [2, 3]), "status waits for 2 and 3")
+        st = status(tmp_path)
+        assert st["thread_states"] == {"1": "open", "2": "waiting", "3": "waiting"}, st["thread_states"]
+        assert st["progress"]["2"] is None and st["progress"]["1"] > 0, st["progress"]
+        text = status_text(tmp_path)
+        assert "2 waiting for its first record" in text and "2=none yet" in text and "=-1" not in text, text
         for t in (2, 3):
             shutil.copy(tmp_path / "stage" / f"redo_{t}_1.jsonl", live)
         expected = expected_changefeed(live)
@@ -364,3 +369,21 @@ def test_a_silent_thread_that_is_not_closed_is_warned_about_once(tmp_path: Path)
     stalls = [ln for ln in err.splitlines() if "has written nothing for" in ln]
     assert len(stalls) == 1 and " WARNING " in stalls[0], err
     assert "redo thread 2 has written nothing for" in stalls[0] and "(progress 5)" in stalls[0]
+
+
+def test_an_idle_source_is_not_warned_about(tmp_path: Path):
+    """Every commit published, both threads silent: a silent thread holds nothing back,
+    so no stall warning (it used to say 'holds the watermark' of each idle thread)."""
+    live = tmp_path / "live"
+    live.mkdir()
+    (live / "redo_1_1.jsonl").write_text(lines(*tx("A", 10, "a"), {"op": "lwn", "scn": 30}))
+    (live / "redo_2_1.jsonl").write_text(lines({"op": "lwn", "scn": 40}))
+    service = start(run_cmd(tmp_path, "--stall-warning", "0.5"))
+    try:
+        wait_for_rows(tmp_path / "cf", 1, timeout=30)
+        time.sleep(2.5)  # five stall-warning periods of silence
+    finally:
+        service.send_signal(signal.SIGTERM)
+        _, err = service.communicate(timeout=30)
+    assert service.returncode == 0, err
+    assert "has written nothing for" not in err, err

@@ -287,6 +287,11 @@ class Dispatcher:
     # -- state -------------------------------------------------------------------------
 
     @property
+    def ends_waiting(self) -> int:
+        """How many ends (commits, rollbacks) wait for the watermark (superseded ones included)."""
+        return len(self._pending)
+
+    @property
     def watermark(self) -> int:
         """``min P(t)`` over the threads in play. A closed thread counts as infinite for
         every block below the queue index its reader confirmed it closed through (the
