@@ -341,7 +341,8 @@ def _threads(ctx, param, value):
               help="How often an idle reader looks for new lines and files (seconds); at most half of "
                    "--flush-interval (but not below 0.01).")
 @click.option("--stall-warning", type=click.FloatRange(min=0), default=60.0, show_default=True,
-              help="Warn once about a thread in play that wrote nothing for this many seconds and is not closed.")
+              help="Warn once about a thread in play that wrote nothing for this many seconds and is not closed, "
+                   "while a commit waits for it.")
 @pipeline_options
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
               help="Serve Prometheus metrics on this port (off by default).")
