@@ -383,10 +383,13 @@ def _run_recording_failure(queue_dir: str, serve: Callable[[], None]) -> None:
     from .service import clear_failure, record_failure
     from .txbuffer.errors import QueueLockedError
 
-    if os.path.isdir(queue_dir):
-        clear_failure(queue_dir)
+    from .txbuffer import LmdbQueue
+
+    if os.path.isdir(queue_dir) and LmdbQueue.owner_pid(queue_dir) is None:
+        clear_failure(queue_dir)  # (not the record of a service that runs: this one will be refused)
     try:
         serve()
+        clear_failure(queue_dir)  # stopped cleanly: no longer the record of a run that is killed
     except QueueLockedError:
         raise
     except OlrBufferError as exc:
@@ -428,7 +431,17 @@ def _serve(input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_i
                                              extra={"metrics_port": server.server_address[1]})
     opts = _options(**pipeline, threads=threads, flush_seconds=flush_interval, poll_seconds=poll_interval,
                     stall_seconds=stall_warning)
-    on_tick = metrics.update if metrics else None
+    from .service import record_running
+
+    started: list[bool] = []
+
+    def on_tick(p) -> None:
+        if not started:  # the queue is ours now: if this run is killed, status says so
+            started.append(True)
+            record_running(queue_dir)
+        if metrics:
+            metrics.update(p)
+
     if is_postgres_uri(input_dir):
         from .pipeline import run_postgres_service
 

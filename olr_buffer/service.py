@@ -39,14 +39,30 @@ def load_config(path: str) -> dict[str, Any]:
 
 # -- the last failure ------------------------------------------------------------------
 
-#: In QUEUE_DIR: written by ``run`` when it stops on an error, removed when it starts.
+#: In QUEUE_DIR: written by ``run`` when it stops on an error, and once it owns the queue
+#: (a run that never stops cleanly, killed, leaves that record); removed by a clean stop.
 FAILURE_FILE = "service-failure.json"
+
+#: The error of the record a running service leaves, for ``status`` once it is gone.
+KILLED = ("the service did not stop cleanly: killed (SIGKILL, out of memory) or its machine stopped "
+          "while it ran; run it again: it resumes")
 
 
 def record_failure(queue_dir: str, exc: BaseException, exit_code: int) -> None:
     """Leave a record of the error that stopped ``run`` in ``queue_dir`` (if it exists),
     for ``status``: its ``state`` is then ``failed``."""
-    doc = {"time": iso_now(), "pid": os.getpid(), "exit_code": exit_code, "error": str(exc) or type(exc).__name__}
+    _write_failure(queue_dir, {"time": iso_now(), "pid": os.getpid(), "exit_code": exit_code,
+                               "error": str(exc) or type(exc).__name__})
+
+
+def record_running(queue_dir: str) -> None:
+    """Leave, once ``run`` owns the queue, the record ``status`` shows if it never stops
+    cleanly (a clean stop removes it, an error replaces it): ``killed``, since ``time``."""
+    _write_failure(queue_dir, {"time": iso_now(), "pid": os.getpid(), "exit_code": None, "error": KILLED,
+                               "killed": True})
+
+
+def _write_failure(queue_dir: str, doc: dict) -> None:
     tmp = os.path.join(queue_dir, f".{FAILURE_FILE}.tmp")
     try:
         with open(tmp, "w") as fh:

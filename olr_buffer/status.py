@@ -209,7 +209,11 @@ def _lines(doc: dict) -> list[str]:
     ]
     if doc["failure"]:
         f = doc["failure"]
-        lines.append(f"failed at {f.get('time')} (pid {f.get('pid')}, exit {f.get('exit_code')}): {f.get('error')}")
+        if f.get("killed"):
+            lines.append(f"the run started at {f.get('time')} (pid {f.get('pid')}) ended without a clean stop: "
+                         f"{f.get('error')}")
+        else:
+            lines.append(f"failed at {f.get('time')} (pid {f.get('pid')}, exit {f.get('exit_code')}): {f.get('error')}")
     for t, r in doc["readers"].items():
         lines.append(
             f"reader thread {t}: sequence {r['sequence']} line {r['line']} (byte {r['offset']}), "

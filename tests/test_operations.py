@@ -151,6 +151,35 @@ def test_failed_run_is_failed_in_status_and_json_logs(tmp_path: Path):
     assert "failed at " in cli("status", "--queue", str(tmp_path / "q")).stdout
 
 
+def test_a_killed_run_is_failed_in_status_until_a_run_stops_cleanly(tmp_path: Path):
+    """SIGKILL leaves no word of its own: the record a running service keeps says it, so
+    that status does not show a killed service as stopped cleanly."""
+    live = tmp_path / "live"
+    live.mkdir()
+    (live / "redo_1_1.jsonl").write_text(lines(*tx("A", 10, "r1"), {"op": "lwn", "scn": 20}))
+    proc = start(run_cmd(tmp_path))
+    try:
+        wait_for_rows(tmp_path / "cf", 1, timeout=20)
+        assert status_json(tmp_path)["state"] == "running"
+    finally:
+        proc.kill()
+        proc.communicate()
+    doc = status_json(tmp_path)
+    assert doc["state"] == "failed" and doc["failure"]["killed"] is True and doc["failure"]["pid"] == proc.pid, doc
+    assert doc["failure"]["exit_code"] is None and "did not stop cleanly" in doc["failure"]["error"]
+    text = cli("status", "--queue", str(tmp_path / "q")).stdout
+    assert ": failed, as of " in text and "ended without a clean stop" in text, text
+    proc = start(run_cmd(tmp_path))
+    try:
+        wait_for_rows(tmp_path / "cf", 1, timeout=20)
+        time.sleep(0.5)
+    finally:
+        code, err = stop(proc)
+    assert code == 0, err
+    doc = status_json(tmp_path)
+    assert doc["state"] == "stopped" and doc["failure"] is None, doc
+
+
 def test_group_log_level_and_environment(tmp_path: Path):
     live = tmp_path / "live"
     live.mkdir()

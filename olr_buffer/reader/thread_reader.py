@@ -239,25 +239,31 @@ class ThreadReader:
                 continue
             nxt = self._log_file(pos.sequence + 1)
             complete = nxt is not None or lf.compressed
-            if read_whole == pos.sequence and nxt is None:
-                read = 0  # nothing can be added to an archived log: wait for the next one
-            elif not self._check_not_shrunk(lf) and not complete:
-                read = 0  # still the same unfinished last line
-            else:
-                newest_zst = lf.compressed and nxt is None
-                try:
-                    read = self._read_file(lf, final=complete, truncated_ok=newest_zst)
-                    truncated_since = None
-                    if complete:
-                        read_whole = pos.sequence
-                except TruncatedCompressedFile as exc:
-                    # still being copied in: read again (what it held whole is kept) until whole
-                    now = time.monotonic()
-                    truncated_since = truncated_since or now
-                    if now - truncated_since >= TRUNCATED_ZST_WAIT_SECONDS:
-                        raise InputError(lf.path, pos.line + 1, f"{exc}, still after {TRUNCATED_ZST_WAIT_SECONDS:.0f}s",
-                                         hint="write archived logs under a temporary name and rename them") from None
-                    read = 0
+            try:
+                if read_whole == pos.sequence and nxt is None:
+                    read = 0  # nothing can be added to an archived log: wait for the next one
+                elif not self._check_not_shrunk(lf) and not complete:
+                    read = 0  # still the same unfinished last line
+                else:
+                    newest_zst = lf.compressed and nxt is None
+                    try:
+                        read = self._read_file(lf, final=complete, truncated_ok=newest_zst)
+                        truncated_since = None
+                        if complete:
+                            read_whole = pos.sequence
+                    except TruncatedCompressedFile as exc:
+                        # still being copied in: read again (what it held whole is kept) until whole
+                        now = time.monotonic()
+                        truncated_since = truncated_since or now
+                        if now - truncated_since >= TRUNCATED_ZST_WAIT_SECONDS:
+                            raise InputError(lf.path, pos.line + 1,
+                                             f"{exc}, still after {TRUNCATED_ZST_WAIT_SECONDS:.0f}s",
+                                             hint="write archived logs under a temporary name and rename them") from None
+                        read = 0
+            except InputError:
+                if not os.path.exists(lf.path) and self._moved(lf):
+                    continue  # archived (.jsonl -> .jsonl.zst) between the look and the read: read that
+                raise
             if self.stop.is_set():
                 break
             if nxt is not None:
@@ -284,6 +290,11 @@ class ThreadReader:
         held = self._held.pop(seq, None)
         if held is not None:
             os.close(held[0])
+
+    def _moved(self, lf: LogFile) -> bool:
+        """Whether ``lf``'s sequence is now in another file (its archive, or the other way round)."""
+        now = self._log_file(lf.sequence)
+        return now is not None and now.path != lf.path
 
     def _log_file(self, seq: int) -> LogFile | None:
         for compressed, name in ((False, f"redo_{self.thread}_{seq}.jsonl"), (True, f"redo_{self.thread}_{seq}.jsonl.zst")):

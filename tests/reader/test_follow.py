@@ -369,6 +369,32 @@ def test_sequence_archived_to_zst_while_followed_is_read_on(tmp_path: Path, foll
     assert f.lines() == first + [(2, n) for n in (1, 2, 3)]
 
 
+def test_sequence_archived_between_the_look_and_the_read_is_read_from_its_archive(tmp_path: Path, follower,
+                                                                                  monkeypatch) -> None:
+    """The reader finds redo_1_2.jsonl, and the capture archives it before the reader opens
+    it: the reader reads the archive (it stopped with 'cannot open: No such file')."""
+    inp = tmp_path / "in"
+    (inp / "redo_1_1.jsonl").write_bytes(tx("A", 100, "r1"))
+    f = follower()
+    f.wait_for_lines(3)
+    plain = inp / "redo_1_2.jsonl"
+    original_open = files_mod.LogFile.open
+    raced: list[str] = []
+
+    def open_after_the_archive(self):
+        if self.path == str(plain) and not raced:
+            raced.append(self.path)
+            archive(plain)
+        return original_open(self)
+
+    monkeypatch.setattr(files_mod.LogFile, "open", open_after_the_archive)
+    plain.write_bytes(tx("B", 200, "r2"))
+    f.wait_for_lines(6)
+    f.idle()
+    assert raced and f.error is None, f.error
+    assert f.lines() == [(1, n) for n in (1, 2, 3)] + [(2, n) for n in (1, 2, 3)]
+
+
 def test_sequence_archived_to_a_zst_with_other_content_is_an_input_error(tmp_path: Path, follower) -> None:
     inp = tmp_path / "in"
     path = inp / "redo_1_1.jsonl"
