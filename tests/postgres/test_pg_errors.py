@@ -120,3 +120,48 @@ def test_a_changefeed_takes_no_second_source(pg_db, tmp_path):
     proc = run_once(pg_db, tmp_path, *other_queue, "--adopt-changefeed")
     assert_clean_error(proc, "changefeed was written from source postgresql:", "adopted only from the same source")
     assert pg_db.execute("SELECT slot_name FROM pg_replication_slots WHERE slot_name = 'other'") == []
+
+
+def test_publication_dropped_while_streaming_stops_the_service(pg_db, tmp_path):
+    """A definite error of the walsender (SQLSTATE class 42) ends the run with one line:
+    reconnecting would fail the same way, each time after the server decoded again from
+    the slot's position (it reconnected every ~12 s, for ever, at a backoff of 1 s)."""
+    pg_db.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
+    pg_db.execute("CREATE PUBLICATION p2 FOR TABLE t")
+    proc = start_service(pg_db, tmp_path, "--publication", "p2")
+    try:
+        wait_streaming(tmp_path, proc)
+        pg_db.execute("DROP PUBLICATION p2")
+        pg_db.execute("INSERT INTO t VALUES (1, 'x')")
+        code = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    log = (tmp_path / "service.log").read_text()
+    assert code == 1, log
+    errors = [line for line in log.splitlines() if line.startswith("olr-buffer: error:")]
+    assert len(errors) == 1 and 'publication "p2" does not exist' in errors[0], log
+    assert "slot keeps its position" in errors[0] and "Traceback" not in log, log
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_a_signal_to_the_whole_process_group_is_a_clean_stop(pg_db, tmp_path, sig):
+    """systemd's stop and a terminal's Ctrl-C signal the reader process and its fork server
+    too: still a clean stop, exit 0 (it was 'the PostgreSQL reader process died', exit 1)."""
+    import os
+    import signal
+
+    with open(tmp_path / "service.log", "ab") as log:
+        proc = subprocess.Popen(run_cmd(pg_db, tmp_path), stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+                                start_new_session=True)
+    try:
+        wait_streaming(tmp_path, proc)
+        os.killpg(proc.pid, getattr(signal, sig))
+        code = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    log_text = (tmp_path / "service.log").read_text()
+    assert code == 0 and "stopped cleanly" in log_text and "Traceback" not in log_text, log_text

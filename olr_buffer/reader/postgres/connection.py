@@ -539,9 +539,15 @@ class SocketStream:
                 raise self._error
         return out
 
-    def _end(self, kind: int, body: bytes) -> ConnectionLostError:
+    def _end(self, kind: int, body: bytes) -> PostgresError:
         if kind == 0x45:  # E: ErrorResponse (the server shutting down, the walsender failing)
             err = self._server_error(body, "the server ended the replication stream")
+            if (_error_fields(body).get("C") or "").startswith("42"):
+                # an object gone or a right taken (the publication dropped, a table of it, the
+                # role's REPLICATION): every reconnect would end the same way, after the
+                # server decoded again from the slot's position
+                return PostgresError(str(err), hint="fix it on the server (CREATE PUBLICATION ..., GRANT ...), "
+                                     "then start the service again: the slot keeps its position")
             return ConnectionLostError(str(err))
         if kind == 0x63 or kind == 0x43:  # c: CopyDone; C: CommandComplete (a walsender shutting down sends it)
             return self._lost("the server ended the replication stream")
