@@ -370,6 +370,10 @@ def run(input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_inte
     missing = [n for n, v in (("INPUT_DIR", input_dir), ("--queue", queue_dir), ("--changefeed", changefeed_dir)) if not v]
     if missing:
         raise click.UsageError(f"missing {', '.join(missing)} (on the command line, in the environment or in --config)")
+    scheme = re.match(r"^([A-Za-z][A-Za-z0-9+.-]*)://", input_dir)
+    if scheme and not is_postgres_uri(input_dir):
+        raise click.BadParameter(f"{scheme.group(1)}:// is not a source olr-buffer reads: INPUT_DIR is a directory "
+                                 "of redo logs, or a postgresql:// (postgres://) URI", param_hint="INPUT_DIR")
     setup_logging(_log_level(log_level, "info"), log_format)
     click.get_current_context().meta[_LOG_FORMAT] = log_format
     _run_recording_failure(queue_dir, lambda: _serve(

@@ -166,3 +166,11 @@ def test_several_bad_lines_reported_at_once(tmp_path):
     assert sorted((b["file"], b["line"]) for b in as_json["quarantined_lines"]) == sorted(
         [(str(path), n) for n in (20, 47, 90, 91)] + [(str(other), 30)]
     )
+
+
+def test_run_with_a_uri_of_another_scheme_is_a_usage_error(tmp_path):
+    """Not read as a directory that does not exist (exit 3): a usage error naming what is read."""
+    result = olr_buffer("run", "mysql://root@localhost/shop", "--queue", tmp_path / "q", "--changefeed", tmp_path / "cf")
+    assert result.returncode == errors.EXIT_USAGE, result.describe()
+    assert "mysql:// is not a source olr-buffer reads" in result.stderr and "postgresql://" in result.stderr
+    assert not (tmp_path / "q").exists()
