@@ -456,7 +456,7 @@ def _serve(input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_i
     else:
         summary = run_service(input_dir, queue_dir, changefeed_dir, opts, stop, on_tick=on_tick)
     logging.getLogger("olr_buffer").info(
-        "stopped cleanly: %d records read, %d transactions published this run, %s",
+        "stopped cleanly: %d records read (lwn heartbeats aside), %d transactions published this run, %s",
         summary.records_read, summary.transactions_published,
         f"changefeed at tx_seq {summary.next_tx_seq - 1}" if summary.next_tx_seq else "nothing published yet",
         extra={"records": summary.records_read, "transactions": summary.transactions_published,
