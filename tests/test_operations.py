@@ -106,11 +106,17 @@ def test_metrics_health_status_state_while_a_commit_waits(tmp_path: Path):
     assert ": stopped, as of " in text_status and "Nones" not in text_status
 
 
-def test_status_reads_the_changefeed_position_from_its_manifest(tmp_path: Path):
-    """Publications after the last checkpoint show at once (a long checkpoint interval)."""
+def one_transaction(tmp_path: Path) -> Path:
+    """``tmp_path/live`` with thread 1 holding transaction A and a heartbeat after it."""
     live = tmp_path / "live"
     live.mkdir()
     (live / "redo_1_1.jsonl").write_text(lines(*tx("A", 10, "r1"), {"op": "lwn", "scn": 20}))
+    return live
+
+
+def test_status_reads_the_changefeed_position_from_its_manifest(tmp_path: Path):
+    """Publications after the last checkpoint show at once (a long checkpoint interval)."""
+    live = one_transaction(tmp_path)
     proc = start(run_cmd(tmp_path))
     try:
         wait_for_rows(tmp_path / "cf", 1, timeout=20)
@@ -154,9 +160,7 @@ def test_failed_run_is_failed_in_status_and_json_logs(tmp_path: Path):
 def test_a_killed_run_is_failed_in_status_until_a_run_stops_cleanly(tmp_path: Path):
     """SIGKILL leaves no word of its own: the record a running service keeps says it, so
     that status does not show a killed service as stopped cleanly."""
-    live = tmp_path / "live"
-    live.mkdir()
-    (live / "redo_1_1.jsonl").write_text(lines(*tx("A", 10, "r1"), {"op": "lwn", "scn": 20}))
+    live = one_transaction(tmp_path)
     proc = start(run_cmd(tmp_path))
     try:
         wait_for_rows(tmp_path / "cf", 1, timeout=20)
@@ -181,9 +185,7 @@ def test_a_killed_run_is_failed_in_status_until_a_run_stops_cleanly(tmp_path: Pa
 
 
 def test_group_log_level_and_environment(tmp_path: Path):
-    live = tmp_path / "live"
-    live.mkdir()
-    (live / "redo_1_1.jsonl").write_text(lines(*tx("A", 10, "r1"), {"op": "lwn", "scn": 20}))
+    live = one_transaction(tmp_path)
     cmd = [sys.executable, "-m", "olr_buffer.cli", "--log-level", "error", "run", str(live), "--queue",
            str(tmp_path / "q"), "--changefeed", str(tmp_path / "cf"), "--flush-interval", "0.2"]
     proc = start(cmd)
@@ -217,9 +219,7 @@ def test_config_on_status_ignores_other_commands_keys(tmp_path: Path):
 
 
 def test_newest_zst_arriving_in_two_writes_is_waited_for(tmp_path: Path):
-    live = tmp_path / "live"
-    live.mkdir()
-    (live / "redo_1_1.jsonl").write_text(lines(*tx("A", 10, "r1"), {"op": "lwn", "scn": 20}))
+    live = one_transaction(tmp_path)
     data = zstandard.ZstdCompressor().compress(lines(*tx("B", 30, "r2"), *tx("C", 40, "r3")).encode())
     proc = start(run_cmd(tmp_path))
     try:
