@@ -160,7 +160,7 @@ def test_failed_run_is_failed_in_status_and_json_logs(tmp_path: Path):
 def test_a_killed_run_is_failed_in_status_until_a_run_stops_cleanly(tmp_path: Path):
     """SIGKILL leaves no word of its own: the record a running service keeps says it, so
     that status does not show a killed service as stopped cleanly."""
-    live = one_transaction(tmp_path)
+    one_transaction(tmp_path)
     proc = start(run_cmd(tmp_path))
     try:
         wait_for_rows(tmp_path / "cf", 1, timeout=20)
