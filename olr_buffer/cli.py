@@ -374,11 +374,30 @@ def run(input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_inte
     if scheme and not is_postgres_uri(input_dir):
         raise click.BadParameter(f"{scheme.group(1)}:// is not a source olr-buffer reads: INPUT_DIR is a directory "
                                  "of redo logs, or a postgresql:// (postgres://) URI", param_hint="INPUT_DIR")
+    if is_postgres_uri(input_dir):
+        _check_postgres_uri(input_dir)
     setup_logging(_log_level(log_level, "info"), log_format)
     click.get_current_context().meta[_LOG_FORMAT] = log_format
     _run_recording_failure(queue_dir, lambda: _serve(
         input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_interval, stall_warning, metrics_port,
         metrics_host, slot, publication, no_initial_copy, no_streaming, pipeline))
+
+
+def _check_postgres_uri(uri: str) -> None:
+    """A URI that libpq cannot parse, or whose port is not a number, is a usage error
+    (exit 2), found before any directory is made or any server is tried."""
+    import psycopg2.extensions
+
+    from .reader.postgres.connection import redact
+
+    try:
+        params = psycopg2.extensions.parse_dsn(uri)
+    except psycopg2.ProgrammingError as exc:
+        raise click.BadParameter(redact(str(exc).strip().splitlines()[0]), param_hint="INPUT_DIR") from None
+    ports = str(params.get("port", "")).split(",")
+    bad = [p for p in ports if p.strip() and not p.strip().isdigit()]
+    if bad:
+        raise click.BadParameter(f"port {bad[0]!r} is not a number", param_hint="INPUT_DIR")
 
 
 def _run_recording_failure(queue_dir: str, serve: Callable[[], None]) -> None:

@@ -174,3 +174,14 @@ def test_run_with_a_uri_of_another_scheme_is_a_usage_error(tmp_path):
     assert result.returncode == errors.EXIT_USAGE, result.describe()
     assert "mysql:// is not a source olr-buffer reads" in result.stderr and "postgresql://" in result.stderr
     assert not (tmp_path / "q").exists()
+
+
+@pytest.mark.parametrize("uri, words", [
+    ("postgresql://u:pw@/db?host=/tmp&port=notaport", "port 'notaport' is not a number"),
+    ("postgresql://u:pw@/db?nosuchoption=1", "invalid dsn"),
+], ids=["port", "option"])
+def test_run_with_a_postgres_uri_that_cannot_be_parsed_is_a_usage_error(tmp_path, uri, words):
+    result = olr_buffer("run", uri, "--queue", tmp_path / "q", "--changefeed", tmp_path / "cf")
+    assert result.returncode == errors.EXIT_USAGE, result.describe()
+    assert words in result.stderr and ":pw@" not in result.stderr, result.stderr
+    assert not (tmp_path / "q").exists() and not (tmp_path / "cf").exists()
