@@ -45,6 +45,11 @@ DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
 _SEGMENT_PREFIX = "seg-"
 _SEGMENT_SUFFIX = ".mdb"
 _MAP_HEADROOM = 1 << 30  # a block may overshoot the roll size; the map is virtual memory only
+#: LMDB maps a segment's lock file (its reader table, ~8 KiB for the default 126 readers)
+#: and writes it through the map: on a full file system, touching a page of it that has no
+#: block yet is a SIGBUS, which kills the process with no word. Its blocks are allocated
+#: first (see _reserve_lock_file), so that a full disk is an error like any other.
+_LOCK_FILE_BYTES = 64 << 10
 DEFAULT_MAX_OPEN_SEGMENTS = 32  # and at most a twelfth of the open-files limit, 3 per segment
 RELEASE_MAPPED_BYTES = 16 << 20  # blocks read between two releases of the mapped pages
 
@@ -180,6 +185,8 @@ class LmdbQueue(TxQueue):
             if seg.env is not None:
                 return seg
             self._close_least_used()
+            if not self.read_only:
+                self._reserve_lock_file(seg.path + "-lock")
             try:
                 env = lmdb.open(
                     seg.path,
@@ -200,6 +207,9 @@ class LmdbQueue(TxQueue):
                         hint="raise the open-files limit (ulimit -n, LimitNOFILE=) and run again",
                         path=seg.path,
                     ) from exc
+                if not self.read_only and ("No space" in str(exc) or _disk_full(self._seg_dir)):
+                    raise QueueFullError(f"{seg.path}: no space left on device creating the segment",
+                                         hint="free disk space, then run the same command again", path=seg.path) from exc
                 raise QueueCorruptError(f"{seg.path}: cannot open segment: {exc}", path=seg.path) from exc
             env.reader_check()
             if self.read_only:
@@ -262,6 +272,22 @@ class LmdbQueue(TxQueue):
                 _unlink(seg.path + suffix)
             self._segments.pop()
             self._firsts.pop()
+
+    @staticmethod
+    def _reserve_lock_file(path: str) -> None:
+        """Allocate the blocks of an LMDB lock file before LMDB maps it (``_LOCK_FILE_BYTES``)."""
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                os.posix_fallocate(fd, 0, _LOCK_FILE_BYTES)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise QueueFullError(f"{path}: no space left on device creating the segment's lock file",
+                                     hint="free disk space, then run the same command again", path=path) from None
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):  # no fallocate here: LMDB's own way
+                raise QueueError(f"{path}: cannot create the segment's lock file: {exc.strerror}", path=path) from None
 
     def _current_segment(self, roll: bool) -> _Segment:
         if self._segments and not roll:

@@ -17,6 +17,7 @@ from tests.cli.conftest import ok
 from tests.contract_model import ModelResult, expected_changefeed
 from tests.fault_helpers import (
     FULL_ARGS,
+    ROOT,
     big_base,
     big_model,
     dumps,
@@ -53,6 +54,36 @@ def test_queue_disk_full_message_says_no_space(big_base: Path, tmp_path: Path) -
     q, cf = tmp_path / "queue", tmp_path / "cf"
     with tmpfs(q, "500k"):
         one_line_error(replay(big_base, q, cf, *FULL_ARGS), "no space left on device", "hint:")
+
+
+def test_a_new_segment_on_a_full_disk_is_an_error_not_a_bus_error(tmp_path: Path) -> None:
+    """LMDB maps a segment's lock file and writes it through the map: on a full file
+    system that killed the process with SIGBUS (exit 135, no word) when a segment was
+    created. Its blocks are allocated first now: a QueueFullError, then, once there is
+    space, the same queue goes on."""
+    import subprocess
+    import sys
+
+    q = tmp_path / "queue"
+    script = ("import sys; from olr_buffer.txbuffer import LmdbQueue; q = LmdbQueue(sys.argv[1]); "
+              "q.append([b'x' * 100]); print(q.next_index)")
+    with tmpfs(q, "1m"):
+        filler = q / "filler"
+        with open(filler, "wb") as fh:  # every block of the file system taken
+            try:
+                while True:
+                    fh.write(b"\0" * 65536)
+                    fh.flush()
+            except OSError:
+                pass
+        r = subprocess.run([sys.executable, "-c", script, str(q)], capture_output=True, text=True, cwd=ROOT)
+        assert r.returncode == 1, (r.returncode, r.stderr[-2000:])
+        assert "QueueFullError" in r.stderr and "no space left on device" in r.stderr, r.stderr[-2000:]
+        filler.unlink()
+        r = subprocess.run([sys.executable, "-c", script, str(q)], capture_output=True, text=True, cwd=ROOT)
+        assert r.returncode == 0 and r.stdout.strip() == "1", r.stderr[-2000:]
+        lock = next((q / "segments").glob("seg-*.mdb-lock"))
+        assert lock.stat().st_blocks * 512 >= 64 << 10  # allocated before LMDB mapped it
 
 
 # ---------------------------------------------------------------------------------------
