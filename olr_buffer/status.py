@@ -229,7 +229,8 @@ def _lines(doc: dict) -> list[str]:
         )
     cp = doc.get("checkpoint")
     if cp is None:
-        lines.append("no dispatcher checkpoint yet: nothing dispatched or published")
+        lines.append("no dispatcher checkpoint yet: the dispatcher's figures and the changefeed's path are not "
+                     "known (a run that stopped before its first checkpoint may have published files)")
         return lines
     lines.append(
         f"checkpoint: queue index {cp['position']} ({cp['behind_records']:,} records behind the queue's end), "

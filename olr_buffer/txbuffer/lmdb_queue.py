@@ -220,8 +220,16 @@ class LmdbQueue(TxQueue):
                     env.close()
                     raise _NotInitialised(f"{seg.path}: segment not initialised yet", path=seg.path) from None
             else:
-                seg.blocks = env.open_db(b"blocks")
-                seg.meta = env.open_db(b"meta")
+                try:
+                    seg.blocks = env.open_db(b"blocks")
+                    seg.meta = env.open_db(b"meta")
+                except lmdb.Error as exc:  # creating them is a write: a full disk shows here
+                    env.close()
+                    if "No space" in str(exc) or _disk_full(self._seg_dir):
+                        raise QueueFullError(f"{seg.path}: no space left on device creating the segment",
+                                             hint="free disk space, then run the same command again",
+                                             path=seg.path) from exc
+                    raise QueueError(f"{seg.path}: cannot create the segment: {exc}", path=seg.path) from exc
             seg.env = env
             self._open[seg.first] = seg
         return seg
@@ -245,6 +253,23 @@ class LmdbQueue(TxQueue):
                 # read-only, while the owner creates the segment: as if it did not exist yet
                 self._segments.pop()
                 self._firsts.pop()
+                continue
+            except QueueCorruptError:
+                seg = self._segments[-1]
+                if not _unfinished_segment(seg.path):
+                    raise
+                # the newest segment, which LMDB never finished creating (its two meta pages
+                # are not both there: the disk was full, or the process died creating it):
+                # no block was ever stored in it
+                if not self.read_only:
+                    log.warning("%s: removing a segment whose creation did not finish", seg.path)
+                    for suffix in ("", "-lock"):
+                        _unlink(seg.path + suffix)
+                self._segments.pop()
+                self._firsts.pop()
+                if not self._segments:
+                    self._next = seg.first
+                    return
                 continue
             with seg.env.begin(db=seg.blocks) as txn:
                 cur = txn.cursor()
@@ -295,7 +320,17 @@ class LmdbQueue(TxQueue):
         seg = _Segment(self._next, os.path.join(self._seg_dir, segment_name(self._next)))
         self._segments.append(seg)
         self._firsts.append(seg.first)
-        return self._open_env(seg)
+        try:
+            return self._open_env(seg)
+        except BaseException:
+            # a segment LMDB could not finish creating (a full disk): gone, not left as a
+            # file that no later run can open
+            self._close_segment(seg)
+            self._segments.pop()
+            self._firsts.pop()
+            for suffix in ("", "-lock"):
+                _unlink(seg.path + suffix)
+            raise
 
     def _segment_full(self, seg: _Segment) -> bool:
         if seg.first == self._next:
@@ -496,6 +531,15 @@ def _fd_limit() -> int | str:
     except (ImportError, OSError, ValueError):
         return "?"
     return soft if soft != resource.RLIM_INFINITY else "?"
+
+
+def _unfinished_segment(path: str) -> bool:
+    """Whether an LMDB file that cannot be opened is one whose creation did not finish:
+    LMDB writes two meta pages before anything else."""
+    try:
+        return os.path.getsize(path) < 2 * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):
+        return False
 
 
 def _disk_full(path: str, margin: int = 16 << 20) -> bool:

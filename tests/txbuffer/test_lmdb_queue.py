@@ -480,7 +480,22 @@ def _make_zero_byte_file(path: str) -> None:
     open(path, "wb").close()
 
 
-@pytest.mark.parametrize("make", [_make_empty_env, _make_empty_env_with_dbs, _make_zero_byte_file])
+def _make_first_meta_page_only(path: str) -> None:
+    """What a full disk (or a kill) leaves when LMDB wrote one of its two meta pages: a
+    file no run could open ('MDB_INVALID: File is not an LMDB file') until it is removed."""
+    whole = path + ".whole"
+    _make_empty_env(whole)
+    with open(whole, "rb") as fh:
+        first_page = fh.read(os.sysconf("SC_PAGE_SIZE"))
+    os.unlink(whole)
+    if os.path.exists(whole + "-lock"):
+        os.unlink(whole + "-lock")
+    with open(path, "wb") as fh:
+        fh.write(first_page)
+
+
+@pytest.mark.parametrize("make", [_make_empty_env, _make_empty_env_with_dbs, _make_zero_byte_file,
+                                  _make_first_meta_page_only])
 @pytest.mark.parametrize("n_segments", [1, 3])
 def test_reopen_after_crash_left_an_empty_newest_segment(tmp_path: Path, make, n_segments: int) -> None:
     path = tmp_path / "q"
@@ -491,7 +506,8 @@ def test_reopen_after_crash_left_an_empty_newest_segment(tmp_path: Path, make, n
         meta = q.meta_items()
         next_index = q.next_index
     assert next_index == len(records)
-    # The crash: the roll created the next segment's file, its first write never committed.
+    # The crash: the roll created the next segment's file, its first write never committed
+    # (or LMDB did not even finish creating it).
     crashed = path / "segments" / lmdb_queue_module.segment_name(next_index)
     make(str(crashed))
     assert len(segment_files(path)) == n_segments + 1

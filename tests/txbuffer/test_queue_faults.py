@@ -79,6 +79,7 @@ def test_a_new_segment_on_a_full_disk_is_an_error_not_a_bus_error(tmp_path: Path
         r = subprocess.run([sys.executable, "-c", script, str(q)], capture_output=True, text=True, cwd=ROOT)
         assert r.returncode == 1, (r.returncode, r.stderr[-2000:])
         assert "QueueFullError" in r.stderr and "no space left on device" in r.stderr, r.stderr[-2000:]
+        assert not list((q / "segments").glob("seg-*.mdb")), "a segment left half created"
         filler.unlink()
         r = subprocess.run([sys.executable, "-c", script, str(q)], capture_output=True, text=True, cwd=ROOT)
         assert r.returncode == 0 and r.stdout.strip() == "1", r.stderr[-2000:]
