@@ -186,7 +186,10 @@ class LmdbQueue(TxQueue):
                 return seg
             self._close_least_used()
             if not self.read_only:
-                self._reserve_lock_file(seg.path + "-lock")
+                try:
+                    self._reserve_lock_file(seg.path + "-lock")
+                except OSError as exc:  # out of descriptors
+                    raise self._out_of_files(seg, exc) from None
             try:
                 env = lmdb.open(
                     seg.path,
@@ -201,12 +204,7 @@ class LmdbQueue(TxQueue):
                 )
             except lmdb.Error as exc:
                 if _out_of_descriptors(exc):
-                    raise QueueError(
-                        f"{seg.path}: cannot open segment: the process has too many open files "
-                        f"(limit {_fd_limit()}, {len(self._open)} segments open)",
-                        hint="raise the open-files limit (ulimit -n, LimitNOFILE=) and run again",
-                        path=seg.path,
-                    ) from exc
+                    raise self._out_of_files(seg, exc) from exc
                 if not self.read_only and ("No space" in str(exc) or _disk_full(self._seg_dir)):
                     raise QueueFullError(f"{seg.path}: no space left on device creating the segment",
                                          hint="free disk space, then run the same command again", path=seg.path) from exc
@@ -298,6 +296,14 @@ class LmdbQueue(TxQueue):
             self._segments.pop()
             self._firsts.pop()
 
+    def _out_of_files(self, seg: _Segment, exc: BaseException) -> QueueError:
+        return QueueError(
+            f"{seg.path}: cannot open segment: the process has too many open files "
+            f"(limit {_fd_limit()}, {len(self._open)} segments open)",
+            hint="raise the open-files limit (ulimit -n, LimitNOFILE=) and run again",
+            path=seg.path,
+        )
+
     @staticmethod
     def _reserve_lock_file(path: str) -> None:
         """Allocate the blocks of an LMDB lock file before LMDB maps it (``_LOCK_FILE_BYTES``)."""
@@ -311,6 +317,8 @@ class LmdbQueue(TxQueue):
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):
                 raise QueueFullError(f"{path}: no space left on device creating the segment's lock file",
                                      hint="free disk space, then run the same command again", path=path) from None
+            if exc.errno in (errno.EMFILE, errno.ENFILE):
+                raise  # named by the caller, as LMDB's own failure to open would be
             if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):  # no fallocate here: LMDB's own way
                 raise QueueError(f"{path}: cannot create the segment's lock file: {exc.strerror}", path=path) from None
 
