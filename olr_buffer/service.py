@@ -62,14 +62,45 @@ def record_running(queue_dir: str) -> None:
                                "killed": True})
 
 
+#: A record is padded to this size with spaces (JSON allows them): the record a running
+#: service leaves holds the blocks that its failure record, written over it in place,
+#: needs when the disk is full, the likeliest time for a failure to be recorded.
+_RECORD_BYTES = 4096
+
+
 def _write_failure(queue_dir: str, doc: dict) -> None:
+    path = os.path.join(queue_dir, FAILURE_FILE)
     tmp = os.path.join(queue_dir, f".{FAILURE_FILE}.tmp")
+    data = _padded(doc)
     try:
-        with open(tmp, "w") as fh:
-            json.dump(doc, fh)
-        os.replace(tmp, os.path.join(queue_dir, FAILURE_FILE))
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+        return
     except OSError:
-        pass  # a queue directory that cannot be written: the error itself is on stderr
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+    # no room for a new file: over the record there (a running service's), in place
+    try:
+        fd = os.open(path, os.O_WRONLY)
+    except OSError:
+        return  # a queue directory that cannot be written: the error itself is on stderr
+    try:
+        if len(data) > _RECORD_BYTES:
+            data = _padded({**doc, "error": str(doc.get("error"))[: _RECORD_BYTES // 2]})
+        os.pwrite(fd, data, 0)
+        os.ftruncate(fd, len(data))
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _padded(doc: dict) -> bytes:
+    data = json.dumps(doc).encode()
+    return data.ljust(_RECORD_BYTES - 1) + b"\n" if len(data) < _RECORD_BYTES else data + b"\n"
 
 
 def clear_failure(queue_dir: str) -> None:

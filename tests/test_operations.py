@@ -237,3 +237,27 @@ def test_newest_zst_arriving_in_two_writes_is_waited_for(tmp_path: Path):
         code, err = stop(proc)
     assert code == 0, err
     assert [r["xid"] for r in load_changefeed(tmp_path / "cf")] == ["A", "B", "C"]
+
+
+def test_a_failure_on_a_full_disk_is_still_recorded_over_the_running_record(tmp_path: Path):
+    """run fails most often because the queue's disk is full, when no new file can be made:
+    the failure is written in place over the record the running service left (whose
+    blocks it holds), not lost, so that status does not say 'killed' (or 'stopped')."""
+    from olr_buffer.service import read_failure, record_failure, record_running
+    from tests.fault_helpers import tmpfs
+
+    q = tmp_path / "q"
+    with tmpfs(q, "64k"):
+        record_running(str(q))
+        assert read_failure(str(q))["killed"] is True
+        with open(q / "filler", "wb", buffering=0) as fh:  # every block taken
+            try:
+                while True:
+                    fh.write(b"\0" * 4096)
+            except OSError:
+                pass
+        record_failure(str(q), RuntimeError("q/segments/seg-1.mdb: no space left on device " + "x" * 5000), 1)
+        doc = read_failure(str(q))
+        assert doc is not None and doc.get("killed") is None and doc["exit_code"] == 1, doc
+        assert doc["error"].startswith("q/segments/seg-1.mdb: no space left on device"), doc
+        assert not list(q.glob(".*.tmp")), list(q.iterdir())

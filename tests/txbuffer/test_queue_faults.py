@@ -69,11 +69,10 @@ def test_a_new_segment_on_a_full_disk_is_an_error_not_a_bus_error(tmp_path: Path
               "q.append([b'x' * 100]); print(q.next_index)")
     with tmpfs(q, "1m"):
         filler = q / "filler"
-        with open(filler, "wb") as fh:  # every block of the file system taken
+        with open(filler, "wb", buffering=0) as fh:  # every block of the file system taken
             try:
                 while True:
-                    fh.write(b"\0" * 65536)
-                    fh.flush()
+                    fh.write(b"\0" * 4096)
             except OSError:
                 pass
         r = subprocess.run([sys.executable, "-c", script, str(q)], capture_output=True, text=True, cwd=ROOT)
