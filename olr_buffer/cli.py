@@ -257,17 +257,16 @@ def replay(input_dir, queue_dir, changefeed_dir, progress, progress_interval, as
     undone and publishes no duplicate.
     """
     from .pipeline import replay as run_replay
-    from .service import clear_failure
 
-    if os.path.isdir(queue_dir):
-        clear_failure(queue_dir)  # status: this queue's state is no longer that of a failed `run`
     terminal = sys.stderr.isatty()
     opts = _options(**pipeline)
     dead_letter = opts.dead_letter
     bar = _ProgressLine(terminal, progress_interval) if (terminal if progress is None else progress) else None
     dead_letter_start = _size(dead_letter)
     try:
-        summary = run_replay(input_dir, queue_dir, changefeed_dir, opts, on_progress=bar)
+        # status: the state of this queue is that of this replay (failed, or not)
+        summary = _run_recording_failure(
+            queue_dir, lambda: run_replay(input_dir, queue_dir, changefeed_dir, opts, on_progress=bar))
     except BaseException:
         if bar:
             bar.abort()
@@ -400,9 +399,9 @@ def _check_postgres_uri(uri: str) -> None:
         raise click.BadParameter(f"port {bad[0]!r} is not a number", param_hint="INPUT_DIR")
 
 
-def _run_recording_failure(queue_dir: str, serve: Callable[[], None]) -> None:
-    """Run the service; an error that stops it is recorded in the queue directory for
-    ``status`` (``failed``), unless another process owns the queue."""
+def _run_recording_failure(queue_dir: str, serve: Callable[[], Any]) -> Any:
+    """Run the service (or a replay); an error that stops it is recorded in the queue
+    directory for ``status`` (``failed``), unless another process owns the queue."""
     from .service import clear_failure, record_failure
     from .txbuffer.errors import QueueLockedError
 
@@ -411,8 +410,9 @@ def _run_recording_failure(queue_dir: str, serve: Callable[[], None]) -> None:
     if os.path.isdir(queue_dir) and LmdbQueue.owner_pid(queue_dir) is None:
         clear_failure(queue_dir)  # (not the record of a service that runs: this one will be refused)
     try:
-        serve()
+        result = serve()
         clear_failure(queue_dir)  # stopped cleanly: no longer the record of a run that is killed
+        return result
     except QueueLockedError:
         raise
     except OlrBufferError as exc:

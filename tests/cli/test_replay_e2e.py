@@ -15,6 +15,8 @@ from typing import Any, Callable
 import pyarrow.parquet as pq
 import pytest
 
+from olr_buffer.status import queue_status
+
 from tests.cli.conftest import (
     Result,
     console_script,
@@ -494,7 +496,16 @@ def test_empty_zst_is_bad_input_at_once(workdir: Path, newest: bool) -> None:
     assert path.name.endswith(".zst") and seqs[-1] > 2
     original = path.read_bytes()
     path.write_bytes(b"")
-    fail_then_fix(workdir, lambda: path.write_bytes(original), f"{path}:1: empty .zst file", min_published=0)
+
+    def fix() -> None:
+        # status tells of the failed replay (it said 'stopped', as after a clean one)
+        doc = queue_status(str(workdir / "queue"))
+        assert doc["state"] == "failed" and doc["failure"]["exit_code"] == 3, doc["failure"]
+        assert f"{path}:1: empty .zst file" in doc["failure"]["error"]
+        path.write_bytes(original)
+
+    fail_then_fix(workdir, fix, f"{path}:1: empty .zst file", min_published=0)
+    assert queue_status(str(workdir / "queue"))["state"] == "stopped"
 
 
 def test_empty_plain_sequence_is_read_as_one_without_records_with_a_warning(workdir: Path) -> None:
