@@ -3,9 +3,9 @@
 The queue is opened read-only (no lock taken), so this works while ``replay`` or ``run``
 owns it. Dispatcher figures are those of the last checkpoint; segment and reader figures
 are current, and so is the changefeed's position (read from its manifest). ``state`` is
-``running`` while a process holds the queue's LOCK, ``failed`` when the last ``run``
-stopped on an error (its record, :func:`olr_buffer.service.read_failure`), else
-``stopped``. Times are ISO-8601 UTC.
+``running`` while a process holds the queue's LOCK, ``failed`` when the last ``run`` or
+``replay`` stopped on an error or was killed (its record,
+:func:`olr_buffer.service.read_failure`), else ``stopped``. Times are ISO-8601 UTC.
 """
 
 from __future__ import annotations
