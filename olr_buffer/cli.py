@@ -369,12 +369,11 @@ def run(input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_inte
     missing = [n for n, v in (("INPUT_DIR", input_dir), ("--queue", queue_dir), ("--changefeed", changefeed_dir)) if not v]
     if missing:
         raise click.UsageError(f"missing {', '.join(missing)} (on the command line, in the environment or in --config)")
-    scheme = re.match(r"^([A-Za-z][A-Za-z0-9+.-]*)://", input_dir)
-    if scheme and not is_postgres_uri(input_dir):
-        raise click.BadParameter(f"{scheme.group(1)}:// is not a source olr-buffer reads: INPUT_DIR is a directory "
-                                 "of redo logs, or a postgresql:// (postgres://) URI", param_hint="INPUT_DIR")
     if is_postgres_uri(input_dir):
         _check_postgres_uri(input_dir)
+    elif scheme := re.match(r"^([A-Za-z][A-Za-z0-9+.-]*)://", input_dir):
+        raise click.BadParameter(f"{scheme.group(1)}:// is not a source olr-buffer reads: INPUT_DIR is a directory "
+                                 "of redo logs, or a postgresql:// (postgres://) URI", param_hint="INPUT_DIR")
     setup_logging(_log_level(log_level, "info"), log_format)
     click.get_current_context().meta[_LOG_FORMAT] = log_format
     _run_recording_failure(queue_dir, lambda: _serve(
@@ -403,9 +402,7 @@ def _run_recording_failure(queue_dir: str, serve: Callable[[], Any]) -> Any:
     """Run the service (or a replay); an error that stops it is recorded in the queue
     directory for ``status`` (``failed``), unless another process owns the queue."""
     from .service import clear_failure, record_failure
-    from .txbuffer.errors import QueueLockedError
-
-    from .txbuffer import LmdbQueue
+    from .txbuffer import LmdbQueue, QueueLockedError
 
     if os.path.isdir(queue_dir) and LmdbQueue.owner_pid(queue_dir) is None:
         clear_failure(queue_dir)  # (not the record of a service that runs: this one will be refused)
@@ -444,7 +441,7 @@ def _serve(input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_i
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
 
-    from .pipeline import run_service
+    from .pipeline import changefeed_at, run_service
     from .service import Metrics, serve_metrics
     metrics = None
     if metrics_port is not None:
@@ -477,7 +474,7 @@ def _serve(input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_i
     logging.getLogger("olr_buffer").info(
         "stopped cleanly: %d records read (lwn heartbeats aside), %d transactions published this run, %s",
         summary.records_read, summary.transactions_published,
-        f"changefeed at tx_seq {summary.next_tx_seq - 1}" if summary.next_tx_seq else "nothing published yet",
+        changefeed_at(summary.next_tx_seq),
         extra={"records": summary.records_read, "transactions": summary.transactions_published,
                "last_tx_seq": summary.next_tx_seq - 1},
     )

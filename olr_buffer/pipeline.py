@@ -419,8 +419,7 @@ class Pipeline:
             self.checkpoint()
         if readers.errors:
             raise readers.errors[0]
-        log.info("stopped: %s", f"changefeed at tx_seq {sink.next_tx_seq - 1}" if sink.next_tx_seq
-                 else "nothing published yet", extra={"last_tx_seq": sink.next_tx_seq - 1})
+        log.info("stopped: %s", changefeed_at(sink.next_tx_seq), extra={"last_tx_seq": sink.next_tx_seq - 1})
         return self.summary()
 
     @contextmanager
@@ -558,6 +557,11 @@ class _ThreadWatch:
                 log.warning("redo thread %d has written nothing for %.0fs and is not closed (progress %s): it holds "
                             "the watermark, so nothing above it is published", t, now - last[1],
                             p if p >= 0 else "none yet", extra={"redo_thread": t, "progress": p})
+
+
+def changefeed_at(next_tx_seq: int) -> str:
+    """Where the changefeed stands, for a log line: its last ``tx_seq``, if it has one."""
+    return f"changefeed at tx_seq {next_tx_seq - 1}" if next_tx_seq else "nothing published yet"
 
 
 def run_service(

@@ -38,8 +38,8 @@ class LogFile:
 def read_open_file(fd: int, compressed: bool) -> BinaryIO:
     """The content of the open file ``fd`` from its start (decompressed if ``compressed``),
     read with ``pread``: its offset does not move, and closing the stream leaves it open."""
-    raw = io.BufferedReader(_PreadRaw(fd), buffer_size=1 << 20)
-    return io.BufferedReader(_ZstdRaw(raw), buffer_size=1 << 20) if compressed else raw
+    raw = _PreadRaw(fd)
+    return io.BufferedReader(_ZstdRaw(raw) if compressed else raw, buffer_size=1 << 20)
 
 
 class _PreadRaw(io.RawIOBase):

@@ -237,11 +237,11 @@ def stop_fork_server() -> None:
             pass
 
 
-def _die_with_parent(parent_pid: int) -> None:
-    """Have the kernel kill this process when its parent (the fork server, which exits
-    when the service does) dies (Linux), however it dies; and ignore SIGINT and SIGTERM,
-    which a terminal's Ctrl-C or a supervisor's stop sends to every process of the
-    service: the service stops its children itself (see ``forkserver_signals``)."""
+def _start_child(parent_pid: int) -> None:
+    """A child's first step: have the kernel kill it when its parent (the fork server,
+    which exits when the service does) dies (Linux), however it dies; and ignore SIGINT
+    and SIGTERM, which a terminal's Ctrl-C or a supervisor's stop sends to every process
+    of the service: the service stops its children itself (see ``forkserver_signals``)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
@@ -295,7 +295,7 @@ def _child_main(conn, stop_conn, parent_pid, input_dir, thread, files, pos_bytes
                 dead_letter_path, follow, poll_interval, floor=None, queue_end=None) -> None:
     from .. import faults
 
-    _die_with_parent(parent_pid)
+    _start_child(parent_pid)
     faults._SPEC = None  # faults are the parent's: it kills itself after its own append
     os.nice(READER_NICENESS)
     reader_ref: list = []

@@ -338,7 +338,7 @@ class ThreadReader:
             held = self._hold(lf)
         old = os.fstat(held[0])
         if (old.st_dev, old.st_ino) != (st.st_dev, st.st_ino):
-            self._adopt_copy(lf, held, old.st_size)
+            self._adopt_copy(lf, held)
         if not lf.compressed and st.st_size < pos.offset:
             raise InputError(lf.path, pos.line, f"file shrank to {st.st_size} bytes, below the {pos.offset} already read",
                              hint="a log file must only grow until the next sequence exists")
@@ -352,7 +352,7 @@ class ThreadReader:
         self._held[lf.sequence] = held = (fd, lf.compressed)
         return held
 
-    def _adopt_copy(self, lf: LogFile, old: tuple[int, bool], old_size: int) -> None:
+    def _adopt_copy(self, lf: LogFile, old: tuple[int, bool]) -> None:
         """The file was replaced: read on in the new one if it starts with the same bytes
         as the old one up to the read position, else stop. (Bytes past the old file's end
         were read from the new one already.) A ``.jsonl.zst`` in the place of a plain
@@ -364,11 +364,8 @@ class ThreadReader:
         except FileNotFoundError:
             raise InputError(lf.path, pos.line or None, "file disappeared while being read") from None
         try:
-            if lf.compressed or old_compressed:
-                same = _same_content(read_open_file(old_fd, old_compressed), read_open_file(new_fd, lf.compressed),
-                                     pos.offset)
-            else:
-                same = _same_prefix(old_fd, new_fd, min(pos.offset, old_size))
+            same = _same_content(read_open_file(old_fd, old_compressed), read_open_file(new_fd, lf.compressed),
+                                 pos.offset)
         except CorruptCompressedFile as exc:
             os.close(new_fd)
             raise InputError(lf.path, pos.line or None, f"file was replaced while being read (new inode): {exc}",
@@ -782,18 +779,6 @@ def _further_bad_lines(fh, raw: bytes, line: int, last_scn: int, last_sub: int, 
         f"{found}; fix them, then run the same command again (it resumes here), "
         "or set bad lines aside with --dead-letter FILE"
     )
-
-
-def _same_prefix(fd_a: int, fd_b: int, length: int, chunk: int = 1 << 20) -> bool:
-    """Whether two open files hold the same first ``length`` bytes."""
-    at = 0
-    while at < length:
-        n = min(chunk, length - at)
-        a, b = os.pread(fd_a, n, at), os.pread(fd_b, n, at)
-        if a != b or len(a) < n:
-            return False
-        at += n
-    return True
 
 
 def _same_content(old: BinaryIO, new: BinaryIO, length: int, chunk: int = 1 << 20) -> bool:

@@ -28,7 +28,7 @@ from typing import Callable, Mapping, Sequence
 
 from ...errors import OlrBufferError
 from ...txbuffer import BlockCodec, TxQueue
-from ..process import _CTX, _die_with_parent, _ParentStop, run_child
+from ..process import _CTX, _ParentStop, _start_child, run_child
 from .reader import POSITION_KEY, PostgresReader
 
 
@@ -170,7 +170,7 @@ class _LogToParent(logging.Handler):
 def _child_main(conn, stop_conn, parent_pid, uri, source_id, state, published, options) -> None:
     from ... import faults
 
-    _die_with_parent(parent_pid)
+    _start_child(parent_pid)
     faults._SPEC = None  # faults are the parent's
     root = logging.getLogger("olr_buffer")
     root.handlers[:] = [_LogToParent(conn)]
