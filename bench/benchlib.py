@@ -422,3 +422,15 @@ def rate(n: float, seconds: float) -> float:
 
 def print_json(obj: dict) -> None:
     print(json.dumps(obj, default=str), flush=True)
+
+
+def redo_source(queue, input_dir: str, processes: bool = False):
+    """The redo-file source of ``input_dir`` appending to ``queue``, prepared (its readers
+    made, restored from the queue), not started."""
+    from olr_buffer.changes import DEFAULT_BLOCK_BYTES, DEFAULT_BLOCK_RECORDS
+    from olr_buffer.sources.base import SourceSettings
+    from olr_buffer.sources.redo import RedoSource
+
+    source = RedoSource(input_dir, queue, SourceSettings(DEFAULT_BLOCK_RECORDS, DEFAULT_BLOCK_BYTES, processes=processes))
+    source.prepare(None, queue.meta_items(source.state_prefix))
+    return source

@@ -28,13 +28,12 @@ import time
 
 
 def fill(inp: str, queue_dir: str) -> None:
-    from olr_buffer.reader.group import ReaderGroup
+    import benchlib
     from olr_buffer.txbuffer import LmdbQueue
 
     q = LmdbQueue(queue_dir)
     try:
-        g = ReaderGroup(q, inp)
-        g.prepare()
+        g = benchlib.redo_source(q, inp)
         g.start()
         g.join()
         if g.errors:
@@ -46,8 +45,8 @@ def fill(inp: str, queue_dir: str) -> None:
 def run_once(queue_dir: str, profile: bool) -> tuple[dict, cProfile.Profile | None]:
     from olr_buffer.dispatcher import Dispatcher
     from olr_buffer.pipeline import quiet_gc
-    from olr_buffer.reader.position import POSITION_PREFIX, load_positions
-    from olr_buffer.spark_sink import ChangefeedWriter
+    from olr_buffer.sources.redo.position import POSITION_PREFIX, load_positions
+    from olr_buffer.sinks.parquet import ChangefeedWriter
     from olr_buffer.txbuffer import LmdbQueue
 
     cf = tempfile.mkdtemp(prefix="dispatch-stage-", dir=os.path.dirname(os.path.abspath(queue_dir)))

@@ -79,7 +79,7 @@ class ParquetOut:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        from olr_buffer.spark_sink.schema import ARROW_SCHEMA
+        from olr_buffer.sinks.parquet.schema import ARROW_SCHEMA
 
         self.pa, self.pq, self.schema = pa, pq, ARROW_SCHEMA
         self.out_dir = out_dir

@@ -53,9 +53,9 @@ PROFILE_TRANSACTIONS = 26_000  # about 300k records with three threads, seed 1
 # cProfile helpers
 
 _AREAS = (
-    ("olr_buffer/reader/", "reader (olr_buffer.reader)"),
+    ("olr_buffer/sources/", "reader (olr_buffer.sources)"),
     ("olr_buffer/dispatcher/", "dispatcher (olr_buffer.dispatcher)"),
-    ("olr_buffer/spark_sink/", "sink (olr_buffer.spark_sink)"),
+    ("olr_buffer/sinks/", "sink (olr_buffer.sinks)"),
     ("olr_buffer/txbuffer/", "queue (olr_buffer.txbuffer)"),
     ("olr_buffer/", "pipeline/cli (olr_buffer)"),
     ("pyarrow", "pyarrow (Python side)"),
@@ -148,15 +148,13 @@ def view_replay(inp: str, work: str, top: int) -> dict:
 
 
 def view_readers(inp: str, work: str, top: int) -> dict:
-    from olr_buffer.reader.group import ReaderGroup
     from olr_buffer.txbuffer import LmdbQueue, MemoryQueue
 
     out: dict = {}
     benchlib.warm_cache(inp)
     benchlib.wait_quiet()
     # a) into memory, sequentially, profiled
-    g = ReaderGroup(MemoryQueue(), inp)
-    g.prepare()
+    g = benchlib.redo_source(MemoryQueue(), inp)
     prof = cProfile.Profile()
     t = time.perf_counter()
     prof.enable()
@@ -164,11 +162,10 @@ def view_readers(inp: str, work: str, top: int) -> dict:
         r.read_to_end()
     prof.disable()
     out["memory_profiled_s"] = time.perf_counter() - t
-    out["records"] = g.records_read
+    out["records"] = g.figures().records_read
     out["profile"] = profile_summary(prof, top)
     # b) into memory, sequentially, not profiled
-    g = ReaderGroup(MemoryQueue(), inp)
-    g.prepare()
+    g = benchlib.redo_source(MemoryQueue(), inp)
     t = time.perf_counter()
     for r in g.readers.values():
         r.read_to_end()
@@ -177,8 +174,7 @@ def view_readers(inp: str, work: str, top: int) -> dict:
     d = benchlib.fresh_dir(os.path.join(work, "readers-lmdb"))
     q = LmdbQueue(os.path.join(d, "queue"))
     try:
-        g = ReaderGroup(q, inp)
-        g.prepare()
+        g = benchlib.redo_source(q, inp)
         t = time.perf_counter()
         for r in g.readers.values():
             r.read_to_end()
@@ -190,8 +186,7 @@ def view_readers(inp: str, work: str, top: int) -> dict:
     d2 = benchlib.fresh_dir(os.path.join(work, "readers-lmdb-threads"))
     q = LmdbQueue(os.path.join(d2, "queue"))
     try:
-        g = ReaderGroup(q, inp)
-        g.prepare()
+        g = benchlib.redo_source(q, inp)
         t = time.perf_counter()
         g.start()
         g.join()
@@ -205,8 +200,7 @@ def view_readers(inp: str, work: str, top: int) -> dict:
     d3 = benchlib.fresh_dir(os.path.join(work, "readers-lmdb-processes"))
     q = LmdbQueue(os.path.join(d3, "queue"))
     try:
-        g = ReaderGroup(q, inp, processes=True)
-        g.prepare()
+        g = benchlib.redo_source(q, inp, processes=True)
         t = time.perf_counter()
         g.start()
         g.join()
@@ -214,7 +208,7 @@ def view_readers(inp: str, work: str, top: int) -> dict:
         if g.errors:
             raise g.errors[0]
     except TypeError:
-        pass  # this version of ReaderGroup has no reader processes
+        pass  # this version of the redo source has no reader processes
     finally:
         q.close()
     shutil.rmtree(d3, ignore_errors=True)
@@ -225,14 +219,14 @@ def view_readers(inp: str, work: str, top: int) -> dict:
 def view_dispatcher(queue_dir: str, work: str, top: int) -> dict:
     """The dispatcher and the changefeed writer on a queue the readers filled."""
     from olr_buffer.dispatcher import Dispatcher
-    from olr_buffer.spark_sink import ChangefeedWriter
+    from olr_buffer.sinks.parquet import ChangefeedWriter
     from olr_buffer.txbuffer import LmdbQueue
 
     cf = benchlib.fresh_dir(os.path.join(work, "dispatcher-changefeed"))
     benchlib.wait_quiet()
     q = LmdbQueue(queue_dir)
     try:
-        from olr_buffer.reader.position import POSITION_PREFIX, load_positions
+        from olr_buffer.sources.redo.position import POSITION_PREFIX, load_positions
 
         threads = sorted(load_positions(q.meta_items(POSITION_PREFIX)))
         sink = ChangefeedWriter(cf)

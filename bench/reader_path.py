@@ -17,7 +17,7 @@ import cProfile
 import pstats
 import time
 
-from olr_buffer.reader.group import ReaderGroup
+import benchlib
 from olr_buffer.txbuffer import MemoryQueue
 
 
@@ -27,8 +27,7 @@ def main() -> None:
     ap.add_argument("--line-by-line", action="store_true")
     ap.add_argument("--profile", action="store_true", help="cProfile, top 25 by own time")
     args = ap.parse_args()
-    g = ReaderGroup(MemoryQueue(), args.input)
-    g.prepare()
+    g = benchlib.redo_source(MemoryQueue(), args.input)
     prof = cProfile.Profile() if args.profile else None
     c0, w0 = time.process_time(), time.perf_counter()
     if prof:
@@ -40,7 +39,7 @@ def main() -> None:
     if prof:
         prof.disable()
     cpu, wall = time.process_time() - c0, time.perf_counter() - w0
-    n = g.records_read
+    n = g.figures().records_read
     print(f"{n} records: CPU {cpu:.2f} s ({1e6 * cpu / n:.2f} us a record, {n / cpu:,.0f} records/s), wall {wall:.2f} s")
     if prof:
         pstats.Stats(prof).sort_stats("tottime").print_stats(25)

@@ -43,7 +43,7 @@ so a group never mixes two transactions.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Iterable, NamedTuple, Protocol
 
 import msgspec
 import orjson
@@ -84,9 +84,49 @@ COMPENSATED_RID = 5  # a compensation: the rid of the row it cancels
 CUT_FIRST, CUT_END = 5, 6  # a cut: the row ordinals it drops, first..end-1
 END_TM = 5  # begin, commit, rollback: the record's tm
 
+# a block holds at most this many records, or records of this many bytes (the unit of
+# queue I/O and compression; ``--block-records``)
+DEFAULT_BLOCK_RECORDS = 4096
+DEFAULT_BLOCK_BYTES = 1 << 20
+
 INFINITE_SCN = 1 << 63  # a watermark above every SCN: releases every end (end of a replay)
 # 1: records as JSON arrays (olr-buffer 0.1.0); 2: MessagePack arrays
 RECORD_FORMAT = 2
+
+
+# -- building records -------------------------------------------------------------------------
+# A record is ``[code, scn, sub, sequence, line, *payload]``; a source hands the payload to
+# :meth:`BlockBuilder.add`. These build each kind of payload, so that the layout above is
+# written down once. (The redo reader's and the PostgreSQL reader's fast loops write the
+# same lists inline; the tests hold them to these: tests/test_changes.py.)
+
+
+def row_payload(tm: int | None, owner: str, table: str, obj: int | None, rid: str | None,
+                before: str | None, after: str | None, sql: str | None = None) -> list:
+    """A row's payload (insert, update, delete, ddl, truncate, a row of the initial copy):
+    ``before``/``after`` are JSON text."""
+    return [tm, owner, table, obj, rid, before, after, sql]
+
+
+def compensation_payload(rid: str) -> list:
+    """A compensation's payload (code with the :data:`COMPENSATION` bit): the rid of the
+    row it cancels."""
+    return [rid]
+
+
+def cut_payload(first: int, end: int) -> list:
+    """A :data:`CUT`'s payload: its transaction's rows ``first..end-1`` are dropped."""
+    return [first, end]
+
+
+def end_payload(tm: int | None) -> list:
+    """The payload of a begin, commit or rollback: its ``tm``."""
+    return [tm]
+
+
+def record(code: int, scn: int, sub: int, sequence: int, line: int, payload: list) -> list:
+    """A whole record, as stored."""
+    return [code, scn, sub, sequence, line, *payload]
 
 
 class RecordError(ValueError):
@@ -97,7 +137,8 @@ class RecordFormatError(OlrBufferError):
     """A queue block whose records this version cannot read."""
 
 
-_encode_record = msgspec.msgpack.Encoder().encode
+#: A record (a list) as stored: MessagePack.
+encode_record = msgspec.msgpack.Encoder().encode
 _decode = msgspec.msgpack.Decoder().decode
 
 
@@ -136,13 +177,36 @@ class Commit:
         return self.key.scn
 
 
+class TransactionSink(Protocol):
+    """Where the dispatcher hands committed transactions, whole, in commit order (every
+    sink is one: :mod:`olr_buffer.sinks.base`)."""
+
+    def write_transaction(self, commit: Commit, chunks: Iterable[tuple[int, list[list]]]) -> int:
+        """Consume ``chunks`` (``(thread, rows)``: runs of rows, each of one redo thread,
+        in row order); publish their rows as one transaction.
+
+        Returns the number of rows written; 0 means nothing was written and no ``tx_seq``
+        was used.
+        """
+        ...
+
+    def write_rows(self, rows: list[list], txs: list[tuple[str, CommitKey, int | None, int | list[int], int]]) -> None:
+        """Many transactions at once, flat: ``txs`` holds ``(xid, key, tm, thread, n)`` for
+        each, ``n > 0`` of its rows, which are the next ``n`` of ``rows``; ``thread`` is the
+        redo thread of all of them, or a list of each one's; the same as
+        :meth:`write_transaction` for each, in order."""
+        ...
+
+
 # -- blocks ------------------------------------------------------------------------------------
 
 # A group in the summary: [xid, start, count, rows, compensations, first_scn, begin_scn, begin_tm, ends]
 # begin_scn is -1 without a begin (begin_tm then None); ends is a list of [code, scn, sequence, line, tm].
 
 
-class _Group:
+class Group:
+    """One transaction's group in a block being built."""
+
     __slots__ = ("xid", "records", "rows", "comps", "first_scn", "begin_scn", "begin_tm", "ends")
 
     def __init__(self, xid: str) -> None:
@@ -157,12 +221,16 @@ class _Group:
 
 
 class BlockBuilder:
-    """Collects one thread's records into a block; :meth:`build` returns the queue records."""
+    """Collects one thread's records into a block; :meth:`build` returns the queue records.
+
+    ``groups`` (by XID) and ``order`` are public for the redo reader's fast loop, which
+    does what :meth:`add` does inline (``ThreadReader._fast_lines``; the tests hold the
+    two to the same blocks)."""
 
     def __init__(self, thread: int) -> None:
         self.thread = thread
-        self._groups: dict[str, _Group] = {}
-        self._order: list[_Group] = []
+        self.groups: dict[str, Group] = {}
+        self.order: list[Group] = []
         self.count = 0
         self.nbytes = 0
         self.progress = -1
@@ -173,18 +241,18 @@ class BlockBuilder:
         Raises :class:`RecordError` (and changes nothing) for strings that are not valid
         Unicode (a lone surrogate from a ``\\ud800`` escape)."""
         try:
-            rec = _encode_record([code, scn, sub, seq, line, *payload])
+            rec = encode_record(record(code, scn, sub, seq, line, payload))
         except UnicodeEncodeError:
             raise RecordError("a string is not valid Unicode (lone surrogate)") from None
-        g = self._groups.get(xid)
+        g = self.groups.get(xid)
         if g is None or (code == BEGIN and g.ends):
             try:
                 xid.encode()
             except UnicodeEncodeError:
                 raise RecordError("field 'xid' is not valid Unicode (lone surrogate)") from None
-            g = _Group(xid)
-            self._groups[xid] = g
-            self._order.append(g)
+            g = Group(xid)
+            self.groups[xid] = g
+            self.order.append(g)
         if not g.records:
             g.first_scn = scn
         g.records.append(rec)
@@ -208,12 +276,12 @@ class BlockBuilder:
         """:meth:`add` of a row (``record[0]`` in :data:`ROW_CODES`), given the whole record
         ``[code, scn, sub, sequence, line, ...payload]``: the PostgreSQL reader's hot path,
         the same block as :meth:`add` builds."""
-        g = self._groups.get(xid)
+        g = self.groups.get(xid)
         if g is None or not g.records:
             self.add(record[0], scn, record[2], xid, record[3], record[4], record[5:])
             return
         try:
-            rec = _encode_record(record)
+            rec = encode_record(record)
         except UnicodeEncodeError:
             raise RecordError("a string is not valid Unicode (lone surrogate)") from None
         g.records.append(rec)
@@ -242,7 +310,7 @@ class BlockBuilder:
         """The block's records: the summary first, then the groups."""
         groups = []
         records: list[bytes] = [b""]
-        for g in self._order:
+        for g in self.order:
             groups.append(
                 [g.xid, len(records), len(g.records), g.rows, g.comps, g.first_scn, g.begin_scn, g.begin_tm, g.ends]
             )
@@ -254,8 +322,8 @@ class BlockBuilder:
         return records
 
     def reset(self) -> None:
-        self._groups.clear()
-        self._order.clear()
+        self.groups.clear()
+        self.order.clear()
         self.count = 0
         self.nbytes = 0
 

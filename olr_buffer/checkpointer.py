@@ -4,7 +4,7 @@ One cycle, in this order (docs/architecture.md, "Checkpoints and cleanup";
 docs/failure-scenarios.md says what a crash between two steps leaves)::
 
     1. sink.flush()                    every transaction handed to the sink is published
-    2. queue meta <- checkpoint        the dispatcher's state, in one LMDB write
+    2. queue meta <- checkpoint        the dispatcher's state and the sink's position, in one LMDB write
     3. delete segments below needed    nobody needs them: tail position and oldest held transaction
 
 A checkpoint never claims a transaction that is not yet durable in the changefeed, and a
@@ -14,13 +14,11 @@ segment is deleted only after a checkpoint that no longer needs it.
 from __future__ import annotations
 
 import logging
-import os
 import time
 
 from .dispatcher import Dispatcher
-from .dispatcher.checkpoint import ChangefeedPosition
 from .faults import fault_point
-from .spark_sink import ChangefeedWriter
+from .sinks import Sink
 from .txbuffer import TxQueue
 from .txbuffer.metadata import CHECKPOINT_KEY
 
@@ -34,7 +32,7 @@ class Checkpointer:
         self,
         queue: TxQueue,
         dispatcher: Dispatcher,
-        sink: ChangefeedWriter,
+        sink: Sink,
         threads: list[int],
         *,
         interval: float,
@@ -57,20 +55,12 @@ class Checkpointer:
         return time.monotonic() - self._last >= self.interval
 
     def commit(self) -> None:
-        """Run the cycle: flush the sink, store the dispatcher's state, clean up."""
+        """Run the cycle: flush the sink, store the dispatcher's state and the sink's
+        position, clean up."""
         self.sink.flush()  # 1.
         fault_point("before_checkpoint")
-        state = self.dispatcher.checkpoint_state(  # 2.
-            threads=self.threads,
-            written=time.time(),
-            changefeed=ChangefeedPosition(
-                path=os.path.abspath(self.sink.path),
-                next_tx_seq=self.sink.next_tx_seq,
-                last_c_scn=self.sink.last_c_scn,
-                files=self.sink.files_published,
-            ),
-        )
-        self.queue.append([], {CHECKPOINT_KEY: state})
+        state = self.dispatcher.checkpoint_state(threads=self.threads, written=time.time())  # 2.
+        self.queue.append([], {CHECKPOINT_KEY: state, self.sink.position_key: self.sink.position()})
         deleted = self.queue.delete_segments_before(  # 3.
             self.dispatcher.needed_from(),
             retain_segments=self.retain_segments,

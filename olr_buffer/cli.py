@@ -25,10 +25,6 @@ _LOG_LEVELS = click.Choice(["debug", "info", "warning", "error"], case_sensitive
 _LOG_FORMAT = "olr_buffer.log_format"
 
 
-def is_postgres_uri(source: str | None) -> bool:
-    """A ``run`` SOURCE that is a PostgreSQL connection URI rather than a directory."""
-    return bool(source) and source.startswith(("postgresql://", "postgres://"))
-
 _SIZE = re.compile(r"^\s*([0-9]+)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
@@ -106,10 +102,10 @@ def clean_errors(fn: Callable) -> Callable:
         finally:
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
-            # reader processes ran (the module is imported only then): reap their fork server
-            process = sys.modules.get("olr_buffer.reader.process")
-            if process is not None:
-                process.stop_fork_server()
+            # source processes ran (the module is imported only then): reap their fork server
+            runner = sys.modules.get("olr_buffer.sources.runner")
+            if runner is not None:
+                runner.stop_fork_server()
 
     return wrapper
 
@@ -366,36 +362,22 @@ def run(input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_inte
     database's logical replication (see docs/postgresql.md)."""
     from .service import setup_logging
 
+    from .sources import SourceUsageError, kind_of
+
     missing = [n for n, v in (("INPUT_DIR", input_dir), ("--queue", queue_dir), ("--changefeed", changefeed_dir)) if not v]
     if missing:
         raise click.UsageError(f"missing {', '.join(missing)} (on the command line, in the environment or in --config)")
-    if is_postgres_uri(input_dir):
-        _check_postgres_uri(input_dir)
-    elif scheme := re.match(r"^([A-Za-z][A-Za-z0-9+.-]*)://", input_dir):
-        raise click.BadParameter(f"{scheme.group(1)}:// is not a source olr-buffer reads: INPUT_DIR is a directory "
-                                 "of redo logs, or a postgresql:// (postgres://) URI", param_hint="INPUT_DIR")
+    try:  # an unknown scheme, a URI that cannot be parsed: before any directory is made or any server tried
+        kind_of(input_dir).check_location(input_dir)
+    except SourceUsageError as exc:
+        raise click.BadParameter(exc.message, param_hint="INPUT_DIR") from None
     setup_logging(_log_level(log_level, "info"), log_format)
     click.get_current_context().meta[_LOG_FORMAT] = log_format
+    # the source's own flags (each kind of source takes those it knows: sources/base.py, SourceKind.options)
+    source_flags = dict(slot=slot, publication=publication, no_initial_copy=no_initial_copy, no_streaming=no_streaming)
     _run_recording_failure(queue_dir, lambda: _serve(
         input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_interval, stall_warning, metrics_port,
-        metrics_host, slot, publication, no_initial_copy, no_streaming, pipeline))
-
-
-def _check_postgres_uri(uri: str) -> None:
-    """A URI that libpq cannot parse, or whose port is not a number, is a usage error
-    (exit 2), found before any directory is made or any server is tried."""
-    import psycopg2.extensions
-
-    from .reader.postgres.connection import redact
-
-    try:
-        params = psycopg2.extensions.parse_dsn(uri)
-    except psycopg2.ProgrammingError as exc:
-        raise click.BadParameter(redact(str(exc).strip().splitlines()[0]), param_hint="INPUT_DIR") from None
-    ports = str(params.get("port", "")).split(",")
-    bad = [p for p in ports if p.strip() and not p.strip().isdigit()]
-    if bad:
-        raise click.BadParameter(f"port {bad[0]!r} is not a number", param_hint="INPUT_DIR")
+        metrics_host, source_flags, pipeline))
 
 
 def _run_recording_failure(queue_dir: str, serve: Callable[[], Any]) -> Any:
@@ -427,7 +409,7 @@ def _run_recording_failure(queue_dir: str, serve: Callable[[], Any]) -> Any:
 
 
 def _serve(input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_interval, stall_warning, metrics_port,
-           metrics_host, slot, publication, no_initial_copy, no_streaming, pipeline) -> None:
+           metrics_host, source_flags, pipeline) -> None:
     import threading
 
     stop = threading.Event()
@@ -462,15 +444,11 @@ def _serve(input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_i
         if metrics:
             metrics.update(p)
 
-    if is_postgres_uri(input_dir):
-        from .pipeline import run_postgres_service
+    from .sources import kind_of
 
-        summary = run_postgres_service(
-            input_dir, queue_dir, changefeed_dir, opts, stop, on_tick, slot=slot, publication=publication,
-            initial_copy=not no_initial_copy, streaming=not no_streaming,
-        )
-    else:
-        summary = run_service(input_dir, queue_dir, changefeed_dir, opts, stop, on_tick=on_tick)
+    source_options = kind_of(input_dir).options(source_flags)
+    summary = run_service(input_dir, queue_dir, changefeed_dir, opts, stop, on_tick=on_tick,
+                          source_options=source_options)
     logging.getLogger("olr_buffer").info(
         "stopped cleanly: %d records read (lwn heartbeats aside), %d transactions published this run, %s",
         summary.records_read, summary.transactions_published,
@@ -648,7 +626,7 @@ def compact(changefeed_dir, output_dir, in_place, no_reader_running, target_rows
     explicitly. --in-place replaces published files, which running readers and streaming
     checkpoints cannot follow, so it needs --i-know-no-reader-is-running.
     """
-    from .spark_sink.compact import compact as run_compact
+    from .sinks.parquet import compact as run_compact
 
     if output_dir is None and not in_place:
         raise click.UsageError("say where the compacted files go: --output DIR (safe with readers running) or --in-place")

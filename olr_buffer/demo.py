@@ -40,7 +40,7 @@ def main(root: str = "demo-data") -> None:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    from olr_buffer.spark_sink import read_changefeed
+    from olr_buffer.spark import read_changefeed
 
     spark = (
         SparkSession.builder.master("local[2]")

@@ -1,9 +1,11 @@
 """Wiring of the packages into the jobs the CLI runs.
 
-A :class:`Pipeline` owns one queue directory and one changefeed directory: reader
-threads append, the dispatcher (in the calling thread) publishes, and the checkpoint
+A :class:`Pipeline` owns one queue directory and one changefeed directory: a source
+(:mod:`olr_buffer.sources`, chosen by the scheme of its location) appends, the dispatcher
+(in the calling thread) publishes to a sink (:mod:`olr_buffer.sinks`), and the checkpoint
 cycle (:class:`~olr_buffer.checkpointer.Checkpointer`) makes progress durable and gives
-disk back.
+disk back. The pipeline reaches the source and the sink only through their contracts
+(:mod:`olr_buffer.sources.base`, :mod:`olr_buffer.sinks.base`).
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ from __future__ import annotations
 import copy
 import gc
 import logging
-import os
 import threading
 import time
 import uuid
@@ -19,18 +20,15 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Callable, Iterator
 
-from .changes import INFINITE_SCN
+from .changes import DEFAULT_BLOCK_BYTES, DEFAULT_BLOCK_RECORDS, INFINITE_SCN
 from .checkpointer import Checkpointer
+from .dead_letters import DeadLetters
 from .dispatcher import AbandonedTransaction, DispatchError, Dispatcher, DispatchStats
-from .dispatcher.checkpoint import ChangefeedPosition
 from .dispatcher.errors import damaged_checkpoint
-from .errors import EXIT_USAGE, OlrBufferError
-from .reader.dead_letters import DeadLetters
-from .reader.files import require_log_files, scan
-from .reader import DEFAULT_BLOCK_BYTES, DEFAULT_BLOCK_RECORDS, ReaderGroup
-from .spark_sink import ChangefeedWriter
-from .spark_sink.layout import DEFAULT_MODE, ChangefeedOwner
-from .spark_sink.writer import DEFAULT_FILE_ROWS
+from .sinks import KINDS as SINKS
+from .sinks import ChangefeedOwner, Sink
+from .sinks.parquet import DEFAULT_FILE_ROWS, DEFAULT_MODE
+from .sources import Source, SourceSettings, kind_of, open_source
 from .txbuffer import DEFAULT_SEGMENT_BYTES, LmdbQueue, held_segments
 from .txbuffer.metadata import CHECKPOINT_KEY, QUEUE_ID_KEY
 
@@ -53,8 +51,8 @@ class PipelineOptions:
     flush_seconds: float = 1.0  # a transaction is published at most this long after it is safe
     poll_seconds: float = 0.1  # how often an idle reader looks for new lines and files (see reader_poll_seconds)
     dead_letter: str | None = None  # quarantine bad records in this file instead of stopping
-    # parse in one child process per redo thread (both cores); False: threads of this
-    # process; None: processes, except for a replay of a small input (see replay_in_processes)
+    # run the source's readers in child processes (both cores); False: threads of this
+    # process; None: the source decides (the redo source reads a small replay in threads)
     reader_processes: bool | None = None
     changefeed_mode: int = DEFAULT_MODE  # the changefeed directory's mode; files get it without x bits
     adopt_changefeed: bool = False  # take over a changefeed written by another (lost) queue of the same input
@@ -66,40 +64,12 @@ class PipelineOptions:
     transaction_retention_scn: int | None = None
 
 
-# A replay whose input is estimated below this many bytes of text reads it in threads of
-# its own process: starting the reader processes costs more than reading a few MiB takes
-# (0.5 s of wall time and 1 s of CPU when they were spawned; 0.3-0.5 s of wall time with
-# the fork server, with which the two still cross at about 9 MiB: docs/performance.md,
-# "Small replays").
-SMALL_REPLAY_BYTES = 8 << 20
-ZSTD_RATIO = 5  # the text bytes a .zst byte of redo ops is estimated to hold
-
-
-def replay_in_processes(input_dir: str, opts: PipelineOptions) -> bool:
-    """Whether a replay of ``input_dir`` reads in child processes: as ``reader_processes``
-    says, or (None) if its log files hold an estimated SMALL_REPLAY_BYTES or more."""
-    if opts.reader_processes is not None:
-        return opts.reader_processes
-    estimate = sum(
-        os.path.getsize(f.path) * (ZSTD_RATIO if f.compressed else 1)
-        for files in scan(input_dir).values()
-        for f in files.values()
-    )
-    return estimate >= SMALL_REPLAY_BYTES
-
-
 def reader_poll_seconds(opts: PipelineOptions) -> float:
     """How often an idle reader of ``run`` looks for new lines: ``poll_seconds``, or half
     the flush interval if that is shorter (at least 10 ms). A commit waits for a look of
     every thread's reader (the watermark) and then for the flush: a poll as long as the
     flush interval would double the latency asked for."""
     return min(opts.poll_seconds, max(opts.flush_seconds / 2, 0.01))
-
-
-class NoThreadsError(OlrBufferError):
-    """``run`` with no thread in play: nothing would hold the watermark back."""
-
-    exit_code = EXIT_USAGE
 
 
 @dataclass
@@ -165,37 +135,39 @@ def quiet_gc() -> Iterator[None]:
 
 
 class Pipeline:
-    """Queue, readers, dispatcher and sink of one run, restored from the queue."""
+    """Queue, source, dispatcher and sink of one run, restored from the queue.
+
+    ``source``: where the changes come from, a directory of redo log files or a URI whose
+    scheme names the kind of source (:func:`olr_buffer.sources.kind_of`);
+    ``source_options``: that source's own options (PostgreSQL: slot, publication ...)."""
 
     def __init__(
         self,
-        input_dir: str,
+        source: str,
         queue_dir: str,
         changefeed_dir: str,
         options: PipelineOptions | None = None,
-        source: Callable[["Pipeline"], Any] | None = None,
+        source_options: dict[str, Any] | None = None,
     ):
-        """``source``: builds the readers from the pipeline (queue, sink, ``appended``) in
-        place of the redo-file readers of ``input_dir`` (see :func:`run_postgres_service`)."""
         self.options = opts = options or PipelineOptions()
         self.started = time.monotonic()
         self.queue = LmdbQueue(queue_dir, segment_bytes=opts.segment_bytes, durable=opts.durable)
-        self.sink: ChangefeedWriter | None = None
+        self.sink: Sink | None = None
+        self.source: Source | None = None
         try:
-            self.sink = ChangefeedWriter(
+            self.sink = SINKS["parquet"].build(
                 changefeed_dir, file_rows=opts.file_rows, durable=opts.durable, mode=opts.changefeed_mode
             )
             self.appended = threading.Event()
-            self.readers = source(self) if source else ReaderGroup(
-                self.queue,
-                input_dir,
+            settings = SourceSettings(
                 block_records=opts.block_records,
                 block_bytes=opts.block_bytes,
+                processes=opts.reader_processes,
+                dead_letter=opts.dead_letter,
                 on_append=self.appended.set,
-                dead_letter_path=opts.dead_letter,
-                processes=opts.reader_processes is not False,
             )
-            self.threads = self.readers.prepare(opts.threads)
+            self.source = open_source(source, self.queue, settings, **(source_options or {}))
+            self.threads = self.source.prepare(opts.threads, self.queue.meta_items(self.source.state_prefix))
             self.dispatcher = Dispatcher(
                 self.queue,
                 self.sink,
@@ -204,13 +176,13 @@ class Pipeline:
                 published_through=self.sink.last_commit,
             )
             state = self.queue.meta(CHECKPOINT_KEY)
-            recorded = None
+            legacy = None  # the changefeed's position in an older checkpoint
             if state is not None:
                 try:
                     doc = self.dispatcher.restore(state)
                 except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
                     raise damaged_checkpoint(queue_dir, exc) from exc
-                recorded = doc.changefeed or ChangefeedPosition()
+                legacy = doc.changefeed or {}
                 previous = doc.threads
                 if previous is not None:
                     # a thread newly in play may deliver records below what was published
@@ -221,17 +193,11 @@ class Pipeline:
                     f"{queue_dir}: the queue starts at index {self.queue.first_index} but has no dispatcher checkpoint",
                     hint="the queue directory is damaged; start again with an empty queue and changefeed",
                 )
-            adopting = self._bind_changefeed(queue_dir, None if recorded is None else recorded.next_tx_seq or 0)
-            if not adopting:
-                # published after the last checkpoint (or before the first) by this queue, which
-                # then crashed: its counters do not have them, and they are skipped when read again
-                since = (recorded.next_tx_seq or 0) if recorded is not None else 0
-                tx, rows = self.sink.published_since(self.sink.owner.queue_id, since)  # type: ignore[union-attr]
-                self.dispatcher.stats.published += tx
-                self.dispatcher.stats.rows += rows
-            published = self.dispatcher.published_through
-            self.readers.check_floor(self.dispatcher.strict, published.scn if published else None)
+            self._open_sink(queue_dir, legacy)
+            self.source.refuse_below(self.dispatcher.strict, self.dispatcher.published_through)
         except BaseException:
+            if self.source is not None:
+                self.source.close()
             if self.sink is not None:
                 self.sink.release()
             self.queue.close()
@@ -251,27 +217,30 @@ class Pipeline:
         self._held_last: str | None = None  # the transaction _warn_held found at the last checkpoint
         self._dead_letters: DeadLetters | None = None  # abandoned transactions (opened at the first)
 
-    def _bind_changefeed(self, queue_dir: str, queue_next_tx_seq: int | None) -> bool:
-        """Check that this queue (and source) may write the changefeed, then record it:
-        first in the queue (if new), then in the changefeed. See
-        :meth:`ChangefeedWriter.check_owner`. True when adopting it."""
+    def _open_sink(self, queue_dir: str, legacy: Any) -> None:
+        """Record the queue's id (a new queue: before anything reaches the sink), then open
+        the sink: it checks that this queue (and source) may write it, against the
+        position stored at the queue's last checkpoint (:meth:`Sink.open`)."""
+        assert self.sink is not None and self.source is not None
         raw = self.queue.meta(QUEUE_ID_KEY)
-        source_id = self.options.source_id if self.options.source_id is not None else self.readers.source_id
+        source_id = self.options.source_id if self.options.source_id is not None else self.source.source_id
         owner = ChangefeedOwner(raw.decode() if raw else uuid.uuid4().hex, source_id)
-        assert self.sink is not None
-        adopting = self.sink.check_owner(
-            owner, queue=queue_dir, queue_next_tx_seq=queue_next_tx_seq, adopt=self.options.adopt_changefeed
-        )
         if raw is None:
             self.queue.append([], {QUEUE_ID_KEY: owner.queue_id.encode()})
-        self.sink.bind(owner)
-        self.dispatcher.log_skipped = adopting
-        if adopting:
+        stored = self.queue.meta(self.sink.position_key)
+        opening = self.sink.open(owner, stored, queue=queue_dir, adopt=self.options.adopt_changefeed, legacy=legacy)
+        self.dispatcher.log_skipped = opening.adopting
+        if opening.adopting:
             # the input is read again from its start: ends below the changefeed's last
             # commit are skipped as published, neither refused nor counted as late
             self.dispatcher.strict = set()
             self.dispatcher.last_key = None
-        return adopting
+        else:
+            # published after the last checkpoint (or before the first) by this queue, which
+            # then crashed: its counters do not have them, and they are skipped when read again
+            tx, rows = opening.published_since_checkpoint
+            self.dispatcher.stats.published += tx
+            self.dispatcher.stats.rows += rows
 
     # -- checkpoint cycle ----------------------------------------------------------------
 
@@ -280,7 +249,7 @@ class Pipeline:
         transactions the retention limit expires."""
         self.abandon_expired()
         self.checkpointer.commit()
-        if self.readers.following:  # a replay reports what is still open in its summary
+        if self.source.following:  # a replay reports what is still open in its summary
             self._warn_held()
 
     def abandon_expired(self) -> list[AbandonedTransaction]:
@@ -328,13 +297,13 @@ class Pipeline:
 
     def replay(self, on_progress: Callable[[Progress], None] | None = None, progress_every: float = 0.5) -> RunSummary:
         """Read every log file to its end, publish every committed transaction."""
-        readers, dispatcher = self.readers, self.dispatcher
-        progress = Progress(bytes_total=readers.bytes_total)
+        source, dispatcher = self.source, self.dispatcher
+        progress = Progress(bytes_total=source.figures().bytes_total)
         with self._running(follow=False):
             last_report = 0.0
             while True:
                 n = dispatcher.poll()
-                self._update_floor()
+                self._tell_published()
                 now = time.monotonic()
                 if on_progress and now - last_report >= progress_every:
                     last_report = now
@@ -343,14 +312,14 @@ class Pipeline:
                 self.maybe_checkpoint()
                 if n:
                     continue
-                if not readers.alive():
+                if not source.alive():
                     if dispatcher.poll() == 0 and dispatcher.position >= self.queue.next_index:
                         break
                     continue
                 self.appended.wait(0.2)
                 self.appended.clear()
-            readers.join()
-            if not readers.errors:
+            source.join()
+            if not source.errors:
                 # the input is complete: every thread has written everything
                 dispatcher.publish_ready(INFINITE_SCN)
             # also after bad input: what was accepted is published and checkpointed
@@ -358,46 +327,36 @@ class Pipeline:
         if on_progress:
             self._fill_progress(progress)
             on_progress(progress)
-        if readers.errors:
-            raise readers.errors[0]
+        if source.errors:
+            raise source.errors[0]
         return self.summary()
 
     # -- service -------------------------------------------------------------------------
 
     def serve(self, stop: threading.Event, on_tick: Callable[["Pipeline"], None] | None = None) -> RunSummary:
-        """Follow the logs and publish until ``stop`` is set; then stop cleanly: readers
+        """Follow the source and publish until ``stop`` is set; then stop cleanly: readers
         at a record boundary, everything watermark-safe published, a last checkpoint."""
         opts = self.options
-        readers, dispatcher, sink = self.readers, self.dispatcher, self.sink
-        if not self.threads:
-            raise NoThreadsError(
-                f"{readers.input_dir}: no redo thread has log files yet and --threads is not given: "
-                "nothing would hold back a commit whose other threads' rows are still to come",
-                hint="give every redo thread of the database with --threads (e.g. --threads 1,2,3), "
-                     "or start the service once the capture process has written its first files",
-            )
-        log.info("following %s: threads in play %s, queue index %d", readers.input_dir, self.threads, dispatcher.position,
-                 extra={"input": readers.input_dir, "threads": self.threads, "queue_index": dispatcher.position})
-        waiting = [t for t in self.waiting_for() if t in readers.readers and not readers.readers[t].files]
-        if waiting:
-            log.warning("waiting for the first records of redo thread(s) %s: nothing is published until each "
-                        "thread in play has written", ", ".join(map(str, waiting)))
+        source, dispatcher, sink = self.source, self.dispatcher, self.sink
         dispatcher.track_closed = True
         self.following = True
-        watch = _ThreadWatch(self, opts.stall_seconds) if readers.watches_stalls else None
+        watch = _ThreadWatch(self, opts.stall_seconds) if source.watches_stalls else None
         with self._running(follow=True):
+            log.info("following %s: threads in play %s, queue index %d", source.name, self.threads, dispatcher.position,
+                     extra={"input": source.name, "threads": self.threads, "queue_index": dispatcher.position})
             last_scan = time.monotonic()
-            while not stop.is_set() and not readers.errors:
-                self._confirm_closed()
+            while not stop.is_set() and not source.errors:
+                dispatcher.closed_through.update(source.closed_through())
                 n = dispatcher.poll()
-                self._update_floor()
+                self._tell_published()
                 now = time.monotonic()
-                if sink.buffered_rows and now - sink.buffered_since >= opts.flush_seconds:
+                pending = sink.pending_since()
+                if pending is not None and now - pending >= opts.flush_seconds:
                     sink.flush()
                 self.maybe_checkpoint()
                 if now - last_scan >= 1.0:
                     last_scan = now
-                    for t in readers.add_new_threads():
+                    for t in source.new_threads():
                         log.warning(
                             "redo thread %d appeared after the start and is not in play: it does not hold the "
                             "watermark, so its rows of transactions already published are counted as late "
@@ -408,50 +367,40 @@ class Pipeline:
                 if on_tick:
                     on_tick(self)
                 if not n:
-                    wait = opts.flush_seconds - (now - sink.buffered_since) if sink.buffered_rows else opts.poll_seconds
+                    pending = sink.pending_since()
+                    wait = opts.flush_seconds - (now - pending) if pending is not None else opts.poll_seconds
                     self.appended.wait(max(0.005, min(wait, opts.poll_seconds)))
                     self.appended.clear()
             log.info("stopping: readers finish their block")
-            readers.stop.set()
-            readers.join()
+            source.stop()
+            source.join()
             while dispatcher.poll():
                 pass
             self.checkpoint()
-        if readers.errors:
-            raise readers.errors[0]
+        if source.errors:
+            raise source.errors[0]
         log.info("stopped: %s", changefeed_at(sink.next_tx_seq), extra={"last_tx_seq": sink.next_tx_seq - 1})
         return self.summary()
 
     @contextmanager
     def _running(self, follow: bool) -> Iterator[None]:
-        """The readers started (to the end of the input, or following it) with the garbage
-        collector quiet; on any error the readers are stopped and joined and the sink's
+        """The source started (to the end of the input, or following it) with the garbage
+        collector quiet; on any error the source is stopped and joined and the sink's
         unpublished file dropped (the next run publishes it again) before it goes on."""
-        readers = self.readers
+        source = self.source
         with quiet_gc():
-            if follow:
-                readers.start(follow=True, poll_interval=reader_poll_seconds(self.options))
-            else:
-                readers.start()
+            source.start(follow=follow, poll_interval=reader_poll_seconds(self.options))
             try:
                 yield
             except BaseException:
-                readers.stop.set()
-                readers.join()
+                source.stop()
+                source.join()
                 self.sink.abandon()
                 raise
 
-    def _confirm_closed(self) -> None:
-        """Hand the readers' confirmations of closed threads to the dispatcher."""
-        confirmed = self.dispatcher.closed_through
-        for t, r in self.readers.readers.items():
-            if r.closed_through >= 0:
-                confirmed[t] = r.closed_through
-
-    def _update_floor(self) -> None:
-        last = self.dispatcher.last_key
-        if last is not None:
-            self.readers.published_scn.value = last.scn
+    def _tell_published(self) -> None:
+        """Tell the source what the sink accepted and what it made durable."""
+        self.source.on_published(self.dispatcher.last_key, self.sink.last_commit)
 
     # -- reporting -----------------------------------------------------------------------
 
@@ -462,16 +411,16 @@ class Pipeline:
     def thread_states(self) -> dict[int, str]:
         """``open``, ``closed`` or ``finished`` (its input read to the end, by replay) per thread."""
         d = self.dispatcher
+        read = self.source.threads()
         out = {}
-        for t in sorted(set(self.readers.readers) | set(d.progress) | set(d.closed)):
-            r = self.readers.readers.get(t)
-            done = r is not None and r.pos.finished and not self.following
+        for t in sorted(set(read) | set(d.progress) | set(d.closed)):
+            done = read.get(t, False) and not self.following
             out[t] = "finished" if done and t not in d.closed else d.thread_state(t)
         return out
 
     def _fill_progress(self, p: Progress) -> None:
         d = self.dispatcher
-        p.bytes_read = self.readers.bytes_read
+        p.bytes_read = self.source.figures().bytes_read
         p.records = d.stats.records
         p.published = d.stats.published
         p.open_transactions = len(d.open)
@@ -481,9 +430,10 @@ class Pipeline:
         s = self.dispatcher.totals()
         d = {f.name: getattr(s, f.name) - getattr(self._stats0, f.name) for f in fields(DispatchStats)}
         segs = self.queue.segments()
+        figures = self.source.figures()
         return RunSummary(
             threads=list(self.threads),
-            records_read=self.readers.records_read,
+            records_read=figures.records_read,
             blocks_dispatched=d["blocks"],
             transactions_published=d["published"],
             rows_published=d["rows"],
@@ -501,8 +451,8 @@ class Pipeline:
             extra_end_records=d["extra_ends"],
             open_transactions=len(self.dispatcher.open),
             next_tx_seq=self.sink.next_tx_seq,
-            files_published=self.sink.files_published,
-            quarantined=self.readers.quarantined,
+            files_published=self.sink.figures().files_published,
+            quarantined=figures.quarantined,
             checkpoints=self.checkpointer.count,
             segments_deleted=self.checkpointer.segments_deleted,
             queue_segments=len(segs),
@@ -511,7 +461,7 @@ class Pipeline:
         )
 
     def close(self) -> None:
-        self.readers.close()
+        self.source.close()
         if self._dead_letters is not None:
             self._dead_letters.close()
         if self.sink is not None:
@@ -565,54 +515,20 @@ def changefeed_at(next_tx_seq: int) -> str:
 
 
 def run_service(
-    input_dir: str,
+    source: str,
     queue_dir: str,
     changefeed_dir: str,
     options: PipelineOptions | None,
     stop: threading.Event,
     on_tick: Callable[[Pipeline], None] | None = None,
+    source_options: dict[str, Any] | None = None,
 ) -> RunSummary:
-    """``olr-buffer run``: follow ``input_dir`` until ``stop`` is set."""
-    return _serve(Pipeline(input_dir, queue_dir, changefeed_dir, options), stop, on_tick)
-
-
-def run_postgres_service(
-    uri: str,
-    queue_dir: str,
-    changefeed_dir: str,
-    options: PipelineOptions | None,
-    stop: threading.Event,
-    on_tick: Callable[[Pipeline], None] | None = None,
-    *,
-    slot: str = "olr_buffer",
-    publication: str = "olr_buffer",
-    initial_copy: bool = True,
-    streaming: bool = True,
-) -> RunSummary:
-    """``olr-buffer run postgresql://...``: the same service with a PostgreSQL source."""
-    from .reader.postgres import PostgresSource
-
+    """``olr-buffer run``: follow ``source`` (a directory of redo logs, a URI) until
+    ``stop`` is set."""
     opts = options or PipelineOptions()
-
-    def source(p: Pipeline) -> PostgresSource:
-        return PostgresSource(
-            p.queue,
-            uri,
-            published=lambda: p.sink.last_commit,
-            on_append=p.appended.set,
-            slot=slot,
-            publication=publication,
-            initial_copy=initial_copy,
-            streaming=streaming,
-            block_records=opts.block_records,
-            block_bytes=opts.block_bytes,
-            process=opts.reader_processes is not False,
-        )
-
-    return _serve(Pipeline(uri, queue_dir, changefeed_dir, opts, source=source), stop, on_tick)
-
-
-def _serve(pipeline: Pipeline, stop: threading.Event, on_tick: Callable[[Pipeline], None] | None) -> RunSummary:
+    if opts.reader_processes is None:
+        opts = replace(opts, reader_processes=True)
+    pipeline = Pipeline(source, queue_dir, changefeed_dir, opts, source_options)
     try:
         return pipeline.serve(stop, on_tick)
     finally:
@@ -628,12 +544,10 @@ def replay(
     progress_every: float = 0.5,
 ) -> RunSummary:
     """Read every log file of ``input_dir`` to its end through the queue, publish every
-    committed transaction, return the summary. Resumes where a killed run stopped.
-    An input directory without any log file is bad input (before anything is created)."""
-    require_log_files(input_dir)
-    opts = options or PipelineOptions()
-    opts = replace(opts, reader_processes=replay_in_processes(input_dir, opts))
-    pipeline = Pipeline(input_dir, queue_dir, changefeed_dir, opts)
+    committed transaction, return the summary. Resumes where a killed run stopped. An
+    input the source cannot replay (no log files) is refused before anything is created."""
+    kind_of(input_dir).check_replay(input_dir)
+    pipeline = Pipeline(input_dir, queue_dir, changefeed_dir, options)
     try:
         return pipeline.replay(on_progress, progress_every)
     finally:

@@ -240,20 +240,22 @@ def seconds_behind_source(p, now_ns: int) -> float:
     holds it), now minus the oldest such commit's ``tm``, growing; otherwise the delay of
     the last published commit (publication time minus its ``tm``), 0 before any."""
     waiting = [t.end_tm for t in p.dispatcher.open.values() if t.end_key is not None and t.end_tm]
-    last = p.sink.latencies[-1] if p.sink.latencies else 0.0
+    latencies = p.sink.figures().latencies
+    last = latencies[-1] if latencies else 0.0
     return max(last, (now_ns - min(waiting)) / 1e9 if waiting else 0.0, 0.0)
 
 
 def _families(p):
-    d, sink, readers = p.dispatcher, p.sink, p.readers
+    d, sink, source = p.dispatcher, p.sink, p.source
     totals = d.totals()
+    figures = source.figures()
     progress = dict(d.progress)
     finite = [v for v in progress.values() if v < INFINITE_SCN]
     watermark = d.watermark
     now_ns = time.time_ns()
     tms = [t.begin_tm for t in d.open.values() if t.begin_tm]
     oldest_age = (now_ns - min(tms)) / 1e9 if tms else 0.0
-    lat = sorted(sink.latencies)
+    lat = sorted(sink.figures().latencies)
     segments = p.queue.segments()
 
     def one(value):
@@ -263,7 +265,7 @@ def _families(p):
                              value={"version": __version__, "python": platform.python_version()})
     yield build
     yield _family("records_appended_total", "counter", "Redo records appended to the queue by this process.",
-                  one(readers.records_read))
+                  one(figures.records_read))
     yield _family("queue_bytes", "gauge", "Bytes of the queue's segment files.", one(sum(s.bytes for s in segments)))
     yield _family("queue_segments", "gauge", "Segments in the queue.", one(len(segments)))
     yield _family("open_transactions", "gauge", "Transactions held by the dispatcher.", one(len(d.open)))
@@ -292,7 +294,7 @@ def _families(p):
     yield _family("abandoned_records_total", "counter", "Records of abandoned transactions that came after they "
                   "were abandoned (their end among them), not published.", one(totals.abandoned_records))
     yield _family("dead_letters_total", "counter", "Bad records written to the --dead-letter file by this process.",
-                  one(readers.quarantined))
+                  one(figures.quarantined))
     yield _family("transactions_rolled_back_total", "counter", "Transactions ended by a rollback (not published).",
                   one(totals.rolled_back))
     yield _family("unmatched_compensations_total", "counter", "Compensating records (rollback: true) that matched "
@@ -302,9 +304,8 @@ def _families(p):
     yield _family("rows_published_total", "counter", "Rows published to the changefeed.", one(totals.rows))
     yield _family("changefeed_next_tx_seq", "gauge", "The tx_seq the next transaction will get.",
                   one(sink.next_tx_seq))
-    for name, kind, help_, samples in readers.metrics() if hasattr(readers, "metrics") else ():
-        # the source's own (PostgreSQL: slot, lag), without labels
-        yield _family(name, kind, help_, [((), value) for _labels, value in samples])
+    for m in source.metrics():  # the source's own (PostgreSQL: slot, lag), without labels
+        yield _family(m.name, m.kind, m.help, one(m.value))
     latency = SummaryMetricFamily(
         "olr_buffer_publish_latency_seconds",
         "Commit-to-visible latency of recent transactions (publication time minus the commit's tm).",

@@ -14,17 +14,16 @@ import os
 import time
 from dataclasses import asdict
 
-import msgspec
-
 from .changes import INFINITE_SCN
 from .dispatcher.checkpoint import TransactionState, decode_checkpoint
 from .dispatcher.errors import damaged_checkpoint
-from .errors import OlrBufferError, printable
-from .reader.position import POSITION_PREFIX, load_positions
+from .errors import printable
 from .service import iso_time, read_failure
-from .spark_sink.layout import read_manifest
+from .sinks import KINDS as SINKS
+from .sources import queue_status as source_status
+from .sources import status_lines as source_lines
 from .txbuffer import LmdbQueue, cleanup_candidates, held_segments
-from .txbuffer.metadata import CHECKPOINT_KEY, POSTGRES_POSITION_KEY, QUEUE_ID_KEY, load_json
+from .txbuffer.metadata import CHECKPOINT_KEY, QUEUE_ID_KEY
 
 
 def queue_status(queue_dir: str) -> dict:
@@ -59,21 +58,9 @@ def _queue_status(queue_dir: str) -> dict:
             "next_index": next_index,
             "list": [{"first": s.first, "end": s.end, "bytes": s.bytes, "current": s.current} for s in segments],
         },
-        "readers": {
-            str(t): {
-                "sequence": p.sequence,
-                "offset": p.offset,
-                "line": p.line,
-                "last_scn": p.scn,
-                "progress": _scn(p.progress),
-                "finished": p.finished,
-                "closed": p.closed,
-            }
-            for t, p in sorted(load_positions({k: v for k, v in meta.items() if k.startswith(POSITION_PREFIX)}).items())
-        },
     }
-    if POSTGRES_POSITION_KEY in meta:
-        doc["postgresql"] = _postgres(load_json(POSTGRES_POSITION_KEY, meta[POSTGRES_POSITION_KEY], queue_dir), now)
+    # each source's own (redo: "readers", the position of each thread; PostgreSQL: "postgresql")
+    doc.update(source_status(meta, now))
     raw = meta.get(CHECKPOINT_KEY)
     if raw is None:
         # before the first checkpoint: the same keys, as null, for scripts that read them
@@ -111,8 +98,7 @@ def _queue_status(queue_dir: str) -> dict:
         "largest": _txn(max(held, key=lambda t: (t.rows, t.xid)), now) if held else None,
     }
     queue_id = meta.get(QUEUE_ID_KEY)
-    cf = msgspec.structs.asdict(cp.changefeed) if cp.changefeed else {}
-    doc["changefeed"] = _changefeed(cf, queue_id.decode() if queue_id else None)
+    doc["changefeed"] = _changefeed(meta, cp.changefeed, queue_id.decode() if queue_id else None)
     holder = min((t for t in txns if t.first_block < cp.position), key=lambda t: t.first_block, default=None)
     held_segs = held_segments(segments, needed, cp.position)
     doc["cleanup"] = {
@@ -128,48 +114,14 @@ def _queue_status(queue_dir: str) -> dict:
     return doc
 
 
-def _changefeed(cf: dict, queue_id: str | None) -> dict:
-    """The changefeed's live position from its manifest (the writer rewrites it with each
-    file it publishes) if this queue writes it, else as of the last checkpoint
-    (``"source"`` says which)."""
-    try:
-        manifest = read_manifest(cf["path"]) if cf.get("path") else None
-    except OlrBufferError:  # not readable by this user: the checkpoint's figures
-        manifest = None
-    ours = manifest and isinstance(manifest.get("next_tx_seq"), int) and manifest.get("queue_id") == queue_id
-    live = manifest if ours else None
-    src = live or cf
-    next_tx_seq = src.get("next_tx_seq")
-    return {
-        "path": cf.get("path"),
-        "source": "manifest" if live else "checkpoint",
-        "next_tx_seq": next_tx_seq,
-        "last_tx_seq": (next_tx_seq - 1) if next_tx_seq else None,
-        "last_c_scn": src.get("last_c_scn"),
-        "files": src.get("files"),
-        "updated": iso_time(live["updated"]) if live and live.get("updated") else None,
-    }
-
-
-def _postgres(st: dict, now: float) -> dict:
-    """The PostgreSQL reader's state as of its last write to the queue."""
-    return {
-        "source": st.get("source"),
-        "slot": st.get("slot"),
-        "publication": st.get("publication"),
-        "confirmed_lsn": _lsn(st.get("confirmed", 0)),
-        "server_lsn": _lsn(st.get("server_lsn", 0)),
-        "lag_bytes": max(0, st.get("server_lsn", 0) - st.get("confirmed", 0)),
-        "streaming_transactions": st.get("streaming", 0),
-        "subtransaction_cuts": st.get("cuts", 0),
-        "open_transactions": len(st.get("open", ())),
-        "initial_copy": st.get("copy"),
-        "as_of_seconds_ago": round(now - st["written"], 3) if st.get("written") else None,
-    }
-
-
-def _lsn(value: int) -> str:
-    return f"{value >> 32:X}/{value & 0xFFFFFFFF:X}"
+def _changefeed(meta: dict, legacy, queue_id: str | None) -> dict:
+    """What the sink shows of the changefeed: live, or its position as stored with the
+    checkpoint."""
+    sink = SINKS["parquet"]
+    doc = sink.status(meta.get(sink.position_key), legacy, queue_id)
+    if doc.get("updated") is not None:
+        doc["updated"] = iso_time(doc["updated"])
+    return doc
 
 
 def _txn(t: TransactionState, now: float) -> dict:
@@ -214,19 +166,7 @@ def _lines(doc: dict) -> list[str]:
                          f"{f.get('error')}")
         else:
             lines.append(f"failed at {f.get('time')} (pid {f.get('pid')}, exit {f.get('exit_code')}): {f.get('error')}")
-    for t, r in doc["readers"].items():
-        lines.append(
-            f"reader thread {t}: sequence {r['sequence']} line {r['line']} (byte {r['offset']}), "
-            f"last scn {r['last_scn']}, progress {r['progress']}{', finished' if r['finished'] else ''}"
-        )
-    pg = doc.get("postgresql")
-    if pg:
-        lines.append(
-            f"postgresql {pg['source']}: slot {pg['slot']}, confirmed {pg['confirmed_lsn']}, server {pg['server_lsn']} "
-            f"({pg['lag_bytes']:,} bytes behind), {pg['streaming_transactions']} transaction(s) streaming, "
-            f"initial copy {pg['initial_copy']}"
-            + (f" (as of {pg['as_of_seconds_ago']}s ago)" if pg["as_of_seconds_ago"] is not None else "")
-        )
+    lines.extend(source_lines(doc))
     cp = doc.get("checkpoint")
     if cp is None:
         lines.append("no dispatcher checkpoint yet: the dispatcher's figures and the changefeed's path are not "
@@ -261,9 +201,7 @@ def _lines(doc: dict) -> list[str]:
         lg = ot["largest"]
         lines.append(f"  largest: {lg['xid']} with {lg['rows']:,} rows in {lg['blocks']:,} blocks")
     cf = doc["changefeed"]
-    held = (f"last tx_seq {cf['last_tx_seq']}, last c_scn {cf['last_c_scn']}, {cf['files']} files"
-            if cf["last_tx_seq"] is not None else "nothing published yet")
-    lines.append(f"changefeed {cf['path']}: {held}"
+    lines.append(SINKS["parquet"].status_line(cf)
                  + (f" (updated {cf['updated']})" if cf["updated"] else " (as of the checkpoint)"))
     c = doc["cleanup"]
     lines.append(

@@ -1,5 +1,7 @@
 """Imports point one way (docs/architecture.md, "Packages"), and no module imports itself
-back through another: the joints between packages stay where the diagram draws them."""
+back through another: the joints between packages stay where the diagram draws them.
+Sources and sinks are reached through their contracts: they do not import each other,
+and what wires them reaches no further than a package's face."""
 
 from __future__ import annotations
 
@@ -14,11 +16,17 @@ ROOT = Path(olr_buffer.__file__).parent
 LAYERS = {
     "errors": 0, "faults": 0, "pidlock": 0,
     "txbuffer": 1,
-    "changes": 2,
-    "reader": 3, "dispatcher": 3, "spark_sink": 3,
-    "checkpointer": 4, "service": 4, "pipeline": 5, "status": 5, "simulate": 5, "demo": 5,
+    "changes": 2, "dead_letters": 2,
+    "sources": 3, "dispatcher": 3, "sinks": 3,
+    "checkpointer": 4, "service": 4, "spark": 4,
+    "pipeline": 5, "status": 5, "simulate": 5, "demo": 5, "spark_sink": 5,
     "cli": 6,
 }
+
+# the doors of sources/ and sinks/: what a module outside a source's (a sink's) package may
+# import of it is its package's face, and the shared modules beside the packages
+SHARED = {"olr_buffer.sources", "olr_buffer.sources.base", "olr_buffer.sources.runner",
+          "olr_buffer.sources.forkserver_signals", "olr_buffer.sinks", "olr_buffer.sinks.base"}
 
 
 def _module_name(path: Path) -> str:
@@ -72,11 +80,61 @@ def test_imports_point_down_the_layers():
     assert not wrong, "\n".join(sorted(wrong))
 
 
-def test_the_record_consumers_do_not_import_the_reader():
+def _plugin(module: str) -> str | None:
+    """``olr_buffer.sources.redo`` for any module of the redo source (a sink's likewise);
+    None for a module outside every source and sink package, and for the shared ones."""
+    parts = module.split(".")
+    if len(parts) >= 3 and parts[1] in ("sources", "sinks") and module not in SHARED:
+        return ".".join(parts[:3])
+    return None
+
+
+def test_the_record_consumers_do_not_import_a_source():
     graph = _imports()
     for module, deps in graph.items():
-        if module.startswith(("olr_buffer.dispatcher", "olr_buffer.spark_sink")):
-            assert not [d for d in deps if d.startswith("olr_buffer.reader")], module
+        if module.startswith(("olr_buffer.dispatcher", "olr_buffer.sinks")):
+            assert not [d for d in deps if d.startswith("olr_buffer.sources")], module
+
+
+def test_the_dispatcher_knows_no_sink_but_the_contract():
+    graph = _imports()
+    for module, deps in graph.items():
+        if module.startswith("olr_buffer.dispatcher"):
+            assert not [d for d in deps if d.startswith("olr_buffer.sinks")], module
+
+
+def test_sources_and_sinks_do_not_import_each_other():
+    wrong = []
+    for module, deps in _imports().items():
+        mine = _plugin(module)
+        for dep in deps:
+            theirs = _plugin(dep)
+            if theirs is not None and mine is not None and theirs != mine:
+                wrong.append(f"{module} imports {dep}")
+    assert not wrong, "\n".join(sorted(wrong))
+
+
+def test_only_package_faces_are_imported_from_outside_a_source_or_sink():
+    """The pipeline, status, the CLI ... take a source or a sink by its package's face
+    (``olr_buffer.sinks.parquet``), never one of its modules (``...parquet.writer``)."""
+    wrong = []
+    for module, deps in _imports().items():
+        for dep in deps:
+            theirs = _plugin(dep)
+            if theirs is not None and dep != theirs and _plugin(module) != theirs:
+                wrong.append(f"{module} imports {dep}")
+    assert not wrong, "\n".join(sorted(wrong))
+
+
+def test_no_module_imports_a_private_name_of_another():
+    wrong = []
+    for path in ROOT.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in ("", "olr_buffer"):
+                for alias in node.names:
+                    if alias.name.startswith("_") and not alias.name.startswith("__"):
+                        wrong.append(f"{path.relative_to(ROOT.parent)}: {node.module} import {alias.name}")
+    assert not wrong, "\n".join(sorted(wrong))
 
 
 def test_no_import_cycle():

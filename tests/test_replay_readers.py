@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from olr_buffer.pipeline import SMALL_REPLAY_BYTES, ZSTD_RATIO, PipelineOptions, replay, replay_in_processes
-from olr_buffer.reader.errors import InputError
+from olr_buffer.pipeline import PipelineOptions, replay
+from olr_buffer.sources.redo.source import SMALL_REPLAY_BYTES, ZSTD_RATIO, replay_in_processes
+from olr_buffer.sources.redo.errors import InputError
 from olr_buffer.simulate import simulate
 from tests.contract_model import assert_changefeed_equal, expected_changefeed, load_changefeed
 
@@ -77,15 +78,16 @@ def test_dead_letters_and_changefeed_are_the_same_in_processes_and_threads(tmp_p
 
 def test_a_small_input_is_read_in_threads_a_large_one_in_processes(tmp_path: Path) -> None:
     inp = _workload(tmp_path)
-    auto = PipelineOptions()
-    assert auto.reader_processes is None and not replay_in_processes(str(inp), auto)
-    assert replay_in_processes(str(inp), PipelineOptions(reader_processes=True))
+    assert PipelineOptions().reader_processes is None  # replay: the source decides
+    auto = None
+    assert not replay_in_processes(str(inp), auto)
+    assert replay_in_processes(str(inp), True)
     # sizes only count: a sparse file of the threshold's size tips it
     big = inp / "redo_1_9.jsonl"
     with open(big, "wb") as fh:
         fh.truncate(SMALL_REPLAY_BYTES)
     assert replay_in_processes(str(inp), auto)
-    assert not replay_in_processes(str(inp), PipelineOptions(reader_processes=False))
+    assert not replay_in_processes(str(inp), False)
     # a .zst file counts for the text it is estimated to hold
     os.remove(big)
     with open(inp / "redo_1_9.jsonl.zst", "wb") as fh:

@@ -1,7 +1,7 @@
 """dispatcher: transactions by XID, progress and watermark, commit order, compensation."""
 
 from .checkpoint import Checkpoint, DispatchStats, decode_checkpoint
-from .dispatcher import AbandonedTransaction, Dispatcher, TransactionSink
+from .dispatcher import AbandonedTransaction, Dispatcher
 from .errors import DispatchError
 from .replay import ReplayStats
 from .transaction import OpenTransaction
@@ -15,5 +15,4 @@ __all__ = [
     "OpenTransaction",
     "ReplayStats",
     "decode_checkpoint",
-    "TransactionSink",
 ]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Any, Iterable
 
 import msgspec
 
@@ -76,17 +76,9 @@ class HeldTransaction(msgspec.Struct, array_like=True):
     transaction: TransactionState
 
 
-class ChangefeedPosition(msgspec.Struct, kw_only=True):
-    """The changefeed as of the checkpoint (written by the pipeline)."""
-
-    path: str | None = None
-    next_tx_seq: int | None = None
-    last_c_scn: int | None = None
-    files: int | None = None
-
-
 class Checkpoint(msgspec.Struct, kw_only=True):
-    """The dispatcher's whole state, and what the pipeline adds to it."""
+    """The dispatcher's whole state, and what the pipeline adds to it (the threads in
+    play, the time)."""
 
     format: int = CHECKPOINT_FORMAT
     position: int  # the next queue index to read
@@ -100,7 +92,9 @@ class Checkpoint(msgspec.Struct, kw_only=True):
     stats: DispatchStats
     threads: list[int] | None = None  # the threads in play (the pipeline's)
     written: float | None = None  # time.time() when written
-    changefeed: ChangefeedPosition | None = None
+    # the changefeed's position, as versions before the sink kept its own position document
+    # wrote it here: read once, by the sink (never written now)
+    changefeed: dict[str, Any] | None = None
     # the retention rule's clock: the median tm of the last ends acted on (None: not yet)
     clock_tm: int | None = None
     # abandoned transactions, oldest first: [xid, scn]; a later begin of the XID above scn

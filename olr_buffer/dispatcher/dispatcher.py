@@ -35,13 +35,23 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass
 from functools import partial
 from operator import itemgetter
-from typing import Iterable, Protocol
+from typing import Iterable
 
-from ..changes import CODE, COMMIT, INFINITE_SCN, ROW_CODES, SCN, Commit, CommitKey, decode_records, read_summary
+from ..changes import (
+    CODE,
+    COMMIT,
+    INFINITE_SCN,
+    ROW_CODES,
+    SCN,
+    Commit,
+    CommitKey,
+    TransactionSink,
+    decode_records,
+    read_summary,
+)
 from ..txbuffer import Block, TxQueue
 from ..txbuffer.metadata import seal
 from .checkpoint import (
-    ChangefeedPosition,
     Checkpoint,
     DispatchStats,
     HeldTransaction,
@@ -112,28 +122,6 @@ class AbandonedTransaction:
         return {"kind": "abandoned_transaction", **{f: getattr(self, f) for f in self.__slots__}}
 
 
-class TransactionSink(Protocol):
-    """Where committed transactions go (the changefeed writer)."""
-
-    def write_transaction(self, commit: Commit, chunks: Iterable[tuple[int, list[list]]]) -> int:
-        """Consume ``chunks`` (``(thread, rows)``: runs of rows, each of one redo thread,
-        in row order); publish their rows as one transaction.
-
-        Returns the number of rows written; 0 means nothing was written and no ``tx_seq``
-        was used.
-        """
-
-    def write_transactions(self, items: list[tuple[Commit, int, list[list]]]) -> list[int]:
-        """Many transactions at once, each ``(commit, thread, rows)`` with every row of one
-        redo thread; the same as :meth:`write_transaction` for each, in order."""
-
-    def write_rows(self, rows: list[list], txs: list[tuple[str, CommitKey, int | None, int | list[int], int]]) -> None:
-        """Many transactions at once, flat: ``txs`` holds ``(xid, key, tm, thread, n)`` for
-        each, ``n > 0`` of its rows, which are the next ``n`` of ``rows``; ``thread`` is the
-        redo thread of all of them, or a list of each one's; the same as
-        :meth:`write_transaction` for each, in order."""
-
-
 class Dispatcher:
     """Tails the queue from ``start_index``, holds the transactions of ``threads`` (the
     threads in play) by XID, and hands each committed one to ``sink`` once the watermark
@@ -196,11 +184,10 @@ class Dispatcher:
         *,
         threads: list[int] | None = None,
         written: float | None = None,
-        changefeed: ChangefeedPosition | None = None,
     ) -> bytes:
         """The dispatcher's whole state, sealed, to be stored once the sink has made durable
         every transaction handed to it (see :meth:`restore`), with what the pipeline adds:
-        the threads in play, the time, the changefeed's position."""
+        the threads in play, the time."""
         txns = {id(t): t for t in self.open.values()}
         for _, _, t in self._pending:
             if t.end_key is not None:
@@ -219,7 +206,6 @@ class Dispatcher:
             stats=self.stats,
             threads=threads,
             written=written,
-            changefeed=changefeed,
             clock_tm=self.clock_tm,
             clock_tms=list(self._clock_tms),
             abandoned=list(self._abandoned.items()),

@@ -1,36 +1,12 @@
-"""spark_sink: the Parquet changefeed (schema, atomic publication, recovery) and Spark helpers."""
+"""The former home of the Spark helpers and the changefeed writer, kept so that code
+written against it still runs: the Spark helpers are :mod:`olr_buffer.spark`, the
+changefeed writer and compaction :mod:`olr_buffer.sinks.parquet`."""
 
-from .errors import (
-    ChangefeedCorruptError,
-    ChangefeedError,
-    ChangefeedLockedError,
-    ChangefeedOwnerError,
-    ChangefeedReadError,
-    UnknownTableError,
-)
-from .layout import ChangefeedOwner
-from .schema import ARROW_SCHEMA, COLUMNS, parse_part_name, part_name
-from .spark import changefeed_schema, infer_schema, read_changefeed, snapshot, stream_changefeed, table_changes
-from .writer import ChangefeedWriter, PublishedFile
+import warnings
 
-__all__ = [
-    "ARROW_SCHEMA",
-    "COLUMNS",
-    "ChangefeedCorruptError",
-    "ChangefeedError",
-    "ChangefeedLockedError",
-    "ChangefeedOwner",
-    "ChangefeedOwnerError",
-    "ChangefeedReadError",
-    "ChangefeedWriter",
-    "PublishedFile",
-    "UnknownTableError",
-    "changefeed_schema",
-    "infer_schema",
-    "parse_part_name",
-    "part_name",
-    "read_changefeed",
-    "snapshot",
-    "stream_changefeed",
-    "table_changes",
-]
+from ..spark import changefeed_schema, infer_schema, read_changefeed, snapshot, stream_changefeed, table_changes
+
+warnings.warn("olr_buffer.spark_sink is now olr_buffer.spark (Spark helpers) and olr_buffer.sinks.parquet "
+              "(the changefeed writer, compaction)", DeprecationWarning, stacklevel=2)
+
+__all__ = ["changefeed_schema", "infer_schema", "read_changefeed", "snapshot", "stream_changefeed", "table_changes"]

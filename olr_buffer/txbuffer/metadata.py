@@ -1,7 +1,8 @@
-"""The queue's reserved metadata keys, and the checksummed envelope of their values.
+"""The queue's metadata: the checksummed envelope of its values, typed versioned
+documents in it, and the keys the runtime reserves.
 
-Metadata values (reader positions, the dispatcher's checkpoint) are small JSON documents
-stored beside the blocks. Like the blocks, each value is checksummed, so that a damaged
+Metadata values (a source's resume state, the dispatcher's checkpoint, a sink's position)
+are small JSON documents stored beside the blocks. Like the blocks, each value is checksummed, so that a damaged
 value is refused in one line instead of being read as other numbers::
 
     value = version u8 (1) | crc32(body) u32 (big-endian) | body (JSON)
@@ -14,18 +15,19 @@ from __future__ import annotations
 
 import struct
 import zlib
-from typing import Any
+from typing import Any, ClassVar
 
+import msgspec
 import orjson
 
 from .errors import QueueCorruptError
 
-CHECKPOINT_KEY = b"dispatcher/checkpoint"  # the dispatcher's state (dispatcher/dispatcher.py)
-POSITION_PREFIX = b"reader/"  # + thread number: a reader's position (reader/position.py)
+# Keys of the runtime. A source's and a sink's keys are their own (a source's
+# ``state_prefix``, a sink's ``position_key``).
+CHECKPOINT_KEY = b"dispatcher/checkpoint"  # the dispatcher's state (dispatcher/checkpoint.py)
 # the queue's identity: a random hex id, stored before anything of the queue reaches a
-# changefeed, which records it (olr_buffer/pipeline.py, spark_sink/layout.py)
+# changefeed, which records it (olr_buffer/pipeline.py, sinks/parquet/layout.py)
 QUEUE_ID_KEY = b"pipeline/queue_id"
-POSTGRES_POSITION_KEY = b"postgres/position"  # the PostgreSQL reader's state (reader/postgres/reader.py)
 
 _VERSION = 1
 _HEADER = struct.Struct(">BI")
@@ -66,3 +68,39 @@ def damaged(key: bytes, where: str, reason: str) -> QueueCorruptError:
         hint="restore the queue directory from a backup, or replay the input into a new queue and changefeed",
         key=name,
     )
+
+
+class StoredDocument(msgspec.Struct, kw_only=True):
+    """Base of a typed document stored in the metadata (a source's resume state, a sink's
+    position), with a ``version``: a stored document of another version is refused in one
+    line (:func:`decode_document`); fields added later have defaults, so older documents of
+    the same version still decode, and unknown fields are ignored."""
+
+    VERSION: ClassVar[int] = 1
+    version: int = 1
+
+
+def encode_document(doc: StoredDocument) -> bytes:
+    """``doc`` in the checksummed envelope, ready to store."""
+    return seal(msgspec.json.encode(doc))
+
+
+def decode_document(cls: type, key: bytes, value: bytes, where: str = "queue") -> Any:
+    """The ``cls`` document stored under ``key`` (a document without ``version`` is of
+    version 1), or a one-line :class:`QueueCorruptError`."""
+    doc = load_json(key, value, where)
+    name = key.decode(errors="backslashreplace")
+    if not isinstance(doc, dict):
+        raise damaged(key, where, "not a JSON object")
+    version = doc.get("version", 1)
+    if version != cls.VERSION:
+        raise QueueCorruptError(
+            f"{where}: the stored {name} has version {version!r}; this olr-buffer reads version {cls.VERSION}",
+            hint="the queue was written by another version of olr-buffer: use that version to finish it, "
+                 "or start a new queue",
+            key=name,
+        )
+    try:
+        return msgspec.convert(doc, cls)
+    except msgspec.ValidationError as exc:
+        raise damaged(key, where, str(exc)) from None

@@ -8,12 +8,12 @@ import pytest
 from olr_buffer.changes import CommitKey
 from olr_buffer.dispatcher import Checkpoint, DispatchError, DispatchStats, decode_checkpoint
 from olr_buffer.dispatcher.checkpoint import (
-    ChangefeedPosition,
     HeldTransaction,
     TransactionState,
     encode_checkpoint,
 )
 from olr_buffer.errors import OlrBufferError
+from olr_buffer.sinks.parquet.position import ChangefeedPosition, load_position
 from olr_buffer.txbuffer.metadata import seal
 
 # A document as this version writes it. A change to any field (name, order inside a
@@ -32,7 +32,7 @@ GOLDEN = (
     b'"unmatched_compensations":0,"abandoned_transactions":1,"abandoned_rows":4,"abandoned_records":2,'
     b'"forgotten_records":0},'
     b'"threads":[1,2],"written":1700000001.5,'
-    b'"changefeed":{"path":"/cf","next_tx_seq":4,"last_c_scn":16,"files":2},'
+    b'"changefeed":null,'
     b'"clock_tm":1700000000900000000,"abandoned":[["0x9",15]],'
     b'"clock_tms":[1700000000700000000,1700000000900000000,1700000000800000000]}'
 )
@@ -70,7 +70,6 @@ DOC = Checkpoint(
                         abandoned_rows=4, abandoned_records=2),
     threads=[1, 2],
     written=1700000001.5,
-    changefeed=ChangefeedPosition(path="/cf", next_tx_seq=4, last_c_scn=16, files=2),
     clock_tm=1700000000900000000,
     abandoned=[("0x9", 15)],
     clock_tms=[1700000000700000000, 1700000000900000000, 1700000000800000000],
@@ -98,6 +97,7 @@ def test_a_document_written_before_retention_decodes_with_the_defaults():
         transactions=[HeldTransaction(h.in_open, msgspec.structs.replace(h.transaction, seen_tm=None))
                       for h in DOC.transactions],
         stats=DispatchStats(blocks=3, records=9, published=1, rows=2, compensations=1),
+        changefeed={"path": "/cf", "next_tx_seq": 4, "last_c_scn": 16, "files": 2},
         clock_tm=None,
         abandoned=[],
         clock_tms=[],
@@ -107,6 +107,15 @@ def test_a_document_written_before_retention_decodes_with_the_defaults():
         b',"clock_tm":null,"abandoned":[],"clock_tms":[]', b'').replace(
         b',"abandoned_transactions":0,"abandoned_rows":0,"abandoned_records":0,"forgotten_records":0', b''
     ) == GOLDEN_BEFORE_RETENTION
+
+
+def test_the_changefeed_position_of_an_older_document_reaches_the_sink():
+    """Before the sink kept its own position document, the changefeed's position was part
+    of this one: it still decodes, and the changefeed writer reads it (once: a checkpoint
+    of this version stores the sink's own document beside it)."""
+    cp = decode_checkpoint(seal(GOLDEN_BEFORE_RETENTION))
+    assert load_position(None, cp.changefeed) == ChangefeedPosition(path="/cf", next_tx_seq=4, last_c_scn=16, files=2)
+    assert decode_checkpoint(seal(GOLDEN)).changefeed is None
 
 
 # the layout before retention, as an older olr-buffer decodes it

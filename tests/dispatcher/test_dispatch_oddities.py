@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from olr_buffer.reader.files import scan
-from olr_buffer.reader.thread_reader import ThreadReader
+from olr_buffer.sources.redo.files import scan
+from olr_buffer.sources.redo.thread_reader import ThreadReader
 from olr_buffer.txbuffer import LmdbQueue
 from tests.cli.conftest import ok
 from tests.contract_model import expected_changefeed

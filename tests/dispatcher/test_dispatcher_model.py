@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 
 from olr_buffer.dispatcher import Dispatcher
 from olr_buffer.changes import INFINITE_SCN, Commit, CommitKey
-from olr_buffer.reader.files import scan
+from olr_buffer.sources.redo.files import scan
 from olr_buffer.changes import CHANGEFEED_OP
-from olr_buffer.reader.thread_reader import ThreadReader
+from olr_buffer.sources.redo.thread_reader import ThreadReader
 from olr_buffer.txbuffer import MemoryQueue
 from tests.contract_model import assert_changefeed_equal, expected_changefeed
 

@@ -77,7 +77,7 @@ def test_slot_held_by_another_connection(pg_db, tmp_path):
 def test_wal_level_is_checked():
     """wal_level is a server-wide setting (the session's cluster has 'logical'): the check
     itself, on a connection that reports another level."""
-    from olr_buffer.reader.postgres.connection import PostgresError, Server, check_setup
+    from olr_buffer.sources.postgres.connection import PostgresError, Server, check_setup
 
     class Cursor:
         def __enter__(self):

@@ -257,7 +257,7 @@ def test_reader_as_a_thread_of_the_service(pg_db, tmp_path):
     """``PipelineOptions(reader_processes=False)``: the same source, the reader a thread."""
     import threading
 
-    from olr_buffer.pipeline import PipelineOptions, run_postgres_service
+    from olr_buffer.pipeline import PipelineOptions, run_service
 
     create_schema(pg_db)
     stop_event = threading.Event()
@@ -266,8 +266,7 @@ def test_reader_as_a_thread_of_the_service(pg_db, tmp_path):
 
     def serve():
         try:
-            box["summary"] = run_postgres_service(pg_db.uri, str(tmp_path / "q"), str(tmp_path / "cf"), opts,
-                                                  stop_event)
+            box["summary"] = run_service(pg_db.uri, str(tmp_path / "q"), str(tmp_path / "cf"), opts, stop_event)
         except BaseException as exc:  # noqa: BLE001 - asserted below
             box["error"] = exc
 

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from olr_buffer.errors import OlrBufferError
-from olr_buffer.reader.postgres import protocol as p
-from olr_buffer.reader.postgres.rows import Table, value_json
+from olr_buffer.sources.postgres import protocol as p
+from olr_buffer.sources.postgres.rows import Table, value_json
 
 
 def s(text: str) -> bytes:
@@ -136,7 +136,7 @@ def test_rows_key_order_and_unchanged_toast():
 
 
 def test_password_is_hidden_everywhere():
-    from olr_buffer.reader.postgres.connection import redact, safe_uri
+    from olr_buffer.sources.postgres.connection import redact, safe_uri
 
     uri = "postgresql://cdc:p%40ss-w0rd@db.example.com:5433/shop?sslmode=require"
     assert safe_uri(uri) == "postgresql://cdc:***@db.example.com:5433/shop?sslmode=require"

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from olr_buffer.dispatcher import Dispatcher
-from olr_buffer.reader.postgres import protocol as p
+from olr_buffer.sources.postgres import protocol as p
 from olr_buffer.txbuffer import MemoryQueue
 from tests.dispatcher.test_dispatcher_model import BatchListSink
 from tests.postgres.test_protocol import tup

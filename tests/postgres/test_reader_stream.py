@@ -4,8 +4,9 @@ transactions interleaved, subtransaction aborts (PostgreSQL's subscriber rule), 
 from __future__ import annotations
 
 from olr_buffer.dispatcher import Dispatcher
-from olr_buffer.reader.postgres import protocol as p
-from olr_buffer.reader.postgres.reader import PostgresReader
+from olr_buffer.sources.postgres import protocol as p
+from olr_buffer.sources.postgres.reader import PostgresReader
+from olr_buffer.sources.postgres.state import STATE_KEY, load_state
 from olr_buffer.txbuffer import MemoryQueue
 from tests.dispatcher.test_dispatcher_model import BatchListSink
 
@@ -14,7 +15,9 @@ COLS = (p.Column("id", 23, True), p.Column("v", 25, False))
 
 
 def reader(queue, block_records: int = 3) -> PostgresReader:
-    r = PostgresReader(queue, "postgresql://u:secret@/db?host=/nowhere", block_records=block_records)
+    """A reader of ``queue`` restored from the state stored there, as the source does."""
+    r = PostgresReader(queue, "postgresql://u:secret@/db?host=/nowhere", block_records=block_records,
+                       state=load_state(queue.meta_items(STATE_KEY)))
     r._key_names = lambda oid, conn=None: ("id",)  # the catalog, without a server
     return r
 

@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from olr_buffer.errors import OlrBufferError
-from olr_buffer.reader.postgres import connection as c
-from olr_buffer.reader.postgres.connection import ConnectionLostError, PostgresError, Server, SocketStream
-from olr_buffer.reader.postgres.protocol import encode_status
+from olr_buffer.sources.postgres import connection as c
+from olr_buffer.sources.postgres.connection import ConnectionLostError, PostgresError, Server, SocketStream
+from olr_buffer.sources.postgres.protocol import encode_status
 
 PASSWORD = "Sup3r-s3cret-pw"
 

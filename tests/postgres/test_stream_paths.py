@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from olr_buffer.reader.postgres.reader import PostgresReader
+from olr_buffer.sources.postgres.reader import PostgresReader
 from olr_buffer.txbuffer import MemoryQueue
 from tests.postgres.cluster import create_cluster
 from tests.postgres.test_reader_stream import published

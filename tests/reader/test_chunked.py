@@ -18,12 +18,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from olr_buffer.changes import RecordError
-from olr_buffer.reader import thread_reader
-from olr_buffer.reader.dead_letters import DeadLetters
-from olr_buffer.reader.errors import InputError
-from olr_buffer.reader.files import scan
-from olr_buffer.reader.records import batch_decode, decode_line
-from olr_buffer.reader.thread_reader import ThreadReader
+from olr_buffer.sources.redo import thread_reader
+from olr_buffer.dead_letters import DeadLetters
+from olr_buffer.sources.redo.errors import InputError
+from olr_buffer.sources.redo.files import scan
+from olr_buffer.sources.redo.records import batch_decode, decode_line
+from olr_buffer.sources.redo.thread_reader import ThreadReader
 from olr_buffer.txbuffer import MemoryQueue
 
 from .test_fuzz import damaged_lines, dumps, valid_records
@@ -202,7 +202,7 @@ def test_batch_decode_equals_one_decode_per_line(items, ascii_only) -> None:
     if decoded is None:
         return
     assert len(decoded) == len(lines)
-    from olr_buffer.reader.records import _decode_line
+    from olr_buffer.sources.redo.records import _decode_line
     for raw, r in zip(lines, decoded):
         assert r == _decode_line(raw)
         try:  # and decode_line takes the line (the struct is all the fast loop looks at)

@@ -18,13 +18,13 @@ import pytest
 import zstandard
 
 from olr_buffer.pipeline import PipelineOptions, run_service
-from olr_buffer.reader import files as files_mod
+from olr_buffer.sources.redo import files as files_mod
 from olr_buffer.changes import decode_record
-from olr_buffer.reader import thread_reader as thread_reader_mod
-from olr_buffer.reader.errors import InputError, MissingSequenceError
-from olr_buffer.reader.files import scan
-from olr_buffer.reader.dead_letters import DeadLetters
-from olr_buffer.reader.thread_reader import ThreadReader
+from olr_buffer.sources.redo import thread_reader as thread_reader_mod
+from olr_buffer.sources.redo.errors import InputError, MissingSequenceError
+from olr_buffer.sources.redo.files import scan
+from olr_buffer.dead_letters import DeadLetters
+from olr_buffer.sources.redo.thread_reader import ThreadReader
 from olr_buffer.txbuffer import MemoryQueue
 from tests.contract_model import assert_changefeed_equal, check_changefeed_layout, expected_changefeed, load_changefeed
 

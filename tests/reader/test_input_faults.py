@@ -16,11 +16,11 @@ import pytest
 
 from olr_buffer.changes import INSERT, ROW_FIELDS, decode_record
 from olr_buffer.errors import EXIT_BAD_INPUT
-from olr_buffer.reader.dead_letters import DeadLetters
-from olr_buffer.reader.errors import InputError
-from olr_buffer.reader.files import scan
-from olr_buffer.reader.position import load_positions
-from olr_buffer.reader.thread_reader import MAX_LINE_BYTES, ThreadReader
+from olr_buffer.dead_letters import DeadLetters
+from olr_buffer.sources.redo.errors import InputError
+from olr_buffer.sources.redo.files import scan
+from olr_buffer.sources.redo.position import load_positions
+from olr_buffer.sources.redo.thread_reader import MAX_LINE_BYTES, ThreadReader
 from olr_buffer.txbuffer import LmdbQueue, MemoryQueue
 from tests.cli.conftest import log_lines, ok, sequences, write_log
 from tests.contract_model import expected_changefeed, load_changefeed

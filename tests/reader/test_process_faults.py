@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from olr_buffer.reader.errors import InputError, MissingSequenceError
+from olr_buffer.sources.redo.errors import InputError, MissingSequenceError
 from olr_buffer.simulate import simulate
 from tests.processes import cmdline, reader_processes, service_processes
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from olr_buffer.changes import CLOSE, COMPENSATION, DDL, INSERT, LWN, UPDATE, RecordError
-from olr_buffer.reader.records import decode_line, parse_line, validate
+from olr_buffer.sources.redo.records import decode_line, parse_line, validate
 
 DML = {"op": "insert", "scn": 5, "xid": "x", "owner": "O", "table": "T", "rid": "R", "after": {"A": 1}}
 

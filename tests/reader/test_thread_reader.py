@@ -9,10 +9,10 @@ import pytest
 import zstandard
 
 from olr_buffer.changes import decode_record, read_summary
-from olr_buffer.reader.errors import InputError, MissingSequenceError
-from olr_buffer.reader.files import scan
-from olr_buffer.reader.position import load_positions
-from olr_buffer.reader.thread_reader import ThreadReader
+from olr_buffer.sources.redo.errors import InputError, MissingSequenceError
+from olr_buffer.sources.redo.files import scan
+from olr_buffer.sources.redo.position import load_positions
+from olr_buffer.sources.redo.thread_reader import ThreadReader
 from olr_buffer.txbuffer import LmdbQueue
 
 

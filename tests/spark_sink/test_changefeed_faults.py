@@ -13,8 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from olr_buffer.changes import INSERT, CommitKey
-from olr_buffer.spark_sink.errors import ChangefeedError
-from olr_buffer.spark_sink.writer import ChangefeedWriter
+from olr_buffer.sinks.parquet.errors import ChangefeedError
+from olr_buffer.sinks.parquet.writer import ChangefeedWriter
 
 from tests.cli.conftest import ok
 from tests.contract_model import ModelResult

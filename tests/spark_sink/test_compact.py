@@ -13,10 +13,10 @@ from click.testing import CliRunner
 
 from olr_buffer.cli import main
 from olr_buffer.pipeline import PipelineOptions, replay
-from olr_buffer.spark_sink import ChangefeedCorruptError, ChangefeedWriter
-from olr_buffer.spark_sink import compact as compact_mod
-from olr_buffer.spark_sink.compact import CompactionError, compact, published_files, read_footer
-from olr_buffer.spark_sink.spark import read_changefeed
+from olr_buffer.sinks.parquet import ChangefeedCorruptError, ChangefeedWriter
+from olr_buffer.sinks.parquet import compaction as compact_mod
+from olr_buffer.sinks.parquet.compaction import CompactionError, compact, published_files, read_footer
+from olr_buffer.spark import read_changefeed
 from tests.contract_model import assert_changefeed_equal, check_changefeed_layout, load_changefeed
 
 from .workload import Workload, part_files, publish, spark_rows, transactions

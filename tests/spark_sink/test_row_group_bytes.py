@@ -8,7 +8,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from olr_buffer.changes import Commit, CommitKey
-from olr_buffer.spark_sink.writer import ChangefeedWriter
+from olr_buffer.sinks.parquet.writer import ChangefeedWriter
 
 
 def _row(scn: int, i: int) -> list:

@@ -15,7 +15,7 @@ import pytest
 
 from olr_buffer.pipeline import PipelineOptions, replay
 from olr_buffer.simulate import simulate
-from olr_buffer.spark_sink.compact import compact
+from olr_buffer.sinks.parquet.compaction import compact
 
 pytestmark = pytest.mark.spark
 

@@ -8,7 +8,7 @@ import pytest
 
 from olr_buffer.pipeline import PipelineOptions, replay
 from olr_buffer.simulate import simulate
-from olr_buffer.spark_sink import read_changefeed
+from olr_buffer.spark import read_changefeed
 from tests.contract_model import assert_changefeed_equal, expected_changefeed
 
 pytestmark = pytest.mark.spark
@@ -69,8 +69,8 @@ def test_read_changefeed_helper_gives_the_same(spark, changefeed):
 
 
 def test_changefeed_schema_is_the_contract():
-    from olr_buffer.spark_sink import ARROW_SCHEMA
-    from olr_buffer.spark_sink.spark import CHANGEFEED_SCHEMA, changefeed_schema
+    from olr_buffer.sinks.parquet import ARROW_SCHEMA
+    from olr_buffer.spark import CHANGEFEED_SCHEMA, changefeed_schema
 
     assert CHANGEFEED_SCHEMA == changefeed_schema()
     assert [(f.name, f.dataType.simpleString()) for f in CHANGEFEED_SCHEMA.fields] == list(CONTRACT_TYPES.items())

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from olr_buffer.spark_sink import ChangefeedWriter
-from olr_buffer.spark_sink.spark import CHANGEFEED_SCHEMA, stream_changefeed, table_changes
+from olr_buffer.sinks.parquet import ChangefeedWriter
+from olr_buffer.spark import CHANGEFEED_SCHEMA, stream_changefeed, table_changes
 from tests.contract_model import assert_changefeed_equal
 
 from .workload import ORDERS_DDL, OWNER, TABLE, part_files, publish, spark_rows, transactions

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from olr_buffer.spark_sink.spark import snapshot, table_changes
+from olr_buffer.spark import snapshot, table_changes
 from tests.contract_model import load_input
 
 from .workload import ORDERS_DDL, ORDERS_JSON_OPTIONS, OWNER, TABLE, reference_snapshot

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from olr_buffer.spark_sink.errors import ChangefeedReadError, UnknownTableError
-from olr_buffer.spark_sink.spark import (
+from olr_buffer.sinks.parquet.errors import ChangefeedReadError, UnknownTableError
+from olr_buffer.spark import (
     CDF_COLUMNS, ddl_columns_of, infer_schema, read_changefeed, snapshot, stream_changefeed, table_changes,
 )
 

@@ -12,9 +12,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from olr_buffer.spark_sink import ARROW_SCHEMA, ChangefeedWriter
-from olr_buffer.spark_sink.compact import compact
-from olr_buffer.spark_sink.schema import nanos_to_timestamp
+from olr_buffer.sinks.parquet import ARROW_SCHEMA, ChangefeedWriter
+from olr_buffer.sinks.parquet.compaction import compact
+from olr_buffer.sinks.parquet.schema import nanos_to_timestamp
 from tests.contract_model import CHANGEFEED_COLUMNS, assert_changefeed_equal, check_changefeed_layout, load_changefeed
 
 from .workload import OWNER, TABLE, Workload, part_files
@@ -85,7 +85,7 @@ def test_compact_fills_the_columns_of_older_files(workload, tmp_path):
 def test_helpers_derive_the_columns_for_older_files(spark, workload, tmp_path):
     from pyspark.sql import functions as F
 
-    from olr_buffer.spark_sink.spark import read_changefeed, snapshot, stream_changefeed, table_changes
+    from olr_buffer.spark import read_changefeed, snapshot, stream_changefeed, table_changes
 
     copied = workload.copy(tmp_path)
     strip_timestamps(copied.changefeed)

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from olr_buffer.changes import DELETE, INSERT, Commit, CommitKey
-from olr_buffer.spark_sink.writer import ChangefeedWriter
+from olr_buffer.sinks.parquet.writer import ChangefeedWriter
 
 
 def _row(scn: int, i: int) -> list:

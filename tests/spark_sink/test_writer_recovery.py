@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 from olr_buffer.changes import Commit, CommitKey
-from olr_buffer.spark_sink.writer import MANIFEST, META_DIR, PUBLISHED_LOG, ChangefeedWriter
+from olr_buffer.sinks.parquet.writer import MANIFEST, META_DIR, PUBLISHED_LOG, ChangefeedWriter
 
 
 def _publish(writer: ChangefeedWriter, scn: int) -> None:

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from olr_buffer.changes import INSERT, Commit, CommitKey
-from olr_buffer.spark_sink.writer import MANIFEST, META_DIR, PUBLISHED_LOG, ChangefeedWriter
+from olr_buffer.sinks.parquet.writer import MANIFEST, META_DIR, PUBLISHED_LOG, ChangefeedWriter
 
 FILE_ROWS = 4  # a file is published once it holds this many rows
 ROW_GROUP_ROWS = 2  # row groups split transactions inside a file

@@ -21,7 +21,7 @@ from olr_buffer.changes import Commit, CommitKey
 from olr_buffer.pipeline import PipelineOptions, replay
 from olr_buffer.changes import DDL, DELETE, INSERT, UPDATE
 from olr_buffer.simulate import simulate
-from olr_buffer.spark_sink import ChangefeedWriter
+from olr_buffer.sinks.parquet import ChangefeedWriter
 from tests.contract_model import ModelResult, expected_changefeed
 
 OWNER, TABLE = "SALES", "ORDERS"

@@ -3,8 +3,8 @@
 The reader (:class:`~olr_buffer.reader.postgres.reader.PostgresReader`: the replication
 connection, pgoutput decoding, records and blocks) is Python; in the service's process
 it would share one interpreter lock with the dispatcher and the changefeed writer. As for
-the redo-file readers (:mod:`olr_buffer.reader.process`), a child process forked by
-multiprocessing's fork server runs it; its queue is a pipe: each block, encoded and
+the redo-file readers, a child process forked by :mod:`olr_buffer.sources.runner` runs
+it; its queue is a pipe: each block, encoded and
 compressed in the child, goes to the parent with the reader's state, and the parent
 appends both in one LMDB write, as the reader in a thread does. The parent stays the
 only writer of the queue.
@@ -27,9 +27,10 @@ from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
 from ...errors import OlrBufferError
-from ...txbuffer import BlockCodec, TxQueue
-from ..process import _CTX, _ParentStop, _start_child, run_child
-from .reader import POSITION_KEY, PostgresReader
+from ...txbuffer import TxQueue
+from ..runner import CONTEXT, LogToParent, ParentStop, PipeAppender, relog, run_child, start_child
+from .reader import PostgresReader
+from .state import PostgresState
 
 
 @dataclass
@@ -61,6 +62,7 @@ class PostgresProcess:
         uri: str,
         *,
         source_id: str | None,
+        state: PostgresState | None,
         figures: ReaderFigures,
         published: Callable[[], object],
         on_append: Callable[[], None] | None,
@@ -70,12 +72,13 @@ class PostgresProcess:
         self.queue = queue
         self.uri = uri
         self.source_id = source_id
+        self.state = state
         self.figures = figures
         self.published = published
         self.on_append = on_append or (lambda: None)
         self.stop = stop
         self.options = dict(options)
-        self._published = _CTX.Value("q", -1, lock=False)
+        self._published = CONTEXT.Value("q", -1, lock=False)
 
     def _update_published(self) -> None:
         pub = self.published()
@@ -86,7 +89,7 @@ class PostgresProcess:
         self._update_published()
         run_child(
             _child_main,
-            (self.uri, self.source_id, self.queue.meta(POSITION_KEY), self._published, self.options),
+            (self.uri, self.source_id, self.state, self._published, self.options),
             name="olr-reader-postgres",
             label="the PostgreSQL reader process",
             stop=self.stop,
@@ -107,10 +110,7 @@ class PostgresProcess:
         elif kind == "figures":
             self.figures = msg[1]
         elif kind == "log":
-            record = logging.makeLogRecord(msg[1])
-            logger = logging.getLogger(record.name)
-            if logger.isEnabledFor(record.levelno):
-                logger.handle(record)
+            relog(msg[1])
         return kind == "done"
 
 
@@ -122,23 +122,12 @@ def _died(exitcode: int | None) -> ReaderProcessDied:
     )
 
 
-class _PipeQueue:
-    """The child's queue: the stored reader state when it starts, and appends that go to
-    the parent (encoded and compressed here, so that the parent only writes them)."""
+class _PipeQueue(PipeAppender):
+    """The child's queue: appends that go to the parent with the reader's figures."""
 
-    def __init__(self, conn, state: bytes | None) -> None:
-        self._conn = conn
-        self._state = state
-        self._codec = BlockCodec()
+    def __init__(self, conn) -> None:
+        super().__init__(conn, lambda: ReaderFigures.of(self.reader))
         self.reader = None
-
-    def meta(self, key: bytes) -> bytes | None:
-        return self._state if key == POSITION_KEY else None
-
-    def append(self, records: Sequence[bytes], meta: Mapping[bytes, bytes] | None = None) -> int:
-        value = self._codec.encode(records) if records else None
-        self._conn.send(("append", value, len(records), dict(meta or {}), ReaderFigures.of(self.reader)))
-        return 0
 
 
 class _Published:
@@ -150,40 +139,20 @@ class _Published:
         self.scn = scn
 
 
-class _LogToParent(logging.Handler):
-    def __init__(self, conn) -> None:
-        super().__init__()
-        self._conn = conn
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            d = dict(record.__dict__)
-            d["msg"] = record.getMessage()
-            d["args"] = None
-            d["exc_info"] = None
-            d["exc_text"] = None
-            self._conn.send(("log", d))
-        except Exception:  # noqa: BLE001 - a log record is never worth the reader
-            pass
-
-
 def _child_main(conn, stop_conn, parent_pid, uri, source_id, state, published, options) -> None:
-    from ... import faults
-
-    _start_child(parent_pid)
-    faults._SPEC = None  # faults are the parent's
+    start_child(parent_pid)
     root = logging.getLogger("olr_buffer")
-    root.handlers[:] = [_LogToParent(conn)]
+    root.handlers[:] = [LogToParent(conn)]
     root.setLevel(options.pop("log_level", logging.INFO))
     root.propagate = False
     try:
-        queue = _PipeQueue(conn, state)
+        queue = _PipeQueue(conn)
 
         def published_lsn():
             v = published.value
             return None if v < 0 else _Published(v)
 
-        reader = _ChildReader(queue, uri, published=published_lsn, stop=_ParentStop(stop_conn), **options)
+        reader = _ChildReader(queue, uri, state=state, published=published_lsn, stop=ParentStop(stop_conn), **options)
         queue.reader = reader
         reader.conn = conn
         reader.source_id = source_id

@@ -12,7 +12,7 @@
         published.jsonl                    one line per published file (audit log)
         compaction.json, compactions.jsonl in-place compaction: intent, log
 
-The writer (:class:`~olr_buffer.spark_sink.ChangefeedWriter`) and compaction both use
+The writer (:class:`~olr_buffer.sinks.parquet.ChangefeedWriter`) and compaction both use
 this module, so they agree on every name and on what a valid changefeed is: a gapless
 chain of ``part-`` files from tx_seq 0, each footer agreeing with its name and rows.
 
@@ -41,8 +41,9 @@ from dataclasses import dataclass
 import orjson
 import pyarrow.parquet as pq
 
-from .. import pidlock
-from ..changes import CommitKey
+from ... import pidlock
+from ...changes import CommitKey
+from ..base import ChangefeedOwner
 from .errors import ChangefeedCorruptError, ChangefeedError, ChangefeedLockedError
 from .schema import META_FIRST, META_LAST, META_LAST_COMMIT, META_ROWS, parse_part_name, part_name
 
@@ -67,18 +68,6 @@ COMPACT_TMP_PREFIX = ".tmp-compact-"
 _OWN_TMP = re.compile(
     r"\.tmp-part-[0-9]{20}-[0-9]+\.parquet|\.tmp-compact-part-[0-9]{20}-[0-9]{20}\.parquet"
 )
-
-
-@dataclass(frozen=True, slots=True)
-class ChangefeedOwner:
-    """Who writes a changefeed: the queue's id and, for a source that has one (a
-    PostgreSQL database and slot), the source's identity."""
-
-    queue_id: str
-    source_id: str | None = None
-
-    def describe(self) -> str:
-        return f"queue {self.queue_id}" + (f" (source {self.source_id})" if self.source_id else "")
 
 
 @dataclass(frozen=True, slots=True)

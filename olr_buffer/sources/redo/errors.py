@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..errors import EXIT_BAD_INPUT, OlrBufferError
+from ...errors import EXIT_BAD_INPUT, OlrBufferError
 
 
 class InputError(OlrBufferError):

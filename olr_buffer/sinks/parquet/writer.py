@@ -32,8 +32,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..changes import CHANGEFEED_OP, ROW_FIELDS, Commit, CommitKey
-from ..faults import fault_point
+from ...changes import CHANGEFEED_OP, ROW_FIELDS, Commit, CommitKey
+from ...faults import fault_point
+from ..base import ChangefeedOwner, SinkFigures, SinkOpening
 from .errors import ChangefeedCorruptError, ChangefeedError, ChangefeedOwnerError
 from .layout import (  # noqa: F401  (MANIFEST, META_DIR, PUBLISHED_LOG, read_footer: public names)
     DEFAULT_MODE,
@@ -41,7 +42,6 @@ from .layout import (  # noqa: F401  (MANIFEST, META_DIR, PUBLISHED_LOG, read_fo
     META_DIR,
     PUBLISHED_LOG,
     ChangefeedLock,
-    ChangefeedOwner,
     PublishedFile,
     apply_mode,
     create_file,
@@ -62,6 +62,7 @@ from .layout import (  # noqa: F401  (MANIFEST, META_DIR, PUBLISHED_LOG, read_fo
     write_manifest,
     writer_tmp_name,
 )
+from .position import POSITION_KEY, ChangefeedPosition, load_position
 from .schema import ARROW_SCHEMA, nanos_to_timestamp, parquet_writer, part_name
 
 log = logging.getLogger(__name__)
@@ -103,7 +104,8 @@ _CHAIN_HINT = (
 
 
 class ChangefeedWriter:
-    """Appends whole transactions to the changefeed directory; see the module doc.
+    """Appends whole transactions to the changefeed directory; see the module doc. The
+    Parquet changefeed's :class:`~olr_buffer.sinks.base.Sink`.
 
     ``file_rows``: a file is published once it holds at least this many rows (at a
     transaction boundary: a transaction is never split). ``flush()`` publishes what is
@@ -216,6 +218,34 @@ class ChangefeedWriter:
                 tx += n
                 rows += r
         return tx, rows
+
+    # -- the Sink contract ---------------------------------------------------------------
+
+    position_key = POSITION_KEY
+
+    def open(
+        self, owner: ChangefeedOwner, stored: bytes | None, *, queue: str, adopt: bool = False, legacy=None
+    ) -> SinkOpening:
+        """:meth:`check_owner` against the position stored at the queue's last checkpoint
+        (``stored``, or ``legacy``: the dispatcher's checkpoint's, from an older version),
+        then :meth:`bind`; and what this queue published after that checkpoint (or without
+        one) and before it stopped, which its counters lost with a crash."""
+        recorded = load_position(stored, legacy)
+        since = (recorded.next_tx_seq or 0) if recorded is not None else 0
+        adopting = self.check_owner(owner, queue=queue, queue_next_tx_seq=None if recorded is None else since,
+                                    adopt=adopt)
+        self.bind(owner)
+        return SinkOpening(adopting, (0, 0) if adopting else self.published_since(owner.queue_id, since))
+
+    def position(self) -> bytes:
+        return ChangefeedPosition(path=os.path.abspath(self.path), next_tx_seq=self.next_tx_seq,
+                                  last_c_scn=self.last_c_scn, files=self.files_published).encode()
+
+    def pending_since(self) -> float | None:
+        return self.buffered_since if self._file_rows else None
+
+    def figures(self) -> SinkFigures:
+        return SinkFigures(self.files_published, self.latencies)
 
     # -- owner -------------------------------------------------------------------------
 

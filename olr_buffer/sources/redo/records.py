@@ -15,7 +15,9 @@ from typing import Annotated, Any
 import msgspec
 import orjson
 
-from ..changes import (
+from ...changes import (
+    AFTER,
+    BEFORE,
     COMPENSATION,
     DDL,
     DELETE,
@@ -23,8 +25,12 @@ from ..changes import (
     INSERT,
     MARKER_CODES,
     OP_CODES,
+    TM,
     UPDATE,
     RecordError,
+    compensation_payload,
+    end_payload,
+    row_payload,
 )
 
 MAX_SCN = (1 << 63) - 1
@@ -182,10 +188,10 @@ def validate(d: dict[str, Any]) -> tuple[int, int, int, str | None, list | None]
         if rb:
             _object_text(d, "before", False)
             _object_text(d, "after", False)
-            return code | COMPENSATION, scn, sub, xid, [rid]
+            return code | COMPENSATION, scn, sub, xid, compensation_payload(rid)
         before = _object_text(d, "before", code != INSERT)
         after = _object_text(d, "after", code != DELETE)
-        return code, scn, sub, xid, [tm, owner, table, obj, rid, before, after, None]
+        return code, scn, sub, xid, row_payload(tm, owner, table, obj, rid, before, after)
     if code == DDL:
         owner = _str(d, "owner")
         table = _str(d, "table")
@@ -194,8 +200,8 @@ def validate(d: dict[str, Any]) -> tuple[int, int, int, str | None, list | None]
         rid = _str(d, "rid") if d.get("rid") is not None else None
         before = _object_text(d, "before", False)
         after = _object_text(d, "after", False)
-        return code, scn, sub, xid, [tm, owner, table, obj, rid, before, after, sql]
-    return code, scn, sub, xid, [tm]
+        return code, scn, sub, xid, row_payload(tm, owner, table, obj, rid, before, after, sql)
+    return code, scn, sub, xid, end_payload(tm)
 
 
 # ---------------------------------------------------------------------------------------
@@ -281,22 +287,23 @@ def decode_line(raw: bytes) -> tuple[int, int, int, str | None, list | None]:
                 raise _NotFast
             before, after = _text(r.before), _text(r.after)
             if r.rollback:
-                return code | COMPENSATION, scn, sub, xid, [rid]
+                return code | COMPENSATION, scn, sub, xid, compensation_payload(rid)
             if (before is None and code != INSERT) or (after is None and code != DELETE):
                 raise _NotFast
-            return code, scn, sub, xid, [r.tm, owner, table, r.obj, rid, before, after, None]
+            return code, scn, sub, xid, row_payload(r.tm, owner, table, r.obj, rid, before, after)
         if code == DDL:
             if r.owner is None or r.table is None or r.sql is None:
                 raise _NotFast
-            return code, scn, sub, xid, [r.tm, r.owner, r.table, r.obj, r.rid, _text(r.before), _text(r.after), r.sql]
-        return code, scn, sub, xid, [r.tm]
+            return code, scn, sub, xid, row_payload(r.tm, r.owner, r.table, r.obj, r.rid, _text(r.before),
+                                                    _text(r.after), r.sql)
+        return code, scn, sub, xid, end_payload(r.tm)
     except (_NotFast, msgspec.MsgspecError, ValueError, RecursionError):
         pass
     code, scn, sub, xid, payload = validate(parse_line(raw))  # the reason, if invalid
     if payload is not None and len(payload) == 8:
         try:  # a valid record the fast path did not take: the same text for its images
             images = _decode_images(raw)
-            payload[5], payload[6] = _text(images.before), _text(images.after)
+            payload[BEFORE - TM], payload[AFTER - TM] = _text(images.before), _text(images.after)
         except (_NotFast, msgspec.MsgspecError, ValueError, RecursionError):
             pass
     return code, scn, sub, xid, payload

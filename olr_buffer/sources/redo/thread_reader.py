@@ -11,23 +11,25 @@ from dataclasses import dataclass
 from itertools import repeat
 from typing import BinaryIO, Callable
 
-from ..changes import (
+from ...changes import (
     BEGIN,
     COMPENSATION,
     DDL,
+    DEFAULT_BLOCK_BYTES,
+    DEFAULT_BLOCK_RECORDS,
     DELETE,
     INSERT,
     LWN,
     MARKER_CODES,
     OP_CODES,
     BlockBuilder,
+    Group,
     RecordError,
-    _encode_record,
-    _Group,
+    encode_record,
 )
-from ..faults import fault_point
-from ..txbuffer import BlockAppender
-from .dead_letters import DeadLetters
+from ...faults import fault_point
+from ...txbuffer import BlockAppender
+from ...dead_letters import DeadLetters
 from .errors import InputError, MissingSequenceError
 from .files import (
     CorruptCompressedFile,
@@ -41,8 +43,6 @@ from .files import (
 from .position import ReaderPosition
 from .records import batch_decode, decode_line
 
-DEFAULT_BLOCK_RECORDS = 4096
-DEFAULT_BLOCK_BYTES = 1 << 20
 MAX_LINE_BYTES = 64 << 20  # a longer line is refused: it is damage, not a record
 _BOM = b"\xef\xbb\xbf"  # a UTF-8 byte order mark, accepted at the start of a file
 #: Follow mode: how long the newest ``.jsonl.zst`` of a thread may stay truncated (empty,
@@ -496,12 +496,12 @@ class ThreadReader:
 
         pos = self.pos
         b = self._builder
-        groups = b._groups
-        order = b._order
+        groups = b.groups
+        order = b.order
         count, nbytes, progress, closed = b.count, b.nbytes, b.progress, b.closed
         block_records, block_bytes = self.block_records, self.block_bytes
         check_floor = self._check_floor
-        encode = _encode_record
+        encode = encode_record
         op_codes = OP_CODES.get
         utf8 = codecs.utf_8_decode
         status = _OK
@@ -566,7 +566,7 @@ class ThreadReader:
                         g = groups.get(xid)
                         if g is None or (code == BEGIN and g.ends):
                             xid.encode()  # a lone surrogate: UnicodeEncodeError, the slow path words it
-                            g = _Group(xid)
+                            g = Group(xid)
                             groups[xid] = g
                             order.append(g)
                         recs = g.records

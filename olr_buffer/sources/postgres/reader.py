@@ -2,7 +2,7 @@
 
 One thread (queue "thread" 1) reads the slot's pgoutput stream and appends its changes
 as blocks (:class:`~olr_buffer.changes.BlockBuilder`), each with the reader's
-state under :data:`POSITION_KEY` in the same LMDB write. Rows go to the group of their
+state (:class:`~.state.PostgresState`) in the same LMDB write. Rows go to the group of their
 top-level transaction, in the order the server sends them, whatever the interleaving of
 streamed transactions:
 
@@ -36,12 +36,26 @@ from collections import deque
 import time
 from typing import Any, Callable
 
-import orjson
 import psycopg2
 
-from ...txbuffer import TxQueue
-from ...txbuffer.metadata import POSTGRES_POSITION_KEY, load_json, seal
-from ...changes import BEGIN, COMMIT, COPY_ROW, CUT, DELETE, INSERT, ROLLBACK, TRUNCATE, UPDATE, BlockBuilder
+from ...txbuffer import BlockAppender
+from ...changes import (
+    BEGIN,
+    COMMIT,
+    COPY_ROW,
+    CUT,
+    DEFAULT_BLOCK_BYTES,
+    DEFAULT_BLOCK_RECORDS,
+    DELETE,
+    INSERT,
+    ROLLBACK,
+    TRUNCATE,
+    UPDATE,
+    BlockBuilder,
+    cut_payload,
+    end_payload,
+    row_payload,
+)
 from . import protocol as p
 from .connection import (
     ConnectionLostError,
@@ -56,10 +70,10 @@ from .connection import (
     quote_literal,
 )
 from .rows import Table
+from .state import STATE_KEY, PostgresState
 
 log = logging.getLogger("olr_buffer.postgres")
 
-POSITION_KEY = POSTGRES_POSITION_KEY
 THREAD = 1
 COPY_SEQUENCE = -1  # commit keys of the initial copy: (consistent point, 1, -1, n) sort before every change
 _BACKOFF_MAX = 30.0
@@ -90,23 +104,25 @@ class _Txn:
 
 
 class PostgresReader:
-    """Reads one slot into the queue; see the module doc. ``prepare`` checks the set-up
+    """Reads one slot into the queue; see the module doc. ``state``: the resume state
+    stored with the last block appended (None: a new queue). ``prepare`` checks the set-up
     (errors are raised there, at start); ``run`` (in a thread, or in a child process:
     :mod:`.process`) copies and streams."""
 
     def __init__(
         self,
-        queue: TxQueue,
+        queue: BlockAppender,
         uri: str,
         *,
+        state: PostgresState | None = None,
         slot: str = "olr_buffer",
         publication: str = "olr_buffer",
         streaming: bool = True,
         initial_copy: bool = True,
         published: Callable[[], Any] = lambda: None,
         on_append: Callable[[], None] | None = None,
-        block_records: int = 4096,
-        block_bytes: int = 1 << 20,
+        block_records: int = DEFAULT_BLOCK_RECORDS,
+        block_bytes: int = DEFAULT_BLOCK_BYTES,
         stop: threading.Event | None = None,
         status_interval: float = 1.0,
         flush_seconds: float = 0.1,
@@ -153,53 +169,49 @@ class PostgresReader:
         self._last_seen: dict[int, Table] = {}
         self._keys: dict[int, tuple[str, ...] | None] = {}
         self._sql = None
-        self._load()
+        if state is not None:
+            self._restore(state)
 
     # -- state ---------------------------------------------------------------------------
 
-    def _load(self) -> None:
-        raw = self.queue.meta(POSITION_KEY)
-        if raw is None:
-            return
-        doc = load_json(POSITION_KEY, raw)
-        self.last_commit = doc["last_commit"]
-        self.committed = dict(doc["committed"])
-        self.copy = doc["copy"]
-        self.consistent_point = doc.get("consistent_point", 0)
-        self.confirmed = doc.get("confirmed", 0)
-        self.server_lsn = doc.get("server_lsn", 0)
-        self.cuts = doc.get("cuts", 0)
-        stored_slot = doc.get("slot")
-        if stored_slot and stored_slot != self.slot:
+    def _restore(self, st: PostgresState) -> None:
+        if st.slot and st.slot != self.slot:
             raise PostgresError(
-                f"the queue was filled from replication slot {stored_slot!r}, not {self.slot!r}",
-                hint=f"run with --slot {stored_slot}, or use a new queue and changefeed directory",
+                f"the queue was filled from replication slot {st.slot!r}, not {self.slot!r}",
+                hint=f"run with --slot {st.slot}, or use a new queue and changefeed directory",
             )
-        for xid in doc["open"]:
+        self.last_commit = st.last_commit
+        self.committed = dict(st.committed)
+        self.copy = st.copy
+        self.consistent_point = st.consistent_point
+        self.confirmed = st.confirmed
+        self.server_lsn = st.server_lsn
+        self.cuts = st.cuts
+        for xid in st.open:
             self.txns[xid] = _Txn(xid)
 
-    def state(self) -> dict:
-        return {
-            "slot": self.slot,
-            "publication": self.publication,
-            "source": self.server.safe,
-            "source_id": self.source_id,
-            "last_commit": self.last_commit,
-            "committed": self.committed,
-            "open": [x for x, t in self.txns.items() if not t.skip],
-            "streaming": sum(1 for t in self.txns.values() if t.streamed and not t.skip),
-            "copy": self.copy,
-            "consistent_point": self.consistent_point,
-            "confirmed": self.confirmed,
-            "server_lsn": self.server_lsn,
-            "cuts": self.cuts,
-            "written": time.time(),
-        }
+    def state(self) -> PostgresState:
+        return PostgresState(
+            slot=self.slot,
+            publication=self.publication,
+            source=self.server.safe,
+            source_id=self.source_id,
+            last_commit=self.last_commit,
+            committed=self.committed,
+            open=[x for x, t in self.txns.items() if not t.skip],
+            streaming=sum(1 for t in self.txns.values() if t.streamed and not t.skip),
+            copy=self.copy,
+            consistent_point=self.consistent_point,
+            confirmed=self.confirmed,
+            server_lsn=self.server_lsn,
+            cuts=self.cuts,
+            written=time.time(),
+        )
 
     def _append(self) -> None:
         """Append what the builder holds, with the state, in one write."""
         records = self.builder.build() if self.builder.count else []
-        self.queue.append(records, {POSITION_KEY: seal(orjson.dumps(self.state()))})
+        self.queue.append(records, {STATE_KEY: self.state().encode()})
         self._state_written = time.monotonic()
         self.records += self.builder.count
         self.builder.reset()
@@ -303,7 +315,7 @@ class PostgresReader:
         self.txns.clear()
         if dropped:
             for xid in dropped:
-                self._add(ROLLBACK, 0, xid, [None])
+                self._add(ROLLBACK, 0, xid, end_payload(None))
             self._append()
             log.info("discarded %d partial transaction(s) held from before the reconnect", len(dropped))
 
@@ -380,7 +392,7 @@ class PostgresReader:
             conn.close()
         # every table's commit and the state "done" in one write: all of the copy or nothing
         for n, xid in enumerate(xids, 1):
-            self._add(COMMIT, self.consistent_point, xid, [None], seq=COPY_SEQUENCE, line=n, may_close=False)
+            self._add(COMMIT, self.consistent_point, xid, end_payload(None), seq=COPY_SEQUENCE, line=n, may_close=False)
             self.txns.pop(xid, None)
         self.builder.heartbeat(self.consistent_point)
         self.copy = "done"
@@ -402,7 +414,7 @@ class PostgresReader:
         table = self._table(oid, schema, name, "d", cols, conn)
         xid = f"copy-{oid}"
         self.txns[xid] = txn = _Txn(xid)
-        self._add(BEGIN, 1, xid, [None])
+        self._add(BEGIN, 1, xid, end_payload(None))
         select = ", ".join(f"{quote_ident(c.name)}::text" for c in cols) or "NULL"
         target = f"{quote_ident(schema)}.{quote_ident(name)}"
         with conn.cursor(name=f"olr_copy_{oid}") as cur:
@@ -412,7 +424,7 @@ class PostgresReader:
             scn = self.consistent_point
             for row in cur:
                 values = tuple(None if v is None else v.encode() for v in row)
-                self._add(COPY_ROW, scn, xid, [None, schema, name, oid, table.rid(values), None, table.obj(values), None])
+                self._add(COPY_ROW, scn, xid, row_payload(None, schema, name, oid, table.rid(values), None, table.obj(values)))
                 txn.rows += 1
         log.info("initial copy of %s: %d row(s)", target, txn.rows)
         return xid
@@ -675,7 +687,7 @@ class PostgresReader:
     def _begin(self, xid: str, streamed: bool) -> _Txn:
         txn = _Txn(xid, streamed=streamed)
         self.txns[xid] = txn
-        self._add(BEGIN, 1, xid, [None])
+        self._add(BEGIN, 1, xid, end_payload(None))
         return txn
 
     def _commit(self, txn: _Txn, commit_lsn: int, end_lsn: int, tm: int) -> None:
@@ -687,7 +699,7 @@ class PostgresReader:
         self.txns.pop(txn.xid, None)
         self._merge_relations(txn)
         self.builder.heartbeat(commit_lsn)
-        self._add(COMMIT, commit_lsn, txn.xid, [tm])
+        self._add(COMMIT, commit_lsn, txn.xid, end_payload(tm))
         if txn.rows >= LARGE_TRANSACTION_ROWS:
             self._append()  # now: the dispatcher has its rows already
             log.info("transaction %s committed at %s with %d row(s): in the queue", txn.xid, p.lsn_text(commit_lsn),
@@ -700,7 +712,7 @@ class PostgresReader:
 
     def _rollback(self, txn: _Txn) -> None:
         self.txns.pop(txn.xid, None)  # before the add, which may close the block with the state
-        self._add(ROLLBACK, 0, txn.xid, [None])
+        self._add(ROLLBACK, 0, txn.xid, end_payload(None))
 
     def _abort(self, xid: str, subxid: int) -> None:
         txn = self.txns.get(xid)
@@ -719,11 +731,11 @@ class PostgresReader:
             del txn.subs[s]
         txn.rels = {oid: v for oid, v in txn.rels.items() if v[1] not in dropped}
         if not txn.skip and first < txn.rows:
-            self._add(CUT, 0, xid, [first, txn.rows])
+            self._add(CUT, 0, xid, cut_payload(first, txn.rows))
             self.cuts += 1
 
     def _row(self, txn: _Txn, code: int, lsn: int, table: Table, rid, before, after) -> None:
-        self._add(code, lsn, txn.xid, [None, table.schema, table.name, table.oid, rid, before, after, None])
+        self._add(code, lsn, txn.xid, row_payload(None, table.schema, table.name, table.oid, rid, before, after))
         txn.rows += 1
 
     def _change(self, txn: _Txn, msg, lsn: int) -> None:

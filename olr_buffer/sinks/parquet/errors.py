@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..errors import OlrBufferError
+from ...errors import OlrBufferError
 
 
 class ChangefeedError(OlrBufferError):

@@ -1,0 +1,120 @@
+"""The Sink contract: the only door between the pipeline (and the dispatcher) and where
+committed transactions go.
+
+The dispatcher hands a sink whole transactions, in commit order
+(:class:`~olr_buffer.changes.TransactionSink`, the part of the contract it sees). The pipeline opens the sink, makes it publish what it
+holds at each checkpoint, and stores the sink's **position document** (what it has made
+durable, what it needs to check on restart) in the queue, in the same write as the
+dispatcher's checkpoint, under the sink's own metadata key; it hands the document back
+when the sink opens, and never looks inside. ``olr-buffer status`` asks the sink's kind
+to describe it (:attr:`SinkKind.status`).
+
+A new sink is one package under ``sinks/`` that provides a :class:`SinkKind`, and one line
+in the table of :mod:`olr_buffer.sinks`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+from ..changes import CommitKey, TransactionSink
+
+
+@dataclass(frozen=True, slots=True)
+class ChangefeedOwner:
+    """Who writes a changefeed: the queue's id and, for a source that has one (a
+    PostgreSQL database and slot), the source's identity."""
+
+    queue_id: str
+    source_id: str | None = None
+
+    def describe(self) -> str:
+        return f"queue {self.queue_id}" + (f" (source {self.source_id})" if self.source_id else "")
+
+
+@dataclass(frozen=True)
+class SinkOpening:
+    """What :meth:`Sink.open` found: whether the changefeed is adopted from another queue
+    (its commits count as published), and what this queue published to it after its last
+    checkpoint (lost from the counters by a crash)."""
+
+    adopting: bool
+    published_since_checkpoint: tuple[int, int] = (0, 0)  # transactions, rows
+
+
+@dataclass
+class SinkFigures:
+    """A sink's running figures, for summaries and metrics."""
+
+    files_published: int = 0
+    latencies: Sequence[float] = field(default_factory=tuple)  # commit-to-visible, recent transactions, seconds
+
+
+class Sink(TransactionSink, Protocol):
+    """What the pipeline calls of a sink, beside what the dispatcher calls."""
+
+    #: Where it writes, for logs and errors.
+    path: str
+    #: The queue metadata key its position document is stored under.
+    position_key: bytes
+
+    def open(
+        self, owner: ChangefeedOwner, stored: bytes | None, *, queue: str, adopt: bool, legacy: Any = None
+    ) -> SinkOpening:
+        """Check that ``owner`` (the queue at ``queue``) may write here, given the
+        position document the runtime stored at the queue's last checkpoint (``stored``;
+        ``legacy``: the position an older version kept in the dispatcher's checkpoint),
+        and record ``owner``; raise a one-line error if it may not (``adopt``: a queue
+        rebuilt from the same input may take over another queue's output)."""
+        ...
+
+    @property
+    def last_commit(self) -> CommitKey | None:
+        """The key of the last commit made durable (the first run: what it found)."""
+        ...
+
+    @property
+    def next_tx_seq(self) -> int:
+        """The ``tx_seq`` the next transaction gets."""
+        ...
+
+    def pending_since(self) -> float | None:
+        """``time.monotonic()`` when the oldest transaction not yet durable was handed
+        over; None when every one is."""
+        ...
+
+    def flush(self) -> None:
+        """Make every transaction handed over durable (publish it)."""
+        ...
+
+    def position(self) -> bytes:
+        """Its position document now, for the runtime to store with the checkpoint."""
+        ...
+
+    def figures(self) -> SinkFigures:
+        ...
+
+    def abandon(self) -> None:
+        """Drop what is not durable: the next run hands it over again."""
+        ...
+
+    def release(self) -> None:
+        """Drop what is not durable and let go of the output (locks, leases)."""
+        ...
+
+
+@dataclass(frozen=True)
+class SinkKind:
+    """One kind of sink, as the table of :mod:`olr_buffer.sinks` lists it."""
+
+    name: str
+    build: Callable[..., Sink]  # build(target, **options)
+    #: the metadata key of its position document
+    position_key: bytes
+    #: what ``status`` shows of it: (stored position, legacy position, the queue's id) ->
+    #: the ``changefeed`` document of ``status --json``
+    status: Callable[[bytes | None, Any, str | None], dict]
+    #: that document as a line of text
+    status_line: Callable[[dict], str]

@@ -1,0 +1,484 @@
+"""Compaction: merge runs of small published files into larger ones.
+
+Readers of a changefeed remember file *names*: Spark's streaming file source keeps the
+names it has read in its checkpoint, and a batch query lists the directory once and then
+opens the files it listed. Replacing published files with a merged one therefore breaks
+readers: a stream reads the merged file as new (every row again), a batch query that
+lists while old and merged files are both there reads rows twice, one that lists in
+between reads a gap, and one that listed before the old files went away fails on a
+missing file. No order of renames and deletes avoids all of these, since a directory
+listing is not one atomic view of several names. Hence two modes (docs/spark.md):
+
+``output`` (safe while anything runs)
+    The merged files go to another directory, a changefeed of its own with the same
+    contract (names, order, footers, ``_olr_buffer/`` manifest), published one file at a
+    time like the writer does (``.tmp-`` name, fsync, rename, fsync the directory). Run
+    again later, it appends what the source published since, so the output's readers see
+    it grow like any changefeed. Readers switch to it explicitly.
+
+``in place`` (only when no reader, stream or producer uses the directory)
+    Per run of files: the merged file is written and fsynced under a hidden ``.tmp-``
+    name; the intent (merged name, the files it replaces) goes to
+    ``_olr_buffer/compaction.json``; the merged file is renamed to its ``part-`` name;
+    the replaced files are deleted; the intent is removed. Rows are never missing from
+    the visible files at any instant (the merged file is visible before the old ones go).
+    A crash before the rename leaves the old files as they were (the temporary file is
+    deleted by the next compaction or by the writer); a crash after it leaves the merged
+    file overlapping the old ones, which the writer refuses to open: running the same
+    compaction again finishes the job from the intent.
+
+Both modes take the lock of the directory they write (``_olr_buffer/LOCK``, see
+:mod:`.layout`), as the writer does: an in-place compaction is refused while ``replay``
+or ``run`` writes the changefeed, and a second compaction while one runs.
+
+Merged files keep the changefeed's naming (``part-<first>-<last>.parquet``), row order,
+row groups of up to 65,536 rows and the footer metadata the writer recovers from
+(``olr_buffer.first_tx_seq``, ``last_tx_seq``, ``last_commit`` of the last transaction,
+``rows``), so :class:`~olr_buffer.spark_sink.ChangefeedWriter` reopens the result and
+continues at the same ``next_tx_seq``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from typing import Iterator
+
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ...errors import EXIT_USAGE
+from .errors import ChangefeedCorruptError, ChangefeedError
+from .layout import (  # noqa: F401  (read_footer: a public name of this module too)
+    COMPACT_TMP_PREFIX,
+    META_DIR,
+    ChangefeedLock,
+    PublishedFile,
+    append_line,
+    apply_mode,
+    atomic_write,
+    compact_tmp_name,
+    create_file,
+    file_mode,
+    footer_metadata,
+    fsync_dir,
+    fsync_path,
+    list_files,
+    log_published,
+    manifest_owner,
+    prepare_dir,
+    publish,
+    read_footer,
+    read_manifest,
+    remove_own_temporaries,
+    write_manifest,
+)
+from .schema import ARROW_SCHEMA, parquet_writer, parse_part_name, part_name, with_timestamps
+from .writer import DEFAULT_ROW_GROUP_ROWS
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TARGET_ROWS = 1_000_000
+INTENT = "compaction.json"
+COMPACTION_LOG = "compactions.jsonl"
+META_COMPACTED = b"olr_buffer.compacted_files"  # how many published files a merged file replaces
+
+
+class CompactionError(ChangefeedError):
+    """Compaction cannot run as asked (another one runs, the output is not this changefeed's)."""
+
+
+class CompactionRefused(CompactionError):
+    """In place without the promise that no reader runs: a usage error (exit 2), as a
+    missing option is, but worded as the one-line error it is."""
+
+    exit_code = EXIT_USAGE
+
+
+@dataclass
+class CompactionResult:
+    """What a compaction did (or, with ``dry_run``, would do)."""
+
+    mode: str  # "output" or "in-place"
+    source: str
+    target: str
+    files_before: int = 0  # files of the source considered
+    files_written: int = 0  # files written (merged, or copied as they are into the output)
+    files_merged: int = 0  # source files that went into a merged file of two or more
+    files_after: int = 0  # part files in the target afterwards
+    rows: int = 0  # rows written
+    next_tx_seq: int = 0  # the target holds tx_seq 0 .. next_tx_seq - 1
+    recovered: bool = False  # an interrupted in-place compaction was finished first
+    dry_run: bool = False
+    groups: list[list[str]] = field(default_factory=list)  # source file names per written file
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+# -- reading a changefeed's files ------------------------------------------------------
+
+
+def published_files(path: str) -> list[PublishedFile]:
+    """The ``part-`` files of the changefeed at ``path`` with their footers, checked: a
+    gapless chain from tx_seq 0, each footer agreeing with its name."""
+    return list_files(path, hint="if an in-place compaction was interrupted, run it again to finish it")
+
+
+# -- planning -----------------------------------------------------------------------------
+
+
+def plan_groups(files: list[PublishedFile], target_rows: int) -> list[list[PublishedFile]]:
+    """Consecutive runs of files, each of at most ``target_rows`` rows (a file bigger than
+    that stands alone): the fewest files a merge of neighbours can give, in order."""
+    if target_rows < 1:
+        raise ValueError("target_rows must be >= 1")
+    groups: list[list[PublishedFile]] = []
+    rows = 0
+    for f in files:
+        if groups and rows + f.rows <= target_rows:
+            groups[-1].append(f)
+            rows += f.rows
+        else:
+            groups.append([f])
+            rows = f.rows
+    return groups
+
+
+# -- the two modes ------------------------------------------------------------------------
+
+
+def compact(
+    changefeed_dir: str | os.PathLike[str],
+    *,
+    output: str | os.PathLike[str] | None = None,
+    in_place: bool = False,
+    no_reader_running: bool = False,
+    target_rows: int = DEFAULT_TARGET_ROWS,
+    full_groups_only: bool = False,
+    row_group_rows: int = DEFAULT_ROW_GROUP_ROWS,
+    compression: str = "zstd",
+    durable: bool = True,
+    dry_run: bool = False,
+) -> CompactionResult:
+    """Merge small published files; see the module doc for the two modes.
+
+    ``output``: write the compacted changefeed there (created, or continued if an earlier
+    compaction of the same changefeed wrote it). ``in_place`` needs ``no_reader_running``:
+    the caller states that no Spark query (batch or streaming) and no producer uses the
+    directory while this runs, and that no streaming checkpoint over it will be resumed.
+    ``full_groups_only`` (output mode): leave a last run of files that does not reach
+    ``target_rows`` for a later run, instead of writing it as a smaller file.
+    """
+    src = os.fspath(changefeed_dir)
+    if (output is None) == (not in_place):
+        raise CompactionError(
+            "compact: say where the compacted files go: an output directory, or in place",
+            hint="--output DIR is safe while readers run; --in-place is not",
+        )
+    if in_place and not no_reader_running:
+        raise CompactionRefused(
+            f"{src}: refusing to compact in place: running readers would read rows twice or miss "
+            "rows, and streaming checkpoints over it would read every merged row again",
+            hint="use --output DIR (readers switch to it explicitly), or stop every reader and "
+            "producer and pass --i-know-no-reader-is-running",
+        )
+    if target_rows < 1 or row_group_rows < 1:
+        raise ValueError("target_rows and row_group_rows must be >= 1")
+    t0 = time.monotonic()
+    opts = _WriteOptions(row_group_rows, compression, durable)
+    if in_place:
+        result = _compact_in_place(src, target_rows, opts, dry_run)
+    else:
+        assert output is not None
+        result = _compact_to_output(src, os.fspath(output), target_rows, full_groups_only, opts, dry_run)
+    result.seconds = time.monotonic() - t0
+    return result
+
+
+@dataclass(frozen=True)
+class _WriteOptions:
+    row_group_rows: int
+    compression: str
+    durable: bool
+
+
+def _compact_to_output(
+    src: str, dst: str, target_rows: int, full_groups_only: bool, opts: _WriteOptions, dry_run: bool
+) -> CompactionResult:
+    _check_apart(src, dst)
+    result = CompactionResult("output", src, dst, dry_run=dry_run)
+    if dry_run:
+        existing = published_files(dst) if os.path.isdir(dst) else []
+        groups = _plan_output(src, dst, existing, target_rows, full_groups_only, result)
+        result.files_after = len(existing) + len(groups)
+        result.next_tx_seq = groups[-1][-1].last + 1 if groups else (existing[-1].last + 1 if existing else 0)
+        return result
+    mode = _dir_mode(src)
+    prepare_dir(dst, mode)
+    with _locked(dst):
+        apply_mode(dst, mode)
+        remove_own_temporaries(dst)  # the output's leftovers of an interrupted run
+        written = published_files(dst)
+        groups = _plan_output(src, dst, written, target_rows, full_groups_only, result)
+        for group in groups:
+            if len(group) == 1:
+                merged = _copy_file(src, group[0], dst, opts, file_mode(mode))
+            else:
+                merged = _write_merged(src, group, dst, opts, file_mode(mode))
+            _publish(dst, merged, opts)
+            written.append(merged)
+            log_published(dst, merged, opts.durable)
+            write_manifest(dst, len(written), merged, merged.owner, opts.durable)
+    result.files_after = len(written)
+    result.next_tx_seq = written[-1].last + 1 if written else 0
+    return result
+
+
+def _plan_output(
+    src: str,
+    dst: str,
+    existing: list[PublishedFile],
+    target_rows: int,
+    full_groups_only: bool,
+    result: CompactionResult,
+) -> list[list[PublishedFile]]:
+    files = published_files(src)
+    start = _continue_at(src, dst, files, existing)
+    todo = [f for f in files if f.first >= start]
+    groups = plan_groups(todo, target_rows)
+    if full_groups_only and groups and sum(f.rows for f in groups[-1]) < target_rows:
+        groups.pop()
+    result.files_before = len(todo)
+    result.groups = [[f.name for f in g] for g in groups]
+    result.files_written = len(groups)
+    result.files_merged = sum(len(g) for g in groups if len(g) > 1)
+    result.rows = sum(f.rows for g in groups for f in g)
+    return groups
+
+
+def _check_apart(src: str, dst: str) -> None:
+    """Neither directory may hold the other: Spark lists subdirectories too."""
+    a, b = os.path.realpath(src), os.path.realpath(dst)
+    if a == b:
+        raise CompactionError(f"{dst}: the output must be another directory than the changefeed")
+    if b.startswith(a + os.sep) or a.startswith(b + os.sep):
+        raise CompactionError(
+            f"{dst}: the output must not be inside the changefeed, nor hold it: Spark would read the subdirectory too",
+            hint="use a sibling directory",
+        )
+
+
+def _continue_at(src: str, dst: str, files: list[PublishedFile], existing: list[PublishedFile]) -> int:
+    """Where an earlier compaction into ``dst`` stopped; checks that ``dst`` holds this
+    changefeed: its last file must end where a source file ends, with the same commit."""
+    if not existing:
+        return 0
+    last = existing[-1]
+    by_last = {f.last: f for f in files}
+    mine = by_last.get(last.last)
+    if mine is None or mine.last_commit != last.last_commit:
+        raise CompactionError(
+            f"{dst}: holds tx_seq 0..{last.last}, which is not a compaction of {src} "
+            f"(no file of it ends at tx_seq {last.last} with the same last commit)",
+            hint="compact into a new or empty directory (also after the source was compacted in place)",
+        )
+    return last.last + 1
+
+
+def _compact_in_place(src: str, target_rows: int, opts: _WriteOptions, dry_run: bool) -> CompactionResult:
+    result = CompactionResult("in-place", src, src, dry_run=dry_run)
+    if not os.path.isdir(os.path.join(src, META_DIR)):
+        raise ChangefeedError(f"{src}: not a changefeed directory (no {META_DIR}/)")
+    with _locked(src):
+        if not dry_run:
+            result.recovered = recover_in_place(src, opts.durable)
+        files = published_files(src)
+        groups = plan_groups(files, target_rows)
+        merges = [g for g in groups if len(g) > 1]
+        result.files_before = len(files)
+        result.groups = [[f.name for f in g] for g in merges]
+        result.files_written = len(merges)
+        result.files_merged = sum(len(g) for g in merges)
+        result.rows = sum(f.rows for g in merges for f in g)
+        result.files_after = len(groups)
+        result.next_tx_seq = files[-1].last + 1 if files else 0
+        if dry_run:
+            return result
+        remove_own_temporaries(src, COMPACT_TMP_PREFIX)
+        fmode = file_mode(_dir_mode(src))
+        for group in merges:
+            merged = _write_merged(src, group, src, opts, fmode)
+            _swap_in(src, merged, group, opts)
+        if merges:
+            files = published_files(src)
+            owner = manifest_owner(read_manifest(src)) or files[-1].owner
+            write_manifest(src, len(files), files[-1], owner, opts.durable)
+    return result
+
+
+def _swap_in(path: str, merged: PublishedFile, replaced: list[PublishedFile], opts: _WriteOptions) -> None:
+    """Intent, rename the merged file into view, delete what it replaces, drop the intent."""
+    meta = os.path.join(path, META_DIR)
+    intent = {
+        "merged": merged.name,
+        "tmp": compact_tmp_name(merged.first, merged.last),
+        "replaces": [f.name for f in replaced],
+        "rows": merged.rows,
+        "started": time.time(),
+    }
+    atomic_write(os.path.join(meta, INTENT), orjson.dumps(intent), opts.durable)
+    _publish(path, merged, opts)
+    _finish_swap(path, intent, opts.durable)
+
+
+def _finish_swap(path: str, intent: dict, durable: bool) -> None:
+    for name in intent["replaces"]:
+        try:
+            os.unlink(os.path.join(path, name))
+        except FileNotFoundError:
+            pass
+    if durable:
+        fsync_dir(path)
+    append_line(
+        os.path.join(path, META_DIR, COMPACTION_LOG),
+        {"file": intent["merged"], "replaces": intent["replaces"], "rows": intent["rows"], "time": time.time()},
+        durable,
+    )
+    os.unlink(os.path.join(path, META_DIR, INTENT))
+    if durable:
+        fsync_dir(os.path.join(path, META_DIR))
+
+
+def recover_in_place(path: str, durable: bool = True) -> bool:
+    """Finish or undo an interrupted in-place compaction; True if there was one.
+
+    Before the rename the old files are intact: the temporary file is dropped. After it
+    the merged file is complete and visible: the files it replaces are deleted.
+    """
+    intent_path = os.path.join(path, META_DIR, INTENT)
+    try:
+        with open(intent_path, "rb") as fh:
+            intent = orjson.loads(fh.read())
+    except FileNotFoundError:
+        return False
+    if os.path.exists(os.path.join(path, intent["merged"])):
+        merged = read_footer(path, intent["merged"])  # complete: it was fsynced before the rename
+        first = parse_part_name(intent["replaces"][0])
+        last = parse_part_name(intent["replaces"][-1])
+        if first is None or last is None or (merged.first, merged.last) != (first[0], last[1]):
+            raise ChangefeedCorruptError(f"{intent_path}: the intent does not match {merged.name}")
+        log.warning("finishing an interrupted compaction into %s", merged.name)
+        _finish_swap(path, intent, durable)
+    else:
+        log.warning("undoing an interrupted compaction into %s (not yet visible)", intent["merged"])
+        tmp = os.path.join(path, intent["tmp"])
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        os.unlink(intent_path)
+        if durable:
+            fsync_dir(os.path.join(path, META_DIR))
+    return True
+
+
+# -- writing files ------------------------------------------------------------------------
+
+
+def _dir_mode(path: str) -> int:
+    """A changefeed's mode is its directory's: merged files and an output follow it."""
+    return os.stat(path).st_mode & 0o777
+
+
+def _write_merged(
+    src: str, group: list[PublishedFile], dst: str, opts: _WriteOptions, mode: int
+) -> PublishedFile:
+    """Rows of ``group``'s files, in order, into one hidden file in ``dst`` (fsynced)."""
+    merged = PublishedFile(
+        part_name(group[0].first, group[-1].last),
+        group[0].first,
+        group[-1].last,
+        sum(f.rows for f in group),
+        group[-1].last_commit,
+        group[-1].owner,
+    )
+    tmp = os.path.join(dst, compact_tmp_name(merged.first, merged.last))
+    create_file(tmp, mode)
+    writer = parquet_writer(tmp, opts.compression)
+    try:
+        pending: list[pa.RecordBatch] = []
+        pending_rows = 0
+        n = 0
+        for f in group:
+            pf = pq.ParquetFile(os.path.join(src, f.name))
+            # A file written before c_ts/ts existed gets them: merged files have every column.
+            for batch in pf.iter_batches(batch_size=opts.row_group_rows, columns=_present(pf)):
+                batch = with_timestamps(batch)
+                pending.append(batch)
+                pending_rows += batch.num_rows
+                n += batch.num_rows
+                while pending_rows >= opts.row_group_rows:
+                    pending, pending_rows = _write_row_group(writer, pending, opts.row_group_rows)
+        if pending_rows:
+            _write_row_group(writer, pending, pending_rows)
+        if n != merged.rows:
+            raise ChangefeedCorruptError(
+                f"{src}: files {group[0].name}..{group[-1].name} hold {n} rows, their footers say {merged.rows}"
+            )
+        meta = footer_metadata(merged)
+        meta[META_COMPACTED] = str(len(group))
+        writer.add_key_value_metadata(meta)
+    except BaseException:
+        writer.close()
+        os.unlink(tmp)
+        raise
+    writer.close()
+    if opts.durable:
+        fsync_path(tmp)
+    return merged
+
+
+def _present(pf: pq.ParquetFile) -> list[str]:
+    """The changefeed's columns that ``pf`` holds."""
+    names = set(pf.schema_arrow.names)
+    return [name for name in ARROW_SCHEMA.names if name in names]
+
+
+def _write_row_group(
+    writer: pq.ParquetWriter, pending: list[pa.RecordBatch], rows: int
+) -> tuple[list[pa.RecordBatch], int]:
+    """Write the first ``rows`` pending rows as one row group; return what is left."""
+    table = pa.Table.from_batches(pending, schema=ARROW_SCHEMA)
+    writer.write_table(table.slice(0, rows), row_group_size=rows)
+    rest = table.slice(rows)
+    return rest.combine_chunks().to_batches() if rest.num_rows else [], rest.num_rows
+
+
+def _copy_file(src: str, f: PublishedFile, dst: str, opts: _WriteOptions, mode: int) -> PublishedFile:
+    tmp = os.path.join(dst, compact_tmp_name(f.first, f.last))
+    shutil.copyfile(os.path.join(src, f.name), tmp)
+    os.chmod(tmp, mode)
+    if opts.durable:
+        fsync_path(tmp)
+    return f
+
+
+def _publish(dst: str, f: PublishedFile, opts: _WriteOptions) -> None:
+    """The hidden, complete file becomes ``part-<first>-<last>.parquet``."""
+    publish(dst, compact_tmp_name(f.first, f.last), f.name, opts.durable)
+
+
+@contextmanager
+def _locked(path: str) -> Iterator[None]:
+    """The changefeed's lock (``_olr_buffer/LOCK``), as its writer takes it: one process
+    writes a changefeed, be it a writer or a compaction."""
+    lock = ChangefeedLock(path, writer=False)
+    try:
+        yield
+    finally:
+        lock.release()

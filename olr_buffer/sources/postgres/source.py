@@ -1,0 +1,160 @@
+"""The PostgreSQL source behind the Source contract (:mod:`olr_buffer.sources.base`)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Iterable, Mapping
+
+from ...changes import CommitKey
+from ...txbuffer import TxQueue
+from ..base import Metric, SourceFigures, SourceKind, SourceSettings, SourceUsageError
+from ..runner import run_reported
+from .connection import redact, safe_uri
+from .process import PostgresProcess, ReaderFigures
+from .reader import THREAD, PostgresReader
+from .state import STATE_KEY, load_state, status, status_lines
+
+
+class PostgresSource:
+    """One database's logical replication slot, read by one reader (queue thread 1) in a
+    child process (``settings.processes``) or a thread. ``options``: the reader's own
+    (slot, publication, initial_copy, streaming, ...)."""
+
+    state_prefix = STATE_KEY
+    watches_stalls = False  # an idle database is not a stalled redo thread
+
+    def __init__(self, uri: str, queue: TxQueue, settings: SourceSettings, **options) -> None:
+        self.uri = uri
+        self.name = safe_uri(uri)
+        self.queue = queue
+        self.settings = settings
+        self.options = dict(options, block_records=settings.block_records, block_bytes=settings.block_bytes)
+        self.errors: list[BaseException] = []
+        self._stop = threading.Event()
+        self._durable: CommitKey | None = None  # the changefeed's last durable commit: what may be confirmed
+        self.reader: PostgresReader | None = None
+        self._process: PostgresProcess | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def following(self) -> bool:
+        return True  # a replication stream has no end: the service follows it
+
+    @property
+    def source_id(self) -> str | None:
+        """``postgresql:<system identifier>:<slot>``: which database and slot feed the queue."""
+        return self.reader.source_id if self.reader is not None else None
+
+    def prepare(self, threads: list[int] | None, resume: Mapping[bytes, bytes]) -> list[int]:
+        state = load_state(resume)
+        self.reader = PostgresReader(
+            self.queue, self.uri, state=state, published=lambda: self._durable, on_append=self.settings.on_append,
+            stop=self._stop, **self.options,
+        )
+        self.reader.prepare()
+        if self.settings.processes is not False:
+            self._process = PostgresProcess(
+                self.queue, self.uri, source_id=self.reader.source_id, state=state,
+                figures=ReaderFigures.of(self.reader), published=lambda: self._durable,
+                on_append=self.settings.on_append, stop=self._stop, options=self.options,
+            )
+        return [THREAD]
+
+    def refuse_below(self, threads: Iterable[int], published: CommitKey | None) -> None:
+        """One stream, in commit order: nothing can arrive below a published commit."""
+
+    def start(self, follow: bool = True, poll_interval: float = 0.1) -> None:
+        self._thread = threading.Thread(target=self._run, name="reader-postgres", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        assert self.reader is not None
+        if self._process is not None:
+            self._process.options["log_level"] = logging.getLogger("olr_buffer.postgres").getEffectiveLevel()
+        run_reported(self._process.run if self._process is not None else self.reader.run,
+                     self.errors, self._stop, self.settings.on_append)
+
+    def on_published(self, accepted: CommitKey | None, durable: CommitKey | None) -> None:
+        self._durable = durable
+
+    def closed_through(self) -> dict[int, int]:
+        return {}
+
+    def new_threads(self) -> list[int]:
+        return []
+
+    def threads(self) -> dict[int, bool]:
+        return {THREAD: False}
+
+    def _figures(self) -> ReaderFigures:
+        """The reader's figures: its own, or the last its process sent."""
+        if self._process is not None:
+            return self._process.figures
+        return ReaderFigures.of(self.reader) if self.reader is not None else ReaderFigures()
+
+    def figures(self) -> SourceFigures:
+        return SourceFigures(records_read=self._figures().records)
+
+    def metrics(self) -> list[Metric]:
+        r = self._figures()
+        return [
+            Metric("postgres_confirmed_lsn", "gauge", "The slot position confirmed to the server (flush LSN).",
+                   r.confirmed),
+            Metric("postgres_server_lsn", "gauge", "The server's WAL position, as of its last message.", r.server_lsn),
+            Metric("postgres_lag_bytes", "gauge", "WAL bytes between the confirmed position and the server's.",
+                   max(0, r.server_lsn - r.confirmed)),
+            Metric("postgres_streaming_transactions", "gauge", "In-progress transactions being streamed by the server.",
+                   r.streaming),
+            Metric("postgres_reconnects_total", "counter", "Reconnections to the server.", r.reconnects),
+        ]
+
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def join(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+
+    def close(self) -> None:
+        pass
+
+
+def build(uri: str, queue: TxQueue, settings: SourceSettings, **options) -> PostgresSource:
+    return PostgresSource(uri, queue, settings, **options)
+
+
+def refuse_replay(uri: str) -> None:
+    """A replication stream has no end to replay to: ``replay`` is for redo log files."""
+    raise SourceUsageError(
+        f"{safe_uri(uri)}: replay reads a directory of redo log files to its end; a PostgreSQL source is followed",
+        hint="use olr-buffer run with this URI",
+    )
+
+
+def options(flags: Mapping[str, Any]) -> dict[str, Any]:
+    """The reader's options from ``run``'s flags."""
+    return dict(slot=flags["slot"], publication=flags["publication"], initial_copy=not flags["no_initial_copy"],
+                streaming=not flags["no_streaming"])
+
+
+def check_uri(uri: str) -> None:
+    """A URI that libpq cannot parse, or whose port is not a number, is a usage error
+    (exit 2), found before any directory is made or any server is tried."""
+    import psycopg2
+    import psycopg2.extensions
+
+    try:
+        params = psycopg2.extensions.parse_dsn(uri)
+    except psycopg2.ProgrammingError as exc:
+        raise SourceUsageError(redact(str(exc).strip().splitlines()[0])) from None
+    ports = str(params.get("port", "")).split(",")
+    bad = [p for p in ports if p.strip() and not p.strip().isdigit()]
+    if bad:
+        raise SourceUsageError(f"port {bad[0]!r} is not a number")
+
+
+KIND = SourceKind("postgresql", build, status, "postgresql", status_lines, refuse_replay, options, check_uri)
