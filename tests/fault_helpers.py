@@ -5,6 +5,7 @@ and the same command must finish the job (the changefeed exactly the reference m
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import json
 import os
 import shutil
@@ -64,10 +65,29 @@ def one_line_error(result: Result, *parts: str, code: int | None = None) -> str:
     return lines[0]
 
 
+def tmp_files(cf: Path) -> list[str]:
+    """olr-buffer's temporary files in the changefeed: in ``_olr_buffer/tmp/``, and any
+    at the top level (where versions before it wrote them)."""
+    if not cf.is_dir():
+        return []
+    tmp = cf / "_olr_buffer" / "tmp"
+    inside = sorted(f"_olr_buffer/tmp/{n}" for n in os.listdir(tmp)) if tmp.is_dir() else []
+    return inside + sorted(n for n in os.listdir(cf) if n.startswith(".tmp-"))
+
+
+def top_level_parquet(cf: Path) -> list[str]:
+    """The names ``CF/*.parquet`` matches in DuckDB and Polars, whose globs (unlike the
+    shell's) match names starting with a dot too."""
+    return sorted(n for n in os.listdir(cf) if fnmatch.fnmatch(n, "*.parquet")) if cf.is_dir() else []
+
+
+def part_names(cf: Path) -> list[str]:
+    return sorted(p.name for p in changefeed_files(cf)) if cf.is_dir() else []
+
+
 def no_tmp_files(cf: Path) -> None:
-    if cf.is_dir():
-        left = [n for n in os.listdir(cf) if n.startswith(".tmp-")]
-        assert not left, f"temporary files left in the changefeed: {left}"
+    left = tmp_files(cf)
+    assert not left, f"temporary files left in the changefeed: {left}"
 
 
 def published_prefix(cf: Path, model: ModelResult) -> int:

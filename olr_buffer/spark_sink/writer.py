@@ -2,7 +2,8 @@
 
 Publication of one file::
 
-    1. rows go to ``.tmp-part-<first>-<pid>.parquet`` (hidden from Spark: leading dot)
+    1. rows go to ``_olr_buffer/tmp/part-<first>-<pid>.parquet.tmp`` (out of every
+       reader's sight: Spark skips ``_`` names, and no ``*.parquet`` glob matches it)
     2. the footer gets the file's range, last commit key and owner; close; fsync the file
     3. rename to ``part-<first>-<last>.parquet``; fsync the directory   <- visible, final
     4. record it in ``_olr_buffer/manifest.json`` (write temp, fsync, rename, fsync dir)
@@ -172,7 +173,7 @@ class ChangefeedWriter:
 
     def _recover(self) -> None:
         manifest = read_manifest(self.path)
-        for name in remove_own_temporaries(self.path):
+        for name in remove_own_temporaries(self.path):  # a killed writer's, or compaction's
             log.info("deleted unpublished temporary file %s", name)
         files = list_files(self.path, hint=_CHAIN_HINT)
         # (first tx_seq, transactions, rows, queue id) of each file found: see published_since
@@ -419,6 +420,7 @@ class ChangefeedWriter:
                 pending.result()
             except OSError as exc:
                 self._io_failed(exc, "writing")
+            fault_point("after_row_group")
 
     def _batch(self) -> pa.RecordBatch:
         # The columns of the commit (tx_seq, c_scn, c_tm, xid) hold one value per
