@@ -414,3 +414,26 @@ def test_temporary_files_are_out_of_sight_of_parquet_globs(work: Path, fault: st
     ok(replay(inp, q, cf))
     no_tmp_files(cf)
     exact(cf, model)
+
+
+def test_files_of_the_metadata_directory_are_owner_only_whatever_the_umask(work: Path) -> None:
+    """``_olr_buffer/`` is 0700 and its files 0600, as the Parquet files are by default:
+    the umask does not open them (docs/formats.md), and an earlier version's are tightened."""
+    inp, q, cf = work / "in", work / "q", work / "cf"
+    meta = cf / "_olr_buffer"
+    killed = replay(inp, q, cf, "--changefeed-mode", "0750", fault="after_rename:2", umask=0o002)
+    assert killed.returncode == -signal.SIGKILL, killed.describe()
+    assert {n: _mode(meta / n) for n in ("manifest.json", "published.jsonl")} == {
+        "manifest.json": 0o600, "published.jsonl": 0o600}
+    for name in ("manifest.json", "published.jsonl"):
+        (meta / name).chmod(0o664)  # as an earlier version left them
+    ok(replay(inp, q, cf, "--changefeed-mode", "0750", umask=0o002))
+    assert {n: _mode(meta / n) for n in ("manifest.json", "published.jsonl")} == {
+        "manifest.json": 0o600, "published.jsonl": 0o600}
+    assert (_mode(cf), _mode(meta), {_mode(p) for p in changefeed_files(cf)}) == (0o750, 0o700, {0o640})
+    compacted = cli("compact", cf, "--in-place", "--i-know-no-reader-is-running", "--target-rows", "1000",
+                    umask=0o002)
+    ok(compacted)
+    assert {n: _mode(meta / n) for n in ("manifest.json", "published.jsonl", "compactions.jsonl")} == {
+        "manifest.json": 0o600, "published.jsonl": 0o600, "compactions.jsonl": 0o600}
+    assert {_mode(p) for p in changefeed_files(cf)} == {0o640}

@@ -4,7 +4,7 @@
 
     CF/                                    mode 0700 (``--changefeed-mode``)
       part-<first>-<last>.parquet          published files (mode 0600: the mode without x bits)
-      _olr_buffer/                         mode 0700
+      _olr_buffer/                         mode 0700, its files 0600
         LOCK                               flock'ed by the process that writes the changefeed
         manifest.json                      next_tx_seq, last file and commit, owner (queue id)
         published.jsonl                    one line per published file (audit log)
@@ -67,6 +67,7 @@ META_SOURCE_ID = b"olr_buffer.source_id"
 
 DEFAULT_MODE = 0o700  # the changefeed directory; its files get the mode without x bits
 META_MODE = 0o700  # _olr_buffer/ is never shared: Spark does not read it
+META_FILE_MODE = 0o600  # its files (manifest, logs, intent), whatever the umask
 
 TMP_DIR = "tmp"  # under META_DIR
 WRITER_TMP_PREFIX = "part-"
@@ -477,14 +478,29 @@ def last_logged(path: str, n: int) -> set[str]:
 
 
 def append_line(path: str, doc: dict, durable: bool) -> None:
+    """Append ``doc`` as a line to ``path`` (a file of ``_olr_buffer/``: given
+    ``META_FILE_MODE``, also if an earlier version left it with another mode)."""
     try:
-        with open(path, "ab") as fh:
+        with open(_open_meta_file(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab") as fh:
             fh.write(orjson.dumps(doc) + b"\n")
             if durable:
                 fh.flush()
                 os.fsync(fh.fileno())
     except OSError as exc:
         raise os_failure(exc, path, "write it") from None
+
+
+def _open_meta_file(path: str, flags: int) -> int:
+    """A descriptor of ``path`` opened with ``flags``, the file's mode ``META_FILE_MODE``
+    whatever the umask."""
+    fd = os.open(path, flags, META_FILE_MODE)
+    try:
+        if os.fstat(fd).st_mode & 0o777 != META_FILE_MODE:
+            os.fchmod(fd, META_FILE_MODE)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 # -- durable file operations --------------------------------------------------------------
@@ -516,10 +532,10 @@ def fsync_dir(path: str) -> None:
 
 def atomic_write(path: str, data: bytes, durable: bool) -> None:
     """``path`` holds ``data`` or its old content, never a mix; an error names ``path``
-    (the temporary file is removed)."""
+    (the temporary file is removed). A file of ``_olr_buffer/``: mode ``META_FILE_MODE``."""
     tmp = path + ".tmp"
     try:
-        with open(tmp, "wb") as fh:
+        with open(_open_meta_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "wb") as fh:
             fh.write(data)
             if durable:
                 fh.flush()
