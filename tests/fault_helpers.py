@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+import pyarrow.parquet as pq
 import pytest
 
 from olr_buffer.errors import EXIT_BAD_INPUT
@@ -83,6 +84,19 @@ def top_level_parquet(cf: Path) -> list[str]:
 
 def part_names(cf: Path) -> list[str]:
     return sorted(p.name for p in changefeed_files(cf)) if cf.is_dir() else []
+
+
+def flip_a_data_byte(path: Path, column: str = "after") -> None:
+    """Flip one bit in the middle of ``column``'s first column chunk: inside a data page,
+    past its header; the footer stays as it was."""
+    meta = pq.read_metadata(path)
+    chunk = meta.row_group(0).column(meta.schema.names.index(column))
+    start = chunk.dictionary_page_offset or chunk.data_page_offset
+    at = start + chunk.total_compressed_size * 2 // 3
+    data = bytearray(path.read_bytes())
+    data[at] ^= 0x10
+    path.write_bytes(bytes(data))
+    assert pq.read_metadata(path).num_rows == meta.num_rows  # the footer still reads
 
 
 def no_tmp_files(cf: Path) -> None:

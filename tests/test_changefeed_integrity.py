@@ -30,6 +30,7 @@ from tests.fault_helpers import (
     ROOT,
     TIMEOUT,
     exact,
+    flip_a_data_byte,
     no_tmp_files,
     one_line_error,
     part_bytes,
@@ -437,3 +438,19 @@ def test_files_of_the_metadata_directory_are_owner_only_whatever_the_umask(work:
     assert {n: _mode(meta / n) for n in ("manifest.json", "published.jsonl", "compactions.jsonl")} == {
         "manifest.json": 0o600, "published.jsonl": 0o600, "compactions.jsonl": 0o600}
     assert {_mode(p) for p in changefeed_files(cf)} == {0o640}
+
+
+def test_a_damaged_newest_file_is_refused_at_start(work: Path) -> None:
+    """Every page carries a checksum; the newest file's pages are read and checked at
+    start, so a flipped bit in it stops the run with one line naming it."""
+    inp, q, cf = work / "in", work / "q", work / "cf"
+    killed = replay(inp, q, cf, fault="after_rename:3")
+    assert killed.returncode == -signal.SIGKILL, killed.describe()
+    newest = changefeed_files(cf)[-1]
+    with pq.ParquetFile(newest, page_checksum_verification=True) as pf:
+        pf.read()  # intact before the flip
+    flip_a_data_byte(newest)
+    line = one_line_error(replay(inp, q, cf), f"{newest}: damaged data: ", "CRC checksum verification failed",
+                          "(hint: the file changed after it was published", code=1)
+    assert "Traceback" not in line
+    assert changefeed_files(cf)[-1] == newest  # nothing published after it

@@ -64,6 +64,7 @@ from .layout import (  # noqa: F401  (read_footer: a public name of this module 
     atomic_write,
     compact_tmp_name,
     create_file,
+    damaged,
     file_mode,
     footer_metadata,
     fsync_dir,
@@ -417,9 +418,8 @@ def _write_merged(
         pending_rows = 0
         n = 0
         for f in group:
-            pf = pq.ParquetFile(os.path.join(src, f.name))
             # A file written before c_ts/ts existed gets them: merged files have every column.
-            for batch in pf.iter_batches(batch_size=opts.row_group_rows, columns=_present(pf)):
+            for batch in _read_verified(os.path.join(src, f.name), opts.row_group_rows):
                 batch = with_timestamps(batch)
                 pending.append(batch)
                 pending_rows += batch.num_rows
@@ -443,6 +443,21 @@ def _write_merged(
     if opts.durable:
         fsync_path(tmp)
     return merged
+
+
+def _read_verified(full: str, batch_size: int) -> Iterator[pa.RecordBatch]:
+    """The batches of a published file, every page's checksum verified: a damaged file
+    raises :class:`ChangefeedCorruptError` naming it, instead of going into a merged file
+    under new checksums."""
+    try:
+        pf = pq.ParquetFile(full, page_checksum_verification=True)
+        yield from pf.iter_batches(batch_size=batch_size, columns=_present(pf))
+    except OSError as exc:
+        if isinstance(exc, FileNotFoundError) or exc.errno is not None:
+            raise
+        raise damaged(full, exc) from None
+    except (pa.ArrowException, ValueError) as exc:
+        raise damaged(full, exc) from None
 
 
 def _present(pf: pq.ParquetFile) -> list[str]:

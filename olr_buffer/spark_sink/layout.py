@@ -305,6 +305,35 @@ def read_footer(path: str, name: str) -> PublishedFile:
     return PublishedFile(name, first, last, rows, CommitKey(scn, thread, seq, line), owner)
 
 
+def verify_pages(path: str, name: str) -> None:
+    """Read every page of the published file ``name`` with its checksum verified (files
+    written before pages had checksums: decoded only). A damaged file raises
+    :class:`ChangefeedCorruptError` naming it. Memory: one column chunk at a time."""
+    full = os.path.join(path, name)
+    try:
+        pf = pq.ParquetFile(full, page_checksum_verification=True)
+        columns = pf.schema_arrow.names
+        for i in range(pf.num_row_groups):
+            for column in columns:
+                pf.read_row_group(i, columns=[column])
+    except OSError as exc:
+        if isinstance(exc, FileNotFoundError) or exc.errno is not None:
+            raise os_failure(exc, full, "read a changefeed file") from None
+        raise damaged(full, exc) from None
+    except Exception as exc:
+        raise damaged(full, exc) from None
+
+
+def damaged(full: str, exc: BaseException) -> ChangefeedCorruptError:
+    """The error for a published file whose pages do not read back as written."""
+    return ChangefeedCorruptError(
+        f"{full}: damaged data: {_first_line(exc)}",
+        hint="the file changed after it was published (disk fault, edited or replaced by hand): put an "
+        "intact copy back from a backup; readers may have read wrong rows from it",
+        path=full,
+    )
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__

@@ -9,7 +9,8 @@ Publication of one file::
     4. record it in ``_olr_buffer/manifest.json`` (write temp, fsync, rename, fsync dir)
 
 On open, the writer takes the changefeed's lock, deletes its temporary files, reads every
-published file's footer (a gapless chain from tx_seq 0), and adopts published files that
+published file's footer (a gapless chain from tx_seq 0) and every page of the newest file
+(checksums verified: :func:`~.layout.verify_pages`), and adopts published files that
 the manifest lacks: the files are the truth, the manifest an index. A manifest that
 records more than the files hold means files were removed: refused. The directory's
 layout, lock and metadata are :mod:`.layout`'s.
@@ -60,6 +61,7 @@ from .layout import (  # noqa: F401  (MANIFEST, META_DIR, PUBLISHED_LOG, read_fo
     read_manifest,
     remove_own_temporaries,
     set_file_modes,
+    verify_pages,
     write_manifest,
     writer_tmp_name,
 )
@@ -176,6 +178,8 @@ class ChangefeedWriter:
         for name in remove_own_temporaries(self.path):  # a killed writer's, or compaction's
             log.info("deleted unpublished temporary file %s", name)
         files = list_files(self.path, hint=_CHAIN_HINT)
+        if files:
+            verify_pages(self.path, files[-1].name)  # the others: footers only (their reading costs)
         # (first tx_seq, transactions, rows, queue id) of each file found: see published_since
         self._found = [(f.first, f.last - f.first + 1, f.rows, f.owner.queue_id if f.owner else None) for f in files]
         self.files_published = len(files)

@@ -19,7 +19,7 @@ from olr_buffer.spark_sink import compact as compact_mod
 from olr_buffer.spark_sink.compact import CompactionError, compact, published_files, read_footer
 from olr_buffer.spark_sink.spark import read_changefeed
 from tests.contract_model import assert_changefeed_equal, check_changefeed_layout, load_changefeed
-from tests.fault_helpers import tmp_files, top_level_parquet
+from tests.fault_helpers import flip_a_data_byte, tmp_files, top_level_parquet
 
 from .workload import Workload, part_files, publish, spark_rows, transactions
 
@@ -226,6 +226,19 @@ def test_output_interrupted_before_the_rename_then_finished(copied, tmp_path, mo
     assert not tmp_files(out)
     check_changefeed_layout(out)
     assert_changefeed_equal(load_changefeed(out), copied.expected.rows)
+
+
+def test_a_damaged_file_is_not_merged(copied, tmp_path):
+    """Compaction reads every page with its checksum verified: damage is refused, naming
+    the file, instead of going into a merged file under new, valid checksums."""
+    cf, out = copied.changefeed, tmp_path / "out"
+    middle = cf / part_files(cf)[len(part_files(cf)) // 2]
+    flip_a_data_byte(middle)
+    for kwargs in ({"output": out}, {"in_place": True, "no_reader_running": True}):
+        with pytest.raises(ChangefeedCorruptError, match=rf"^{re.escape(str(middle))}: damaged data: .*CRC"):
+            compact(cf, target_rows=1_000_000, **kwargs)
+    assert not tmp_files(cf) and not tmp_files(out)
+    assert middle.name in part_files(cf) and not part_files(out)
 
 
 def test_cli_compact_to_output(copied, tmp_path):
