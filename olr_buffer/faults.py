@@ -5,7 +5,8 @@
 Unset (always, in production), ``fault_point`` is one global lookup.
 
 Points: ``after_append`` (a reader's block and position are committed),
-``after_tmp_written`` (a changefeed file is complete under its temporary name),
+``after_row_group`` (a row group is in the changefeed file being written, which has no
+footer yet), ``after_tmp_written`` (a changefeed file is complete under its temporary name),
 ``after_rename`` (published, not yet in the manifest), ``before_checkpoint`` (the sink
 flushed, the dispatcher's checkpoint not yet written), ``during_cleanup`` (between the
 deletion of two segment files).

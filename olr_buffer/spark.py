@@ -75,10 +75,14 @@ def stream_changefeed(spark: "SparkSession", path: str, **options: Any) -> "Data
     return _with_timestamps(reader.load(path))
 
 
-#: Delta's change types, by changefeed ``op`` (``ddl`` and truncate rows have none).
+#: Delta's change types, by changefeed ``op`` (``ddl`` rows have none); a truncate's is
+#: olr-buffer's own, given with ``truncates="include"``.
 _CHANGE_TYPES = {"c": ["insert"], "r": ["insert"], "u": ["update_preimage", "update_postimage"], "d": ["delete"]}
+TRUNCATE_CHANGE_TYPE = "truncate"
 #: The columns the change-data-feed view adds to the table's: Delta's three, and ``_op_seq``.
 CDF_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp", "_op_seq")
+#: What ``table_changes(change_data_feed=True)`` does with a truncate.
+TRUNCATES = ("error", "include")
 
 
 def table_changes(
@@ -91,6 +95,7 @@ def table_changes(
     starting_tx_seq: int | None = None,
     ending_tx_seq: int | None = None,
     change_data_feed: bool = False,
+    truncates: str = "error",
     json_options: dict[str, str] | None = None,
     missing_ok: bool = False,
 ) -> "DataFrame":
@@ -100,9 +105,9 @@ def table_changes(
     whose field names are the table's column names, as the capture writes them (Oracle:
     upper case); columns missing from an image are null, image columns missing from the
     schema are dropped. Without it, :func:`infer_schema` gives one (a Spark job). The
-    other columns of the changefeed stay as they are, in the same order; ``ddl`` rows are
-    kept (their ``before``/``after`` are usually null). ``json_options`` go to
-    ``from_json`` (for example ``{"timestampFormat": ...}``).
+    other columns of the changefeed stay as they are, in the same order; ``ddl`` and
+    truncate (``op = 't'``) rows are kept (their ``before``/``after`` are usually null).
+    ``json_options`` go to ``from_json`` (for example ``{"timestampFormat": ...}``).
 
     ``starting_tx_seq``, ``ending_tx_seq``: only transactions in that range, both ends
     included (like Delta's ``startingVersion``/``endingVersion``).
@@ -112,7 +117,15 @@ def table_changes(
     ``delete``), ``_commit_version`` (``tx_seq``), ``_commit_timestamp`` (``c_ts``) and
     ``_op_seq`` (the change's order within its transaction). An update gives two rows
     (``before``, then ``after``); a row of an initial copy (``op = 'r'``) is an insert;
-    ``ddl`` and truncate (``op = 't'``) rows are not in this view.
+    ``ddl`` rows are not in this view.
+
+    A truncate (``op = 't'``) ends every earlier row of the table, which no insert, update
+    or delete says: a MERGE of them would keep the truncated rows. ``truncates="error"``
+    (the default) refuses a range that holds one: :class:`ChangefeedReadError` naming
+    it, at once for a batch source (a Spark job looks for one), and as the query's
+    failure (``USER_RAISED_EXCEPTION``) for a streaming one. ``truncates="include"``
+    gives each as one row, ``_change_type = 'truncate'``, the table's columns null: the
+    target drops what it holds of the table from before it (docs/spark.md).
 
     ``path`` may also be a DataFrame with the changefeed's columns, batch or streaming.
     With a path, an ``owner.table`` that has no row in the changefeed raises
@@ -120,11 +133,15 @@ def table_changes(
     """
     from pyspark.sql import functions as F
 
+    if truncates not in TRUNCATES:
+        raise ValueError(f"table_changes: truncates must be one of {TRUNCATES}, not {truncates!r}")
     df = _table_rows(spark, path, owner, table, missing_ok=missing_ok)
     if starting_tx_seq is not None:
         df = df.where(F.col("tx_seq") >= starting_tx_seq)
     if ending_tx_seq is not None:
         df = df.where(F.col("tx_seq") <= ending_tx_seq)
+    if change_data_feed and truncates == "error":
+        df = _refuse_truncates(df, path, owner, table)
     struct = infer_schema(spark, df, owner, table) if schema is None else _struct_type(spark, schema)
     opts = json_options or {}
     parsed = df.select(
@@ -135,10 +152,12 @@ def table_changes(
     )
     if not change_data_feed:
         return parsed
-    image = {"insert": "after", "update_preimage": "before", "update_postimage": "after", "delete": "before"}
+    image = {"insert": F.col("after"), "update_preimage": F.col("before"), "update_postimage": F.col("after"),
+             "delete": F.col("before"), TRUNCATE_CHANGE_TYPE: F.lit(None).cast(struct)}
+    change_types = {**_CHANGE_TYPES, "t": [TRUNCATE_CHANGE_TYPE]} if truncates == "include" else _CHANGE_TYPES
     changes = F.lit(None)
-    for op, kinds in _CHANGE_TYPES.items():
-        entries = F.array(*[F.struct(F.lit(k).alias("kind"), F.col(image[k]).alias("image")) for k in kinds])
+    for op, kinds in change_types.items():
+        entries = F.array(*[F.struct(F.lit(k).alias("kind"), image[k].alias("image")) for k in kinds])
         changes = F.when(F.col("op") == op, entries).otherwise(changes)
     return parsed.select(
         F.explode(changes).alias("change"),
@@ -217,7 +236,8 @@ def snapshot(
     initial copy does, ``op = 'r'``).
 
     Per key, the row with the largest ``(tx_seq, op_seq)`` wins; if it is a delete, the
-    key is gone. ``ddl`` rows are skipped. The row is that change's ``after`` image, as
+    key is gone. A truncate (``op = 't'``) ends every row of the table before it: only
+    changes after the last one count. ``ddl`` rows are skipped. The row is that change's ``after`` image, as
     it is: if the capture logs only the changed columns of an update, the other columns
     are null. Supplemental logging of all columns (``ALTER TABLE ... ADD SUPPLEMENTAL LOG
     DATA (ALL) COLUMNS``) is what makes every ``after`` image a complete row.
@@ -232,7 +252,9 @@ def snapshot(
     schema's fields, typed (``rid`` first when the key is the row id).
 
     ``path`` may also be a batch DataFrame with the changefeed's columns (a micro-batch in
-    ``foreachBatch``: the last state of each key the batch touched); a streaming one raises
+    ``foreachBatch``: the last state of each key the batch touched, which does not say what
+    a truncate in it removed: apply such a batch through :func:`table_changes`'s
+    ``change_data_feed=True, truncates="include"``); a streaming one raises
     :class:`ChangefeedReadError`. With a path, an unknown ``owner.table`` raises
     :class:`UnknownTableError` (unless ``missing_ok``).
     """
@@ -251,6 +273,7 @@ def snapshot(
     if keys is not None and not keys:
         raise ValueError("snapshot: key is an empty list")
     rows = _table_rows(spark, path, owner, table, missing_ok=missing_ok).where(F.col("op") != "ddl")
+    rows = _after_last_truncate(rows)
     order = F.struct("tx_seq", "op_seq")
     is_delete = F.col("op") == "d"
 
@@ -313,6 +336,49 @@ def snapshot(
 
 
 # -- helpers -------------------------------------------------------------------------------
+
+
+def _refuse_truncates(df: "DataFrame", path: "Source", owner: str, table: str) -> "DataFrame":
+    """``df`` (one table's rows), refused if it holds a truncate: at once for a batch
+    source, when the query reads it for a streaming one."""
+    from pyspark.sql import functions as F
+
+    what = f"{owner}.{table} was truncated"
+    why = ("Delta's change data feed has no change type for a truncate, and a MERGE of the other changes "
+           "would keep the rows it removed")
+    hint = ("truncates='include' gives each truncate as a row with _change_type 'truncate' (drop what the "
+            "target holds of the table from before it: docs/spark.md); snapshot() gives the table's state")
+    is_truncate = F.col("op") == "t"
+    if df.isStreaming:
+        message = F.concat(F.lit(f"{what} at tx_seq "), F.col("tx_seq").cast("string"),
+                           F.lit(f": {why} (hint: {hint})"))
+        return df.where(F.when(is_truncate, F.raise_error(message)).otherwise(F.lit(True)))
+    found = df.where(is_truncate).agg(
+        F.count(F.lit(1)).alias("n"), F.min(F.struct("tx_seq", "op_seq")).alias("first")
+    ).first()
+    if found.n:
+        where = f"{path}: " if isinstance(path, str) else ""
+        times = f" {found.n} times, first" if found.n > 1 else ""
+        raise ChangefeedReadError(
+            f"{where}{what}{times} at tx_seq {found.first.tx_seq} (op_seq {found.first.op_seq}): {why}",
+            hint=hint, path=path if isinstance(path, str) else None, owner=owner, table=table,
+            tx_seq=found.first.tx_seq,
+        )
+    return df
+
+
+def _after_last_truncate(rows: "DataFrame") -> "DataFrame":
+    """One table's ``rows`` after its last truncate, which ends every row before it (and
+    itself changes no row)."""
+    from pyspark.sql import functions as F
+
+    position = F.struct("tx_seq", "op_seq")
+    last = rows.where(F.col("op") == "t").agg(F.max(position).alias("_truncated_at"))
+    return (
+        rows.crossJoin(last)
+        .where((F.col("op") != "t") & (F.col("_truncated_at").isNull() | (position > F.col("_truncated_at"))))
+        .drop("_truncated_at")
+    )
 
 
 def _source(spark: "SparkSession", path: "Source") -> "DataFrame":

@@ -5,6 +5,7 @@ and the same command must finish the job (the changefeed exactly the reference m
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import json
 import os
 import shutil
@@ -13,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+import pyarrow.parquet as pq
 import pytest
 
 from olr_buffer.errors import EXIT_BAD_INPUT
@@ -64,10 +66,42 @@ def one_line_error(result: Result, *parts: str, code: int | None = None) -> str:
     return lines[0]
 
 
+def tmp_files(cf: Path) -> list[str]:
+    """olr-buffer's temporary files in the changefeed: in ``_olr_buffer/tmp/``, and any
+    at the top level (where versions before it wrote them)."""
+    if not cf.is_dir():
+        return []
+    tmp = cf / "_olr_buffer" / "tmp"
+    inside = sorted(f"_olr_buffer/tmp/{n}" for n in os.listdir(tmp)) if tmp.is_dir() else []
+    return inside + sorted(n for n in os.listdir(cf) if n.startswith(".tmp-"))
+
+
+def top_level_parquet(cf: Path) -> list[str]:
+    """The names ``CF/*.parquet`` matches in DuckDB and Polars, whose globs (unlike the
+    shell's) match names starting with a dot too."""
+    return sorted(n for n in os.listdir(cf) if fnmatch.fnmatch(n, "*.parquet")) if cf.is_dir() else []
+
+
+def part_names(cf: Path) -> list[str]:
+    return sorted(p.name for p in changefeed_files(cf)) if cf.is_dir() else []
+
+
+def flip_a_data_byte(path: Path, column: str = "after") -> None:
+    """Flip one bit in the middle of ``column``'s first column chunk: inside a data page,
+    past its header; the footer stays as it was."""
+    meta = pq.read_metadata(path)
+    chunk = meta.row_group(0).column(meta.schema.names.index(column))
+    start = chunk.dictionary_page_offset or chunk.data_page_offset
+    at = start + chunk.total_compressed_size * 2 // 3
+    data = bytearray(path.read_bytes())
+    data[at] ^= 0x10
+    path.write_bytes(bytes(data))
+    assert pq.read_metadata(path).num_rows == meta.num_rows  # the footer still reads
+
+
 def no_tmp_files(cf: Path) -> None:
-    if cf.is_dir():
-        left = [n for n in os.listdir(cf) if n.startswith(".tmp-")]
-        assert not left, f"temporary files left in the changefeed: {left}"
+    left = tmp_files(cf)
+    assert not left, f"temporary files left in the changefeed: {left}"
 
 
 def published_prefix(cf: Path, model: ModelResult) -> int:

@@ -5,6 +5,7 @@ completes, the changefeed is exactly the contract model's."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -25,7 +26,20 @@ from olr_buffer.simulate import simulate
 from olr_buffer.txbuffer import LmdbQueue
 from tests.cli.conftest import Result, ok
 from tests.contract_model import changefeed_files, expected_changefeed
-from tests.fault_helpers import ROOT, TIMEOUT, exact, one_line_error, part_bytes, published_prefix, tmpfs
+from tests.fault_helpers import (
+    ROOT,
+    TIMEOUT,
+    exact,
+    flip_a_data_byte,
+    no_tmp_files,
+    one_line_error,
+    part_bytes,
+    part_names,
+    published_prefix,
+    tmp_files,
+    tmpfs,
+    top_level_parquet,
+)
 
 pytestmark = pytest.mark.e2e  # a process or a server: in `make test`, not in `make test-fast`
 
@@ -358,14 +372,85 @@ def test_only_own_temporary_files_are_deleted(work: Path) -> None:
     inp, q, cf = work / "in", work / "q", work / "cf"
     killed = replay(inp, q, cf, fault="after_tmp_written:2")
     assert killed.returncode == -signal.SIGKILL, killed.describe()
-    own = [n for n in os.listdir(cf) if n.startswith(".tmp-part-")]
-    assert len(own) == 1
-    foreign = [".tmp-notes", ".tmp-part-backup.parquet", ".tmp-compact-part-x.parquet"]
+    own = tmp_files(cf)
+    assert len(own) == 1 and re.fullmatch(r"_olr_buffer/tmp/part-[0-9]{20}-[0-9]+\.parquet\.tmp", own[0]), own
+    # what a version before _olr_buffer/tmp/ left at the top level is olr-buffer's too
+    old = [".tmp-part-00000000000000000004-4242.parquet", ".tmp-compact-part-00000000000000000000-00000000000000000003.parquet"]
+    for name in old:
+        shutil.copyfile(cf / own[0], cf / name)
+    foreign = [".tmp-notes", ".tmp-part-backup.parquet", ".tmp-compact-part-x.parquet", "_olr_buffer/tmp/notes.parquet.tmp"]
     for name in foreign:
         (cf / name).write_text("not olr-buffer's")
     ok(replay(inp, q, cf))
-    assert sorted(n for n in os.listdir(cf) if n.startswith(".")) == sorted(foreign)
+    assert tmp_files(cf) == sorted(foreign[3:]) + sorted(foreign[:3])
     exact_rows = expected_changefeed(inp)
     for name in foreign:
         (cf / name).unlink()
     exact(cf, exact_rows)
+
+
+# ---------------------------------------------------------------------------------------
+# Issue 29: what readers other than Spark see; damage in the newest file; metadata modes
+
+
+@pytest.mark.parametrize("fault", ["after_row_group:2", "after_tmp_written:2"])
+def test_temporary_files_are_out_of_sight_of_parquet_globs(work: Path, fault: str) -> None:
+    """A file being written (partial: no footer yet; or complete, not yet renamed) is
+    matched by no ``*.parquet`` glob of the changefeed, top level or recursive: DuckDB's
+    and Polars' ``cf/*.parquet`` (which match dot-files) read exactly the published files."""
+    inp, q, cf = work / "in", work / "q", work / "cf"
+    model = expected_changefeed(inp)
+    killed = replay(inp, q, cf, fault=fault)
+    assert killed.returncode == -signal.SIGKILL, killed.describe()
+    (temp,) = tmp_files(cf)
+    with pytest.raises(Exception) if fault.startswith("after_row_group") else contextlib.nullcontext():
+        pq.read_metadata(cf / temp)  # partial: no footer, as DuckDB found ("No magic bytes found")
+    published = part_names(cf)
+    assert published and top_level_parquet(cf) == published
+    assert sorted(str(p.relative_to(cf)) for p in cf.rglob("*.parquet")) == published
+    # read as DuckDB and Polars would read the glob: each published row once
+    rows = pq.read_table([str(cf / n) for n in top_level_parquet(cf)]).num_rows
+    n = published_prefix(cf, model)
+    assert rows == sum(1 for r in model.rows if r["tx_seq"] < n)
+    ok(replay(inp, q, cf))
+    no_tmp_files(cf)
+    exact(cf, model)
+
+
+def test_files_of_the_metadata_directory_are_owner_only_whatever_the_umask(work: Path) -> None:
+    """``_olr_buffer/`` is 0700 and its files 0600, as the Parquet files are by default:
+    the umask does not open them (docs/formats.md), and an earlier version's are tightened."""
+    inp, q, cf = work / "in", work / "q", work / "cf"
+    meta = cf / "_olr_buffer"
+    killed = replay(inp, q, cf, "--changefeed-mode", "0750", fault="after_rename:2", umask=0o002)
+    assert killed.returncode == -signal.SIGKILL, killed.describe()
+    assert {n: _mode(meta / n) for n in ("manifest.json", "published.jsonl")} == {
+        "manifest.json": 0o600, "published.jsonl": 0o600}
+    for name in ("manifest.json", "published.jsonl"):
+        (meta / name).chmod(0o664)  # as an earlier version left them
+    ok(replay(inp, q, cf, "--changefeed-mode", "0750", umask=0o002))
+    assert {n: _mode(meta / n) for n in ("manifest.json", "published.jsonl")} == {
+        "manifest.json": 0o600, "published.jsonl": 0o600}
+    assert (_mode(cf), _mode(meta), {_mode(p) for p in changefeed_files(cf)}) == (0o750, 0o700, {0o640})
+    compacted = cli("compact", cf, "--in-place", "--i-know-no-reader-is-running", "--target-rows", "1000",
+                    umask=0o002)
+    ok(compacted)
+    assert {n: _mode(meta / n) for n in ("manifest.json", "published.jsonl", "compactions.jsonl")} == {
+        "manifest.json": 0o600, "published.jsonl": 0o600, "compactions.jsonl": 0o600}
+    assert {_mode(p) for p in changefeed_files(cf)} == {0o640}
+
+
+def test_a_damaged_newest_file_is_refused_at_start(work: Path) -> None:
+    """Every page carries a checksum; the newest file's pages are read and checked at
+    start, so a flipped bit in it stops the run with one line naming it."""
+    inp, q, cf = work / "in", work / "q", work / "cf"
+    killed = replay(inp, q, cf, fault="after_rename:3")
+    assert killed.returncode == -signal.SIGKILL, killed.describe()
+    newest = changefeed_files(cf)[-1]
+    with pq.ParquetFile(newest, page_checksum_verification=True) as pf:
+        pf.read()  # intact before the flip
+    flip_a_data_byte(newest)
+    line = one_line_error(replay(inp, q, cf), f"{newest}: damaged data: ", "CRC checksum verification failed",
+                          "(hint: the file changed after it was published", code=1)
+    assert "Traceback" not in line
+    assert changefeed_files(cf)[-1] == newest  # nothing published after it

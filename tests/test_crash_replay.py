@@ -20,6 +20,7 @@ import pytest
 from olr_buffer.simulate import simulate
 from olr_buffer.status import queue_status
 from tests.contract_model import assert_changefeed_equal, check_changefeed_layout, expected_changefeed, load_changefeed
+from tests.fault_helpers import part_names, tmp_files, top_level_parquet
 
 pytestmark = pytest.mark.slow
 
@@ -57,12 +58,14 @@ def test_replay_killed_many_times_then_completed_is_exact(tmp_path: Path, seed: 
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         kills += 1
+        # what DuckDB's or Polars' cf/*.parquet reads (their globs match dot-files): published files only
+        assert top_level_parquet(tmp_path / "cf") == part_names(tmp_path / "cf")
     final = subprocess.run(replay_cmd(tmp_path), capture_output=True, text=True)
     assert final.returncode == 0, final.stderr
     assert kills >= 1
     check_changefeed_layout(tmp_path / "cf")
     assert_changefeed_equal(load_changefeed(tmp_path / "cf"), expected_changefeed(tmp_path / "in").rows)
-    assert not [n for n in os.listdir(tmp_path / "cf") if n.startswith(".tmp-")]
+    assert not tmp_files(tmp_path / "cf")
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
@@ -111,7 +114,7 @@ def test_replay_killed_at_a_chosen_point_then_completed_is_exact(tmp_path: Path,
     crashed = subprocess.run(cmd, env=env, capture_output=True)
     assert crashed.returncode == -signal.SIGKILL, (fault, crashed.returncode, crashed.stderr.decode())
     if fault.startswith("after_tmp_written"):
-        assert [n for n in os.listdir(tmp_path / "cf") if n.startswith(".tmp-")]
+        assert tmp_files(tmp_path / "cf")
     # a second crash at the same kind of point, then the run that completes
     again = subprocess.run(cmd, env=env, capture_output=True)
     assert again.returncode in (0, -signal.SIGKILL), again.stderr.decode()
@@ -120,7 +123,7 @@ def test_replay_killed_at_a_chosen_point_then_completed_is_exact(tmp_path: Path,
     check_changefeed_layout(tmp_path / "cf")
     rows = load_changefeed(tmp_path / "cf")
     assert_changefeed_equal(rows, expected_changefeed(tmp_path / "in").rows)
-    assert not [n for n in os.listdir(tmp_path / "cf") if n.startswith(".tmp-")]
+    assert not tmp_files(tmp_path / "cf")
     # the queue's lifetime counters hold what the crashed runs published after their last
     # checkpoint too (they were lost with the crash, and skipped when read again)
     totals = queue_status(str(tmp_path / "q"))["totals"]

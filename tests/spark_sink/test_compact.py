@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -18,6 +19,7 @@ from olr_buffer.sinks.parquet import compaction as compact_mod
 from olr_buffer.sinks.parquet.compaction import CompactionError, compact, published_files, read_footer
 from olr_buffer.spark import read_changefeed
 from tests.contract_model import assert_changefeed_equal, check_changefeed_layout, load_changefeed
+from tests.fault_helpers import flip_a_data_byte, tmp_files, top_level_parquet
 
 from .workload import Workload, part_files, publish, spark_rows, transactions
 
@@ -180,9 +182,15 @@ def test_in_place_interrupted_then_finished(copied, monkeypatch, where):
     monkeypatch.undo()
     assert (cf / "_olr_buffer" / "compaction.json").exists()
     if where == "before_rename":
+        # the merged file waits out of sight of every *.parquet glob (DuckDB's and Polars'
+        # match dot-files): cf/*.parquet reads each row once
+        (temp,) = tmp_files(cf)
+        assert re.fullmatch(r"_olr_buffer/tmp/compact-part-[0-9]{20}-[0-9]{20}\.parquet\.tmp", temp), temp
+        assert top_level_parquet(cf) == part_files(cf)
         # the old files are intact: the changefeed is as it was, the writer opens it
         assert_changefeed_equal(load_changefeed(cf), copied.expected.rows)
         assert ChangefeedWriter(cf, durable=False).next_tx_seq == copied.expected.committed
+        assert not tmp_files(cf)  # the writer deleted it
     else:
         # the merged file overlaps the files it replaces: the writer refuses until the
         # compaction is run again
@@ -194,6 +202,43 @@ def test_in_place_interrupted_then_finished(copied, monkeypatch, where):
     check_changefeed_layout(cf)
     assert_changefeed_equal(load_changefeed(cf), copied.expected.rows)
     assert ChangefeedWriter(cf, durable=False).next_tx_seq == copied.expected.committed
+
+
+def test_output_interrupted_before_the_rename_then_finished(copied, tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    real_publish = compact_mod._publish
+    published = []
+
+    def crash(path, f, opts):
+        if published:
+            raise _Crash
+        real_publish(path, f, opts)
+        published.append(f.name)
+
+    monkeypatch.setattr(compact_mod, "_publish", crash)
+    with pytest.raises(_Crash):
+        compact(copied.changefeed, output=out, target_rows=300)
+    monkeypatch.undo()
+    (temp,) = tmp_files(out)
+    assert temp.startswith("_olr_buffer/tmp/compact-part-") and temp.endswith(".parquet.tmp")
+    assert top_level_parquet(out) == part_files(out) == published
+    compact(copied.changefeed, output=out, target_rows=300)
+    assert not tmp_files(out)
+    check_changefeed_layout(out)
+    assert_changefeed_equal(load_changefeed(out), copied.expected.rows)
+
+
+def test_a_damaged_file_is_not_merged(copied, tmp_path):
+    """Compaction reads every page with its checksum verified: damage is refused, naming
+    the file, instead of going into a merged file under new, valid checksums."""
+    cf, out = copied.changefeed, tmp_path / "out"
+    middle = cf / part_files(cf)[len(part_files(cf)) // 2]
+    flip_a_data_byte(middle)
+    for kwargs in ({"output": out}, {"in_place": True, "no_reader_running": True}):
+        with pytest.raises(ChangefeedCorruptError, match=rf"^{re.escape(str(middle))}: damaged data: .*CRC"):
+            compact(cf, target_rows=1_000_000, **kwargs)
+    assert not tmp_files(cf) and not tmp_files(out)
+    assert middle.name in part_files(cf) and not part_files(out)
 
 
 def test_cli_compact_to_output(copied, tmp_path):

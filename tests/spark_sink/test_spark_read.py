@@ -89,3 +89,26 @@ def test_read_changefeed_reads_only_part_files(spark, changefeed, tmp_path):
     (cf / ".tmp-part-00000000000000009999-123.parquet").write_bytes(b"PAR1 half-written")
     (cf / "README.txt").write_text("not data")
     assert read_changefeed(spark, str(cf)).count() == len(expected_changefeed(changefeed / "in").rows)
+
+
+def test_spark_verifies_page_checksums_when_told_to(spark, changefeed, tmp_path):
+    """docs/spark.md: the changefeed's pages carry checksums that Spark (parquet-mr)
+    verifies with ``parquet.page.verify-checksum.enabled``."""
+    import shutil
+
+    from pyspark.errors import PySparkException
+    from py4j.protocol import Py4JJavaError
+
+    from tests.fault_helpers import flip_a_data_byte
+
+    cf = tmp_path / "cf"
+    shutil.copytree(changefeed / "cf", cf)
+    damaged = sorted(cf.glob("part-*.parquet"))[-1]
+    flip_a_data_byte(damaged, "rid")
+    conf = spark.sparkContext._jsc.hadoopConfiguration()  # what spark.hadoop.* sets at session build
+    conf.set("parquet.page.verify-checksum.enabled", "true")
+    try:
+        with pytest.raises((Py4JJavaError, PySparkException), match="CRC checksum verification failed"):
+            read_changefeed(spark, str(cf)).select("rid").collect()
+    finally:
+        conf.unset("parquet.page.verify-checksum.enabled")

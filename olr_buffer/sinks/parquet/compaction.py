@@ -12,13 +12,14 @@ listing is not one atomic view of several names. Hence two modes (docs/spark.md)
 ``output`` (safe while anything runs)
     The merged files go to another directory, a changefeed of its own with the same
     contract (names, order, footers, ``_olr_buffer/`` manifest), published one file at a
-    time like the writer does (``.tmp-`` name, fsync, rename, fsync the directory). Run
+    time like the writer does (temporary file in ``_olr_buffer/tmp/``, fsync, rename,
+    fsync the directory). Run
     again later, it appends what the source published since, so the output's readers see
     it grow like any changefeed. Readers switch to it explicitly.
 
 ``in place`` (only when no reader, stream or producer uses the directory)
-    Per run of files: the merged file is written and fsynced under a hidden ``.tmp-``
-    name; the intent (merged name, the files it replaces) goes to
+    Per run of files: the merged file is written and fsynced in ``_olr_buffer/tmp/``
+    (out of every reader's sight); the intent (merged name, the files it replaces) goes to
     ``_olr_buffer/compaction.json``; the merged file is renamed to its ``part-`` name;
     the replaced files are deleted; the intent is removed. Rows are never missing from
     the visible files at any instant (the merged file is visible before the old ones go).
@@ -34,7 +35,7 @@ or ``run`` writes the changefeed, and a second compaction while one runs.
 Merged files keep the changefeed's naming (``part-<first>-<last>.parquet``), row order,
 row groups of up to 65,536 rows and the footer metadata the writer recovers from
 (``olr_buffer.first_tx_seq``, ``last_tx_seq``, ``last_commit`` of the last transaction,
-``rows``), so :class:`~olr_buffer.spark_sink.ChangefeedWriter` reopens the result and
+``rows``), so :class:`~olr_buffer.sinks.parquet.ChangefeedWriter` reopens the result and
 continues at the same ``next_tx_seq``.
 """
 
@@ -55,7 +56,6 @@ import pyarrow.parquet as pq
 from ...errors import EXIT_USAGE
 from .errors import ChangefeedCorruptError, ChangefeedError
 from .layout import (  # noqa: F401  (read_footer: a public name of this module too)
-    COMPACT_TMP_PREFIX,
     META_DIR,
     ChangefeedLock,
     PublishedFile,
@@ -64,6 +64,7 @@ from .layout import (  # noqa: F401  (read_footer: a public name of this module 
     atomic_write,
     compact_tmp_name,
     create_file,
+    damaged,
     file_mode,
     footer_metadata,
     fsync_dir,
@@ -72,6 +73,7 @@ from .layout import (  # noqa: F401  (read_footer: a public name of this module 
     log_published,
     manifest_owner,
     prepare_dir,
+    prepare_tmp_dir,
     publish,
     read_footer,
     read_manifest,
@@ -311,7 +313,8 @@ def _compact_in_place(src: str, target_rows: int, opts: _WriteOptions, dry_run: 
         result.next_tx_seq = files[-1].last + 1 if files else 0
         if dry_run:
             return result
-        remove_own_temporaries(src, COMPACT_TMP_PREFIX)
+        prepare_tmp_dir(src)
+        remove_own_temporaries(src, compaction_only=True)
         fmode = file_mode(_dir_mode(src))
         for group in merges:
             merged = _write_merged(src, group, src, opts, fmode)
@@ -398,7 +401,7 @@ def _dir_mode(path: str) -> int:
 def _write_merged(
     src: str, group: list[PublishedFile], dst: str, opts: _WriteOptions, mode: int
 ) -> PublishedFile:
-    """Rows of ``group``'s files, in order, into one hidden file in ``dst`` (fsynced)."""
+    """Rows of ``group``'s files, in order, into one temporary file of ``dst`` (fsynced)."""
     merged = PublishedFile(
         part_name(group[0].first, group[-1].last),
         group[0].first,
@@ -415,9 +418,8 @@ def _write_merged(
         pending_rows = 0
         n = 0
         for f in group:
-            pf = pq.ParquetFile(os.path.join(src, f.name))
             # A file written before c_ts/ts existed gets them: merged files have every column.
-            for batch in pf.iter_batches(batch_size=opts.row_group_rows, columns=_present(pf)):
+            for batch in _read_verified(os.path.join(src, f.name), opts.row_group_rows):
                 batch = with_timestamps(batch)
                 pending.append(batch)
                 pending_rows += batch.num_rows
@@ -441,6 +443,21 @@ def _write_merged(
     if opts.durable:
         fsync_path(tmp)
     return merged
+
+
+def _read_verified(full: str, batch_size: int) -> Iterator[pa.RecordBatch]:
+    """The batches of a published file, every page's checksum verified: a damaged file
+    raises :class:`ChangefeedCorruptError` naming it, instead of going into a merged file
+    under new checksums."""
+    try:
+        pf = pq.ParquetFile(full, page_checksum_verification=True)
+        yield from pf.iter_batches(batch_size=batch_size, columns=_present(pf))
+    except OSError as exc:
+        if isinstance(exc, FileNotFoundError) or exc.errno is not None:
+            raise
+        raise damaged(full, exc) from None
+    except (pa.ArrowException, ValueError) as exc:
+        raise damaged(full, exc) from None
 
 
 def _present(pf: pq.ParquetFile) -> list[str]:
@@ -469,7 +486,7 @@ def _copy_file(src: str, f: PublishedFile, dst: str, opts: _WriteOptions, mode: 
 
 
 def _publish(dst: str, f: PublishedFile, opts: _WriteOptions) -> None:
-    """The hidden, complete file becomes ``part-<first>-<last>.parquet``."""
+    """The complete temporary file becomes ``part-<first>-<last>.parquet``."""
     publish(dst, compact_tmp_name(f.first, f.last), f.name, opts.durable)
 
 

@@ -4,13 +4,20 @@
 
     CF/                                    mode 0700 (``--changefeed-mode``)
       part-<first>-<last>.parquet          published files (mode 0600: the mode without x bits)
-      .tmp-part-<first>-<pid>.parquet      a file being written by the writer
-      .tmp-compact-part-<first>-<last>.parquet   a merged file being written by compaction
-      _olr_buffer/                         mode 0700
+      _olr_buffer/                         mode 0700, its files 0600
         LOCK                               flock'ed by the process that writes the changefeed
         manifest.json                      next_tx_seq, last file and commit, owner (queue id)
         published.jsonl                    one line per published file (audit log)
         compaction.json, compactions.jsonl in-place compaction: intent, log
+        tmp/                               mode 0700: files being written, renamed into CF/
+          part-<first>-<pid>.parquet.tmp               by the writer
+          compact-part-<first>-<last>.parquet.tmp      by compaction
+
+Temporary files live in ``_olr_buffer/tmp/`` (the same filesystem, so the rename that
+publishes one stays atomic): no glob of the top level (``CF/*.parquet``, which DuckDB and
+Polars expand to dot-files too) and no ``CF/**/*.parquet`` ever matches one. Versions
+before this layout wrote them to the top level as ``.tmp-part-<first>-<pid>.parquet`` and
+``.tmp-compact-part-<first>-<last>.parquet``: those are deleted on open as well.
 
 The writer (:class:`~olr_buffer.sinks.parquet.ChangefeedWriter`) and compaction both use
 this module, so they agree on every name and on what a valid changefeed is: a gapless
@@ -61,13 +68,15 @@ META_SOURCE_ID = b"olr_buffer.source_id"
 
 DEFAULT_MODE = 0o700  # the changefeed directory; its files get the mode without x bits
 META_MODE = 0o700  # _olr_buffer/ is never shared: Spark does not read it
+META_FILE_MODE = 0o600  # its files (manifest, logs, intent), whatever the umask
 
-WRITER_TMP_PREFIX = ".tmp-part-"
-COMPACT_TMP_PREFIX = ".tmp-compact-"
+TMP_DIR = "tmp"  # under META_DIR
+WRITER_TMP_PREFIX = "part-"
+COMPACT_TMP_PREFIX = "compact-"
 # Only these temporary names are olr-buffer's own: anything else is left alone.
-_OWN_TMP = re.compile(
-    r"\.tmp-part-[0-9]{20}-[0-9]+\.parquet|\.tmp-compact-part-[0-9]{20}-[0-9]{20}\.parquet"
-)
+_OWN_TMP = re.compile(r"part-[0-9]{20}-[0-9]+\.parquet\.tmp|compact-part-[0-9]{20}-[0-9]{20}\.parquet\.tmp")
+# ... and these, at the top level, an earlier version's (before TMP_DIR)
+_OLD_TMP = re.compile(r"\.tmp-part-[0-9]{20}-[0-9]+\.parquet|\.tmp-compact-part-[0-9]{20}-[0-9]{20}\.parquet")
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,16 +93,18 @@ class PublishedFile:
 
 
 def is_own_temporary(name: str) -> bool:
-    """Whether ``name`` is a temporary file that olr-buffer writes in a changefeed."""
+    """Whether ``name`` (in ``_olr_buffer/tmp/``) is a temporary file that olr-buffer writes."""
     return _OWN_TMP.fullmatch(name) is not None
 
 
 def writer_tmp_name(first: int, pid: int) -> str:
-    return f"{WRITER_TMP_PREFIX}{first:020d}-{pid}.parquet"
+    """The writer's temporary file, relative to the changefeed directory."""
+    return os.path.join(META_DIR, TMP_DIR, f"{WRITER_TMP_PREFIX}{first:020d}-{pid}.parquet.tmp")
 
 
 def compact_tmp_name(first: int, last: int) -> str:
-    return f"{COMPACT_TMP_PREFIX}{part_name(first, last)}"
+    """Compaction's temporary file, relative to the changefeed directory."""
+    return os.path.join(META_DIR, TMP_DIR, f"{COMPACT_TMP_PREFIX}{part_name(first, last)}.tmp")
 
 
 def file_mode(dir_mode: int) -> int:
@@ -137,6 +148,20 @@ def prepare_dir(path: str, mode: int) -> None:
         pass  # another process created it meanwhile
     except OSError as exc:
         raise os_failure(exc, exc.filename or path, "create the changefeed directory") from None
+    prepare_tmp_dir(path)
+
+
+def prepare_tmp_dir(path: str) -> None:
+    """Create ``_olr_buffer/tmp/`` if missing (a changefeed of an earlier version lacks it)."""
+    tmp = os.path.join(path, META_DIR, TMP_DIR)
+    if os.path.isdir(tmp):
+        return
+    try:
+        os.mkdir(tmp, META_MODE)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise os_failure(exc, tmp, "create the changefeed's temporary directory") from None
 
 
 def apply_mode(path: str, mode: int) -> None:
@@ -269,6 +294,35 @@ def read_footer(path: str, name: str) -> PublishedFile:
     return PublishedFile(name, first, last, rows, CommitKey(scn, thread, seq, line), owner)
 
 
+def verify_pages(path: str, name: str) -> None:
+    """Read every page of the published file ``name`` with its checksum verified (files
+    written before pages had checksums: decoded only). A damaged file raises
+    :class:`ChangefeedCorruptError` naming it. Memory: one column chunk at a time."""
+    full = os.path.join(path, name)
+    try:
+        pf = pq.ParquetFile(full, page_checksum_verification=True)
+        columns = pf.schema_arrow.names
+        for i in range(pf.num_row_groups):
+            for column in columns:
+                pf.read_row_group(i, columns=[column])
+    except OSError as exc:
+        if isinstance(exc, FileNotFoundError) or exc.errno is not None:
+            raise os_failure(exc, full, "read a changefeed file") from None
+        raise damaged(full, exc) from None
+    except Exception as exc:
+        raise damaged(full, exc) from None
+
+
+def damaged(full: str, exc: BaseException) -> ChangefeedCorruptError:
+    """The error for a published file whose pages do not read back as written."""
+    return ChangefeedCorruptError(
+        f"{full}: damaged data: {_first_line(exc)}",
+        hint="the file changed after it was published (disk fault, edited or replaced by hand): put an "
+        "intact copy back from a backup; readers may have read wrong rows from it",
+        path=full,
+    )
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
@@ -312,19 +366,30 @@ def list_files(path: str, *, hint: str | None = None) -> list[PublishedFile]:
     return files
 
 
-def remove_own_temporaries(path: str, prefix: str = ".tmp-") -> list[str]:
-    """Delete olr-buffer's temporary files (those starting with ``prefix``) in ``path``."""
+def remove_own_temporaries(path: str, *, compaction_only: bool = False) -> list[str]:
+    """Delete olr-buffer's temporary files of the changefeed at ``path`` (only
+    compaction's with ``compaction_only``): those in ``_olr_buffer/tmp/``, and those an
+    earlier version left at the top level. Returns their paths relative to ``path``."""
+    tmp = os.path.join(META_DIR, TMP_DIR)
+    try:
+        candidates = [os.path.join(tmp, n) for n in os.listdir(os.path.join(path, tmp)) if is_own_temporary(n)]
+    except FileNotFoundError:
+        candidates = []
+    except OSError as exc:
+        raise os_failure(exc, os.path.join(path, tmp), "list the changefeed's temporary files") from None
+    candidates += [n for n in os.listdir(path) if n.startswith(".tmp-") and _OLD_TMP.fullmatch(n)]
     removed = []
-    for name in os.listdir(path):
-        if name.startswith(prefix) and is_own_temporary(name):
-            full = os.path.join(path, name)
-            try:
-                os.unlink(full)
-            except FileNotFoundError:
-                continue
-            except OSError as exc:
-                raise os_failure(exc, full, "delete an unpublished temporary file") from None
-            removed.append(name)
+    for rel in candidates:
+        if compaction_only and not os.path.basename(rel).startswith((COMPACT_TMP_PREFIX, ".tmp-compact-")):
+            continue
+        full = os.path.join(path, rel)
+        try:
+            os.unlink(full)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise os_failure(exc, full, "delete an unpublished temporary file") from None
+        removed.append(rel)
     return removed
 
 
@@ -431,8 +496,10 @@ def last_logged(path: str, n: int) -> set[str]:
 
 
 def append_line(path: str, doc: dict, durable: bool) -> None:
+    """Append ``doc`` as a line to ``path`` (a file of ``_olr_buffer/``: given
+    ``META_FILE_MODE``, also if an earlier version left it with another mode)."""
     try:
-        with open(path, "ab") as fh:
+        with open(_open_meta_file(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab") as fh:
             fh.write(orjson.dumps(doc) + b"\n")
             if durable:
                 fh.flush()
@@ -441,12 +508,25 @@ def append_line(path: str, doc: dict, durable: bool) -> None:
         raise os_failure(exc, path, "write it") from None
 
 
+def _open_meta_file(path: str, flags: int) -> int:
+    """A descriptor of ``path`` opened with ``flags``, the file's mode ``META_FILE_MODE``
+    whatever the umask."""
+    fd = os.open(path, flags, META_FILE_MODE)
+    try:
+        if os.fstat(fd).st_mode & 0o777 != META_FILE_MODE:
+            os.fchmod(fd, META_FILE_MODE)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 # -- durable file operations --------------------------------------------------------------
 
 
 def publish(path: str, tmp_name: str, name: str, durable: bool) -> None:
-    """The hidden, complete, fsynced file ``tmp_name`` becomes ``name``; the directory is
-    fsynced, so the name survives a power cut."""
+    """The complete, fsynced temporary file ``tmp_name`` (relative to ``path``) becomes
+    ``name``; the directory is fsynced, so the name survives a power cut."""
     os.rename(os.path.join(path, tmp_name), os.path.join(path, name))
     if durable:
         fsync_dir(path)
@@ -470,10 +550,10 @@ def fsync_dir(path: str) -> None:
 
 def atomic_write(path: str, data: bytes, durable: bool) -> None:
     """``path`` holds ``data`` or its old content, never a mix; an error names ``path``
-    (the temporary file is removed)."""
+    (the temporary file is removed). A file of ``_olr_buffer/``: mode ``META_FILE_MODE``."""
     tmp = path + ".tmp"
     try:
-        with open(tmp, "wb") as fh:
+        with open(_open_meta_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "wb") as fh:
             fh.write(data)
             if durable:
                 fh.flush()

@@ -66,8 +66,12 @@ def with_timestamps(batch: pa.RecordBatch) -> pa.RecordBatch:
 
 
 def parquet_writer(path: str, compression: str) -> pq.ParquetWriter:
-    """A Parquet writer for changefeed files (the same settings everywhere)."""
-    return pq.ParquetWriter(path, ARROW_SCHEMA, compression=compression, use_dictionary=DICTIONARY_COLUMNS)
+    """A Parquet writer for changefeed files (the same settings everywhere): every page
+    carries a CRC32 of its bytes, which readers that ask for it verify (the writer does
+    for the newest file when it opens, compaction for every file it reads)."""
+    return pq.ParquetWriter(
+        path, ARROW_SCHEMA, compression=compression, use_dictionary=DICTIONARY_COLUMNS, write_page_checksum=True
+    )
 
 _PART = re.compile(r"^part-([0-9]{20})-([0-9]{20})\.parquet$")
 

@@ -2,13 +2,15 @@
 
 Publication of one file::
 
-    1. rows go to ``.tmp-part-<first>-<pid>.parquet`` (hidden from Spark: leading dot)
+    1. rows go to ``_olr_buffer/tmp/part-<first>-<pid>.parquet.tmp`` (out of every
+       reader's sight: Spark skips ``_`` names, and no ``*.parquet`` glob matches it)
     2. the footer gets the file's range, last commit key and owner; close; fsync the file
     3. rename to ``part-<first>-<last>.parquet``; fsync the directory   <- visible, final
     4. record it in ``_olr_buffer/manifest.json`` (write temp, fsync, rename, fsync dir)
 
 On open, the writer takes the changefeed's lock, deletes its temporary files, reads every
-published file's footer (a gapless chain from tx_seq 0), and adopts published files that
+published file's footer (a gapless chain from tx_seq 0) and every page of the newest file
+(checksums verified: :func:`~.layout.verify_pages`), and adopts published files that
 the manifest lacks: the files are the truth, the manifest an index. A manifest that
 records more than the files hold means files were removed: refused. The directory's
 layout, lock and metadata are :mod:`.layout`'s.
@@ -59,6 +61,7 @@ from .layout import (  # noqa: F401  (MANIFEST, META_DIR, PUBLISHED_LOG, read_fo
     read_manifest,
     remove_own_temporaries,
     set_file_modes,
+    verify_pages,
     write_manifest,
     writer_tmp_name,
 )
@@ -174,9 +177,11 @@ class ChangefeedWriter:
 
     def _recover(self) -> None:
         manifest = read_manifest(self.path)
-        for name in remove_own_temporaries(self.path):
+        for name in remove_own_temporaries(self.path):  # a killed writer's, or compaction's
             log.info("deleted unpublished temporary file %s", name)
         files = list_files(self.path, hint=_CHAIN_HINT)
+        if files:
+            verify_pages(self.path, files[-1].name)  # the others: footers only (their reading costs)
         # (first tx_seq, transactions, rows, queue id) of each file found: see published_since
         self._found = [(f.first, f.last - f.first + 1, f.rows, f.owner.queue_id if f.owner else None) for f in files]
         self.files_published = len(files)
@@ -449,6 +454,7 @@ class ChangefeedWriter:
                 pending.result()
             except OSError as exc:
                 self._io_failed(exc, "writing")
+            fault_point("after_row_group")
 
     def _batch(self) -> pa.RecordBatch:
         # The columns of the commit (tx_seq, c_scn, c_tm, xid) hold one value per
