@@ -205,6 +205,7 @@ class Pipeline:
             )
             state = self.queue.meta(CHECKPOINT_KEY)
             recorded = None
+            new_threads: set[int] = set()  # in play now, not when the last checkpoint was written
             if state is not None:
                 try:
                     doc = self.dispatcher.restore(state)
@@ -216,12 +217,16 @@ class Pipeline:
                     # a thread newly in play may deliver records below what was published
                     # while it was not: late records, not bad input
                     self.dispatcher.strict = set(self.threads) & set(previous)
+                    new_threads = set(self.threads) - set(previous)
             elif self.queue.first_index > 0:
                 raise DispatchError(
                     f"{queue_dir}: the queue starts at index {self.queue.first_index} but has no dispatcher checkpoint",
                     hint="the queue directory is damaged; start again with an empty queue and changefeed",
                 )
             adopting = self._bind_changefeed(queue_dir, None if recorded is None else recorded.next_tx_seq or 0)
+            # replay checks them too (see replay): its input is complete, so their records
+            # below what was published would be lost, not late
+            self._new_threads = set() if adopting else new_threads
             if not adopting:
                 # published after the last checkpoint (or before the first) by this queue, which
                 # then crashed: its counters do not have them, and they are skipped when read again
@@ -330,6 +335,12 @@ class Pipeline:
         """Read every log file to its end, publish every committed transaction."""
         readers, dispatcher = self.readers, self.dispatcher
         progress = Progress(bytes_total=readers.bytes_total)
+        if self._new_threads:
+            # a thread new to this queue, whose records lie at or below a commit published
+            # without it, is refused (run counts them as late and warns; a replay, which
+            # takes its input as complete, would drop committed transactions)
+            published = dispatcher.published_through
+            readers.check_floor(dispatcher.strict | self._new_threads, published.scn if published else None)
         with self._running(follow=False):
             last_report = 0.0
             while True:

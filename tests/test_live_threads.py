@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from olr_buffer.errors import OlrBufferError
 from olr_buffer.pipeline import PipelineOptions, replay
 from olr_buffer.simulate import simulate
 from tests.contract_model import (
@@ -230,6 +231,62 @@ def test_input_below_what_a_complete_replay_published_is_an_error(tmp_path: Path
     # not a bad line to fix and run again: say what can be done instead
     assert "into a new queue and changefeed" in err[0] and "fix them" not in err[0], err[0]
     assert load_changefeed(tmp_path / "cf") == rows  # nothing more, nothing out of order
+
+
+# -- issue 29.4: a thread that a later replay brings -------------------------------------------
+
+
+@pytest.mark.parametrize("processes", [True, False], ids=["reader-processes", "reader-threads"])
+def test_a_thread_a_later_replay_brings_below_what_was_published_is_refused(tmp_path: Path, processes: bool):
+    """Replay threads 1 and 2 (taken as the complete input), then thread 3's files too:
+    its transactions interleave with what was published, so they cannot be published in
+    commit order. Refused, exit 3, one line naming the thread; never exit 0 with them lost."""
+    simulate(tmp_path / "full", threads=3, transactions=300, seed=29, records_per_file=200, compress_archived=False)
+    h = tmp_path / "h"
+    h.mkdir()
+    for f in (tmp_path / "full").glob("redo_[12]_*.jsonl"):
+        shutil.copy(f, h)
+    opts = PipelineOptions(reader_processes=processes)
+    replay(str(h), str(tmp_path / "q"), str(tmp_path / "cf"), opts)
+    rows = load_changefeed(tmp_path / "cf")
+    for f in (tmp_path / "full").glob("redo_3_*.jsonl"):
+        shutil.copy(f, h)
+    if processes:  # the CLI, as a user runs it: the error as printed, the exit code
+        cmd = [sys.executable, "-m", "olr_buffer.cli", "replay", str(h), "--queue", str(tmp_path / "q"),
+               "--changefeed", str(tmp_path / "cf")]
+        for _ in range(2):  # and the same again: still refused, nothing published
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
+            assert done.returncode == 3, done.stdout + done.stderr
+            err = [ln for ln in done.stderr.splitlines() if ln.strip()]
+            assert len(err) == 1, done.stderr
+            assert re.search(r"redo_3_1\.jsonl:1: record at scn \d+ is at or below commit scn \d+, already "
+                             r"published \(redo thread 3 is new to this queue", err[0]), err[0]
+            assert "replay the logs of every thread together into a new queue and changefeed" in err[0], err[0]
+    else:
+        with pytest.raises(OlrBufferError, match="redo thread 3 is new to this queue") as caught:
+            replay(str(h), str(tmp_path / "q"), str(tmp_path / "cf"), opts)
+        assert caught.value.exit_code == 3
+    assert load_changefeed(tmp_path / "cf") == rows
+    # what the hint says gives the whole changefeed
+    replay(str(h), str(tmp_path / "q2"), str(tmp_path / "cf2"), opts)
+    assert_changefeed_equal(load_changefeed(tmp_path / "cf2"), expected_changefeed(h).rows)
+
+
+def test_a_thread_a_later_replay_brings_above_what_was_published_is_published(tmp_path: Path):
+    """A thread whose records all lie above the last published commit (an instance that
+    started after the first period) is published exactly, with the next period of the others."""
+    h = tmp_path / "h"
+    h.mkdir()
+    (h / "redo_1_1.jsonl").write_text(lines(*tx("A", 10, "a")))
+    (h / "redo_2_1.jsonl").write_text(lines(*tx("B", 20, "b")))
+    replay(str(h), str(tmp_path / "q"), str(tmp_path / "cf"))
+    assert [r["xid"] for r in load_changefeed(tmp_path / "cf")] == ["A", "B"]
+    (h / "redo_3_1.jsonl").write_text(lines(*tx("C", 50, "c"), *tx("E", 70, "e")))
+    (h / "redo_1_2.jsonl").write_text(lines(*tx("D", 60, "d")))
+    summary = replay(str(h), str(tmp_path / "q"), str(tmp_path / "cf"))
+    assert summary.late_records == 0
+    assert_changefeed_equal(load_changefeed(tmp_path / "cf"), expected_changefeed(h).rows)
+    assert [r["xid"] for r in load_changefeed(tmp_path / "cf")] == ["A", "B", "C", "D", "E"]
 
 
 # -- issue 14: close ---------------------------------------------------------------------------

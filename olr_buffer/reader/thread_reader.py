@@ -653,7 +653,7 @@ class ThreadReader:
             if self.dead_letters is None:
                 pos.line, pos.offset, pos.scn, pos.sub = line - 1, offset, last_scn, last_sub
                 self._flush()
-                hint = (BelowPublishedError.hint if isinstance(exc, BelowPublishedError)
+                hint = (exc.hint if isinstance(exc, BelowPublishedError)
                         else _further_bad_lines(src, raw, line, last_scn, last_sub, limit, final))
                 raise InputError(lf.path, line, str(exc), hint=hint) from None
             if len(raw) >= limit:
@@ -706,10 +706,16 @@ class ThreadReader:
     def _above_floor(self, scn: int) -> None:
         floor = self.floor()  # type: ignore[misc]
         if scn <= floor:
-            after = "a close of this thread" if self._builder.closed or self.pos.closed else "the start of this run"
+            if self._builder.closed or self.pos.closed:
+                why, hint = "the first record after a close of this thread", None
+            elif self.pos.scn < 0:
+                # no record of this thread in the queue: commits were published without it
+                why, hint = f"redo thread {self.thread} is new to this queue, and its first record", NEW_THREAD_HINT
+            else:
+                why, hint = "the first record after the start of this run", None
             raise BelowPublishedError(
-                f"record at scn {scn} is at or below commit scn {floor}, already published (the first record "
-                f"after {after} must lie above every published commit)"
+                f"record at scn {scn} is at or below commit scn {floor}, already published ({why} must lie above "
+                "every published commit)", hint=hint
             )
         self._check_floor = False
 
@@ -734,6 +740,17 @@ class BelowPublishedError(RecordError):
 
     hint = ("the changefeed already holds later commits: what is added to its input must lie above them "
             "(the logs the capture writes next); to read other logs, replay them into a new queue and changefeed")
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        if hint is not None:
+            self.hint = hint
+
+
+#: A thread's first records below what was published without it (see ``_above_floor``).
+NEW_THREAD_HINT = ("this queue published commits without this thread (a replay takes its input as complete), "
+                   "and its records at or below them cannot be added in commit order: replay the logs of every "
+                   "thread together into a new queue and changefeed")
 
 
 #: How much of a file the scan after a bad line reads at most.
