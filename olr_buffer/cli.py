@@ -257,12 +257,13 @@ def replay(input_dir, queue_dir, changefeed_dir, progress, progress_interval, as
     undone and publishes no duplicate.
     """
     from .pipeline import replay as run_replay
+    from .reader.dead_letters import whole_lines_end
 
     terminal = sys.stderr.isatty()
     opts = _options(**pipeline)
     dead_letter = opts.dead_letter
     bar = _ProgressLine(terminal, progress_interval) if (terminal if progress is None else progress) else None
-    dead_letter_start = _size(dead_letter)
+    dead_letter_start = whole_lines_end(dead_letter)
     try:
         # status: the state of this queue is that of this replay (failed, or not)
         summary = _run_recording_failure(
@@ -295,13 +296,6 @@ def replay(input_dir, queue_dir, changefeed_dir, progress, progress_interval, as
         + (f"\nquarantined {s.quarantined:,} bad record(s) in {dead_letter}:" if s.quarantined else "")
         + "".join(f"\n  {b['file']}:{b['line']}: {b['reason']}" for b in bad_lines)
     )
-
-
-def _size(path: str | None) -> int:
-    try:
-        return os.path.getsize(path) if path else 0
-    except FileNotFoundError:
-        return 0
 
 
 def _dead_letters_since(path: str, offset: int) -> list[dict]:

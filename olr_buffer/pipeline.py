@@ -303,7 +303,7 @@ class Pipeline:
             if opts.dead_letter:
                 if self._dead_letters is None:
                     self._dead_letters = DeadLetters(opts.dead_letter)
-                self._dead_letters.put_doc(a.as_dict())
+                self._dead_letters.put_doc(a.as_dict(), what=f"abandoned transaction {a.xid}")
         return gone
 
     def _warn_held(self) -> None:

@@ -27,7 +27,7 @@ from ..changes import (
 )
 from ..faults import fault_point
 from ..txbuffer import BlockAppender
-from .dead_letters import DeadLetters
+from .dead_letters import DeadLetterError, DeadLetters
 from .errors import InputError, MissingSequenceError
 from .files import (
     CorruptCompressedFile,
@@ -661,7 +661,12 @@ class ThreadReader:
                 if not final and not rest.endswith(b"\n"):
                     return _BREAK  # still being written: quarantine it whole, later
                 raw += rest
-            self.dead_letters.put(lf.path, line, str(exc), raw)
+            try:
+                self.dead_letters.put(lf.path, line, str(exc), raw)
+            except DeadLetterError:  # not taken: what was accepted before it is kept, it is read again
+                pos.line, pos.offset, pos.scn, pos.sub = line - 1, offset, last_scn, last_sub
+                self._flush()
+                raise
             st[0], st[1] = line, offset + len(raw)
             return _OK
         offset += len(raw)
