@@ -29,6 +29,10 @@ def is_postgres_uri(source: str | None) -> bool:
     """A ``run`` SOURCE that is a PostgreSQL connection URI rather than a directory."""
     return bool(source) and source.startswith(("postgresql://", "postgres://"))
 
+#: A directory argument: whether it can be read or written is the command's to say (one
+#: line, exit 1: the environment), not click's (exit 2: usage).
+_DIR = click.Path(file_okay=False, readable=False)
+
 _SIZE = re.compile(r"^\s*([0-9]+)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
@@ -187,7 +191,7 @@ _PIPELINE_OPTIONS = [
                  help="Keep this many segments that cleanup could delete (audit, re-derivation)."),
     click.option("--retain-age", type=click.FloatRange(min=0), default=0.0, show_default=True,
                  help="Keep segments written within this many seconds, even when nobody needs them."),
-    click.option("--dead-letter", type=click.Path(dir_okay=False), default=None,
+    click.option("--dead-letter", type=click.Path(dir_okay=False, readable=False), default=None,
                  help="Write bad records to this JSON Lines file and go on, instead of stopping (off by default)."),
     click.option("--transaction-retention", type=click.FloatRange(min=0, min_open=True), default=None,
                  help="DATA LOSS BY CHOICE: abandon a transaction without an end (not published; its queue segments "
@@ -238,10 +242,10 @@ def _options(*, segment_size, file_rows, block_records, checkpoint_interval, ret
 
 
 @main.command()
-@click.argument("input_dir", type=click.Path(file_okay=False))
+@click.argument("input_dir", type=_DIR)
 @config_option
-@click.option("--queue", "queue_dir", required=True, type=click.Path(file_okay=False), help="Queue directory.")
-@click.option("--changefeed", "changefeed_dir", required=True, type=click.Path(file_okay=False), help="Changefeed directory.")
+@click.option("--queue", "queue_dir", required=True, type=_DIR, help="Queue directory.")
+@click.option("--changefeed", "changefeed_dir", required=True, type=_DIR, help="Changefeed directory.")
 @pipeline_options
 @click.option("--progress/--no-progress", default=None,
               help="Progress on stderr (default: when stderr is a terminal). On a terminal one line rewritten in "
@@ -323,10 +327,10 @@ def _threads(ctx, param, value):
 
 
 @main.command()
-@click.argument("input_dir", required=False, type=click.Path(file_okay=False), envvar=f"{ENV_PREFIX}_RUN_INPUT")
+@click.argument("input_dir", required=False, type=_DIR, envvar=f"{ENV_PREFIX}_RUN_INPUT")
 @config_option
-@click.option("--queue", "queue_dir", type=click.Path(file_okay=False), help="Queue directory.")
-@click.option("--changefeed", "changefeed_dir", type=click.Path(file_okay=False), help="Changefeed directory.")
+@click.option("--queue", "queue_dir", type=_DIR, help="Queue directory.")
+@click.option("--changefeed", "changefeed_dir", type=_DIR, help="Changefeed directory.")
 @click.option("--threads", callback=_threads, help="Redo threads in play, e.g. 1,2 (default: those with files at start).")
 @click.option("--flush-interval", type=click.FloatRange(min=0), default=1.0, show_default=True,
               help="Publish safe transactions at least this often (seconds): the latency a Spark stream sees.")
@@ -476,7 +480,7 @@ def _serve(input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_i
 
 @main.command()
 @config_option
-@click.option("--queue", "queue_dir", required=True, type=click.Path(file_okay=False), help="Queue directory.")
+@click.option("--queue", "queue_dir", required=True, type=_DIR, help="Queue directory.")
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
 @clean_errors
 def status(queue_dir, as_json) -> None:
@@ -569,7 +573,7 @@ class StartTime(click.ParamType):
 
 
 @main.command()
-@click.argument("out_dir", type=click.Path(file_okay=False))
+@click.argument("out_dir", type=_DIR)
 @click.option("--threads", type=click.IntRange(1, 64), default=3, show_default=True, help="RAC redo threads.")
 @click.option("--transactions", type=click.IntRange(min=1), default=2000, show_default=True,
               help="Regular transactions to write (a few without begin and, with --large-tx-rows, a large one "
@@ -618,9 +622,9 @@ def _iso(nanos: int) -> str:
 
 
 @main.command()
-@click.argument("changefeed_dir", type=click.Path(file_okay=False))
+@click.argument("changefeed_dir", type=_DIR)
 @config_option
-@click.option("--output", "output_dir", type=click.Path(file_okay=False),
+@click.option("--output", "output_dir", type=_DIR,
               help="Write the compacted changefeed to this directory (safe while readers run; run again to catch up).")
 @click.option("--in-place", is_flag=True, help="Replace the files in CHANGEFEED_DIR itself (no reader may run).")
 @click.option("--i-know-no-reader-is-running", "no_reader_running", is_flag=True,

@@ -10,7 +10,7 @@ from typing import BinaryIO
 
 import zstandard
 
-from .errors import InputError, MissingSequenceError
+from .errors import InputError, InputUnreadableError, MissingSequenceError
 
 _NAME = re.compile(r"redo_([0-9]+)_([0-9]+)\.jsonl(\.zst)?")  # matched whole: fullmatch
 
@@ -145,6 +145,8 @@ def scan(input_dir: str) -> dict[int, dict[int, LogFile]]:
         raise InputError(input_dir, None, "input directory does not exist") from None
     except NotADirectoryError:
         raise InputError(input_dir, None, "not a directory") from None
+    except OSError as exc:
+        raise InputUnreadableError(input_dir, None, "list the input directory", exc) from None
     threads: dict[int, dict[int, LogFile]] = {}
     for name in names:
         parsed = parse_name(name)

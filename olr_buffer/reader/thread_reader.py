@@ -28,7 +28,7 @@ from ..changes import (
 from ..faults import fault_point
 from ..txbuffer import BlockAppender
 from .dead_letters import DeadLetterError, DeadLetters
-from .errors import InputError, MissingSequenceError
+from .errors import InputError, InputUnreadableError, MissingSequenceError
 from .files import (
     CorruptCompressedFile,
     LogFile,
@@ -403,8 +403,10 @@ class ThreadReader:
         st = [pos.line, pos.offset, pos.scn, pos.sub]
         try:
             fh = lf.open()
-        except OSError as exc:
+        except FileNotFoundError as exc:
             raise InputError(lf.path, None, f"cannot open: {exc.strerror}") from None
+        except OSError as exc:
+            raise InputUnreadableError(lf.path, None, "open it", exc) from None
         with fh:
             try:
                 _skip(fh, st[1], lf, st[0])
@@ -424,8 +426,9 @@ class ThreadReader:
                 self._flush()
                 if truncated_ok and isinstance(exc, TruncatedCompressedFile):
                     raise
-                reason = str(exc) if isinstance(exc, CorruptCompressedFile) else f"read failed: {exc}"
-                raise InputError(lf.path, st[0] + 1, reason) from None
+                if isinstance(exc, OSError):  # the disk, not the input
+                    raise InputUnreadableError(lf.path, st[0] + 1, "read it", exc) from None
+                raise InputError(lf.path, st[0] + 1, str(exc)) from None
         pos.line, pos.offset, pos.scn, pos.sub = st
         return st[0] - first_line
 
