@@ -193,9 +193,25 @@ def require_log_files(input_dir: str) -> None:
 
 def is_log_file(input_dir: str, path: str) -> bool:
     """Whether ``path`` (in ``input_dir``) is a regular file to read. A symbolic link is
-    followed only if it stays inside the input directory; one that leads out is refused."""
+    followed only if it stays inside the input directory; one that leads out is refused,
+    and so is one that leads nowhere (dangling, a loop) or a name of a log that is not a
+    regular file: its records would be missing without a word."""
     if not os.path.isfile(path):
-        return False
+        if os.path.islink(path):
+            target = os.readlink(path)
+            try:
+                os.stat(path)
+            except FileNotFoundError:
+                reason = f"symbolic link to {target}, which does not exist"
+            except OSError as exc:
+                reason = f"symbolic link to {target}, which cannot be followed: {(exc.strerror or str(exc)).lower()}"
+            else:
+                reason = f"symbolic link to {target}, which is not a regular file"
+        elif os.path.lexists(path):
+            reason = "named like a log file, but not a regular file"
+        else:
+            return False  # not there (any more)
+        raise InputError(path, None, reason, hint="restore the log file, or remove what has its name")
     if os.path.islink(path):
         target = os.path.realpath(path)
         root = os.path.realpath(input_dir)
