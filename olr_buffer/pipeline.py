@@ -237,9 +237,10 @@ class Pipeline:
             published = self.dispatcher.published_through
             self.readers.check_floor(self.dispatcher.strict, published.scn if published else None)
         except BaseException:
+            # refused: a queue or changefeed directory it made, still unused, is removed
             if self.sink is not None:
-                self.sink.release()
-            self.queue.close()
+                self.sink.release(remove_if_unused=True)
+            self.queue.close_and_remove_if_unused({QUEUE_ID_KEY})
             raise
         self._stats0 = copy.copy(self.dispatcher.totals())
         self.checkpointer = Checkpointer(
@@ -521,13 +522,18 @@ class Pipeline:
             seconds=time.monotonic() - self.started,
         )
 
-    def close(self) -> None:
+    def close(self, failed: bool = False) -> None:
+        """``failed``: the run stopped on an error; a queue or changefeed directory it made
+        and left unused (nothing read into the queue, nothing published) is removed."""
         self.readers.close()
         if self._dead_letters is not None:
             self._dead_letters.close()
         if self.sink is not None:
-            self.sink.release()
-        self.queue.close()
+            self.sink.release(remove_if_unused=failed)
+        if failed:
+            self.queue.close_and_remove_if_unused({QUEUE_ID_KEY})
+        else:
+            self.queue.close()
 
 
 class _ThreadWatch:
@@ -625,9 +631,12 @@ def run_postgres_service(
 
 def _serve(pipeline: Pipeline, stop: threading.Event, on_tick: Callable[[Pipeline], None] | None) -> RunSummary:
     try:
-        return pipeline.serve(stop, on_tick)
-    finally:
-        pipeline.close()
+        summary = pipeline.serve(stop, on_tick)
+    except BaseException:
+        pipeline.close(failed=True)
+        raise
+    pipeline.close()
+    return summary
 
 
 def replay(
@@ -646,6 +655,9 @@ def replay(
     opts = replace(opts, reader_processes=replay_in_processes(input_dir, opts))
     pipeline = Pipeline(input_dir, queue_dir, changefeed_dir, opts)
     try:
-        return pipeline.replay(on_progress, progress_every)
-    finally:
-        pipeline.close()
+        summary = pipeline.replay(on_progress, progress_every)
+    except BaseException:
+        pipeline.close(failed=True)
+        raise
+    pipeline.close()
+    return summary

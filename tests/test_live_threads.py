@@ -127,6 +127,46 @@ def test_run_with_no_thread_in_play_refuses_at_once(tmp_path: Path):
     assert published_rows(tmp_path / "cf") == 0
 
 
+def test_a_refused_run_leaves_no_directory_behind(tmp_path: Path):
+    """Issue 29.8: the refused run left new, empty queue and changefeed directories (and
+    `status` then showed a queue). Two refused at once: neither leaves anything, whatever
+    the interleaving (one may be refused because the other holds the new queue)."""
+    (tmp_path / "live").mkdir()
+    r = subprocess.run(run_cmd(tmp_path), capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert r.returncode == 2, r.stderr
+    assert not (tmp_path / "q").exists() and not (tmp_path / "cf").exists()
+    for _ in range(3):
+        both = [start(run_cmd(tmp_path)) for _ in range(2)]
+        for p in both:
+            _, err = p.communicate(timeout=60)
+            assert p.returncode in (1, 2) and "Traceback" not in err, err
+            assert len([ln for ln in err.splitlines() if ln.strip()]) == 1, err
+        assert sorted(os.listdir(tmp_path)) == ["live"], os.listdir(tmp_path)
+
+
+def test_two_services_started_at_once_on_a_new_queue(tmp_path: Path):
+    """One takes the new queue, the other is refused (in use): the refused one removes
+    nothing of the queue and changefeed that the first one goes on with."""
+    simulate(tmp_path / "live", threads=2, transactions=200, seed=29, records_per_file=100_000, compress_archived=False)
+    cmd = run_cmd(tmp_path, "--threads", "1,2")
+    both = [start(cmd) for _ in range(2)]
+    deadline = time.monotonic() + 60
+    while all(p.poll() is None for p in both):
+        assert time.monotonic() < deadline, "neither was refused"
+        time.sleep(0.05)
+    refused = next(p for p in both if p.poll() is not None)
+    running = next(p for p in both if p is not refused)
+    err = refused.communicate(timeout=30)[1]
+    assert refused.returncode == 1 and "in use by another process" in err, err
+    model = expected_changefeed(tmp_path / "live")
+    try:
+        wait_for_rows(tmp_path / "cf", len(model.rows))
+    finally:
+        code, err = stop(running)
+    assert code == 0, err
+    assert_changefeed_equal(load_changefeed(tmp_path / "cf"), model.rows)
+
+
 def test_run_started_before_the_capture_with_threads_equals_replay(tmp_path: Path):
     """The reproduction of issue 16, with --threads: the service waits (and says for what),
     then publishes exactly what replay publishes from the same files."""

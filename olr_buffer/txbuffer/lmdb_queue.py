@@ -29,7 +29,7 @@ import os
 import stat
 import threading
 from collections import OrderedDict
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import lmdb
 
@@ -118,10 +118,12 @@ class LmdbQueue(TxQueue):
         self._closed = False
         self._lock_fd: int | None = None
         self._seg_dir = os.path.join(self.path, "segments")
+        self.created = False  # this object made the directory (see close_and_remove_if_unused)
         try:
             if not _is_dir(self._seg_dir):  # (a directory it may not enter: PermissionError)
                 if not create or read_only:
                     raise QueueError(f"{self.path}: no queue here", hint="check --queue", path=self.path)
+                self.created = not os.path.lexists(self.path)
                 os.makedirs(self.path, mode=0o700, exist_ok=True)
                 os.makedirs(self._seg_dir, mode=0o700, exist_ok=True)
             if not read_only:
@@ -509,6 +511,42 @@ class LmdbQueue(TxQueue):
                 self._close_segment(seg)
             self._closed = True
             self._release_lock()
+
+    def close_and_remove_if_unused(self, ignore_meta: Iterable[bytes] = ()) -> bool:
+        """Close the queue and, if this object created its directory and it holds nothing
+        (no block, no metadata but ``ignore_meta``), remove the directory: a run refused
+        before it did anything leaves nothing behind. True if removed.
+
+        Removed under the lock, the lock file last: a process that opens the queue
+        meanwhile is refused (it is in use), or finds no queue and makes a new one, or
+        stops on a directory gone under it; never opens a segment being removed."""
+        if self._closed:
+            return False
+        if not (self.created and not self.read_only and self._next == 0 and set(self._meta) <= set(ignore_meta)):
+            self.close()
+            return False
+        with self._write_lock:
+            for seg in self._segments:
+                self._close_segment(seg)
+            self._closed = True
+            try:
+                for name in os.listdir(self._seg_dir):
+                    if parse_segment_name(name) is not None or name.endswith(_SEGMENT_SUFFIX + "-lock"):
+                        os.unlink(os.path.join(self._seg_dir, name))
+                os.rmdir(self._seg_dir)  # not if anything else is in it
+                if set(os.listdir(self.path)) != {"LOCK"}:
+                    return False
+                os.unlink(os.path.join(self.path, "LOCK"))
+            except OSError:
+                return False
+            finally:
+                self._release_lock()
+            try:
+                os.rmdir(self.path)
+            except OSError:
+                return False  # another process made a queue there meanwhile
+        log.debug("%s: removed the queue directory this run made: it holds nothing", self.path)
+        return True
 
     def _check_open(self) -> None:
         if self._closed:
