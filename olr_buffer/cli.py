@@ -13,6 +13,26 @@ import time
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable
 
+#: SIGTERMs received while the command started (its imports take 0.1-0.3 s): see _keep_early_sigterm.
+_EARLY_SIGTERM: list[int] = []
+#: Commands that SIGTERM stops cleanly (exit 0): their own handler is installed by _serve.
+_CLEAN_STOP = ("run",)
+
+
+def _keep_early_sigterm() -> None:
+    """Keep a SIGTERM that comes while the command starts, instead of dying of it without
+    a word: ``run`` then stops cleanly as soon as it can (exit 0, logged), another command
+    ends as terminated (exit 143, one line). See :func:`clean_errors`."""
+    try:
+        if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+            signal.signal(signal.SIGTERM, lambda signum, _frame: _EARLY_SIGTERM.append(signum))
+    except ValueError:  # not the main thread (an embedding program's worker)
+        pass
+
+
+if __name__ == "__main__" or os.path.basename(sys.argv[0]) == "olr-buffer":
+    _keep_early_sigterm()  # the program, not a module another one imports: from its first import on
+
 import click
 
 from . import __version__
@@ -86,8 +106,13 @@ def clean_errors(fn: Callable) -> Callable:
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        previous = _raise_on_sigterm()
+        ctx = click.get_current_context(silent=True)
+        # run keeps the early handler until its own clean stop takes over (see _serve)
+        clean_stop = ctx is not None and ctx.info_name in _CLEAN_STOP
+        previous = None if clean_stop else _raise_on_sigterm()
         try:
+            if _EARLY_SIGTERM and not clean_stop:
+                raise Terminated()
             return fn(*args, **kwargs)
         except OlrBufferError as exc:
             ctx = click.get_current_context(silent=True)
@@ -435,9 +460,11 @@ def _serve(input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_i
         stop.set()
 
     # before the pipeline's imports (pyarrow takes a while): a stop asked for while the
-    # service starts is a clean stop, not a kill
+    # service starts is a clean stop, not a kill; so is one that came before (see main)
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    if _EARLY_SIGTERM:
+        on_signal(signal.SIGTERM, None)
 
     from .pipeline import changefeed_at, run_service
     from .service import Metrics, serve_metrics
