@@ -13,6 +13,26 @@ import time
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable
 
+#: SIGTERMs received while the command started (its imports take 0.1-0.3 s): see _keep_early_sigterm.
+_EARLY_SIGTERM: list[int] = []
+#: Commands that SIGTERM stops cleanly (exit 0): their own handler is installed by _serve.
+_CLEAN_STOP = ("run",)
+
+
+def _keep_early_sigterm() -> None:
+    """Keep a SIGTERM that comes while the command starts, instead of dying of it without
+    a word: ``run`` then stops cleanly as soon as it can (exit 0, logged), another command
+    ends as terminated (exit 143, one line). See :func:`clean_errors`."""
+    try:
+        if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+            signal.signal(signal.SIGTERM, lambda signum, _frame: _EARLY_SIGTERM.append(signum))
+    except ValueError:  # not the main thread (an embedding program's worker)
+        pass
+
+
+if __name__ == "__main__" or os.path.basename(sys.argv[0]) == "olr-buffer":
+    _keep_early_sigterm()  # the program, not a module another one imports: from its first import on
+
 import click
 
 from . import __version__
@@ -24,6 +44,10 @@ ENV_PREFIX = "OLR_BUFFER"
 _LOG_LEVELS = click.Choice(["debug", "info", "warning", "error"], case_sensitive=False)
 _LOG_FORMAT = "olr_buffer.log_format"
 
+
+#: A directory argument: whether it can be read or written is the command's to say (one
+#: line, exit 1: the environment), not click's (exit 2: usage).
+_DIR = click.Path(file_okay=False, readable=False)
 
 _SIZE = re.compile(r"^\s*([0-9]+)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -78,8 +102,13 @@ def clean_errors(fn: Callable) -> Callable:
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        previous = _raise_on_sigterm()
+        ctx = click.get_current_context(silent=True)
+        # run keeps the early handler until its own clean stop takes over (see _serve)
+        clean_stop = ctx is not None and ctx.info_name in _CLEAN_STOP
+        previous = None if clean_stop else _raise_on_sigterm()
         try:
+            if _EARLY_SIGTERM and not clean_stop:
+                raise Terminated()
             return fn(*args, **kwargs)
         except OlrBufferError as exc:
             ctx = click.get_current_context(silent=True)
@@ -183,7 +212,7 @@ _PIPELINE_OPTIONS = [
                  help="Keep this many segments that cleanup could delete (audit, re-derivation)."),
     click.option("--retain-age", type=click.FloatRange(min=0), default=0.0, show_default=True,
                  help="Keep segments written within this many seconds, even when nobody needs them."),
-    click.option("--dead-letter", type=click.Path(dir_okay=False), default=None,
+    click.option("--dead-letter", type=click.Path(dir_okay=False, readable=False), default=None,
                  help="Write bad records to this JSON Lines file and go on, instead of stopping (off by default)."),
     click.option("--transaction-retention", type=click.FloatRange(min=0, min_open=True), default=None,
                  help="DATA LOSS BY CHOICE: abandon a transaction without an end (not published; its queue segments "
@@ -234,10 +263,10 @@ def _options(*, segment_size, file_rows, block_records, checkpoint_interval, ret
 
 
 @main.command()
-@click.argument("input_dir", type=click.Path(file_okay=False))
+@click.argument("input_dir", type=_DIR)
 @config_option
-@click.option("--queue", "queue_dir", required=True, type=click.Path(file_okay=False), help="Queue directory.")
-@click.option("--changefeed", "changefeed_dir", required=True, type=click.Path(file_okay=False), help="Changefeed directory.")
+@click.option("--queue", "queue_dir", required=True, type=_DIR, help="Queue directory.")
+@click.option("--changefeed", "changefeed_dir", required=True, type=_DIR, help="Changefeed directory.")
 @pipeline_options
 @click.option("--progress/--no-progress", default=None,
               help="Progress on stderr (default: when stderr is a terminal). On a terminal one line rewritten in "
@@ -253,12 +282,13 @@ def replay(input_dir, queue_dir, changefeed_dir, progress, progress_interval, as
     undone and publishes no duplicate.
     """
     from .pipeline import replay as run_replay
+    from .dead_letters import whole_lines_end
 
     terminal = sys.stderr.isatty()
     opts = _options(**pipeline)
     dead_letter = opts.dead_letter
     bar = _ProgressLine(terminal, progress_interval) if (terminal if progress is None else progress) else None
-    dead_letter_start = _size(dead_letter)
+    dead_letter_start = whole_lines_end(dead_letter)
     try:
         # status: the state of this queue is that of this replay (failed, or not)
         summary = _run_recording_failure(
@@ -293,13 +323,6 @@ def replay(input_dir, queue_dir, changefeed_dir, progress, progress_interval, as
     )
 
 
-def _size(path: str | None) -> int:
-    try:
-        return os.path.getsize(path) if path else 0
-    except FileNotFoundError:
-        return 0
-
-
 def _dead_letters_since(path: str, offset: int) -> list[dict]:
     """``file``, ``line``, ``reason`` of each record written to the dead-letter file from
     ``offset`` on (this run's), in the order written."""
@@ -325,10 +348,10 @@ def _threads(ctx, param, value):
 
 
 @main.command()
-@click.argument("input_dir", required=False, type=click.Path(file_okay=False), envvar=f"{ENV_PREFIX}_RUN_INPUT")
+@click.argument("input_dir", required=False, type=_DIR, envvar=f"{ENV_PREFIX}_RUN_INPUT")
 @config_option
-@click.option("--queue", "queue_dir", type=click.Path(file_okay=False), help="Queue directory.")
-@click.option("--changefeed", "changefeed_dir", type=click.Path(file_okay=False), help="Changefeed directory.")
+@click.option("--queue", "queue_dir", type=_DIR, help="Queue directory.")
+@click.option("--changefeed", "changefeed_dir", type=_DIR, help="Changefeed directory.")
 @click.option("--threads", callback=_threads, help="Redo threads in play, e.g. 1,2 (default: those with files at start).")
 @click.option("--flush-interval", type=click.FloatRange(min=0), default=1.0, show_default=True,
               help="Publish safe transactions at least this often (seconds): the latency a Spark stream sees.")
@@ -419,9 +442,11 @@ def _serve(input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_i
         stop.set()
 
     # before the pipeline's imports (pyarrow takes a while): a stop asked for while the
-    # service starts is a clean stop, not a kill
+    # service starts is a clean stop, not a kill; so is one that came before (see main)
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    if _EARLY_SIGTERM:
+        on_signal(signal.SIGTERM, None)
 
     from .pipeline import changefeed_at, run_service
     from .service import Metrics, serve_metrics
@@ -460,7 +485,7 @@ def _serve(input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_i
 
 @main.command()
 @config_option
-@click.option("--queue", "queue_dir", required=True, type=click.Path(file_okay=False), help="Queue directory.")
+@click.option("--queue", "queue_dir", required=True, type=_DIR, help="Queue directory.")
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
 @clean_errors
 def status(queue_dir, as_json) -> None:
@@ -553,7 +578,7 @@ class StartTime(click.ParamType):
 
 
 @main.command()
-@click.argument("out_dir", type=click.Path(file_okay=False))
+@click.argument("out_dir", type=_DIR)
 @click.option("--threads", type=click.IntRange(1, 64), default=3, show_default=True, help="RAC redo threads.")
 @click.option("--transactions", type=click.IntRange(min=1), default=2000, show_default=True,
               help="Regular transactions to write (a few without begin and, with --large-tx-rows, a large one "
@@ -602,9 +627,9 @@ def _iso(nanos: int) -> str:
 
 
 @main.command()
-@click.argument("changefeed_dir", type=click.Path(file_okay=False))
+@click.argument("changefeed_dir", type=_DIR)
 @config_option
-@click.option("--output", "output_dir", type=click.Path(file_okay=False),
+@click.option("--output", "output_dir", type=_DIR,
               help="Write the compacted changefeed to this directory (safe while readers run; run again to catch up).")
 @click.option("--in-place", is_flag=True, help="Replace the files in CHANGEFEED_DIR itself (no reader may run).")
 @click.option("--i-know-no-reader-is-running", "no_reader_running", is_flag=True,

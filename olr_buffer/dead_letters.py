@@ -2,10 +2,24 @@
 
 from __future__ import annotations
 
+import fcntl
+import logging
 import os
 import threading
 
 import orjson
+
+from .errors import OlrBufferError
+
+log = logging.getLogger(__name__)
+
+_TAIL_CHUNK = 1 << 16
+
+
+class DeadLetterError(OlrBufferError):
+    """The dead-letter file cannot be opened or written (a full disk, its permissions):
+    the environment, exit 1. Nothing is lost: the record was not taken, and the same
+    command writes it again."""
 
 
 class DeadLetters:
@@ -14,7 +28,10 @@ class DeadLetters:
     pipeline writes transactions abandoned by the retention limit here too.
 
     A line is written (and fsynced) before the reader's position moves past it, so a
-    crash may write it twice, never lose it.
+    crash may write it twice, never lose it. A line cut short (a full disk, a kill in the
+    middle of a write) is cut off before the next line is appended, so that every line
+    stays a JSON object; its record is written again by the run that resumes. Reader
+    processes append to the same file: each line is written under an ``flock``.
     """
 
     def __init__(self, path: str) -> None:
@@ -22,26 +39,101 @@ class DeadLetters:
         self._lock = threading.Lock()
         self.count = 0
         parent = os.path.dirname(os.path.abspath(path))
-        os.makedirs(parent, exist_ok=True)
-        # owner-only: the lines hold row data (an existing file is tightened too)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
-            os.fchmod(fd, os.fstat(fd).st_mode & 0o600)
+            os.makedirs(parent, exist_ok=True)
+            # owner-only: the lines hold row data (an existing file is tightened too)
+            self._fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise _error(path, "cannot open it", exc) from None
+        try:
+            os.fchmod(self._fd, os.fstat(self._fd).st_mode & 0o600)
         except PermissionError:
             pass  # another user's file: its owner chose its mode
-        self._fh = os.fdopen(fd, "ab")
 
     def put(self, file: str, line: int, reason: str, raw: bytes) -> None:
-        self.put_doc({"file": file, "line": line, "reason": reason, "raw": raw.decode("utf-8", errors="backslashreplace")})
+        self.put_doc({"file": file, "line": line, "reason": reason, "raw": raw.decode("utf-8", errors="backslashreplace")},
+                     what=f"the bad record of {file}:{line}")
 
-    def put_doc(self, doc: dict) -> None:
-        """One JSON line (an abandoned transaction: ``"kind": "abandoned_transaction"``)."""
-        data = orjson.dumps(doc) + b"\n"
+    def put_doc(self, doc: dict, what: str = "a record") -> None:
+        """One JSON line (an abandoned transaction: ``"kind": "abandoned_transaction"``),
+        whole and fsynced, or :class:`DeadLetterError` and nothing of it in the file."""
+        data = memoryview(orjson.dumps(doc) + b"\n")
         with self._lock:
-            self._fh.write(data)
-            self._fh.flush()
-            os.fsync(self._fh.fileno())
+            fd = self._fd
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except OSError as exc:
+                raise _error(self.path, f"cannot write {what}", exc) from None
+            try:
+                start = drop_torn_tail(fd, self.path)
+                try:
+                    while data:
+                        data = data[os.write(fd, data):]
+                    os.fsync(fd)
+                except OSError as exc:
+                    try:
+                        os.ftruncate(fd, start)  # no part of it stays (a full disk takes this back)
+                    except OSError:
+                        pass  # the next writer cuts it off
+                    raise _error(self.path, f"cannot write {what}", exc) from None
+            except OSError as exc:
+                raise _error(self.path, f"cannot write {what}", exc) from None
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
             self.count += 1
 
     def close(self) -> None:
-        self._fh.close()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def drop_torn_tail(fd: int, path: str) -> int:
+    """Cut off a last line without ``\\n`` (a write cut short) of the open file ``fd``;
+    returns the file's size after it."""
+    size = os.fstat(fd).st_size
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return size
+    keep = whole_lines_end_fd(fd, size)
+    os.ftruncate(fd, keep)
+    log.warning("%s: cut off a last line of %d bytes without its end (a write cut short by a full disk or a kill); "
+                "the run that resumes writes its record again", path, size - keep,
+                extra={"dead_letter": path, "bytes": size - keep})
+    return keep
+
+
+def whole_lines_end_fd(fd: int, size: int) -> int:
+    """The offset just after the last ``\\n`` of the first ``size`` bytes of ``fd`` (0 if none)."""
+    end = size
+    while end > 0:
+        begin = max(0, end - _TAIL_CHUNK)
+        i = os.pread(fd, end - begin, begin).rfind(b"\n")
+        if i >= 0:
+            return begin + i + 1
+        end = begin
+    return 0
+
+
+def whole_lines_end(path: str | None) -> int:
+    """Where the whole lines of the dead-letter file ``path`` end: where a run's lines
+    begin (a torn last line is cut off before they are written); 0 if there is none."""
+    if not path:
+        return 0
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return 0
+    try:
+        return whole_lines_end_fd(fd, os.fstat(fd).st_size)
+    finally:
+        os.close(fd)
+
+
+def _error(path: str, doing: str, exc: OSError) -> DeadLetterError:
+    reason = (exc.strerror or str(exc)).lower()
+    return DeadLetterError(
+        f"{path}: {doing}: {reason}",
+        hint="free space on its disk, or fix its permissions (or give another --dead-letter file); nothing is lost: "
+             "the same command resumes and writes it again",
+        path=path,
+    )

@@ -177,6 +177,7 @@ class Pipeline:
             )
             state = self.queue.meta(CHECKPOINT_KEY)
             legacy = None  # the changefeed's position in an older checkpoint
+            new_threads: set[int] = set()  # in play now, not when the last checkpoint was written
             if state is not None:
                 try:
                     doc = self.dispatcher.restore(state)
@@ -188,19 +189,24 @@ class Pipeline:
                     # a thread newly in play may deliver records below what was published
                     # while it was not: late records, not bad input
                     self.dispatcher.strict = set(self.threads) & set(previous)
+                    new_threads = set(self.threads) - set(previous)
             elif self.queue.first_index > 0:
                 raise DispatchError(
                     f"{queue_dir}: the queue starts at index {self.queue.first_index} but has no dispatcher checkpoint",
                     hint="the queue directory is damaged; start again with an empty queue and changefeed",
                 )
-            self._open_sink(queue_dir, legacy)
+            adopting = self._open_sink(queue_dir, legacy)
+            # replay checks them too (see replay): its input is complete, so their records
+            # below what was published would be lost, not late
+            self._new_threads = set() if adopting else new_threads
             self.source.refuse_below(self.dispatcher.strict, self.dispatcher.published_through)
         except BaseException:
+            # refused: a queue or changefeed directory it made, still unused, is removed
             if self.source is not None:
                 self.source.close()
             if self.sink is not None:
-                self.sink.release()
-            self.queue.close()
+                self.sink.release(remove_if_unused=True)
+            self.queue.close_and_remove_if_unused({QUEUE_ID_KEY})
             raise
         self._stats0 = copy.copy(self.dispatcher.totals())
         self.checkpointer = Checkpointer(
@@ -217,10 +223,11 @@ class Pipeline:
         self._held_last: str | None = None  # the transaction _warn_held found at the last checkpoint
         self._dead_letters: DeadLetters | None = None  # abandoned transactions (opened at the first)
 
-    def _open_sink(self, queue_dir: str, legacy: Any) -> None:
+    def _open_sink(self, queue_dir: str, legacy: Any) -> bool:
         """Record the queue's id (a new queue: before anything reaches the sink), then open
         the sink: it checks that this queue (and source) may write it, against the
-        position stored at the queue's last checkpoint (:meth:`Sink.open`)."""
+        position stored at the queue's last checkpoint (:meth:`Sink.open`). True when the
+        sink is adopted from another queue."""
         assert self.sink is not None and self.source is not None
         raw = self.queue.meta(QUEUE_ID_KEY)
         source_id = self.options.source_id if self.options.source_id is not None else self.source.source_id
@@ -241,6 +248,7 @@ class Pipeline:
             tx, rows = opening.published_since_checkpoint
             self.dispatcher.stats.published += tx
             self.dispatcher.stats.rows += rows
+        return opening.adopting
 
     # -- checkpoint cycle ----------------------------------------------------------------
 
@@ -267,7 +275,7 @@ class Pipeline:
             if opts.dead_letter:
                 if self._dead_letters is None:
                     self._dead_letters = DeadLetters(opts.dead_letter)
-                self._dead_letters.put_doc(a.as_dict())
+                self._dead_letters.put_doc(a.as_dict(), what=f"abandoned transaction {a.xid}")
         return gone
 
     def _warn_held(self) -> None:
@@ -299,6 +307,11 @@ class Pipeline:
         """Read every log file to its end, publish every committed transaction."""
         source, dispatcher = self.source, self.dispatcher
         progress = Progress(bytes_total=source.figures().bytes_total)
+        if self._new_threads:
+            # a thread new to this queue, whose records lie at or below a commit published
+            # without it, is refused (run counts them as late and warns; a replay, which
+            # takes its input as complete, would drop committed transactions)
+            source.refuse_below(dispatcher.strict | self._new_threads, dispatcher.published_through)
         with self._running(follow=False):
             last_report = 0.0
             while True:
@@ -460,13 +473,18 @@ class Pipeline:
             seconds=time.monotonic() - self.started,
         )
 
-    def close(self) -> None:
+    def close(self, failed: bool = False) -> None:
+        """``failed``: the run stopped on an error; a queue or changefeed directory it made
+        and left unused (nothing read into the queue, nothing published) is removed."""
         self.source.close()
         if self._dead_letters is not None:
             self._dead_letters.close()
         if self.sink is not None:
-            self.sink.release()
-        self.queue.close()
+            self.sink.release(remove_if_unused=failed)
+        if failed:
+            self.queue.close_and_remove_if_unused({QUEUE_ID_KEY})
+        else:
+            self.queue.close()
 
 
 class _ThreadWatch:
@@ -530,9 +548,12 @@ def run_service(
         opts = replace(opts, reader_processes=True)
     pipeline = Pipeline(source, queue_dir, changefeed_dir, opts, source_options)
     try:
-        return pipeline.serve(stop, on_tick)
-    finally:
-        pipeline.close()
+        summary = pipeline.serve(stop, on_tick)
+    except BaseException:
+        pipeline.close(failed=True)
+        raise
+    pipeline.close()
+    return summary
 
 
 def replay(
@@ -549,6 +570,9 @@ def replay(
     kind_of(input_dir).check_replay(input_dir)
     pipeline = Pipeline(input_dir, queue_dir, changefeed_dir, options)
     try:
-        return pipeline.replay(on_progress, progress_every)
-    finally:
-        pipeline.close()
+        summary = pipeline.replay(on_progress, progress_every)
+    except BaseException:
+        pipeline.close(failed=True)
+        raise
+    pipeline.close()
+    return summary

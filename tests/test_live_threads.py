@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from olr_buffer.errors import OlrBufferError
 from olr_buffer.pipeline import PipelineOptions, replay
 from olr_buffer.simulate import simulate
 from tests.contract_model import (
@@ -124,6 +125,46 @@ def test_run_with_no_thread_in_play_refuses_at_once(tmp_path: Path):
     err = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(err) == 1 and "no redo thread has log files yet" in err[0] and "--threads" in err[0], r.stderr
     assert published_rows(tmp_path / "cf") == 0
+
+
+def test_a_refused_run_leaves_no_directory_behind(tmp_path: Path):
+    """Issue 29.8: the refused run left new, empty queue and changefeed directories (and
+    `status` then showed a queue). Two refused at once: neither leaves anything, whatever
+    the interleaving (one may be refused because the other holds the new queue)."""
+    (tmp_path / "live").mkdir()
+    r = subprocess.run(run_cmd(tmp_path), capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert r.returncode == 2, r.stderr
+    assert not (tmp_path / "q").exists() and not (tmp_path / "cf").exists()
+    for _ in range(3):
+        both = [start(run_cmd(tmp_path)) for _ in range(2)]
+        for p in both:
+            _, err = p.communicate(timeout=60)
+            assert p.returncode in (1, 2) and "Traceback" not in err, err
+            assert len([ln for ln in err.splitlines() if ln.strip()]) == 1, err
+        assert sorted(os.listdir(tmp_path)) == ["live"], os.listdir(tmp_path)
+
+
+def test_two_services_started_at_once_on_a_new_queue(tmp_path: Path):
+    """One takes the new queue, the other is refused (in use): the refused one removes
+    nothing of the queue and changefeed that the first one goes on with."""
+    simulate(tmp_path / "live", threads=2, transactions=200, seed=29, records_per_file=100_000, compress_archived=False)
+    cmd = run_cmd(tmp_path, "--threads", "1,2")
+    both = [start(cmd) for _ in range(2)]
+    deadline = time.monotonic() + 60
+    while all(p.poll() is None for p in both):
+        assert time.monotonic() < deadline, "neither was refused"
+        time.sleep(0.05)
+    refused = next(p for p in both if p.poll() is not None)
+    running = next(p for p in both if p is not refused)
+    err = refused.communicate(timeout=30)[1]
+    assert refused.returncode == 1 and "in use by another process" in err, err
+    model = expected_changefeed(tmp_path / "live")
+    try:
+        wait_for_rows(tmp_path / "cf", len(model.rows))
+    finally:
+        code, err = stop(running)
+    assert code == 0, err
+    assert_changefeed_equal(load_changefeed(tmp_path / "cf"), model.rows)
 
 
 def test_run_started_before_the_capture_with_threads_equals_replay(tmp_path: Path):
@@ -230,6 +271,62 @@ def test_input_below_what_a_complete_replay_published_is_an_error(tmp_path: Path
     # not a bad line to fix and run again: say what can be done instead
     assert "into a new queue and changefeed" in err[0] and "fix them" not in err[0], err[0]
     assert load_changefeed(tmp_path / "cf") == rows  # nothing more, nothing out of order
+
+
+# -- issue 29.4: a thread that a later replay brings -------------------------------------------
+
+
+@pytest.mark.parametrize("processes", [True, False], ids=["reader-processes", "reader-threads"])
+def test_a_thread_a_later_replay_brings_below_what_was_published_is_refused(tmp_path: Path, processes: bool):
+    """Replay threads 1 and 2 (taken as the complete input), then thread 3's files too:
+    its transactions interleave with what was published, so they cannot be published in
+    commit order. Refused, exit 3, one line naming the thread; never exit 0 with them lost."""
+    simulate(tmp_path / "full", threads=3, transactions=300, seed=29, records_per_file=200, compress_archived=False)
+    h = tmp_path / "h"
+    h.mkdir()
+    for f in (tmp_path / "full").glob("redo_[12]_*.jsonl"):
+        shutil.copy(f, h)
+    opts = PipelineOptions(reader_processes=processes)
+    replay(str(h), str(tmp_path / "q"), str(tmp_path / "cf"), opts)
+    rows = load_changefeed(tmp_path / "cf")
+    for f in (tmp_path / "full").glob("redo_3_*.jsonl"):
+        shutil.copy(f, h)
+    if processes:  # the CLI, as a user runs it: the error as printed, the exit code
+        cmd = [sys.executable, "-m", "olr_buffer.cli", "replay", str(h), "--queue", str(tmp_path / "q"),
+               "--changefeed", str(tmp_path / "cf")]
+        for _ in range(2):  # and the same again: still refused, nothing published
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
+            assert done.returncode == 3, done.stdout + done.stderr
+            err = [ln for ln in done.stderr.splitlines() if ln.strip()]
+            assert len(err) == 1, done.stderr
+            assert re.search(r"redo_3_1\.jsonl:1: record at scn \d+ is at or below commit scn \d+, already "
+                             r"published \(redo thread 3 is new to this queue", err[0]), err[0]
+            assert "replay the logs of every thread together into a new queue and changefeed" in err[0], err[0]
+    else:
+        with pytest.raises(OlrBufferError, match="redo thread 3 is new to this queue") as caught:
+            replay(str(h), str(tmp_path / "q"), str(tmp_path / "cf"), opts)
+        assert caught.value.exit_code == 3
+    assert load_changefeed(tmp_path / "cf") == rows
+    # what the hint says gives the whole changefeed
+    replay(str(h), str(tmp_path / "q2"), str(tmp_path / "cf2"), opts)
+    assert_changefeed_equal(load_changefeed(tmp_path / "cf2"), expected_changefeed(h).rows)
+
+
+def test_a_thread_a_later_replay_brings_above_what_was_published_is_published(tmp_path: Path):
+    """A thread whose records all lie above the last published commit (an instance that
+    started after the first period) is published exactly, with the next period of the others."""
+    h = tmp_path / "h"
+    h.mkdir()
+    (h / "redo_1_1.jsonl").write_text(lines(*tx("A", 10, "a")))
+    (h / "redo_2_1.jsonl").write_text(lines(*tx("B", 20, "b")))
+    replay(str(h), str(tmp_path / "q"), str(tmp_path / "cf"))
+    assert [r["xid"] for r in load_changefeed(tmp_path / "cf")] == ["A", "B"]
+    (h / "redo_3_1.jsonl").write_text(lines(*tx("C", 50, "c"), *tx("E", 70, "e")))
+    (h / "redo_1_2.jsonl").write_text(lines(*tx("D", 60, "d")))
+    summary = replay(str(h), str(tmp_path / "q"), str(tmp_path / "cf"))
+    assert summary.late_records == 0
+    assert_changefeed_equal(load_changefeed(tmp_path / "cf"), expected_changefeed(h).rows)
+    assert [r["xid"] for r in load_changefeed(tmp_path / "cf")] == ["A", "B", "C", "D", "E"]
 
 
 # -- issue 14: close ---------------------------------------------------------------------------

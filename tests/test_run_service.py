@@ -136,6 +136,41 @@ def test_a_signal_to_the_whole_process_group_is_a_clean_stop(tmp_path: Path, sig
     assert json.loads(status.stdout)["state"] == "stopped", status.stdout
 
 
+def _catches_sigterm(pid: int) -> bool:
+    """Whether process ``pid`` has a handler for SIGTERM (``SigCgt`` in /proc/PID/status)."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            mask = next(int(ln.split()[1], 16) for ln in fh if ln.startswith("SigCgt:"))
+    except (FileNotFoundError, StopIteration):
+        return False
+    return bool(mask & (1 << (signal.SIGTERM - 1)))
+
+
+@pytest.mark.parametrize("command", ["run", "replay"])
+def test_a_sigterm_while_the_command_starts_is_not_lost(tmp_path: Path, command: str):
+    """Issue 29.8: a SIGTERM in the first 0.1-0.2 s (imports) ended `run` with exit 143 and
+    no log line. From the moment the process can catch it (its first import), `run` stops
+    cleanly (exit 0, logged), `replay` ends as terminated (exit 143, one line)."""
+    simulate(tmp_path / "live", threads=2, transactions=50, seed=5, records_per_file=400, compress_archived=False)
+    cmd = run_cmd(tmp_path, "--log-level", "info") if command == "run" else [
+        sys.executable, "-m", "olr_buffer.cli", "replay", str(tmp_path / "live"), "--queue", str(tmp_path / "q"),
+        "--changefeed", str(tmp_path / "cf")]
+    proc = start(cmd)
+    deadline = time.monotonic() + 60
+    while not _catches_sigterm(proc.pid):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the process never caught SIGTERM"
+        time.sleep(0.0005)
+    code, err = stop(proc)
+    if command == "run":
+        assert code == 0, err
+        assert "received SIGTERM, stopping" in err and "stopped cleanly" in err, err
+    else:
+        assert code == 143, err
+        assert [ln for ln in err.splitlines() if ln.strip()] == [
+            "olr-buffer: terminated (SIGTERM); run the same command again: it resumes"], err
+
+
 def test_sequences_archived_right_after_their_log_switch(tmp_path: Path):
     """The capture switches to sequence s+1 and at once archives s as .jsonl.zst (temporary
     name, rename, plain file removed), while the service may still hold s: it reads on,

@@ -100,8 +100,9 @@ class Sink(TransactionSink, Protocol):
         """Drop what is not durable: the next run hands it over again."""
         ...
 
-    def release(self) -> None:
-        """Drop what is not durable and let go of the output (locks, leases)."""
+    def release(self, remove_if_unused: bool = False) -> None:
+        """Drop what is not durable and let go of the output (locks, leases);
+        ``remove_if_unused``: a refused run removes an output it made and never used."""
         ...
 
 

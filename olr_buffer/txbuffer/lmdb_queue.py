@@ -26,9 +26,10 @@ import bisect
 import errno
 import logging
 import os
+import stat
 import threading
 from collections import OrderedDict
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import lmdb
 
@@ -117,19 +118,27 @@ class LmdbQueue(TxQueue):
         self._closed = False
         self._lock_fd: int | None = None
         self._seg_dir = os.path.join(self.path, "segments")
-        if not os.path.isdir(self._seg_dir):
-            if not create or read_only:
-                raise QueueError(f"{self.path}: no queue here", hint="check --queue", path=self.path)
-            os.makedirs(self.path, mode=0o700, exist_ok=True)
-            os.makedirs(self._seg_dir, mode=0o700, exist_ok=True)
-        if not read_only:
-            for d in (self.path, self._seg_dir):
-                _owner_only(d)
+        self.created = False  # this object made the directory (see close_and_remove_if_unused)
+        try:
+            if not _is_dir(self._seg_dir):  # (a directory it may not enter: PermissionError)
+                if not create or read_only:
+                    raise QueueError(f"{self.path}: no queue here", hint="check --queue", path=self.path)
+                self.created = not os.path.lexists(self.path)
+                os.makedirs(self.path, mode=0o700, exist_ok=True)
+                os.makedirs(self._seg_dir, mode=0o700, exist_ok=True)
+            if not read_only:
+                for d in (self.path, self._seg_dir):
+                    _owner_only(d)
+        except OSError as exc:
+            raise _os_failure(exc, self.path, "open the queue directory") from None
         self._segments: list[_Segment] = []
         if not read_only:
             self._acquire_lock()
         try:
-            names = set(os.listdir(self._seg_dir))
+            try:
+                names = set(os.listdir(self._seg_dir))
+            except OSError as exc:
+                raise _os_failure(exc, self._seg_dir, "read the queue directory") from None
             for name in sorted(names):
                 first = parse_segment_name(name)
                 if first is not None:
@@ -158,6 +167,8 @@ class LmdbQueue(TxQueue):
     def _acquire_lock(self) -> None:
         try:
             self._lock_fd = pidlock.acquire(os.path.join(self.path, "LOCK"))
+        except OSError as exc:
+            raise _os_failure(exc, os.path.join(self.path, "LOCK"), "lock the queue") from None
         except pidlock.LockHeldError as held:
             raise QueueLockedError(
                 f"{self.path}: queue is in use by another process (pid {held.pid})",
@@ -501,6 +512,42 @@ class LmdbQueue(TxQueue):
             self._closed = True
             self._release_lock()
 
+    def close_and_remove_if_unused(self, ignore_meta: Iterable[bytes] = ()) -> bool:
+        """Close the queue and, if this object created its directory and it holds nothing
+        (no block, no metadata but ``ignore_meta``), remove the directory: a run refused
+        before it did anything leaves nothing behind. True if removed.
+
+        Removed under the lock, the lock file last: a process that opens the queue
+        meanwhile is refused (it is in use), or finds no queue and makes a new one, or
+        stops on a directory gone under it; never opens a segment being removed."""
+        if self._closed:
+            return False
+        if not (self.created and not self.read_only and self._next == 0 and set(self._meta) <= set(ignore_meta)):
+            self.close()
+            return False
+        with self._write_lock:
+            for seg in self._segments:
+                self._close_segment(seg)
+            self._closed = True
+            try:
+                for name in os.listdir(self._seg_dir):
+                    if parse_segment_name(name) is not None or name.endswith(_SEGMENT_SUFFIX + "-lock"):
+                        os.unlink(os.path.join(self._seg_dir, name))
+                os.rmdir(self._seg_dir)  # not if anything else is in it
+                if set(os.listdir(self.path)) != {"LOCK"}:
+                    return False
+                os.unlink(os.path.join(self.path, "LOCK"))
+            except OSError:
+                return False
+            finally:
+                self._release_lock()
+            try:
+                os.rmdir(self.path)
+            except OSError:
+                return False  # another process made a queue there meanwhile
+        log.debug("%s: removed the queue directory this run made: it holds nothing", self.path)
+        return True
+
     def _check_open(self) -> None:
         if self._closed:
             raise QueueError(f"{self.path}: queue is closed")
@@ -508,6 +555,28 @@ class LmdbQueue(TxQueue):
     def _check_writable(self) -> None:
         if self.read_only:
             raise QueueError(f"{self.path}: queue is opened read-only")
+
+
+def _is_dir(path: str) -> bool:
+    try:
+        return stat.S_ISDIR(os.stat(path).st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+
+
+def _os_failure(exc: OSError, path: str, doing: str) -> QueueError:
+    """One line for an OS error on the queue directory: ``PATH: cannot DOING: reason``,
+    and what to do (exit 1: the environment)."""
+    reason = (exc.strerror or str(exc)).splitlines()[0].lower()
+    where = exc.filename if isinstance(exc.filename, str) else path
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        hint = ("this user must be able to read and write the queue directory (and, to create it, its parent): "
+                "permissions, owner, read-only mount")
+    elif exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        hint = "free disk space, then run the same command again"
+    else:
+        hint = "check --queue"
+    return QueueError(f"{where}: cannot {doing}: {reason}", hint=hint, path=path)
 
 
 def _owner_only(path: str) -> None:

@@ -290,3 +290,96 @@ def test_dead_letter_quarantines_bad_lines_of_two_threads(work: Path) -> None:
     line = one_line_error(failed, code=EXIT_BAD_INPUT)
     firsts = [bad[0], bad[3]]  # the first bad line of thread 1 and of thread 2
     assert any(line.startswith(f"olr-buffer: error: {p}:{n}: ") and r in line for p, n, _, r in firsts), line
+
+
+# The dead-letter file on a full disk (issue 29.5)
+
+
+def _many_bad_lines(inp: Path, every: int = 9) -> list[tuple[str, int]]:
+    """Make every ``every``-th record line of thread 1 malformed and about 1 KB long;
+    returns their (file, line), and leaves the input without them beside it (``clean``)."""
+    clean = inp.parent / "clean"
+    shutil.copytree(inp, clean)
+    bad = []
+    for seq in sequences(inp, 1):
+        path = inp / next(p.name for p in inp.iterdir() if p.name.startswith(f"redo_1_{seq}.jsonl"))
+        lines = log_lines(path)
+        kept = []
+        for i, raw in enumerate(lines):
+            if i % every == every // 2 and b'"lwn"' not in raw:
+                lines[i] = raw.rstrip(b"\n")[:-1] + b" " + b"x" * 900 + b"\n"  # malformed JSON
+                bad.append((str(path), i + 1))
+            else:
+                kept.append(raw)
+        write_log(path, b"".join(lines))
+        write_log(clean / path.name, b"".join(kept))
+    return bad
+
+
+def _letters(dl: Path) -> list[dict]:
+    data = dl.read_bytes()
+    assert not data or data.endswith(b"\n"), f"a torn last line: {data[-80:]!r}"
+    return [json.loads(x) for x in data.splitlines()]  # every line is JSON
+
+
+@pytest.mark.parametrize("processes", [True, False], ids=["reader-processes", "reader-threads"])
+def test_dead_letter_file_on_a_full_disk_is_an_environment_error_and_loses_no_record(
+        work: Path, processes: bool) -> None:
+    """A dead-letter file that cannot take a bad record stops the run with exit 1 (not 3:
+    the input is fine) naming the dead-letter file; no part of the record stays in it, and
+    once there is space the same command quarantines every bad record (some maybe twice,
+    none lost) and publishes exactly the input without them."""
+    from olr_buffer.errors import EXIT_ERROR
+    from olr_buffer.pipeline import PipelineOptions
+    from olr_buffer.pipeline import replay as run_replay
+    from olr_buffer.dead_letters import DeadLetterError
+    from tests.fault_helpers import grow, tmpfs
+
+    inp = work / "input"
+    bad = _many_bad_lines(inp)
+    model = expected_changefeed(work / "clean")
+    dl_dir = work / "dead"
+    dl = dl_dir / "letters.jsonl"
+    opts = PipelineOptions(reader_processes=processes, dead_letter=str(dl))
+    with tmpfs(dl_dir, "16k"):
+        assert len(bad) * 1000 > 2 * 16384
+        with pytest.raises(DeadLetterError) as caught:
+            run_replay(str(inp), str(work / "q"), str(work / "cf"), opts)
+        assert caught.value.exit_code == EXIT_ERROR
+        assert str(caught.value).startswith(f"{dl}: cannot write the bad record of {inp}/redo_1_"), caught.value
+        assert "no space left on device" in str(caught.value), caught.value
+        letters = _letters(dl)
+        assert 0 < len(letters) < len(bad)
+        # the CLI: one line, exit 1
+        failed = replay(inp, work / "q", work / "cf", "--dead-letter", dl)
+        line = one_line_error(failed, f"{dl}: cannot write the bad record of ", "no space left on device", code=1)
+        assert "read failed" not in line, line
+        _letters(dl)
+        grow(dl_dir)
+        done = ok(replay(inp, work / "q", work / "cf", "--dead-letter", dl, "--json")).json()
+        letters = _letters(dl)
+    assert {(d["file"], d["line"]) for d in letters} == set(bad)
+    assert {(b["file"], b["line"]) for b in done["quarantined_lines"]} <= set(bad)
+    exact(work / "cf", model)
+
+
+def test_a_torn_last_line_of_the_dead_letter_file_is_cut_off_before_appending(work: Path) -> None:
+    """A line cut short (a kill, or a full disk before this was handled) is cut off before
+    the next line is appended, which would otherwise continue it: both would be lost to a
+    reader of JSON lines. The summary names this run's bad lines."""
+    inp = work / "input"
+    bad = _many_bad_lines(inp, every=40)
+    dl = work / "letters.jsonl"
+    earlier = b'{"file":"x","line":1,"reason":"r","raw":"y"}\n'
+    dl.write_bytes(earlier + b'{"file":"' + b"z" * 900)
+    dead = DeadLetters(str(dl))
+    dead.put("f", 7, "reason", b"raw\n")
+    dead.close()
+    assert [d["line"] for d in _letters(dl)] == [1, 7]
+    dl.write_bytes(earlier + b'{"file":"' + b"z" * 900)
+    done = ok(replay(inp, work / "q", work / "cf", "--dead-letter", dl, "--json"))
+    letters = _letters(dl)
+    assert letters[0]["file"] == "x" and {(d["file"], d["line"]) for d in letters[1:]} == set(bad)
+    assert sorted((b["file"], b["line"]) for b in done.json()["quarantined_lines"]) == sorted(bad)
+    assert "cut off a last line of 909 bytes" in done.stderr, done.stderr
+    exact(work / "cf", expected_changefeed(work / "clean"))

@@ -5,8 +5,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from olr_buffer.simulate import simulate
 from tests.cli.conftest import olr_buffer
+from tests.contract_model import assert_changefeed_equal, expected_changefeed, load_changefeed
 
 
 def _input(tmp: Path) -> list[Path]:
@@ -51,3 +54,32 @@ def test_a_symlink_within_the_input_is_followed(tmp_path: Path):
     os.symlink(Path("archive") / "kept.jsonl", last)
     r = _replay(tmp_path)
     assert r.returncode == 0, r.describe()
+
+
+@pytest.mark.parametrize("kind", ["dangling", "loop", "directory"])
+def test_a_log_name_that_leads_to_no_file_is_refused(tmp_path: Path, kind: str):
+    """Issue 29.8: a dangling or looping link (or a directory) with the name of the newest
+    sequence was skipped without a word, and its records were missing from a replay that
+    exited 0. It is refused, one line naming it; restored, the same command goes on."""
+    files = _input(tmp_path)
+    last = files[-1]
+    kept = tmp_path / "kept.jsonl"
+    os.rename(last, kept)
+    if kind == "dangling":
+        os.symlink("gone.jsonl", last)
+        reason = "symbolic link to gone.jsonl, which does not exist"
+    elif kind == "loop":
+        os.symlink(last.name, last)
+        reason = f"symbolic link to {last.name}, which cannot be followed: too many levels of symbolic links"
+    else:
+        last.mkdir()
+        reason = "named like a log file, but not a regular file"
+    r = _replay(tmp_path)
+    assert r.returncode == 3, r.describe()
+    assert r.stderr_lines == [f"olr-buffer: error: {last}: {reason} (hint: restore the log file, or remove what has "
+                              "its name)"], r.describe()
+    assert not (tmp_path / "cf").exists() or not any((tmp_path / "cf").glob("part-*")), r.describe()
+    last.rmdir() if kind == "directory" else last.unlink()
+    os.rename(kept, last)
+    assert _replay(tmp_path).returncode == 0
+    assert_changefeed_equal(load_changefeed(tmp_path / "cf"), expected_changefeed(tmp_path / "in").rows)

@@ -135,12 +135,15 @@ def os_failure(exc: OSError, path: str, doing: str) -> ChangefeedError:
 # -- directory and lock -------------------------------------------------------------------
 
 
-def prepare_dir(path: str, mode: int) -> None:
-    """Create the changefeed directory (with ``mode``) and ``_olr_buffer/`` if missing.
-    The owner of the lock gives an existing directory its mode (:func:`apply_mode`)."""
+def prepare_dir(path: str, mode: int) -> bool:
+    """Create the changefeed directory (with ``mode``) and ``_olr_buffer/`` if missing;
+    True if the directory was not there. The owner of the lock gives an existing directory
+    its mode (:func:`apply_mode`)."""
     meta = os.path.join(path, META_DIR)
+    created = False
     try:
         if not os.path.isdir(path):
+            created = not os.path.lexists(path)
             os.makedirs(path, mode=mode, exist_ok=True)
         if not os.path.isdir(meta):
             os.mkdir(meta, META_MODE)
@@ -149,6 +152,7 @@ def prepare_dir(path: str, mode: int) -> None:
     except OSError as exc:
         raise os_failure(exc, exc.filename or path, "create the changefeed directory") from None
     prepare_tmp_dir(path)
+    return created
 
 
 def prepare_tmp_dir(path: str) -> None:
@@ -162,6 +166,42 @@ def prepare_tmp_dir(path: str) -> None:
         pass
     except OSError as exc:
         raise os_failure(exc, tmp, "create the changefeed's temporary directory") from None
+
+
+def remove_unused(path: str, lock: "ChangefeedLock") -> bool:
+    """Remove the changefeed directory ``path``, made by this run and holding no published
+    file, and release ``lock`` (its writer's, held by nobody else in this process): a run
+    refused before it published anything leaves nothing behind. True if removed.
+
+    Only olr-buffer's metadata is removed, under the lock, the lock file last: a process
+    that opens the changefeed meanwhile is refused (it is in use), or finds none and makes
+    a new one, or stops on a directory gone under it. Anything else in it: it stays."""
+    meta = os.path.join(path, META_DIR)
+    with _HELD_GUARD:
+        entry = _HELD.get(lock._key)
+        sole = entry is not None and entry[1] == 1
+    try:
+        if not sole or set(os.listdir(path)) != {META_DIR}:
+            return False
+        for name in os.listdir(meta):
+            if name != LOCK:
+                full = os.path.join(meta, name)
+                if os.path.isdir(full) and not os.path.islink(full):
+                    os.rmdir(full)  # not if anything is in it
+                else:
+                    os.unlink(full)
+        os.unlink(os.path.join(meta, LOCK))
+    except OSError:
+        return False
+    finally:
+        lock.release()
+    try:
+        os.rmdir(meta)
+        os.rmdir(path)
+    except OSError:
+        return False  # another process made a changefeed there meanwhile
+    log.debug("%s: removed the changefeed directory this run made: nothing was published", path)
+    return True
 
 
 def apply_mode(path: str, mode: int) -> None:

@@ -60,6 +60,7 @@ from .layout import (  # noqa: F401  (MANIFEST, META_DIR, PUBLISHED_LOG, read_fo
     read_footer,
     read_manifest,
     remove_own_temporaries,
+    remove_unused,
     set_file_modes,
     verify_pages,
     write_manifest,
@@ -144,7 +145,7 @@ class ChangefeedWriter:
         self.owner: ChangefeedOwner | None = None  # the queue (and source) that writes it
         self._found: list[tuple[int, int, int, str | None]] = []  # see published_since
         self._last_file: PublishedFile | None = None
-        prepare_dir(self.path, mode)
+        self.created = prepare_dir(self.path, mode)  # (see release)
         self._lock: ChangefeedLock | None = ChangefeedLock(self.path, writer=True)
         try:
             apply_mode(self.path, mode)
@@ -574,13 +575,19 @@ class ChangefeedWriter:
         self.flush()
         self.release()
 
-    def release(self) -> None:
+    def release(self, remove_if_unused: bool = False) -> None:
         """Drop what is not published and release the changefeed's lock (the writer is
-        done; the transactions it held are published again by the next run)."""
+        done; the transactions it held are published again by the next run).
+        ``remove_if_unused``: a directory this writer made, where nothing is published,
+        is removed (:func:`remove_unused`): a refused run leaves nothing behind."""
         self.abandon()
-        if self._lock is not None:
-            self._lock.release()
-            self._lock = None
+        lock, self._lock = self._lock, None
+        if lock is None:
+            return
+        if remove_if_unused and self.created and self.files_published == 0 and self.next_tx_seq == 0:
+            remove_unused(self.path, lock)
+        else:
+            lock.release()
 
     def abandon(self) -> None:
         """Drop the unpublished file (its transactions will be published again on restart)."""

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from ...errors import EXIT_BAD_INPUT, OlrBufferError
+import errno
+
+from ...errors import EXIT_BAD_INPUT, EXIT_ERROR, OlrBufferError
 
 
 class InputError(OlrBufferError):
@@ -20,3 +22,19 @@ class InputError(OlrBufferError):
 
 class MissingSequenceError(InputError):
     """A thread's sequences are not contiguous."""
+
+
+class InputUnreadableError(InputError):
+    """The input cannot be read (its permissions, an I/O error): the environment, not bad
+    input (exit 1, which a supervisor retries). Once it is readable, the same command
+    resumes there."""
+
+    exit_code = EXIT_ERROR
+
+    def __init__(self, path: str, line: int | None, doing: str, exc: OSError) -> None:
+        reason = (exc.strerror or str(exc)).splitlines()[0].lower()
+        if exc.errno in (errno.EACCES, errno.EPERM):
+            hint = "the input directory and its log files must be readable by this user; the same command resumes"
+        else:
+            hint = "check the disk of the input; the same command resumes"
+        super().__init__(path, line, f"cannot {doing}: {reason}", hint=hint)

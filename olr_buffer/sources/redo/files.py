@@ -10,7 +10,7 @@ from typing import BinaryIO
 
 import zstandard
 
-from .errors import InputError, MissingSequenceError
+from .errors import InputError, InputUnreadableError, MissingSequenceError
 
 _NAME = re.compile(r"redo_([0-9]+)_([0-9]+)\.jsonl(\.zst)?")  # matched whole: fullmatch
 
@@ -145,6 +145,8 @@ def scan(input_dir: str) -> dict[int, dict[int, LogFile]]:
         raise InputError(input_dir, None, "input directory does not exist") from None
     except NotADirectoryError:
         raise InputError(input_dir, None, "not a directory") from None
+    except OSError as exc:
+        raise InputUnreadableError(input_dir, None, "list the input directory", exc) from None
     threads: dict[int, dict[int, LogFile]] = {}
     for name in names:
         parsed = parse_name(name)
@@ -191,9 +193,25 @@ def require_log_files(input_dir: str) -> None:
 
 def is_log_file(input_dir: str, path: str) -> bool:
     """Whether ``path`` (in ``input_dir``) is a regular file to read. A symbolic link is
-    followed only if it stays inside the input directory; one that leads out is refused."""
+    followed only if it stays inside the input directory; one that leads out is refused,
+    and so is one that leads nowhere (dangling, a loop) or a name of a log that is not a
+    regular file: its records would be missing without a word."""
     if not os.path.isfile(path):
-        return False
+        if os.path.islink(path):
+            target = os.readlink(path)
+            try:
+                os.stat(path)
+            except FileNotFoundError:
+                reason = f"symbolic link to {target}, which does not exist"
+            except OSError as exc:
+                reason = f"symbolic link to {target}, which cannot be followed: {(exc.strerror or str(exc)).lower()}"
+            else:
+                reason = f"symbolic link to {target}, which is not a regular file"
+        elif os.path.lexists(path):
+            reason = "named like a log file, but not a regular file"
+        else:
+            return False  # not there (any more)
+        raise InputError(path, None, reason, hint="restore the log file, or remove what has its name")
     if os.path.islink(path):
         target = os.path.realpath(path)
         root = os.path.realpath(input_dir)

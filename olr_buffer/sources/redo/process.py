@@ -147,8 +147,9 @@ def _child_main(conn, stop_conn, parent_pid, input_dir, thread, files, pos_bytes
     start_child(parent_pid)
     os.nice(READER_NICENESS)
     reader_ref: list = []
-    dead = DeadLetters(dead_letter_path) if dead_letter_path else None
+    dead = None
     try:
+        dead = DeadLetters(dead_letter_path) if dead_letter_path else None
         reader = ThreadReader(
             _PipeQueue(conn, reader_ref),
             input_dir,

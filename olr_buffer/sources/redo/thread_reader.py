@@ -27,10 +27,10 @@ from ...changes import (
     RecordError,
     encode_record,
 )
+from ...dead_letters import DeadLetterError, DeadLetters
 from ...faults import fault_point
 from ...txbuffer import BlockAppender
-from ...dead_letters import DeadLetters
-from .errors import InputError, MissingSequenceError
+from .errors import InputError, InputUnreadableError, MissingSequenceError
 from .files import (
     CorruptCompressedFile,
     LogFile,
@@ -403,8 +403,10 @@ class ThreadReader:
         st = [pos.line, pos.offset, pos.scn, pos.sub]
         try:
             fh = lf.open()
-        except OSError as exc:
+        except FileNotFoundError as exc:
             raise InputError(lf.path, None, f"cannot open: {exc.strerror}") from None
+        except OSError as exc:
+            raise InputUnreadableError(lf.path, None, "open it", exc) from None
         with fh:
             try:
                 _skip(fh, st[1], lf, st[0])
@@ -424,8 +426,9 @@ class ThreadReader:
                 self._flush()
                 if truncated_ok and isinstance(exc, TruncatedCompressedFile):
                     raise
-                reason = str(exc) if isinstance(exc, CorruptCompressedFile) else f"read failed: {exc}"
-                raise InputError(lf.path, st[0] + 1, reason) from None
+                if isinstance(exc, OSError):  # the disk, not the input
+                    raise InputUnreadableError(lf.path, st[0] + 1, "read it", exc) from None
+                raise InputError(lf.path, st[0] + 1, str(exc)) from None
         pos.line, pos.offset, pos.scn, pos.sub = st
         return st[0] - first_line
 
@@ -653,7 +656,7 @@ class ThreadReader:
             if self.dead_letters is None:
                 pos.line, pos.offset, pos.scn, pos.sub = line - 1, offset, last_scn, last_sub
                 self._flush()
-                hint = (BelowPublishedError.hint if isinstance(exc, BelowPublishedError)
+                hint = (exc.hint if isinstance(exc, BelowPublishedError)
                         else _further_bad_lines(src, raw, line, last_scn, last_sub, limit, final))
                 raise InputError(lf.path, line, str(exc), hint=hint) from None
             if len(raw) >= limit:
@@ -661,7 +664,12 @@ class ThreadReader:
                 if not final and not rest.endswith(b"\n"):
                     return _BREAK  # still being written: quarantine it whole, later
                 raw += rest
-            self.dead_letters.put(lf.path, line, str(exc), raw)
+            try:
+                self.dead_letters.put(lf.path, line, str(exc), raw)
+            except DeadLetterError:  # not taken: what was accepted before it is kept, it is read again
+                pos.line, pos.offset, pos.scn, pos.sub = line - 1, offset, last_scn, last_sub
+                self._flush()
+                raise
             st[0], st[1] = line, offset + len(raw)
             return _OK
         offset += len(raw)
@@ -706,10 +714,16 @@ class ThreadReader:
     def _above_floor(self, scn: int) -> None:
         floor = self.floor()  # type: ignore[misc]
         if scn <= floor:
-            after = "a close of this thread" if self._builder.closed or self.pos.closed else "the start of this run"
+            if self._builder.closed or self.pos.closed:
+                why, hint = "the first record after a close of this thread", None
+            elif self.pos.scn < 0:
+                # no record of this thread in the queue: commits were published without it
+                why, hint = f"redo thread {self.thread} is new to this queue, and its first record", NEW_THREAD_HINT
+            else:
+                why, hint = "the first record after the start of this run", None
             raise BelowPublishedError(
-                f"record at scn {scn} is at or below commit scn {floor}, already published (the first record "
-                f"after {after} must lie above every published commit)"
+                f"record at scn {scn} is at or below commit scn {floor}, already published ({why} must lie above "
+                "every published commit)", hint=hint
             )
         self._check_floor = False
 
@@ -734,6 +748,17 @@ class BelowPublishedError(RecordError):
 
     hint = ("the changefeed already holds later commits: what is added to its input must lie above them "
             "(the logs the capture writes next); to read other logs, replay them into a new queue and changefeed")
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        if hint is not None:
+            self.hint = hint
+
+
+#: A thread's first records below what was published without it (see ``_above_floor``).
+NEW_THREAD_HINT = ("this queue published commits without this thread (a replay takes its input as complete), "
+                   "and its records at or below them cannot be added in commit order: replay the logs of every "
+                   "thread together into a new queue and changefeed")
 
 
 #: How much of a file the scan after a bad line reads at most.
