@@ -21,17 +21,23 @@ from .dispatcher.checkpoint import TransactionState, decode_checkpoint
 from .dispatcher.errors import damaged_checkpoint
 from .errors import OlrBufferError, printable
 from .reader.position import POSITION_PREFIX, load_positions
+from .serve.status import receivers_status, render_receivers
 from .service import iso_time, read_failure
 from .spark_sink.layout import read_manifest
 from .txbuffer import LmdbQueue, cleanup_candidates, held_segments
 from .txbuffer.metadata import CHECKPOINT_KEY, POSTGRES_POSITION_KEY, QUEUE_ID_KEY, load_json
 
 
-def queue_status(queue_dir: str) -> dict:
+def queue_status(queue_dir: str, *, changefeed: str | None = None, serve_state: str | None = None) -> dict:
+    """The queue's status, with ``"receivers"``: those that ``serve`` serves its changefeed
+    (or ``changefeed``) to, from ``serve_state`` or the changefeed's own state directory."""
     try:
-        return _queue_status(queue_dir)
+        doc = _queue_status(queue_dir)
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
         raise damaged_checkpoint(queue_dir, exc) from exc
+    changefeed = changefeed or (doc["changefeed"] or {}).get("path")
+    doc["receivers"] = receivers_status(changefeed, serve_state) if changefeed else []
+    return doc
 
 
 def _queue_status(queue_dir: str) -> dict:
@@ -195,7 +201,7 @@ def _owner(queue_dir: str) -> dict:
 
 def render(doc: dict) -> str:
     """The status as a few lines of text; data in it (XIDs, paths) is shown escaped."""
-    return "\n".join(printable(line) for line in _lines(doc))
+    return "\n".join(printable(line) for line in _lines(doc) + render_receivers(doc.get("receivers", [])))
 
 
 def _lines(doc: dict) -> list[str]:

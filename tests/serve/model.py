@@ -13,7 +13,7 @@ OPS = {"c": "c", "u": "u", "d": "d", "ddl": "ddl", "r": "c", "t": "ddl"}
 
 def expected_messages(rows: list[dict[str, Any]], database: str) -> list[dict]:
     """Every message of the stream, in order, as parsed JSON: ``rows`` are the
-    changefeed's rows in ``(tx_seq, op_seq)`` order."""
+    changefeed's rows in ``(tx_seq, op_seq)`` order (``load_changefeed``'s)."""
     out: list[dict] = []
     c_scn_before, idx = None, 0
     for _tx_seq, tx_rows in groupby(rows, key=lambda r: r["tx_seq"]):
@@ -39,9 +39,9 @@ def expected_messages(rows: list[dict[str, Any]], database: str) -> list[dict]:
                 payload["schema"]["obj"] = r["obj"]
             if r["rid"] is not None:
                 payload["rid"] = r["rid"]
-            for key in ("before", "after"):
+            for key in ("before", "after"):  # JSON text in the file (load_changefeed parses it)
                 if r[key] is not None:
-                    payload[key] = json.loads(r[key])
+                    payload[key] = json.loads(r[key]) if isinstance(r[key], str) else r[key]
             if r["op"] == "t":
                 owner, table = (r["owner"].replace('"', '""'), r["table"].replace('"', '""'))
                 payload["sql"] = f'TRUNCATE TABLE "{owner}"."{table}"'
