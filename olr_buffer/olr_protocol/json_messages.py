@@ -108,7 +108,6 @@ class MessageBuilder:
         self._db = _q(database)
         self.start = start
         self.skipping = start > Position(0, 0)
-        self.last: Position | None = None
         self.messages = 0
         self.transactions = 0
         self.bytes = 0
@@ -118,7 +117,13 @@ class MessageBuilder:
         self._c_tm = ""
         self._xid = ""
         self._idx = 0  # c_idx of the next message
+        self._last = (-1, -1)  # position of the last message made
         self._schemas: dict[tuple, str] = {}
+
+    @property
+    def last(self) -> Position | None:
+        """The position of the last message made, or None."""
+        return None if self._last[0] < 0 else Position(*self._last)
 
     def add(self, batch, start_row: int = 0, max_bytes: int = 1 << 20) -> tuple[bytes, int]:
         """Messages of ``batch``'s rows from ``start_row`` on, framed, until they reach
@@ -129,85 +134,106 @@ class MessageBuilder:
         txs, c_scns, c_tms, xids, ops, scns, tms, owners, tables, objs, rids, befores, afters, sqls = cols
         out: list[bytes] = []
         put = out.append
-        size = 0
+        dumps = orjson.dumps
+        size = made = transactions = 0
         n = len(txs)
         i = 0
-        skipping = self.skipping
-        start = self.start
-        db = self._db
-        schemas = self._schemas
-        while i < n:
-            tx = txs[i]
-            if tx != self._tx:
-                if self._tx is not None:
-                    size += self._commit(put, skipping)
-                    skipping = self.skipping
-                c_scn = c_scns[i]
-                if c_scn != self._c_scn:
-                    if c_scn < self._c_scn:
-                        raise StreamError(
-                            f"transaction tx_seq {tx} has c_scn {c_scn}, below the c_scn {self._c_scn} before it: "
-                            "the changefeed is not in commit order",
-                            tx_seq=tx, c_scn=c_scn)
-                    self._c_scn = c_scn
-                    self._idx = 0
-                self._tx = tx
-                c_tm = c_tms[i]
-                self._c_tm = "" if c_tm is None else _TM % c_tm
-                self._xid = _XID % (_q(xids[i]), db)
-                if skipping and (c_scn, self._idx) >= start:
-                    skipping = self.skipping = False
-                if not skipping:
-                    text = (_HEAD % (scns[i], self._c_tm, c_scn, self._idx, self._xid) + _BEGIN_TAIL).encode()
-                    put(pack_length(len(text)))
-                    put(text)
-                    size += len(text) + 4
-                    self.messages += 1
-                    self.last = Position(c_scn, self._idx)
-                self._idx += 1
-            idx = self._idx
-            self._idx = idx + 1
-            if skipping:
-                if (self._c_scn, idx) < start:
-                    i += 1
-                    continue
-                skipping = self.skipping = False
-            owner, table, obj = owners[i], tables[i], objs[i]
-            key = (owner, table, obj)
-            schema = schemas.get(key)
-            if schema is None:
-                doc = {OWNER: owner, TABLE: table}
-                if obj is not None:
-                    doc[OBJ] = obj
-                schema = schemas[key] = orjson.dumps(doc).decode()
-                if len(schemas) > 100_000:  # a changefeed of very many tables: keep memory flat
-                    schemas.clear()
-            op = ops[i]
-            parts = [_HEAD % (scns[i], self._c_tm if tms[i] is None else _TM % tms[i], self._c_scn, idx, self._xid),
-                     _op_text(op, tx), _SCHEMA, schema]
-            rid = rids[i]
-            if rid is not None:
-                parts += (_RID, _q(rid))
-            value = befores[i]
-            if value is not None:
-                parts += (_BEFORE, value)
-            value = afters[i]
-            if value is not None:
-                parts += (_AFTER, value)
-            value = sqls[i] if op != "t" else truncate_sql(owner, table)
-            if value is not None:
-                parts += (_SQL, _q(value))
-            parts.append(_ROW_TAIL)
-            text = "".join(parts).encode()
-            put(pack_length(len(text)) if len(text) < LONG_LENGTH else frame_header(len(text)))
-            put(text)
-            size += len(text) + 4
-            self.messages += 1
-            self.last = Position(self._c_scn, idx)
-            i += 1
-            if size >= max_bytes:
-                break
-        self.bytes += size
+        # the state, in locals for the loop (written back below)
+        skipping, start, db, schemas = self.skipping, self.start, self._db, self._schemas
+        tx_open, c_scn, c_tm_text, xid_text, idx, last = self._tx, self._c_scn, self._c_tm, self._xid, self._idx, self._last
+        try:
+            while i < n:
+                tx = txs[i]
+                if tx != tx_open:
+                    if tx_open is not None:  # the commit of the one before
+                        if skipping and (c_scn, idx) < start:
+                            idx += 1
+                        else:
+                            skipping = False
+                            text = (_HEAD % (c_scn, c_tm_text, c_scn, idx, xid_text) + _COMMIT_TAIL).encode()
+                            put(pack_length(len(text)))
+                            put(text)
+                            size += len(text) + 4
+                            made += 1
+                            transactions += 1
+                            last = (c_scn, idx)
+                            idx += 1
+                    tx_c_scn = c_scns[i]
+                    if tx_c_scn != c_scn:
+                        if tx_c_scn < c_scn:
+                            raise StreamError(
+                                f"transaction tx_seq {tx} has c_scn {tx_c_scn}, below the c_scn {c_scn} before it: "
+                                "the changefeed is not in commit order",
+                                tx_seq=tx, c_scn=tx_c_scn)
+                        c_scn = tx_c_scn
+                        idx = 0
+                    tx_open = tx
+                    c_tm = c_tms[i]
+                    c_tm_text = "" if c_tm is None else _TM % c_tm
+                    xid_text = _XID % (dumps(xids[i]).decode(), db)
+                    if skipping and (c_scn, idx) < start:
+                        idx += 1
+                    else:
+                        skipping = False
+                        text = (_HEAD % (scns[i], c_tm_text, c_scn, idx, xid_text) + _BEGIN_TAIL).encode()
+                        put(pack_length(len(text)))
+                        put(text)
+                        size += len(text) + 4
+                        made += 1
+                        last = (c_scn, idx)
+                        idx += 1
+                if skipping:
+                    if (c_scn, idx) < start:
+                        idx += 1
+                        i += 1
+                        continue
+                    skipping = False
+                owner, table, obj = owners[i], tables[i], objs[i]
+                schema = schemas.get((owner, table, obj))
+                if schema is None:
+                    doc = {OWNER: owner, TABLE: table}
+                    if obj is not None:
+                        doc[OBJ] = obj
+                    if len(schemas) > 100_000:  # a changefeed of very many tables: keep memory flat
+                        schemas.clear()
+                    schema = schemas[(owner, table, obj)] = dumps(doc).decode()
+                op = ops[i]
+                op_text = _OP_TEXT.get(op)
+                if op_text is None:
+                    raise StreamError(f"transaction tx_seq {tx}: op {op!r} is not one the protocol can carry",
+                                      tx_seq=tx)
+                tm = tms[i]
+                parts = [_HEAD % (scns[i], c_tm_text if tm is None else _TM % tm, c_scn, idx, xid_text),
+                         op_text, _SCHEMA, schema]
+                value = rids[i]
+                if value is not None:
+                    parts += (_RID, dumps(value).decode())
+                value = befores[i]
+                if value is not None:
+                    parts += (_BEFORE, value)
+                value = afters[i]
+                if value is not None:
+                    parts += (_AFTER, value)
+                value = sqls[i] if op != "t" else truncate_sql(owner, table)
+                if value is not None:
+                    parts += (_SQL, dumps(value).decode())
+                parts.append(_ROW_TAIL)
+                text = "".join(parts).encode()
+                put(pack_length(len(text)) if len(text) < LONG_LENGTH else frame_header(len(text)))
+                put(text)
+                size += len(text) + 4
+                made += 1
+                last = (c_scn, idx)
+                idx += 1
+                i += 1
+                if size >= max_bytes:
+                    break
+        finally:
+            self.skipping, self._tx, self._c_scn, self._c_tm, self._xid, self._idx, self._last = (
+                skipping, tx_open, c_scn, c_tm_text, xid_text, idx, last)
+            self.messages += made
+            self.transactions += transactions
+            self.bytes += size
         return b"".join(out), start_row + i
 
     def end_of_file(self) -> bytes:
@@ -215,32 +241,19 @@ class MessageBuilder:
         transactions), or nothing."""
         if self._tx is None:
             return b""
-        out: list[bytes] = []
-        self.bytes += self._commit(out.append, self.skipping)
         self._tx = None
-        return b"".join(out)
-
-    def _commit(self, put, skipping: bool) -> int:
         idx = self._idx
         self._idx = idx + 1
-        if skipping:
+        if self.skipping:
             if (self._c_scn, idx) < self.start:
-                return 0
+                return b""
             self.skipping = False
         text = (_HEAD % (self._c_scn, self._c_tm, self._c_scn, idx, self._xid) + _COMMIT_TAIL).encode()
-        put(pack_length(len(text)))
-        put(text)
         self.messages += 1
         self.transactions += 1
-        self.last = Position(self._c_scn, idx)
-        return len(text) + 4
+        self.bytes += len(text) + 4
+        self._last = (self._c_scn, idx)
+        return pack_length(len(text)) + text
 
 
 _OP_TEXT = {op: f'"{CHANGEFEED_OPS[op]}"' for op in CHANGEFEED_OPS}
-
-
-def _op_text(op: str, tx: int) -> str:
-    text = _OP_TEXT.get(op)
-    if text is None:
-        raise StreamError(f"transaction tx_seq {tx}: op {op!r} is not one the protocol can carry", tx_seq=tx)
-    return text
