@@ -138,7 +138,7 @@ def _log_level(own: str | None, default: str) -> str:
     return own or click.get_current_context().meta.get("olr_buffer.log_level") or default
 
 
-_CONFIG_ALIASES = {"input": "input_dir", "queue": "queue_dir", "changefeed": "changefeed_dir"}
+_CONFIG_ALIASES = {"input": "input_dir", "queue": "queue_dir", "changefeed": "changefeed_dir", "state": "state_dir"}
 
 
 def _load_config(ctx: click.Context, param, value):

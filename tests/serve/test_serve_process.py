@@ -164,7 +164,8 @@ def test_what_serve_refuses_at_start(changefeed, tmp_path: Path):
 
 def test_a_state_directory_of_its_own(changefeed, tmp_path: Path):
     cf, everything = changefeed
-    serve = ServeProcess(cf, "--state", str(tmp_path / "state"))
+    (tmp_path / "serve.toml").write_text(f'state = "{tmp_path / "state"}"\n')  # --state, from a --config file
+    serve = ServeProcess(cf, "--config", str(tmp_path / "serve.toml"))
     commit = next(i for i, m in enumerate(everything) if m["payload"][0]["op"] == "commit")
     with serve.receiver() as r:
         r.debezium_handshake()
