@@ -51,6 +51,8 @@ log = logging.getLogger("olr_buffer.serve")
 _READ, _WRITE = selectors.EVENT_READ, selectors.EVENT_WRITE
 #: Bad requests a connection may send before it is closed.
 MAX_BAD_REQUESTS = 16
+#: Bytes of replies that may wait for a receiver in the handshake before it is closed.
+MAX_UNREAD_REPLIES = 64 << 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,6 +293,9 @@ class Server:
             resp.c_scn, resp.c_idx = pos
         self._queue(conn, frame(resp.encode()))
         self._flush(conn)
+        if self.conn is conn and conn.stream is None and conn.pending > MAX_UNREAD_REPLIES:
+            self._close(conn, f"the receiver reads none of its replies ({conn.pending:,} bytes waiting)",
+                        level=logging.WARNING)
 
     # -- the stream ----------------------------------------------------------------------
 

@@ -213,6 +213,28 @@ def test_bad_requests_are_answered_logged_and_the_server_stays_up(changefeed, ca
         assert line in log, line
 
 
+@pytest.mark.slow  # the kernel's buffers take megabytes of replies first
+def test_a_receiver_that_asks_without_reading_the_answers_is_closed(changefeed, caplog):
+    cf, everything = changefeed
+    with serving(cf) as server:
+        r = connect(server)
+        r.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        wait_for(lambda: server.conn is not None, what="the connection being accepted")
+        info = struct.pack("<I", 6) + b"\x12\x04ORCL"  # INFO for ORCL: READY, 4 bytes each
+        t0 = time.monotonic()
+        try:
+            while server.conn is not None and time.monotonic() - t0 < 60:
+                r.sock.sendall(info * 10_000)
+        except OSError:
+            pass  # closed under it
+        wait_for(lambda: server.conn is None, what="the connection being closed")
+        r.close()
+        with connect(server) as r:  # the next one is served
+            r.debezium_handshake()
+            assert r.messages(len(everything)) == everything
+    assert "the receiver reads none of its replies" in caplog.text
+
+
 def test_a_connection_that_says_nothing_is_closed(changefeed):
     cf, _ = changefeed
     with serving(cf, handshake_seconds=0.5) as server, connect(server) as r:
