@@ -174,11 +174,10 @@ class StateStore:
             pass  # status then shows less; serving goes on
 
     def release(self) -> None:
-        for path in (self.session_path,):
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
+        try:
+            os.unlink(self.session_path)
+        except OSError:
+            pass
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -160,6 +161,21 @@ def test_what_serve_refuses_at_start(changefeed, tmp_path: Path):
     (cf / "_olr_buffer" / "serve" / "ORCL.json").write_text("{")
     damaged = run_cli("serve", str(cf), "--listen", "127.0.0.1:0", "--database", "ORCL")
     assert damaged.returncode == 1 and "cannot read the receiver's confirmed position" in damaged.stderr
+
+
+def test_a_position_that_cannot_be_stored_stops_serve(changefeed, tmp_path: Path):
+    """A confirm is a promise to the receiver: when it cannot be kept, serve stops (exit 1)
+    rather than go on with a position that a restart would not know."""
+    cf, everything = changefeed
+    serve = ServeProcess(cf, "--state", str(tmp_path / "state"))
+    with serve.receiver() as r:
+        r.debezium_handshake()
+        got = r.messages(5)
+        shutil.rmtree(tmp_path / "state")
+        (tmp_path / "state").write_text("not a directory")
+        r.confirm(*position(got[-1]))
+        assert serve.proc.wait(30) == 1
+    assert "cannot store the receiver's position" in serve.log and "Traceback" not in serve.log
 
 
 def test_a_state_directory_of_its_own(changefeed, tmp_path: Path):
