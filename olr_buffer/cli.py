@@ -36,7 +36,7 @@ if __name__ == "__main__" or os.path.basename(sys.argv[0]) == "olr-buffer":
 import click
 
 from . import __version__
-from .errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_TERMINATED, OlrBufferError, Terminated
+from .errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_TERMINATED, OlrBufferError, Terminated, printable
 
 #: Environment variables: ``OLR_BUFFER_<OPTION>`` for the group's options,
 #: ``OLR_BUFFER_<COMMAND>_<OPTION>`` for a command's (``OLR_BUFFER_RUN_QUEUE``).
@@ -163,7 +163,7 @@ def _log_level(own: str | None, default: str) -> str:
     return own or click.get_current_context().meta.get("olr_buffer.log_level") or default
 
 
-_CONFIG_ALIASES = {"input": "input_dir", "queue": "queue_dir", "changefeed": "changefeed_dir"}
+_CONFIG_ALIASES = {"input": "input_dir", "queue": "queue_dir", "changefeed": "changefeed_dir", "state": "state_dir"}
 
 
 def _load_config(ctx: click.Context, param, value):
@@ -485,16 +485,99 @@ def _serve(input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_i
 
 @main.command()
 @config_option
-@click.option("--queue", "queue_dir", required=True, type=_DIR, help="Queue directory.")
+@click.option("--queue", "queue_dir", type=_DIR, help="Queue directory.")
+@click.option("--changefeed", "changefeed_dir", type=_DIR,
+              help="Changefeed whose serve receivers to show (default: the queue's); alone, only them.")
+@click.option("--serve-state", type=_DIR, default=None,
+              help="serve's --state directory, if not the changefeed's own.")
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
 @clean_errors
-def status(queue_dir, as_json) -> None:
+def status(queue_dir, changefeed_dir, serve_state, as_json) -> None:
     """Show what the queue holds: segments, open transactions, readers, watermark,
-    last published transaction, what cleanup may free. Safe while a service runs."""
+    last published transaction, what cleanup may free, and the receivers that `serve`
+    serves its changefeed to (confirmed position, lag). Safe while a service runs."""
     from .status import queue_status, render
 
-    doc = queue_status(queue_dir)
-    click.echo(json.dumps(doc, indent=2) if as_json else render(doc))
+    if queue_dir:
+        doc = queue_status(queue_dir, changefeed=changefeed_dir, serve_state=serve_state)
+        click.echo(json.dumps(doc, indent=2) if as_json else render(doc))
+        return
+    if not changefeed_dir:
+        raise click.UsageError("give --queue QUEUE_DIR, --changefeed CHANGEFEED_DIR, or both")
+    from .serve import receivers_status, render_receivers
+
+    doc = {"changefeed": os.path.abspath(changefeed_dir), "receivers": receivers_status(changefeed_dir, serve_state)}
+    lines = render_receivers(doc["receivers"]) or [f"no serve state for {doc['changefeed']}"]
+    click.echo(json.dumps(doc, indent=2) if as_json else "\n".join(printable(line) for line in lines))
+
+
+def _listen_address(ctx, param, value):
+    """``HOST:PORT`` (``[::1]:9000`` for IPv6) -> ``(host, port)``."""
+    if value is None:
+        return None
+    host, sep, port = str(value).rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise click.BadParameter(f"{value!r} is not HOST:PORT (127.0.0.1:9000, [::1]:9000)", ctx=ctx, param=param)
+    return host.removeprefix("[").removesuffix("]"), int(port)
+
+
+@main.command()
+@click.argument("changefeed_dir", type=click.Path(file_okay=False))
+@config_option
+@click.option("--listen", "listen", required=True, callback=_listen_address,
+              help="HOST:PORT to listen on for the receiver (0.0.0.0:9000 on every IPv4 address).")
+@click.option("--database", required=True,
+              help="The database name receivers ask for (their database_name); also the messages' db.")
+@click.option("--state", "state_dir", type=click.Path(file_okay=False), default=None,
+              help="Directory of the receiver's confirmed position (default: CHANGEFEED/_olr_buffer/serve).")
+@click.option("--poll-interval", type=click.FloatRange(min=0.01), default=0.2, show_default=True,
+              help="Seconds between two looks for newly published files once the receiver has everything.")
+@click.option("--stall-timeout", type=click.FloatRange(min=1), default=60.0, show_default=True,
+              help="Close the connection of a receiver that takes no byte of the stream for this many seconds.")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
+              help="Serve Prometheus metrics on this port (off by default).")
+@click.option("--metrics-host", default="127.0.0.1", show_default=True, help="Address for the metrics (loopback by default).")
+@click.option("--log-level", type=_LOG_LEVELS, default=None, help="Log level (default: the group's, else info).")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="json: one object per line (ts ISO-8601, level, logger, msg, and facts as fields).")
+@click.option("--no-sync", is_flag=True,
+              help="DURABILITY TRADE-OFF: store confirmed positions without fsync; a machine crash may lose the last.")
+@clean_errors
+def serve(changefeed_dir, listen, database, state_dir, poll_interval, stall_timeout, metrics_port, metrics_host,
+          log_level, log_format, no_sync) -> None:
+    """Serve CHANGEFEED_DIR over OpenLogReplicator's network protocol: a receiver written for
+    OpenLogReplicator (SynchDB, Debezium's OpenLogReplicator adapter) reads its committed
+    transactions, confirms positions, and resumes after its last one. Follows the changefeed
+    while `run` publishes; one receiver at a time. SIGTERM or SIGINT stops it (exit 0).
+    See docs/operations.md."""
+    import threading
+
+    from .service import setup_logging
+
+    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", changefeed_dir):
+        raise click.BadParameter("serve reads a local changefeed directory", param_hint="CHANGEFEED_DIR")
+    setup_logging(_log_level(log_level, "info"), log_format)
+    click.get_current_context().meta[_LOG_FORMAT] = log_format
+    stop = threading.Event()
+
+    def on_signal(signum, _frame):
+        logging.getLogger("olr_buffer.serve").info("received %s, stopping", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    from .serve import Server, ServeOptions
+
+    server = Server(ServeOptions(changefeed_dir, listen[0], listen[1], database, state_dir=state_dir,
+                                 poll_seconds=poll_interval, stall_seconds=stall_timeout, durable=not no_sync))
+    if metrics_port is not None:
+        from .serve.metrics import ServeMetrics
+        from .service import serve_metrics
+
+        http = serve_metrics(ServeMetrics(server), metrics_host, metrics_port)
+        logging.getLogger("olr_buffer.serve").info("metrics on http://%s:%d/metrics", metrics_host,
+                                                   http.server_address[1], extra={"metrics_port": http.server_address[1]})
+    server.run(stop)
 
 
 class _ProgressLine:

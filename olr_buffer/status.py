@@ -18,6 +18,7 @@ from .changes import INFINITE_SCN
 from .dispatcher.checkpoint import TransactionState, decode_checkpoint
 from .dispatcher.errors import damaged_checkpoint
 from .errors import printable
+from .serve import receivers_status, render_receivers
 from .service import iso_time, read_failure
 from .sinks import KINDS as SINKS
 from .sources import queue_status as source_status
@@ -26,11 +27,16 @@ from .txbuffer import LmdbQueue, cleanup_candidates, held_segments
 from .txbuffer.metadata import CHECKPOINT_KEY, QUEUE_ID_KEY
 
 
-def queue_status(queue_dir: str) -> dict:
+def queue_status(queue_dir: str, *, changefeed: str | None = None, serve_state: str | None = None) -> dict:
+    """The queue's status, with ``"receivers"``: those that ``serve`` serves its changefeed
+    (or ``changefeed``) to, from ``serve_state`` or the changefeed's own state directory."""
     try:
-        return _queue_status(queue_dir)
+        doc = _queue_status(queue_dir)
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
         raise damaged_checkpoint(queue_dir, exc) from exc
+    changefeed = changefeed or (doc["changefeed"] or {}).get("path")
+    doc["receivers"] = receivers_status(changefeed, serve_state) if changefeed else []
+    return doc
 
 
 def _queue_status(queue_dir: str) -> dict:
@@ -147,7 +153,7 @@ def _owner(queue_dir: str) -> dict:
 
 def render(doc: dict) -> str:
     """The status as a few lines of text; data in it (XIDs, paths) is shown escaped."""
-    return "\n".join(printable(line) for line in _lines(doc))
+    return "\n".join(printable(line) for line in _lines(doc) + render_receivers(doc.get("receivers", [])))
 
 
 def _lines(doc: dict) -> list[str]:

@@ -119,7 +119,7 @@ def _status(queue: Path, *extra: str) -> str:
 
 STATUS_KEYS = {"queue", "state", "failure", "as_of", "owner", "segments", "readers", "checkpoint", "watermark",
                "progress", "threads_in_play", "waiting_for", "thread_states", "open_transactions", "changefeed",
-               "cleanup", "totals"}
+               "cleanup", "totals", "receivers"}
 
 
 def test_status_before_anything_was_dispatched_has_every_key_and_no_made_up_numbers(tmp_path: Path):

@@ -11,7 +11,7 @@ from .errors import (
     UnknownTableError,
 )
 from .compaction import CompactionError, CompactionResult, compact
-from .layout import DEFAULT_MODE
+from .layout import DEFAULT_MODE, META_DIR, list_files, read_manifest
 from .position import POSITION_KEY, ChangefeedPosition, status, status_line
 from .schema import ARROW_SCHEMA, COLUMNS, DERIVED_TIMESTAMPS, TIMESTAMP, parse_part_name, part_name
 from .writer import DEFAULT_FILE_ROWS, ChangefeedWriter, PublishedFile
@@ -30,6 +30,9 @@ __all__ = [
     "DEFAULT_FILE_ROWS",
     "DEFAULT_MODE",
     "DERIVED_TIMESTAMPS",
+    "META_DIR",
+    "list_files",
+    "read_manifest",
     "TIMESTAMP",
     "CompactionError",
     "CompactionResult",

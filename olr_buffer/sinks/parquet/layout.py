@@ -368,10 +368,12 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def list_files(path: str, *, hint: str | None = None) -> list[PublishedFile]:
+def list_files(path: str, *, hint: str | None = None, start: int = 0) -> list[PublishedFile]:
     """The ``part-`` files of the changefeed at ``path``, every footer read and checked:
-    a gapless chain from tx_seq 0. Visible names that are not part files are refused
-    (Spark would read them as rows of the changefeed)."""
+    a gapless chain from tx_seq 0 (from ``start``, the first tx_seq of a file, when given:
+    a reader that follows the changefeed lists only the files it has not seen). Visible
+    names that are not part files are refused (Spark would read them as rows of the
+    changefeed)."""
     try:
         names = os.listdir(path)
     except FileNotFoundError:
@@ -382,7 +384,8 @@ def list_files(path: str, *, hint: str | None = None) -> list[PublishedFile]:
     for name in names:
         rng = parse_part_name(name)
         if rng is not None:
-            parts.append((rng[0], rng[1], name))
+            if rng[0] >= start:
+                parts.append((rng[0], rng[1], name))
         elif not name.startswith(("_", ".")):
             full = os.path.join(path, name)
             raise ChangefeedCorruptError(
@@ -392,7 +395,7 @@ def list_files(path: str, *, hint: str | None = None) -> list[PublishedFile]:
             )
     parts.sort()
     files: list[PublishedFile] = []
-    expected = 0
+    expected = start
     for first, last, name in parts:
         if first != expected or last < first:
             raise ChangefeedCorruptError(

@@ -1,0 +1,11 @@
+"""``olr-buffer serve``: a changefeed served over OpenLogReplicator's network protocol
+(contracts section 6) to one receiver at a time, which confirms positions and resumes
+from them."""
+
+from .errors import ServeError, ServeLockedError, ServeStateError
+from .server import Server, ServeOptions
+from .state import default_state_dir
+from .status import receivers_status, render_receivers
+
+__all__ = ["ServeError", "ServeLockedError", "ServeOptions", "ServeStateError", "Server", "default_state_dir",
+           "receivers_status", "render_receivers"]

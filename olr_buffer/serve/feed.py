@@ -1,0 +1,203 @@
+"""The changefeed as ``serve`` reads it: its published files, listed with the changefeed's
+own listing (every footer checked, a gapless chain) and then followed as ``run``
+publishes more, and the stream of messages from a position on.
+
+Memory stays flat whatever the changefeed holds: files are read a batch of rows at a
+time, and a message stream makes at most about ``max_bytes`` of messages per call.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from ..olr_protocol import COLUMNS, MessageBuilder, Position
+from ..sinks.parquet import PublishedFile, list_files
+
+#: Rows per batch read from a Parquet file.
+BATCH_ROWS = 8192
+
+
+class Changefeed:
+    """The published files of the changefeed at ``path``, in tx_seq order. ``refresh``
+    lists the files published since the last call."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.files: list[PublishedFile] = []
+        self._last_scns: list[int] = []  # each file's last c_scn, for bisect
+        self._tx_tables: dict[str, _TxTable] = {}
+
+    @property
+    def next_tx_seq(self) -> int:
+        return self.files[-1].last + 1 if self.files else 0
+
+    def refresh(self) -> int:
+        """List the files published since the last call; returns how many there are."""
+        new = list_files(self.path, start=self.next_tx_seq,
+                         hint="files were removed, or the changefeed was compacted in place while served")
+        self.files.extend(new)
+        self._last_scns.extend(f.last_commit.scn for f in new)
+        return len(new)
+
+    def reset(self) -> None:
+        """Forget the files listed (the changefeed changed under us: compaction)."""
+        self.files.clear()
+        self._last_scns.clear()
+        self._tx_tables.clear()
+
+    def first_file_for(self, c_scn: int) -> int:
+        """The index of the first file that can hold a message of ``c_scn`` or above (its
+        last transaction's c_scn is at least ``c_scn``): every file before it ends below
+        ``c_scn``, so a run of messages sharing ``c_scn`` starts in it or later."""
+        return bisect.bisect_left(self._last_scns, c_scn)
+
+    def full_path(self, f: PublishedFile) -> str:
+        return os.path.join(self.path, f.name)
+
+    def last_c_tm(self) -> int | None:
+        """The largest commit time in the last file (its footer's statistics), or None."""
+        return max_c_tm(self.full_path(self.files[-1])) if self.files else None
+
+    def confirmed_transaction(self, pos: Position) -> tuple[int, int | None]:
+        """``(tx_seq, c_tm)`` of the last transaction whose every message is at or below
+        ``pos`` (its commit message is), ``(-1, None)`` when there is none. Reads the
+        ``tx_seq``, ``c_scn`` and ``c_tm`` columns of the file (or files) that ``pos``
+        falls in (the last ones read are kept)."""
+        if not self.files:
+            return -1, None
+        k = min(self.first_file_for(pos.c_scn), len(self.files) - 1)
+        found: tuple[int, int | None] = (-1, None)
+        run = 0  # messages of pos.c_scn before the file (a run of them that crosses files)
+        while k < len(self.files):
+            t = self._tx_table(self.files[k])
+            lo = bisect.bisect_left(t.c_scn, pos.c_scn)  # before lo: below pos.c_scn, done
+            hi = bisect.bisect_right(t.c_scn, pos.c_scn)
+            done = lo
+            for j in range(lo, hi):
+                run += t.rows[j] + 2
+                if run - 1 > pos.c_idx:  # the commit message's c_idx
+                    break
+                done = j + 1
+            if done:
+                found = (t.tx_seq[done - 1], t.c_tm[done - 1])
+            elif k > 0 and found[0] < 0:
+                prev = self._tx_table(self.files[k - 1])
+                found = (prev.tx_seq[-1], prev.c_tm[-1])
+            if done < len(t.tx_seq) or k + 1 >= len(self.files):
+                break
+            k += 1  # every transaction of the file is done: the run of pos.c_scn may go on
+        return found
+
+    def _tx_table(self, f: PublishedFile) -> _TxTable:
+        t = self._tx_tables.get(f.name)
+        if t is None:
+            if len(self._tx_tables) >= 4:
+                self._tx_tables.pop(next(iter(self._tx_tables)))
+            t = self._tx_tables[f.name] = _TxTable.read(self.full_path(f))
+        return t
+
+
+@dataclass(slots=True)
+class _TxTable:
+    """A file's transactions, in order: tx_seq, c_scn, c_tm and row count of each."""
+
+    tx_seq: list[int]
+    c_scn: list[int]
+    c_tm: list[int | None]
+    rows: list[int]
+
+    @classmethod
+    def read(cls, path: str) -> _TxTable:
+        table = pq.read_table(path, columns=["tx_seq", "c_scn", "c_tm"])
+        runs = pc.run_end_encode(table.column("tx_seq").combine_chunks())
+        ends = runs.run_ends.to_pylist()
+        starts = pa.array([0] + ends[:-1], pa.int64())
+        rows = [e - s for s, e in zip([0] + ends[:-1], ends)]
+        return cls(runs.values.to_pylist(), pc.take(table.column("c_scn"), starts).to_pylist(),
+                   pc.take(table.column("c_tm"), starts).to_pylist(), rows)
+
+
+def max_c_tm(path: str) -> int | None:
+    """The largest ``c_tm`` of a changefeed file, from its footer's statistics."""
+    try:
+        meta = pq.read_metadata(path)
+        col = meta.schema.names.index("c_tm")
+        best = None
+        for g in range(meta.num_row_groups):
+            stats = meta.row_group(g).column(col).statistics
+            if stats is not None and stats.has_min_max:
+                best = stats.max if best is None else max(best, stats.max)
+        return best
+    except (OSError, ValueError):
+        return None
+
+
+class MessageStream:
+    """The messages of the changefeed from a position on: the first one at or above
+    ``start`` (a START from an SCN: ``(scn, 0)``; a CONTINUE after ``(c_scn, c_idx)``:
+    ``(c_scn, c_idx + 1)``), then every later one, following the changefeed as it grows.
+    :meth:`next_chunk` gives framed messages, or ``b""`` when there is nothing new yet."""
+
+    def __init__(self, feed: Changefeed, database: str, start: Position, batch_rows: int = BATCH_ROWS) -> None:
+        self.feed = feed
+        self.start = start
+        self.builder = MessageBuilder(database, start)
+        self.batch_rows = batch_rows
+        self._file = feed.first_file_for(start.c_scn) if start.c_scn else 0
+        self._batches = None
+        self._batch = None
+        self._row = 0
+
+    @property
+    def last(self) -> Position | None:
+        """The position of the last message made."""
+        return self.builder.last
+
+    def next_chunk(self, max_bytes: int) -> bytes:
+        out = []
+        size = 0
+        b = self.builder
+        while size < max_bytes:
+            if self._batch is None:
+                if self._batches is None:
+                    if self._file >= len(self.feed.files):
+                        break  # caught up: the caller refreshes the listing
+                    f = self.feed.files[self._file]
+                    self._batches = pq.ParquetFile(self.feed.full_path(f)).iter_batches(
+                        batch_size=self.batch_rows, columns=list(COLUMNS))
+                batch = next(self._batches, None)
+                if batch is None:
+                    data = b.end_of_file()
+                    self._batches = None
+                    self._file += 1
+                    out.append(data)
+                    size += len(data)
+                    continue
+                self._batch, self._row = batch, 0
+                if b.skipping:
+                    self._row = _first_row_at(batch, self.start.c_scn)
+            data, self._row = b.add(self._batch, self._row, max_bytes - size)
+            out.append(data)
+            size += len(data)
+            if self._row >= self._batch.num_rows:
+                self._batch = None
+        return b"".join(out)
+
+    def close(self) -> None:
+        self._batches = self._batch = None
+
+
+def _first_row_at(batch, c_scn: int) -> int:
+    """The first row of ``batch`` whose c_scn is at least ``c_scn``, when its c_scn never
+    decreases (rows below it are of whole transactions that a resumed stream skips);
+    otherwise 0, leaving every row to the builder, which checks the order."""
+    scns = batch.column("c_scn")
+    if len(scns) > 1 and pc.any(pc.less(pc.pairwise_diff(scns), 0)).as_py():
+        return 0
+    return pc.sum(pc.less(scns, c_scn)).as_py() or 0

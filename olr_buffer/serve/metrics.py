@@ -1,0 +1,68 @@
+"""``serve``'s Prometheus metrics, rendered when scraped; served by the same HTTP helper
+as ``run``'s (``/metrics``, ``/health``)."""
+
+from __future__ import annotations
+
+import platform
+import time
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
+
+from .. import __version__
+
+#: ``/health`` answers 503 when the server's loop has not turned for this many seconds.
+HEALTH_STALE_SECONDS = 30.0
+
+
+class ServeMetrics:
+    """The figures of a :class:`~olr_buffer.serve.server.Server`, with the interface the
+    metrics HTTP server asks for (``text()``, ``health()``)."""
+
+    def __init__(self, server) -> None:
+        self.server = server
+
+    def text(self) -> bytes:
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(self)
+        return generate_latest(registry)
+
+    def health(self) -> tuple[bool, dict]:
+        idle = time.monotonic() - self.server.stats.tick
+        ok = idle < HEALTH_STALE_SECONDS
+        return ok, {"status": "ok" if ok else "stalled", "seconds_since_loop": round(idle, 3)}
+
+    def collect(self):
+        s = self.server.stats
+        confirmed = self.server.confirmed
+        db = self.server.opts.database
+
+        def family(name: str, kind: str, help_: str, value) -> object:
+            cls = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
+            fam = cls(f"olr_buffer_serve_{name}", help_, labels=["database"])
+            fam.add_metric([db], value)
+            return fam
+
+        yield InfoMetricFamily("olr_buffer_build", "Version of olr-buffer and of Python.",
+                               value={"version": __version__, "python": platform.python_version()})
+        yield family("receiver_connected", "gauge", "1 while a receiver is connected.", int(self.server.conn is not None))
+        yield family("receiver_streaming", "gauge", "1 while the receiver is streaming (after REPLICATE).",
+                     int(bool(self.server.conn and self.server.conn.stream)))
+        yield family("connections_total", "counter", "Receiver connections accepted.", s.connections)
+        yield family("refused_connections_total", "counter", "Connections refused: another receiver was connected.",
+                     s.refused)
+        yield family("bad_requests_total", "counter", "Requests answered INVALID_COMMAND or INVALID_DATABASE, and "
+                     "oversized frames.", s.bad_requests)
+        yield family("messages_sent_total", "counter", "JSON messages sent (begin, rows, commit).", s.messages_sent)
+        yield family("transactions_sent_total", "counter", "Transactions whose commit message was sent.",
+                     s.transactions_sent)
+        yield family("bytes_sent_total", "counter", "Bytes written to receivers.", s.bytes_sent)
+        yield family("confirms_total", "counter", "CONFIRM requests that moved the position.", s.confirms)
+        yield family("confirmed_c_scn", "gauge", "c_scn of the confirmed position (0: none).",
+                     confirmed.c_scn if confirmed else 0)
+        yield family("confirmed_c_idx", "gauge", "c_idx of the confirmed position.", confirmed.c_idx if confirmed else 0)
+        have = confirmed.tx_seq if confirmed else -1
+        yield family("changefeed_next_tx_seq", "gauge", "The changefeed's next tx_seq, as serve last listed it.",
+                     s.next_tx_seq)
+        yield family("transactions_behind", "gauge", "Transactions of the changefeed (as last listed) that the "
+                     "receiver has not confirmed whole.", max(0, s.next_tx_seq - 1 - have) if have is not None else -1)

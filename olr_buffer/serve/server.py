@@ -1,0 +1,533 @@
+"""The server of ``olr-buffer serve``: one receiver at a time, OpenLogReplicator's
+handshakes, the stream with backpressure, confirmations stored durably.
+
+One thread runs a ``selectors`` loop over the listening socket and the receiver's
+connection. While streaming, messages are made only while less than ``chunk_bytes`` wait
+for the socket: a receiver that reads slowly slows the reading of the changefeed, it
+never makes ``serve`` buffer more (about two chunks and one message at most). Requests
+are read between two writes, so a ``CONFIRM`` is taken while the stream goes on.
+
+Bad input is answered and logged, and the server stays up: a request that is not a
+``RedoRequest`` or has an unknown code gets ``INVALID_COMMAND``; a frame longer than a
+request may be (1 KiB) closes the connection (where the next frame starts is unknown); a
+connection that sends no request for ``handshake_seconds`` before streaming, or takes
+no byte of the stream for ``stall_seconds``, is closed. A second connection while a
+receiver is connected is closed at once.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import selectors
+import signal
+import socket
+import threading
+import time
+from dataclasses import dataclass
+
+from ..errors import OlrBufferError
+from ..olr_protocol import (
+    MAX_REQUEST_BYTES,
+    FrameReader,
+    FrameTooLargeError,
+    MalformedMessageError,
+    Position,
+    RedoRequest,
+    RedoResponse,
+    RequestCode,
+    ResponseCode,
+    StreamError,
+    code_name,
+    frame,
+)
+from .errors import ServeError
+from .feed import Changefeed, MessageStream
+from .state import Confirmed, StateStore, default_state_dir
+
+log = logging.getLogger("olr_buffer.serve")
+
+_READ, _WRITE = selectors.EVENT_READ, selectors.EVENT_WRITE
+#: Bad requests a connection may send before it is closed.
+MAX_BAD_REQUESTS = 16
+#: Bytes of replies that may wait for a receiver in the handshake before it is closed.
+MAX_UNREAD_REPLIES = 64 << 10
+
+
+@dataclass(frozen=True, slots=True)
+class ServeOptions:
+    changefeed: str
+    host: str
+    port: int
+    database: str
+    state_dir: str | None = None  # default: CHANGEFEED/_olr_buffer/serve
+    poll_seconds: float = 0.2  # caught up: look for newly published files this often
+    chunk_bytes: int = 1 << 20  # messages made per step; at most about twice this waits for the socket
+    handshake_seconds: float = 30.0  # before streaming, a request at least this often
+    stall_seconds: float = 60.0  # a receiver that takes no byte of the stream this long is dropped
+    durable: bool = True
+
+
+def peer_name(addr) -> str:
+    host, port = addr[0], addr[1]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+class _Connection:
+    __slots__ = ("sock", "peer", "reader", "out", "out_pos", "stream", "connected", "last_request", "send_progress",
+                 "caught_up", "next_poll", "pending_confirm", "bad", "interest", "beyond_warned", "started_from")
+
+    def __init__(self, sock: socket.socket, peer: str, now: float) -> None:
+        self.sock = sock
+        self.peer = peer
+        self.reader = FrameReader(MAX_REQUEST_BYTES)
+        self.out = bytearray()
+        self.out_pos = 0
+        self.stream: MessageStream | None = None
+        self.connected = now
+        self.last_request = now
+        self.send_progress = now
+        self.caught_up = False
+        self.next_poll = 0.0
+        self.pending_confirm: Position | None = None
+        self.bad = 0
+        self.interest = _READ
+        self.beyond_warned = False
+        self.started_from: Position | None = None
+
+    @property
+    def pending(self) -> int:
+        return len(self.out) - self.out_pos
+
+
+class Server:
+    """Serves ``opts.changefeed`` on ``opts.host:opts.port``; :meth:`run` until ``stop``.
+    Creating it takes the state's lock, loads the confirmed position, lists the
+    changefeed and binds the address: each fails here, with a :class:`ServeError` or
+    the changefeed's own error, before anything is served."""
+
+    def __init__(self, opts: ServeOptions) -> None:
+        self.opts = opts
+        self.state_dir = opts.state_dir or default_state_dir(opts.changefeed)
+        self.feed = Changefeed(opts.changefeed)
+        self.feed.refresh()
+        self.store = StateStore(self.state_dir, opts.database, durable=opts.durable)
+        try:
+            self.confirmed: Confirmed | None = self.store.load()
+            self.listener = _listen(opts.host, opts.port)
+        except BaseException:
+            self.store.release()
+            raise
+        self.address = self.listener.getsockname()[:2]
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self.conn: _Connection | None = None
+        self.stats = ServeStats()
+        self.stats.next_tx_seq = self.feed.next_tx_seq
+        self._sel = selectors.DefaultSelector()
+
+    @property
+    def listen(self) -> str:
+        return peer_name(self.address)
+
+    def wake(self) -> None:
+        """Make :meth:`run` look at its stop event now (from another thread)."""
+        try:
+            self._wake_w.send(b"\0")
+        except OSError:
+            pass
+
+    def run(self, stop: threading.Event) -> None:
+        sel = self._sel
+        sel.register(self.listener, _READ, "listen")
+        sel.register(self._wake_r, _READ, "wake")
+        previous_wakeup = None
+        if threading.current_thread() is threading.main_thread():
+            previous_wakeup = signal.set_wakeup_fd(self._wake_w.fileno(), warn_on_full_buffer=False)
+        pos = self.confirmed.position if self.confirmed else None
+        log.info("serving %s as database %r on %s (state %s); confirmed position %s; changefeed holds tx_seq 0..%d",
+                 self.opts.changefeed, self.opts.database, self.listen, self.state_dir,
+                 f"c_scn {pos[0]} c_idx {pos[1]}" if pos else "none", self.feed.next_tx_seq - 1,
+                 extra={"listen": self.listen, "database": self.opts.database})
+        self._session()
+        try:
+            while not stop.is_set():
+                self.stats.tick = time.monotonic()
+                for key, mask in sel.select(self._timeout()):
+                    if key.data == "listen":
+                        self._accept()
+                    elif key.data == "wake":
+                        try:
+                            while self._wake_r.recv(4096):
+                                pass
+                        except BlockingIOError:
+                            pass
+                    elif self.conn is not None and key.data is self.conn:
+                        if mask & _READ:
+                            self._read(self.conn)
+                        if self.conn is key.data and mask & _WRITE:
+                            self._flush(self.conn)
+                if self.conn is not None:
+                    self._step(self.conn)
+        finally:
+            if previous_wakeup is not None:
+                signal.set_wakeup_fd(previous_wakeup)
+            if self.conn is not None:
+                self._close(self.conn, "serve is stopping", level=logging.INFO)
+            sel.close()
+            self.listener.close()
+            self._wake_r.close()
+            self._wake_w.close()
+            self.store.release()
+        log.info("stopped cleanly", extra={"database": self.opts.database})
+
+    # -- connections -------------------------------------------------------------------
+
+    def _accept(self) -> None:
+        try:
+            sock, addr = self.listener.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:  # out of descriptors, a connection reset before accept
+            log.warning("accepting a connection failed: %s", exc.strerror or exc)
+            return
+        peer = peer_name(addr)
+        if self.conn is not None:
+            self.stats.refused += 1
+            log.warning("%s: connection refused: the receiver at %s is connected (one receiver per changefeed "
+                        "and database name)", peer, self.conn.peer, extra={"peer": peer})
+            sock.close()
+            return
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        for name, value in (("TCP_KEEPIDLE", 30), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 3)):
+            if hasattr(socket, name):
+                sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
+        self.conn = _Connection(sock, peer, time.monotonic())
+        self.stats.connections += 1
+        self._sel.register(sock, _READ, self.conn)
+        log.info("%s: receiver connected", peer, extra={"peer": peer})
+        self._session()
+
+    def _close(self, conn: _Connection, why: str, level: int = logging.INFO) -> None:
+        if self.conn is not conn:
+            return
+        try:
+            self._store_confirm(conn)
+        finally:
+            self.conn = None
+            try:
+                self._sel.unregister(conn.sock)
+            except (KeyError, ValueError):
+                pass
+            conn.sock.close()
+            if conn.stream is not None:
+                conn.stream.close()
+            sent = f"; {conn.stream.builder.messages:,} messages ({conn.stream.builder.transactions:,} transactions) " \
+                   f"sent" if conn.stream else ""
+            log.log(level, "%s: connection closed: %s%s", conn.peer, why, sent, extra={"peer": conn.peer})
+            self._session()
+
+    def _read(self, conn: _Connection) -> None:
+        try:
+            data = conn.sock.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._close(conn, f"receive failed: {exc.strerror or exc}")
+            return
+        if not data:
+            self._close(conn, "the receiver closed it")
+            return
+        try:
+            frames = conn.reader.feed(data)
+        except FrameTooLargeError as exc:
+            self.stats.bad_requests += 1
+            self._close(conn, f"bad request: {exc} (a request is at most {MAX_REQUEST_BYTES} bytes)",
+                        level=logging.WARNING)
+            return
+        for data in frames:
+            self._request(conn, data)
+            if self.conn is not conn:
+                return
+        self._store_confirm(conn)
+
+    def _flush(self, conn: _Connection) -> None:
+        if not conn.pending:
+            return
+        try:
+            sent = conn.sock.send(memoryview(conn.out)[conn.out_pos:])
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError as exc:
+            self._close(conn, f"send failed: {exc.strerror or exc}")
+            return
+        if sent:
+            conn.out_pos += sent
+            conn.send_progress = time.monotonic()
+            self.stats.bytes_sent += sent
+            if conn.out_pos == len(conn.out):
+                conn.out.clear()
+                conn.out_pos = 0
+        self._want(conn, _READ | _WRITE if conn.pending else _READ)
+
+    def _want(self, conn: _Connection, interest: int) -> None:
+        if conn.interest != interest:
+            conn.interest = interest
+            self._sel.modify(conn.sock, interest, conn)
+
+    def _queue(self, conn: _Connection, data: bytes) -> None:
+        if not conn.pending:
+            conn.send_progress = time.monotonic()
+        if conn.out_pos and conn.out_pos >= len(conn.out) // 2:
+            del conn.out[: conn.out_pos]
+            conn.out_pos = 0
+        conn.out += data
+
+    def _reply(self, conn: _Connection, code: ResponseCode, pos: tuple[int, int] | None = None) -> None:
+        resp = RedoResponse(code)
+        if pos is not None:
+            resp.c_scn, resp.c_idx = pos
+        self._queue(conn, frame(resp.encode()))
+        self._flush(conn)
+        if self.conn is conn and conn.stream is None and conn.pending > MAX_UNREAD_REPLIES:
+            self._close(conn, f"the receiver reads none of its replies ({conn.pending:,} bytes waiting)",
+                        level=logging.WARNING)
+
+    # -- the stream ----------------------------------------------------------------------
+
+    def _step(self, conn: _Connection) -> None:
+        now = time.monotonic()
+        if conn.stream is None:
+            if now - conn.last_request > self.opts.handshake_seconds:
+                self._close(conn, f"no request for {self.opts.handshake_seconds:g}s before streaming",
+                            level=logging.WARNING)
+            return
+        if conn.pending and now - conn.send_progress > self.opts.stall_seconds:
+            self._close(conn, f"the receiver took no byte of the stream for {self.opts.stall_seconds:g}s",
+                        level=logging.WARNING)
+            return
+        chunk = self.opts.chunk_bytes
+        try:
+            while conn.pending < chunk and self.conn is conn:
+                if conn.caught_up and now < conn.next_poll:
+                    break
+                builder = conn.stream.builder
+                messages, transactions = builder.messages, builder.transactions
+                data = conn.stream.next_chunk(chunk)
+                self.stats.messages_sent += builder.messages - messages
+                self.stats.transactions_sent += builder.transactions - transactions
+                if data:
+                    self._queue(conn, data)
+                    conn.caught_up = False
+                    self._flush(conn)
+                    continue
+                if now >= conn.next_poll:
+                    conn.next_poll = now + self.opts.poll_seconds
+                    if self.feed.refresh():
+                        self.stats.next_tx_seq = self.feed.next_tx_seq
+                        continue
+                conn.caught_up = True
+        except StreamError as exc:
+            self._close(conn, f"cannot stream: {exc}", level=logging.ERROR)
+        except OlrBufferError as exc:  # the changefeed: a gap, a file removed (compaction in place)
+            self.feed.reset()
+            self._close(conn, f"cannot read the changefeed: {exc}", level=logging.ERROR)
+        except OSError as exc:
+            self.feed.reset()
+            self._close(conn, f"cannot read the changefeed: {exc.strerror or exc}", level=logging.ERROR)
+        except Exception as exc:  # pyarrow's errors on a file that is not what its footer said
+            if type(exc).__module__.startswith("pyarrow"):
+                self.feed.reset()
+                self._close(conn, f"cannot read the changefeed: {exc}", level=logging.ERROR)
+            else:
+                raise
+
+    def _timeout(self) -> float:
+        conn = self.conn
+        if conn is None:
+            return 1.0
+        if conn.stream is not None and not conn.pending and not conn.caught_up:
+            return 0.0  # more to make and room for it
+        if conn.stream is not None and conn.caught_up:
+            return max(0.0, min(1.0, conn.next_poll - time.monotonic()))
+        return min(1.0, self.opts.poll_seconds)
+
+    def _start_stream(self, conn: _Connection, start: Position, reply: RedoResponse) -> None:
+        try:
+            self.feed.refresh()
+        except OlrBufferError as exc:
+            self.feed.reset()
+            self._reply(conn, ResponseCode.FAILED_START)
+            self._close(conn, f"cannot read the changefeed: {exc}", level=logging.ERROR)
+            return
+        self.stats.next_tx_seq = self.feed.next_tx_seq
+        conn.stream = MessageStream(self.feed, self.opts.database, start)
+        conn.started_from = start
+        conn.caught_up = False
+        conn.next_poll = time.monotonic() + self.opts.poll_seconds
+        self._queue(conn, frame(reply.encode()))
+        self._flush(conn)
+        log.info("%s: streaming from c_scn %d c_idx %d", conn.peer, start.c_scn, start.c_idx,
+                 extra={"peer": conn.peer, "c_scn": start.c_scn, "c_idx": start.c_idx})
+        self._session()
+
+    # -- requests ------------------------------------------------------------------------
+
+    def _request(self, conn: _Connection, data: bytes) -> None:
+        conn.last_request = time.monotonic()
+        try:
+            req = RedoRequest.decode(data)
+        except MalformedMessageError as exc:
+            self._bad(conn, f"malformed request ({len(data)} bytes: {data[:32].hex()}): {exc}")
+            return
+        code = req.code
+        if code == RequestCode.CONFIRM:
+            if conn.stream is None:
+                self._bad(conn, "CONFIRM before streaming")
+            elif req.database_name != self.opts.database:
+                log.warning("%s: CONFIRM for database %r ignored: this is %r", conn.peer, req.database_name,
+                            self.opts.database, extra={"peer": conn.peer})
+            else:
+                self._confirm(conn, req)
+            return
+        self._store_confirm(conn)
+        log.info("%s: %s", conn.peer, req.describe(), extra={"peer": conn.peer, "request": code_name(code, RequestCode)})
+        if code not in (RequestCode.INFO, RequestCode.START, RequestCode.CONTINUE):
+            self._bad(conn, f"unknown request code {code}")
+            return
+        if code != RequestCode.INFO and conn.stream is not None:
+            self._bad(conn, f"{code_name(code, RequestCode)} while streaming (only CONFIRM and INFO are)")
+            return
+        if conn.stream is not None:  # INFO while streaming: the stream stops, the handshake starts again
+            conn.stream.close()
+            conn.stream = None
+            log.info("%s: INFO while streaming: streaming stopped", conn.peer, extra={"peer": conn.peer})
+            self._session()
+        if req.database_name != self.opts.database:
+            self.stats.bad_requests += 1
+            log.warning("%s: %s for database %r: this is %r, answered INVALID_DATABASE", conn.peer,
+                        code_name(code, RequestCode), req.database_name, self.opts.database, extra={"peer": conn.peer})
+            self._reply(conn, ResponseCode.INVALID_DATABASE)
+            return
+        confirmed = self.confirmed.position if self.confirmed else None
+        if code == RequestCode.INFO:
+            self._reply(conn, ResponseCode.REPLICATE if confirmed else ResponseCode.READY, confirmed)
+        elif code == RequestCode.START:
+            if confirmed:
+                self._reply(conn, ResponseCode.ALREADY_STARTED, confirmed)
+            elif req.tms is not None or req.tm_rel is not None:
+                log.warning("%s: START from a time is not supported (give an SCN): answered FAILED_START", conn.peer,
+                            extra={"peer": conn.peer})
+                self._reply(conn, ResponseCode.FAILED_START)
+            else:
+                self._start_stream(conn, Position(req.scn or 0, 0), RedoResponse(ResponseCode.REPLICATE))
+        else:  # CONTINUE: after (c_scn, c_idx); c_scn 0 (or none): after the confirmed position
+            after: tuple[int, int] | None
+            if not req.c_scn:
+                after = confirmed
+                start = Position(0, 0) if after is None else Position(after[0], after[1] + 1)
+            elif req.c_idx is None:  # every message of c_scn on (SynchDB sends c_scn only)
+                after = None
+                start = Position(req.c_scn, 0)
+            else:
+                after = (req.c_scn, req.c_idx)
+                start = Position(req.c_scn, req.c_idx + 1)
+            if req.c_scn and confirmed and start <= confirmed:
+                log.info("%s: CONTINUE from before the confirmed position (c_scn %d c_idx %d): streaming from there",
+                         conn.peer, *confirmed, extra={"peer": conn.peer})
+            reply = RedoResponse(ResponseCode.REPLICATE)
+            if after is not None:
+                reply.c_scn, reply.c_idx = after
+            self._start_stream(conn, start, reply)
+
+    def _bad(self, conn: _Connection, why: str) -> None:
+        self.stats.bad_requests += 1
+        conn.bad += 1
+        log.warning("%s: %s: answered INVALID_COMMAND", conn.peer, why, extra={"peer": conn.peer})
+        self._reply(conn, ResponseCode.INVALID_COMMAND)
+        if conn.bad >= MAX_BAD_REQUESTS and self.conn is conn:
+            self._close(conn, f"{conn.bad} bad requests", level=logging.WARNING)
+
+    def _confirm(self, conn: _Connection, req: RedoRequest) -> None:
+        if req.c_scn is None:
+            self._bad(conn, "CONFIRM without c_scn")
+            return
+        pos = Position(req.c_scn, req.c_idx or 0)
+        last = conn.stream.last if conn.stream else None
+        if last is None or pos > last:
+            if not conn.beyond_warned:
+                conn.beyond_warned = True
+                log.warning("%s: CONFIRM of c_scn %d c_idx %d, beyond the last message sent (%s): taken as that message",
+                            conn.peer, pos.c_scn, pos.c_idx,
+                            f"c_scn {last.c_scn} c_idx {last.c_idx}" if last else "none yet", extra={"peer": conn.peer})
+            if last is None:
+                return
+            pos = last
+        current = conn.pending_confirm or (Position(*self.confirmed.position) if self.confirmed else None)
+        if current is not None and pos <= current:
+            return  # the stored position never moves back
+        conn.pending_confirm = pos
+        self.stats.confirms += 1
+
+    def _store_confirm(self, conn: _Connection) -> None:
+        """Store the connection's last CONFIRM (one write for a run of them)."""
+        pos = conn.pending_confirm
+        if pos is None:
+            return
+        conn.pending_confirm = None
+        try:
+            tx_seq, c_tm = self.feed.confirmed_transaction(pos)
+        except Exception as exc:  # the changefeed could not be read: the position is stored all the same
+            log.warning("cannot tell which transaction c_scn %d c_idx %d ends in: %s", pos.c_scn, pos.c_idx, exc)
+            tx_seq, c_tm = None, None
+        confirmed = Confirmed(self.opts.database, pos.c_scn, pos.c_idx, tx_seq, c_tm, time.time(), conn.peer,
+                              os.path.abspath(self.opts.changefeed))
+        self.store.save(confirmed)  # a failure stops serve (exit 1): a position it cannot keep is not confirmed
+        self.confirmed = confirmed
+        log.debug("%s: confirmed c_scn %d c_idx %d (tx_seq %s)", conn.peer, pos.c_scn, pos.c_idx, tx_seq,
+                  extra={"peer": conn.peer, "c_scn": pos.c_scn, "c_idx": pos.c_idx})
+
+    def _session(self) -> None:
+        conn = self.conn
+        self.store.save_session({
+            "database": self.opts.database,
+            "changefeed": os.path.abspath(self.opts.changefeed),
+            "listen": self.listen,
+            "receiver": conn.peer if conn else None,
+            "connected_at": time.time() - (time.monotonic() - conn.connected) if conn else None,
+            "streaming": bool(conn and conn.stream),
+            "streaming_from": list(conn.started_from) if conn and conn.stream and conn.started_from else None,
+        })
+
+
+@dataclass(slots=True)
+class ServeStats:
+    """What the server did, for its metrics (read from the metrics thread)."""
+
+    connections: int = 0
+    refused: int = 0
+    bad_requests: int = 0
+    confirms: int = 0
+    messages_sent: int = 0
+    transactions_sent: int = 0
+    bytes_sent: int = 0
+    next_tx_seq: int = 0
+    tick: float = 0.0
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        sock = socket.create_server((host, port), family=family, backlog=16, reuse_port=False)
+    except socket.gaierror as exc:
+        raise ServeError(f"cannot listen on {host}:{port}: {exc.strerror}", hint="check --listen HOST:PORT") from None
+    except OSError as exc:
+        hint = "another process listens there: choose another port" if exc.errno == errno.EADDRINUSE else \
+            "check --listen HOST:PORT"
+        raise ServeError(f"cannot listen on {host}:{port}: {exc.strerror}", hint=hint) from None
+    sock.setblocking(False)
+    return sock

@@ -1,0 +1,179 @@
+"""A receiver of OpenLogReplicator's network protocol, written for the tests from the
+protocol's facts (contracts section 6), sharing no code with olr-buffer's own encoder:
+its own protobuf encoding of a ``RedoRequest`` and decoding of a ``RedoResponse``, its
+own framing, and JSON messages read with the standard library."""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import time
+
+# request codes
+INFO, START, CONTINUE, CONFIRM = 0, 1, 2, 3
+# response codes
+READY, FAILED_START, STARTING, ALREADY_STARTED, REPLICATE, PAYLOAD, INVALID_DATABASE, INVALID_COMMAND = range(8)
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def request(code: int, database: str | None = None, *, scn: int | None = None, tms: str | None = None,
+            c_scn: int | None = None, c_idx: int | None = None, seq: int | None = None) -> bytes:
+    """A RedoRequest: field 1 code, 2 database_name, 3 scn, 4 tms, 6 seq, 8 c_scn, 9 c_idx."""
+    out = b""
+    if code:
+        out += b"\x08" + _varint(code)
+    if database:
+        raw = database.encode()
+        out += b"\x12" + _varint(len(raw)) + raw
+    if scn is not None:
+        out += b"\x18" + _varint(scn)
+    if tms is not None:
+        raw = tms.encode()
+        out += b"\x22" + _varint(len(raw)) + raw
+    if seq is not None:
+        out += b"\x30" + _varint(seq)
+    if c_scn is not None:
+        out += b"\x40" + _varint(c_scn)
+    if c_idx is not None:
+        out += b"\x48" + _varint(c_idx)
+    return out
+
+
+def decode_response(data: bytes) -> dict:
+    """A RedoResponse's fields by number (1 code, 2 scn, 10 c_scn, 11 c_idx), varints only."""
+    fields: dict[int, int] = {}
+    pos = 0
+    while pos < len(data):
+        key, pos = _read_varint(data, pos)
+        number, wire = key >> 3, key & 7
+        assert wire == 0, f"field {number}: wire type {wire}: only varints are expected in a reply"
+        fields[number], pos = _read_varint(data, pos)
+    return {"code": fields.get(1, 0), "scn": fields.get(2), "c_scn": fields.get(10, 0), "c_idx": fields.get(11, 0)}
+
+
+def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        b = data[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, pos
+        shift += 7
+
+
+class Receiver:
+    """One connection to a server of the protocol."""
+
+    def __init__(self, host: str, port: int, database: str = "ORCL", timeout: float = 30.0) -> None:
+        self.database = database
+        self.sock = socket.create_connection((host, port), timeout=timeout)
+        self._buf = bytearray()
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> Receiver:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- frames ---------------------------------------------------------------------------
+
+    def send_frame(self, payload: bytes) -> None:
+        self.sock.sendall(struct.pack("<I", len(payload)) + payload)
+
+    def send(self, code: int, database: str | None = None, **fields) -> None:
+        self.send_frame(request(code, self.database if database is None else database, **fields))
+
+    def read_frame(self, timeout: float | None = None) -> bytes | None:
+        """The next frame; None when the server closed the connection."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if len(self._buf) >= 4:
+                (n,) = struct.unpack_from("<I", self._buf)
+                if len(self._buf) >= 4 + n:
+                    frame = bytes(self._buf[4 : 4 + n])
+                    del self._buf[: 4 + n]
+                    return frame
+            if deadline is not None:
+                self.sock.settimeout(max(0.001, deadline - time.monotonic()))
+            try:
+                data = self.sock.recv(1 << 20)
+            except ConnectionResetError:
+                return None
+            if not data:
+                return None
+            self._buf += data
+
+    def response(self) -> dict:
+        frame = self.read_frame()
+        assert frame is not None, "the server closed the connection instead of answering"
+        return decode_response(frame)
+
+    def message(self, timeout: float | None = None) -> dict | None:
+        frame = self.read_frame(timeout)
+        return None if frame is None else json.loads(frame)
+
+    # -- handshakes -----------------------------------------------------------------------
+
+    def debezium_handshake(self, scn: int = 0, c_scn: int | None = None, c_idx: int | None = None) -> dict:
+        """INFO; then START(scn) on READY, CONTINUE(c_scn, c_idx) on REPLICATE (Debezium's
+        adapter continues from its own offset)."""
+        self.send(INFO)
+        info = self.response()
+        if info["code"] == READY:
+            self.send(START, scn=scn)
+        else:
+            assert info["code"] == REPLICATE, info
+            self.send(CONTINUE, c_scn=info["c_scn"] if c_scn is None else c_scn,
+                      c_idx=info["c_idx"] if c_idx is None else c_idx)
+        reply = self.response()
+        assert reply["code"] == REPLICATE, reply
+        return info
+
+    def synchdb_handshake(self, scn: int = 0) -> dict:
+        """START; on ALREADY_STARTED, CONTINUE with c_scn 0 (the confirmed position)."""
+        self.send(START, scn=scn)
+        reply = self.response()
+        if reply["code"] == ALREADY_STARTED:
+            self.send(CONTINUE, c_scn=0)
+            reply = self.response()
+        assert reply["code"] == REPLICATE, reply
+        return reply
+
+    def confirm(self, c_scn: int, c_idx: int) -> None:
+        self.send(CONFIRM, c_scn=c_scn, c_idx=c_idx)
+
+    def confirmed(self) -> tuple[int, int] | None:
+        """Asks INFO (the stream stops): the server's confirmed position, or None (READY).
+        Messages still on their way before the reply are dropped."""
+        self.send(INFO)
+        while True:
+            frame = self.read_frame()
+            assert frame is not None, "closed"
+            if not frame.startswith(b"{"):
+                r = decode_response(frame)
+                return None if r["code"] == READY else (r["c_scn"], r["c_idx"])
+
+    def messages(self, n: int, timeout: float = 30.0) -> list[dict]:
+        out = []
+        deadline = time.monotonic() + timeout
+        while len(out) < n:
+            m = self.message(timeout=max(0.001, deadline - time.monotonic()))
+            assert m is not None, f"closed after {len(out)} of {n} messages"
+            out.append(m)
+        return out
