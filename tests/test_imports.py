@@ -13,7 +13,7 @@ ROOT = Path(olr_buffer.__file__).parent
 # a module may import its own package and any layer below its own, never one above or beside
 LAYERS = {
     "errors": 0, "faults": 0, "pidlock": 0,
-    "txbuffer": 1,
+    "txbuffer": 1, "store": 1,
     "changes": 2,
     "reader": 3, "dispatcher": 3, "spark_sink": 3,
     "checkpointer": 4, "service": 4, "pipeline": 5, "status": 5, "simulate": 5, "demo": 5,
