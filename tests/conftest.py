@@ -115,3 +115,19 @@ def s3_auth_server(tmp_path_factory):
     server = start_moto(tmp_path_factory.mktemp("moto-auth"), extra_env={"INITIAL_NO_AUTH_ACTION_COUNT": "0"})
     yield server
     server.stop()
+
+
+@pytest.fixture(params=["local", "s3"])
+def store_uri(request, tmp_path):
+    """The URI of an empty changefeed location of each kind: a local directory, and a
+    prefix of a new bucket on ``s3_server``."""
+    if request.param == "local":
+        return str(tmp_path / "changefeed")
+    return request.getfixturevalue("s3_uri")
+
+
+@pytest.fixture
+def store(store_uri):
+    from olr_buffer.store import open_store
+
+    return open_store(store_uri)

@@ -4,7 +4,9 @@ delta-rs and pyarrow speak HTTP to it as they would to S3.
 
 Every S3 test gets the environment of :meth:`MotoServer.env`: test credentials, a region,
 the endpoint, and no instance-metadata lookup (which would reach out of the machine when
-credentials are missing).
+credentials are missing). A test that changes the environment further does it with the
+``monkeypatch`` fixture (undone after the test) or its own ``MonkeyPatch.context()``, never
+``monkeypatch.undo()``, which would drop the S3 environment with the rest.
 """
 
 from __future__ import annotations
@@ -44,7 +46,10 @@ class MotoServer:
             "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
             "AWS_REGION": REGION,
             "AWS_ENDPOINT_URL": self.endpoint,
+            # never the instance-metadata address (169.254.169.254) when credentials are
+            # missing: boto3 and pyarrow read the first, delta-rs the second
             "AWS_EC2_METADATA_DISABLED": "true",
+            "AWS_METADATA_ENDPOINT": "http://127.0.0.1:9",
             "AWS_CONFIG_FILE": os.devnull,
             "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
         }

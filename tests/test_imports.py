@@ -15,7 +15,7 @@ LAYERS = {
     "errors": 0, "faults": 0, "pidlock": 0,
     "txbuffer": 1, "store": 1,
     "changes": 2,
-    "reader": 3, "dispatcher": 3, "spark_sink": 3,
+    "reader": 3, "dispatcher": 3, "spark_sink": 3, "sinks": 3,
     "checkpointer": 4, "service": 4, "pipeline": 5, "status": 5, "simulate": 5, "demo": 5,
     "cli": 6,
 }

@@ -45,16 +45,16 @@ def test_modes_of_new_folders_and_files(tmp_path):
     assert os.stat(tmp_path / "cf" / "_delta_log" / "00000000000000000000.json").st_mode & 0o777 == 0o640
 
 
-def test_a_failed_link_leaves_nothing_at_the_name(tmp_path, monkeypatch):
+def test_a_failed_link_leaves_nothing_at_the_name(tmp_path):
     store = LocalStore(tmp_path / "cf")
 
     def no_link(src, dst):
         raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr(os, "link", no_link)
-    with pytest.raises(StoreError, match="part-a.parquet: cannot create: Input/output error"):
-        store.create("part-a.parquet", b"data")
-    monkeypatch.undo()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(os, "link", no_link)
+        with pytest.raises(StoreError, match="part-a.parquet: cannot create: Input/output error"):
+            store.create("part-a.parquet", b"data")
     assert not store.exists("part-a.parquet")
     assert os.listdir(tmp_path / "cf" / STAGING) == []
 

@@ -1,0 +1,1 @@
+"""The changefeed's outputs, one package per format."""
