@@ -45,7 +45,7 @@ from deltalake.exceptions import CommitFailedError, DeltaError, DeltaProtocolErr
 from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
 
 from ...faults import fault_point
-from ...store import Store, StoreAccessError, StoreError, StoreUnreachableError
+from ...store import ObjectNotFoundError, Store, StoreAccessError, StoreError, StoreUnreachableError
 from .errors import DeltaChainError, DeltaChangefeedError, DeltaConflictError, DeltaTableMismatchError
 from .stats import delta_stats
 
@@ -252,6 +252,7 @@ class DeltaChangefeed:
         if not files:
             return None
         _check_chain(files, self.store)
+        _check_published(files, self.store)
         first, last = files[0].first_tx_seq, files[-1].last_tx_seq
         now = int(time.time() * 1000)
         actions = [AddAction(f.name, f.size, {}, now, True, f.stats) for f in files]
@@ -272,6 +273,7 @@ class DeltaChangefeed:
                                                   else ""),
                     hint="another writer wrote this table, or its files were removed",
                     uri=self.store.location(), first_tx_seq=first, last_tx_seq=last)
+            base = self.version
             fault_point("before_delta_commit")
             try:
                 self._table.create_write_transaction(
@@ -288,7 +290,11 @@ class DeltaChangefeed:
                 self._stale = True  # it may have gone in: the next call looks
                 raise self._error(exc, "commit to the Delta table") from None
             fault_point("after_delta_commit")
-            self._refresh()
+            self._read(self._table.update_incremental)
+            if self.version == base + 1:
+                self._next = last + 1  # only this commit since the snapshot checked
+            else:
+                self._next = self._table_next()
             log.info("%s: committed tx_seq %d..%d (%d files) as Delta version %d", self.store.location(),
                      first, last, len(files), self.version)
             return self.version
@@ -302,6 +308,7 @@ class DeltaChangefeed:
         deleted. Returns the new table version."""
         removed = sorted(removed, key=lambda f: f.first_tx_seq)
         _check_chain(removed, self.store)
+        _check_published([added], self.store)
         where = self.store.location(added.name)
         if (added.first_tx_seq, added.last_tx_seq) != (removed[0].first_tx_seq, removed[-1].last_tx_seq) or (
             added.rows != sum(f.rows for f in removed)
@@ -381,6 +388,20 @@ def _check_chain(files: Sequence[PartFile], store: Store) -> None:
     for f in files:
         if f.last_tx_seq < f.first_tx_seq or f.rows <= 0:
             raise DeltaChainError(f"{store.location(f.name)}: an empty or reversed range", uri=store.location(f.name))
+
+
+def _check_published(files: Sequence[PartFile], store: Store) -> None:
+    """Each file is in the store with its size (delta-rs adds whatever it is told: a
+    missing file would break every reader of the table)."""
+    for f in files:
+        try:
+            size = store.stat(f.name).size
+        except ObjectNotFoundError:
+            raise DeltaChainError(f"{store.location(f.name)}: not published: cannot commit it",
+                                  uri=store.location(f.name)) from None
+        if size != f.size:
+            raise DeltaChainError(f"{store.location(f.name)}: {size} bytes published, {f.size} to commit",
+                                  uri=store.location(f.name))
 
 
 def _type_text(field: dict) -> str:

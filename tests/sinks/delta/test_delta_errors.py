@@ -43,8 +43,9 @@ def test_an_endpoint_that_does_not_answer(s3_env, monkeypatch):
 
 @pytest.mark.slow
 def test_a_store_lost_between_publish_and_commit(s3_env, monkeypatch, tmp_path):
-    """delta-rs meets the fault (its object store retries, then fails): the store's
-    retryable error, and nothing is committed."""
+    """Met by the store's client (the commit first checks the files are there) or by
+    delta-rs (its object store retries, then fails): the store's retryable error either
+    way, and nothing is committed."""
     server = start_moto(tmp_path)
     try:
         for name, value in server.env().items():
@@ -54,7 +55,10 @@ def test_a_store_lost_between_publish_and_commit(s3_env, monkeypatch, tmp_path):
         part = publish(store, tmp_path, 0, 3)
     finally:
         server.stop()
-    with pytest.raises(StoreUnreachableError, match="the store did not answer \\(connection refused\\)") \
-            as caught:
+    with pytest.raises(StoreUnreachableError, match=r"did not answer \(connection refused\)") as caught:
         dc.commit([part])
+    one_line(caught.value)
+    with pytest.raises(StoreUnreachableError, match=r"cannot read the Delta log: the store did not answer "
+                                                    r"\(connection refused\)") as caught:
+        dc.last_committed()
     one_line(caught.value)

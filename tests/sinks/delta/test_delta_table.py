@@ -142,6 +142,16 @@ def test_a_commit_whose_answer_was_lost_is_found_by_the_next_call(store, tmp_pat
     assert dc.version == 1 and tx_seqs_read(store) == expected(0, 4)
 
 
+def test_only_published_files_are_committed(store, tmp_path):
+    dc = DeltaChangefeed(store, ARROW_SCHEMA, app_id=APP)
+    p0 = publish(store, tmp_path, 0, 4)
+    with pytest.raises(DeltaChainError, match="not published: cannot commit it"):
+        dc.commit([PartFile("part-missing.parquet", p0.size, 0, 4, p0.rows, p0.stats)])
+    with pytest.raises(DeltaChainError, match=f"{p0.size} bytes published, 1 to commit"):
+        dc.commit([PartFile(p0.name, 1, 0, 4, p0.rows, p0.stats)])
+    assert dc.version == 0
+
+
 def test_files_must_continue_the_table(store, tmp_path):
     dc = DeltaChangefeed(store, ARROW_SCHEMA, app_id=APP)
     dc.commit([publish(store, tmp_path, 0, 4)])
