@@ -27,6 +27,7 @@ from .errors import ObjectChangedError, ObjectExistsError, ObjectNotFoundError, 
 #: Where temporary files are written before they are linked into place.
 STAGING = "_olr_buffer/staging"
 _CAS_LOCK = ".replace-lock"
+_TAGGED = 1 << 20  # a write returns the MD5 tag of documents up to this size (not of data files)
 
 
 class LocalStore(Store):
@@ -130,7 +131,7 @@ class LocalStore(Store):
         path = self._path(name)
         with self._staged(data) as tmp:
             self._link(tmp, path)
-        return ObjectInfo(name, len(data), content_tag(data))
+        return ObjectInfo(name, len(data), content_tag(data) if len(data) <= _TAGGED else None)
 
     def create_from_file(self, name: str, path: str | os.PathLike[str]) -> ObjectInfo:
         """The file is linked into place where it is on the same filesystem (no copy: the
@@ -161,7 +162,7 @@ class LocalStore(Store):
             except OSError as exc:
                 raise _os_error(exc, "write", path) from None
             self._sync_folder(os.path.dirname(path))
-        return ObjectInfo(name, len(data), content_tag(data))
+        return ObjectInfo(name, len(data), content_tag(data) if len(data) <= _TAGGED else None)
 
     def replace_if(self, name: str, data: bytes, etag: str) -> ObjectInfo:
         path = self._path(name)
