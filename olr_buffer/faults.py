@@ -9,7 +9,8 @@ Points: ``after_append`` (a reader's block and position are committed),
 footer yet), ``after_tmp_written`` (a changefeed file is complete under its temporary name),
 ``after_rename`` (published, not yet in the manifest), ``before_checkpoint`` (the sink
 flushed, the dispatcher's checkpoint not yet written), ``during_cleanup`` (between the
-deletion of two segment files).
+deletion of two segment files), ``before_delta_commit`` and ``after_delta_commit``
+(around the Delta commit of published files).
 """
 
 from __future__ import annotations

@@ -76,3 +76,58 @@ def pytest_runtest_setup(item):
             "with this pytest (see the pin in setup.cfg)",
             pytrace=False,
         )
+
+
+# -- S3: moto's server mode (tests/s3_server.py) ---------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """moto's S3 server on 127.0.0.1 for the whole run (one per pytest-xdist worker)."""
+    from tests.s3_server import start_moto
+
+    server = start_moto(tmp_path_factory.mktemp("moto"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3_env(s3_server, monkeypatch):
+    """The process environment points boto3, delta-rs and pyarrow at ``s3_server``."""
+    for name in ("AWS_PROFILE", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL_S3", "AWS_SESSION_TOKEN", "AWS_MAX_ATTEMPTS"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in s3_server.env().items():
+        monkeypatch.setenv(name, value)
+    return s3_server
+
+
+@pytest.fixture
+def s3_uri(s3_env):
+    """``s3://BUCKET/changefeed`` in a new bucket of ``s3_server``."""
+    return f"s3://{s3_env.new_bucket()}/changefeed"
+
+
+@pytest.fixture(scope="session")
+def s3_auth_server(tmp_path_factory):
+    """A second moto server that checks credentials (it knows none: every key is refused)."""
+    from tests.s3_server import start_moto
+
+    server = start_moto(tmp_path_factory.mktemp("moto-auth"), extra_env={"INITIAL_NO_AUTH_ACTION_COUNT": "0"})
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["local", "s3"])
+def store_uri(request, tmp_path):
+    """The URI of an empty changefeed location of each kind: a local directory, and a
+    prefix of a new bucket on ``s3_server``."""
+    if request.param == "local":
+        return str(tmp_path / "changefeed")
+    return request.getfixturevalue("s3_uri")
+
+
+@pytest.fixture
+def store(store_uri):
+    from olr_buffer.store import open_store
+
+    return open_store(store_uri)

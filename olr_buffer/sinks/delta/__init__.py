@@ -1,0 +1,13 @@
+"""The changefeed as a Delta Lake table (contract section 5), local or on object storage:
+published part files committed with the queue's application transaction."""
+
+from __future__ import annotations
+
+from .errors import DeltaChainError, DeltaChangefeedError, DeltaConflictError, DeltaTableMismatchError
+from .stats import delta_stats
+from .table import DELTA_LOG, DeltaChangefeed, PartFile
+
+__all__ = [
+    "DELTA_LOG", "DeltaChainError", "DeltaChangefeed", "DeltaChangefeedError", "DeltaConflictError",
+    "DeltaTableMismatchError", "PartFile", "delta_stats",
+]

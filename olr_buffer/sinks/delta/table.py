@@ -1,0 +1,426 @@
+"""The changefeed as a Delta Lake table: its Parquet files, as published, added to the
+table's log by commits that carry the queue's application transaction.
+
+Layout: the table's root is the changefeed's root; ``_delta_log/`` beside the part files
+(a ``_`` folder: Spark's Parquet reader skips it). The files are committed as they are,
+with add actions (no rewrite), their statistics taken from their footers.
+
+**One commit per publish**, with ``txn(appId = the queue id, version = the last tx_seq it
+adds)`` (Delta's idempotent-write mechanism) and ``dataChange = true``. Before it, the
+committer checks, on the snapshot it commits against, that the files continue the table
+(their first ``tx_seq`` is one past the largest in the table) and that the queue's
+version does not cover them already; the commit then goes in only if no other commit came
+first (no automatic retry: on a conflict the snapshot is read again and checked again).
+So two writers never both commit a range, and a range is never committed twice.
+
+**Restart:** :meth:`DeltaChangefeed.last_committed` is the queue's version in the table;
+a file published but not committed before a kill has a higher range:
+:meth:`DeltaChangefeed.uncommitted` finds it among the files listed, and
+:meth:`DeltaChangefeed.commit` adds it. A commit whose answer was lost is recognised the
+same way: the queue's version covers it.
+
+**Compaction** is one commit: the merged file added and the files it replaces removed,
+all with ``dataChange = false`` (streaming readers skip it; the rows do not change). No
+file is deleted: a reader of an older version may need it (``VACUUM`` is the user's).
+
+**Protocol:** reader version 1, writer version 2, readable by Spark 3.5 with Delta 3.x.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+from dataclasses import dataclass
+from typing import Callable, Sequence, TypeVar
+
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from deltalake import DeltaTable
+from deltalake import Schema as DeltaSchema
+from deltalake.exceptions import CommitFailedError, DeltaError, DeltaProtocolError, TableNotFoundError
+from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
+
+from ...faults import fault_point
+from ...store import ObjectNotFoundError, Store, StoreAccessError, StoreError, StoreUnreachableError
+from .errors import DeltaChainError, DeltaChangefeedError, DeltaConflictError, DeltaTableMismatchError
+from .stats import delta_stats
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+DELTA_LOG = "_delta_log"
+COMMIT_ATTEMPTS = 10  # commits tried against a table that other commits keep moving
+META_PREFIX = "olr_buffer."
+
+
+@dataclass(frozen=True, slots=True)
+class PartFile:
+    """A published part file: its name (relative to the table's root), size in bytes,
+    range of transactions, rows, and Delta statistics (:func:`delta_stats`)."""
+
+    name: str
+    size: int
+    first_tx_seq: int
+    last_tx_seq: int
+    rows: int
+    stats: str
+
+    @classmethod
+    def from_metadata(cls, name: str, size: int, first: int, last: int, meta: pq.FileMetaData) -> PartFile:
+        return cls(name, size, first, last, meta.num_rows, delta_stats(meta))
+
+    @classmethod
+    def from_local(cls, path: str | os.PathLike[str], name: str, first: int, last: int) -> PartFile:
+        """From the local file that is (or will be) published as ``name``."""
+        return cls.from_metadata(name, os.stat(path).st_size, first, last, pq.read_metadata(path))
+
+    @classmethod
+    def from_store(cls, store: Store, name: str, first: int, last: int) -> PartFile:
+        """From the published object's footer (one ranged read on S3)."""
+        with store.open_input(name) as f:
+            size = f.size()
+            meta = pq.read_metadata(f)
+        return cls.from_metadata(name, size, first, last, meta)
+
+
+class DeltaChangefeed:
+    """The Delta table of the changefeed in ``store``, written for the queue ``app_id``;
+    see the module doc. Opening creates the table with ``schema`` (the changefeed's Arrow
+    schema) if there is none, and checks an existing one. ``writer``: facts recorded in
+    each commit's ``commitInfo`` (a writer id, a lease generation)."""
+
+    def __init__(
+        self,
+        store: Store,
+        schema: pa.Schema,
+        *,
+        app_id: str,
+        writer: dict[str, str | int] | None = None,
+        configuration: dict[str, str] | None = None,
+        create: bool = True,
+    ) -> None:
+        self.store = store
+        self.schema = schema
+        self.app_id = app_id
+        self.writer = dict(writer or {})
+        self.uri, self._options = store.delta_location()
+        self._delta_schema = DeltaSchema.from_arrow(schema)
+        store.list(f"{DELTA_LOG}/")  # reachable, and allowed: the store's own one-line errors
+        table = self._load()
+        if table is None:
+            if not create:
+                raise DeltaChangefeedError(f"{store.location()}: no Delta table here", uri=store.location())
+            table = self._create(configuration)
+        self._table = table
+        self._check_table()
+        self._stale = False
+        self._next = self._table_next()
+
+    # -- the table ----------------------------------------------------------------------
+
+    def _load(self) -> DeltaTable | None:
+        try:
+            return DeltaTable(self.uri, storage_options=self._options)
+        except TableNotFoundError:
+            return None
+        except (DeltaError, OSError) as exc:
+            raise self._error(exc, "open the Delta table") from None
+
+    def _create(self, configuration: dict[str, str] | None) -> DeltaTable:
+        try:
+            table = DeltaTable.create(
+                self.uri, self._delta_schema, mode="error", configuration=configuration,
+                storage_options=self._options,
+                commit_properties=CommitProperties(custom_metadata=self._commit_info()),
+            )
+        except (DeltaError, OSError) as exc:
+            existing = self._load()  # created by another process meanwhile?
+            if existing is None:
+                raise self._error(exc, "create the Delta table") from None
+            return existing
+        log.info("%s: Delta table created (protocol reader 1, writer 2)", self.store.location())
+        return table
+
+    def _check_table(self) -> None:
+        where = self.store.location()
+        meta = self._read(self._table.metadata)
+        if meta.partition_columns:
+            raise DeltaTableMismatchError(
+                f"{where}: the Delta table is partitioned by {', '.join(meta.partition_columns)}; the changefeed's "
+                "files are not", hint="give the changefeed a location of its own", uri=where)
+        theirs = {f["name"]: f for f in orjson.loads(self._read(lambda: self._table.schema().to_json()))["fields"]}
+        ours = orjson.loads(self._delta_schema.to_json())["fields"]
+        for field in ours:
+            other = theirs.pop(field["name"], None)
+            if other is None:
+                raise DeltaTableMismatchError(
+                    f"{where}: the Delta table has no column {field['name']}: it is not a changefeed's table",
+                    hint="give the changefeed a location of its own", uri=where)
+            if other["type"] != field["type"] or (field["nullable"] and not other["nullable"]):
+                raise DeltaTableMismatchError(
+                    f"{where}: column {field['name']} of the Delta table is {_type_text(other)}, "
+                    f"the changefeed writes {_type_text(field)}", uri=where)
+        required = [name for name, f in theirs.items() if not f["nullable"]]
+        if required:
+            raise DeltaTableMismatchError(
+                f"{where}: the Delta table has required columns the changefeed does not write: {', '.join(required)}",
+                uri=where)
+
+    def _refresh(self) -> None:
+        self._read(self._table.update_incremental)
+        self._next = self._table_next()
+        self._stale = False
+
+    def _read(self, call: Callable[[], T]) -> T:
+        """``call()`` on the table (delta-rs reads the log lazily): its errors as the
+        store's or this package's."""
+        try:
+            return call()
+        except (DeltaError, OSError) as exc:
+            raise self._error(exc, "read the Delta log") from None
+
+    def _table_next(self) -> int:
+        """One past the largest tx_seq of the files in the snapshot (0 if it has none),
+        from their statistics."""
+        adds = self._read(lambda: pa.table(self._table.get_add_actions(flatten=True)))
+        if adds.num_rows == 0:
+            return 0
+        if "max.tx_seq" not in adds.column_names or adds.column("max.tx_seq").null_count:
+            raise DeltaTableMismatchError(
+                f"{self.store.location()}: a file of the Delta table has no tx_seq statistics: it was not added "
+                "by olr-buffer", hint="give the changefeed a location of its own", uri=self.store.location())
+        return int(pc.max(adds.column("max.tx_seq")).as_py()) + 1
+
+    # -- what is committed --------------------------------------------------------------
+
+    @property
+    def version(self) -> int:
+        """The table version of the snapshot this committer holds."""
+        return self._read(self._table.version)
+
+    @property
+    def next_tx_seq(self) -> int:
+        """The first tx_seq the next commit must add."""
+        if self._stale:
+            self._refresh()
+        return self._next
+
+    def last_committed(self) -> int | None:
+        """The last tx_seq the queue committed to the table (its ``txn`` version), read
+        from the table as it is now; None if it committed nothing."""
+        self._refresh()
+        return self._read(lambda: self._table.transaction_version(self.app_id))
+
+    def files(self) -> list[str]:
+        """The files of the table's current snapshot (names relative to the root)."""
+        return sorted(self._paths())
+
+    def _paths(self) -> set[str]:
+        return set(self._read(lambda: pa.table(self._table.get_add_actions()).column("path").to_pylist()))
+
+    def uncommitted(self, published: Sequence[PartFile]) -> list[PartFile]:
+        """Of the ``published`` files (what a listing found), those that follow the
+        table's last commit, in order: published before a kill but never committed.
+        Files the table holds already are left out; files that overlap it are an error."""
+        self._refresh()
+        pending = []
+        expected = self._next
+        for f in sorted(published, key=lambda f: f.first_tx_seq):
+            if f.last_tx_seq < self._next:
+                continue  # committed (or replaced by a compaction)
+            if f.first_tx_seq != expected:
+                raise DeltaChainError(
+                    f"{self.store.location(f.name)}: tx_seq {f.first_tx_seq}..{f.last_tx_seq} does not follow "
+                    f"the Delta table, which holds up to tx_seq {expected - 1}",
+                    hint="files were written by another writer, or removed", uri=self.store.location(f.name))
+            pending.append(f)
+            expected = f.last_tx_seq + 1
+        return pending
+
+    # -- commits ------------------------------------------------------------------------
+
+    def commit(self, files: Sequence[PartFile]) -> int | None:
+        """Add ``files`` (published, contiguous) in one commit carrying ``txn(app_id,
+        last tx_seq)``. Returns the new table version, or None if the queue's version in
+        the table covers them already (committed before: nothing is done)."""
+        files = sorted(files, key=lambda f: f.first_tx_seq)
+        if not files:
+            return None
+        _check_chain(files, self.store)
+        _check_published(files, self.store)
+        first, last = files[0].first_tx_seq, files[-1].last_tx_seq
+        now = int(time.time() * 1000)
+        actions = [AddAction(f.name, f.size, {}, now, True, f.stats) for f in files]
+        info = self._commit_info(first_tx_seq=first, last_tx_seq=last, files=len(files))
+        for _ in range(COMMIT_ATTEMPTS):
+            if self._stale:
+                self._refresh()
+            committed = self._read(lambda: self._table.transaction_version(self.app_id))
+            if committed is not None and committed >= last:
+                log.info("%s: tx_seq %d..%d committed already (the queue's version is %d)",
+                         self.store.location(), first, last, committed)
+                self._next = max(self._next, last + 1)
+                return None
+            if first != self._next or (committed is not None and committed >= first):
+                raise DeltaChainError(
+                    f"{self.store.location()}: cannot commit tx_seq {first}..{last}: the Delta table holds up to "
+                    f"tx_seq {self._next - 1}" + (f", the queue committed up to {committed}" if committed is not None
+                                                  else ""),
+                    hint="another writer wrote this table, or its files were removed",
+                    uri=self.store.location(), first_tx_seq=first, last_tx_seq=last)
+            base = self.version
+            fault_point("before_delta_commit")
+            try:
+                self._table.create_write_transaction(
+                    actions, "append", self._delta_schema,
+                    commit_properties=CommitProperties(
+                        custom_metadata=info, max_commit_retries=0,
+                        app_transactions=[Transaction(self.app_id, last)],
+                    ),
+                )
+            except CommitFailedError:
+                self._stale = True  # another commit came first: look again
+                continue
+            except (DeltaError, OSError) as exc:
+                self._stale = True  # it may have gone in: the next call looks
+                raise self._error(exc, "commit to the Delta table") from None
+            fault_point("after_delta_commit")
+            self._read(self._table.update_incremental)
+            if self.version == base + 1:
+                self._next = last + 1  # only this commit since the snapshot checked
+            else:
+                self._next = self._table_next()
+            log.info("%s: committed tx_seq %d..%d (%d files) as Delta version %d", self.store.location(),
+                     first, last, len(files), self.version)
+            return self.version
+        raise DeltaConflictError(
+            f"{self.store.location()}: other commits to the Delta table came first {COMMIT_ATTEMPTS} times",
+            hint="run one writer per changefeed", uri=self.store.location())
+
+    def compact(self, removed: Sequence[PartFile], added: PartFile) -> int:
+        """One commit replacing ``removed`` (contiguous files of the table) by ``added``
+        (the same transactions, merged), all with ``dataChange = false``. No file is
+        deleted. Returns the new table version."""
+        removed = sorted(removed, key=lambda f: f.first_tx_seq)
+        _check_chain(removed, self.store)
+        _check_published([added], self.store)
+        where = self.store.location(added.name)
+        if (added.first_tx_seq, added.last_tx_seq) != (removed[0].first_tx_seq, removed[-1].last_tx_seq) or (
+            added.rows != sum(f.rows for f in removed)
+        ):
+            raise DeltaChainError(
+                f"{where}: holds tx_seq {added.first_tx_seq}..{added.last_tx_seq} in {added.rows} rows; the files it "
+                f"replaces hold {removed[0].first_tx_seq}..{removed[-1].last_tx_seq} in "
+                f"{sum(f.rows for f in removed)} rows", uri=where)
+        self._refresh()
+        present = self._paths()
+        missing = [f.name for f in removed if f.name not in present]
+        if missing:
+            raise DeltaConflictError(
+                f"{self.store.location()}: cannot compact: {', '.join(missing)} not in the Delta table (any more)",
+                uri=self.store.location())
+        now = int(time.time() * 1000)
+        actions = [RemoveAction(f.name, False, now, f.size, {}) for f in removed]
+        actions.append(AddAction(added.name, added.size, {}, now, False, added.stats))
+        info = self._commit_info(compaction=True, first_tx_seq=added.first_tx_seq, last_tx_seq=added.last_tx_seq,
+                                 files=len(removed))
+        try:
+            # delta-rs's own conflict check: appends meanwhile are fine, a removal of the same files is not
+            self._table.create_write_transaction(actions, "append", self._delta_schema,
+                                                 commit_properties=CommitProperties(custom_metadata=info))
+        except CommitFailedError as exc:
+            self._stale = True
+            raise DeltaConflictError(f"{self.store.location()}: compaction conflicts with another commit: "
+                                     f"{_first_line(exc)}", uri=self.store.location()) from None
+        except (DeltaError, OSError) as exc:
+            self._stale = True
+            raise self._error(exc, "commit a compaction to the Delta table") from None
+        self._refresh()
+        log.info("%s: compacted %d files into %s as Delta version %d", self.store.location(), len(removed),
+                 added.name, self.version)
+        return self.version
+
+    # -- helpers ------------------------------------------------------------------------
+
+    def _commit_info(self, **facts) -> dict:
+        info = {f"{META_PREFIX}app_id": self.app_id}
+        info.update({f"{META_PREFIX}{k}": v for k, v in self.writer.items()})
+        info.update({f"{META_PREFIX}{k}": v for k, v in facts.items()})
+        return info
+
+    def _error(self, exc: BaseException, doing: str) -> StoreError | DeltaChangefeedError:
+        """The store's error type for a delta-rs failure (its object store says what it
+        met in its text), else a :class:`DeltaChangefeedError`; one line."""
+        where = self.store.location()
+        text = _clean(str(exc))
+        code = _xml_code(text)
+        if isinstance(exc, DeltaProtocolError):
+            return DeltaTableMismatchError(f"{where}: cannot {doing}: {_first_line(exc)}", uri=where)
+        if code in ("NoSuchBucket",):
+            return StoreAccessError(f"{where}: cannot {doing}: the bucket does not exist",
+                                    hint="create the bucket, or check its name, AWS_ENDPOINT_URL and AWS_REGION",
+                                    uri=where)
+        if code in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken") or (
+            " 403 " in f" {text} "
+        ):
+            return StoreAccessError(f"{where}: cannot {doing}: access denied ({code or '403'})",
+                                    hint="check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN",
+                                    uri=where)
+        for needle in ("Connection refused", "tcp connect error", "timed out", "error sending request",
+                       "dns error", "connection reset", "Service Unavailable", "Internal Server Error", "SlowDown"):
+            if needle.lower() in text.lower():
+                return StoreUnreachableError(f"{where}: cannot {doing}: the store did not answer ({needle.lower()})",
+                                             hint="olr-buffer run retries; replay resumes when run again", uri=where)
+        return DeltaChangefeedError(f"{where}: cannot {doing}: {_first_line(exc)}", uri=where)
+
+
+def _check_chain(files: Sequence[PartFile], store: Store) -> None:
+    for a, b in zip(files, files[1:]):
+        if b.first_tx_seq != a.last_tx_seq + 1:
+            raise DeltaChainError(
+                f"{store.location(b.name)}: tx_seq {b.first_tx_seq}..{b.last_tx_seq} does not follow "
+                f"{a.name} ({a.first_tx_seq}..{a.last_tx_seq})", uri=store.location(b.name))
+    for f in files:
+        if f.last_tx_seq < f.first_tx_seq or f.rows <= 0:
+            raise DeltaChainError(f"{store.location(f.name)}: an empty or reversed range", uri=store.location(f.name))
+
+
+def _check_published(files: Sequence[PartFile], store: Store) -> None:
+    """Each file is in the store with its size (delta-rs adds whatever it is told: a
+    missing file would break every reader of the table)."""
+    for f in files:
+        try:
+            size = store.stat(f.name).size
+        except ObjectNotFoundError:
+            raise DeltaChainError(f"{store.location(f.name)}: not published: cannot commit it",
+                                  uri=store.location(f.name)) from None
+        if size != f.size:
+            raise DeltaChainError(f"{store.location(f.name)}: {size} bytes published, {f.size} to commit",
+                                  uri=store.location(f.name))
+
+
+def _type_text(field: dict) -> str:
+    t = field["type"]
+    return f"{t if isinstance(t, str) else t.get('type')}{'' if field['nullable'] else ' not null'}"
+
+
+def _clean(text: str) -> str:
+    """delta-rs's error text without its colours and tree drawing, on one line."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", text).replace("↳", " ")
+    return " ".join(text.split())
+
+
+def _xml_code(text: str) -> str | None:
+    start = text.find("<Code>")
+    end = text.find("</Code>", start)
+    return text[start + 6 : end] if start >= 0 and end > start else None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = _clean(str(exc))
+    return text[:300] if text else type(exc).__name__

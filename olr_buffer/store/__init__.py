@@ -1,0 +1,69 @@
+"""Where a changefeed's objects live: a local directory or an S3 prefix, behind one small
+interface (:class:`Store`), chosen by URI scheme (:func:`open_store`).
+
+The sinks write and read through it; the queue never does (it stays on local disk).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from urllib.parse import unquote, urlsplit
+
+from .base import ObjectInfo, Store, Versioned
+from .errors import (
+    ObjectChangedError,
+    ObjectExistsError,
+    ObjectNotFoundError,
+    StoreAccessError,
+    StoreError,
+    StoreUnreachableError,
+)
+from .lease import Lease, LeaseHeldError, LeaseLostError
+
+__all__ = [
+    "Lease", "LeaseHeldError", "LeaseLostError", "ObjectChangedError", "ObjectExistsError", "ObjectInfo",
+    "ObjectNotFoundError", "Store", "StoreAccessError", "StoreError", "StoreUnreachableError", "Versioned",
+    "is_remote", "open_store",
+]
+
+#: URI scheme -> the store class ("module:Class", imported when first used: boto3 loads
+#: only for a remote store). A plain path has the scheme "".
+SCHEMES = {
+    "": "olr_buffer.store.local:LocalStore",
+    "file": "olr_buffer.store.local:LocalStore",
+    "s3": "olr_buffer.store.s3:S3Store",
+    "s3a": "olr_buffer.store.s3:S3Store",
+}
+
+
+def _scheme(uri: str) -> str:
+    scheme = urlsplit(uri).scheme if "://" in uri else ""
+    return scheme.lower()
+
+
+def is_remote(uri: str | os.PathLike[str]) -> bool:
+    """Whether ``uri`` names an object store rather than a local directory."""
+    return _scheme(os.fspath(uri)) not in ("", "file")
+
+
+def open_store(uri: str | os.PathLike[str], **options) -> Store:
+    """The store for ``uri``: a directory (``/path``, ``file:///path``) or
+    ``s3://BUCKET/PREFIX``. ``options`` go to the store's class."""
+    uri = os.fspath(uri)
+    scheme = _scheme(uri)
+    target = SCHEMES.get(scheme)
+    if target is None:
+        raise StoreError(
+            f"{uri}: unsupported scheme {scheme}://",
+            hint="give a directory or s3://BUCKET/PREFIX",
+            uri=uri,
+        )
+    module, _, name = target.partition(":")
+    cls = getattr(importlib.import_module(module), name)
+    if scheme == "file":
+        parts = urlsplit(uri)
+        if parts.netloc not in ("", "localhost"):
+            raise StoreError(f"{uri}: a file:// URI names a local path (file:///path)", uri=uri)
+        uri = unquote(parts.path)
+    return cls(uri, **options)

@@ -1,0 +1,303 @@
+"""One writer per store, without local locks: a lease object written with conditional
+writes, so that writers on different hosts agree through the store alone.
+
+The lease is a small JSON document (``_olr_buffer/lease.json`` by default)::
+
+    {"format": 1, "writer": "<random id>", "owner": "<queue id>", "host": "...", "pid": 123,
+     "generation": 4, "acquired": 1700000000.1, "renewed": 1700000030.2,
+     "expires": 1700000090.2, "ttl": 60.0, "released": false}
+
+- **Acquire:** create it (``If-None-Match: *``). If it exists, a lease that has not
+  expired (``expires`` plus ``skew`` for the difference between hosts' clocks) or not
+  been released is refused with :class:`LeaseHeldError`, naming its holder; an expired or
+  released one is taken over with ``If-Match`` on the version read, and ``generation``
+  goes up by one (two writers that both see it expired: one wins, one gets the error).
+  A lease left by the same ``owner`` on the same host is taken over at once: the owner is
+  exclusive on its host (the queue's lock), so its holder is gone.
+- **Renew:** rewrite it with ``If-Match`` on the version this writer wrote last. If it
+  has another version, another writer took it over: :class:`LeaseLostError`.
+- **Before each publish**, :meth:`Lease.ensure` renews the lease if half its time is
+  gone and raises :class:`LeaseLostError` if it is lost. The holder counts its time on its
+  own monotonic clock from *before* each write of the lease, so it stops publishing
+  before any other host may consider the lease expired, as long as clocks differ by less
+  than ``skew`` and a publish takes less than half the ``ttl``.
+
+A lease alone cannot fence a writer that stalls for longer than its ``ttl`` between
+:meth:`Lease.ensure` and a publish (no lease can): the Delta sink's commits carry the
+queue's application transaction and fail if another commit came first, so there two
+writers never both commit; ``generation`` goes into each commit for the record.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from datetime import datetime, timezone
+from typing import Callable
+
+import orjson
+
+from .base import Store
+from .errors import ObjectChangedError, ObjectExistsError, ObjectNotFoundError, StoreError
+
+log = logging.getLogger(__name__)
+
+LEASE = "_olr_buffer/lease.json"
+LEASE_FORMAT = 1
+DEFAULT_TTL = 60.0
+DEFAULT_SKEW = 5.0
+
+
+class LeaseHeldError(StoreError):
+    """Another writer holds the store's lease, and it has not expired."""
+
+
+class LeaseLostError(StoreError):
+    """This writer's lease was taken over, or released: it must not publish any more."""
+
+
+class Lease:
+    """The single-writer lease of ``store``; see the module doc. ``owner``: what the
+    writer writes for (the queue id), recorded in the lease; ``info``: more facts for
+    the record (JSON values)."""
+
+    def __init__(
+        self,
+        store: Store,
+        name: str = LEASE,
+        *,
+        owner: str | None = None,
+        ttl: float = DEFAULT_TTL,
+        skew: float = DEFAULT_SKEW,
+        writer_id: str | None = None,
+        info: dict | None = None,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if ttl <= 0 or skew < 0:
+            raise ValueError("a lease needs ttl > 0 and skew >= 0")
+        self.store = store
+        self.name = name
+        self.owner = owner
+        self.ttl = ttl
+        self.skew = skew
+        self.writer_id = writer_id or uuid.uuid4().hex
+        self.host = socket.gethostname()
+        self.pid = os.getpid()
+        self.info = dict(info or {})
+        self.generation = 0  # 0: not held yet
+        self._clock = clock
+        self._monotonic = monotonic
+        self._etag: str | None = None
+        self._acquired = 0.0
+        self._valid_until = 0.0  # on the monotonic clock
+        self._lost: str | None = None  # why it is lost
+        self._guard = threading.RLock()
+        self._keepalive: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    @property
+    def held(self) -> bool:
+        """Whether this writer holds the lease now, as far as its own clock tells."""
+        return self._etag is not None and self._lost is None and self._monotonic() < self._valid_until
+
+    def remaining(self) -> float:
+        """Seconds this writer may still count on the lease without renewing it."""
+        return max(0.0, self._valid_until - self._monotonic()) if self._etag and not self._lost else 0.0
+
+    # -- taking it ----------------------------------------------------------------------
+
+    def acquire(self) -> None:
+        """Take the lease; :class:`LeaseHeldError` if another live writer holds it."""
+        with self._guard:
+            for _ in range(5):
+                started = self._monotonic()
+                self._acquired = self._clock()
+                doc = self._document(1)
+                try:
+                    written = self.store.create(self.name, doc)
+                except ObjectExistsError:
+                    pass
+                else:
+                    self._held(doc, written.etag, started, 1)
+                    log.info("%s: lease taken by writer %s (generation %d)", self.store.location(self.name),
+                             self.writer_id, self.generation)
+                    return
+                try:
+                    current = self.store.read_versioned(self.name)
+                except ObjectNotFoundError:
+                    continue  # removed meanwhile: create it again
+                holder = _parse(current.data, self.store.location(self.name))
+                if holder.get("writer") == self.writer_id:
+                    self._held(current.data, current.etag, started, int(holder.get("generation", 1)))
+                    return
+                self._refuse_if_live(holder)
+                generation = int(holder.get("generation") or 0) + 1
+                started = self._monotonic()
+                self._acquired = self._clock()
+                doc = self._document(generation)
+                try:
+                    written = self.store.replace_if(self.name, doc, current.etag)
+                except (ObjectChangedError, ObjectNotFoundError):
+                    continue  # another writer moved first: look again
+                self._held(doc, written.etag, started, generation)
+                log.warning(
+                    "%s: lease taken over from writer %s on %s (pid %s), generation %d",
+                    self.store.location(self.name), holder.get("writer"), holder.get("host"), holder.get("pid"),
+                    generation,
+                )
+                return
+            raise LeaseHeldError(
+                f"{self.store.location(self.name)}: the lease keeps changing hands: other writers are starting",
+                hint="run one writer per changefeed",
+                uri=self.store.location(self.name),
+            )
+
+    def _refuse_if_live(self, holder: dict) -> None:
+        now = self._clock()
+        expires = holder.get("expires")
+        if not isinstance(expires, (int, float)):
+            expires = float("inf")
+        if holder.get("released") or now > expires + self.skew:
+            return
+        if self.owner is not None and holder.get("owner") == self.owner and holder.get("host") == self.host:
+            log.warning(
+                "%s: taking over the lease of pid %s on this host, a writer of the same queue that stopped",
+                self.store.location(self.name), holder.get("pid"),
+            )
+            return
+        until = datetime.fromtimestamp(expires, timezone.utc).isoformat(timespec="seconds")
+        raise LeaseHeldError(
+            f"{self.store.location(self.name)}: changefeed is written by writer {holder.get('writer')} "
+            f"on {holder.get('host')} (pid {holder.get('pid')}), whose lease runs until {until}",
+            hint="one process writes a changefeed: stop the other one first; if it died, its lease expires "
+            f"{self.ttl:g} s after its last renewal",
+            uri=self.store.location(self.name),
+            holder=holder,
+        )
+
+    def _held(self, doc: bytes, etag: str | None, started: float, generation: int) -> None:
+        if etag is None:  # a create whose answer was lost and retried: read our own version
+            current = self.store.read_versioned(self.name)
+            if _parse(current.data, self.store.location(self.name)).get("writer") != self.writer_id:
+                raise LeaseLostError(f"{self.store.location(self.name)}: lease taken over at once",
+                                     uri=self.store.location(self.name))
+            etag = current.etag
+        self._etag = etag
+        self.generation = generation
+        self._valid_until = started + self.ttl
+        self._lost = None
+
+    # -- keeping it ---------------------------------------------------------------------
+
+    def renew(self) -> None:
+        """Extend the lease; :class:`LeaseLostError` if another writer took it."""
+        with self._guard:
+            self._check_not_lost()
+            started = self._monotonic()
+            doc = self._document(self.generation)
+            try:
+                written = self.store.replace_if(self.name, doc, self._etag or "")
+            except (ObjectChangedError, ObjectNotFoundError):
+                self._lose("taken over by another writer")
+            self._held(doc, written.etag, started, self.generation)
+
+    def ensure(self) -> None:
+        """Before a publish: the lease is this writer's for at least half its ``ttl`` more,
+        renewed if need be; :class:`LeaseLostError` if it is lost."""
+        with self._guard:
+            self._check_not_lost()
+            if self.remaining() < self.ttl / 2:
+                self.renew()
+
+    def start_keepalive(self) -> None:
+        """Renew the lease every quarter ``ttl`` in a thread, so that an idle writer keeps
+        it; a loss is raised by the next :meth:`ensure`."""
+        if self._keepalive is not None:
+            return
+        self._stop.clear()
+        self._keepalive = threading.Thread(target=self._renewing, name="lease-keepalive", daemon=True)
+        self._keepalive.start()
+
+    def _renewing(self) -> None:
+        while not self._stop.wait(self.ttl / 4):
+            try:
+                self.renew()
+            except LeaseLostError:
+                return
+            except StoreError as exc:
+                log.warning("cannot renew the changefeed's lease (%s); retrying", exc)
+
+    def release(self) -> None:
+        """Give the lease up (marked released: the next writer takes it at once)."""
+        self._stop.set()
+        if self._keepalive is not None and self._keepalive is not threading.current_thread():
+            self._keepalive.join()
+        self._keepalive = None
+        with self._guard:
+            if self._etag is None or self._lost is not None:
+                return
+            doc = self._document(self.generation, released=True)
+            try:
+                self.store.replace_if(self.name, doc, self._etag)
+            except (ObjectChangedError, ObjectNotFoundError):
+                pass  # taken over already
+            except StoreError as exc:
+                log.warning("cannot release the changefeed's lease (%s): it expires by itself", exc)
+            self._lost = "released"
+            self._etag = None
+
+    # -- helpers ------------------------------------------------------------------------
+
+    def _check_not_lost(self) -> None:
+        if self._etag is None and self._lost is None:
+            raise LeaseLostError(f"{self.store.location(self.name)}: the lease is not held",
+                                 uri=self.store.location(self.name))
+        if self._lost is not None:
+            raise LeaseLostError(f"{self.store.location(self.name)}: lease lost: {self._lost}",
+                                 uri=self.store.location(self.name))
+
+    def _lose(self, why: str) -> None:
+        self._lost = why
+        self._etag = None
+        raise LeaseLostError(
+            f"{self.store.location(self.name)}: lease lost: {why}; this writer stops publishing",
+            hint="another writer took the changefeed over: run one writer per changefeed",
+            uri=self.store.location(self.name),
+        )
+
+    def _document(self, generation: int, *, released: bool = False) -> bytes:
+        now = self._clock()
+        doc = {
+            "format": LEASE_FORMAT,
+            "writer": self.writer_id,
+            "owner": self.owner,
+            "host": self.host,
+            "pid": self.pid,
+            "generation": generation,
+            "acquired": self._acquired,
+            "renewed": now,
+            "expires": now if released else now + self.ttl,
+            "ttl": self.ttl,
+            "released": released,
+            **self.info,
+        }
+        return orjson.dumps(doc)
+
+
+def _parse(data: bytes, where: str) -> dict:
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        doc = None
+    if not isinstance(doc, dict):
+        raise StoreError(
+            f"{where}: not a lease document",
+            hint="if no writer is running, remove it; the next writer creates it again",
+            uri=where,
+        )
+    return doc

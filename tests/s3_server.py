@@ -1,0 +1,107 @@
+"""A real S3 API server for the tests: moto's server mode (``moto_server``) on 127.0.0.1,
+on a free port, started by the tests themselves. Not a mock of the client: boto3,
+delta-rs and pyarrow speak HTTP to it as they would to S3.
+
+Every S3 test gets the environment of :meth:`MotoServer.env`: test credentials, a region,
+the endpoint, and no instance-metadata lookup (which would reach out of the machine when
+credentials are missing). A test that changes the environment further does it with the
+``monkeypatch`` fixture (undone after the test) or its own ``MonkeyPatch.context()``, never
+``monkeypatch.undo()``, which would drop the S3 environment with the rest.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+ACCESS_KEY = "testing-access-key"
+SECRET_KEY = "testing-secret-key-do-not-print"
+REGION = "us-east-1"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class MotoServer:
+    endpoint: str
+    process: subprocess.Popen
+    log: Path
+
+    def env(self) -> dict[str, str]:
+        """The AWS variables that point a client at this server."""
+        return {
+            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+            "AWS_REGION": REGION,
+            "AWS_ENDPOINT_URL": self.endpoint,
+            # never the instance-metadata address (169.254.169.254) when credentials are
+            # missing: boto3 and pyarrow read the first, delta-rs the second
+            "AWS_EC2_METADATA_DISABLED": "true",
+            "AWS_METADATA_ENDPOINT": "http://127.0.0.1:9",
+            "AWS_CONFIG_FILE": os.devnull,
+            "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+        }
+
+    def client(self):
+        import boto3
+
+        return boto3.client(
+            "s3", endpoint_url=self.endpoint, region_name=REGION,
+            aws_access_key_id=ACCESS_KEY, aws_secret_access_key=SECRET_KEY,
+        )
+
+    def new_bucket(self) -> str:
+        name = f"t-{uuid.uuid4().hex[:20]}"
+        self.client().create_bucket(Bucket=name)
+        return name
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def start_moto(log_dir: Path, *, extra_env: dict[str, str] | None = None, timeout: float = 60.0) -> MotoServer:
+    """Start ``moto_server`` on a free port of 127.0.0.1 and wait until it answers."""
+    for attempt in range(3):
+        port = free_port()
+        log = log_dir / f"moto-{port}.log"
+        env = {**os.environ, **(extra_env or {})}
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                stdout=out, stderr=subprocess.STDOUT, env=env,
+            )
+        endpoint = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                break  # the port was taken meanwhile, or moto failed: see its log
+            try:
+                urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=2).close()
+                return MotoServer(endpoint, proc, log)
+            except urllib.error.HTTPError:
+                return MotoServer(endpoint, proc, log)  # an answer, even a refusal
+            except OSError:
+                time.sleep(0.1)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+            raise RuntimeError(f"moto_server did not answer on {endpoint} within {timeout:g} s; log: {log}")
+    raise RuntimeError(f"moto_server exited at start ({proc.returncode}); log:\n{log.read_text()[-2000:]}")

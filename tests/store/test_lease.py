@@ -1,0 +1,258 @@
+"""The single-writer lease (olr_buffer/store/lease.py), on both stores: in one process with
+clocks the test moves, and with two real writer processes (SIGKILL, SIGSTOP)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+
+from olr_buffer.store import LeaseHeldError, LeaseLostError, StoreError, open_store
+from olr_buffer.store.lease import LEASE, Lease
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Clocks:
+    """A wall clock and a monotonic clock that move only when told."""
+
+    def __init__(self, wall: float = 1_700_000_000.0) -> None:
+        self.wall = wall
+        self.mono = 1000.0
+
+    def advance(self, seconds: float) -> None:
+        self.wall += seconds
+        self.mono += seconds
+
+    def lease(self, store, **kw) -> Lease:
+        return Lease(store, clock=lambda: self.wall, monotonic=lambda: self.mono, **kw)
+
+
+def lease_doc(store) -> dict:
+    return orjson.loads(store.read(LEASE))
+
+
+def test_acquire_writes_the_lease_document(store):
+    clocks = Clocks()
+    lease = clocks.lease(store, ttl=60, owner="queue-1", info={"source": "redo"})
+    lease.acquire()
+    doc = lease_doc(store)
+    assert doc["writer"] == lease.writer_id and doc["owner"] == "queue-1" and doc["pid"] == os.getpid()
+    assert doc["generation"] == 1 and doc["expires"] == clocks.wall + 60 and doc["source"] == "redo"
+    assert lease.held and lease.remaining() == 60
+
+
+def test_a_live_lease_is_refused_naming_its_holder(store):
+    clocks = Clocks()
+    a = clocks.lease(store, ttl=60)
+    a.acquire()
+    b = clocks.lease(store, ttl=60)
+    clocks.advance(60)  # expired, but within the allowed clock skew
+    with pytest.raises(LeaseHeldError) as caught:
+        b.acquire()
+    text = str(caught.value)
+    assert f"changefeed is written by writer {a.writer_id}" in text and f"(pid {os.getpid()})" in text
+    assert "\n" not in text
+    assert lease_doc(store)["writer"] == a.writer_id
+
+
+def test_an_expired_lease_is_taken_over_and_its_holder_stops(store):
+    clocks = Clocks()
+    a = clocks.lease(store, ttl=60, skew=5)
+    a.acquire()
+    clocks.advance(66)
+    b = clocks.lease(store, ttl=60, skew=5)
+    b.acquire()
+    assert b.generation == 2 and lease_doc(store)["writer"] == b.writer_id
+    with pytest.raises(LeaseLostError, match="taken over by another writer"):
+        a.ensure()  # its time ran out: it renews, and the renewal finds the lease changed
+    assert not a.held
+    with pytest.raises(LeaseLostError):
+        a.renew()
+    b.ensure()  # the new holder goes on
+    assert lease_doc(store)["writer"] == b.writer_id
+
+
+def test_ensure_renews_once_half_the_time_is_gone(store):
+    clocks = Clocks()
+    lease = clocks.lease(store, ttl=60)
+    lease.acquire()
+    clocks.advance(20)
+    lease.ensure()
+    assert lease_doc(store)["renewed"] == clocks.wall - 20  # not yet
+    clocks.advance(15)
+    lease.ensure()
+    doc = lease_doc(store)
+    assert doc["renewed"] == clocks.wall and doc["expires"] == clocks.wall + 60 and doc["generation"] == 1
+    assert lease.remaining() == 60
+
+
+def test_release_lets_the_next_writer_in_at_once(store):
+    clocks = Clocks()
+    a = clocks.lease(store, ttl=60)
+    a.acquire()
+    a.release()
+    assert lease_doc(store)["released"] is True
+    b = clocks.lease(store, ttl=60)
+    b.acquire()
+    assert b.generation == 2
+    with pytest.raises(LeaseLostError, match="released"):
+        a.ensure()
+
+
+def test_a_lease_of_the_same_queue_on_this_host_is_taken_over_at_once(store):
+    """The queue's lock makes its owner exclusive on a host: a lease it left behind
+    belongs to a process that is gone (a restart after a kill does not wait a ttl)."""
+    clocks = Clocks()
+    clocks.lease(store, ttl=60, owner="queue-1").acquire()
+    with pytest.raises(LeaseHeldError):
+        clocks.lease(store, ttl=60, owner="queue-2").acquire()
+    again = clocks.lease(store, ttl=60, owner="queue-1")
+    again.acquire()
+    assert again.generation == 2
+
+
+def test_racing_takeovers_have_one_winner(store):
+    clocks = Clocks()
+    clocks.lease(store, ttl=10, skew=0).acquire()
+    clocks.advance(11)
+    contenders = [clocks.lease(store, ttl=10, skew=0) for _ in range(6)]
+    results: list[str] = []
+
+    def take(lease: Lease) -> None:
+        try:
+            lease.acquire()
+            results.append("held")
+        except LeaseHeldError:
+            results.append("refused")
+
+    threads = [threading.Thread(target=take, args=(c,)) for c in contenders]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == ["held"] + ["refused"] * 5
+    [winner] = [c for c in contenders if c.held]
+    assert lease_doc(store)["writer"] == winner.writer_id and winner.generation == 2
+
+
+def test_keepalive_renews_an_idle_writer(store):
+    lease = Lease(store, ttl=0.6, skew=0)
+    lease.acquire()
+    first = lease_doc(store)["renewed"]
+    lease.start_keepalive()
+    deadline = time.monotonic() + 20
+    while lease_doc(store)["renewed"] == first:
+        assert time.monotonic() < deadline, "the lease was not renewed"
+        time.sleep(0.05)
+    lease.release()
+    assert lease_doc(store)["released"] is True
+
+
+def test_a_document_that_is_not_a_lease(store):
+    store.create(LEASE, b"garbage")
+    with pytest.raises(StoreError, match="not a lease document") as caught:
+        Lease(store).acquire()
+    assert "remove it" in str(caught.value)
+
+
+# -- two real processes ------------------------------------------------------------------
+
+
+class Worker:
+    def __init__(self, uri: str, ttl: float, skew: float) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.store.lease_worker", uri, str(ttl), str(skew)],
+            cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )
+        ready, self.writer_id = self.read().split()
+        assert ready == "ready"
+
+    def read(self) -> str:
+        line = self.proc.stdout.readline()
+        assert line, f"the worker exited ({self.proc.poll()})"
+        return line.strip()
+
+    def ask(self, command: str) -> str:
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        return self.read()
+
+    def acquire_until_held(self, timeout: float) -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            answer = self.ask("acquire")
+            if answer.startswith("held") or time.monotonic() > deadline:
+                return answer
+            time.sleep(0.1)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self.proc.stdin.close()
+        self.proc.stdout.close()
+
+
+@pytest.fixture
+def workers(store_uri):
+    started: list[Worker] = []
+
+    def start(ttl: float = 1.5, skew: float = 0.2) -> Worker:
+        w = Worker(store_uri, ttl, skew)
+        started.append(w)
+        return w
+
+    yield start
+    for w in started:
+        w.close()
+
+
+def published(store_uri: str) -> list[str]:
+    """The writers of the published objects (sorted)."""
+    return sorted(o.name.split("-", 1)[1] for o in open_store(store_uri).list("published/"))
+
+
+def test_two_processes_one_writer_and_a_takeover_after_a_kill(store_uri, workers):
+    a, b = workers(), workers()
+    assert a.ask("acquire") == "held 1"
+    refused = b.ask("acquire")
+    assert refused.startswith("refused") and f"pid {a.proc.pid}" in refused
+    assert a.ask("publish").startswith("published")
+    a.proc.send_signal(signal.SIGKILL)
+    a.proc.wait()
+    assert b.acquire_until_held(timeout=30) == "held 2"
+    assert b.ask("publish").startswith("published")
+    assert published(store_uri) == sorted([a.writer_id, b.writer_id])
+
+
+def test_a_stopped_writer_publishes_nothing_after_the_takeover(store_uri, workers):
+    a, b = workers(), workers()
+    assert a.ask("acquire") == "held 1"
+    assert a.ask("publish").startswith("published")
+    os.kill(a.proc.pid, signal.SIGSTOP)
+    try:
+        assert b.acquire_until_held(timeout=30) == "held 2"
+        assert b.ask("publish").startswith("published")
+    finally:
+        os.kill(a.proc.pid, signal.SIGCONT)
+    lost = a.ask("publish")
+    assert lost.startswith("lost") and "taken over by another writer" in lost
+    assert b.ask("publish").startswith("published")
+    assert published(store_uri) == sorted([a.writer_id, b.writer_id, b.writer_id])
+
+
+def test_a_released_lease_passes_between_processes_at_once(store_uri, workers):
+    a, b = workers(ttl=600), workers(ttl=600)
+    assert a.ask("acquire") == "held 1"
+    assert b.ask("acquire").startswith("refused")
+    assert a.ask("release") == "released"
+    assert b.ask("acquire") == "held 2"
+    assert a.ask("publish").startswith("lost")

@@ -1,0 +1,208 @@
+"""The S3 store against moto's server: conditional writes on the wire, multipart uploads,
+settings from the AWS variables, and one typed, one-line error per failure kind."""
+
+from __future__ import annotations
+
+import http.server
+import os
+import socket
+import threading
+from contextlib import contextmanager
+
+import pytest
+
+from olr_buffer.store import (
+    ObjectExistsError,
+    StoreAccessError,
+    StoreUnreachableError,
+    open_store,
+)
+from olr_buffer.store.s3 import S3Settings, S3Store, parse_s3_uri
+from tests.s3_server import SECRET_KEY, free_port
+
+
+def test_create_is_one_conditional_put(s3_uri, s3_env):
+    """The refusal comes from the server (412 on If-None-Match), not from a look first."""
+    store = S3Store(s3_uri)
+    sent = []
+    store.client.meta.events.register("before-send.s3.PutObject", lambda request, **_: sent.append(
+        (request.method, request.headers.get("If-None-Match"))))
+    store.create("part-a.parquet", b"1")
+    with pytest.raises(ObjectExistsError, match=r"s3://t-\w+/changefeed/part-a.parquet: already exists"):
+        store.create("part-a.parquet", b"2")
+    assert sent == [("PUT", b"*"), ("PUT", b"*")] or sent == [("PUT", "*"), ("PUT", "*")]
+    store.check_conditional_writes()  # moto refuses an overwrite: the probe passes
+
+
+def test_a_retried_create_whose_answer_was_lost_is_not_an_error(s3_uri, s3_env):
+    """botocore retries a PUT whose answer it lost; the retry meets the object the first
+    attempt made (412): its token tells that it is this call's own."""
+    store = S3Store(s3_uri)
+    real = store.client.put_object
+
+    def applied_then_retried(**kwargs):
+        real(**kwargs)  # applied, answer lost ...
+        return real(**kwargs)  # ... the retry: 412
+
+    store.client.put_object = applied_then_retried
+    store.create("part-a.parquet", b"mine")
+    assert store.read("part-a.parquet") == b"mine"
+    store.client.put_object = real
+    with pytest.raises(ObjectExistsError):  # another call's create is refused as ever
+        store.create("part-a.parquet", b"mine")
+
+
+def test_a_large_file_goes_up_whole_as_a_conditional_multipart_upload(s3_uri, s3_env, tmp_path):
+    store = S3Store(s3_uri, multipart_threshold=6 << 20, part_size=5 << 20)
+    src = tmp_path / "big.parquet"
+    data = os.urandom(11 << 20)
+    src.write_bytes(data)
+    store.create_from_file("part-big.parquet", src)
+    assert store.read("part-big.parquet") == data
+    other = tmp_path / "other"
+    other.write_bytes(os.urandom(7 << 20))
+    with pytest.raises(ObjectExistsError):
+        store.create_from_file("part-big.parquet", other)
+    assert store.read("part-big.parquet") == data
+    uploads = s3_env.client().list_multipart_uploads(Bucket=store.bucket).get("Uploads", [])
+    assert uploads == []  # the refused upload was aborted
+
+
+def test_clear_staging_aborts_unfinished_uploads(s3_uri, s3_env):
+    store = S3Store(s3_uri)
+    client = s3_env.client()
+    client.create_multipart_upload(Bucket=store.bucket, Key=store.key("part-half.parquet"))
+    assert store.clear_staging() == ["part-half.parquet (unfinished upload)"]
+    assert client.list_multipart_uploads(Bucket=store.bucket).get("Uploads", []) == []
+    assert not store.exists("part-half.parquet")
+
+
+def test_settings_come_from_the_aws_variables():
+    env = {"AWS_DEFAULT_REGION": "eu-west-1", "AWS_ENDPOINT_URL": "https://user:pw@minio.example:9000/"}
+    s = S3Settings.from_env(env)
+    assert s.region == "eu-west-1" and s.endpoint == "https://user:pw@minio.example:9000"
+    assert s.endpoint_shown == "https://minio.example:9000"  # no password in messages
+    s = S3Settings.from_env({**env, "AWS_REGION": "eu-west-3", "AWS_ENDPOINT_URL_S3": "http://127.0.0.1:9"})
+    assert (s.region, s.endpoint) == ("eu-west-3", "http://127.0.0.1:9")
+    assert S3Settings.from_env({}) == S3Settings(None, None)
+
+
+def test_region_and_endpoint_reach_delta_and_arrow(s3_uri, s3_env, monkeypatch):
+    monkeypatch.setenv("AWS_REGION", "eu-central-1")
+    store = open_store(s3_uri)
+    assert store.region == "eu-central-1"
+    uri, options = store.delta_location()
+    assert uri == s3_uri
+    assert options == {"AWS_REGION": "eu-central-1", "AWS_ENDPOINT_URL": s3_env.endpoint,
+                       "AWS_ALLOW_HTTP": "true", "conditional_put": "etag"}
+    fs, root = store.arrow_filesystem()
+    assert fs.region == "eu-central-1" and root == s3_uri.removeprefix("s3://")
+
+
+@pytest.mark.parametrize("uri,expected", [
+    ("s3://bucket", ("bucket", "")),
+    ("s3://bucket/", ("bucket", "")),
+    ("s3://bucket/a/b/", ("bucket", "a/b")),
+    ("s3a://bucket/a", ("bucket", "a")),
+])
+def test_uri(uri, expected):
+    assert parse_s3_uri(uri) == expected
+
+
+# -- errors: one line, typed, no credential -----------------------------------------------
+
+
+def one_line(exc: BaseException) -> str:
+    text = str(exc)
+    assert "\n" not in text and SECRET_KEY not in text
+    return text
+
+
+def test_a_missing_bucket_is_an_access_error_naming_it(s3_env):
+    store = open_store("s3://no-such-bucket-here/cf")
+    with pytest.raises(StoreAccessError) as caught:
+        store.create("part-a.parquet", b"x")
+    assert "bucket no-such-bucket-here does not exist" in one_line(caught.value)
+    assert not caught.value.retryable
+
+
+def test_bad_credentials_are_an_access_error(s3_auth_server, monkeypatch):
+    for name, value in s3_auth_server.env().items():
+        monkeypatch.setenv(name, value)
+    store = open_store("s3://some-bucket/cf")
+    for call in (lambda: store.list(), lambda: store.create("x", b"1"), lambda: store.read("x")):
+        with pytest.raises(StoreAccessError) as caught:
+            call()
+        text = one_line(caught.value)
+        assert "access denied" in text and "InvalidAccessKeyId" in text and "AWS_ACCESS_KEY_ID" in text
+
+
+def test_no_credentials_at_all(s3_env, monkeypatch):
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    with pytest.raises(StoreAccessError, match="no usable AWS credentials") as caught:
+        open_store("s3://b/cf").list()
+    one_line(caught.value)
+
+
+def test_a_refused_connection_is_unreachable_and_retryable(s3_env, monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")  # nothing listens
+    store = S3Store("s3://b/cf", max_attempts=1)
+    with pytest.raises(StoreUnreachableError) as caught:
+        store.create("part-a.parquet", b"x")
+    text = one_line(caught.value)
+    assert "did not answer (connection refused)" in text and caught.value.retryable
+
+
+@contextmanager
+def silent_endpoint():
+    """A server that accepts connections and never answers."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(8)
+        yield f"http://127.0.0.1:{s.getsockname()[1]}"
+
+
+def test_a_timeout_is_unreachable(s3_env, monkeypatch):
+    with silent_endpoint() as endpoint:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+        store = S3Store("s3://b/cf", max_attempts=1, read_timeout=0.5, connect_timeout=0.5)
+        with pytest.raises(StoreUnreachableError, match="did not answer") as caught:
+            store.read("part-a.parquet")
+        one_line(caught.value)
+
+
+@contextmanager
+def failing_endpoint(status: int):
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def _fail(self):
+            length = int(self.headers.get("Content-Length") or 0)
+            self.rfile.read(length)
+            body = b"<Error><Code>ServiceUnavailable</Code><Message>try later</Message></Error>"
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_PUT = do_HEAD = do_POST = do_DELETE = _fail
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_5xx_is_unreachable(s3_env, monkeypatch):
+    with failing_endpoint(503) as endpoint:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+        store = S3Store("s3://b/cf", max_attempts=2)
+        with pytest.raises(StoreUnreachableError, match="answered 503 ServiceUnavailable") as caught:
+            store.create("part-a.parquet", b"x")
+        one_line(caught.value)
