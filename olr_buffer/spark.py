@@ -1,4 +1,6 @@
-"""PySpark helpers to read the changefeed. PySpark is imported only when these are used.
+"""PySpark helpers to read the changefeed. PySpark is imported only when these are used,
+and is an extra (``pip install 'olr-buffer[spark]'``): without it, a helper raises
+:class:`PySparkMissingError`, which says what to install.
 
 - :func:`read_changefeed`: the changefeed as a batch DataFrame.
 - :func:`stream_changefeed`: the changefeed as a streaming DataFrame (Spark's file source).
@@ -20,8 +22,9 @@ instead (for example a micro-batch inside ``foreachBatch``); see docs/spark.md.
 
 from __future__ import annotations
 
+import functools
 import re
-from typing import TYPE_CHECKING, Any, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Sequence, Union
 
 from .sinks.parquet import ChangefeedReadError, UnknownTableError
 
@@ -30,6 +33,28 @@ if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql.types import StructType
 
     Source = Union[str, DataFrame]
+
+class PySparkMissingError(ModuleNotFoundError):
+    """A Spark helper was called where PySpark is not installed (the service and its
+    commands run without it)."""
+
+
+def _needs_pyspark(fn: Callable) -> Callable:
+    """``fn``, which raises :class:`PySparkMissingError` (one line: what to install) when
+    PySpark cannot be imported, instead of the error of its first import."""
+
+    @functools.wraps(fn)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        try:
+            import pyspark  # noqa: F401
+        except ImportError as exc:
+            raise PySparkMissingError(
+                f"olr_buffer.spark.{fn.__name__} needs PySpark, which is not installed: "
+                "pip install 'olr-buffer[spark]' (or pyspark>=3.5)", name="pyspark") from exc
+        return fn(*args, **kwargs)
+
+    return checked
+
 
 #: Only the changefeed's own files: Spark already skips names starting with ``_`` or ``.``;
 #: this also keeps out anything else someone drops into the directory.
@@ -513,6 +538,14 @@ def _all_equal(left: list["Column"], right: list["Column"]) -> "Column":
     from functools import reduce
 
     return reduce(lambda x, y: x & y, [a.eqNullSafe(b) for a, b in zip(left, right)])
+
+
+# every public function of this module checks first that PySpark is there
+for _name, _fn in list(globals().items()):
+    if (callable(_fn) and not _name.startswith("_") and getattr(_fn, "__module__", None) == __name__
+            and not isinstance(_fn, type)):
+        globals()[_name] = _needs_pyspark(_fn)
+del _name, _fn
 
 
 def __getattr__(name: str):  # CHANGEFEED_SCHEMA, built on first use
