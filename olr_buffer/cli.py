@@ -186,8 +186,24 @@ def _load_config(ctx: click.Context, param, value):
         cfg = {k: v for k, v in cfg.items() if k in known}
         if isinstance(cfg.get("threads"), list):
             cfg["threads"] = ",".join(str(t) for t in cfg["threads"])
+        _check_config_values(ctx, value, cfg)
         ctx.default_map = {**(ctx.default_map or {}), **cfg}
     return value
+
+
+def _check_config_values(ctx: click.Context, path: str, cfg: dict[str, Any]) -> None:
+    """A bad value in the file is reported against the file and its key (``FILE: key
+    'flush_interval': reason``), not against the option and its environment variable."""
+    keys = {v: k for k, v in _CONFIG_ALIASES.items()}
+    for param in ctx.command.params:
+        if param.name in cfg:
+            try:
+                checked = param.type_cast_value(ctx, cfg[param.name])
+                if param.callback is not None:
+                    param.callback(ctx, param, checked)
+            except click.BadParameter as exc:
+                raise click.UsageError(f"{path}: key '{keys.get(param.name, param.name)}': {exc.message}",
+                                       ctx=ctx) from None
 
 
 def config_option(fn: Callable) -> Callable:
