@@ -400,6 +400,9 @@ def _threads(ctx, param, value):
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="json: one object per line (ts ISO-8601, level, logger, msg, and facts as fields), the fatal "
                    "error too.")
+@click.option("--log-summary-interval", type=click.FloatRange(min=0), default=60.0, show_default=True,
+              help="Seconds between two INFO lines of what was published (files, transactions, rows, the "
+                   "changefeed's position, the lag), when something was; 0: none. Each file is a DEBUG line.")
 @click.option("--slot", default="olr_buffer", show_default=True, help="PostgreSQL source: the replication slot.")
 @click.option("--publication", default="olr_buffer", show_default=True, help="PostgreSQL source: the publication.")
 @click.option("--no-initial-copy", is_flag=True, help="PostgreSQL source: do not copy the tables when the slot is created.")
@@ -407,7 +410,8 @@ def _threads(ctx, param, value):
               help="PostgreSQL source: protocol 1, the server sends transactions only at commit (and spills large ones).")
 @clean_errors
 def run(input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_interval, stall_warning, metrics_port,
-        metrics_host, log_level, log_format, slot, publication, no_initial_copy, no_streaming, **pipeline) -> None:
+        metrics_host, log_level, log_format, log_summary_interval, slot, publication, no_initial_copy, no_streaming,
+        **pipeline) -> None:
     """The service: follow the redo logs of INPUT_DIR as they grow and switch, publish each
     transaction once the watermark allows. SIGTERM or SIGINT stops it cleanly (exit 0);
     restarted on the same directories, it resumes from the queue.
@@ -429,6 +433,7 @@ def run(input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_inte
     click.get_current_context().meta[_LOG_FORMAT] = log_format
     # the source's own flags (each kind of source takes those it knows: sources/base.py, SourceKind.options)
     source_flags = dict(slot=slot, publication=publication, no_initial_copy=no_initial_copy, no_streaming=no_streaming)
+    pipeline["log_summary_seconds"] = log_summary_interval
     _run_recording_failure(queue_dir, lambda: _serve(
         input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_interval, stall_warning, metrics_port,
         metrics_host, source_flags, pipeline))
