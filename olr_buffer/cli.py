@@ -533,6 +533,28 @@ def status(queue_dir, as_json) -> None:
     click.echo(json.dumps(doc, indent=2) if as_json else render(doc))
 
 
+@main.command("drop-slot")
+@click.argument("source")
+@click.option("--slot", required=True, help="The replication slot to drop (run's --slot, olr_buffer by default).")
+@clean_errors
+def drop_slot(source, slot) -> None:
+    """Drop the replication slot of SOURCE, a PostgreSQL URI: the server keeps WAL for a
+    slot until it is dropped. For a changefeed that is retired (a run on its queue would
+    find the slot gone); refused while a run, or another consumer, reads the slot."""
+    from .sources import SourceUsageError, kind_of
+
+    try:
+        kind = kind_of(source)
+        if kind.name != "postgresql":
+            raise SourceUsageError(f"{source}: drop-slot takes a PostgreSQL URI (postgresql://user@host/db)")
+        kind.check_location(source)
+    except SourceUsageError as exc:
+        raise click.BadParameter(exc.message, param_hint="SOURCE") from None
+    from .sources.postgres import drop_slot as drop
+
+    click.echo(drop(source, slot).describe())
+
+
 class _ProgressLine:
     """Progress on stderr: on a terminal, one line rewritten in place; otherwise (a file, a
     pipe) a plain line every ``interval`` seconds, without ``\\r`` or ANSI codes. Both give
@@ -757,7 +779,7 @@ def _name_environment_variables() -> None:
         for param in command.params:
             if isinstance(param, click.Option) and param.envvar is None and param.name != "help":
                 flag = next(o for o in param.opts if o.startswith("--"))
-                param.envvar = f"{ENV_PREFIX}_{name.upper()}_{flag[2:].replace('-', '_').upper()}"
+                param.envvar = f"{ENV_PREFIX}_{name.upper().replace('-', '_')}_{flag[2:].replace('-', '_').upper()}"
                 param.show_envvar = True
 
 
