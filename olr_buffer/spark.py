@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import functools
 import re
+import time
+import warnings
 from typing import TYPE_CHECKING, Any, Callable, Sequence, Union
 
 from .sinks.parquet import ChangefeedReadError, UnknownTableError
@@ -56,6 +58,49 @@ def _needs_pyspark(fn: Callable) -> Callable:
     return checked
 
 
+class ChangefeedNotFoundError(ChangefeedReadError):
+    """No changefeed at the path (yet): ``run`` or ``replay`` creates it when it starts."""
+
+
+def _not_found(path: str, waited: float | None) -> ChangefeedNotFoundError:
+    where = f"no changefeed appeared there within {waited:g}s" if waited else "no changefeed there (yet)"
+    return ChangefeedNotFoundError(
+        f"{path}: {where}",
+        hint=f"start olr-buffer run (or replay) with --changefeed {path} first: it creates the directory"
+             + ("; or give wait_seconds=N to wait for it" if waited == 0 else ""),
+        path=path,
+    )
+
+
+def _path_not_found(exc: Exception) -> bool:
+    """Whether Spark refused a read because its path does not exist."""
+    with warnings.catch_warnings():  # getErrorClass: deprecated by PySpark 4, the only one in 3.5
+        warnings.simplefilter("ignore", FutureWarning)
+        get = getattr(exc, "getCondition", None) or getattr(exc, "getErrorClass", None)
+        try:
+            condition = get() if get else None
+        except Exception:  # noqa: BLE001 - an exception of another kind
+            condition = None
+    return condition == "PATH_NOT_FOUND" or "Path does not exist" in str(exc)
+
+
+def _load(load: Callable[[], "DataFrame"], path: str, wait_seconds: float | None) -> "DataFrame":
+    """``load()``, which Spark refuses while ``path`` does not exist: tried again every second
+    for ``wait_seconds`` (None: a batch read, which does not wait), then
+    :class:`ChangefeedNotFoundError`."""
+    deadline = time.monotonic() + (wait_seconds or 0.0)
+    while True:
+        try:
+            return load()
+        except Exception as exc:
+            if not _path_not_found(exc):
+                raise
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise _not_found(path, wait_seconds) from None
+            time.sleep(min(1.0, left))
+
+
 #: Only the changefeed's own files: Spark already skips names starting with ``_`` or ``.``;
 #: this also keeps out anything else someone drops into the directory.
 PART_GLOB = "part-*.parquet"
@@ -77,13 +122,15 @@ def read_changefeed(spark: "SparkSession", path: str) -> "DataFrame":
     """The whole changefeed as a DataFrame (Spark skips ``_olr_buffer/`` and temporary files).
 
     The files listed when the query runs hold a gapless prefix of the changefeed, in whole
-    transactions, so ``max(tx_seq)`` says how far the result goes.
+    transactions, so ``max(tx_seq)`` says how far the result goes. No changefeed at
+    ``path``: :class:`ChangefeedNotFoundError`.
     """
-    df = spark.read.schema(changefeed_schema()).option("pathGlobFilter", PART_GLOB).parquet(path)
-    return _with_timestamps(df)
+    reader = spark.read.schema(changefeed_schema()).option("pathGlobFilter", PART_GLOB)
+    return _with_timestamps(_load(lambda: reader.parquet(path), path, None))
 
 
-def stream_changefeed(spark: "SparkSession", path: str, **options: Any) -> "DataFrame":
+def stream_changefeed(spark: "SparkSession", path: str, *, wait_seconds: float = 0.0,
+                      **options: Any) -> "DataFrame":
     """The changefeed as a streaming DataFrame: Spark's file source, format parquet, with
     the changefeed's fixed schema.
 
@@ -92,12 +139,16 @@ def stream_changefeed(spark: "SparkSession", path: str, **options: Any) -> "Data
     files it has read, so every published file is read once; a file is never split, so a
     micro-batch holds whole transactions. Leave ``cleanSource`` unset: the changefeed's
     files are not the stream's to move or delete.
+
+    Spark's file source needs the directory, which ``run`` creates when it starts: with no
+    changefeed at ``path`` this raises :class:`ChangefeedNotFoundError` (one line: start
+    ``run`` first), after waiting up to ``wait_seconds`` for it to appear (0: no wait).
     """
     opts = {"pathGlobFilter": PART_GLOB, **options}
     reader = spark.readStream.schema(changefeed_schema()).format("parquet")
     for key, value in opts.items():
         reader = reader.option(key, value)
-    return _with_timestamps(reader.load(path))
+    return _with_timestamps(_load(lambda: reader.load(path), path, wait_seconds))
 
 
 #: Delta's change types, by changefeed ``op`` (``ddl`` rows have none); a truncate's is
