@@ -26,7 +26,8 @@ from .thread_reader import ReaderStats, ThreadReader
 # The reader processes run at a lower priority than the parent: with more runnable
 # processes than cores, the scheduler would otherwise give each an equal share, so the
 # dispatcher (one thread, in the parent) would get half a core while three readers
-# parse ahead, and finish its backlog alone once they are done (docs/performance.md).
+# parse ahead, and finish its backlog alone once they are done
+# (bench/log/2026-11-performance-history.md).
 READER_NICENESS = 10
 
 
