@@ -1,5 +1,5 @@
 # The two entry points of the README: `make demo` and `make test`.
-# Both create .venv with everything olr-buffer needs (Java 17 must be on the machine for Spark).
+# Both create .venv with olr-buffer, its spark and test extras (Java 17 must be on the machine for Spark).
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -12,7 +12,7 @@ venv: $(VENV)/.installed
 $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e '.[spark,test]'
 	touch $@
 
 demo: venv

@@ -76,7 +76,7 @@ def insert_in_transactions(cluster, db: str, first: int, rows: int, tx_rows: int
 
 def start_service(cluster, db: str, work: Path, *extra: str) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "olr_buffer.cli", "run", cluster.dsn(db), "--queue", str(work / "q"),
-           "--changefeed", str(work / "cf"), "--flush-interval", "0.2", "--log-level", "info", *extra]
+           "--changefeed", str(work / "cf"), "--flush-interval", "0.2", "--log-level", "debug", *extra]
     with open(work / "service.log", "ab") as log:
         return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
 
@@ -114,7 +114,7 @@ def log_times(work: Path, rows: int) -> tuple[float, float]:
         doc = json.loads(line)
         if "committed at" in doc.get("msg", "") and doc.get("rows") == rows:
             in_queue = ts(doc)
-        elif doc.get("msg", "").startswith("published ") and total < rows:
+        elif doc.get("msg", "").startswith("published ") and "file" in doc and total < rows:  # a file's line (DEBUG)
             total += doc["rows"]
             published = ts(doc)
     return in_queue, published

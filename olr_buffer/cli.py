@@ -186,8 +186,24 @@ def _load_config(ctx: click.Context, param, value):
         cfg = {k: v for k, v in cfg.items() if k in known}
         if isinstance(cfg.get("threads"), list):
             cfg["threads"] = ",".join(str(t) for t in cfg["threads"])
+        _check_config_values(ctx, value, cfg)
         ctx.default_map = {**(ctx.default_map or {}), **cfg}
     return value
+
+
+def _check_config_values(ctx: click.Context, path: str, cfg: dict[str, Any]) -> None:
+    """A bad value in the file is reported against the file and its key (``FILE: key
+    'flush_interval': reason``), not against the option and its environment variable."""
+    keys = {v: k for k, v in _CONFIG_ALIASES.items()}
+    for param in ctx.command.params:
+        if param.name in cfg:
+            try:
+                checked = param.type_cast_value(ctx, cfg[param.name])
+                if param.callback is not None:
+                    param.callback(ctx, param, checked)
+            except click.BadParameter as exc:
+                raise click.UsageError(f"{path}: key '{keys.get(param.name, param.name)}': {exc.message}",
+                                       ctx=ctx) from None
 
 
 def config_option(fn: Callable) -> Callable:
@@ -240,6 +256,26 @@ def pipeline_options(fn: Callable) -> Callable:
     return fn
 
 
+def progress_options(fn: Callable) -> Callable:
+    """``--progress/--no-progress`` and ``--progress-interval`` (replay, simulate, compact)."""
+    fn = click.option("--progress-interval", type=click.FloatRange(min=0), default=10.0, show_default=True,
+                      help="Seconds between two progress lines when stderr is not a terminal. Given (here, in the "
+                           "environment or in --config), it turns progress on unless --no-progress says otherwise.")(fn)
+    return click.option("--progress/--no-progress", default=None,
+                        help="Progress on stderr (default: when stderr is a terminal or --progress-interval is given). "
+                             "On a terminal one line rewritten in place; to a file or a pipe a plain line every "
+                             "--progress-interval seconds.")(fn)
+
+
+def _progress_line(progress: bool | None, interval: float, figures: Callable) -> "_ProgressLine | None":
+    """The progress display a command asked for, or None."""
+    terminal = sys.stderr.isatty()
+    if progress is None:
+        source = click.get_current_context().get_parameter_source("progress_interval")
+        progress = terminal or source is not click.core.ParameterSource.DEFAULT
+    return _ProgressLine(terminal, interval, figures) if progress else None
+
+
 def _options(*, segment_size, file_rows, block_records, checkpoint_interval, retain_segments, retain_age,
              dead_letter, transaction_retention, transaction_retention_scn, changefeed_mode, adopt_changefeed,
              no_sync, **service):
@@ -268,11 +304,7 @@ def _options(*, segment_size, file_rows, block_records, checkpoint_interval, ret
 @click.option("--queue", "queue_dir", required=True, type=_DIR, help="Queue directory.")
 @click.option("--changefeed", "changefeed_dir", required=True, type=_DIR, help="Changefeed directory.")
 @pipeline_options
-@click.option("--progress/--no-progress", default=None,
-              help="Progress on stderr (default: when stderr is a terminal). On a terminal one line rewritten in "
-                   "place; to a file or a pipe a plain line every --progress-interval seconds.")
-@click.option("--progress-interval", type=click.FloatRange(min=0), default=10.0, show_default=True,
-              help="Seconds between two progress lines when stderr is not a terminal.")
+@progress_options
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @clean_errors
 def replay(input_dir, queue_dir, changefeed_dir, progress, progress_interval, as_json, **pipeline) -> None:
@@ -284,10 +316,9 @@ def replay(input_dir, queue_dir, changefeed_dir, progress, progress_interval, as
     from .pipeline import replay as run_replay
     from .dead_letters import whole_lines_end
 
-    terminal = sys.stderr.isatty()
     opts = _options(**pipeline)
     dead_letter = opts.dead_letter
-    bar = _ProgressLine(terminal, progress_interval) if (terminal if progress is None else progress) else None
+    bar = _progress_line(progress, progress_interval, _replay_figures)
     dead_letter_start = whole_lines_end(dead_letter)
     try:
         # status: the state of this queue is that of this replay (failed, or not)
@@ -369,6 +400,9 @@ def _threads(ctx, param, value):
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="json: one object per line (ts ISO-8601, level, logger, msg, and facts as fields), the fatal "
                    "error too.")
+@click.option("--log-summary-interval", type=click.FloatRange(min=0), default=60.0, show_default=True,
+              help="Seconds between two INFO lines of what was published (files, transactions, rows, the "
+                   "changefeed's position, the lag), when something was; 0: none. Each file is a DEBUG line.")
 @click.option("--slot", default="olr_buffer", show_default=True, help="PostgreSQL source: the replication slot.")
 @click.option("--publication", default="olr_buffer", show_default=True, help="PostgreSQL source: the publication.")
 @click.option("--no-initial-copy", is_flag=True, help="PostgreSQL source: do not copy the tables when the slot is created.")
@@ -376,7 +410,8 @@ def _threads(ctx, param, value):
               help="PostgreSQL source: protocol 1, the server sends transactions only at commit (and spills large ones).")
 @clean_errors
 def run(input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_interval, stall_warning, metrics_port,
-        metrics_host, log_level, log_format, slot, publication, no_initial_copy, no_streaming, **pipeline) -> None:
+        metrics_host, log_level, log_format, log_summary_interval, slot, publication, no_initial_copy, no_streaming,
+        **pipeline) -> None:
     """The service: follow the redo logs of INPUT_DIR as they grow and switch, publish each
     transaction once the watermark allows. SIGTERM or SIGINT stops it cleanly (exit 0);
     restarted on the same directories, it resumes from the queue.
@@ -398,6 +433,7 @@ def run(input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_inte
     click.get_current_context().meta[_LOG_FORMAT] = log_format
     # the source's own flags (each kind of source takes those it knows: sources/base.py, SourceKind.options)
     source_flags = dict(slot=slot, publication=publication, no_initial_copy=no_initial_copy, no_streaming=no_streaming)
+    pipeline["log_summary_seconds"] = log_summary_interval
     _run_recording_failure(queue_dir, lambda: _serve(
         input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_interval, stall_warning, metrics_port,
         metrics_host, source_flags, pipeline))
@@ -580,14 +616,38 @@ def serve(changefeed_dir, listen, database, state_dir, poll_interval, stall_time
     server.run(stop)
 
 
-class _ProgressLine:
-    """Replay's progress on stderr: on a terminal, one line rewritten in place; otherwise
-    (a file, a pipe) a plain line every ``interval`` seconds, without ``\\r`` or ANSI codes.
-    Both give the rate and an ETA (from the bytes read)."""
+@main.command("drop-slot")
+@click.argument("source")
+@click.option("--slot", required=True, help="The replication slot to drop (run's --slot, olr_buffer by default).")
+@clean_errors
+def drop_slot(source, slot) -> None:
+    """Drop the replication slot of SOURCE, a PostgreSQL URI: the server keeps WAL for a
+    slot until it is dropped. For a changefeed that is retired (a run on its queue would
+    find the slot gone); refused while a run, or another consumer, reads the slot."""
+    from .sources import SourceUsageError, kind_of
 
-    def __init__(self, terminal: bool, interval: float) -> None:
+    try:
+        kind = kind_of(source)
+        if kind.name != "postgresql":
+            raise SourceUsageError(f"{source}: drop-slot takes a PostgreSQL URI (postgresql://user@host/db)")
+        kind.check_location(source)
+    except SourceUsageError as exc:
+        raise click.BadParameter(exc.message, param_hint="SOURCE") from None
+    from .sources.postgres import drop_slot as drop
+
+    click.echo(drop(source, slot).describe())
+
+
+class _ProgressLine:
+    """Progress on stderr: on a terminal, one line rewritten in place; otherwise (a file, a
+    pipe) a plain line every ``interval`` seconds, without ``\\r`` or ANSI codes. Both give
+    the figures, the share done and an ETA from it. ``figures(p, elapsed)``: (done, total,
+    text) of a progress report ``p``."""
+
+    def __init__(self, terminal: bool, interval: float, figures: Callable[[Any, float], tuple[int, int, str]]) -> None:
         self.terminal = terminal
         self.interval = interval
+        self.figures = figures
         self.started = time.monotonic()
         self.last_line = self.started
         self.last: Any = None
@@ -605,20 +665,18 @@ class _ProgressLine:
         sys.stderr.flush()
 
     def _text(self, p, now: float, finished: bool = False) -> str:
-        pct = 100.0 * p.bytes_read / p.bytes_total if p.bytes_total else 100.0
-        if not finished:
-            pct = min(pct, 99.9)  # read to the end is not done: the last commits are still published
         elapsed = max(now - self.started, 1e-9)
+        done, total, text = self.figures(p, elapsed)
+        pct = 100.0 * done / total if total else 100.0
+        if not finished:
+            pct = min(pct, 99.9)  # replay: read to the end is not done, the last commits are still published
         if finished:
             eta = f"done in {elapsed:.1f}s"
-        elif p.bytes_read and p.bytes_total > p.bytes_read:
-            eta = f"ETA {timedelta(seconds=round((p.bytes_total - p.bytes_read) * elapsed / p.bytes_read))}"
+        elif done and total > done:
+            eta = f"ETA {timedelta(seconds=round((total - done) * elapsed / done))}"
         else:
             eta = "ETA -"
-        return (
-            f"{pct:5.1f}%  {p.records:,} records ({p.records / elapsed:,.0f}/s)  "
-            f"{p.published:,} transactions published  {p.open_transactions:,} open  {eta}"
-        )
+        return f"{pct:5.1f}%  {text}  {eta}"
 
     def done(self) -> None:
         if self.terminal:
@@ -634,6 +692,22 @@ class _ProgressLine:
         if self.terminal:
             sys.stderr.write("\n")
             sys.stderr.flush()
+
+
+def _replay_figures(p, elapsed: float) -> tuple[int, int, str]:
+    return p.bytes_read, p.bytes_total, (f"{p.records:,} records ({p.records / elapsed:,.0f}/s)  "
+                                         f"{p.published:,} transactions published  {p.open_transactions:,} open")
+
+
+def _simulate_figures(p, elapsed: float) -> tuple[int, int, str]:
+    return p.transactions_ended, p.transactions_total, (
+        f"{p.transactions_ended:,} of {p.transactions_total:,} transactions ended  "
+        f"{p.records:,} records written ({p.records / elapsed:,.0f}/s)")
+
+
+def _compact_figures(p, elapsed: float) -> tuple[int, int, str]:
+    return p.rows_done, p.rows_total, (f"{p.files_done:,} of {p.files_total:,} files written  "
+                                       f"{p.rows_done:,} rows ({p.rows_done / elapsed:,.0f}/s)")
 
 
 class StartTime(click.ParamType):
@@ -680,13 +754,15 @@ class StartTime(click.ParamType):
 @click.option("--rolling-restarts", is_flag=True, help="Close each thread in turn and open it again (close records).")
 @click.option("--close-thread-at", type=click.FloatRange(0, 1), default=None,
               help="Close the highest thread for good once this share of the transactions started (e.g. 0.5).")
+@progress_options
 @clean_errors
 def simulate(out_dir, threads, transactions, seed, records_per_file, large_tx_rows, no_compress, start_tm,
-             overwrite, rolling_restarts, close_thread_at) -> None:
+             overwrite, rolling_restarts, close_thread_at, progress, progress_interval) -> None:
     """Write a seeded RAC workload in the input format to OUT_DIR."""
     from .simulate import simulate as run_simulate
 
-    stats = run_simulate(
+    bar = _progress_line(progress, progress_interval, _simulate_figures)
+    stats = _with_progress(bar, lambda: run_simulate(
         out_dir,
         threads=threads,
         transactions=transactions,
@@ -698,9 +774,23 @@ def simulate(out_dir, threads, transactions, seed, records_per_file, large_tx_ro
         overwrite=overwrite,
         rolling_restarts=rolling_restarts,
         close_thread_at=close_thread_at,
-    )
+        on_progress=bar,
+    ))
     click.echo(f"wrote {out_dir}: {stats}")
     click.echo(f"clock started at {_iso(start_tm)} (--start-time {start_tm})")
+
+
+def _with_progress(bar: "_ProgressLine | None", work: Callable[[], Any]) -> Any:
+    """``work()`` with its progress display ended as it ends (done, or cut short)."""
+    try:
+        result = work()
+    except BaseException:
+        if bar:
+            bar.abort()
+        raise
+    if bar:
+        bar.done()
+    return result
 
 
 def _iso(nanos: int) -> str:
@@ -724,10 +814,11 @@ def _iso(nanos: int) -> str:
               help="With --output: leave a last run of files below --target-rows for a later run.")
 @click.option("--dry-run", is_flag=True, help="Print what would be merged, change nothing.")
 @click.option("--no-sync", is_flag=True, help="DURABILITY TRADE-OFF: skip fsync.")
+@progress_options
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @clean_errors
 def compact(changefeed_dir, output_dir, in_place, no_reader_running, target_rows, full_groups_only, dry_run,
-            no_sync, as_json) -> None:
+            no_sync, progress, progress_interval, as_json) -> None:
     """Merge small files of CHANGEFEED_DIR into larger ones (see docs/spark.md).
 
     --output DIR writes a new changefeed with the same contract, which readers switch to
@@ -742,8 +833,11 @@ def compact(changefeed_dir, output_dir, in_place, no_reader_running, target_rows
         raise click.UsageError("--output and --in-place exclude each other")
     if full_groups_only and in_place:
         raise click.UsageError("--full-groups-only goes with --output")
-    r = run_compact(changefeed_dir, output=output_dir, in_place=in_place, no_reader_running=no_reader_running,
-                    target_rows=target_rows, full_groups_only=full_groups_only, durable=not no_sync, dry_run=dry_run)
+    bar = None if dry_run else _progress_line(progress, progress_interval, _compact_figures)
+    r = _with_progress(bar, lambda: run_compact(
+        changefeed_dir, output=output_dir, in_place=in_place, no_reader_running=no_reader_running,
+        target_rows=target_rows, full_groups_only=full_groups_only, durable=not no_sync, dry_run=dry_run,
+        on_progress=bar))
     if as_json:
         click.echo(json.dumps(r.as_dict(), indent=2))
         return
@@ -768,7 +862,7 @@ def _name_environment_variables() -> None:
         for param in command.params:
             if isinstance(param, click.Option) and param.envvar is None and param.name != "help":
                 flag = next(o for o in param.opts if o.startswith("--"))
-                param.envvar = f"{ENV_PREFIX}_{name.upper()}_{flag[2:].replace('-', '_').upper()}"
+                param.envvar = f"{ENV_PREFIX}_{name.upper().replace('-', '_')}_{flag[2:].replace('-', '_').upper()}"
                 param.show_envvar = True
 
 

@@ -6,6 +6,7 @@ import fcntl
 import logging
 import os
 import threading
+from typing import Callable
 
 import orjson
 
@@ -34,10 +35,11 @@ class DeadLetters:
     processes append to the same file: each line is written under an ``flock``.
     """
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, on_put: Callable[[int], None] | None = None) -> None:
         self.path = path
         self._lock = threading.Lock()
         self.count = 0
+        self.on_put = on_put  # called with the count after each line written
         parent = os.path.dirname(os.path.abspath(path))
         try:
             os.makedirs(parent, exist_ok=True)
@@ -81,11 +83,77 @@ class DeadLetters:
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)
             self.count += 1
+            if self.on_put is not None:
+                self.on_put(self.count)
 
     def close(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+
+class BadRecordLog:
+    """`run`: each bad record its readers set aside in the dead-letter file, logged at
+    WARNING (``FILE:LINE: reason``), read back from the file since the run started (the
+    readers may be other processes): the first ``per_minute`` of each minute, then one
+    line saying how many more. Abandoned transactions are logged where they are written."""
+
+    def __init__(self, path: str, per_minute: int = 10) -> None:
+        self.path = path
+        self.per_minute = per_minute
+        self.offset = whole_lines_end(path)  # this run's lines come after it
+        self.count = 0  # bad records set aside since the run started
+        self._window = -1e18  # when the current minute started
+        self._logged = 0  # lines logged in it
+        self._more = 0  # bad records of it not logged one by one
+
+    def check(self, now: float, final: bool = False) -> None:
+        """Log what came since the last check; ``final``: and what was left unsaid."""
+        for doc in self._new_lines():
+            if "kind" in doc:  # an abandoned transaction, not a bad record
+                continue
+            self.count += 1
+            if now - self._window >= 60.0:
+                self._close_window()
+                self._window = now
+            if self._logged < self.per_minute:
+                self._logged += 1
+                log.warning("%s:%s: bad record set aside in %s: %s", doc.get("file"), doc.get("line"), self.path,
+                            doc.get("reason"), extra={"file": doc.get("file"), "line": doc.get("line"),
+                                                      "reason": doc.get("reason"), "dead_letter": self.path})
+            else:
+                self._more += 1
+        if final or now - self._window >= 60.0:
+            self._close_window()
+
+    def _close_window(self) -> None:
+        if self._more:
+            log.warning("%d more bad record(s) set aside in %s within a minute, not logged one by one "
+                        "(%d in all since the start)", self._more, self.path, self.count,
+                        extra={"bad_records": self._more, "dead_letter": self.path, "total": self.count})
+        self._logged = self._more = 0
+
+    def _new_lines(self) -> list[dict]:
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return []  # not written yet
+        try:
+            size = os.fstat(fd).st_size
+            data = os.pread(fd, size - self.offset, self.offset) if size > self.offset else b""
+        finally:
+            os.close(fd)
+        data = data[: data.rfind(b"\n") + 1]  # whole lines: a line being written is read next time
+        self.offset += len(data)
+        docs = []
+        for text in data.splitlines():
+            try:
+                doc = orjson.loads(text)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(doc, dict):
+                docs.append(doc)
+        return docs
 
 
 def drop_torn_tail(fd: int, path: str) -> int:

@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator
 
 from .changes import DEFAULT_BLOCK_BYTES, DEFAULT_BLOCK_RECORDS, INFINITE_SCN
 from .checkpointer import Checkpointer
-from .dead_letters import DeadLetters
+from .dead_letters import BadRecordLog, DeadLetters
 from .dispatcher import AbandonedTransaction, DispatchError, Dispatcher, DispatchStats
 from .dispatcher.errors import damaged_checkpoint
 from .sinks import KINDS as SINKS
@@ -58,6 +58,7 @@ class PipelineOptions:
     adopt_changefeed: bool = False  # take over a changefeed written by another (lost) queue of the same input
     source_id: str | None = None  # the source's identity, checked beside the queue's (PostgreSQL: system id, slot)
     stall_seconds: float = 60.0  # warn once about a thread in play silent (and not closed) this long
+    log_summary_seconds: float = 60.0  # run: an INFO line of what was published, this often (0: none)
     # retention (opt-in, data loss by choice): abandon a transaction without an end that
     # started this long (source clock) or this many SCNs before the watermark
     transaction_retention_seconds: float | None = None
@@ -167,6 +168,7 @@ class Pipeline:
                 on_append=self.appended.set,
             )
             self.source = open_source(source, self.queue, settings, **(source_options or {}))
+            self.kind = kind_of(source)  # how its positions read in logs
             self.threads = self.source.prepare(opts.threads, self.queue.meta_items(self.source.state_prefix))
             self.dispatcher = Dispatcher(
                 self.queue,
@@ -354,10 +356,13 @@ class Pipeline:
         dispatcher.track_closed = True
         self.following = True
         watch = _ThreadWatch(self, opts.stall_seconds) if source.watches_stalls else None
+        bad_records = BadRecordLog(opts.dead_letter) if opts.dead_letter else None
         with self._running(follow=True):
-            log.info("following %s: threads in play %s, queue index %d", source.name, self.threads, dispatcher.position,
+            log.info("following %s: %squeue index %d", source.name,
+                     f"threads in play {self.threads}, " if self.kind.shows_threads else "", dispatcher.position,
                      extra={"input": source.name, "threads": self.threads, "queue_index": dispatcher.position})
             last_scan = time.monotonic()
+            published_log = _PublishedLog(self, opts.log_summary_seconds, last_scan)
             while not stop.is_set() and not source.errors:
                 dispatcher.closed_through.update(source.closed_through())
                 n = dispatcher.poll()
@@ -377,6 +382,9 @@ class Pipeline:
                             extra={"redo_thread": t})
                     if watch:
                         watch.check(now)
+                    published_log.check(now)
+                    if bad_records:
+                        bad_records.check(now)
                 if on_tick:
                     on_tick(self)
                 if not n:
@@ -390,6 +398,8 @@ class Pipeline:
             while dispatcher.poll():
                 pass
             self.checkpoint()
+            if bad_records:
+                bad_records.check(time.monotonic(), final=True)
         if source.errors:
             raise source.errors[0]
         log.info("stopped: %s", changefeed_at(sink.next_tx_seq), extra={"last_tx_seq": sink.next_tx_seq - 1})
@@ -525,6 +535,44 @@ class _ThreadWatch:
                 log.warning("redo thread %d has written nothing for %.0fs and is not closed (progress %s): it holds "
                             "the watermark, so nothing above it is published", t, now - last[1],
                             p if p >= 0 else "none yet", extra={"redo_thread": t, "progress": p})
+
+
+class _PublishedLog:
+    """`run`'s INFO line every ``seconds`` in which something was published: files,
+    transactions and rows since the last line, where the changefeed stands (its last
+    ``tx_seq`` and commit position) and how far behind the source it is."""
+
+    def __init__(self, pipeline: Pipeline, seconds: float, now: float) -> None:
+        self.pipeline = pipeline
+        self.seconds = seconds
+        self.last = now
+        self.counts = self._counts()
+
+    def _counts(self) -> tuple[int, int, int]:
+        totals = self.pipeline.dispatcher.totals()
+        return self.pipeline.sink.figures().files_published, totals.published, totals.rows
+
+    def check(self, now: float) -> None:
+        if self.seconds <= 0 or now - self.last < self.seconds:
+            return
+        counts = self._counts()
+        files, transactions, rows = (a - b for a, b in zip(counts, self.counts))
+        seconds, self.last, self.counts = now - self.last, now, counts
+        if not files:
+            return
+        from .service import seconds_behind_source
+
+        p, kind = self.pipeline, self.pipeline.kind
+        commit = p.sink.last_commit
+        behind = seconds_behind_source(p, time.time_ns())
+        log.info("published %d file(s), %d transaction(s), %d row(s) in the last %.0fs; %s, last commit at %s %s; "
+                 "%.1fs behind the source", files, transactions, rows, seconds, changefeed_at(p.sink.next_tx_seq),
+                 kind.position_name, kind.format_position(commit.scn) if commit else "-", behind,
+                 extra={"files": files, "transactions": transactions, "rows": rows,
+                        "interval_seconds": round(seconds, 3),
+                        "last_tx_seq": p.sink.next_tx_seq - 1, "c_scn": commit.scn if commit else None,
+                        "position": kind.format_position(commit.scn) if commit else None,
+                        "seconds_behind_source": round(behind, 3)})
 
 
 def changefeed_at(next_tx_seq: int) -> str:

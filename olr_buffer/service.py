@@ -13,7 +13,8 @@ from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, PlatformCollector, ProcessCollector,
+                               generate_latest)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, SummaryMetricFamily
 
 from . import __version__
@@ -210,9 +211,12 @@ class Metrics:
 
 
 def render_metrics(p) -> bytes:
-    """The pipeline's metrics in the Prometheus text exposition format."""
+    """The pipeline's metrics in the Prometheus text exposition format, with the process's
+    own (``process_*``: memory, CPU, open file descriptors; ``python_info``)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Snapshot(list(_families(p))))
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
     return generate_latest(registry)
 
 
@@ -293,7 +297,8 @@ def _families(p):
                   one(totals.abandoned_rows))
     yield _family("abandoned_records_total", "counter", "Records of abandoned transactions that came after they "
                   "were abandoned (their end among them), not published.", one(totals.abandoned_records))
-    yield _family("dead_letters_total", "counter", "Bad records written to the --dead-letter file by this process.",
+    yield _family("dead_letters_total", "counter",
+                  "Bad records written to the --dead-letter file by this run (its reader processes).",
                   one(figures.quarantined))
     yield _family("transactions_rolled_back_total", "counter", "Transactions ended by a rollback (not published).",
                   one(totals.rolled_back))

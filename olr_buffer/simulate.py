@@ -40,6 +40,7 @@ import heapq
 import os
 import random
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
@@ -112,6 +113,14 @@ def _maybe(r: random.Random, value: Any, null_share: float = 0.3) -> Any:
 
 # ---------------------------------------------------------------------------------------
 # Statistics and options
+
+
+class SimulationProgress(NamedTuple):
+    """What a progress display of ``simulate`` shows."""
+
+    transactions_ended: int  # committed or rolled back
+    transactions_total: int  # that will end (those left open at the end aside)
+    records: int  # written so far
 
 
 @dataclass
@@ -473,8 +482,11 @@ class _Simulator:
 
     # -- driver -------------------------------------------------------------------------
 
-    def run(self) -> SimulationStats:
-        """Run the whole workload, write every file, return the statistics."""
+    def run(self, on_progress: Callable[[SimulationProgress], None] | None = None,
+            progress_every: float = 0.5) -> SimulationStats:
+        """Run the whole workload, write every file, return the statistics; call
+        ``on_progress`` every ``progress_every`` seconds and once at the end."""
+        steps, last_report = 0, time.monotonic()
         for thread in self._logs:
             self._push(self._rng.uniform(0, self._cfg.lwn_every), thread)
         for _ in range(self._cfg.no_begin):
@@ -487,6 +499,10 @@ class _Simulator:
                 break
             if self._cfg.rolling_restarts or self._cfg.close_thread_at is not None:
                 self._sync_closed()
+            steps += 1
+            if on_progress and not steps & 1023 and time.monotonic() - last_report >= progress_every:
+                last_report = time.monotonic()
+                on_progress(self._progress())
             due, _, item = heapq.heappop(self._heap)
             self._now = due
             if isinstance(item, int):
@@ -500,7 +516,14 @@ class _Simulator:
                 self._stats.lwn += 1
             log.flush(archived=False)
         self._stats.last_scn = self._clock
+        if on_progress:
+            on_progress(self._progress())
         return self._stats
+
+    def _progress(self) -> SimulationProgress:
+        st, cfg = self._stats, self._cfg
+        return SimulationProgress(st.committed + st.rolled_back, self._n_regular + cfg.no_begin - cfg.open_at_end,
+                                  st.records)
 
     def _push(self, due: float, item: _Tx | int) -> None:
         self._heap_seq += 1
@@ -925,6 +948,7 @@ def simulate(
     ns_per_scn: int = 1_000_000,
     zstd_level: int = 3,
     overwrite: bool = False,
+    on_progress: Callable[[SimulationProgress], None] | None = None,
 ) -> SimulationStats:
     """Write a seeded RAC workload in the redo-op log format into ``out_dir``.
 
@@ -947,6 +971,7 @@ def simulate(
         the transactions was started, for the rest of the input: its last record is ``close``.
     :param start_scn: the first SCN; ``tm`` is ``start_tm + (scn - start_scn) * ns_per_scn``.
     :param overwrite: delete redo files already in ``out_dir`` instead of refusing.
+    :param on_progress: called about every half second, and once at the end.
     :returns: counts of what was written.
     """
     if threads < 1 or transactions < 0 or records_per_file < 1 or large_tx_rows < 0:
@@ -965,4 +990,4 @@ def simulate(
     )
     path = Path(out_dir)
     _prepare_dir(path, overwrite)
-    return _Simulator(path, cfg).run()
+    return _Simulator(path, cfg).run(on_progress)

@@ -1,4 +1,6 @@
-"""PySpark helpers to read the changefeed. PySpark is imported only when these are used.
+"""PySpark helpers to read the changefeed. PySpark is imported only when these are used,
+and is an extra (``pip install 'olr-buffer[spark]'``): without it, a helper raises
+:class:`PySparkMissingError`, which says what to install.
 
 - :func:`read_changefeed`: the changefeed as a batch DataFrame.
 - :func:`stream_changefeed`: the changefeed as a streaming DataFrame (Spark's file source).
@@ -20,8 +22,11 @@ instead (for example a micro-batch inside ``foreachBatch``); see docs/spark.md.
 
 from __future__ import annotations
 
+import functools
 import re
-from typing import TYPE_CHECKING, Any, Sequence, Union
+import time
+import warnings
+from typing import TYPE_CHECKING, Any, Callable, Sequence, Union
 
 from .sinks.parquet import ChangefeedReadError, UnknownTableError
 
@@ -30,6 +35,71 @@ if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql.types import StructType
 
     Source = Union[str, DataFrame]
+
+class PySparkMissingError(ModuleNotFoundError):
+    """A Spark helper was called where PySpark is not installed (the service and its
+    commands run without it)."""
+
+
+def _needs_pyspark(fn: Callable) -> Callable:
+    """``fn``, which raises :class:`PySparkMissingError` (one line: what to install) when
+    PySpark cannot be imported, instead of the error of its first import."""
+
+    @functools.wraps(fn)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        try:
+            import pyspark  # noqa: F401
+        except ImportError as exc:
+            raise PySparkMissingError(
+                f"olr_buffer.spark.{fn.__name__} needs PySpark, which is not installed: "
+                "pip install 'olr-buffer[spark]' (or pyspark>=3.5)", name="pyspark") from exc
+        return fn(*args, **kwargs)
+
+    return checked
+
+
+class ChangefeedNotFoundError(ChangefeedReadError):
+    """No changefeed at the path (yet): ``run`` or ``replay`` creates it when it starts."""
+
+
+def _not_found(path: str, waited: float | None) -> ChangefeedNotFoundError:
+    where = f"no changefeed appeared there within {waited:g}s" if waited else "no changefeed there (yet)"
+    return ChangefeedNotFoundError(
+        f"{path}: {where}",
+        hint=f"start olr-buffer run (or replay) with --changefeed {path} first: it creates the directory"
+             + ("; or give wait_seconds=N to wait for it" if waited == 0 else ""),
+        path=path,
+    )
+
+
+def _path_not_found(exc: Exception) -> bool:
+    """Whether Spark refused a read because its path does not exist."""
+    with warnings.catch_warnings():  # getErrorClass: deprecated by PySpark 4, the only one in 3.5
+        warnings.simplefilter("ignore", FutureWarning)
+        get = getattr(exc, "getCondition", None) or getattr(exc, "getErrorClass", None)
+        try:
+            condition = get() if get else None
+        except Exception:  # noqa: BLE001 - an exception of another kind
+            condition = None
+    return condition == "PATH_NOT_FOUND" or "Path does not exist" in str(exc)
+
+
+def _load(load: Callable[[], "DataFrame"], path: str, wait_seconds: float | None) -> "DataFrame":
+    """``load()``, which Spark refuses while ``path`` does not exist: tried again every second
+    for ``wait_seconds`` (None: a batch read, which does not wait), then
+    :class:`ChangefeedNotFoundError`."""
+    deadline = time.monotonic() + (wait_seconds or 0.0)
+    while True:
+        try:
+            return load()
+        except Exception as exc:
+            if not _path_not_found(exc):
+                raise
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise _not_found(path, wait_seconds) from None
+            time.sleep(min(1.0, left))
+
 
 #: Only the changefeed's own files: Spark already skips names starting with ``_`` or ``.``;
 #: this also keeps out anything else someone drops into the directory.
@@ -52,13 +122,15 @@ def read_changefeed(spark: "SparkSession", path: str) -> "DataFrame":
     """The whole changefeed as a DataFrame (Spark skips ``_olr_buffer/`` and temporary files).
 
     The files listed when the query runs hold a gapless prefix of the changefeed, in whole
-    transactions, so ``max(tx_seq)`` says how far the result goes.
+    transactions, so ``max(tx_seq)`` says how far the result goes. No changefeed at
+    ``path``: :class:`ChangefeedNotFoundError`.
     """
-    df = spark.read.schema(changefeed_schema()).option("pathGlobFilter", PART_GLOB).parquet(path)
-    return _with_timestamps(df)
+    reader = spark.read.schema(changefeed_schema()).option("pathGlobFilter", PART_GLOB)
+    return _with_timestamps(_load(lambda: reader.parquet(path), path, None))
 
 
-def stream_changefeed(spark: "SparkSession", path: str, **options: Any) -> "DataFrame":
+def stream_changefeed(spark: "SparkSession", path: str, *, wait_seconds: float = 0.0,
+                      **options: Any) -> "DataFrame":
     """The changefeed as a streaming DataFrame: Spark's file source, format parquet, with
     the changefeed's fixed schema.
 
@@ -67,12 +139,16 @@ def stream_changefeed(spark: "SparkSession", path: str, **options: Any) -> "Data
     files it has read, so every published file is read once; a file is never split, so a
     micro-batch holds whole transactions. Leave ``cleanSource`` unset: the changefeed's
     files are not the stream's to move or delete.
+
+    Spark's file source needs the directory, which ``run`` creates when it starts: with no
+    changefeed at ``path`` this raises :class:`ChangefeedNotFoundError` (one line: start
+    ``run`` first), after waiting up to ``wait_seconds`` for it to appear (0: no wait).
     """
     opts = {"pathGlobFilter": PART_GLOB, **options}
     reader = spark.readStream.schema(changefeed_schema()).format("parquet")
     for key, value in opts.items():
         reader = reader.option(key, value)
-    return _with_timestamps(reader.load(path))
+    return _with_timestamps(_load(lambda: reader.load(path), path, wait_seconds))
 
 
 #: Delta's change types, by changefeed ``op`` (``ddl`` rows have none); a truncate's is
@@ -513,6 +589,14 @@ def _all_equal(left: list["Column"], right: list["Column"]) -> "Column":
     from functools import reduce
 
     return reduce(lambda x, y: x & y, [a.eqNullSafe(b) for a, b in zip(left, right)])
+
+
+# every public function of this module checks first that PySpark is there
+for _name, _fn in list(globals().items()):
+    if (callable(_fn) and not _name.startswith("_") and getattr(_fn, "__module__", None) == __name__
+            and not isinstance(_fn, type)):
+        globals()[_name] = _needs_pyspark(_fn)
+del _name, _fn
 
 
 def __getattr__(name: str):  # CHANGEFEED_SCHEMA, built on first use

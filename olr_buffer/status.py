@@ -21,6 +21,7 @@ from .errors import printable
 from .serve import receivers_status, render_receivers
 from .service import iso_time, read_failure
 from .sinks import KINDS as SINKS
+from .sources import kind_in_status
 from .sources import queue_status as source_status
 from .sources import status_lines as source_lines
 from .txbuffer import LmdbQueue, cleanup_candidates, held_segments
@@ -157,6 +158,12 @@ def render(doc: dict) -> str:
 
 
 def _lines(doc: dict) -> list[str]:
+    kind = kind_in_status(doc)  # its words: a redo thread's SCN, a PostgreSQL stream's LSN
+
+    def at(value: int | str | None) -> str:
+        """A position (``complete`` and ``none yet`` as they are) as the source writes it."""
+        return "none yet" if value is None else value if isinstance(value, str) else kind.format_position(value)
+
     seg = doc["segments"]
     lines = [
         f"queue {doc['queue']}: {doc['state']}"
@@ -182,15 +189,20 @@ def _lines(doc: dict) -> list[str]:
         f"checkpoint: queue index {cp['position']} ({cp['behind_records']:,} records behind the queue's end), "
         + (f"written {cp['written']} ({cp['age_seconds']}s ago)" if cp["written"] else "time unknown")
     )
-    lines.append(f"watermark: {'none yet' if doc['watermark'] is None else doc['watermark']}  progress: "
-                 + (", ".join(f"{t}={'none yet' if p is None else p}" for t, p in doc["progress"].items()) or "none yet"))
-    lines.append("threads: " + ", ".join(
-        f"{t} {'waiting for its first record' if state == 'waiting' else state}"
-        f"{'' if int(t) in doc['threads_in_play'] else ' (not in play)'}"
-        for t, state in doc["thread_states"].items()))
-    if doc["waiting_for"]:
-        lines.append("waiting for the first records of thread(s) " + ", ".join(map(str, doc["waiting_for"]))
-                     + ": nothing is published until then")
+    if not kind.shows_threads:  # one stream: its position, no thread
+        lines.append(f"watermark: {kind.position_name} {at(doc['watermark'])}")
+        if doc["waiting_for"]:
+            lines.append("waiting for the first records of the source: nothing is published until then")
+    else:
+        lines.append(f"watermark: {at(doc['watermark'])}  progress: "
+                     + (", ".join(f"{t}={at(p)}" for t, p in doc["progress"].items()) or "none yet"))
+        lines.append("threads: " + ", ".join(
+            f"{t} {'waiting for its first record' if state == 'waiting' else state}"
+            f"{'' if int(t) in doc['threads_in_play'] else ' (not in play)'}"
+            for t, state in doc["thread_states"].items()))
+        if doc["waiting_for"]:
+            lines.append("waiting for the first records of thread(s) " + ", ".join(map(str, doc["waiting_for"]))
+                         + ": nothing is published until then")
     totals = doc.get("totals", {})
     if totals.get("late_records"):
         lines.append(f"late records: {totals['late_records']:,} (in {totals.get('late_transactions', 0):,} whole "
@@ -203,10 +215,13 @@ def _lines(doc: dict) -> list[str]:
     lines.append(f"open transactions: {ot['count']:,} ({ot['ended_waiting_for_watermark']:,} ended, waiting for the watermark)")
     if ot["oldest"]:
         o = ot["oldest"]
-        lines.append(f"  oldest: {o['xid']} from scn {o['first_scn']}, age {_age(o)}, {o['rows']:,} rows")
+        lines.append(f"  oldest: {o['xid']} from {kind.position_name} {at(o['first_scn'])}, age {_age(o)}, "
+                     f"{o['rows']:,} rows")
         lg = ot["largest"]
         lines.append(f"  largest: {lg['xid']} with {lg['rows']:,} rows in {lg['blocks']:,} blocks")
     cf = doc["changefeed"]
+    if isinstance(cf.get("last_c_scn"), int) and at(cf["last_c_scn"]) != str(cf["last_c_scn"]):
+        cf = {**cf, "last_c_scn": f"{cf['last_c_scn']} ({kind.position_name} {at(cf['last_c_scn'])})"}
     lines.append(SINKS["parquet"].status_line(cf)
                  + (f" (updated {cf['updated']})" if cf["updated"] else " (as of the checkpoint)"))
     c = doc["cleanup"]
@@ -217,7 +232,7 @@ def _lines(doc: dict) -> list[str]:
     if c["held_by"]:
         h = c["held_by"]
         lines.append(
-            f"  held by transaction {h['xid']} (from scn {h['first_scn']}, age {_age(h)}, "
+            f"  held by transaction {h['xid']} (from {kind.position_name} {at(h['first_scn'])}, age {_age(h)}, "
             f"{h['rows']:,} rows, {'ended, waiting for the watermark' if h['ended'] else 'not ended'}): "
             f"it keeps {c['segments_held']} segment(s), {c['bytes_held'] / 1e6:,.1f} MB"
         )

@@ -142,7 +142,7 @@ def test_failed_run_is_failed_in_status_and_json_logs(tmp_path: Path):
     env = {"OLR_BUFFER_RUN_QUEUE": str(tmp_path / "q"), "OLR_BUFFER_RUN_CHANGEFEED": str(tmp_path / "cf"),
            "OLR_BUFFER_RUN_LOG_FORMAT": "json", "OLR_BUFFER_RUN_POLL_INTERVAL": "0.02",
            "OLR_BUFFER_RUN_FLUSH_INTERVAL": "0.2"}
-    r = cli("--log-level", "info", "run", str(live), env=env)
+    r = cli("--log-level", "debug", "run", str(live), env=env)
     assert r.returncode == 3, r.stderr
     docs = [json.loads(ln) for ln in r.stderr.splitlines()]  # every line, the fatal error too, is JSON
     assert all(d["ts"].endswith("Z") and "T" in d["ts"] for d in docs)

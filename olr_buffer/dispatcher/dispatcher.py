@@ -75,7 +75,7 @@ _ABANDONED_MEMORY = 10_000  # abandoned XIDs remembered, to count their later re
 # batch) and handed to the sink in batches of about _BATCH_MAX_RECORDS records. Batches
 # are kept small enough for the CPU's caches: every pass over a batch's rows (decoding,
 # slicing, the writer's columns) is then a pass over memory just written; batches of
-# 100,000 records cost ~10 % more CPU than of 1,000 (docs/performance.md).
+# 100,000 records cost ~10 % more CPU than of 1,000 (bench/log/2026-11-performance-history.md).
 _BATCH_TX_MAX_ROWS = 50_000
 _BATCH_MAX_RECORDS = 1_000
 

@@ -74,6 +74,13 @@ def queue_status(meta: Mapping[bytes, bytes], now: float) -> dict[str, Any]:
     return out
 
 
+def kind_in_status(doc: dict[str, Any]) -> SourceKind:
+    """The kind of source whose state a ``status`` document shows (the redo files' when
+    none shows any yet): how that queue's positions read."""
+    every = kinds()
+    return next((kind for kind in every if doc.get(kind.status_key)), every[0])
+
+
 def status_lines(doc: dict[str, Any]) -> list[str]:
     """The text lines of the sources' parts of a ``status`` document."""
     return [line for kind in kinds() if kind.status_key in doc for line in kind.status_lines(doc[kind.status_key])]
@@ -86,6 +93,7 @@ __all__ = [
     "SourceSettings",
     "SourceUsageError",
     "UnknownSourceError",
+    "kind_in_status",
     "kind_of",
     "kinds",
     "open_source",

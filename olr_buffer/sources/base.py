@@ -177,6 +177,14 @@ class SourceKind:
     #: a check of the location before anything is made or reached: a location it cannot
     #: read (a URI that does not parse) raises :class:`SourceUsageError`
     check_location: Callable[[str], None] = lambda location: None
+    #: how its positions (the watermark, progress, a commit's ``c_scn``) read in ``status``
+    #: and logs: their name, and their text (redo: ``scn`` and the number; PostgreSQL:
+    #: ``LSN`` and ``X/Y``)
+    position_name: str = "scn"
+    format_position: Callable[[int], str] = str
+    #: whether its queue threads are worth naming (redo threads); False: one stream, whose
+    #: queue thread (1) ``status`` and logs leave out
+    shows_threads: bool = True
 
 
 class ResumeState(StoredDocument):

@@ -54,6 +54,7 @@ def test_every_python_block_runs_as_written(spark, tmp_path):
     assert "|         53| 881|" in printed  # max(tx_seq), rows
     assert re.search(r"^206$", printed, re.MULTILINE)  # snapshot by ORDER_ID, batch and from the history
     assert "struct<ORDER_ID:bigint," in printed
+    assert "/lake/not-started: no changefeed there (yet) (hint: start olr-buffer run" in printed
     assert (tmp_path / "lake" / "orders_changes").is_dir()
     for query in spark.streams.active:
         query.stop()

@@ -47,7 +47,7 @@ import shutil
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import Iterator
+from typing import Callable, Iterator
 
 import orjson
 import pyarrow as pa
@@ -100,6 +100,38 @@ class CompactionRefused(CompactionError):
     missing option is, but worded as the one-line error it is."""
 
     exit_code = EXIT_USAGE
+
+
+@dataclass
+class CompactionProgress:
+    """What a progress display of ``compact`` shows: files written of those to write, and
+    their rows."""
+
+    files_done: int = 0
+    files_total: int = 0
+    rows_done: int = 0
+    rows_total: int = 0
+
+
+class _Progress:
+    """Calls ``on_progress`` as files are written, every ``every`` seconds, and at the end."""
+
+    def __init__(self, on_progress, groups: list[list[PublishedFile]], every: float = 0.5) -> None:
+        self.on_progress = on_progress
+        self.every = every
+        self.last = time.monotonic()
+        self.p = CompactionProgress(0, len(groups), 0, sum(f.rows for g in groups for f in g))
+
+    def wrote(self, group: list[PublishedFile]) -> None:
+        self.p.files_done += 1
+        self.p.rows_done += sum(f.rows for f in group)
+        if self.on_progress and time.monotonic() - self.last >= self.every:
+            self.last = time.monotonic()
+            self.on_progress(self.p)
+
+    def done(self) -> None:
+        if self.on_progress:
+            self.on_progress(self.p)
 
 
 @dataclass
@@ -168,6 +200,7 @@ def compact(
     compression: str = "zstd",
     durable: bool = True,
     dry_run: bool = False,
+    on_progress: Callable[[CompactionProgress], None] | None = None,
 ) -> CompactionResult:
     """Merge small published files; see the module doc for the two modes.
 
@@ -176,7 +209,8 @@ def compact(
     the caller states that no Spark query (batch or streaming) and no producer uses the
     directory while this runs, and that no streaming checkpoint over it will be resumed.
     ``full_groups_only`` (output mode): leave a last run of files that does not reach
-    ``target_rows`` for a later run, instead of writing it as a smaller file.
+    ``target_rows`` for a later run, instead of writing it as a smaller file. ``on_progress``:
+    called about every half second while files are written, and once at the end.
     """
     src = os.fspath(changefeed_dir)
     if (output is None) == (not in_place):
@@ -196,10 +230,11 @@ def compact(
     t0 = time.monotonic()
     opts = _WriteOptions(row_group_rows, compression, durable)
     if in_place:
-        result = _compact_in_place(src, target_rows, opts, dry_run)
+        result = _compact_in_place(src, target_rows, opts, dry_run, on_progress)
     else:
         assert output is not None
-        result = _compact_to_output(src, os.fspath(output), target_rows, full_groups_only, opts, dry_run)
+        result = _compact_to_output(src, os.fspath(output), target_rows, full_groups_only, opts, dry_run,
+                                    on_progress)
     result.seconds = time.monotonic() - t0
     return result
 
@@ -212,7 +247,8 @@ class _WriteOptions:
 
 
 def _compact_to_output(
-    src: str, dst: str, target_rows: int, full_groups_only: bool, opts: _WriteOptions, dry_run: bool
+    src: str, dst: str, target_rows: int, full_groups_only: bool, opts: _WriteOptions, dry_run: bool,
+    on_progress: Callable[[CompactionProgress], None] | None = None,
 ) -> CompactionResult:
     _check_apart(src, dst)
     result = CompactionResult("output", src, dst, dry_run=dry_run)
@@ -229,6 +265,7 @@ def _compact_to_output(
         remove_own_temporaries(dst)  # the output's leftovers of an interrupted run
         written = published_files(dst)
         groups = _plan_output(src, dst, written, target_rows, full_groups_only, result)
+        progress = _Progress(on_progress, groups)
         for group in groups:
             if len(group) == 1:
                 merged = _copy_file(src, group[0], dst, opts, file_mode(mode))
@@ -238,6 +275,8 @@ def _compact_to_output(
             written.append(merged)
             log_published(dst, merged, opts.durable)
             write_manifest(dst, len(written), merged, merged.owner, opts.durable)
+            progress.wrote(group)
+        progress.done()
     result.files_after = len(written)
     result.next_tx_seq = written[-1].last + 1 if written else 0
     return result
@@ -294,7 +333,8 @@ def _continue_at(src: str, dst: str, files: list[PublishedFile], existing: list[
     return last.last + 1
 
 
-def _compact_in_place(src: str, target_rows: int, opts: _WriteOptions, dry_run: bool) -> CompactionResult:
+def _compact_in_place(src: str, target_rows: int, opts: _WriteOptions, dry_run: bool,
+                      on_progress: Callable[[CompactionProgress], None] | None = None) -> CompactionResult:
     result = CompactionResult("in-place", src, src, dry_run=dry_run)
     if not os.path.isdir(os.path.join(src, META_DIR)):
         raise ChangefeedError(f"{src}: not a changefeed directory (no {META_DIR}/)")
@@ -316,9 +356,12 @@ def _compact_in_place(src: str, target_rows: int, opts: _WriteOptions, dry_run: 
         prepare_tmp_dir(src)
         remove_own_temporaries(src, compaction_only=True)
         fmode = file_mode(_dir_mode(src))
+        progress = _Progress(on_progress, merges)
         for group in merges:
             merged = _write_merged(src, group, src, opts, fmode)
             _swap_in(src, merged, group, opts)
+            progress.wrote(group)
+        progress.done()
         if merges:
             files = published_files(src)
             owner = manifest_owner(read_manifest(src)) or files[-1].owner

@@ -41,7 +41,8 @@ COLUMNS = ARROW_SCHEMA.names
 DERIVED_TIMESTAMPS = {"c_ts": "c_tm", "ts": "tm"}
 # Parquet dictionary encoding only where values repeat (per transaction, per table, small
 # sets). Row images, row ids and SCNs are mostly distinct: trying a dictionary on them
-# and falling back costs writer time for nothing, and makes files larger (docs/performance.md).
+# and falling back costs writer time for nothing, and makes files larger
+# (bench/log/2026-11-performance-history.md).
 DICTIONARY_COLUMNS = ["tx_seq", "c_scn", "c_tm", "xid", "op", "sub", "thread", "owner", "table", "obj"]
 
 

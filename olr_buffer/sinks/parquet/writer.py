@@ -556,7 +556,7 @@ class ChangefeedWriter:
             except OSError as exc:
                 raise os_failure(exc, self.path, "sync the changefeed directory") from None
         fault_point("after_rename")
-        log.info("published %s: tx_seq %d..%d, %d rows", published.name, first, last, published.rows,
+        log.debug("published %s: tx_seq %d..%d, %d rows", published.name, first, last, published.rows,
                  extra={"file": published.name, "first_tx_seq": first, "last_tx_seq": last, "rows": published.rows,
                         "c_scn": last_commit.scn})
         log_published(self.path, published, self.durable)

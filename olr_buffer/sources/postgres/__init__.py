@@ -3,7 +3,9 @@ into the same queue as the redo-file source. See docs/postgresql.md."""
 
 from .connection import PostgresError, safe_uri
 from .reader import PostgresReader
+from .slots import DroppedSlot, drop_slot
 from .source import KIND, PostgresSource
 from .state import STATE_KEY, PostgresState
 
-__all__ = ["KIND", "STATE_KEY", "PostgresError", "PostgresReader", "PostgresSource", "PostgresState", "safe_uri"]
+__all__ = ["KIND", "STATE_KEY", "DroppedSlot", "PostgresError", "PostgresReader", "PostgresSource", "PostgresState",
+           "drop_slot", "safe_uri"]

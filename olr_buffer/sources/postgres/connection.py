@@ -117,8 +117,13 @@ class Server:
                     f"{self.safe}: the role may not open a replication connection ({text})",
                     hint="grant it: ALTER ROLE <name> REPLICATION",
                 ) from None
+            if "no password supplied" in text:
+                raise PostgresError(f"{self.safe}: the server asks for a password: {text}",
+                                    hint="give it in PGPASSWORD or a ~/.pgpass line (PGPASSFILE), not in the URI, "
+                                         "where a process listing shows it") from None
             if "does not exist" in text or "password authentication failed" in text or "no pg_hba.conf" in text:
-                raise PostgresError(f"{self.safe}: {text}", hint="check the user, password and database of the URI") from None
+                raise PostgresError(f"{self.safe}: {text}", hint="check the user, password (PGPASSWORD, ~/.pgpass) "
+                                                                 "and database of the URI") from None
             raise ConnectionLostError(
                 f"{self.safe}: cannot reach the server: {text}",
                 hint="check that the server runs and the URI's host and port",

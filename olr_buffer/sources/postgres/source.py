@@ -13,7 +13,7 @@ from ..runner import run_reported
 from .connection import redact, safe_uri
 from .process import PostgresProcess, ReaderFigures
 from .reader import THREAD, PostgresReader
-from .state import STATE_KEY, load_state, status, status_lines
+from .state import STATE_KEY, load_state, lsn_text, status, status_lines
 
 
 class PostgresSource:
@@ -157,4 +157,5 @@ def check_uri(uri: str) -> None:
         raise SourceUsageError(f"port {bad[0]!r} is not a number")
 
 
-KIND = SourceKind("postgresql", build, status, "postgresql", status_lines, refuse_replay, options, check_uri)
+KIND = SourceKind("postgresql", build, status, "postgresql", status_lines, refuse_replay, options, check_uri,
+                  position_name="LSN", format_position=lsn_text, shows_threads=False)

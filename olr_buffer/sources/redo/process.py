@@ -26,7 +26,8 @@ from .thread_reader import ReaderStats, ThreadReader
 # The reader processes run at a lower priority than the parent: with more runnable
 # processes than cores, the scheduler would otherwise give each an equal share, so the
 # dispatcher (one thread, in the parent) would get half a core while three readers
-# parse ahead, and finish its backlog alone once they are done (docs/performance.md).
+# parse ahead, and finish its backlog alone once they are done
+# (bench/log/2026-11-performance-history.md).
 READER_NICENESS = 10
 
 
@@ -99,6 +100,8 @@ class ReaderProcess:
             self.stats.blocks += 1
             self.quarantined = dead
             self.on_append()
+        elif kind == "dead":  # a bad record set aside: counted now, not with the next block
+            self.quarantined = msg[1]
         elif kind == "closed":
             self.closed_through = msg[1]
         elif kind == "files":
@@ -149,7 +152,8 @@ def _child_main(conn, stop_conn, parent_pid, input_dir, thread, files, pos_bytes
     reader_ref: list = []
     dead = None
     try:
-        dead = DeadLetters(dead_letter_path) if dead_letter_path else None
+        if dead_letter_path:  # each bad record counted in the parent at once (metrics)
+            dead = DeadLetters(dead_letter_path, on_put=lambda count: conn.send(("dead", count)))
         reader = ThreadReader(
             _PipeQueue(conn, reader_ref),
             input_dir,

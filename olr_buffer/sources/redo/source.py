@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 # its own process: starting the reader processes costs more than reading a few MiB takes
 # (0.5 s of wall time and 1 s of CPU when they were spawned; 0.3-0.5 s of wall time with
 # the fork server, with which the two still cross at about 9 MiB: docs/performance.md,
-# "Small replays").
+# "Smaller figures"; bench/log/2026-11-performance-history.md, "Small replays").
 SMALL_REPLAY_BYTES = 8 << 20
 ZSTD_RATIO = 5  # the text bytes a .zst byte of redo ops is estimated to hold
 

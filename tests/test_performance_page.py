@@ -1,0 +1,66 @@
+"""docs/performance.md is a short page of current figures: each section says when (and,
+for code figures, on which commit) it was measured; its commands name benchmark programs
+that exist and take the options it gives them; the history it replaced is kept under
+bench/log/, and the page's links lead somewhere."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGE = ROOT / "docs" / "performance.md"
+HISTORY = ROOT / "bench" / "log" / "2026-11-performance-history.md"
+DATE = re.compile(r"20\d\d-\d\d-\d\d")
+
+
+def test_the_page_is_short_and_the_history_is_kept():
+    assert PAGE.stat().st_size < 16_000, "docs/performance.md is a page of current figures, not a diary"
+    history = HISTORY.read_text()
+    assert HISTORY.stat().st_size > 60_000 and "## The matrix on main (2026-11-26, 02:01-02:14)" in history
+
+
+def test_every_figure_says_when_it_was_measured():
+    text = PAGE.read_text()
+    sections = re.split(r"^## ", text, flags=re.M)[1:]
+    undated = [s.splitlines()[0] for s in sections
+               if s.splitlines()[0] not in ("Reproduce", "The machine") and not DATE.search(s)]
+    assert not undated, undated
+    # the code figures name their commit, as the history does
+    for title in ("The matrix", "Memory with a large transaction"):
+        (section,) = [s for s in sections if s.startswith(title)]
+        assert re.search(r"`[0-9a-f]{7}`", section.splitlines()[0]), section.splitlines()[0]
+    # the targets table: a date on every row
+    rows = [line for line in text.splitlines() if line.startswith("| ") and "target" not in line
+            and not line.startswith("|---")]
+    targets = rows[: rows.index(next(r for r in rows if r.startswith("| cell")))]
+    assert targets and all(DATE.search(r) for r in targets), targets
+    # a figure of the page is the history's (the matrix's worst and best cells)
+    for figure in ("| narrow-tiny-3t-open5000 | 135 | 175,681 |", "| narrow-large-3t | 190 | 297,393 |",
+                   "**169 MiB**", "**0.82 s**", "0.224 s"):
+        assert figure in text and figure.strip("*") in HISTORY.read_text(), figure
+
+
+def test_the_commands_name_programs_and_options_that_exist():
+    block = re.search(r"## Reproduce\n\n```sh\n(.*?)```", PAGE.read_text(), re.S).group(1)
+    commands = [line.split("#")[0].split() for line in block.splitlines() if "bench/" in line]
+    assert len(commands) >= 7
+    for words in commands:
+        script = ROOT / words[1]
+        assert words[0] == ".venv/bin/python" and script.is_file(), words
+        helptext = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True,
+                                  cwd=ROOT, timeout=60).stdout
+        for word in words[2:]:
+            if word.startswith("--"):
+                assert word in helptext, f"{words[1]} takes no {word}"
+            elif not word[0].isdigit():
+                assert word in helptext, f"{words[1]}: {word}?"
+
+
+def test_links_lead_somewhere():
+    for page in (PAGE, HISTORY):
+        for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", page.read_text()):
+            if not target.startswith("http"):
+                assert (page.parent / target).resolve().exists(), f"{page.name}: {target}"
