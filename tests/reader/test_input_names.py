@@ -83,3 +83,28 @@ def test_a_log_name_that_leads_to_no_file_is_refused(tmp_path: Path, kind: str):
     os.rename(kept, last)
     assert _replay(tmp_path).returncode == 0
     assert_changefeed_equal(load_changefeed(tmp_path / "cf"), expected_changefeed(tmp_path / "in").rows)
+
+
+def test_a_log_created_while_it_is_looked_at_is_there_or_not_never_refused(tmp_path: Path, monkeypatch):
+    """The capture process creates the next sequence while a following reader looks for
+    it: the look must see the file or not see it. (Two looks, the first before the file
+    was there and the second after, made `run` stop with 'not a regular file'.)"""
+    from olr_buffer.sources.redo import files
+
+    path = tmp_path / "redo_1_3.jsonl"
+    real_stat = os.stat
+
+    created: list[bool] = []
+
+    def stat_then_create(p, *args, **kwargs):
+        try:
+            return real_stat(p, *args, **kwargs)
+        finally:
+            if not created and os.fspath(p) == str(path):
+                created.append(True)  # created just after this look
+                os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+
+    monkeypatch.setattr(os, "stat", stat_then_create)
+    assert files.is_log_file(str(tmp_path), str(path)) is False  # not there at the look
+    monkeypatch.setattr(os, "stat", real_stat)
+    assert files.is_log_file(str(tmp_path), str(path)) is True  # there at the next one

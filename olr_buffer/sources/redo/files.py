@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import stat
 import re
 from dataclasses import dataclass
 from typing import BinaryIO
@@ -196,21 +197,26 @@ def is_log_file(input_dir: str, path: str) -> bool:
     followed only if it stays inside the input directory; one that leads out is refused,
     and so is one that leads nowhere (dangling, a loop) or a name of a log that is not a
     regular file: its records would be missing without a word."""
-    if not os.path.isfile(path):
-        if os.path.islink(path):
-            target = os.readlink(path)
-            try:
-                os.stat(path)
-            except FileNotFoundError:
-                reason = f"symbolic link to {target}, which does not exist"
-            except OSError as exc:
-                reason = f"symbolic link to {target}, which cannot be followed: {(exc.strerror or str(exc)).lower()}"
-            else:
-                reason = f"symbolic link to {target}, which is not a regular file"
-        elif os.path.lexists(path):
-            reason = "named like a log file, but not a regular file"
+    # one stat decides: a log that appears (being created) or goes (archived) while it is
+    # looked at is there or not, never "not a regular file"
+    try:
+        st = os.stat(path)  # follows a link
+    except FileNotFoundError:
+        if not os.path.islink(path):
+            return False  # not there (yet, or any more)
+        reason = f"symbolic link to {_link_target(path)}, which does not exist"
+    except OSError as exc:  # a loop of links, ...
+        why = (exc.strerror or str(exc)).lower()
+        reason = (f"symbolic link to {_link_target(path)}, which cannot be followed: {why}" if os.path.islink(path)
+                  else f"cannot be read: {why}")
+    else:
+        if stat.S_ISREG(st.st_mode):
+            reason = None
+        elif os.path.islink(path):
+            reason = f"symbolic link to {_link_target(path)}, which is not a regular file"
         else:
-            return False  # not there (any more)
+            reason = "named like a log file, but not a regular file"
+    if reason is not None:
         raise InputError(path, None, reason, hint="restore the log file, or remove what has its name")
     if os.path.islink(path):
         target = os.path.realpath(path)
@@ -223,6 +229,13 @@ def is_log_file(input_dir: str, path: str) -> bool:
                 hint="copy or move the log file into the input directory; links are followed only within it",
             )
     return True
+
+
+def _link_target(path: str) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return "?"
 
 
 def check_contiguous(input_dir: str, thread: int, files: dict[int, LogFile], start: int | None = None) -> list[LogFile]:
