@@ -31,6 +31,7 @@ import time
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import psycopg2
+import psycopg2.extensions
 import psycopg2.extras
 
 from ...errors import OlrBufferError
@@ -96,6 +97,35 @@ def quote_literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
+# The walsender (and the copy's SELECT) send values in the text form of the session's
+# settings, which ALTER DATABASE/ROLE ... SET and postgresql.conf may change. Every
+# connection fixes them as PostgreSQL's own subscriber does on its replication connection
+# (datestyle, intervalstyle, extra_float_digits, an empty search_path), with a fixed time
+# zone, bytea's hex form and UTF-8: docs/postgresql.md, "Type mapping".
+SESSION_SETTINGS = (
+    ("datestyle", "ISO"),
+    ("intervalstyle", "postgres"),
+    ("extra_float_digits", "3"),
+    ("TimeZone", "UTC"),
+    ("bytea_output", "hex"),
+    ("search_path", ""),
+)
+CLIENT_ENCODING = "UTF8"
+
+
+def session_options(uri: str) -> str:
+    """libpq's ``options`` for a connection: the user's (in the URI, else ``PGOPTIONS``),
+    then :data:`SESSION_SETTINGS`, which win (the server applies them in order)."""
+    try:
+        theirs = psycopg2.extensions.parse_dsn(uri).get("options")
+    except psycopg2.ProgrammingError:  # psycopg2.connect says what is wrong with it
+        theirs = None
+    if theirs is None:
+        theirs = os.environ.get("PGOPTIONS", "")
+    ours = " ".join(f"-c {name}={value}" for name, value in SESSION_SETTINGS)
+    return f"{theirs} {ours}".strip()
+
+
 class Server:
     """Opens connections to one database; every error it raises names the cause without the password."""
 
@@ -104,12 +134,14 @@ class Server:
         self.password = uri_password(uri)
         self.safe = safe_uri(uri)
         self.connect_timeout = connect_timeout
+        self.options = session_options(uri)
 
     def connect(self, replication: bool = False):
         factory = psycopg2.extras.LogicalReplicationConnection if replication else None
         try:
             conn = psycopg2.connect(self.uri, connection_factory=factory, connect_timeout=self.connect_timeout,
-                                    application_name="olr-buffer")
+                                    application_name="olr-buffer", options=self.options,
+                                    client_encoding=CLIENT_ENCODING)
         except psycopg2.OperationalError as exc:
             text = _one_line(exc, self.password)
             if "must be superuser or replication role" in text or "permission denied to start WAL sender" in text:
