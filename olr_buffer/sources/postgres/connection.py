@@ -31,6 +31,7 @@ import time
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import psycopg2
+import psycopg2.extensions
 import psycopg2.extras
 
 from ...errors import OlrBufferError
@@ -96,6 +97,35 @@ def quote_literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
+# The walsender (and the copy's SELECT) send values in the text form of the session's
+# settings, which ALTER DATABASE/ROLE ... SET and postgresql.conf may change. Every
+# connection fixes them as PostgreSQL's own subscriber does on its replication connection
+# (datestyle, intervalstyle, extra_float_digits, an empty search_path), with a fixed time
+# zone, bytea's hex form and UTF-8: docs/postgresql.md, "Type mapping".
+SESSION_SETTINGS = (
+    ("datestyle", "ISO"),
+    ("intervalstyle", "postgres"),
+    ("extra_float_digits", "3"),
+    ("TimeZone", "UTC"),
+    ("bytea_output", "hex"),
+    ("search_path", ""),
+)
+CLIENT_ENCODING = "UTF8"
+
+
+def session_options(uri: str) -> str:
+    """libpq's ``options`` for a connection: the user's (in the URI, else ``PGOPTIONS``),
+    then :data:`SESSION_SETTINGS`, which win (the server applies them in order)."""
+    try:
+        theirs = psycopg2.extensions.parse_dsn(uri).get("options")
+    except psycopg2.ProgrammingError:  # psycopg2.connect says what is wrong with it
+        theirs = None
+    if theirs is None:
+        theirs = os.environ.get("PGOPTIONS", "")
+    ours = " ".join(f"-c {name}={value}" for name, value in SESSION_SETTINGS)
+    return f"{theirs} {ours}".strip()
+
+
 class Server:
     """Opens connections to one database; every error it raises names the cause without the password."""
 
@@ -104,12 +134,14 @@ class Server:
         self.password = uri_password(uri)
         self.safe = safe_uri(uri)
         self.connect_timeout = connect_timeout
+        self.options = session_options(uri)
 
     def connect(self, replication: bool = False):
         factory = psycopg2.extras.LogicalReplicationConnection if replication else None
         try:
             conn = psycopg2.connect(self.uri, connection_factory=factory, connect_timeout=self.connect_timeout,
-                                    application_name="olr-buffer")
+                                    application_name="olr-buffer", options=self.options,
+                                    client_encoding=CLIENT_ENCODING)
         except psycopg2.OperationalError as exc:
             text = _one_line(exc, self.password)
             if "must be superuser or replication role" in text or "permission denied to start WAL sender" in text:
@@ -129,18 +161,64 @@ class Server:
                 hint="check that the server runs and the URI's host and port",
             ) from None
         except psycopg2.Error as exc:
-            raise PostgresError(f"{self.safe}: {_one_line(exc, self.password)}") from None
+            raise self.error(exc, "connecting") from None
         if not replication:
             conn.autocommit = True
         return conn
 
-    def error(self, exc: BaseException, doing: str) -> PostgresError:
-        """A psycopg2 error as ours: lost connections are :class:`ConnectionLostError`."""
-        text = _one_line(exc, self.password)
-        # a slot still held by the server process of a connection that just died is transient too
-        lost = isinstance(exc, (psycopg2.OperationalError, psycopg2.InterfaceError, psycopg2.errors.ObjectInUse))
-        cls = ConnectionLostError if lost else PostgresError
-        return cls(f"{self.safe}: {doing}: {text}")
+    def error(self, exc: BaseException, doing: str, *conns) -> PostgresError:
+        """A psycopg2 error as ours: :class:`ConnectionLostError` (the reader retries) when
+        it is the loss of a connection (:func:`lost`; ``conns``: those the failed call
+        used, still open), else :class:`PostgresError`, which ends the run."""
+        cls = ConnectionLostError if lost(exc, *conns) else PostgresError
+        return cls(f"{self.safe}: {doing}: {_one_line(exc, self.password)}")
+
+
+_CONNECTION_OK = 0  # libpq's PQstatus() of a usable connection
+# Errors taken as transient, as before: psycopg2's OperationalError (SQLSTATE class 08
+# connection exception, 53 insufficient resources, 57 the server shutting down, 58, ...;
+# libpq's own "server closed the connection" once it has marked the connection bad), its
+# InterfaceError ("connection already closed"), and a slot still held by the server process
+# of a connection that just died (55006).
+_TRANSIENT = (psycopg2.OperationalError, psycopg2.InterfaceError, psycopg2.errors.ObjectInUse)
+
+
+def broken(conn) -> bool:
+    """Whether ``conn`` is gone: closed, marked bad by libpq, or its socket at its end or
+    failed. libpq notices the end of a connection late at times: a query sent to a server
+    that died while the connection was idle fails (the send finds the socket closed) with
+    the connection still marked good, and psycopg2 raises a plain ``DatabaseError``
+    ("server closed the connection unexpectedly"); the socket tells."""
+    try:
+        if conn.closed or conn.info.status != _CONNECTION_OK:
+            return True
+        fd = conn.fileno()
+    except psycopg2.Error:
+        return True
+    try:
+        if not select.select([fd], [], [], 0)[0]:
+            return False  # nothing to read: the server has not gone
+        with socket.socket(fileno=os.dup(fd)) as sock:
+            return not sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)  # b"": the end
+    except BlockingIOError:
+        return False
+    except (OSError, ValueError):  # reset, or no socket any more
+        return True
+
+
+def lost(exc: BaseException, *conns) -> bool:
+    """Whether a psycopg2 error is the loss of the connection (a new one may well work),
+    rather than a definite answer of the server (a SQLSTATE of class 42, a missing object, a
+    right not granted: every retry would end the same way). Lost: one of
+    ``conns`` is :func:`broken`; an error of the server that ends the session or is
+    transient (:data:`_TRANSIENT`); or an error without a SQLSTATE that libpq raised as a
+    plain ``DatabaseError``: the server sends a SQLSTATE with each of its errors, libpq's own
+    are about the connection."""
+    if any(broken(c) for c in conns if c is not None):
+        return True
+    if isinstance(exc, _TRANSIENT):
+        return True
+    return type(exc) is psycopg2.DatabaseError and getattr(exc, "pgcode", None) is None
 
 
 def check_setup(server: Server, conn, slot: str, publication: str) -> dict:

@@ -243,7 +243,7 @@ class PostgresReader:
                     slot = check_setup(self.server, conn, self.slot, self.publication)
                     break
                 except psycopg2.Error as exc:
-                    raise self.server.error(exc, "checking the set-up") from None
+                    raise self.server.error(exc, "checking the set-up", conn) from None
                 except SlotInUseError:
                     if time.monotonic() >= deadline:
                         raise
@@ -261,7 +261,7 @@ class PostgresReader:
                 cur.execute("IDENTIFY_SYSTEM")
                 system_id = cur.fetchone()[0]
         except psycopg2.Error as exc:
-            raise self.server.error(exc, "IDENTIFY_SYSTEM") from None
+            raise self.server.error(exc, "IDENTIFY_SYSTEM", repl) from None
         finally:
             repl.close()
         self.source_id = f"postgresql:{system_id}:{self.slot}"
@@ -298,7 +298,9 @@ class PostgresReader:
             stream = self._start(repl)
             self._stream_loop(stream)
         except psycopg2.Error as exc:
-            raise self.server.error(exc, "replication") from None
+            # the replication connection, or the one of the catalog look-ups (the copy's
+            # are classified in _copy, before it is closed)
+            raise self.server.error(exc, "replication", repl, self._sql) from None
         finally:
             if self.builder.count:
                 try:
@@ -388,6 +390,8 @@ class PostgresReader:
                     raise _Stopped()  # the copy starts again from a new slot next time
                 xids.append(self._copy_table(conn, oid, schema, name, attnames, rowfilter))
             conn.rollback()
+        except psycopg2.Error as exc:
+            raise self.server.error(exc, "initial copy", conn) from None
         finally:
             conn.close()
         # every table's commit and the state "done" in one write: all of the copy or nothing
