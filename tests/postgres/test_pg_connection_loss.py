@@ -19,9 +19,9 @@ import time
 import psycopg2
 import pytest
 
-from olr_buffer.reader.postgres import connection
-from olr_buffer.reader.postgres.connection import ConnectionLostError, PostgresError, Server
-from olr_buffer.reader.postgres.reader import PostgresReader
+from olr_buffer.sources.postgres import connection
+from olr_buffer.sources.postgres.connection import ConnectionLostError, PostgresError, Server
+from olr_buffer.sources.postgres.reader import PostgresReader
 from olr_buffer.txbuffer import MemoryQueue
 from tests.contract_model import load_changefeed
 from tests.postgres.conftest import start_service, wait_streaming
