@@ -1,5 +1,5 @@
 """Benchmarks of the PostgreSQL source, each against its own throwaway cluster
-(``tests/postgres/cluster.py``: PostgreSQL 15+ server binaries needed).
+(``tests/sources/postgres/cluster.py``: PostgreSQL 15+ server binaries needed).
 
     python bench/postgres_source.py throughput [--rows 1000000] [--tx-rows 100]
     python bench/postgres_source.py latency    [--rows 1000000]
@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT))
 import pyarrow.parquet as pq  # noqa: E402
 
 from tests.contract_model import changefeed_files  # noqa: E402
-from tests.postgres.cluster import create_cluster  # noqa: E402
+from tests.sources.postgres.cluster import create_cluster  # noqa: E402
 
 
 def rows_published(cf: Path) -> int:

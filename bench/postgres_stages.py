@@ -1,5 +1,5 @@
 """Where the PostgreSQL source's time goes: its two halves timed apart, in one process,
-against a throwaway cluster (``tests/postgres/cluster.py``).
+against a throwaway cluster (``tests/sources/postgres/cluster.py``).
 
     python bench/postgres_stages.py [--rows 300000] [--tx-rows 100] [--large] [--profile FILE]
 
@@ -39,7 +39,7 @@ from olr_buffer.pipeline import quiet_gc  # noqa: E402
 from olr_buffer.sources.postgres import PostgresReader  # noqa: E402
 from olr_buffer.sinks.parquet import ChangefeedWriter  # noqa: E402
 from olr_buffer.txbuffer import LmdbQueue  # noqa: E402
-from tests.postgres.cluster import create_cluster  # noqa: E402
+from tests.sources.postgres.cluster import create_cluster  # noqa: E402
 
 
 def _profiled(fn, prof: cProfile.Profile | None):

@@ -131,3 +131,12 @@ def store(store_uri):
     from olr_buffer.store import open_store
 
     return open_store(store_uri)
+
+
+@pytest.fixture(scope="session")
+def workload(tmp_path_factory):
+    """A simulated RAC run plus a hand-written sequence, replayed into small files: the
+    changefeed the Spark helpers' and compaction's tests read (tests/sinks/parquet/workload.py)."""
+    from tests.sinks.parquet.workload import build_workload
+
+    return build_workload(tmp_path_factory.mktemp("workload"))

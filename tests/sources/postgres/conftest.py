@@ -1,6 +1,6 @@
 """The tests of the PostgreSQL source against a real server.
 
-One throwaway cluster per test session (:mod:`tests.postgres.cluster`), one database per
+One throwaway cluster per test session (:mod:`tests.sources.postgres.cluster`), one database per
 test. Without the server binaries the tests fail (they are required, see the README),
 they are not skipped.
 """
@@ -19,9 +19,9 @@ from pathlib import Path
 import psycopg2
 import pytest
 
-from tests.postgres.cluster import Cluster, MissingServerError, create_cluster
+from tests.sources.postgres.cluster import Cluster, MissingServerError, create_cluster
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="session")

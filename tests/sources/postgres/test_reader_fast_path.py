@@ -14,9 +14,9 @@ from olr_buffer.dispatcher import Dispatcher
 from olr_buffer.sources.postgres import protocol as p
 from olr_buffer.txbuffer import MemoryQueue
 from tests.dispatcher.test_dispatcher_model import BatchListSink
-from tests.postgres.test_protocol import tup
-from tests.postgres.test_reader_model import feed, histories
-from tests.postgres.test_reader_stream import OID, reader
+from tests.sources.postgres.test_protocol import tup
+from tests.sources.postgres.test_reader_model import feed, histories
+from tests.sources.postgres.test_reader_stream import OID, reader
 
 
 VARIANTS = [

@@ -13,7 +13,7 @@ import olr_buffer.spark as spark_helpers
 from olr_buffer.sinks.parquet import ChangefeedWriter
 from olr_buffer.spark import ChangefeedNotFoundError, read_changefeed, stream_changefeed
 
-from .workload import publish, transactions
+from tests.sinks.parquet.workload import publish, transactions
 
 pytestmark = pytest.mark.spark
 

@@ -24,10 +24,10 @@ from olr_buffer.sources.postgres.connection import ConnectionLostError, Postgres
 from olr_buffer.sources.postgres.reader import PostgresReader
 from olr_buffer.txbuffer import MemoryQueue
 from tests.contract_model import load_changefeed
-from tests.postgres.conftest import start_service, wait_streaming
-from tests.postgres.test_pg_source import service_log, stop
-from tests.postgres.test_reader_stream import published
-from tests.postgres.workload import changefeed_state
+from tests.sources.postgres.conftest import start_service, wait_streaming
+from tests.sources.postgres.test_pg_source import service_log, stop
+from tests.sources.postgres.test_reader_stream import published
+from tests.sources.postgres.workload import changefeed_state
 from tests.processes import reader_processes
 
 pytestmark = pytest.mark.e2e

@@ -17,7 +17,7 @@ from olr_buffer.sinks.parquet.compaction import compact
 from olr_buffer.sinks.parquet.schema import nanos_to_timestamp
 from tests.contract_model import CHANGEFEED_COLUMNS, assert_changefeed_equal, check_changefeed_layout, load_changefeed
 
-from .workload import OWNER, TABLE, Workload, part_files
+from tests.sinks.parquet.workload import OWNER, TABLE, Workload, part_files
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 

@@ -15,7 +15,7 @@ from olr_buffer.dispatcher import Dispatcher
 from olr_buffer.sources.postgres import protocol as p
 from olr_buffer.txbuffer import MemoryQueue
 from tests.dispatcher.test_dispatcher_model import BatchListSink
-from tests.postgres.test_reader_stream import COLS, OID, reader
+from tests.sources.postgres.test_reader_stream import COLS, OID, reader
 
 
 @st.composite

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from tests.postgres.conftest import ROOT, run_cmd, start_service, wait_streaming
+from tests.sources.postgres.conftest import ROOT, run_cmd, start_service, wait_streaming
 
 pytestmark = pytest.mark.e2e  # a process or a server: in `make test`, not in `make test-fast`
 

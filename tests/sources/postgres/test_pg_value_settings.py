@@ -12,8 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.contract_model import changefeed_files
-from tests.postgres.conftest import start_service, wait_streaming
-from tests.postgres.test_pg_source import service_log, stop
+from tests.sources.postgres.conftest import start_service, wait_streaming
+from tests.sources.postgres.test_pg_source import service_log, stop
 
 pytestmark = pytest.mark.e2e
 

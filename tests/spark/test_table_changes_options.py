@@ -11,7 +11,7 @@ from olr_buffer.spark import (
     CDF_COLUMNS, ddl_columns_of, infer_schema, read_changefeed, snapshot, stream_changefeed, table_changes,
 )
 
-from .workload import ORDERS_DDL, OWNER, TABLE
+from tests.sinks.parquet.workload import ORDERS_DDL, OWNER, TABLE
 
 FIELDS = [c.split()[0] for c in ORDERS_DDL.split(", ")]
 

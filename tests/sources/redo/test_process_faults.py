@@ -18,7 +18,7 @@ from tests.processes import cmdline, reader_processes, service_processes
 
 pytestmark = pytest.mark.e2e  # a process or a server: in `make test`, not in `make test-fast`
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _run_cmd(tmp: Path) -> list[str]:

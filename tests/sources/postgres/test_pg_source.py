@@ -14,8 +14,8 @@ import pytest
 
 from tests.contract_model import check_changefeed_layout, load_changefeed
 from tests.processes import reader_processes
-from tests.postgres.conftest import ROOT, start_service, wait_streaming
-from tests.postgres.workload import check_against_database, create_schema, run_clients
+from tests.sources.postgres.conftest import ROOT, start_service, wait_streaming
+from tests.sources.postgres.workload import check_against_database, create_schema, run_clients
 
 pytestmark = pytest.mark.e2e  # a process or a server: in `make test`, not in `make test-fast`
 

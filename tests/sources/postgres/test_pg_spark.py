@@ -10,8 +10,8 @@ import pytest
 from olr_buffer.sinks.parquet import ChangefeedReadError
 from olr_buffer.spark import snapshot, table_changes
 from tests.contract_model import load_changefeed
-from tests.postgres.conftest import start_service, wait_streaming
-from tests.postgres.test_pg_source import service_log, stop
+from tests.sources.postgres.conftest import start_service, wait_streaming
+from tests.sources.postgres.test_pg_source import service_log, stop
 
 pytestmark = [pytest.mark.e2e, pytest.mark.spark]
 

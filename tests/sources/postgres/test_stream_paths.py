@@ -17,8 +17,8 @@ import pytest
 
 from olr_buffer.sources.postgres.reader import PostgresReader
 from olr_buffer.txbuffer import MemoryQueue
-from tests.postgres.cluster import create_cluster
-from tests.postgres.test_reader_stream import published
+from tests.sources.postgres.cluster import create_cluster
+from tests.sources.postgres.test_reader_stream import published
 
 pytestmark = pytest.mark.e2e
 

@@ -10,9 +10,9 @@ import time
 import pytest
 
 from tests.contract_model import load_changefeed
-from tests.postgres.conftest import start_service, wait_streaming
-from tests.postgres.test_pg_source import service_log, stop
-from tests.postgres.workload import changefeed_state
+from tests.sources.postgres.conftest import start_service, wait_streaming
+from tests.sources.postgres.test_pg_source import service_log, stop
+from tests.sources.postgres.workload import changefeed_state
 
 pytestmark = pytest.mark.e2e
 

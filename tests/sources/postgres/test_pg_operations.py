@@ -19,7 +19,7 @@ import pytest
 
 from olr_buffer.sources.postgres.state import lsn_text
 from tests.contract_model import load_changefeed
-from tests.postgres.conftest import ROOT, start_service, wait_streaming
+from tests.sources.postgres.conftest import ROOT, start_service, wait_streaming
 
 pytestmark = pytest.mark.e2e
 
