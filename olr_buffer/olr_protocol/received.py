@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import calendar
 import re
+from typing import Annotated
 
 import msgspec
 
@@ -73,13 +74,19 @@ def _f(name: str):
     return msgspec.field(default=None, name=name)
 
 
+# SCNs and positions are the protocol's uint64; olr-buffer's columns are int64 (Spark has
+# no unsigned integers): a value above is refused, not wrapped
+_U63 = Annotated[int, msgspec.Meta(ge=0, le=(1 << 63) - 1)]
+_I64 = Annotated[int, msgspec.Meta(ge=-(1 << 63), le=(1 << 63) - 1)]
+
+
 class Schema(msgspec.Struct, gc=False):
     """A row entry's ``schema``: the table, and (option ``schema`` 1) its columns as the
     message's JSON text."""
 
     owner: str | None = _f(OWNER)
     table: str | None = _f(TABLE)
-    obj: int | None = _f(OBJ)
+    obj: _I64 | None = _f(OBJ)
     columns: msgspec.Raw = _f(SCHEMA_COLUMNS)  # type: ignore[assignment]
 
 
@@ -90,22 +97,22 @@ class Entry(msgspec.Struct, gc=False):
     op: str = msgspec.field(name=OP)
     schema: Schema | None = _f(SCHEMA)
     rid: str | None = _f(RID)
-    num: int | None = _f(NUM)
+    num: _I64 | None = _f(NUM)
     before: msgspec.Raw = _f(BEFORE)  # type: ignore[assignment]
     after: msgspec.Raw = _f(AFTER)  # type: ignore[assignment]
     sql: str | None = _f(SQL)
 
 
 class _Message(msgspec.Struct, gc=False):
-    scn: int | None = _f(SCN)
+    scn: _U63 | None = _f(SCN)
     scns: str | None = _f(SCNS)
-    tm: int | None = _f(TM)
+    tm: _I64 | None = _f(TM)
     tms: str | None = _f(TMS)
-    c_scn: int | None = _f(C_SCN)
-    c_idx: int | None = _f(C_IDX)
+    c_scn: _U63 | None = _f(C_SCN)
+    c_idx: _U63 | None = _f(C_IDX)
     xid: str | None = _f(XID)
     xidn: int | None = _f(XIDN)
-    rth: int | None = _f(RTH)
+    rth: _I64 | None = _f(RTH)
     db: str | None = _f(DB)
     payload: list[Entry] | None = _f(PAYLOAD)
 
@@ -197,8 +204,8 @@ def _hex(text: str, field: str) -> int:
         value = int(text, 16)
     except ValueError:
         raise MessageError(f"{field!r} is not a hexadecimal number: {text!r}") from None
-    if value < 0:
-        raise MessageError(f"{field!r} is negative: {text!r}")
+    if not 0 <= value < 1 << 63:
+        raise MessageError(f"{field!r} is out of range: {text!r}")
     return value
 
 
@@ -210,7 +217,10 @@ def parse_time(text: str) -> int:
     ISO-8601 time in UTC (``2022-05-01T06:00:00.123456789Z``, ``2022-05-01 06:00:00``)."""
     t = text.strip()
     if t.lstrip("-").isdigit():
-        return int(t)
+        value = int(t)
+        if not -(1 << 63) <= value < 1 << 63:
+            raise MessageError(f"{TMS!r} is out of range: {text!r}")
+        return value
     m = _ISO.fullmatch(t)
     if m is None:
         raise MessageError(f"{TMS!r} is not a time: {text!r}")

@@ -90,7 +90,6 @@ BACKOFF_MAX = 30.0  # seconds between two connection attempts at most
 LARGE_TRANSACTION_ROWS = 100_000  # the commit of a transaction this large is logged
 #: The largest message taken (a frame): one message per transaction holds a whole one.
 MAX_MESSAGE_BYTES = 1 << 30
-MAX_SCN = (1 << 63) - 1
 _ROW_CODES = {OP_INSERT: INSERT, OP_UPDATE: UPDATE, OP_DELETE: DELETE, OP_DDL: DDL}
 _UNSUPPORTED = ("OpenLogReplicator's format options message 4 and 8 (no begin, no commit message) are not "
                 "supported: a receiver needs each transaction's bounds")
@@ -514,8 +513,6 @@ class OlrReceiver:
             raise self._bad("no c_scn and c_idx: the sender gives no positions to confirm", None)
         if self._last is not None and pos <= self._last:
             raise self._bad(f"the position does not follow {_text(self._last)}: (c_scn, c_idx) must increase", pos)
-        if pos[0] > MAX_SCN:
-            raise self._bad(f"c_scn {pos[0]} is above {MAX_SCN}", pos)
         self._last = self.received = pos
         if m.tm is not None:
             self.received_tm = m.tm
