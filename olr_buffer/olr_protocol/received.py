@@ -118,6 +118,14 @@ class _Message(msgspec.Struct, gc=False):
 
 
 _decode = msgspec.json.Decoder(_Message).decode
+_any = msgspec.json.Decoder().decode
+
+
+def _not_json(exc: msgspec.DecodeError) -> MessageError:
+    reason = str(exc)
+    if reason.startswith("JSON is malformed: "):
+        reason = reason[len("JSON is malformed: "):]
+    return MessageError(f"not valid JSON ({reason})")
 
 
 class Received:
@@ -150,12 +158,13 @@ def read_message(data: bytes) -> Received:
     try:
         m = _decode(data)
     except msgspec.ValidationError as exc:
+        try:  # the typed decoder stops at the first wrong type, before it looks at the rest
+            _any(data)
+        except msgspec.DecodeError as syntax:
+            raise _not_json(syntax) from None
         raise MessageError(f"a field has the wrong type or is missing: {exc}") from None
     except msgspec.DecodeError as exc:
-        reason = str(exc)
-        if reason.startswith("JSON is malformed: "):
-            reason = reason[len("JSON is malformed: "):]
-        raise MessageError(f"not valid JSON ({reason})") from None
+        raise _not_json(exc) from None
     if m.payload is None:
         raise MessageError(f"no {PAYLOAD!r} field")
     scn = m.scn

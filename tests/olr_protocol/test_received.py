@@ -87,3 +87,8 @@ def test_values_beyond_int64_are_refused_not_wrapped():
             read_message(f'{{"{field}":{1 << 63},"payload":[]}}'.encode())
     with pytest.raises(MessageError, match="out of range"):
         read_message(b'{"scns":"0xffffffffffffffff","payload":[]}')
+
+
+def test_bytes_that_are_not_json_are_said_so_whatever_the_types_before():
+    with pytest.raises(MessageError, match="not valid JSON"):
+        read_message(b'{"c_scn":1,"c_idx":{oops')

@@ -390,8 +390,8 @@ class OlrReceiver:
         if info.code == ResponseCode.READY:
             scn = self.start_scn if pub is None else pub[0]
             if pub is not None:
-                log.warning("%s: the sender has no confirmed position (its state was reset?): asking it to START at "
-                            "scn %d, the last published commit's", self.name, scn, extra={"scn": scn})
+                log.warning("%s: the sender has no confirmed position: asking it to START at scn %d, the last "
+                            "published commit's", self.name, scn, extra={"scn": scn})
             self._send(sock, RedoRequest(RequestCode.START, db, scn=scn))
             reply = self._reply(sock, reader, f"START(scn {scn})")
             if reply.code == ResponseCode.ALREADY_STARTED:
