@@ -184,6 +184,7 @@ class OlrReceiver:
         self._skip_through: Position | None = None  # messages at or below it are in the queue already
         self._last: Position | None = None  # the position of the last message of this connection
         self._frames: deque[bytes] = deque()
+        self._confirmed_unstored = False  # a confirm not in the state stored yet (what `status` shows)
         self.connected = False
         if state is not None:
             self._restore(state)
@@ -241,6 +242,7 @@ class OlrReceiver:
             meta.update(self._pending_meta)
         self.queue.append(records, meta)
         self._pending_meta = {}
+        self._confirmed_unstored = False
         self._state_written = time.monotonic()
         self.records += b.count
         b.reset()
@@ -476,23 +478,22 @@ class OlrReceiver:
         """Confirm what the changefeed made durable; store the state now and then (what
         ``status`` shows)."""
         pub = self.published()
-        changed = False
         if pub is not None and (self.confirmed is None or pub > self.confirmed):
             self._confirm(sock, pub)
-            changed = True
             commits = self._commits
             while commits and commits[0][0] <= pub:
                 _, tm = commits.popleft()
                 if tm is not None:
                     self.confirmed_tm = tm
         now = time.monotonic()
-        if (changed and now - self._state_written >= 5.0) or now - self._state_written >= 30.0:
+        if (self._confirmed_unstored and now - self._state_written >= 1.0) or now - self._state_written >= 30.0:
             self._use(THREAD)
             self._append()
 
     def _confirm(self, sock: socket.socket, pos: Position) -> None:
         self._send(sock, RedoRequest(RequestCode.CONFIRM, self.location.database, c_scn=pos[0], c_idx=pos[1]))
         self.confirmed = pos
+        self._confirmed_unstored = True
         log.debug("%s: confirmed %s", self.name, _text(pos), extra={"c_scn": pos[0], "c_idx": pos[1]})
 
     def _bad(self, reason: str, pos: Position | None) -> OlrStreamError:

@@ -72,12 +72,16 @@ def test_a_message_that_is_not_json_stops_the_run_and_a_fixed_sender_resumes_it(
     check_changefeed_layout(tmp_path / "cf")
 
 
-def test_status_shows_the_sender_the_confirmed_position_and_the_lag(tmp_path):
+def test_status_and_metrics_show_the_sender_the_confirmed_position_and_the_lag(tmp_path):
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
     txs = workload(random.Random(3), 20)
     msgs = messages(txs, FORMS["per-row-all"])
     last_commit = [position_of(m) for m in msgs if b'"op":"commit"' in m][-1]
     with StandIn(msgs) as sender:
-        svc = start_run(sender.uri, tmp_path)
+        svc = start_run(sender.uri, tmp_path, "--metrics-port", "0", "--log-format", "json")
         try:
             wait_for(lambda: sender.confirmed is not None and sender.confirmed >= last_commit, 60, "the last confirm")
 
@@ -86,8 +90,18 @@ def test_status_shows_the_sender_the_confirmed_position_and_the_lag(tmp_path):
                 return doc is not None and doc["confirmed"] == {"c_scn": last_commit[0], "c_idx": last_commit[1]}
             wait_for(confirmed, 30, "status showing the confirmed position")
             doc = status(tmp_path / "q")["olr"]
+            logs = [json.loads(ln) for ln in service_log(tmp_path).splitlines() if ln.startswith("{")]
+            port = next(d["metrics_port"] for d in logs if "metrics_port" in d)
+            time.sleep(1.2)  # (rendered at most once a second)
+            text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
         finally:
             assert stop(svc) == 0, service_log(tmp_path)
+    samples = {s.name: s.value for fam in text_string_to_metric_families(text) for s in fam.samples}
+    assert samples["olr_buffer_olr_confirmed_c_scn"] == last_commit[0]
+    assert samples["olr_buffer_olr_confirmed_c_idx"] == last_commit[1]
+    assert samples["olr_buffer_olr_transactions_total"] == len(txs)
+    assert {"olr_buffer_olr_lag_scn", "olr_buffer_olr_reconnects_total", "olr_buffer_olr_checkpoint_messages_total",
+            "olr_buffer_olr_messages_total", "olr_buffer_olr_received_c_scn"} <= set(samples)
     assert doc["sender"] == f"olr://127.0.0.1:{sender.port}/ORCL" and doc["database"] == "ORCL"
     assert doc["lag_scn"] == doc["received"]["c_scn"] - last_commit[0] and doc["lag_seconds"] is not None
     assert doc["transactions"] == len(txs) and doc["open_transaction"] is None
