@@ -197,7 +197,8 @@ class OlrReceiver:
                 f"the queue was filled from database {st.database!r} (of {st.source}), not {self.location.database!r}",
                 hint=f"run with olr://HOST:PORT/{st.database}, or use a new queue and changefeed directory",
             )
-        self.last_commit = self._held = st.last_commit
+        self.last_commit = st.last_commit
+        self._held = st.held
         self.received, self.received_tm = st.received, st.received_tm
         self.confirmed, self.confirmed_tm = st.confirmed, st.confirmed_tm
         self.messages, self.transactions, self.checkpoints = st.messages, st.transactions, st.checkpoints
@@ -213,6 +214,7 @@ class OlrReceiver:
             source=self.name,
             database=self.location.database,
             last_commit=self.last_commit,
+            held=self._held,
             open=OpenTransaction(t.xid, t.first, t.rows) if t is not None and t.begun else None,
             received=self.received,
             received_tm=self.received_tm,

@@ -36,6 +36,7 @@ class OlrState(ResumeState):
     source: str | None = None  # olr://HOST:PORT/DATABASE
     database: str | None = None
     last_commit: Position | None = None  # the position of the last commit appended
+    held: Position | None = None  # of the last transaction appended with rows (it waits to be published)
     open: OpenTransaction | None = None
     received: Position | None = None  # the last position the sender sent
     received_tm: int | None = None  # the last tm it sent (ns)
