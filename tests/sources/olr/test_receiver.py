@@ -244,3 +244,25 @@ def test_state_key_is_stored_with_every_block():
             receiving(sender, queue, {}, block_records=16) as box:
         wait_for(lambda: box["receiver"].transactions == 30, what="thirty transactions")
     assert STATE_KEY in queue.meta_items(b"olr/")
+
+
+def test_after_a_restart_that_followed_an_empty_transaction_idle_checkpoints_are_confirmed():
+    """A transaction without rows publishes nothing: it must not hold back the confirm of a
+    checkpoint after a restart (the state keeps the last transaction with rows)."""
+    msgs = [
+        b'{"scn":9,"tm":1,"c_scn":10,"c_idx":0,"xid":"0x1.1.1","payload":[{"op":"begin"}]}',
+        b'{"c_scn":10,"c_idx":1,"xid":"0x1.1.1","payload":[{"op":"c","schema":{"table":"T"},"after":{"A":1}}]}',
+        b'{"c_scn":10,"c_idx":2,"xid":"0x1.1.1","payload":[{"op":"commit"}]}',
+        b'{"scn":11,"tm":2,"c_scn":12,"c_idx":0,"xid":"0x1.1.2","payload":[{"op":"begin"}]}',
+        b'{"c_scn":12,"c_idx":1,"xid":"0x1.1.2","payload":[{"op":"commit"}]}',
+        b'{"scn":13,"tm":3,"c_scn":13,"c_idx":0,"payload":[{"op":"chkpt","seq":1,"offset":2}]}',
+    ]
+    queue = MemoryQueue()
+    with StandIn(msgs, hold_at=5) as sender:
+        with receiving(sender, queue, {}) as box:
+            wait_for(lambda: box["receiver"].last_commit == (12, 1) and sender.sent == 5, what="both commits")
+        published = {"pos": (10, 2)}  # the first transaction, the only one with rows, is published
+        sender.release()
+        with receiving(sender, queue, published) as box:
+            wait_for(lambda: (13, 0) in sender.confirms() or "error" in box, what="the checkpoint confirmed")
+    assert "error" not in box and sender.confirms() == [(10, 2), (13, 0)]
