@@ -338,8 +338,8 @@ class OlrReceiver:
             self._use(THREAD)
             self._add(ROLLBACK, 0, t.xid, 0, end_payload(None))
             self._append()
-            log.info("%s: discarded the %d row(s) of transaction %s received before the connection was lost; "
-                     "it comes again", self.name, t.rows, t.xid, extra={"xid": t.xid})
+            log.info("%s: discarded the %d row(s) of transaction %s received before this connection (its commit "
+                     "did not come): it comes again", self.name, t.rows, t.xid, extra={"xid": t.xid})
 
     # -- handshake -------------------------------------------------------------------------
 
