@@ -207,8 +207,6 @@ def test_an_unreachable_sender_is_retried_and_said(caplog):
     s.close()  # nothing listens there
     msgs = messages(workload(random.Random(9), 3), FORMS["per-row"])
     with caplog.at_level("WARNING", logger="olr_buffer.olr"):
-        sender = StandIn(msgs)
-        sender.listener.close()
         stop = threading.Event()
         r = OlrReceiver(MemoryQueue(), parse_location(f"olr://127.0.0.1:{port}/ORCL"), stop=stop)
         t = threading.Thread(target=r.run, daemon=True)
