@@ -408,16 +408,24 @@ def _threads(ctx, param, value):
 @click.option("--no-initial-copy", is_flag=True, help="PostgreSQL source: do not copy the tables when the slot is created.")
 @click.option("--no-streaming", is_flag=True,
               help="PostgreSQL source: protocol 1, the server sends transactions only at commit (and spills large ones).")
+@click.option("--start-scn", type=click.IntRange(min=0), default=0, show_default=True,
+              help="OpenLogReplicator source (olr://): the SCN a new queue asks the sender to START at (0: "
+                   "OpenLogReplicator starts now, olr-buffer serve at the start of its changefeed).")
+@click.option("--max-message-size", type=ByteSize(), default=None,
+              help="OpenLogReplicator source (olr://): the largest message taken (default 1GiB; one message per "
+                   "transaction holds a whole one).")
 @clean_errors
 def run(input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_interval, stall_warning, metrics_port,
         metrics_host, log_level, log_format, log_summary_interval, slot, publication, no_initial_copy, no_streaming,
-        **pipeline) -> None:
+        start_scn, max_message_size, **pipeline) -> None:
     """The service: follow the redo logs of INPUT_DIR as they grow and switch, publish each
     transaction once the watermark allows. SIGTERM or SIGINT stops it cleanly (exit 0);
     restarted on the same directories, it resumes from the queue.
 
     INPUT_DIR may be a PostgreSQL URI (postgresql://user@host/db): the source is then that
-    database's logical replication (see docs/postgresql.md)."""
+    database's logical replication (see docs/postgresql.md); or olr://HOST:PORT/DATABASE:
+    an OpenLogReplicator (or olr-buffer serve) that sends DATABASE over its network
+    protocol (see docs/operations.md)."""
     from .service import setup_logging
 
     from .sources import SourceUsageError, kind_of
@@ -432,7 +440,8 @@ def run(input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_inte
     setup_logging(_log_level(log_level, "info"), log_format)
     click.get_current_context().meta[_LOG_FORMAT] = log_format
     # the source's own flags (each kind of source takes those it knows: sources/base.py, SourceKind.options)
-    source_flags = dict(slot=slot, publication=publication, no_initial_copy=no_initial_copy, no_streaming=no_streaming)
+    source_flags = dict(slot=slot, publication=publication, no_initial_copy=no_initial_copy, no_streaming=no_streaming,
+                        start_scn=start_scn, max_message_size=max_message_size)
     pipeline["log_summary_seconds"] = log_summary_interval
     _run_recording_failure(queue_dir, lambda: _serve(
         input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_interval, stall_warning, metrics_port,

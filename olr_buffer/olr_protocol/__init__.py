@@ -1,23 +1,28 @@
 """OpenLogReplicator's network protocol (contracts section 6), for both directions: the
 framing, the protobuf handshake messages and their codes, and the JSON messages.
 
-``serve`` sends it; a source that receives it (contracts section 7) reads it with the
-same names.
+``serve`` sends it (:class:`MessageBuilder`); the OpenLogReplicator source (contracts
+section 7, ``sources/olr``) receives it, and reads the messages with :func:`read_message`
+in every form OpenLogReplicator's format options give them, with the same names.
 """
 
 from .errors import FrameTooLargeError, MalformedMessageError, ProtocolError, StreamError
 from .framing import MAX_REQUEST_BYTES, FrameReader, frame, frame_header
 from .json_messages import COLUMNS, MessageBuilder, Position
+from .received import Entry, MessageError, Received, object_text, parse_time, raw_text, read_message
 from .redo import RedoRequest, RedoResponse, RequestCode, ResponseCode, code_name
 
 __all__ = [
     "COLUMNS",
+    "Entry",
     "MAX_REQUEST_BYTES",
     "FrameReader",
     "FrameTooLargeError",
     "MalformedMessageError",
     "MessageBuilder",
+    "MessageError",
     "Position",
+    "Received",
     "ProtocolError",
     "RedoRequest",
     "RedoResponse",
@@ -27,4 +32,8 @@ __all__ = [
     "code_name",
     "frame",
     "frame_header",
+    "object_text",
+    "parse_time",
+    "raw_text",
+    "read_message",
 ]

@@ -37,6 +37,12 @@ C_IDX = "c_idx"
 XID = "xid"
 DB = "db"
 PAYLOAD = "payload"
+# ... and the forms OpenLogReplicator's format options give them (read by a receiver,
+# :mod:`.received`): SCN as hex text, time as text, XID as a number, the redo thread
+SCNS = "scns"
+TMS = "tms"
+XIDN = "xidn"
+RTH = "rth"
 # -- field names: a payload entry --------------------------------------------------------
 OP = "op"
 SCHEMA = "schema"
@@ -47,6 +53,8 @@ RID = "rid"
 BEFORE = "before"
 AFTER = "after"
 SQL = "sql"
+NUM = "num"  # OpenLogReplicator's ordinal of the row in its transaction (format option message 2)
+SCHEMA_COLUMNS = "columns"  # OpenLogReplicator's column list of the table (format option schema 1)
 # -- ops ---------------------------------------------------------------------------------
 OP_BEGIN = "begin"
 OP_COMMIT = "commit"
@@ -54,6 +62,7 @@ OP_INSERT = "c"
 OP_UPDATE = "u"
 OP_DELETE = "d"
 OP_DDL = "ddl"
+OP_CHECKPOINT = "chkpt"  # OpenLogReplicator's checkpoint (heartbeat) message: no transaction
 ROW_OPS = (OP_INSERT, OP_UPDATE, OP_DELETE, OP_DDL)
 
 #: The changefeed's ``op`` -> the message's: PostgreSQL's initial copy (``r``) is an

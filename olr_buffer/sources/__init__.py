@@ -18,6 +18,7 @@ SCHEMES: dict[str, str] = {
     "file": ".redo",
     "postgresql": ".postgres",
     "postgres": ".postgres",
+    "olr": ".olr",
 }
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")

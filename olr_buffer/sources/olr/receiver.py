@@ -1,0 +1,646 @@
+"""The OpenLogReplicator receiver: a sender's stream into the queue, exactly once across
+reconnects and restarts (contracts section 7).
+
+One connection at a time. The handshake: ``INFO(database)``; on ``READY``, ``START(scn)``
+(``--start-scn``, or the last published commit's ``c_scn`` when this queue has one); on
+``REPLICATE``, ``CONTINUE`` from the last published commit's ``(c_scn, c_idx)``, or with
+``c_scn`` 0 (the sender's own confirmed position) when nothing is published yet. Then
+every frame is one JSON message (:func:`~olr_buffer.olr_protocol.read_message`).
+
+**Transactions.** A ``begin`` entry opens one, a ``commit`` entry ends it; a message
+whose rows come with no transaction open is a whole transaction (OpenLogReplicator's
+one-message-per-transaction mode): it ends with the message. Its records go to the queue
+as they arrive (a block is appended when it is full, or ``flush_seconds`` after its first
+record), so a transaction of any size never has to fit in memory:
+
+* ``BEGIN`` (added with the first row: a transaction without rows adds nothing), the rows
+  (``scn``: the last one the transaction's messages gave; ``tm``: the message's own) in
+  queue thread ``rth`` (1 without it), in message order;
+* ``COMMIT`` in queue thread 1 with the key ``(c_scn, 1, 0, c_idx)`` of the commit
+  message, and the thread's progress moved to ``c_scn``. The stream is in commit order
+  and ``(c_scn, c_idx)`` increases strictly over it, so these keys keep its order. Thread
+  1 is the only thread in play: its watermark is the last commit appended, which is all
+  a single ordered stream can vouch for; the rows of another ``rth`` are in that
+  thread's blocks (so the changefeed's ``thread`` is the message's ``rth``), always
+  appended before their commit (a block is appended before one of another thread starts).
+
+**Exact restart.** The state stored with every block (:class:`~.state.OlrState`) holds
+the position of the last commit appended and the transaction whose records are in the
+queue without its commit. A reconnect or a restart asks for everything after the last
+published commit; the sender sends again what came after it: a message at or below the
+last commit appended is skipped (its transaction is in the queue already), and the
+transaction that had records without a commit is rolled back first (a ``ROLLBACK`` record
+discards them) and appended again whole as it comes again.
+
+**Confirmation.** ``CONFIRM(c_scn, c_idx)`` of a commit message once that transaction is
+durable in the changefeed; and, when every transaction received is, of an
+OpenLogReplicator checkpoint message, so that an idle database moves the sender's
+checkpoint on.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from collections import deque
+from typing import Callable
+
+from ...changes import (
+    BEGIN,
+    COMMIT,
+    DDL,
+    DEFAULT_BLOCK_BYTES,
+    DEFAULT_BLOCK_RECORDS,
+    DELETE,
+    INSERT,
+    ROLLBACK,
+    UPDATE,
+    BlockBuilder,
+    RecordError,
+    end_payload,
+    row_payload,
+)
+from ...olr_protocol import (
+    FrameReader,
+    FrameTooLargeError,
+    MalformedMessageError,
+    MessageError,
+    RedoRequest,
+    RedoResponse,
+    RequestCode,
+    ResponseCode,
+    code_name,
+    frame,
+    object_text,
+    raw_text,
+    read_message,
+)
+from ...olr_protocol.json_messages import OP_BEGIN, OP_CHECKPOINT, OP_COMMIT, OP_DDL, OP_DELETE, OP_INSERT, OP_UPDATE
+from ...txbuffer import BlockAppender
+from .errors import OlrSourceError, OlrStreamError
+from .location import Location
+from .state import STATE_KEY, OlrState, OpenTransaction, Position, TableColumns, columns_key
+
+log = logging.getLogger("olr_buffer.olr")
+
+THREAD = 1  # the queue thread of the commits: the only thread in play
+BACKOFF_MAX = 30.0  # seconds between two connection attempts at most
+LARGE_TRANSACTION_ROWS = 100_000  # the commit of a transaction this large is logged
+#: The largest message taken (a frame): one message per transaction holds a whole one.
+MAX_MESSAGE_BYTES = 1 << 30
+_ROW_CODES = {OP_INSERT: INSERT, OP_UPDATE: UPDATE, OP_DELETE: DELETE, OP_DDL: DDL}
+_UNSUPPORTED = ("OpenLogReplicator's format options message 4 and 8 (no begin, no commit message) are not "
+                "supported: a receiver needs each transaction's bounds")
+
+
+class ConnectionLost(Exception):
+    """The connection failed or was closed: connect again."""
+
+
+class _Stopped(Exception):
+    """``stop`` was set during the handshake."""
+
+
+def _text(p: Position | None) -> str:
+    return f"c_scn {p[0]} c_idx {p[1]}"
+
+
+class _Txn:
+    """The transaction being received."""
+
+    __slots__ = ("xid", "thread", "first", "rows", "scn", "tm", "whole", "begun")
+
+    def __init__(self, xid: str, thread: int, first: Position, scn: int, tm: int | None, whole: bool) -> None:
+        self.xid = xid
+        self.thread = thread
+        self.first = first
+        self.rows = 0
+        self.scn = scn  # the last scn its messages gave
+        self.tm = tm  # the tm of its first message
+        self.whole = whole  # opened by a message without a begin entry: ends with that message
+        self.begun = False  # its BEGIN record is added (with its first row)
+
+
+class OlrReceiver:
+    """Reads one sender into the queue; see the module doc. ``state``: the resume state
+    stored with the last block appended (None: a new queue); ``published``: the position
+    of the last commit the changefeed made durable (what may be confirmed)."""
+
+    def __init__(
+        self,
+        queue: BlockAppender,
+        location: Location,
+        *,
+        state: OlrState | None = None,
+        columns: dict[bytes, TableColumns] | None = None,
+        published: Callable[[], Position | None] = lambda: None,
+        start_scn: int = 0,
+        on_append: Callable[[], None] | None = None,
+        block_records: int = DEFAULT_BLOCK_RECORDS,
+        block_bytes: int = DEFAULT_BLOCK_BYTES,
+        stop: threading.Event | None = None,
+        flush_seconds: float = 0.1,
+        status_interval: float = 1.0,
+        connect_timeout: float = 10.0,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
+    ) -> None:
+        self.queue = queue
+        self.location = location
+        self.name = location.uri
+        self.published = published
+        self.start_scn = start_scn
+        self.on_append = on_append
+        self.block_records = block_records
+        self.block_bytes = block_bytes
+        self.stop = stop or threading.Event()
+        self.flush_seconds = flush_seconds
+        self.status_interval = status_interval
+        self.connect_timeout = connect_timeout
+        self.max_message_bytes = max_message_bytes
+        self.builders: dict[int, BlockBuilder] = {}
+        self.builder = self._builder(THREAD)
+        self._pending_since = 0.0
+        self._state_written = 0.0
+        self._pending_meta: dict[bytes, bytes] = {}
+        self.columns: dict[bytes, str] = {k: c.columns for k, c in (columns or {}).items()}
+        self.records = 0  # appended by this process
+        self.skipped = 0  # messages skipped as appended already (this process)
+        # state stored with every block
+        self.last_commit: Position | None = None
+        self.txn: _Txn | None = None
+        self.received: Position | None = None
+        self.received_tm: int | None = None
+        self.confirmed: Position | None = None
+        self.confirmed_tm: int | None = None
+        self.messages = 0
+        self.transactions = 0
+        self.checkpoints = 0
+        self.reconnects = 0
+        # in memory
+        self._held: Position | None = None  # the last commit appended of a transaction with rows: held until published
+        self._commits: deque[tuple[Position, int | None]] = deque()  # commits appended, not confirmed: (position, c_tm)
+        self._skip_through: Position | None = None  # messages at or below it are in the queue already
+        self._last: Position | None = None  # the position of the last message of this connection
+        self._frames: deque[bytes] = deque()
+        self._confirmed_unstored = False  # a confirm not in the state stored yet (what `status` shows)
+        self.connected = False
+        if state is not None:
+            self._restore(state)
+
+    # -- state ---------------------------------------------------------------------------
+
+    def _restore(self, st: OlrState) -> None:
+        if st.database is not None and st.database != self.location.database:
+            raise OlrSourceError(
+                f"the queue was filled from database {st.database!r} (of {st.source}), not {self.location.database!r}",
+                hint=f"run with olr://HOST:PORT/{st.database}, or use a new queue and changefeed directory",
+            )
+        self.last_commit = st.last_commit
+        self._held = st.held
+        self.received, self.received_tm = st.received, st.received_tm
+        self.confirmed, self.confirmed_tm = st.confirmed, st.confirmed_tm
+        self.messages, self.transactions, self.checkpoints = st.messages, st.transactions, st.checkpoints
+        self.reconnects = st.reconnects
+        if st.open is not None:  # records in the queue without their commit: rolled back at the first connection
+            self.txn = _Txn(st.open.xid, THREAD, st.open.first, 0, None, False)
+            self.txn.begun = True
+            self.txn.rows = st.open.rows
+
+    def state(self) -> OlrState:
+        t = self.txn
+        return OlrState(
+            source=self.name,
+            database=self.location.database,
+            last_commit=self.last_commit,
+            held=self._held,
+            open=OpenTransaction(t.xid, t.first, t.rows) if t is not None and t.begun else None,
+            received=self.received,
+            received_tm=self.received_tm,
+            confirmed=self.confirmed,
+            confirmed_tm=self.confirmed_tm,
+            messages=self.messages,
+            transactions=self.transactions,
+            checkpoints=self.checkpoints,
+            reconnects=self.reconnects,
+            tables_with_columns=len(self.columns),
+            written=time.time(),
+        )
+
+    def _builder(self, thread: int) -> BlockBuilder:
+        b = self.builders.get(thread)
+        if b is None:
+            b = self.builders[thread] = BlockBuilder(thread)
+        return b
+
+    def _append(self) -> None:
+        """Append what the builder holds, with the state (and columns not stored yet), in
+        one write."""
+        b = self.builder
+        records = b.build() if b.count else []
+        meta = {STATE_KEY: self.state().encode()}
+        if self._pending_meta:
+            meta.update(self._pending_meta)
+        self.queue.append(records, meta)
+        self._pending_meta = {}
+        self._confirmed_unstored = False
+        self._state_written = time.monotonic()
+        self.records += b.count
+        b.reset()
+        self._pending_since = 0.0
+        if self.on_append and records:
+            self.on_append()
+
+    def _use(self, thread: int) -> None:
+        """Make ``thread``'s builder the one records go to: what the other holds is
+        appended first (with the state as it is: the callers change the state after)."""
+        if self.builder.thread != thread:
+            if self.builder.count:
+                self._append()
+            self.builder = self._builder(thread)
+
+    def _add(self, code: int, scn: int, xid: str, line: int, payload: list) -> None:
+        """Add a record to the builder in use; a full block is appended, with the state as
+        it is now (callers change the state before adding the record that goes with it)."""
+        b = self.builder
+        if not b.count:
+            self._pending_since = time.monotonic()
+        try:
+            b.add(code, scn, 0, xid, 0, line, payload)
+        except RecordError as exc:
+            raise OlrStreamError(f"{self.name}: message at {_text(self._last)}: {exc}", c_scn=self._last[0],
+                                 c_idx=self._last[1]) from None
+        if b.count >= self.block_records or b.nbytes >= self.block_bytes:
+            self._append()
+
+    # -- the thread ------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Receive until ``stop``; reconnect with a capped backoff."""
+        delay = 1.0
+        while not self.stop.is_set():
+            self.connected = False
+            try:
+                self._session()
+            except ConnectionLost as exc:
+                if self.connected:  # it was up: start the backoff again
+                    delay = 1.0
+                self.reconnects += 1
+                log.warning("%s: %s; connecting again in %.0f s", self.name, exc, delay,
+                            extra={"sender": self.location.address, "retry_seconds": delay})
+                self.stop.wait(delay)
+                delay = min(delay * 2, BACKOFF_MAX)
+        self._use(THREAD)
+        self._append()  # what it holds, and the state as of the stop, for `status`
+
+    def _session(self) -> None:
+        sock = self._connect()
+        try:
+            self._discard_open()
+            self._handshake(sock)
+            self.connected = True
+            self._stream(sock)
+        except _Stopped:
+            pass
+        finally:
+            if self.builder.count:
+                try:
+                    self._append()
+                except Exception:  # the queue's own error wins below
+                    pass
+            sock.close()
+
+    def _connect(self) -> socket.socket:
+        loc = self.location
+        try:
+            sock = socket.create_connection((loc.host, loc.port), timeout=self.connect_timeout)
+        except OSError as exc:
+            raise ConnectionLost(f"cannot connect to {loc.address} ({exc.strerror or exc})") from None
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+            for opt, value in (("TCP_KEEPIDLE", 30), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 3)):
+                if hasattr(socket, opt):
+                    sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, opt), value)
+        except OSError:
+            pass
+        sock.settimeout(0.2)
+        self._frames.clear()
+        self._last = None
+        return sock
+
+    def _discard_open(self) -> None:
+        """The sender sends again every transaction after the last published one: roll
+        back the one whose records are in the queue without its commit."""
+        t, self.txn = self.txn, None
+        if t is not None and t.begun:
+            self._use(THREAD)
+            self._add(ROLLBACK, 0, t.xid, 0, end_payload(None))
+            self._append()
+            log.info("%s: discarded the %d row(s) of transaction %s received before this connection (its commit "
+                     "did not come): it comes again", self.name, t.rows, t.xid, extra={"xid": t.xid})
+
+    # -- handshake -------------------------------------------------------------------------
+
+    def _send(self, sock: socket.socket, request: RedoRequest) -> None:
+        sock.settimeout(30.0)
+        try:
+            sock.sendall(frame(request.encode()))
+        except OSError as exc:
+            raise ConnectionLost(f"the connection to {self.location.address} was lost ({exc.strerror or exc})") from None
+        finally:
+            sock.settimeout(0.2)
+
+    def _read(self, sock: socket.socket, reader: FrameReader) -> bool:
+        """Read what the socket has (waiting up to its timeout); False when nothing came."""
+        try:
+            data = sock.recv(1 << 18)
+        except socket.timeout:
+            return False
+        except OSError as exc:
+            raise ConnectionLost(f"the connection to {self.location.address} was lost ({exc.strerror or exc})") from None
+        if not data:
+            raise ConnectionLost(f"{self.location.address} closed the connection")
+        try:
+            self._frames.extend(reader.feed(data))
+        except FrameTooLargeError as exc:
+            raise OlrStreamError(f"{self.name}: after {self._where()}: {exc.message} (--max-message-size)",
+                                 **self._facts()) from None
+        return True
+
+    def _reply(self, sock: socket.socket, reader: FrameReader, what: str) -> RedoResponse:
+        waited = time.monotonic()
+        told = False
+        while not self._frames:
+            if self.stop.is_set():
+                raise _Stopped
+            if not self._read(sock, reader) and not told and time.monotonic() - waited >= 30:
+                told = True
+                log.info("%s: waiting for the sender's reply to %s", self.name, what)
+        data = self._frames.popleft()
+        try:
+            return RedoResponse.decode(data)
+        except MalformedMessageError as exc:
+            raise OlrStreamError(f"{self.name}: the reply to {what} is not a RedoResponse ({exc.message})") from None
+
+    def _handshake(self, sock: socket.socket) -> None:
+        reader = self._reader = FrameReader(self.max_message_bytes)
+        db = self.location.database
+        pub = self.published()
+        self._skip_through = max(p for p in (self.last_commit, pub, (0, -1)) if p is not None)
+        self._send(sock, RedoRequest(RequestCode.INFO, db))
+        info = self._reply(sock, reader, "INFO")
+        if info.code == ResponseCode.READY:
+            scn = self.start_scn if pub is None else pub[0]
+            if pub is not None:
+                log.warning("%s: the sender has no confirmed position: asking it to START at scn %d, the last "
+                            "published commit's", self.name, scn, extra={"scn": scn})
+            self._send(sock, RedoRequest(RequestCode.START, db, scn=scn))
+            reply = self._reply(sock, reader, f"START(scn {scn})")
+            if reply.code == ResponseCode.ALREADY_STARTED:
+                reply = self._continue(sock, reader, pub)
+            asked = f"START(scn {scn})"
+        elif info.code == ResponseCode.REPLICATE:
+            if info.c_scn:
+                log.info("%s: the sender's confirmed position is c_scn %d c_idx %d", self.name, info.c_scn, info.c_idx)
+            reply = self._continue(sock, reader, pub)
+            asked = "CONTINUE"
+        else:
+            reply, asked = info, "INFO"
+        self._check_reply(reply, asked)
+        log.info("%s: streaming %s", self.name,
+                 f"from after {_text(pub)}" if pub is not None else
+                 ("from the sender's confirmed position" if asked == "CONTINUE" else f"from scn {self.start_scn}"),
+                 extra={"sender": self.location.address})
+
+    def _continue(self, sock: socket.socket, reader: FrameReader, pub: Position | None) -> RedoResponse:
+        if pub is None:
+            self._send(sock, RedoRequest(RequestCode.CONTINUE, self.location.database, c_scn=0))
+            return self._reply(sock, reader, "CONTINUE(c_scn 0)")
+        self._send(sock, RedoRequest(RequestCode.CONTINUE, self.location.database, c_scn=pub[0], c_idx=pub[1]))
+        return self._reply(sock, reader, f"CONTINUE({_text(pub)})")
+
+    def _check_reply(self, reply: RedoResponse, asked: str) -> None:
+        code = reply.code
+        if code == ResponseCode.REPLICATE:
+            return
+        if code == ResponseCode.INVALID_DATABASE:
+            raise OlrSourceError(
+                f"{self.name}: the sender does not serve database {self.location.database!r} (INVALID_DATABASE); "
+                f"this queue is at {self._where()}",
+                hint="give the database name the sender serves (OpenLogReplicator: its source's \"name\")",
+                **self._facts(),
+            )
+        if code == ResponseCode.STARTING:
+            raise ConnectionLost(f"the sender answered {asked} with STARTING (it is starting)")
+        if code == ResponseCode.FAILED_START:
+            raise OlrSourceError(
+                f"{self.name}: the sender could not start replication (FAILED_START to {asked}); this queue is at "
+                f"{self._where()}",
+                hint="see the sender's log; --start-scn gives where a new queue starts", **self._facts(),
+            )
+        raise OlrStreamError(
+            f"{self.name}: the sender answered {asked} with {code_name(code, ResponseCode)}, which the protocol does "
+            f"not allow there; this queue is at {self._where()}", **self._facts(),
+        )
+
+    def _where(self) -> str:
+        """Where the stream stands, for an error: the last position read, else the last
+        commit appended."""
+        p = self._last or self.last_commit
+        return "the start of the stream" if p is None else _text(p)
+
+    def _facts(self) -> dict:
+        p = self._last or self.last_commit
+        return {} if p is None else {"c_scn": p[0], "c_idx": p[1]}
+
+    # -- the stream ------------------------------------------------------------------------
+
+    def _stream(self, sock: socket.socket) -> None:
+        reader = self._reader
+        frames = self._frames
+        last_status = 0.0
+        self._status(sock)
+        while not self.stop.is_set():
+            if not frames and not self._read(sock, reader):
+                if self.builder.count:
+                    self._append()
+            while frames:
+                self._message(frames.popleft(), sock)
+            now = time.monotonic()
+            if self.builder.count and now - self._pending_since >= self.flush_seconds:
+                self._append()
+            if now - last_status >= self.status_interval:
+                self._status(sock)
+                last_status = now
+        self._status(sock)
+
+    def _status(self, sock: socket.socket) -> None:
+        """Confirm what the changefeed made durable; store the state now and then (what
+        ``status`` shows)."""
+        pub = self.published()
+        if pub is not None and (self.confirmed is None or pub > self.confirmed):
+            self._confirm(sock, pub)
+            commits = self._commits
+            while commits and commits[0][0] <= pub:
+                _, tm = commits.popleft()
+                if tm is not None:
+                    self.confirmed_tm = tm
+        now = time.monotonic()
+        if (self._confirmed_unstored and now - self._state_written >= 1.0) or now - self._state_written >= 30.0:
+            self._use(THREAD)
+            self._append()
+
+    def _confirm(self, sock: socket.socket, pos: Position) -> None:
+        self._send(sock, RedoRequest(RequestCode.CONFIRM, self.location.database, c_scn=pos[0], c_idx=pos[1]))
+        self.confirmed = pos
+        self._confirmed_unstored = True
+        log.debug("%s: confirmed %s", self.name, _text(pos), extra={"c_scn": pos[0], "c_idx": pos[1]})
+
+    def _bad(self, reason: str, pos: Position | None) -> OlrStreamError:
+        where = f"message at {_text(pos)}" if pos is not None else f"the message after {self._where()}"
+        facts = {"c_scn": pos[0], "c_idx": pos[1]} if pos is not None else self._facts()
+        return OlrStreamError(f"{self.name}: {where}: {reason}",
+                              hint="the sender sent what the protocol does not allow; once it is fixed, the same "
+                                   "command resumes after the last transaction published", **facts)
+
+    def _message(self, data: bytes, sock: socket.socket) -> None:
+        try:
+            m = read_message(data)
+        except MessageError as exc:
+            raise self._bad(exc.message, None) from None
+        self.messages += 1
+        pos = m.position
+        if pos is None:
+            raise self._bad("no c_scn and c_idx: the sender gives no positions to confirm", None)
+        if self._last is not None and pos <= self._last:
+            raise self._bad(f"the position does not follow {_text(self._last)}: (c_scn, c_idx) must increase", pos)
+        self._last = self.received = pos
+        if m.tm is not None:
+            self.received_tm = m.tm
+        if pos <= self._skip_through:
+            self.skipped += 1  # in the queue already: sent again after a reconnect
+            return
+        checkpoint = False
+        for entry in m.payload:
+            op = entry.op
+            code = _ROW_CODES.get(op)
+            if code is not None:
+                txn = self.txn
+                if txn is None:
+                    txn = self._open(m, pos, whole=True)
+                self._row(txn, code, entry, m, pos)
+            elif op == OP_BEGIN:
+                if self.txn is not None:
+                    raise self._bad(f"a begin while transaction {self.txn.xid} has no commit yet; {_UNSUPPORTED}", pos)
+                self._open(m, pos, whole=False)
+            elif op == OP_COMMIT:
+                if self.txn is None:
+                    raise self._bad(f"a commit with no transaction open; {_UNSUPPORTED}", pos)
+                self._check_xid(m, pos)
+                self._commit(m, pos)
+            elif op == OP_CHECKPOINT:
+                self.checkpoints += 1
+                checkpoint = True
+            else:
+                raise self._bad(f"unknown op {op!r} in the payload", pos)
+        if self.txn is not None and self.txn.whole:
+            self._commit(m, pos)
+        if checkpoint and self.txn is None:
+            self._idle_confirm(sock, pos)
+
+    def _check_xid(self, m, pos: Position) -> None:
+        if m.xid is not None and m.xid != self.txn.xid:
+            raise self._bad(f"a message of transaction {m.xid} while transaction {self.txn.xid} has no commit yet", pos)
+
+    def _open(self, m, pos: Position, whole: bool) -> _Txn:
+        if m.xid is None:
+            raise self._bad("a transaction without xid", pos)
+        if pos[0] == 0:
+            raise self._bad("c_scn 0 is not a position of a transaction", pos)
+        thread = self._thread(m, pos)
+        scn = m.scn if m.scn is not None else 0
+        txn = self.txn = _Txn(m.xid, thread, pos, scn, m.tm, whole)
+        return txn
+
+    def _thread(self, m, pos: Position) -> int:
+        rth = m.rth
+        if rth is None:
+            return self.txn.thread if self.txn is not None else THREAD
+        if not 1 <= rth < 1 << 31:
+            raise self._bad(f"rth {rth} is not a redo thread", pos)
+        return rth
+
+    def _row(self, txn: _Txn, code: int, entry, m, pos: Position) -> None:
+        self._check_xid(m, pos)
+        if m.scn is not None:
+            txn.scn = m.scn
+        scn = txn.scn
+        if scn > pos[0]:
+            raise self._bad(f"a row at scn {scn}, above the transaction's c_scn {pos[0]}: c_scn must be the "
+                            "commit's position", pos)
+        schema = entry.schema
+        if schema is None or schema.table is None:
+            raise self._bad(f"a row ({entry.op}) without schema.table", pos)
+        try:
+            before = object_text(entry.before, "before")
+            after = object_text(entry.after, "after")
+        except MessageError as exc:
+            raise self._bad(exc.message, pos) from None
+        if code != DDL and before is None and after is None:
+            raise self._bad(f"a row ({entry.op}) with neither before nor after", pos)
+        if code == DDL and entry.sql is None:
+            raise self._bad("a ddl without sql", pos)
+        if schema.columns is not None:
+            self._columns(schema, pos)
+        thread = self._thread(m, pos)
+        self._use(thread)
+        if not txn.begun:
+            txn.begun = True
+            self._add(BEGIN, max(1, min(txn.scn, pos[0])), txn.xid, txn.first[1], end_payload(txn.tm))
+        txn.rows += 1
+        self._add(code, scn, txn.xid, pos[1],
+                  row_payload(m.tm, schema.owner, schema.table, schema.obj, entry.rid, before, after, entry.sql))
+
+    def _columns(self, schema, pos: Position) -> None:
+        """Keep a table's columns (stored with the next block) when they are new or changed."""
+        try:
+            text = raw_text(schema.columns)
+        except MessageError as exc:
+            raise self._bad(exc.message, pos) from None
+        if text is None:
+            return
+        key = columns_key(schema.owner, schema.table)
+        if self.columns.get(key) != text:
+            self.columns[key] = text
+            self._pending_meta[key] = TableColumns(owner=schema.owner, table=schema.table, obj=schema.obj,
+                                                   columns=text, at=pos).encode()
+
+    def _commit(self, m, pos: Position) -> None:
+        txn = self.txn
+        c_tm = m.tm if m.tm is not None else txn.tm
+        self._use(THREAD)
+        # the state first: the add may close the block, which stores the state with it
+        self.txn = None
+        self.last_commit = pos
+        if not txn.begun:  # no row: nothing to publish, nothing appended
+            return
+        self._held = pos
+        self._commits.append((pos, c_tm))
+        self.transactions += 1
+        self.builder.heartbeat(pos[0])
+        self._add(COMMIT, pos[0], txn.xid, pos[1], end_payload(c_tm))
+        if txn.rows >= LARGE_TRANSACTION_ROWS:
+            self._append()  # now: the dispatcher has its rows already
+            log.info("transaction %s committed at %s with %d row(s): in the queue", txn.xid, _text(pos), txn.rows,
+                     extra={"xid": txn.xid, "c_scn": pos[0], "c_idx": pos[1], "rows": txn.rows})
+
+    def _idle_confirm(self, sock: socket.socket, pos: Position) -> None:
+        """A checkpoint message with every transaction received published: confirm it, so
+        that the sender's checkpoint moves on while the database is idle."""
+        pub = self.published()
+        if self.builder.count or (self._held is not None and (pub is None or self._held > pub)):
+            return
+        if self.confirmed is None or pos > self.confirmed:
+            self._confirm(sock, pos)

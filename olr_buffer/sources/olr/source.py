@@ -1,0 +1,172 @@
+"""The OpenLogReplicator source behind the Source contract (:mod:`olr_buffer.sources.base`):
+``olr://HOST:PORT/DATABASE``, a sender of OpenLogReplicator's network protocol (an
+OpenLogReplicator, another ``olr-buffer serve``), read by one receiver (queue thread 1)
+in a child process (``settings.processes``) or a thread."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Iterable, Mapping
+
+from ...changes import CommitKey
+from ...txbuffer import TxQueue
+from ..base import Metric, SourceFigures, SourceKind, SourceSettings, SourceUsageError
+from ..runner import run_reported
+from .location import parse_location
+from .process import OlrProcess, ReceiverFigures
+from .receiver import MAX_MESSAGE_BYTES, THREAD, OlrReceiver
+from .state import PREFIX, Position, load_columns, load_state, status, status_lines
+
+
+def _position(key: CommitKey | None) -> Position | None:
+    """A commit's position in the stream: its key is ``(c_scn, 1, 0, c_idx)``."""
+    return None if key is None else (key.scn, key.line)
+
+
+class OlrSource:
+    """One sender, read by one receiver. ``options``: ``start_scn``, ``max_message_bytes``
+    and the receiver's own."""
+
+    state_prefix = PREFIX
+    watches_stalls = False  # an idle database is not a stalled redo thread
+
+    def __init__(self, uri: str, queue: TxQueue, settings: SourceSettings, **options) -> None:
+        self.location = parse_location(uri)
+        self.uri = uri
+        self.name = self.location.uri
+        self.queue = queue
+        self.settings = settings
+        self.options = dict(options, block_records=settings.block_records, block_bytes=settings.block_bytes)
+        self.errors: list[BaseException] = []
+        self._stop = threading.Event()
+        self._durable: Position | None = None  # the changefeed's last durable commit: what may be confirmed
+        self.receiver: OlrReceiver | None = None
+        self._process: OlrProcess | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def following(self) -> bool:
+        return True  # a stream has no end: the service follows it
+
+    @property
+    def source_id(self) -> str | None:
+        """``olr:<database>``: the database whose changes feed the queue (whichever sender,
+        an OpenLogReplicator or a stand-by one, sends them)."""
+        return f"olr:{self.location.database}"
+
+    def prepare(self, threads: list[int] | None, resume: Mapping[bytes, bytes]) -> list[int]:
+        state = load_state(resume)
+        columns = load_columns(resume)
+        self.receiver = OlrReceiver(self.queue, self.location, state=state, columns=columns,
+                                    published=lambda: self._durable, on_append=self.settings.on_append,
+                                    stop=self._stop, **self.options)
+        if self.settings.processes is not False:
+            self._process = OlrProcess(
+                self.queue, self.uri, state=state, columns=columns, figures=ReceiverFigures.of(self.receiver),
+                published=lambda: self._durable, on_append=self.settings.on_append, stop=self._stop,
+                options=self.options,
+            )
+        return [THREAD]
+
+    def refuse_below(self, threads: Iterable[int], published: CommitKey | None) -> None:
+        """One stream, in commit order: nothing can arrive below a published commit. The
+        changefeed's last commit is where the receiver continues from."""
+        pos = _position(published)
+        if pos is not None and (self._durable is None or pos > self._durable):
+            self._durable = pos
+
+    def start(self, follow: bool = True, poll_interval: float = 0.1) -> None:
+        self._thread = threading.Thread(target=self._run, name="reader-olr", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        assert self.receiver is not None
+        if self._process is not None:
+            self._process.options["log_level"] = logging.getLogger("olr_buffer.olr").getEffectiveLevel()
+        run_reported(self._process.run if self._process is not None else self.receiver.run,
+                     self.errors, self._stop, self.settings.on_append)
+
+    def on_published(self, accepted: CommitKey | None, durable: CommitKey | None) -> None:
+        pos = _position(durable)
+        if pos is not None:
+            self._durable = pos
+
+    def closed_through(self) -> dict[int, int]:
+        return {}
+
+    def new_threads(self) -> list[int]:
+        return []
+
+    def threads(self) -> dict[int, bool]:
+        return {THREAD: False}
+
+    def _figures(self) -> ReceiverFigures:
+        if self._process is not None:
+            return self._process.figures
+        return ReceiverFigures.of(self.receiver) if self.receiver is not None else ReceiverFigures()
+
+    def figures(self) -> SourceFigures:
+        return SourceFigures(records_read=self._figures().records)
+
+    def metrics(self) -> list[Metric]:
+        r = self._figures()
+        confirmed = r.confirmed or (0, 0)
+        received = r.received or (0, 0)
+        return [
+            Metric("olr_confirmed_c_scn", "gauge", "The c_scn last confirmed to the sender.", confirmed[0]),
+            Metric("olr_confirmed_c_idx", "gauge", "The c_idx last confirmed to the sender.", confirmed[1]),
+            Metric("olr_received_c_scn", "gauge", "The c_scn of the last message received.", received[0]),
+            Metric("olr_lag_scn", "gauge", "SCNs between the last message received and the position confirmed.",
+                   max(0, received[0] - confirmed[0])),
+            Metric("olr_messages_total", "counter", "Messages received (every run).", r.messages),
+            Metric("olr_transactions_total", "counter", "Transactions received (every run).", r.transactions),
+            Metric("olr_checkpoint_messages_total", "counter", "OpenLogReplicator checkpoint messages, ignored.",
+                   r.checkpoints),
+            Metric("olr_reconnects_total", "counter", "Connections to the sender made again.", r.reconnects),
+        ]
+
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def join(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+
+    def close(self) -> None:
+        pass
+
+
+def build(uri: str, queue: TxQueue, settings: SourceSettings, **options) -> OlrSource:
+    return OlrSource(uri, queue, settings, **options)
+
+
+def refuse_replay(uri: str) -> None:
+    """A stream has no end to replay to: ``replay`` is for redo log files."""
+    raise SourceUsageError(
+        f"{parse_location(uri).uri}: replay reads a directory of redo log files to its end; an OpenLogReplicator "
+        "sender is followed",
+        hint="use olr-buffer run with this URI",
+    )
+
+
+def options(flags: Mapping[str, Any]) -> dict[str, Any]:
+    """The receiver's options from ``run``'s flags."""
+    out: dict[str, Any] = {"start_scn": flags.get("start_scn") or 0}
+    if flags.get("max_message_size") is not None:
+        out["max_message_bytes"] = flags["max_message_size"]
+    return out
+
+
+def check_location(uri: str) -> None:
+    """A URI that is not ``olr://HOST:PORT/DATABASE`` is a usage error (exit 2), found
+    before any directory is made or any sender is tried."""
+    parse_location(uri)
+
+
+KIND = SourceKind("olr", build, status, "olr", status_lines, refuse_replay, options, check_location)
+
+__all__ = ["KIND", "MAX_MESSAGE_BYTES", "OlrSource", "build"]
