@@ -29,10 +29,11 @@ import os
 import signal
 import threading
 import time
-from typing import Callable, Mapping, Sequence
+import traceback
+from typing import Any, Callable, Mapping, NoReturn, Sequence
 
-from ..errors import EXIT_BAD_INPUT
-from ..txbuffer import BlockCodec
+from ..errors import EXIT_BAD_INPUT, OlrBufferError
+from ..txbuffer import BlockCodec, TxQueue
 
 #: The multiprocessing context of every source's child processes (and of the values they
 #: share with the parent).
@@ -61,6 +62,57 @@ def run_reported(
     finally:
         if on_append:
             on_append()
+
+
+class StreamSource:
+    """What a source of one stream (one reader, in a child process or a thread of its own:
+    the PostgreSQL and OpenLogReplicator sources) does the same way: it follows its input
+    (a stream has no end), has no thread of its own to confirm closed or to appear later,
+    and is not a redo thread whose silence holds the watermark. A subclass sets
+    ``self.settings`` (:class:`~olr_buffer.sources.base.SourceSettings`) and gives
+    :meth:`reader_body`: what the reader's thread runs."""
+
+    watches_stalls = False  # an idle database is not a stalled redo thread
+    thread_name = "reader"
+
+    def __init__(self) -> None:
+        self.errors: list[BaseException] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def following(self) -> bool:
+        return True  # a stream has no end: the service follows it
+
+    def reader_body(self) -> Callable[[], None]:
+        raise NotImplementedError
+
+    def start(self, follow: bool = True, poll_interval: float = 0.1) -> None:
+        body = self.reader_body()
+        self._thread = threading.Thread(
+            target=run_reported, args=(body, self.errors, self._stop, self.settings.on_append),  # type: ignore[attr-defined]
+            name=self.thread_name, daemon=True,
+        )
+        self._thread.start()
+
+    def closed_through(self) -> dict[int, int]:
+        return {}
+
+    def new_threads(self) -> list[int]:
+        return []
+
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def join(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+
+    def close(self) -> None:
+        pass
 
 
 def run_child(
@@ -168,6 +220,59 @@ class PipeAppender:
         value = self._codec.encode(records) if records else None
         self._conn.send(("append", value, len(records), dict(meta or {}), self.extra()))
         return 0
+
+
+class ChildAppends:
+    """The parent's side of a reader in a child process that appends through a
+    :class:`PipeAppender` (one stream: the PostgreSQL and OpenLogReplicator sources): each
+    block is appended with its metadata in one write, the figures the child sends are
+    kept (``figures``), its log records logged again. :meth:`handle` is
+    :func:`run_child`'s ``handle``."""
+
+    def __init__(self, queue: TxQueue, figures: Any, on_append: Callable[[], None] | None) -> None:
+        self.queue = queue
+        self.figures = figures
+        self.on_append = on_append or (lambda: None)
+
+    def handle(self, msg: tuple) -> bool:
+        """One message of the child; True when it is done."""
+        kind = msg[0]
+        if kind == "append":
+            _, value, count, meta, figures = msg
+            self.queue.append_encoded(value, count, meta)
+            self.figures = figures
+            if value is not None:
+                self.on_append()
+        elif kind == "figures":
+            self.figures = msg[1]
+        elif kind == "log":
+            relog(msg[1])
+        return kind == "done"
+
+
+def child_main(conn, stop_conn, parent_pid: int, log_level: int, body: Callable[[ParentStop], None]) -> NoReturn:
+    """What a child that :class:`ChildAppends` serves does: :func:`start_child`, its log
+    records to the parent, ``body(stop)`` (the reader, until ``stop``), then ``("done",)``,
+    or its error (``("error", exc)``; ``("crash", text)`` for one that is not olr-buffer's
+    or does not pickle) to the parent; and it exits."""
+    start_child(parent_pid)
+    root = logging.getLogger("olr_buffer")
+    root.handlers[:] = [LogToParent(conn)]
+    root.setLevel(log_level)
+    root.propagate = False
+    try:
+        body(ParentStop(stop_conn))
+        conn.send(("done",))
+    except OlrBufferError as exc:
+        try:
+            conn.send(("error", exc))
+        except Exception:  # noqa: BLE001 - an exception that does not pickle
+            conn.send(("crash", f"{type(exc).__name__}: {exc}"))
+    except BaseException:  # noqa: BLE001 - reported to the parent, which stops the run
+        conn.send(("crash", traceback.format_exc()))
+    finally:
+        conn.close()
+        os._exit(0)
 
 
 class LogToParent(logging.Handler):

@@ -12,16 +12,14 @@ memory the parent keeps up to date, and the stop, by closing a pipe.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
-import traceback
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from ...errors import OlrBufferError
 from ...txbuffer import TxQueue
-from ..runner import CONTEXT, LogToParent, ParentStop, PipeAppender, relog, run_child, start_child
+from ..runner import CONTEXT, ChildAppends, PipeAppender, child_main, run_child
 from .location import parse_location
 from .receiver import OlrReceiver
 from .state import OlrState, Position, TableColumns
@@ -89,13 +87,11 @@ class OlrProcess:
         stop: threading.Event,
         options: Mapping,
     ) -> None:
-        self.queue = queue
         self.uri = uri
         self.state = state
         self.columns = columns
-        self.figures = figures
+        self.appends = ChildAppends(queue, figures, on_append)
         self.published = published
-        self.on_append = on_append or (lambda: None)
         self.stop = stop
         self.options = dict(options)
         self._shared = SharedPosition()
@@ -116,24 +112,15 @@ class OlrProcess:
             name="olr-reader-olr",
             label="the OpenLogReplicator receiver process",
             stop=self.stop,
-            handle=self._handle,
+            handle=self.appends.handle,
             died=_died,
             tick=self._update_published,
         )
 
-    def _handle(self, msg: tuple) -> bool:
-        kind = msg[0]
-        if kind == "append":
-            _, value, count, meta, figs = msg
-            self.queue.append_encoded(value, count, meta)
-            self.figures = figs
-            if value is not None:
-                self.on_append()
-        elif kind == "figures":
-            self.figures = msg[1]
-        elif kind == "log":
-            relog(msg[1])
-        return kind == "done"
+    @property
+    def figures(self) -> ReceiverFigures:
+        """The figures the child sent last."""
+        return self.appends.figures
 
 
 def _died(exitcode: int | None) -> ReaderProcessDied:
@@ -159,26 +146,12 @@ class _ChildReceiver(OlrReceiver):
 
 
 def _child_main(conn, stop_conn, parent_pid, uri, state, columns, shared, options) -> None:
-    start_child(parent_pid)
-    root = logging.getLogger("olr_buffer")
-    root.handlers[:] = [LogToParent(conn)]
-    root.setLevel(options.pop("log_level", logging.INFO))
-    root.propagate = False
-    try:
+    def body(stop) -> None:
         receiver = None
         queue = PipeAppender(conn, lambda: ReceiverFigures.of(receiver))
         receiver = _ChildReceiver(queue, parse_location(uri), state=state, columns=columns, published=shared.get,
-                                  stop=ParentStop(stop_conn), **options)
+                                  stop=stop, **options)
         receiver.conn = conn
         receiver.run()
-        conn.send(("done",))
-    except OlrBufferError as exc:
-        try:
-            conn.send(("error", exc))
-        except Exception:  # noqa: BLE001 - an exception that does not pickle
-            conn.send(("crash", f"{type(exc).__name__}: {exc}"))
-    except BaseException:  # noqa: BLE001 - reported to the parent, which stops the run
-        conn.send(("crash", traceback.format_exc()))
-    finally:
-        conn.close()
-        os._exit(0)
+
+    child_main(conn, stop_conn, parent_pid, options.pop("log_level", logging.INFO), body)

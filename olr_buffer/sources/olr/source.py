@@ -6,13 +6,12 @@ in a child process (``settings.processes``) or a thread."""
 from __future__ import annotations
 
 import logging
-import threading
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from ...changes import CommitKey
 from ...txbuffer import TxQueue
 from ..base import Metric, SourceFigures, SourceKind, SourceSettings, SourceUsageError
-from ..runner import run_reported
+from ..runner import StreamSource
 from .location import parse_location
 from .process import OlrProcess, ReceiverFigures
 from .receiver import MAX_MESSAGE_BYTES, THREAD, OlrReceiver
@@ -24,30 +23,24 @@ def _position(key: CommitKey | None) -> Position | None:
     return None if key is None else (key.scn, key.line)
 
 
-class OlrSource:
+class OlrSource(StreamSource):
     """One sender, read by one receiver. ``options``: ``start_scn``, ``max_message_bytes``
     and the receiver's own."""
 
     state_prefix = PREFIX
-    watches_stalls = False  # an idle database is not a stalled redo thread
+    thread_name = "reader-olr"
 
     def __init__(self, uri: str, queue: TxQueue, settings: SourceSettings, **options) -> None:
         self.location = parse_location(uri)
+        super().__init__()
         self.uri = uri
         self.name = self.location.uri
         self.queue = queue
         self.settings = settings
         self.options = dict(options, block_records=settings.block_records, block_bytes=settings.block_bytes)
-        self.errors: list[BaseException] = []
-        self._stop = threading.Event()
         self._durable: Position | None = None  # the changefeed's last durable commit: what may be confirmed
         self.receiver: OlrReceiver | None = None
         self._process: OlrProcess | None = None
-        self._thread: threading.Thread | None = None
-
-    @property
-    def following(self) -> bool:
-        return True  # a stream has no end: the service follows it
 
     @property
     def source_id(self) -> str | None:
@@ -76,27 +69,17 @@ class OlrSource:
         if pos is not None and (self._durable is None or pos > self._durable):
             self._durable = pos
 
-    def start(self, follow: bool = True, poll_interval: float = 0.1) -> None:
-        self._thread = threading.Thread(target=self._run, name="reader-olr", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
+    def reader_body(self) -> Callable[[], None]:
         assert self.receiver is not None
-        if self._process is not None:
-            self._process.options["log_level"] = logging.getLogger("olr_buffer.olr").getEffectiveLevel()
-        run_reported(self._process.run if self._process is not None else self.receiver.run,
-                     self.errors, self._stop, self.settings.on_append)
+        if self._process is None:
+            return self.receiver.run
+        self._process.options["log_level"] = logging.getLogger("olr_buffer.olr").getEffectiveLevel()
+        return self._process.run
 
     def on_published(self, accepted: CommitKey | None, durable: CommitKey | None) -> None:
         pos = _position(durable)
         if pos is not None:
             self._durable = pos
-
-    def closed_through(self) -> dict[int, int]:
-        return {}
-
-    def new_threads(self) -> list[int]:
-        return []
 
     def threads(self) -> dict[int, bool]:
         return {THREAD: False}
@@ -126,18 +109,6 @@ class OlrSource:
             Metric("olr_reconnects_total", "counter", "Connections to the sender made again.", r.reconnects),
         ]
 
-    def alive(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def join(self) -> None:
-        if self._thread is not None:
-            self._thread.join()
-
-    def close(self) -> None:
-        pass
 
 
 def build(uri: str, queue: TxQueue, settings: SourceSettings, **options) -> OlrSource:

@@ -1,6 +1,6 @@
 """The PostgreSQL reader in a child process: decoding on another core than the dispatcher.
 
-The reader (:class:`~olr_buffer.reader.postgres.reader.PostgresReader`: the replication
+The reader (:class:`~olr_buffer.sources.postgres.reader.PostgresReader`: the replication
 connection, pgoutput decoding, records and blocks) is Python; in the service's process
 it would share one interpreter lock with the dispatcher and the changefeed writer. As for
 the redo-file readers, a child process forked by :mod:`olr_buffer.sources.runner` runs
@@ -19,16 +19,14 @@ service. The child's log records are logged again by the parent.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
-import traceback
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Mapping
 
 from ...errors import OlrBufferError
 from ...txbuffer import TxQueue
-from ..runner import CONTEXT, LogToParent, ParentStop, PipeAppender, relog, run_child, start_child
+from ..runner import CONTEXT, ChildAppends, PipeAppender, child_main, run_child
 from .reader import PostgresReader
 from .state import PostgresState
 
@@ -69,13 +67,11 @@ class PostgresProcess:
         stop: threading.Event,
         options: Mapping,
     ) -> None:
-        self.queue = queue
         self.uri = uri
         self.source_id = source_id
         self.state = state
-        self.figures = figures
+        self.appends = ChildAppends(queue, figures, on_append)
         self.published = published
-        self.on_append = on_append or (lambda: None)
         self.stop = stop
         self.options = dict(options)
         self._published = CONTEXT.Value("q", -1, lock=False)
@@ -93,25 +89,15 @@ class PostgresProcess:
             name="olr-reader-postgres",
             label="the PostgreSQL reader process",
             stop=self.stop,
-            handle=self._handle,
+            handle=self.appends.handle,
             died=_died,
             tick=self._update_published,
         )
 
-    def _handle(self, msg: tuple) -> bool:
-        """One message of the child; True when it is done."""
-        kind = msg[0]
-        if kind == "append":
-            _, value, count, meta, figs = msg
-            self.queue.append_encoded(value, count, meta)
-            self.figures = figs
-            if value is not None:
-                self.on_append()
-        elif kind == "figures":
-            self.figures = msg[1]
-        elif kind == "log":
-            relog(msg[1])
-        return kind == "done"
+    @property
+    def figures(self) -> ReaderFigures:
+        """The figures the child sent last."""
+        return self.appends.figures
 
 
 def _died(exitcode: int | None) -> ReaderProcessDied:
@@ -140,34 +126,19 @@ class _Published:
 
 
 def _child_main(conn, stop_conn, parent_pid, uri, source_id, state, published, options) -> None:
-    start_child(parent_pid)
-    root = logging.getLogger("olr_buffer")
-    root.handlers[:] = [LogToParent(conn)]
-    root.setLevel(options.pop("log_level", logging.INFO))
-    root.propagate = False
-    try:
+    def published_lsn():
+        v = published.value
+        return None if v < 0 else _Published(v)
+
+    def body(stop) -> None:
         queue = _PipeQueue(conn)
-
-        def published_lsn():
-            v = published.value
-            return None if v < 0 else _Published(v)
-
-        reader = _ChildReader(queue, uri, state=state, published=published_lsn, stop=ParentStop(stop_conn), **options)
+        reader = _ChildReader(queue, uri, state=state, published=published_lsn, stop=stop, **options)
         queue.reader = reader
         reader.conn = conn
         reader.source_id = source_id
         reader.run()
-        conn.send(("done",))
-    except OlrBufferError as exc:
-        try:
-            conn.send(("error", exc))
-        except Exception:  # noqa: BLE001 - an exception that does not pickle
-            conn.send(("crash", f"{type(exc).__name__}: {exc}"))
-    except BaseException:  # noqa: BLE001 - reported to the parent, which stops the run
-        conn.send(("crash", traceback.format_exc()))
-    finally:
-        conn.close()
-        os._exit(0)
+
+    child_main(conn, stop_conn, parent_pid, options.pop("log_level", logging.INFO), body)
 
 
 class _ChildReader(PostgresReader):

@@ -3,43 +3,36 @@
 from __future__ import annotations
 
 import logging
-import threading
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from ...changes import CommitKey
 from ...txbuffer import TxQueue
 from ..base import Metric, SourceFigures, SourceKind, SourceSettings, SourceUsageError
-from ..runner import run_reported
+from ..runner import StreamSource
 from .connection import redact, safe_uri
 from .process import PostgresProcess, ReaderFigures
 from .reader import THREAD, PostgresReader
 from .state import STATE_KEY, load_state, lsn_text, status, status_lines
 
 
-class PostgresSource:
+class PostgresSource(StreamSource):
     """One database's logical replication slot, read by one reader (queue thread 1) in a
     child process (``settings.processes``) or a thread. ``options``: the reader's own
     (slot, publication, initial_copy, streaming, ...)."""
 
     state_prefix = STATE_KEY
-    watches_stalls = False  # an idle database is not a stalled redo thread
+    thread_name = "reader-postgres"
 
     def __init__(self, uri: str, queue: TxQueue, settings: SourceSettings, **options) -> None:
+        super().__init__()
         self.uri = uri
         self.name = safe_uri(uri)
         self.queue = queue
         self.settings = settings
         self.options = dict(options, block_records=settings.block_records, block_bytes=settings.block_bytes)
-        self.errors: list[BaseException] = []
-        self._stop = threading.Event()
         self._durable: CommitKey | None = None  # the changefeed's last durable commit: what may be confirmed
         self.reader: PostgresReader | None = None
         self._process: PostgresProcess | None = None
-        self._thread: threading.Thread | None = None
-
-    @property
-    def following(self) -> bool:
-        return True  # a replication stream has no end: the service follows it
 
     @property
     def source_id(self) -> str | None:
@@ -64,25 +57,15 @@ class PostgresSource:
     def refuse_below(self, threads: Iterable[int], published: CommitKey | None) -> None:
         """One stream, in commit order: nothing can arrive below a published commit."""
 
-    def start(self, follow: bool = True, poll_interval: float = 0.1) -> None:
-        self._thread = threading.Thread(target=self._run, name="reader-postgres", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
+    def reader_body(self) -> Callable[[], None]:
         assert self.reader is not None
-        if self._process is not None:
-            self._process.options["log_level"] = logging.getLogger("olr_buffer.postgres").getEffectiveLevel()
-        run_reported(self._process.run if self._process is not None else self.reader.run,
-                     self.errors, self._stop, self.settings.on_append)
+        if self._process is None:
+            return self.reader.run
+        self._process.options["log_level"] = logging.getLogger("olr_buffer.postgres").getEffectiveLevel()
+        return self._process.run
 
     def on_published(self, accepted: CommitKey | None, durable: CommitKey | None) -> None:
         self._durable = durable
-
-    def closed_through(self) -> dict[int, int]:
-        return {}
-
-    def new_threads(self) -> list[int]:
-        return []
 
     def threads(self) -> dict[int, bool]:
         return {THREAD: False}
@@ -109,18 +92,6 @@ class PostgresSource:
             Metric("postgres_reconnects_total", "counter", "Reconnections to the server.", r.reconnects),
         ]
 
-    def alive(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def join(self) -> None:
-        if self._thread is not None:
-            self._thread.join()
-
-    def close(self) -> None:
-        pass
 
 
 def build(uri: str, queue: TxQueue, settings: SourceSettings, **options) -> PostgresSource:
