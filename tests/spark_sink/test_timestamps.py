@@ -42,7 +42,7 @@ def strip_timestamps(cf: Path, every: int = 2) -> list[str]:
 
 def test_columns_follow_the_contract_and_hold_micros_utc(workload):
     assert ARROW_SCHEMA.names[: len(CHANGEFEED_COLUMNS)] == list(CHANGEFEED_COLUMNS)
-    assert ARROW_SCHEMA.names[len(CHANGEFEED_COLUMNS):] == ["c_ts", "ts"]
+    assert ARROW_SCHEMA.names[len(CHANGEFEED_COLUMNS):] == ["c_ts", "ts", "schema_version"]
     first = workload.changefeed / part_files(workload.changefeed)[0]
     parquet_type = pq.ParquetFile(first).schema.column(ARROW_SCHEMA.get_field_index("c_ts")).logical_type
     logical = json.loads(parquet_type.to_json())
