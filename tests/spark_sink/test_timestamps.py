@@ -91,7 +91,7 @@ def test_helpers_derive_the_columns_for_older_files(spark, workload, tmp_path):
     strip_timestamps(copied.changefeed)
     cf = str(copied.changefeed)
     df = read_changefeed(spark, cf)
-    assert df.columns[-2:] == ["c_ts", "ts"]
+    assert df.columns[-3:] == ["c_ts", "ts", "schema_version"]
     expected = {(r["tx_seq"], r["op_seq"]): (r["c_tm"], r["tm"]) for r in workload.expected.rows}
     got = {
         (r.tx_seq, r.op_seq): (r.c_ts, r.ts)
