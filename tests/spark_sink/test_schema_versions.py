@@ -141,3 +141,16 @@ def test_compaction_keeps_versions_documents_and_footers(tmp_path):
         tx(w, 4, dml())
         w.close()
         assert versions(path)[-1] == (4, "O", "T", V2)
+
+
+def test_compaction_gives_files_written_before_the_column_a_null_one(tmp_path):
+    cf, out = tmp_path / "cf", tmp_path / "out"
+    w = ChangefeedWriter(cf, durable=False, file_rows=1)
+    tx(w, 0, dml())
+    tx(w, 1, ddl(V1, DOC1), dml())
+    w.close()
+    first = sorted(cf.glob("part-*.parquet"))[0]
+    old = pq.read_table(first).drop_columns(["schema_version"])  # as an earlier version wrote it
+    pq.write_table(old.replace_schema_metadata(pq.read_metadata(first).metadata), first)
+    compact(cf, output=out, target_rows=10, durable=False)
+    assert versions(out) == [(0, "O", "T", None), (1, "O", "T", V1), (1, "O", "T", V1)]
