@@ -32,6 +32,7 @@ from olr_buffer.changes import (
     TABLE,
     TM,
     UPDATE,
+    SchemaColumn,
     compensation_payload,
     cut_payload,
     decode_record,
@@ -41,7 +42,6 @@ from olr_buffer.changes import (
     schema_document,
     schema_fields,
     schema_version,
-    SchemaColumn,
 )
 from olr_buffer.sources.redo.files import scan
 from olr_buffer.sources.redo.records import parse_line, validate

@@ -58,10 +58,10 @@ from ...changes import (
     TRUNCATE,
     UPDATE,
     BlockBuilder,
+    SchemaColumn,
     cut_payload,
     end_payload,
     row_payload,
-    SchemaColumn,
     schema_document,
 )
 from . import protocol as p
