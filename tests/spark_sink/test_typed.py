@@ -235,3 +235,39 @@ def test_a_stream_reads_typed_rows(spark, cf, tmp_path):
     assert got == [(0, "c", Decimal("12345678901234567890123456789.123456789"), None),
                    (1, "u", Decimal("12345678901234567890123456789.123456789"), None),
                    (2, "c", None, "added"), (2, "d", None, None)]
+
+
+def test_a_redo_table_with_ddl_columns_comes_out_typed(spark, tmp_path):
+    """Redo files: a ddl record's columns type the table's rows, written by any thread
+    after it; Oracle NUMBER, DATE, TIMESTAMP WITH TIME ZONE and RAW read exactly."""
+    from olr_buffer.pipeline import replay
+    from olr_buffer.spark import snapshot, typed
+
+    columns = [{"name": "ID", "type": "NUMBER(10)", "nullable": False, "key": True},
+               {"name": "TOTAL", "type": "NUMBER(12,2)"}, {"name": "RATE", "type": "NUMBER"},
+               {"name": "CREATED", "type": "DATE"}, {"name": "AT", "type": "TIMESTAMP(6) WITH TIME ZONE"},
+               {"name": "TAG", "type": "RAW(4)"}, {"name": "NOTE", "type": "VARCHAR2(20 CHAR)"}]
+    inp = tmp_path / "in"
+    inp.mkdir()
+    ddl = {"op": "ddl", "scn": 11, "xid": "a", "owner": "SALES", "table": "ORDERS", "sql": "CREATE TABLE ...",
+           "columns": columns}
+    row = {"op": "insert", "scn": 21, "xid": "b", "owner": "SALES", "table": "ORDERS", "rid": "AAAR1",
+           "after": {"ID": 7, "TOTAL": "1234567890.50", "RATE": 0.125, "CREATED": "2024-07-23 11:43:19",
+                     "AT": "2024-07-23T11:43:19.123456+02:00", "TAG": "DEADBEEF", "NOTE": "ünïcode"}}
+    (inp / "redo_1_1.jsonl").write_text("\n".join(json.dumps(r) for r in [
+        {"op": "begin", "scn": 10, "xid": "a"}, ddl, {"op": "commit", "scn": 12, "xid": "a"},
+        {"op": "lwn", "scn": 30}]) + "\n")
+    (inp / "redo_2_1.jsonl").write_text("\n".join(json.dumps(r) for r in [
+        {"op": "begin", "scn": 20, "xid": "b"}, row, {"op": "commit", "scn": 22, "xid": "b"},
+        {"op": "lwn", "scn": 30}]) + "\n")
+    replay(str(inp), str(tmp_path / "q"), str(tmp_path / "cf"))
+    df = typed(spark, str(tmp_path / "cf"), "SALES", "ORDERS")
+    assert {f.name: f.dataType.simpleString() for f in df.schema["after"].dataType.fields} == {
+        "ID": "decimal(10,0)", "TOTAL": "decimal(12,2)", "RATE": "decimal(38,10)", "CREATED": "timestamp_ntz",
+        "AT": "timestamp", "TAG": "binary", "NOTE": "string"}
+    (got,) = [r.after for r in df.where("op = 'c'").collect()]
+    assert got.asDict() == {"ID": Decimal(7), "TOTAL": Decimal("1234567890.50"), "RATE": Decimal("0.125"),
+                            "CREATED": dt.datetime(2024, 7, 23, 11, 43, 19),
+                            "AT": dt.datetime(2024, 7, 23, 9, 43, 19, 123456), "TAG": bytearray(b"\xde\xad\xbe\xef"),
+                            "NOTE": "ünïcode"}
+    assert [r.ID for r in snapshot(spark, str(tmp_path / "cf"), "SALES", "ORDERS", key="ID").collect()] == [7]
