@@ -9,7 +9,12 @@ items are always ``[code, scn, sub, sequence, line]`` (:data:`CODE` .. :data:`LI
 
 * rows (insert, update, delete, ddl; from PostgreSQL also truncate and rows of the
   initial copy): ``+ [tm, owner, table, obj, rid, before, after, sql]``
-  (:data:`ROW_FIELDS`), where ``before``/``after`` are JSON text or ``None``;
+  (:data:`ROW_FIELDS`), where ``before``/``after`` are JSON text or ``None``; then,
+  optionally (format 3), ``+ [schema_version]`` or ``+ [schema_version,
+  schema_document]``: the version of the table's schema document the row was written
+  under, and the document itself on a row that introduces it (:func:`schema_document`).
+  A row without them (every row of format 2) takes its table's version as the changefeed
+  knows it;
 * compensations (DML with ``"rollback": true``): ``+ [rid]``
   (:data:`COMPENSATED_RID`), code has the :data:`COMPENSATION` bit;
 * ``CUT`` (PostgreSQL: a subtransaction rolled back): ``+ [first, end]``
@@ -29,7 +34,9 @@ it closed, which the block summary carries.
                     one array of them: :func:`decode_records` decodes a group in one call.
 
 The summary says which record format the block's records use (``"f"``); a queue written
-with another one is refused with a clear error instead of being misread. It says, per
+with one this version does not read is refused with a clear error instead of being
+misread. Format 3 adds the optional schema fields of a row; blocks of format 2 (rows
+without them) are read as they are. It says, per
 group, where it is and what it holds (begin, end records, row and compensation counts),
 the thread's progress after the block (``"p"``), and (``"c": true``, only when so) that
 the thread is closed after the block: its last record is a ``close``. Blocks without
@@ -42,6 +49,7 @@ so a group never mixes two transactions.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Iterable, NamedTuple, Protocol
 
@@ -78,8 +86,10 @@ CHANGEFEED_OP = {INSERT: "c", UPDATE: "u", DELETE: "d", DDL: "ddl", TRUNCATE: "t
 
 CODE, SCN, SUB, SEQUENCE, LINE = 0, 1, 2, 3, 4
 # a row
-ROW_FIELDS = ("code", "scn", "sub", "sequence", "line", "tm", "owner", "table", "obj", "rid", "before", "after", "sql")
+ROW_FIELDS = ("code", "scn", "sub", "sequence", "line", "tm", "owner", "table", "obj", "rid", "before", "after", "sql",
+              "schema_version", "schema_document")
 TM, OWNER, TABLE, OBJ, RID, BEFORE, AFTER, SQL = range(5, 13)
+SCHEMA_VERSION, SCHEMA_DOCUMENT = 13, 14  # optional (a row may end after SQL or SCHEMA_VERSION)
 COMPENSATED_RID = 5  # a compensation: the rid of the row it cancels
 CUT_FIRST, CUT_END = 5, 6  # a cut: the row ordinals it drops, first..end-1
 END_TM = 5  # begin, commit, rollback: the record's tm
@@ -90,8 +100,10 @@ DEFAULT_BLOCK_RECORDS = 4096
 DEFAULT_BLOCK_BYTES = 1 << 20
 
 INFINITE_SCN = 1 << 63  # a watermark above every SCN: releases every end (end of a replay)
-# 1: records as JSON arrays (olr-buffer 0.1.0); 2: MessagePack arrays
-RECORD_FORMAT = 2
+# 1: records as JSON arrays (olr-buffer 0.1.0); 2: MessagePack arrays; 3: rows may end with
+# their schema version (and document)
+RECORD_FORMAT = 3
+READABLE_FORMATS = (2, 3)
 
 
 # -- building records -------------------------------------------------------------------------
@@ -106,6 +118,12 @@ def row_payload(tm: int | None, owner: str, table: str, obj: int | None, rid: st
     """A row's payload (insert, update, delete, ddl, truncate, a row of the initial copy):
     ``before``/``after`` are JSON text."""
     return [tm, owner, table, obj, rid, before, after, sql]
+
+
+def schema_fields(version: str, document: str | None = None) -> list:
+    """What follows a row's payload when the row names its schema version: the version,
+    and the document too on a row that introduces it (:func:`schema_document`)."""
+    return [version] if document is None else [version, document]
 
 
 def compensation_payload(rid: str) -> list:
@@ -348,10 +366,56 @@ def read_summary(record0: bytes) -> BlockSummary:
             hint="the queue is damaged or was written by another program: replay the input into a new queue",
         ) from None
     fmt = d.get("f", 1)  # blocks of format 1 had no "f"
-    if fmt != RECORD_FORMAT:
+    if fmt not in READABLE_FORMATS:
         raise RecordFormatError(
-            f"the queue holds records of format {fmt}; this olr-buffer reads format {RECORD_FORMAT}",
+            f"the queue holds records of format {fmt}; this olr-buffer reads formats "
+            f"{' and '.join(map(str, READABLE_FORMATS))}",
             hint="the queue was written by another version of olr-buffer: use that version to finish it, "
                  "or replay the input into a new queue directory",
         )
     return BlockSummary(d["t"], d["p"], d["g"], d.get("c", False))
+
+
+# -- schema documents ----------------------------------------------------------------------
+# A table's shape as a source knows it, in one canonical JSON text that travels in the
+# queue on the row that introduces it and is written to the changefeed's metadata
+# (docs/formats.md, "Schema documents"). Its version is a hash of that text: the same shape
+# gets the same version whenever and however often it is sent, so that a restart writes
+# the same documents and names the same versions, and a document is never overwritten.
+
+SCHEMA_FORMAT = 1
+SCHEMA_VERSION_LENGTH = 16  # hexadecimal digits of the SHA-256 of the document
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaColumn:
+    """One column of a schema document: its name, its type as the source states it, whether
+    it may be null (None: unknown), and the Spark type its values read as (a Spark SQL type
+    name: ``decimal(12,2)``, ``timestamp``, ``array<bigint>`` ...)."""
+
+    name: str
+    type: str
+    nullable: bool | None
+    spark: str
+
+
+def schema_document(source: str, owner: str, table: str, columns: Iterable[SchemaColumn],
+                    key: Iterable[str] = ()) -> tuple[str, str]:
+    """``(version, text)`` of the schema document of ``owner.table`` (``source``: the kind
+    of source that states it, ``postgresql`` or ``redo``; ``key``: its key columns, in key
+    order)."""
+    doc = {
+        "format": SCHEMA_FORMAT,
+        "source": source,
+        "owner": owner,
+        "table": table,
+        "key": list(key),
+        "columns": [{"name": c.name, "type": c.type, "nullable": c.nullable, "spark": c.spark} for c in columns],
+    }
+    text = orjson.dumps(doc).decode()
+    return schema_version(text), text
+
+
+def schema_version(text: str) -> str:
+    """The version of a schema document: the first hexadecimal digits of the SHA-256 of its text."""
+    return hashlib.sha256(text.encode()).hexdigest()[:SCHEMA_VERSION_LENGTH]

@@ -7,6 +7,9 @@ and is an extra (``pip install 'olr-buffer[spark]'``): without it, a helper rais
 - :func:`table_changes`: the rows of one table, ``before``/``after`` parsed into structs,
   between two ``tx_seq``; or Delta's change-data-feed view of them.
 - :func:`snapshot`: the current state of one table, one row per key.
+- :func:`typed`: the rows of one table, ``before``/``after`` as typed structs by the
+  changefeed's schema documents (the types its source stated), every value checked.
+- :func:`table_schema`: a table's schema document, and its columns as a ``StructType``.
 - :func:`infer_schema`: a table's columns, from its ``CREATE TABLE`` rows and a sample of
   its row images.
 
@@ -28,7 +31,7 @@ import time
 import warnings
 from typing import TYPE_CHECKING, Any, Callable, Sequence, Union
 
-from .sinks.parquet import ChangefeedReadError, UnknownTableError
+from .sinks.parquet import ChangefeedReadError, UnknownTableError, read_schema_document
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -180,7 +183,9 @@ def table_changes(
     ``schema`` is a Spark ``StructType`` or a DDL string (``"ID BIGINT, NAME STRING"``)
     whose field names are the table's column names, as the capture writes them (Oracle:
     upper case); columns missing from an image are null, image columns missing from the
-    schema are dropped. Without it, :func:`infer_schema` gives one (a Spark job). The
+    schema are dropped. Without it, the changefeed's schema document of the table gives
+    the types, as :func:`typed` does (a changefeed path; Spark 4); without one either
+    (rows that name no schema version), :func:`infer_schema` gives them (a Spark job). The
     other columns of the changefeed stay as they are, in the same order; ``ddl`` and
     truncate (``op = 't'``) rows are kept (their ``before``/``after`` are usually null).
     ``json_options`` go to ``from_json`` (for example ``{"timestampFormat": ...}``).
@@ -193,7 +198,9 @@ def table_changes(
     ``delete``), ``_commit_version`` (``tx_seq``), ``_commit_timestamp`` (``c_ts``) and
     ``_op_seq`` (the change's order within its transaction). An update gives two rows
     (``before``, then ``after``); a row of an initial copy (``op = 'r'``) is an insert;
-    ``ddl`` rows are not in this view.
+    ``ddl`` rows are not in this view. An update without a ``before`` image (PostgreSQL's
+    default replica identity sends none) has the key columns of its ``rid`` (a JSON object)
+    as its pre-image, the other columns null.
 
     A truncate (``op = 't'``) ends every earlier row of the table, which no insert, update
     or delete says: a MERGE of them would keep the truncated rows. ``truncates="error"``
@@ -218,18 +225,36 @@ def table_changes(
         df = df.where(F.col("tx_seq") <= ending_tx_seq)
     if change_data_feed and truncates == "error":
         df = _refuse_truncates(df, path, owner, table)
+    if schema is None and isinstance(path, str):
+        document = _table_document(spark, path, df, owner, table, None, required=False)
+        if document is not None:
+            _require_variant(spark, "reading a table by its schema document")
+            fields = _document_fields(document, None)
+            parsed = _typed_rows(df, fields, owner, table, key=change_data_feed)
+            return _change_data_feed(parsed, _struct_of(fields), truncates) if change_data_feed else parsed
     struct = infer_schema(spark, df, owner, table) if schema is None else _struct_type(spark, schema)
     opts = json_options or {}
     parsed = df.select(
         *[
             F.from_json(F.col(c), struct, opts).alias(c) if c in ("before", "after") else F.col(c)
             for c in df.columns
-        ]
+        ],
+        *([F.when(F.col("rid").startswith("{"), F.from_json("rid", struct, opts)).alias("_key")]
+          if change_data_feed else []),
     )
     if not change_data_feed:
         return parsed
-    image = {"insert": F.col("after"), "update_preimage": F.col("before"), "update_postimage": F.col("after"),
-             "delete": F.col("before"), TRUNCATE_CHANGE_TYPE: F.lit(None).cast(struct)}
+    return _change_data_feed(parsed, struct, truncates)
+
+
+def _change_data_feed(parsed: "DataFrame", struct: "StructType", truncates: str) -> "DataFrame":
+    """Delta's change-data-feed view of one table's parsed rows (with ``_key``: the
+    ``rid``'s columns, the pre-image of an update that has no ``before``)."""
+    from pyspark.sql import functions as F
+
+    image = {"insert": F.col("after"), "update_preimage": F.coalesce(F.col("before"), F.col("_key")),
+             "update_postimage": F.col("after"), "delete": F.col("before"),
+             TRUNCATE_CHANGE_TYPE: F.lit(None).cast(struct)}
     change_types = {**_CHANGE_TYPES, "t": [TRUNCATE_CHANGE_TYPE]} if truncates == "include" else _CHANGE_TYPES
     changes = F.lit(None)
     for op, kinds in change_types.items():
@@ -241,6 +266,84 @@ def table_changes(
         F.col("c_ts").alias("_commit_timestamp"),
         F.col("op_seq").alias("_op_seq"),
     ).select("change.image.*", F.col("change.kind").alias("_change_type"), *CDF_COLUMNS[1:])
+
+
+def typed(
+    spark: "SparkSession",
+    path: "Source",
+    owner: str,
+    table: str,
+    *,
+    version: str | None = None,
+    types: dict[str, Any] | None = None,
+    changefeed: str | None = None,
+    starting_tx_seq: int | None = None,
+    ending_tx_seq: int | None = None,
+    change_data_feed: bool = False,
+    truncates: str = "error",
+    missing_ok: bool = False,
+) -> "DataFrame":
+    """The rows of ``owner.table`` with ``before`` and ``after`` as typed structs, by the
+    table's schema document in the changefeed: the columns and types its source stated
+    (docs/spark.md, "Types": ``numeric(12,2)`` is ``decimal(12,2)``, ``timestamptz`` a
+    ``timestamp``, ``bytea`` ``binary`` ...). Needs Spark 4 (the images are read as
+    ``VARIANT``, which keeps every digit of a number).
+
+    Every value is checked: one that does not fit its type (a number with more digits
+    than its decimal holds, a timestamp with nanoseconds, text that is not a date ...)
+    fails the query that reads it, ``[USER_RAISED_EXCEPTION] owner.table: tx_seq N,
+    op_seq M: after column "C" = '…' does not fit decimal(12,2)``, never a silent null.
+
+    ``version``: the schema version to read by (a row's ``schema_version``); by default
+    the version of the table's last row (in the range asked for): rows written under an
+    earlier one are read by it too (columns it lacks are null, columns it dropped are not
+    there). ``types``: column -> Spark type (a ``DataType`` or its SQL name, ``"string"``)
+    to read a column otherwise than its document says. The other arguments are
+    :func:`table_changes`'s, which this is with the document's types, and its result has
+    the same columns (``change_data_feed=True``: Delta's change-data-feed view).
+    ``path`` may be a DataFrame with the changefeed's columns (batch or streaming): then
+    ``changefeed`` is the changefeed's directory, whose ``_olr_buffer/schemas/`` holds
+    the documents (and whose rows give the version, unless ``version`` is given).
+    """
+    from pyspark.sql import functions as F
+
+    if truncates not in TRUNCATES:
+        raise ValueError(f"typed: truncates must be one of {TRUNCATES}, not {truncates!r}")
+    _require_variant(spark, "typed")
+    location = path if isinstance(path, str) else changefeed
+    if location is None:
+        raise ChangefeedReadError(
+            "typed: given a DataFrame, it needs the changefeed's directory for the schema documents",
+            hint="typed(spark, df, owner, table, changefeed=PATH)",
+        )
+    df = _table_rows(spark, path, owner, table, missing_ok=missing_ok)
+    if starting_tx_seq is not None:
+        df = df.where(F.col("tx_seq") >= starting_tx_seq)
+    if ending_tx_seq is not None:
+        df = df.where(F.col("tx_seq") <= ending_tx_seq)
+    if change_data_feed and truncates == "error":
+        df = _refuse_truncates(df, path, owner, table)
+    if version is None and not isinstance(path, str):
+        rows = _table_rows(spark, location, owner, table)
+        if ending_tx_seq is not None:
+            rows = rows.where(F.col("tx_seq") <= ending_tx_seq)
+        document = _table_document(spark, location, rows, owner, table, None, required=True)
+    else:
+        document = _table_document(spark, location, df, owner, table, version, required=True)
+    fields = _document_fields(document, types)
+    parsed = _typed_rows(df, fields, owner, table, key=change_data_feed)
+    return _change_data_feed(parsed, _struct_of(fields), truncates) if change_data_feed else parsed
+
+
+def table_schema(
+    spark: "SparkSession", path: str, owner: str, table: str, version: str | None = None
+) -> tuple[dict, "StructType"]:
+    """``(document, struct)``: the schema document of ``owner.table`` in the changefeed at
+    ``path`` (``version``, or the version of the table's last row), and its columns as the
+    Spark ``StructType`` that :func:`typed` gives ``before`` and ``after``."""
+    rows = _table_rows(spark, path, owner, table, missing_ok=version is not None)
+    document = _table_document(spark, path, rows, owner, table, version, required=True)
+    return document, _struct_of(_document_fields(document, None))
 
 
 def infer_schema(
@@ -324,8 +427,10 @@ def snapshot(
     the key (``before``'s differs from ``after``'s) also removes the old key. Rows whose
     key is null are left out.
 
-    Without ``schema``: columns ``rid`` and ``after`` (JSON text). With ``schema``: the
-    schema's fields, typed (``rid`` first when the key is the row id).
+    Without ``schema``: the table's columns typed by its schema document, as
+    :func:`typed` reads them (a changefeed path whose rows name a schema version; Spark 4),
+    or else columns ``rid`` and ``after`` (JSON text). With ``schema``: the schema's fields,
+    typed. ``rid`` comes first when the key is the row id.
 
     ``path`` may also be a batch DataFrame with the changefeed's columns (a micro-batch in
     ``foreachBatch``: the last state of each key the batch touched, which does not say what
@@ -344,32 +449,38 @@ def snapshot(
             "writes; see docs/spark.md",
         )
     keys = [key] if isinstance(key, str) else list(key) if key is not None else None
-    if keys is not None and schema is None:
-        raise ValueError("snapshot: a key of table columns needs the table's schema")
     if keys is not None and not keys:
         raise ValueError("snapshot: key is an empty list")
-    rows = _table_rows(spark, path, owner, table, missing_ok=missing_ok).where(F.col("op") != "ddl")
-    rows = _after_last_truncate(rows)
+    all_rows = _table_rows(spark, path, owner, table, missing_ok=missing_ok)
+    typed_fields = None
+    if schema is None and isinstance(path, str):
+        document = _table_document(spark, path, all_rows, owner, table, None, required=False)
+        if document is not None:
+            _require_variant(spark, "reading a table by its schema document")
+            typed_fields = _document_fields(document, None)
+    if keys is not None and schema is None and typed_fields is None:
+        raise ValueError("snapshot: a key of table columns needs the table's schema")
+    rows = _after_last_truncate(all_rows.where(F.col("op") != "ddl"))
     order = F.struct("tx_seq", "op_seq")
     is_delete = F.col("op") == "d"
 
-    if schema is None:
+    if schema is None and typed_fields is None:
         last = rows.groupBy("rid").agg(
             F.max_by(F.struct(is_delete.alias("deleted"), F.col("after")), order).alias("last")
         )
         return last.where(F.col("rid").isNotNull() & ~F.col("last.deleted")).select("rid", "last.after")
 
-    struct = _struct_type(spark, schema)
+    if typed_fields is not None:
+        struct = _struct_of(typed_fields)
+        images = _typed_rows(rows, typed_fields, owner, table)
+        b, a = F.col("before"), F.col("after")
+    else:
+        struct = _struct_type(spark, schema)
+        opts = json_options or {}
+        images = rows
+        b, a = F.from_json("before", struct, opts), F.from_json("after", struct, opts)
     fields = struct.fieldNames()
-    opts = json_options or {}
-    parsed = rows.select(
-        "tx_seq",
-        "op_seq",
-        "rid",
-        is_delete.alias("deleted"),
-        F.from_json("before", struct, opts).alias("b"),
-        F.from_json("after", struct, opts).alias("a"),
-    )
+    parsed = images.select("tx_seq", "op_seq", "rid", is_delete.alias("deleted"), b.alias("b"), a.alias("a"))
     if keys is None:
         last = parsed.groupBy("rid").agg(F.max_by(F.struct("deleted", "a"), order).alias("last"))
         return last.where(F.col("rid").isNotNull() & ~F.col("last.deleted")).select("rid", "last.a.*")
@@ -409,6 +520,218 @@ def snapshot(
         .agg(F.max_by(F.struct("deleted", "a"), order).alias("last"))
     )
     return last.where(~F.col("last.deleted")).select("last.a.*")
+
+
+# -- typed images ----------------------------------------------------------------------------
+# A value of an image is read from the image parsed as VARIANT, which keeps a number's
+# digits (a decimal of up to 38 digits; beyond that, or with an exponent, a double), as
+# text: checked against its type (plain digits that fit the decimal, an ISO date or
+# timestamp, hex ...), then cast. A value that does not pass is the row's error.
+
+_INTEGER = r"^[+-]?[0-9]+$"
+_FLOAT = r"^([+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?|NaN|[+-]?Infinity)$"
+_BOOLEAN = r"(?i)^(true|false|t|f)$"
+_DAY = r"[0-9]{4}-[0-9]{2}-[0-9]{2}"
+_TIME = r"[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6}0*)?"  # digits beyond microseconds: zeros only
+_DATE = f"^{_DAY}$"
+_TIMESTAMP_NTZ = f"^{_DAY}([ T]{_TIME})?$"
+_TIMESTAMP = f"^{_DAY}[ T]{_TIME}(Z|[+-][0-9]{{2}}(:[0-9]{{2}}(:[0-9]{{2}})?)?| [A-Za-z][A-Za-z0-9_+/-]*)$"
+_HEX = r"^(\\x)?([0-9a-fA-F]{2})*$"
+_ARRAY = r'^\{[^{}"]*\}$'  # one dimension, no quoted element
+
+
+def _require_variant(spark: "SparkSession", what: str) -> None:
+    major = int(spark.version.split(".")[0])
+    if major < 4:
+        raise ChangefeedReadError(
+            f"{what} needs Spark 4 or later (it reads the images as VARIANT, which keeps every digit); "
+            f"this is Spark {spark.version}",
+            hint="upgrade Spark, or give table_changes/snapshot a schema (a value that does not fit its type is "
+            "then null)",
+        )
+
+
+def _table_document(spark: "SparkSession", location: str, rows: "DataFrame", owner: str, table: str,
+                    version: str | None, *, required: bool) -> dict | None:
+    """The schema document ``version`` of the changefeed at ``location``, or the one the
+    last of ``rows`` (one table's rows) names; None if they name none and not ``required``."""
+    import json
+
+    from pyspark.sql import functions as F
+
+    if version is None:
+        if "schema_version" in rows.columns:
+            last = rows.where(F.col("schema_version").isNotNull()).agg(
+                F.max_by("schema_version", F.struct("tx_seq", "op_seq")).alias("v")).first()
+            version = last.v if last is not None else None
+        if version is None:
+            if not required:
+                return None
+            raise ChangefeedReadError(
+                f"{location}: no row of {owner}.{table} names a schema version: its types are not in the changefeed",
+                hint="the PostgreSQL source records them; for redo files, give the table's ddl records columns "
+                "(docs/formats.md); or give table_changes a schema",
+                path=location, owner=owner, table=table,
+            )
+    if re.fullmatch(r"[0-9a-f]{16}", version) is None:
+        raise ValueError(f"not a schema version: {version!r} (16 hexadecimal digits)")
+    if "://" in location and not location.startswith("file:"):
+        text = spark.read.text(f"{location.rstrip('/')}/_olr_buffer/schemas/{version}.json", wholetext=True).first()[0]
+    else:
+        text = read_schema_document(location.removeprefix("file://"), version).decode()
+    document = json.loads(text)
+    if (document.get("owner"), document.get("table")) != (owner, table):
+        raise ChangefeedReadError(
+            f"{location}: schema version {version} is of {document.get('owner')}.{document.get('table')}, "
+            f"not of {owner}.{table}", path=location, owner=owner, table=table,
+        )
+    return document
+
+
+def _document_fields(document: dict, types: dict[str, Any] | None) -> list[tuple[str, Any]]:
+    """``(name, DataType)`` of each column of a schema document; ``types`` overrides some."""
+    from pyspark.sql.types import DataType
+
+    overrides = dict(types or {})
+    names = [c["name"] for c in document["columns"]]
+    unknown = sorted(set(overrides) - set(names))
+    if unknown:
+        raise ValueError(f"typed: types for column(s) {unknown} that {document['owner']}.{document['table']} "
+                         f"does not have (it has {names})")
+    fields = []
+    for column in document["columns"]:
+        given = overrides.get(column["name"], column["spark"])
+        fields.append((column["name"], given if isinstance(given, DataType) else DataType.fromDDL(given)))
+    return fields
+
+
+def _struct_of(fields: list[tuple[str, Any]]) -> "StructType":
+    from pyspark.sql.types import StructField, StructType
+
+    return StructType([StructField(name, dtype) for name, dtype in fields])
+
+
+def _typed_rows(df: "DataFrame", fields: list[tuple[str, Any]], owner: str, table: str,
+                key: bool = False) -> "DataFrame":
+    """``df`` (one table's rows) with ``before``/``after`` as structs of ``fields``, every
+    value checked: a row with one that does not fit fails the query; ``key``: also
+    ``_key``, the ``rid``'s columns when it is a JSON object (PostgreSQL)."""
+    from pyspark.sql import functions as F
+
+    # rand(): a projection Spark does not push the filter below, by inlining every step of
+    # _misfit into its condition (code beyond the JVM's 64 KB a method, and each step again)
+    checked = _checked_images(df, fields, key).withColumn(
+        "_misfit", F.when(F.rand(0) < 2, F.col("_misfit")))
+    message = F.concat(F.lit(f"{owner}.{table}: tx_seq "), F.col("tx_seq").cast("string"), F.lit(", op_seq "),
+                       F.col("op_seq").cast("string"), F.lit(": "), F.col("_misfit"),
+                       F.lit(" (hint: typed(..., types={column: type}) reads a column as another type, "
+                             "'string' as its text)"))
+    checked = checked.where(F.when(F.col("_misfit").isNotNull(), F.raise_error(message)).otherwise(F.lit(True)))
+    images = {"before": "_v0", "after": "_v1", "_key": "_v2"}
+    return checked.select(*[F.col(images[c]).alias(c) if c in images else F.col(c) for c in df.columns],
+                          *([F.col("_v2").alias("_key")] if key else []))
+
+
+def _checked_images(df: "DataFrame", fields: list[tuple[str, Any]], key: bool = False) -> "DataFrame":
+    """``df`` with, per image j (0 ``before``, 1 ``after``, and with ``key`` 2 the ``rid``'s
+    JSON), ``_v<j>``: the struct of its values by ``fields`` (null without the image); and
+    ``_misfit``: what the first value that does not fit is (null if none).
+
+    In steps that Spark keeps apart (so that the code it generates stays small), each
+    holding a column or two per image: the image as a VARIANT map (``_m<j>``); the text of
+    each value (``_t<j>``: a number's exact digits, an object's JSON) and whether a number
+    kept its digits (``_x<j>``: not a double); the values; the first that does not fit."""
+    import json
+
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import ByteType, DecimalType, IntegerType, LongType, ShortType, StringType
+
+    texts = [F.col("before"), F.col("after")] + ([F.when(F.col("rid").startswith("{"), F.col("rid"))] if key else [])
+    labels = ["before", "after", "rid"][: len(texts)]
+    numbers = (DecimalType, ByteType, ShortType, IntegerType, LongType)
+    images = range(len(texts))
+    out = df.withColumns({f"_m{j}": F.parse_json(text).cast("map<string,variant>") for j, text in enumerate(texts)})
+    steps: dict[str, "Column"] = {}
+    for j in images:
+        items = [F.col(f"_m{j}").getItem(name) for name, _ in fields]
+        steps[f"_t{j}"] = F.array(*[F.try_variant_get(v, "$", "string") for v in items])
+        steps[f"_x{j}"] = F.array(*[F.schema_of_variant(v) != "DOUBLE" if isinstance(dtype, numbers) else F.lit(True)
+                                    for v, (_, dtype) in zip(items, fields)])
+    out = out.withColumns(steps)
+    # The values and their checks, in a higher-order function: Spark interprets its body
+    # rather than generate code for it, which for a table of many columns would pass the
+    # JVM's 64 KB a method (Spark then says so in an error and runs the query uncompiled)
+    names = F.array(*[F.lit(json.dumps(name, ensure_ascii=False)) for name, _ in fields])
+    types = F.array(*[F.lit(dtype.simpleString()) for _, dtype in fields])
+
+    def typed_image(r: "Column") -> "Column":
+        t, x = r.getField("t"), r.getField("x")
+        values = F.struct(*[_typed_value(t[i], dtype)[0].alias(name) for i, (name, dtype) in enumerate(fields)])
+        fits = [F.lit(True) if isinstance(dtype, StringType) else t[i].isNull() | _typed_value(t[i], dtype, x[i])[1]
+                for i, (_, dtype) in enumerate(fields)]
+        return F.struct(values.alias("v"), F.array_position(F.array(*fits), False).cast("int").alias("f"))
+
+    out = out.withColumns({f"_r{j}": F.transform(F.array(F.struct(F.col(f"_t{j}").alias("t"),
+                                                                   F.col(f"_x{j}").alias("x"))), typed_image)[0]
+                           for j in images})
+    out = out.withColumns({f"_v{j}": F.when(F.col(f"_m{j}").isNotNull(), F.col(f"_r{j}.v")) for j in images})
+    misfits = []
+    for j in images:
+        first, t = F.col(f"_r{j}.f"), F.col(f"_t{j}")
+        misfits.append(F.when(first > 0, F.concat(
+            F.lit(f"{labels[j]} column "), F.element_at(names, first), F.lit(" = '"),
+            F.substring(F.element_at(t, first), 1, 100), F.lit("' does not fit "), F.element_at(types, first))))
+    return out.withColumn("_misfit", F.coalesce(*misfits) if fields else F.lit(None).cast("string"))
+
+
+def _typed_value(t: "Column", dtype: Any, exact: "Column | None" = None,
+                 value: "Column | None" = None) -> tuple["Column", "Column"]:
+    """``(value, fits)`` of the text ``t`` read as ``dtype`` (see "typed images" above);
+    ``exact``: whether a number kept its digits; ``value``: the value computed already."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import (
+        ArrayType, BinaryType, BooleanType, ByteType, DateType, DecimalType, DoubleType, FloatType, IntegerType,
+        LongType, ShortType, StringType, TimestampNTZType, TimestampType,
+    )
+
+    exact = F.lit(True) if exact is None else exact
+    if isinstance(dtype, StringType):
+        return t, F.lit(True)
+    if isinstance(dtype, BooleanType):
+        return t.try_cast(dtype), t.rlike(_BOOLEAN)
+    if isinstance(dtype, (ByteType, ShortType, IntegerType, LongType)):
+        computed = t.try_cast(dtype)
+        return computed, t.rlike(_INTEGER) & (computed if value is None else value).isNotNull() & exact
+    if isinstance(dtype, DecimalType):
+        computed = t.try_cast(dtype)
+        # plain digits: at most precision - scale before the point (leading zeros aside), at
+        # most scale after it (trailing zeros aside)
+        digits = (rf"^(?=[^.]*[0-9])[+-]?0*[0-9]{{0,{dtype.precision - dtype.scale}}}"
+                  rf"(\.[0-9]{{0,{dtype.scale}}}0*)?$")
+        return computed, t.rlike(digits) & (computed if value is None else value).isNotNull() & exact
+    if isinstance(dtype, (FloatType, DoubleType)):
+        double = t.try_cast("double")
+        ok = t.rlike(_FLOAT) & double.isNotNull()
+        if isinstance(dtype, DoubleType):
+            return double, ok
+        single = double.cast("float")
+        infinite = float("inf")
+        return single, ok & ((F.abs(single) == infinite) == (F.abs(double) == infinite))  # no overflow
+    if isinstance(dtype, (DateType, TimestampType, TimestampNTZType)):
+        pattern = _DATE if isinstance(dtype, DateType) else _TIMESTAMP if isinstance(dtype, TimestampType) \
+            else _TIMESTAMP_NTZ
+        computed = t.try_cast(dtype)
+        return computed, t.rlike(pattern) & (computed if value is None else value).isNotNull()
+    if isinstance(dtype, BinaryType):
+        return F.unhex(F.regexp_replace(t, r"^\\x", "")), t.rlike(_HEX)
+    if isinstance(dtype, ArrayType):  # PostgreSQL's text form: {1,2,NULL}
+        element = dtype.elementType
+        parts = F.when(t == "{}", F.array().cast("array<string>")).otherwise(
+            F.split(F.regexp_replace(t, r"^\{|\}$", ""), ","))
+        computed = F.transform(parts, lambda x: F.when(x != "NULL", _typed_value(x, element)[0]))
+        ok = t.rlike(_ARRAY) & F.forall(parts, lambda x: (x == "NULL") | _typed_value(x, element)[1])
+        return computed, ok
+    raise ValueError(f"typed: cannot read a value as {dtype.simpleString()}")
 
 
 # -- helpers -------------------------------------------------------------------------------

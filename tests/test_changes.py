@@ -23,6 +23,8 @@ from olr_buffer.changes import (
     OWNER,
     RID,
     ROW_FIELDS,
+    SCHEMA_DOCUMENT,
+    SCHEMA_VERSION,
     SCN,
     SEQUENCE,
     SQL,
@@ -30,12 +32,16 @@ from olr_buffer.changes import (
     TABLE,
     TM,
     UPDATE,
+    SchemaColumn,
     compensation_payload,
     cut_payload,
     decode_record,
     end_payload,
     record,
     row_payload,
+    schema_document,
+    schema_fields,
+    schema_version,
 )
 from olr_buffer.sources.redo.files import scan
 from olr_buffer.sources.redo.records import parse_line, validate
@@ -45,10 +51,16 @@ from olr_buffer.txbuffer import MemoryQueue
 
 def test_the_builders_put_each_field_where_the_consumers_read_it():
     row = record(UPDATE, 10, 2, 3, 4, row_payload(5, "O", "T", 6, "r1", '{"a":1}', '{"a":2}', "sql"))
-    assert len(row) == len(ROW_FIELDS)
+    assert len(row) == SCHEMA_VERSION  # the schema fields are optional
     named = dict(zip(ROW_FIELDS, row))
     assert named == {"code": UPDATE, "scn": 10, "sub": 2, "sequence": 3, "line": 4, "tm": 5, "owner": "O",
                      "table": "T", "obj": 6, "rid": "r1", "before": '{"a":1}', "after": '{"a":2}', "sql": "sql"}
+    version, text = schema_document("redo", "O", "T", [SchemaColumn("A", "NUMBER(5)", False, "decimal(5,0)")])
+    typed_row = row + schema_fields(version, text)
+    assert len(typed_row) == len(ROW_FIELDS)
+    assert dict(zip(ROW_FIELDS, typed_row))["schema_version"] == typed_row[SCHEMA_VERSION] == version
+    assert typed_row[SCHEMA_DOCUMENT] == text and schema_version(text) == version
+    assert row + schema_fields(version) == typed_row[:SCHEMA_DOCUMENT]
     assert (row[CODE], row[SCN], row[SUB], row[SEQUENCE], row[LINE]) == (UPDATE, 10, 2, 3, 4)
     assert (row[TM], row[OWNER], row[TABLE], row[OBJ], row[RID], row[BEFORE], row[AFTER], row[SQL]) == (
         5, "O", "T", 6, "r1", '{"a":1}', '{"a":2}', "sql")
@@ -88,3 +100,38 @@ def test_the_redo_readers_fast_loop_stores_what_the_builders_build(tmp_path):
         code, scn, sub, _xid, payload = validate(parse_line(raw))
         expected.append(record(code, scn, sub, 1, n, payload))
     assert _stored(queue) == expected
+
+
+def test_a_schema_document_is_canonical_and_its_version_is_its_hash():
+    """The same shape gives the same text and version whenever it is built (a restart
+    writes the same documents); any difference gives another version."""
+    cols = [SchemaColumn("id", "integer", False, "int"), SchemaColumn("amount", "numeric(12,2)", True, "decimal(12,2)")]
+    version, text = schema_document("postgresql", "public", "orders", cols, key=["id"])
+    assert (version, text) == schema_document("postgresql", "public", "orders", list(cols), key=("id",))
+    assert orjson.loads(text) == {
+        "format": 1, "source": "postgresql", "owner": "public", "table": "orders", "key": ["id"],
+        "columns": [{"name": "id", "type": "integer", "nullable": False, "spark": "int"},
+                    {"name": "amount", "type": "numeric(12,2)", "nullable": True, "spark": "decimal(12,2)"}],
+    }
+    assert len(version) == 16 and int(version, 16) >= 0
+    others = {
+        schema_document("postgresql", "public", "orders2", cols, key=["id"])[0],
+        schema_document("postgresql", "public", "orders", cols[:1], key=["id"])[0],
+        schema_document("postgresql", "public", "orders", cols)[0],
+        schema_document("postgresql", "public", "orders",
+                        [cols[0], SchemaColumn("amount", "numeric(14,2)", True, "decimal(14,2)")], key=["id"])[0],
+    }
+    assert version not in others and len(others) == 4
+
+
+def test_queues_of_format_2_are_read_and_others_refused_in_one_line():
+    """Format 3 adds optional fields at the end of a row: a block of format 2 (its rows
+    end at ``sql``) is read as it is; another format is refused, saying which are read."""
+    import pytest
+
+    from olr_buffer.changes import READABLE_FORMATS, RECORD_FORMAT, RecordFormatError, read_summary
+
+    assert RECORD_FORMAT == 3 and READABLE_FORMATS == (2, 3)
+    assert read_summary(orjson.dumps({"f": 2, "t": 1, "p": 5, "g": []})).progress == 5
+    with pytest.raises(RecordFormatError, match="records of format 4; this olr-buffer reads formats 2 and 3"):
+        read_summary(orjson.dumps({"f": 4, "t": 1, "p": 5, "g": []}))

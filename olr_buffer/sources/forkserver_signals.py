@@ -1,5 +1,5 @@
 """Imported by the fork server of the reader processes only (a ``forkserver`` preload
-module, see :mod:`olr_buffer.reader.process`): the fork server ignores SIGTERM, as
+module, see :mod:`olr_buffer.sources.runner`): the fork server ignores SIGTERM, as
 multiprocessing makes it ignore SIGINT, and so do the children it forks.
 
 Ctrl-C in a terminal, and a supervisor's stop (systemd's default ``KillMode=control-group``),

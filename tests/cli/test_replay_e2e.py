@@ -569,6 +569,6 @@ def test_a_queue_of_another_record_format_is_refused_with_one_line(tmp_path: Pat
     assert r.returncode == 1, r.describe()
     errors = [line for line in r.stderr.splitlines() if "error" in line]
     assert len(errors) == 1, r.stderr
-    assert "the queue holds records of format 1; this olr-buffer reads format 2" in errors[0]
+    assert "the queue holds records of format 1; this olr-buffer reads formats 2 and 3" in errors[0]
     assert "replay the input into a new queue directory" in errors[0]
     assert not part_files(cf)

@@ -28,12 +28,15 @@ class ListSink:
 
     def __init__(self) -> None:
         self.rows: list[dict] = []
+        self.schemas: list[tuple[str | None, str | None]] = []  # each row's schema version and document
         self.next_tx_seq = 0
 
     def write_transaction(self, commit, chunks) -> int:
         out = []
+        schemas = []
         for thread, rec in ((t, r) for t, chunk in chunks for r in chunk):
-            code, scn, sub, _seq, _line, tm, owner, table, obj, rid, before, after, sql = rec
+            code, scn, sub, _seq, _line, tm, owner, table, obj, rid, before, after, sql = rec[:13]
+            schemas.append((rec[13] if len(rec) > 13 else None, rec[14] if len(rec) > 14 else None))
             out.append(
                 {
                     "tx_seq": self.next_tx_seq,
@@ -58,6 +61,7 @@ class ListSink:
         if out:
             self.next_tx_seq += 1
             self.rows.extend(out)
+            self.schemas.extend(schemas)
         return len(out)
 
 

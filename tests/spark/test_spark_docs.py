@@ -1,6 +1,7 @@
 """docs/spark.md runs as written: every Python block, in order, in one namespace, on the
 changefeed the page describes. The Delta block is left out (it needs delta-spark, and says
-so). The page's relative paths (``"cf"``, ``"lake/…"``) are put under a temporary
+so), and so is the `typed` block (it reads a PostgreSQL source's changefeed, and says so:
+tests/postgres/test_pg_spark.py reads one). The page's relative paths (``"cf"``, ``"lake/…"``) are put under a temporary
 directory: Spark resolves them against its JVM's directory, which a test cannot change."""
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def test_every_python_block_runs_as_written(spark, tmp_path):
     namespace: dict = {"spark": spark}
     out = io.StringIO()
     for block in python_blocks():
-        if "requires delta-spark" in block:
+        if "requires delta-spark" in block or "needs the PostgreSQL example's changefeed" in block:
             continue
         code = _PATH.sub(lambda m: f'"{tmp_path}/{m.group(1)}', block)
         with contextlib.redirect_stdout(out):

@@ -33,6 +33,7 @@ CONTRACT_TYPES = {
     "sql": "string",
     "c_ts": "timestamp",
     "ts": "timestamp",
+    "schema_version": "string",
 }
 
 

@@ -62,12 +62,13 @@ def test_table_changes_parses_before_and_after(spark, workload):
     df = table_changes(spark, str(workload.changefeed), OWNER, TABLE, ORDERS_DDL, json_options=ORDERS_JSON_OPTIONS)
     assert df.columns == [
         "tx_seq", "op_seq", "c_scn", "c_tm", "xid", "op", "scn", "sub", "tm", "thread",
-        "owner", "table", "obj", "rid", "before", "after", "sql", "c_ts", "ts",
+        "owner", "table", "obj", "rid", "before", "after", "sql", "c_ts", "ts", "schema_version",
     ]
     assert df.schema["after"].dataType.simpleString().startswith("struct<ORDER_ID:bigint,")
     got = [r.asDict(recursive=True) for r in df.orderBy("tx_seq", "op_seq").collect()]
     want = [
-        {**r, "before": typed(r["before"]), "after": typed(r["after"]), "c_ts": as_ts(r["c_tm"]), "ts": as_ts(r["tm"])}
+        {**r, "before": typed(r["before"]), "after": typed(r["after"]), "c_ts": as_ts(r["c_tm"]), "ts": as_ts(r["tm"]),
+         "schema_version": None}
         for r in workload.expected.rows
         if (r["owner"], r["table"]) == (OWNER, TABLE)
     ]

@@ -42,7 +42,7 @@ def strip_timestamps(cf: Path, every: int = 2) -> list[str]:
 
 def test_columns_follow_the_contract_and_hold_micros_utc(workload):
     assert ARROW_SCHEMA.names[: len(CHANGEFEED_COLUMNS)] == list(CHANGEFEED_COLUMNS)
-    assert ARROW_SCHEMA.names[len(CHANGEFEED_COLUMNS):] == ["c_ts", "ts"]
+    assert ARROW_SCHEMA.names[len(CHANGEFEED_COLUMNS):] == ["c_ts", "ts", "schema_version"]
     first = workload.changefeed / part_files(workload.changefeed)[0]
     parquet_type = pq.ParquetFile(first).schema.column(ARROW_SCHEMA.get_field_index("c_ts")).logical_type
     logical = json.loads(parquet_type.to_json())
@@ -91,7 +91,7 @@ def test_helpers_derive_the_columns_for_older_files(spark, workload, tmp_path):
     strip_timestamps(copied.changefeed)
     cf = str(copied.changefeed)
     df = read_changefeed(spark, cf)
-    assert df.columns[-2:] == ["c_ts", "ts"]
+    assert df.columns[-3:] == ["c_ts", "ts", "schema_version"]
     expected = {(r["tx_seq"], r["op_seq"]): (r["c_tm"], r["tm"]) for r in workload.expected.rows}
     got = {
         (r.tx_seq, r.op_seq): (r.c_ts, r.ts)

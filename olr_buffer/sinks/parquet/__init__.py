@@ -11,7 +11,7 @@ from .errors import (
     UnknownTableError,
 )
 from .compaction import CompactionError, CompactionResult, compact
-from .layout import DEFAULT_MODE, META_DIR, list_files, read_manifest
+from .layout import DEFAULT_MODE, META_DIR, list_files, read_manifest, read_schema_document, schema_document_path
 from .position import POSITION_KEY, ChangefeedPosition, status, status_line
 from .schema import ARROW_SCHEMA, COLUMNS, DERIVED_TIMESTAMPS, TIMESTAMP, parse_part_name, part_name
 from .writer import DEFAULT_FILE_ROWS, ChangefeedWriter, PublishedFile
@@ -51,4 +51,6 @@ __all__ = [
     "UnknownTableError",
     "parse_part_name",
     "part_name",
+    "read_schema_document",
+    "schema_document_path",
 ]

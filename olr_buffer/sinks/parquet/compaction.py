@@ -35,7 +35,8 @@ or ``run`` writes the changefeed, and a second compaction while one runs.
 Merged files keep the changefeed's naming (``part-<first>-<last>.parquet``), row order,
 row groups of up to 65,536 rows and the footer metadata the writer recovers from
 (``olr_buffer.first_tx_seq``, ``last_tx_seq``, ``last_commit`` of the last transaction,
-``rows``), so :class:`~olr_buffer.sinks.parquet.ChangefeedWriter` reopens the result and
+``rows``, and ``schemas``: the schema versions that changed in the files it merges), and
+an output directory gets the schema documents its rows name, so :class:`~olr_buffer.sinks.parquet.ChangefeedWriter` reopens the result and
 continues at the same ``next_tx_seq``.
 """
 
@@ -63,7 +64,9 @@ from .layout import (  # noqa: F401  (read_footer: a public name of this module 
     apply_mode,
     atomic_write,
     compact_tmp_name,
+    copy_schema_documents,
     create_file,
+    current_schemas,
     damaged,
     file_mode,
     footer_metadata,
@@ -266,6 +269,8 @@ def _compact_to_output(
         written = published_files(dst)
         groups = _plan_output(src, dst, written, target_rows, full_groups_only, result)
         progress = _Progress(on_progress, groups)
+        if groups:
+            copy_schema_documents(src, dst, opts.durable)  # the rows it copies name them
         for group in groups:
             if len(group) == 1:
                 merged = _copy_file(src, group[0], dst, opts, file_mode(mode))
@@ -452,6 +457,7 @@ def _write_merged(
         sum(f.rows for f in group),
         group[-1].last_commit,
         group[-1].owner,
+        tuple((o, t, v) for (o, t), v in current_schemas(group).items()),  # the files' changes, in order
     )
     tmp = os.path.join(dst, compact_tmp_name(merged.first, merged.last))
     create_file(tmp, mode)

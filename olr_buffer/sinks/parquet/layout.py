@@ -9,9 +9,11 @@
         manifest.json                      next_tx_seq, last file and commit, owner (queue id)
         published.jsonl                    one line per published file (audit log)
         compaction.json, compactions.jsonl in-place compaction: intent, log
+        schemas/<version>.json             schema documents: a table's columns and types
         tmp/                               mode 0700: files being written, renamed into CF/
           part-<first>-<pid>.parquet.tmp               by the writer
           compact-part-<first>-<last>.parquet.tmp      by compaction
+          schema-<version>.json.tmp                    a schema document
 
 Temporary files live in ``_olr_buffer/tmp/`` (the same filesystem, so the rename that
 publishes one stays atomic): no glob of the top level (``CF/*.parquet``, which DuckDB and
@@ -29,6 +31,13 @@ second process is refused with ``CF: changefeed is in use by another process (pi
 The kernel drops the lock when its owner dies. Readers (Spark, ``status``) take no lock.
 Inside one process the lock is shared (a compaction may run beside an idle writer of the
 same process); two writers of one process are refused.
+
+**Schema documents.** A row's ``schema_version`` names a document in
+``_olr_buffer/schemas/`` (docs/formats.md): written whole (temporary file, fsync, rename,
+fsync the directory) before the file whose rows name it becomes visible, and never
+changed: its name is a hash of its content. Each file's footer lists the tables whose
+version changed in it (``olr_buffer.schemas``), so the versions current at the end of the
+changefeed are recovered from the footers alone.
 
 **Owner.** The manifest and every file's footer record the identity of the queue that
 writes the changefeed (a random id the pipeline stores in the queue's metadata) and,
@@ -65,6 +74,11 @@ MANIFEST_FORMAT = 1
 # Footer keys of the owner (besides the range keys in schema.py).
 META_QUEUE_ID = b"olr_buffer.queue_id"
 META_SOURCE_ID = b"olr_buffer.source_id"
+# [[owner, table, version], ...]: the tables whose schema version changed in the file, and
+# their version at its end
+META_SCHEMAS = b"olr_buffer.schemas"
+SCHEMAS_DIR = "schemas"  # under META_DIR
+_VERSION = re.compile(r"[0-9a-f]{16}")
 
 DEFAULT_MODE = 0o700  # the changefeed directory; its files get the mode without x bits
 META_MODE = 0o700  # _olr_buffer/ is never shared: Spark does not read it
@@ -74,7 +88,8 @@ TMP_DIR = "tmp"  # under META_DIR
 WRITER_TMP_PREFIX = "part-"
 COMPACT_TMP_PREFIX = "compact-"
 # Only these temporary names are olr-buffer's own: anything else is left alone.
-_OWN_TMP = re.compile(r"part-[0-9]{20}-[0-9]+\.parquet\.tmp|compact-part-[0-9]{20}-[0-9]{20}\.parquet\.tmp")
+_OWN_TMP = re.compile(r"part-[0-9]{20}-[0-9]+\.parquet\.tmp|compact-part-[0-9]{20}-[0-9]{20}\.parquet\.tmp"
+                      r"|schema-[0-9a-f]{16}\.json\.tmp")
 # ... and these, at the top level, an earlier version's (before TMP_DIR)
 _OLD_TMP = re.compile(r"\.tmp-part-[0-9]{20}-[0-9]+\.parquet|\.tmp-compact-part-[0-9]{20}-[0-9]{20}\.parquet")
 
@@ -87,6 +102,8 @@ class PublishedFile:
     rows: int
     last_commit: CommitKey
     owner: ChangefeedOwner | None = None  # None: written before owners were recorded
+    # (owner, table, version) of each table whose schema version changed in the file
+    schemas: tuple[tuple[str, str, str], ...] = ()
 
 
 # -- names --------------------------------------------------------------------------------
@@ -294,6 +311,8 @@ def footer_metadata(f: PublishedFile) -> dict[bytes, str]:
         meta[META_QUEUE_ID] = f.owner.queue_id
         if f.owner.source_id is not None:
             meta[META_SOURCE_ID] = f.owner.source_id
+    if f.schemas:
+        meta[META_SCHEMAS] = orjson.dumps([list(x) for x in f.schemas]).decode()
     return meta
 
 
@@ -331,7 +350,25 @@ def read_footer(path: str, name: str) -> PublishedFile:
     if META_QUEUE_ID in kv:
         source = kv.get(META_SOURCE_ID)
         owner = ChangefeedOwner(kv[META_QUEUE_ID].decode(), source.decode() if source is not None else None)
-    return PublishedFile(name, first, last, rows, CommitKey(scn, thread, seq, line), owner)
+    schemas: tuple[tuple[str, str, str], ...] = ()
+    if META_SCHEMAS in kv:
+        try:
+            schemas = tuple((o, t, v) for o, t, v in orjson.loads(kv[META_SCHEMAS])
+                            if isinstance(o, str) and isinstance(t, str) and _VERSION.fullmatch(v))
+        except (orjson.JSONDecodeError, TypeError, ValueError):
+            raise ChangefeedCorruptError(f"{full}: its footer's {META_SCHEMAS.decode()} is not readable",
+                                         path=full) from None
+    return PublishedFile(name, first, last, rows, CommitKey(scn, thread, seq, line), owner, schemas)
+
+
+def current_schemas(files: list[PublishedFile]) -> dict[tuple[str, str], str]:
+    """``(owner, table) -> version`` at the end of ``files`` (in order): each file's footer
+    lists the tables whose version changed in it."""
+    current: dict[tuple[str, str], str] = {}
+    for f in files:
+        for owner, table, version in f.schemas:
+            current[(owner, table)] = version
+    return current
 
 
 def verify_pages(path: str, name: str) -> None:
@@ -562,6 +599,80 @@ def _open_meta_file(path: str, flags: int) -> int:
         os.close(fd)
         raise
     return fd
+
+
+# -- schema documents ---------------------------------------------------------------------
+
+
+def schema_document_path(path: str, version: str) -> str:
+    """Where the schema document of ``version`` lives in the changefeed at ``path``."""
+    return os.path.join(path, META_DIR, SCHEMAS_DIR, f"{version}.json")
+
+
+def schema_versions(path: str) -> set[str]:
+    """The versions whose schema documents the changefeed at ``path`` holds."""
+    try:
+        names = os.listdir(os.path.join(path, META_DIR, SCHEMAS_DIR))
+    except FileNotFoundError:
+        return set()
+    except OSError as exc:
+        raise os_failure(exc, os.path.join(path, META_DIR, SCHEMAS_DIR), "list the schema documents") from None
+    return {n[:-5] for n in names if n.endswith(".json") and _VERSION.fullmatch(n[:-5])}
+
+
+def write_schema_documents(path: str, documents: dict[str, str], durable: bool) -> None:
+    """Write each ``version -> text`` document that the changefeed does not hold yet, whole:
+    a temporary file in ``_olr_buffer/tmp/``, fsynced, renamed into ``_olr_buffer/schemas/``,
+    the directory fsynced; so once this returns, a file whose rows name them may become
+    visible. A document that is there already is left as it is: its name is its content's
+    hash."""
+    if not documents:
+        return
+    meta = os.path.join(path, META_DIR)
+    target = os.path.join(meta, SCHEMAS_DIR)
+    try:
+        if not os.path.isdir(target):
+            os.mkdir(target, META_MODE)
+            if durable:
+                fsync_dir(meta)
+        for version, text in documents.items():
+            final = os.path.join(target, f"{version}.json")
+            if os.path.exists(final):
+                continue
+            tmp = os.path.join(meta, TMP_DIR, f"schema-{version}.json.tmp")
+            with open(_open_meta_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "wb") as fh:
+                fh.write(text.encode())
+                if durable:
+                    fh.flush()
+                    os.fsync(fh.fileno())
+            os.rename(tmp, final)
+        if durable:
+            fsync_dir(target)
+    except OSError as exc:
+        raise os_failure(exc, exc.filename or target, "write a schema document") from None
+
+
+def read_schema_document(path: str, version: str) -> bytes:
+    """The text of the schema document ``version`` of the changefeed at ``path``."""
+    full = schema_document_path(path, version)
+    try:
+        with open(full, "rb") as fh:
+            return fh.read()
+    except FileNotFoundError:
+        raise ChangefeedCorruptError(
+            f"{full}: missing: rows of the changefeed name schema version {version}",
+            hint="the changefeed's _olr_buffer/ directory was not copied with it: copy it too",
+            path=full,
+        ) from None
+    except OSError as exc:
+        raise os_failure(exc, full, "read a schema document") from None
+
+
+def copy_schema_documents(src: str, dst: str, durable: bool) -> None:
+    """Copy to ``dst`` the schema documents of ``src`` that it lacks (compaction into
+    another directory: the rows it copies name them)."""
+    missing = sorted(schema_versions(src) - schema_versions(dst))
+    write_schema_documents(dst, {v: read_schema_document(src, v).decode() for v in missing}, durable)
 
 
 # -- durable file operations --------------------------------------------------------------

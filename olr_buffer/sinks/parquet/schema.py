@@ -30,9 +30,12 @@ ARROW_SCHEMA = pa.schema(
         pa.field("before", pa.string()),
         pa.field("after", pa.string()),
         pa.field("sql", pa.string()),
-        # After the contract's columns: c_tm and tm as Spark timestamps (microseconds).
+        # After the contract's columns: c_tm and tm as Spark timestamps (microseconds),
         pa.field("c_ts", TIMESTAMP),
         pa.field("ts", TIMESTAMP),
+        # and the version of the table's schema document the row was written under
+        # (null: none known), in _olr_buffer/schemas/<version>.json
+        pa.field("schema_version", pa.string()),
     ]
 )
 COLUMNS = ARROW_SCHEMA.names
@@ -43,7 +46,7 @@ DERIVED_TIMESTAMPS = {"c_ts": "c_tm", "ts": "tm"}
 # sets). Row images, row ids and SCNs are mostly distinct: trying a dictionary on them
 # and falling back costs writer time for nothing, and makes files larger
 # (bench/log/2026-11-performance-history.md).
-DICTIONARY_COLUMNS = ["tx_seq", "c_scn", "c_tm", "xid", "op", "sub", "thread", "owner", "table", "obj"]
+DICTIONARY_COLUMNS = ["tx_seq", "c_scn", "c_tm", "xid", "op", "sub", "thread", "owner", "table", "obj", "schema_version"]
 
 
 def nanos_to_timestamp(nanos: pa.Array) -> pa.Array:
@@ -54,13 +57,15 @@ def nanos_to_timestamp(nanos: pa.Array) -> pa.Array:
 
 
 def with_timestamps(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """``batch`` with the contract's columns and ``ARROW_SCHEMA``'s timestamp columns: a
-    batch of a file written before ``c_ts``/``ts`` existed gets them from ``c_tm``/``tm``."""
+    """``batch`` with every column of ``ARROW_SCHEMA``: a batch of a file written before
+    ``c_ts``/``ts`` existed gets them from ``c_tm``/``tm``, one written before
+    ``schema_version`` existed gets it null."""
     names = batch.schema.names
     arrays = [
         batch.column(name)
         if name in names
-        else nanos_to_timestamp(batch.column(DERIVED_TIMESTAMPS[name]))
+        else nanos_to_timestamp(batch.column(DERIVED_TIMESTAMPS[name])) if name in DERIVED_TIMESTAMPS
+        else pa.nulls(batch.num_rows, ARROW_SCHEMA.field(name).type)
         for name in ARROW_SCHEMA.names
     ]
     return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)

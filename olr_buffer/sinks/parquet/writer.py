@@ -5,8 +5,16 @@ Publication of one file::
     1. rows go to ``_olr_buffer/tmp/part-<first>-<pid>.parquet.tmp`` (out of every
        reader's sight: Spark skips ``_`` names, and no ``*.parquet`` glob matches it)
     2. the footer gets the file's range, last commit key and owner; close; fsync the file
-    3. rename to ``part-<first>-<last>.parquet``; fsync the directory   <- visible, final
-    4. record it in ``_olr_buffer/manifest.json`` (write temp, fsync, rename, fsync dir)
+    3. the schema documents its rows introduce go to ``_olr_buffer/schemas/`` (each
+       written whole and fsynced; the directory fsynced)
+    4. rename to ``part-<first>-<last>.parquet``; fsync the directory   <- visible, final
+    5. record it in ``_olr_buffer/manifest.json`` (write temp, fsync, rename, fsync dir)
+
+Schema versions. A row that names its version (a PostgreSQL row, a redo ``ddl`` record
+with ``columns``) keeps it, and one that also carries the document makes that version
+its table's current one; a row that names none takes its table's current version (null
+if none). The current versions at the end of each file are recovered from the footers
+(:func:`~.layout.current_schemas`).
 
 On open, the writer takes the changefeed's lock, deletes its temporary files, reads every
 published file's footer (a gapless chain from tx_seq 0) and every page of the newest file
@@ -26,7 +34,7 @@ import os
 import threading
 import time
 from collections import deque
-from itertools import repeat
+from itertools import compress, repeat, zip_longest
 from operator import itemgetter
 from typing import Iterable
 
@@ -34,7 +42,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ...changes import CHANGEFEED_OP, ROW_FIELDS, Commit, CommitKey
+from ...changes import CHANGEFEED_OP, ROW_FIELDS, Commit, CommitKey, schema_version
 from ...faults import fault_point
 from ..base import ChangefeedOwner, SinkFigures, SinkOpening
 from .errors import ChangefeedCorruptError, ChangefeedError, ChangefeedOwnerError
@@ -47,6 +55,7 @@ from .layout import (  # noqa: F401  (MANIFEST, META_DIR, PUBLISHED_LOG, read_fo
     PublishedFile,
     apply_mode,
     create_file,
+    current_schemas,
     file_mode,
     footer_metadata,
     fsync_dir,
@@ -61,9 +70,11 @@ from .layout import (  # noqa: F401  (MANIFEST, META_DIR, PUBLISHED_LOG, read_fo
     read_manifest,
     remove_own_temporaries,
     remove_unused,
+    schema_versions,
     set_file_modes,
     verify_pages,
     write_manifest,
+    write_schema_documents,
     writer_tmp_name,
 )
 from .position import POSITION_KEY, ChangefeedPosition, load_position
@@ -145,6 +156,14 @@ class ChangefeedWriter:
         self.owner: ChangefeedOwner | None = None  # the queue (and source) that writes it
         self._found: list[tuple[int, int, int, str | None]] = []  # see published_since
         self._last_file: PublishedFile | None = None
+        # schema versions: (owner, table) -> version, as of the last published file, and
+        # now (with the open file's rows); the open file's changes; documents to write
+        # before it is published; the versions whose documents the changefeed holds
+        self._published_schemas: dict[tuple[str, str], str] = {}
+        self._schemas: dict[tuple[str, str], str] = {}
+        self._file_schemas: dict[tuple[str, str], str] = {}
+        self._documents: dict[str, str] = {}
+        self._known_versions: set[str] = set()
         self.created = prepare_dir(self.path, mode)  # (see release)
         self._lock: ChangefeedLock | None = ChangefeedLock(self.path, writer=True)
         try:
@@ -199,6 +218,17 @@ class ChangefeedWriter:
                 path=self.path,
             )
         set_file_modes(self.path, files, self.file_mode)
+        self._known_versions = schema_versions(self.path)
+        self._published_schemas = current_schemas(files)
+        lost = sorted(set(self._published_schemas.values()) - self._known_versions)
+        if lost:
+            raise ChangefeedCorruptError(
+                f"{self.path}: schema document(s) missing from {META_DIR}/schemas/: {', '.join(lost)}",
+                hint="rows of the changefeed name them: put them back (from a backup, or from the directory "
+                "the changefeed was copied from)",
+                path=self.path,
+            )
+        self._schemas = dict(self._published_schemas)
         self.owner = manifest_owner(manifest) or (files[-1].owner if files else None)
         if not files:
             return
@@ -471,7 +501,11 @@ class ChangefeedWriter:
         # op_seq: the row's place in its transaction = op_seq0 + (row - the segment's first row)
         first_rows = per_segment(tuple(op0 - (end - n) for op0, end, n in zip(op0s, ends, ns)), pa.int64())
         op_seq = pc.add(_row_numbers(total), first_rows)
-        row = dict(zip(ROW_FIELDS, zip(*self._recs), strict=True))  # a column per field of a row record
+        # a column per field of a row record; the schema fields are optional (None where a row ends before them)
+        fields = list(zip_longest(*self._recs))
+        if len(fields) > len(ROW_FIELDS):
+            raise ChangefeedError(f"{self.path}: a row has {len(fields)} fields; this olr-buffer knows {len(ROW_FIELDS)}")
+        row = dict(zip(ROW_FIELDS, fields))
         i64, s = pa.int64(), pa.string()
         c_tm, row_tm = per_segment(tms, i64), pa.array(row["tm"], i64)
         arrays = [
@@ -494,8 +528,59 @@ class ChangefeedWriter:
             pa.array(row["sql"], s),
             nanos_to_timestamp(c_tm),
             nanos_to_timestamp(row_tm),
+            self._versions(row, total),
         ]
         return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+
+    def _versions(self, row: dict, n: int) -> pa.Array:
+        """The ``schema_version`` column of ``row`` (the buffered rows' fields), in row
+        order: a row's own version, or else its table's current one; a row that carries its
+        document makes its version current (see the module doc)."""
+        versions = row.get("schema_version")
+        documents = row.get("schema_document")
+        schemas = self._schemas
+        if versions is None:
+            if not schemas:
+                return pa.nulls(n, pa.string())
+            versions = (None,) * n
+        introduced = list(compress(range(n), documents)) if documents is not None else []
+        owners, tables = row["owner"], row["table"]
+        if None in versions and (schemas or introduced):  # rows that take their table's version, in order
+            out = list(versions)
+            for i, version in enumerate(out):
+                if version is None:
+                    out[i] = schemas.get((owners[i], tables[i]))
+                elif documents is not None and documents[i] is not None:
+                    self._introduce(owners[i], tables[i], version, documents[i])
+            versions = out
+        else:
+            for i in introduced:
+                self._introduce(owners[i], tables[i], versions[i], documents[i])  # type: ignore[index]
+        unknown = set(versions) - self._known_versions - self._documents.keys()
+        unknown.discard(None)
+        if unknown:
+            raise ChangefeedError(
+                f"{self.path}: rows name schema version(s) {', '.join(sorted(unknown))} whose document no row "
+                "carried",
+                hint="the queue was written by another program or is damaged",
+            )
+        return pa.array(versions, pa.string())
+
+    def _introduce(self, owner: str, table: str, version: str, document: str) -> None:
+        """A row carries the schema document of ``version``: it is written before the file
+        is published (unless the changefeed holds it), and is its table's version from now on."""
+        if version not in self._known_versions and version not in self._documents:
+            if schema_version(document) != version:
+                raise ChangefeedError(
+                    f"{self.path}: a row of {owner}.{table} names schema version {version}, but the document it "
+                    f"carries has version {schema_version(document)}",
+                    hint="the queue was written by another program or is damaged",
+                )
+            self._documents[version] = document
+        key = (owner, table)
+        if self._schemas.get(key) != version:
+            self._schemas[key] = version
+            self._file_schemas[key] = version
 
     def flush(self) -> PublishedFile | None:
         """Publish the open file, if it holds any transaction.
@@ -528,12 +613,20 @@ class ChangefeedWriter:
         first, last = self._file_first, self.next_tx_seq - 1
         last_commit = self._file_last_commit
         assert self._writer is not None and self._tmp_path is not None and last_commit is not None
-        published = PublishedFile(part_name(first, last), first, last, self._file_rows, last_commit, self.owner)
+        published = PublishedFile(part_name(first, last), first, last, self._file_rows, last_commit, self.owner,
+                                  tuple((o, t, v) for (o, t), v in self._file_schemas.items()))
         self._writer.add_key_value_metadata(footer_metadata(published))
         self._writer.close()
         self._writer = None
         if self.durable:
             fsync_path(self._tmp_path)
+        try:
+            write_schema_documents(self.path, self._documents, self.durable)  # before any row names them
+        except ChangefeedError:
+            self.abandon()
+            raise
+        self._known_versions.update(self._documents)
+        self._documents.clear()
         fault_point("after_tmp_written")
         os.rename(self._tmp_path, os.path.join(self.path, published.name))
         # visible: from here on the file is published, whatever fails next
@@ -547,6 +640,8 @@ class ChangefeedWriter:
         self.last_commit = last_commit
         self.last_c_scn = last_commit.scn
         self._last_file = published
+        self._published_schemas.update(self._file_schemas)
+        self._file_schemas.clear()
         self._file_first = self.next_tx_seq
         self._file_rows = 0
         self._file_last_commit = None
@@ -610,6 +705,9 @@ class ChangefeedWriter:
         self._file_rows = 0
         self._file_last_commit = None
         self._file_c_tms.clear()
+        self._documents.clear()
+        self._file_schemas.clear()
+        self._schemas = dict(self._published_schemas)
 
 
 class _BackgroundWrite:

@@ -104,6 +104,7 @@ class Column:
     name: str
     type_oid: int
     key: bool
+    type_mod: int = -1  # atttypmod: numeric(p,s), varchar(n), timestamp(p) ...; -1 none
 
 
 @dataclass(frozen=True, slots=True)
@@ -402,8 +403,8 @@ def decode_message(data: bytes, in_stream: bool = False) -> Message:
             cols = []
             for _ in range(c.u16("column count")):
                 flags = c.u8("column flags")
-                cols.append(Column(c.string("column name"), c.u32("column type OID"), bool(flags & 1)))
-                c.i32("column type modifier")
+                col_name, type_oid = c.string("column name"), c.u32("column type OID")
+                cols.append(Column(col_name, type_oid, bool(flags & 1), c.i32("column type modifier")))
             msg = Relation(xid, oid, schema, name, ident, tuple(cols))
         elif kind == "Y":
             msg = TypeInfo(xid, c.u32("type OID"), c.string("type schema"), c.string("type name"))

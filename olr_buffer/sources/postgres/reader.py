@@ -13,6 +13,12 @@ streamed transactions:
   (PostgreSQL's own subscriber rule); a subxid never seen does nothing.
 * Relation messages update a per-transaction overlay of the relation cache, merged at
   commit, dropped with the transaction or the subtransaction that carried them.
+* Types: each relation (its columns, their types from the Relation and TypeInfo messages,
+  nullability and key from the catalog) has a schema document (``Table.version``,
+  ``Table.document``). Every row names its table's version; the first row of each table
+  (and version) in a transaction carries the document too, and so does the next one when
+  a subtransaction abort cut that row: whatever the dispatcher publishes of a transaction,
+  the document of every version its rows name comes with them, in order.
 
 Exact restart. The state stored with every block holds the last commit LSN appended,
 the transactions with records in the queue and no end yet ("open"), and the streamed
@@ -52,9 +58,11 @@ from ...changes import (
     TRUNCATE,
     UPDATE,
     BlockBuilder,
+    SchemaColumn,
     cut_payload,
     end_payload,
     row_payload,
+    schema_document,
 )
 from . import protocol as p
 from .connection import (
@@ -71,6 +79,7 @@ from .connection import (
 )
 from .rows import Table
 from .state import STATE_KEY, PostgresState
+from .types import column_type, is_builtin
 
 log = logging.getLogger("olr_buffer.postgres")
 
@@ -91,7 +100,7 @@ class _Stopped(Exception):
 class _Txn:
     """A top-level transaction the reader is receiving."""
 
-    __slots__ = ("xid", "top", "rows", "subs", "rels", "skip", "streamed")
+    __slots__ = ("xid", "top", "rows", "subs", "rels", "skip", "streamed", "carried")
 
     def __init__(self, xid: str, skip: bool = False, streamed: bool = False) -> None:
         self.xid = xid
@@ -101,6 +110,22 @@ class _Txn:
         self.rels: dict[int, tuple[Table, int]] = {}  # relation OID -> (table, subxid that carried it)
         self.skip = skip
         self.streamed = streamed
+        # relation OID -> (schema version, ordinal of the row that carried its document)
+        self.carried: dict[int, tuple[str, int]] = {}
+
+    def schema_fields(self, table: Table) -> list:
+        """What a row of ``table`` appended next ends with: its schema version, and the
+        document too if no row of this transaction left by cuts carried it."""
+        version = table.version
+        if version is None:
+            return []
+        if self.carried.get(table.oid, _NOT_CARRIED)[0] == version:
+            return [version]
+        self.carried[table.oid] = (version, self.rows)
+        return [version, table.document]
+
+
+_NOT_CARRIED = (None, -1)
 
 
 class PostgresReader:
@@ -168,6 +193,8 @@ class PostgresReader:
         self.tables: dict[int, Table] = {}  # committed relation cache
         self._last_seen: dict[int, Table] = {}
         self._keys: dict[int, tuple[str, ...] | None] = {}
+        self._not_null: dict[int, frozenset[str]] = {}
+        self._type_names: dict[int, tuple[str, str]] = {}  # from TypeInfo messages: OID -> (schema, name)
         self._sql = None
         if state is not None:
             self._restore(state)
@@ -409,12 +436,13 @@ class PostgresReader:
         expression) come from ``pg_publication_tables`` on PostgreSQL 15+."""
         with conn.cursor() as cur:
             cur.execute(
-                "SELECT attname, atttypid FROM pg_attribute WHERE attrelid = %s AND attnum > 0 "
+                "SELECT attname, atttypid, atttypmod FROM pg_attribute WHERE attrelid = %s AND attnum > 0 "
                 "AND NOT attisdropped AND attgenerated = '' ORDER BY attnum",
                 (oid,),
             )
             listed = None if attnames is None else set(attnames)
-            cols = tuple(p.Column(n, t, False) for n, t in cur.fetchall() if listed is None or n in listed)
+            cols = tuple(p.Column(n, t, False, m) for n, t, m in cur.fetchall() if listed is None or n in listed)
+        self._look_up_types([c.type_oid for c in cols], conn)
         table = self._table(oid, schema, name, "d", cols, conn)
         xid = f"copy-{oid}"
         self.txns[xid] = txn = _Txn(xid)
@@ -428,7 +456,8 @@ class PostgresReader:
             scn = self.consistent_point
             for row in cur:
                 values = tuple(None if v is None else v.encode() for v in row)
-                self._add(COPY_ROW, scn, xid, row_payload(None, schema, name, oid, table.rid(values), None, table.obj(values)))
+                self._add(COPY_ROW, scn, xid, row_payload(None, schema, name, oid, table.rid(values), None,
+                                                          table.obj(values)) + txn.schema_fields(table))
                 txn.rows += 1
         log.info("initial copy of %s: %d row(s)", target, txn.rows)
         return xid
@@ -449,6 +478,32 @@ class PostgresReader:
             self._keys[oid] = tuple(row[0]) if row else None
         return self._keys[oid]
 
+    def _not_null_names(self, oid: int, conn=None) -> frozenset[str]:
+        """The columns of relation ``oid`` that the catalog declares NOT NULL."""
+        if oid not in self._not_null:
+            with (conn or self._sql_conn()).cursor() as cur:
+                cur.execute("SELECT attname FROM pg_attribute WHERE attrelid = %s AND attnum > 0 AND attnotnull "
+                            "AND NOT attisdropped", (oid,))
+                self._not_null[oid] = frozenset(n for (n,) in cur.fetchall())
+        return self._not_null[oid]
+
+    def _look_up_types(self, oids: list[int], conn) -> None:
+        """The names of types that are not built in, from the catalog as TypeInfo messages
+        give them (a domain: its base type's name), for the initial copy."""
+        wanted = sorted({o for o in oids if not is_builtin(o) and o not in self._type_names})
+        if not wanted:
+            return
+        with conn.cursor() as cur:
+            cur.execute(
+                "WITH RECURSIVE d(oid, base) AS (SELECT oid, oid FROM pg_type WHERE oid = ANY(%s) "
+                "UNION ALL SELECT d.oid, t.typbasetype FROM d JOIN pg_type t ON t.oid = d.base WHERE t.typtype = 'd') "
+                "SELECT d.oid, n.nspname, t.typname FROM d JOIN pg_type t ON t.oid = d.base "
+                "JOIN pg_namespace n ON n.oid = t.typnamespace WHERE t.typtype <> 'd'",
+                (wanted,),
+            )
+            for type_oid, nsp, typname in cur.fetchall():
+                self._type_names[type_oid] = (nsp, typname)
+
     def _table(self, oid, schema, name, ident, cols, conn=None) -> Table:
         names = self._key_names(oid, conn)
         positions = {c.name: i for i, c in enumerate(cols)}
@@ -459,12 +514,20 @@ class PostgresReader:
             key = tuple(i for i, c in enumerate(cols) if c.key)
         else:
             key = None
-        return Table(oid, schema, name, cols, key)
+        not_null = self._not_null_names(oid, conn)
+        columns = []
+        for c in cols:
+            type_name, spark = column_type(c.type_oid, c.type_mod, self._type_names)
+            columns.append(SchemaColumn(c.name, type_name, c.name not in not_null, spark))
+        version, document = schema_document("postgresql", schema, name, columns,
+                                            [cols[i].name for i in key] if key is not None else [])
+        return Table(oid, schema, name, cols, key, version, document)
 
     def _relation(self, txn: _Txn | None, msg: p.Relation) -> None:
         seen = self._last_seen.get(msg.oid)
         if seen is not None and (seen.columns != msg.columns or (seen.schema, seen.name) != (msg.schema, msg.name)):
             self._keys.pop(msg.oid, None)  # the table changed: look its key up again
+            self._not_null.pop(msg.oid, None)
         table = self._table(msg.oid, msg.schema, msg.name, msg.replica_identity, msg.columns)
         self._last_seen[msg.oid] = table
         if txn is None:
@@ -524,7 +587,7 @@ class PostgresReader:
         # inserts into it; every other message, and any insert out of the ordinary, goes to
         # _handle, after which these are looked up again.
         txn = None
-        rel_seen, table = -1, None
+        rel_seen, table, version = -1, None, None
         in_stream = False
         while not self.stop.is_set():
             batch = stream.read_batch(0)
@@ -554,14 +617,21 @@ class PostgresReader:
                             got = txn.rels.get(rel)
                             table = got[0] if got is not None else (self.tables.get(rel) or self._last_seen.get(rel))
                             rel_seen = rel if table is not None else -1
+                            version = table.version if table is not None else None
                         images = table.images(data, pos) if rel == rel_seen else None
                         if images is not None:
                             if sub is not None and sub != txn.top and sub not in txn.subs:
                                 txn.subs[sub] = txn.rows
                             if not builder.count:
                                 self._pending_since = time.monotonic()
-                            add_row(start, txn.xid, [INSERT, start, 0, 0, 0, None, table.schema, table.name, table.oid,
-                                                     images[0], None, images[1], None])
+                            rec = [INSERT, start, 0, 0, 0, None, table.schema, table.name, table.oid,
+                                   images[0], None, images[1], None]
+                            if version is not None:
+                                if txn.carried.get(rel, _NOT_CARRIED)[0] == version:
+                                    rec.append(version)
+                                else:  # the first row of this table (version) in the transaction
+                                    rec += txn.schema_fields(table)
+                            add_row(start, txn.xid, rec)
                             txn.rows += 1
                             if builder.count >= block_records or builder.nbytes >= block_bytes:
                                 self.server_lsn = server_lsn  # stored with the block
@@ -667,8 +737,11 @@ class PostgresReader:
             self.txns.pop(str(msg.xid), None)
         elif kind is p.StreamAbort:
             self._abort(str(msg.xid), msg.subxid)
-        # Origin, LogicalMessage, TypeInfo: type names are not needed (values of other
-        # types are strings), messages are not rows
+        elif kind is p.TypeInfo:
+            # the name of a type that is not built in, before the Relation message that
+            # uses it (for a domain: its base type's)
+            self._type_names[msg.oid] = (msg.schema, msg.name)
+        # Origin, LogicalMessage: not rows
 
     def _data(self, kind: type, msg, lsn: int) -> None:
         """A change or a Relation message."""
@@ -734,12 +807,15 @@ class PostgresReader:
         for s in dropped:
             del txn.subs[s]
         txn.rels = {oid: v for oid, v in txn.rels.items() if v[1] not in dropped}
+        # a document carried by a row the cut drops is carried again by the next row of its table
+        txn.carried = {oid: c for oid, c in txn.carried.items() if c[1] < first}
         if not txn.skip and first < txn.rows:
             self._add(CUT, 0, xid, cut_payload(first, txn.rows))
             self.cuts += 1
 
     def _row(self, txn: _Txn, code: int, lsn: int, table: Table, rid, before, after) -> None:
-        self._add(code, lsn, txn.xid, row_payload(None, table.schema, table.name, table.oid, rid, before, after))
+        self._add(code, lsn, txn.xid, row_payload(None, table.schema, table.name, table.oid, rid, before, after)
+                  + txn.schema_fields(table))
         txn.rows += 1
 
     def _change(self, txn: _Txn, msg, lsn: int) -> None:

@@ -56,13 +56,16 @@ def value_json(type_oid: int, raw: bytes | None) -> bytes:
 
 @dataclass
 class Table:
-    """What the rows of one relation need: names, types, and the key (``rid``) columns."""
+    """What the rows of one relation need: names, types, the key (``rid``) columns, and the
+    version and text of its schema document (none: rows name no version)."""
 
     oid: int
     schema: str
     name: str
     columns: tuple[Column, ...]
     key: tuple[int, ...] | None  # column positions in key order; None: no rid
+    version: str | None = None
+    document: str | None = None
 
     def __post_init__(self) -> None:  # noqa: D105
         self._names = [orjson.dumps(c.name) + b":" for c in self.columns]

@@ -28,10 +28,14 @@ from ...changes import (
     TM,
     UPDATE,
     RecordError,
+    SchemaColumn,
     compensation_payload,
     end_payload,
     row_payload,
+    schema_document,
+    schema_fields,
 )
+from .types import spark_type
 
 MAX_SCN = (1 << 63) - 1
 INT64_MIN = -(1 << 63)
@@ -200,8 +204,45 @@ def validate(d: dict[str, Any]) -> tuple[int, int, int, str | None, list | None]
         rid = _str(d, "rid") if d.get("rid") is not None else None
         before = _object_text(d, "before", False)
         after = _object_text(d, "after", False)
-        return code, scn, sub, xid, row_payload(tm, owner, table, obj, rid, before, after, sql)
+        payload = row_payload(tm, owner, table, obj, rid, before, after, sql)
+        if d.get("columns") is not None:
+            payload += schema_fields(*_schema(owner, table, d["columns"]))
+        return code, scn, sub, xid, payload
     return code, scn, sub, xid, end_payload(tm)
+
+
+def _schema(owner: str, table: str, columns: Any) -> tuple[str, str]:
+    """The schema document of a ``ddl`` record's ``columns`` (docs/formats.md): ``(version,
+    text)``, or :class:`RecordError` naming the item that is wrong."""
+    if type(columns) is not list:
+        raise RecordError(f"field 'columns' must be an array, not {_json_type(columns)}")
+    if not columns:
+        raise RecordError("field 'columns' must list at least one column")
+    cols, key, names = [], [], set()
+    for n, c in enumerate(columns, 1):
+        if type(c) is not dict:
+            raise RecordError(f"field 'columns' item {n} must be an object, not {_json_type(c)}")
+        name, type_ = c.get("name"), c.get("type")
+        if type(name) is not str or not name:
+            raise RecordError(f"field 'columns' item {n}: 'name' must be a non-empty string")
+        if type(type_) is not str or not type_.strip():
+            raise RecordError(f"field 'columns' item {n} ({name}): 'type' must be a non-empty string")
+        if name in names:
+            raise RecordError(f"field 'columns' item {n}: column {name!r} is listed twice")
+        names.add(name)
+        nullable, is_key = c.get("nullable", True), c.get("key", False)
+        if type(nullable) is not bool and nullable is not None:
+            raise RecordError(f"field 'columns' item {n} ({name}): 'nullable' must be a boolean")
+        if type(is_key) is not bool and is_key is not None:
+            raise RecordError(f"field 'columns' item {n} ({name}): 'key' must be a boolean")
+        type_ = type_.strip()
+        cols.append(SchemaColumn(name, type_, nullable is not False, spark_type(type_)))
+        if is_key:
+            key.append(name)
+    try:
+        return schema_document("redo", owner, table, cols, key)
+    except TypeError:  # orjson: a lone surrogate
+        raise RecordError("field 'columns' holds a string that is not valid Unicode (lone surrogate)") from None
 
 
 # ---------------------------------------------------------------------------------------
@@ -227,6 +268,7 @@ class _Line(msgspec.Struct, gc=False):
     after: msgspec.Raw = None  # type: ignore[assignment]
     sql: str | None = None
     rollback: bool | None = None
+    columns: msgspec.Raw = None  # type: ignore[assignment]  # a ddl's: the reference path reads it
 
 
 _line_decoder = msgspec.json.Decoder(_Line)
@@ -292,7 +334,8 @@ def decode_line(raw: bytes) -> tuple[int, int, int, str | None, list | None]:
                 raise _NotFast
             return code, scn, sub, xid, row_payload(r.tm, owner, table, r.obj, rid, before, after)
         if code == DDL:
-            if r.owner is None or r.table is None or r.sql is None:
+            if r.owner is None or r.table is None or r.sql is None or (r.columns is not None
+                                                                       and bytes(r.columns) != b"null"):
                 raise _NotFast
             return code, scn, sub, xid, row_payload(r.tm, r.owner, r.table, r.obj, r.rid, _text(r.before),
                                                     _text(r.after), r.sql)
@@ -300,7 +343,7 @@ def decode_line(raw: bytes) -> tuple[int, int, int, str | None, list | None]:
     except (_NotFast, msgspec.MsgspecError, ValueError, RecursionError):
         pass
     code, scn, sub, xid, payload = validate(parse_line(raw))  # the reason, if invalid
-    if payload is not None and len(payload) == 8:
+    if payload is not None and len(payload) >= 8:
         try:  # a valid record the fast path did not take: the same text for its images
             images = _decode_images(raw)
             payload[BEFORE - TM], payload[AFTER - TM] = _text(images.before), _text(images.after)

@@ -2,7 +2,9 @@
 programs: transactions streamed in random chunks or sent at commit, interleaved, with
 nested savepoints released and rolled back (the server aborting every rolled-back
 subtransaction that was streamed, children first). Published rows must be exactly the
-rows the model keeps, per transaction, in commit order."""
+rows the model keeps, per transaction, in commit order; and whatever the cuts dropped,
+the schema document of each version a transaction's rows name comes with its first row
+that names it."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import itertools
 from hypothesis import event, given
 from hypothesis import strategies as st
 
+from olr_buffer.changes import schema_version
 from olr_buffer.dispatcher import Dispatcher
 from olr_buffer.sources.postgres import protocol as p
 from olr_buffer.txbuffer import MemoryQueue
@@ -152,6 +155,20 @@ def published(sink) -> list[tuple[str, list[int]]]:
     return got
 
 
+def assert_documents_travel(sink) -> None:
+    """Every published row names its table's version; the first row of each transaction
+    that names it carries its document."""
+    carried: set[str] = set()
+    tx_seq = None
+    for row, (version, document) in zip(sink.rows, sink.schemas, strict=True):
+        assert version is not None, row
+        if row["tx_seq"] != tx_seq:
+            tx_seq, carried = row["tx_seq"], set()
+        if version not in carried:
+            assert document is not None and schema_version(document) == version, (row, version)
+            carried.add(version)
+
+
 @given(histories(), st.integers(1, 6))
 def test_published_rows_are_the_models(order, block_records):
     q = MemoryQueue()
@@ -162,6 +179,7 @@ def test_published_rows_are_the_models(order, block_records):
     sink = BatchListSink()
     Dispatcher(q, sink, [1]).poll(max_blocks=10_000)
     assert published(sink) == expected
+    assert_documents_travel(sink)
 
 
 @given(histories(), st.integers(1, 6), st.data())
@@ -183,3 +201,4 @@ def test_killed_and_sent_again_publishes_each_once(order, block_records, data):
     again._append()
     dispatcher.poll(max_blocks=10_000)
     assert published(sink) == expected
+    assert_documents_travel(sink)
