@@ -46,6 +46,7 @@ def rows(first: int, last: int) -> pa.Table:
         "sql": pa.array([None] * n, pa.string()),
         "c_ts": nanos_to_timestamp(c_tm),
         "ts": nanos_to_timestamp(tm),
+        "schema_version": pa.array([None] * n, pa.string()),
     }
     return pa.table(columns, schema=ARROW_SCHEMA)
 
