@@ -57,10 +57,12 @@ class Store(ABC):
     # -- reading ------------------------------------------------------------------------
 
     @abstractmethod
-    def list(self, prefix: str = "", *, recursive: bool = False) -> list[ObjectInfo]:
+    def list(self, prefix: str = "", *, recursive: bool = False, folders: bool = False) -> list[ObjectInfo]:
         """The objects whose names start with ``prefix``, sorted by name. Without
         ``recursive``, only those in the prefix's own folder (no further ``/`` in the rest
-        of the name), as S3 lists with a delimiter. A missing root lists nothing."""
+        of the name), as S3 lists with a delimiter; with ``folders`` as well, the folders
+        there too, each as its name ending with ``/`` and size 0 (S3's common prefixes).
+        A missing root lists nothing."""
 
     @abstractmethod
     def stat(self, name: str) -> ObjectInfo:

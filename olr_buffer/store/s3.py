@@ -165,7 +165,7 @@ class S3Store(Store):
 
     # -- reading ------------------------------------------------------------------------
 
-    def list(self, prefix: str = "", *, recursive: bool = False) -> list[ObjectInfo]:
+    def list(self, prefix: str = "", *, recursive: bool = False, folders: bool = False) -> list[ObjectInfo]:
         if prefix:
             folder = prefix.rpartition("/")[0]
             if folder:
@@ -183,6 +183,11 @@ class S3Store(Store):
                     name = self._name(obj["Key"])
                     if name and not name.startswith(staging):
                         out.append(ObjectInfo(name, obj["Size"], obj.get("ETag")))
+                if folders and not recursive:
+                    for common in page.get("CommonPrefixes", ()):
+                        name = self._name(common["Prefix"])
+                        if name and name != staging and not name.startswith(staging):
+                            out.append(ObjectInfo(name, 0))
 
         self._call(run, "list", prefix)
         out.sort(key=lambda o: o.name)
