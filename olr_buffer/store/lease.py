@@ -145,9 +145,11 @@ class Lease:
                 except (ObjectChangedError, ObjectNotFoundError):
                     continue  # another writer moved first: look again
                 self._held(doc, written.etag, started, generation)
-                log.warning(
-                    "%s: lease taken over from writer %s on %s (pid %s), generation %d",
+                log.log(
+                    logging.INFO if holder.get("released") else logging.WARNING,
+                    "%s: lease taken over from writer %s on %s (pid %s, %s), generation %d",
                     self.store.location(self.name), holder.get("writer"), holder.get("host"), holder.get("pid"),
+                    "which released it" if holder.get("released") else "whose lease expired or which stopped",
                     generation,
                 )
                 return

@@ -11,7 +11,8 @@ from .errors import (
     UnknownTableError,
 )
 from .compaction import CompactionError, CompactionResult, compact
-from .layout import DEFAULT_MODE, META_DIR, list_files, read_manifest
+from .delta_table import chain_names, use_delta
+from .layout import DEFAULT_MODE, META_DIR, TABLE_FORMATS, Location, list_files, read_manifest
 from .position import POSITION_KEY, ChangefeedPosition, status, status_line
 from .schema import ARROW_SCHEMA, COLUMNS, DERIVED_TIMESTAMPS, TIMESTAMP, parse_part_name, part_name
 from .writer import DEFAULT_FILE_ROWS, ChangefeedWriter, PublishedFile
@@ -29,6 +30,8 @@ __all__ = [
     "COLUMNS",
     "DEFAULT_FILE_ROWS",
     "DEFAULT_MODE",
+    "Location",
+    "TABLE_FORMATS",
     "DERIVED_TIMESTAMPS",
     "META_DIR",
     "list_files",
@@ -51,4 +54,6 @@ __all__ = [
     "UnknownTableError",
     "parse_part_name",
     "part_name",
+    "chain_names",
+    "use_delta",
 ]
