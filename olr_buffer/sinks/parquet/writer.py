@@ -190,7 +190,8 @@ class ChangefeedWriter:
             self._tmp_dir = local_tmp_dir(self.path)
             self._lock = ChangefeedLock(self.path, writer=True)
         else:  # object storage: a lease, a local staging directory
-            self.created = self._store_call(lambda: not self.location.exists(), "look at the changefeed")
+            # (made by this writer: no manifest and no published file there yet)
+            self.created = self._store_call(self._no_changefeed_yet, "look at the changefeed")
             self._tmp_dir = self._staging_dir(staging)
             self._lock = Lease(self.location.store, owner=lease_owner, info={"changefeed": self.path})
         try:
@@ -201,7 +202,9 @@ class ChangefeedWriter:
                 apply_mode(self.path, mode)
             self._recover()
         except BaseException:
-            self._release_lock()
+            self._release_lock(forget=self.created)
+            if self._staging_made:
+                shutil.rmtree(self._tmp_dir, ignore_errors=True)
             raise
         # the open file
         self._writer: pq.ParquetWriter | None = None
@@ -286,14 +289,7 @@ class ChangefeedWriter:
         if staging is None:
             self._staging_made = True
             return tempfile.mkdtemp(prefix="olr-buffer-staging-")
-        path = os.fspath(staging)
-        try:
-            if not os.path.isdir(path):
-                os.makedirs(path, mode=0o700, exist_ok=True)
-                self._staging_made = True
-        except OSError as exc:
-            raise os_failure(exc, path, "create the changefeed's staging directory") from None
-        return path
+        return os.fspath(staging)  # made with the first temporary file (a refused run leaves none)
 
     def _store_call(self, call, what: str):
         """``call()``; a store that cannot be reached: retried if this writer has a
@@ -306,10 +302,22 @@ class ChangefeedWriter:
         self._store_call(lambda: write_manifest(self.location, self.files_published, self._last_file, self.owner,
                                                 self.durable, table_format=self.table_format), "write the manifest")
 
-    def _release_lock(self) -> None:
+    def _no_changefeed_yet(self) -> bool:
+        loc = self.location
+        return loc.read_meta(MANIFEST, "read the manifest") is None and not loc.list("part-")
+
+    def _release_lock(self, forget: bool = False) -> None:
+        """Release the lock (the lease); ``forget``: a lease this writer took on a prefix
+        that held no changefeed goes too (a refused run leaves nothing behind)."""
         lock, self._lock = self._lock, None
-        if lock is not None:
-            lock.release()
+        if lock is None:
+            return
+        lock.release()
+        if forget and isinstance(lock, Lease):
+            try:
+                self.location.delete(lock.name)
+            except OlrBufferError as exc:
+                log.warning("%s: cannot remove the lease this run took: %s", self.path, exc)
 
     def published_since(self, queue_id: str, tx_seq: int) -> tuple[int, int]:
         """Transactions and rows of the files found when this writer opened that the queue
@@ -563,6 +571,8 @@ class ChangefeedWriter:
                 raise ChangefeedError(f"{self.path}: the changefeed writer is closed")
             self._tmp_path = os.path.join(self._tmp_dir, writer_tmp_basename(self._file_first, os.getpid()))
             try:
+                if self.location.path is None:
+                    os.makedirs(self._tmp_dir, mode=0o700, exist_ok=True)
                 create_file(self._tmp_path, self.file_mode)
                 self._writer = parquet_writer(self._tmp_path, self.compression)
             except OSError as exc:
