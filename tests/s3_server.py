@@ -114,9 +114,12 @@ class TcpProxy:
     same port. Bytes pass through unchanged: boto3 and delta-rs speak HTTP to the server
     behind it."""
 
-    def __init__(self, target_port: int) -> None:
+    def __init__(self, target_port: int, rewrite=None) -> None:
+        """``rewrite(bytes) -> bytes``: applied to what clients send (a store that
+        treats requests its own way)."""
         import threading
 
+        self.rewrite = rewrite
         self.target_port = target_port
         self.port = free_port()
         self._listener: socket.socket | None = None
@@ -174,13 +177,13 @@ class TcpProxy:
                     server.close()
                     return
                 self._conns.update((client, server))
-            for a, b in ((client, server), (server, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+            for a, b, rewrite in ((client, server, self.rewrite), (server, client, None)):
+                threading.Thread(target=self._pump, args=(a, b, rewrite), daemon=True).start()
 
-    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+    def _pump(self, src: socket.socket, dst: socket.socket, rewrite=None) -> None:
         try:
             while data := src.recv(65536):
-                dst.sendall(data)
+                dst.sendall(rewrite(data) if rewrite else data)
         except OSError:
             pass
         finally:

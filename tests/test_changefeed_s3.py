@@ -411,3 +411,16 @@ def test_a_prefix_that_holds_something_else_is_one_line(paths, s3_env):
     # nothing of olr-buffer's is left there (its lease, taken to look, is gone again)
     assert [o.name for o in store.list(recursive=True)] == ["report.csv"]
     assert not paths["queue"].exists()
+
+
+def test_a_store_that_ignores_conditional_writes_is_refused(paths, s3_env):
+    """A store that drops If-None-Match (here: a proxy renames the header on the wire)
+    would let a file be overwritten: refused at start, before anything is written."""
+    port = int(s3_env.endpoint.rsplit(":", 1)[1])
+    proxy = TcpProxy(port, rewrite=lambda data: data.replace(b"If-None-Match: *", b"X-Not-Matched: *"))
+    try:
+        failed = replay(paths, env={"AWS_ENDPOINT_URL": proxy.endpoint})
+    finally:
+        proxy.down()
+    one_line(failed, "ignores conditional writes (If-None-Match): it would let a file be overwritten")
+    assert part_names(paths["cf"]) == [] and not paths["queue"].exists()

@@ -196,6 +196,8 @@ class ChangefeedWriter:
             self._lock = Lease(self.location.store, owner=lease_owner, info={"changefeed": self.path})
         try:
             if isinstance(self._lock, Lease):
+                # a store that ignores If-None-Match would let a file (or the lease) be overwritten
+                self._store_call(self.location.store.check_conditional_writes, "try a conditional write")
                 self._store_call(self._lock.acquire, "take the changefeed's lease")
                 self._lock.start_keepalive()
             else:
