@@ -424,3 +424,18 @@ def test_a_store_that_ignores_conditional_writes_is_refused(paths, s3_env):
         proxy.down()
     one_line(failed, "ignores conditional writes (If-None-Match): it would let a file be overwritten")
     assert part_names(paths["cf"]) == [] and not paths["queue"].exists()
+
+
+def test_compact_a_local_changefeed_into_one_on_s3(staged, model, tmp_path, s3_uri):
+    """--output s3://...: the compacted copy goes up file by file (one PUT each), a
+    changefeed of its own, exactly the source's rows; run again, nothing to do."""
+    local = tmp_path / "cf"
+    done = cli("replay", staged, "--queue", tmp_path / "q", "--changefeed", local, "--no-progress", *SMALL)
+    assert done.returncode == 0, done.describe()
+    out = cli("compact", local, "--output", s3_uri, "--target-rows", "1000", "--json")
+    assert out.returncode == 0, out.describe()
+    assert out.json()["next_tx_seq"] == model.committed and 1 < out.json()["files_after"] < len(
+        list(local.glob("part-*.parquet")))
+    assert_exact(s3_uri, model, delta=False)
+    again = cli("compact", local, "--output", s3_uri, "--target-rows", "1000", "--json")
+    assert again.returncode == 0 and again.json()["files_written"] == 0

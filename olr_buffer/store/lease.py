@@ -226,13 +226,20 @@ class Lease:
         self._keepalive.start()
 
     def _renewing(self) -> None:
+        failing = False  # (an outage is said once, not at every try)
         while not self._stop.wait(self.ttl / 4):
             try:
                 self.renew()
             except LeaseLostError:
                 return
             except StoreError as exc:
-                log.warning("cannot renew the changefeed's lease (%s); retrying", exc)
+                log.log(logging.DEBUG if failing else logging.WARNING,
+                        "cannot renew the changefeed's lease (%s); retrying", exc)
+                failing = True
+            else:
+                if failing:
+                    log.info("%s: lease renewed again", self.store.location(self.name))
+                failing = False
 
     def release(self) -> None:
         """Give the lease up (marked released: the next writer takes it at once)."""
