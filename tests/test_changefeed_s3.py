@@ -439,3 +439,27 @@ def test_compact_a_local_changefeed_into_one_on_s3(staged, model, tmp_path, s3_u
     assert_exact(s3_uri, model, delta=False)
     again = cli("compact", local, "--output", s3_uri, "--target-rows", "1000", "--json")
     assert again.returncode == 0 and again.json()["files_written"] == 0
+
+
+def test_a_changefeed_on_s3_stays_bound_to_its_queue(paths, model, tmp_path):
+    """The owner check and the queue's record of the changefeed hold on S3: another
+    queue is refused; files removed behind the queue's back are refused, whatever the
+    flags (of a Delta changefeed: a file its table holds is missing)."""
+    assert replay(paths).returncode == 0
+    other = replay({**paths, "queue": tmp_path / "other-queue"})
+    one_line(other, f"{paths['cf']}: changefeed was written by queue ", "is queue ")
+    assert not (tmp_path / "other-queue").exists()
+    store = open_store(paths["cf"])
+    newest = part_names(paths["cf"])[-1]
+    data = store.read(newest)
+    store.delete(newest)
+    one_line(replay(paths), f"{paths['cf']}: published files are missing: the manifest records tx_seq "
+                            f"0..{model.committed - 1}")
+    one_line(replay(paths, "--adopt-changefeed"), "published files are missing")
+    store.create(newest, data)
+    assert replay(paths, "--table-format", "delta").returncode == 0
+    store.delete(newest)
+    one_line(replay(paths), f"{paths['cf']}/{newest}: a file of the Delta table is missing")
+    store.create(newest, data)
+    assert replay(paths).returncode == 0
+    assert_exact(paths["cf"], model)
