@@ -114,12 +114,15 @@ class TcpProxy:
     same port. Bytes pass through unchanged: boto3 and delta-rs speak HTTP to the server
     behind it."""
 
-    def __init__(self, target_port: int, rewrite=None) -> None:
+    def __init__(self, target_port: int, rewrite=None, lose_reply=None) -> None:
         """``rewrite(bytes) -> bytes``: applied to what clients send (a store that
-        treats requests its own way)."""
+        treats requests its own way). ``lose_reply(bytes) -> bool``: true for the start
+        of a request whose answer is lost: the request reaches the server, which carries
+        it out, and the connection is closed instead of its final answer coming back."""
         import threading
 
         self.rewrite = rewrite
+        self.lose_reply = lose_reply
         self.target_port = target_port
         self.port = free_port()
         self._listener: socket.socket | None = None
@@ -177,13 +180,21 @@ class TcpProxy:
                     server.close()
                     return
                 self._conns.update((client, server))
-            for a, b, rewrite in ((client, server, self.rewrite), (server, client, None)):
-                threading.Thread(target=self._pump, args=(a, b, rewrite), daemon=True).start()
+            losing: list[bool] = []  # this connection's next final answer is lost
+            for a, b, upstream in ((client, server, True), (server, client, False)):
+                threading.Thread(target=self._pump, args=(a, b, upstream, losing), daemon=True).start()
 
-    def _pump(self, src: socket.socket, dst: socket.socket, rewrite=None) -> None:
+    def _pump(self, src: socket.socket, dst: socket.socket, upstream: bool, losing: list[bool]) -> None:
         try:
             while data := src.recv(65536):
-                dst.sendall(rewrite(data) if rewrite else data)
+                if upstream:
+                    if self.lose_reply is not None and self.lose_reply(data):
+                        losing.append(True)  # (before the request goes: its answer cannot come first)
+                    dst.sendall(self.rewrite(data) if self.rewrite else data)
+                elif losing and not data.startswith(b"HTTP/1.1 100"):
+                    break  # the final answer: lost, and the connection with it
+                else:
+                    dst.sendall(data)
         except OSError:
             pass
         finally:

@@ -463,3 +463,41 @@ def test_a_changefeed_on_s3_stays_bound_to_its_queue(paths, model, tmp_path):
     store.create(newest, data)
     assert replay(paths).returncode == 0
     assert_exact(paths["cf"], model)
+
+
+def test_a_file_whose_put_went_in_unanswered_is_published_once(s3_uri, s3_env, monkeypatch):
+    """The store takes a file's PUT and the answer is lost (the proxy closes the
+    connection instead; one try per request: AWS_MAX_ATTEMPTS=1): the writer tries the
+    publication again after the outage, and the object there is its own, not another
+    writer's. The changefeed holds each transaction once."""
+    from olr_buffer.changes import INSERT, CommitKey
+    from olr_buffer.sinks.parquet import ChangefeedWriter
+    from olr_buffer.store import OutageRetry
+
+    lost: list[bytes] = []
+
+    def lose(data: bytes) -> bool:
+        line = data.split(b"\r\n", 1)[0]
+        if not lost and line.startswith(b"PUT ") and b"/part-" in line:
+            lost.append(line)
+            return True
+        return False
+
+    proxy = TcpProxy(int(s3_env.endpoint.rsplit(":", 1)[1]), lose_reply=lose)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    try:
+        writer = ChangefeedWriter(s3_uri, file_rows=4, durable=False, retry=OutageRetry(first=0.05))
+        for k in range(4):
+            rows = [[INSERT, 100 + 10 * k + i, 0, 1, 100 + 10 * k + i, None, "O", "T", None, f"R{k}{i}", None,
+                     '{"A":1}', None] for i in range(2)]
+            writer.write_rows(rows, [(f"X{k}", CommitKey(109 + 10 * k, 1, 1, 109 + 10 * k), None, 1, 2)])
+        writer.close()
+    finally:
+        proxy.down()
+        monkeypatch.setenv("AWS_ENDPOINT_URL", s3_env.endpoint)
+        monkeypatch.delenv("AWS_MAX_ATTEMPTS")
+    assert lost and writer.retry.outages == 1
+    assert part_names(s3_uri) == ["part-00000000000000000000-00000000000000000001.parquet",
+                                  "part-00000000000000000002-00000000000000000003.parquet"]
+    assert [r["tx_seq"] for r in plain_rows(s3_uri)] == [0, 0, 1, 1, 2, 2, 3, 3]

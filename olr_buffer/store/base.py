@@ -100,8 +100,11 @@ class Store(ABC):
         not exist (:class:`ObjectExistsError` otherwise, and nothing is written)."""
 
     @abstractmethod
-    def create_from_file(self, name: str, path: str | os.PathLike[str]) -> ObjectInfo:
-        """A new object holding the local file ``path``, as :meth:`create` does."""
+    def create_from_file(self, name: str, path: str | os.PathLike[str], *, token: str | None = None) -> ObjectInfo:
+        """A new object holding the local file ``path``, as :meth:`create` does.
+        ``token``: the same for every try of one write (a caller that tries again after
+        an unreachable store, not knowing whether its last try went in): the object a
+        try made is then recognised as this write's own, not refused as existing."""
 
     @abstractmethod
     def replace(self, name: str, data: bytes) -> ObjectInfo:

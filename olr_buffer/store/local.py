@@ -135,10 +135,11 @@ class LocalStore(Store):
             self._link(tmp, path)
         return ObjectInfo(name, len(data), content_tag(data) if len(data) <= _TAGGED else None)
 
-    def create_from_file(self, name: str, path: str | os.PathLike[str]) -> ObjectInfo:
+    def create_from_file(self, name: str, path: str | os.PathLike[str], *, token: str | None = None) -> ObjectInfo:
         """The file is linked into place where it is on the same filesystem (no copy: the
         caller's file and the object are then one file, which must not change), and copied
-        through the staging folder otherwise."""
+        through the staging folder otherwise. (``token``: a local create's outcome is
+        always known.)"""
         target = self._path(name)
         src = os.fspath(path)
         try:

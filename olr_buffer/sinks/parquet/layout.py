@@ -279,12 +279,13 @@ class Location:
     def delete_meta(self, name: str) -> None:
         self.delete(f"{META_DIR}/{name}")
 
-    def publish(self, tmp_path: str, name: str) -> int:
+    def publish(self, tmp_path: str, name: str, token: str | None = None) -> int:
         """The complete local temporary file ``tmp_path`` becomes the object ``name``,
         whole, never over an existing one (a local link, fsynced; one conditional PUT);
-        then the temporary file is removed. Returns the object's size."""
+        then the temporary file is removed. Returns the object's size. ``token``: the
+        same for each try of one publication (see :meth:`Store.create_from_file`)."""
         try:
-            size = self.store.create_from_file(name, tmp_path).size
+            size = self.store.create_from_file(name, tmp_path, token=token).size
         except ObjectExistsError:
             where = self.where(name)
             raise ChangefeedError(
@@ -608,8 +609,9 @@ def list_files(cf: "str | Location", *, hint: str | None = None, start: int = 0,
         if missing:
             full = loc.where(missing[0])
             raise ChangefeedCorruptError(
-                f"{full}: a file of the Delta table is missing", hint=hint or "files were removed by hand",
-                path=full)
+                f"{full}: a file of the Delta table is missing",
+                hint="put it back (from a backup): the table's readers need it, and the queue cannot publish it "
+                "again", path=full)
     return files
 
 

@@ -42,6 +42,7 @@ import socket
 import tempfile
 import threading
 import time
+import uuid
 from collections import deque
 from itertools import repeat
 from operator import itemgetter
@@ -710,10 +711,11 @@ class ChangefeedWriter:
         again by the next run."""
         tmp = self._tmp_path
         assert tmp is not None
+        token = uuid.uuid4().hex  # each try of this publication: a try that went in unanswered is known as ours
         try:
             if isinstance(self._lock, Lease):
                 self._store_call(self._lock.ensure, "renew the changefeed's lease")
-            self._store_call(lambda: self.location.publish(tmp, published.name), f"publish {published.name}")
+            self._store_call(lambda: self.location.publish(tmp, published.name, token), f"publish {published.name}")
         except (OlrBufferError, OSError):
             self.abandon()
             raise
