@@ -382,7 +382,8 @@ class DeltaChangefeed:
                                     hint="check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN",
                                     uri=where)
         for needle in ("Connection refused", "tcp connect error", "timed out", "error sending request",
-                       "dns error", "connection reset", "Service Unavailable", "Internal Server Error", "SlowDown"):
+                       "dns error", "connection reset", "connection closed", "broken pipe", "Service Unavailable",
+                       "Internal Server Error", "SlowDown"):
             if needle.lower() in text.lower():
                 return StoreUnreachableError(f"{where}: cannot {doing}: the store did not answer ({needle.lower()})",
                                              hint="olr-buffer run retries; replay resumes when run again", uri=where)
