@@ -241,6 +241,9 @@ _PIPELINE_OPTIONS = [
     click.option("--changefeed-mode", type=DirMode(), default="0700", show_default=True,
                  help="Mode of the changefeed directory; its files get it without the x bits (0750: a lake group "
                       "reads them)."),
+    click.option("--table-format", type=click.Choice(["parquet", "delta"]), default=None,
+                 help="delta: the changefeed is also a Delta Lake table, each published file added by a Delta commit "
+                      "(default: the changefeed's own format, recorded in it; parquet for a new one)."),
     click.option("--adopt-changefeed", is_flag=True,
                  help="RECOVERY: let this queue take over a changefeed written by another queue (a lost queue "
                       "rebuilt from the same input); commits already in it are skipped (docs/failure-scenarios.md)."),
@@ -277,8 +280,8 @@ def _progress_line(progress: bool | None, interval: float, figures: Callable) ->
 
 
 def _options(*, segment_size, file_rows, block_records, checkpoint_interval, retain_segments, retain_age,
-             dead_letter, transaction_retention, transaction_retention_scn, changefeed_mode, adopt_changefeed,
-             no_sync, **service):
+             dead_letter, transaction_retention, transaction_retention_scn, changefeed_mode, table_format,
+             adopt_changefeed, no_sync, **service):
     from .pipeline import PipelineOptions
 
     return PipelineOptions(
@@ -293,6 +296,7 @@ def _options(*, segment_size, file_rows, block_records, checkpoint_interval, ret
         transaction_retention_seconds=transaction_retention,
         transaction_retention_scn=transaction_retention_scn,
         changefeed_mode=changefeed_mode,
+        table_format=table_format,
         adopt_changefeed=adopt_changefeed,
         **service,
     )
@@ -302,7 +306,8 @@ def _options(*, segment_size, file_rows, block_records, checkpoint_interval, ret
 @click.argument("input_dir", type=_DIR)
 @config_option
 @click.option("--queue", "queue_dir", required=True, type=_DIR, help="Queue directory.")
-@click.option("--changefeed", "changefeed_dir", required=True, type=_DIR, help="Changefeed directory.")
+@click.option("--changefeed", "changefeed_dir", required=True, type=_DIR,
+              help="Changefeed directory, or s3://BUCKET/PREFIX (AWS variables: docs/operations.md).")
 @pipeline_options
 @progress_options
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
@@ -382,7 +387,8 @@ def _threads(ctx, param, value):
 @click.argument("input_dir", required=False, type=_DIR, envvar=f"{ENV_PREFIX}_RUN_INPUT")
 @config_option
 @click.option("--queue", "queue_dir", type=_DIR, help="Queue directory.")
-@click.option("--changefeed", "changefeed_dir", type=_DIR, help="Changefeed directory.")
+@click.option("--changefeed", "changefeed_dir", type=_DIR,
+              help="Changefeed directory, or s3://BUCKET/PREFIX (AWS variables: docs/operations.md).")
 @click.option("--threads", callback=_threads, help="Redo threads in play, e.g. 1,2 (default: those with files at start).")
 @click.option("--flush-interval", type=click.FloatRange(min=0), default=1.0, show_default=True,
               help="Publish safe transactions at least this often (seconds): the latency a Spark stream sees.")
@@ -551,7 +557,10 @@ def status(queue_dir, changefeed_dir, serve_state, as_json) -> None:
         raise click.UsageError("give --queue QUEUE_DIR, --changefeed CHANGEFEED_DIR, or both")
     from .serve import receivers_status, render_receivers
 
-    doc = {"changefeed": os.path.abspath(changefeed_dir), "receivers": receivers_status(changefeed_dir, serve_state)}
+    from .store import is_remote
+
+    where = changefeed_dir if is_remote(changefeed_dir) else os.path.abspath(changefeed_dir)
+    doc = {"changefeed": where, "receivers": receivers_status(changefeed_dir, serve_state)}
     lines = render_receivers(doc["receivers"]) or [f"no serve state for {doc['changefeed']}"]
     click.echo(json.dumps(doc, indent=2) if as_json else "\n".join(printable(line) for line in lines))
 
@@ -599,8 +608,13 @@ def serve(changefeed_dir, listen, database, state_dir, poll_interval, stall_time
 
     from .service import setup_logging
 
-    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", changefeed_dir):
-        raise click.BadParameter("serve reads a local changefeed directory", param_hint="CHANGEFEED_DIR")
+    from .store import is_remote
+
+    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", changefeed_dir) and not is_remote(changefeed_dir):
+        raise click.BadParameter("serve reads a changefeed directory or s3://BUCKET/PREFIX", param_hint="CHANGEFEED_DIR")
+    if is_remote(changefeed_dir) and state_dir is None:
+        raise click.UsageError("serve keeps the receiver's confirmed position in a local changefeed directory: "
+                               "with s3://BUCKET/PREFIX give --state DIR, a local directory for it")
     setup_logging(_log_level(log_level, "info"), log_format)
     click.get_current_context().meta[_LOG_FORMAT] = log_format
     stop = threading.Event()
@@ -815,8 +829,8 @@ def _iso(nanos: int) -> str:
               help="Write the compacted changefeed to this directory (safe while readers run; run again to catch up).")
 @click.option("--in-place", is_flag=True, help="Replace the files in CHANGEFEED_DIR itself (no reader may run).")
 @click.option("--i-know-no-reader-is-running", "no_reader_running", is_flag=True,
-              help="Required by --in-place: no Spark query or stream and no producer uses CHANGEFEED_DIR, "
-                   "and no streaming checkpoint over it will be resumed.")
+              help="Required by --in-place (but on a Delta changefeed): no Spark query or stream and no producer "
+                   "uses CHANGEFEED_DIR, and no streaming checkpoint over it will be resumed.")
 @click.option("--target-rows", type=click.IntRange(min=1), default=1_000_000, show_default=True,
               help="Merge neighbouring files into files of at most this many rows.")
 @click.option("--full-groups-only", is_flag=True,
@@ -828,11 +842,13 @@ def _iso(nanos: int) -> str:
 @clean_errors
 def compact(changefeed_dir, output_dir, in_place, no_reader_running, target_rows, full_groups_only, dry_run,
             no_sync, progress, progress_interval, as_json) -> None:
-    """Merge small files of CHANGEFEED_DIR into larger ones (see docs/spark.md).
+    """Merge small files of CHANGEFEED_DIR (a directory or s3://BUCKET/PREFIX) into larger
+    ones (see docs/spark.md).
 
     --output DIR writes a new changefeed with the same contract, which readers switch to
     explicitly. --in-place replaces published files, which running readers and streaming
-    checkpoints cannot follow, so it needs --i-know-no-reader-is-running.
+    checkpoints cannot follow, so it needs --i-know-no-reader-is-running; on a Delta
+    changefeed it is one Delta commit that deletes no file, safe while readers run.
     """
     from .sinks.parquet import compact as run_compact
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import gc
 import logging
+import os
 import threading
 import time
 import uuid
@@ -29,11 +30,14 @@ from .sinks import KINDS as SINKS
 from .sinks import ChangefeedOwner, Sink
 from .sinks.parquet import DEFAULT_FILE_ROWS, DEFAULT_MODE
 from .sources import Source, SourceSettings, kind_of, open_source
+from .store import OutageRetry
 from .txbuffer import DEFAULT_SEGMENT_BYTES, LmdbQueue, held_segments
 from .txbuffer.metadata import CHECKPOINT_KEY, QUEUE_ID_KEY
 
 log = logging.getLogger("olr_buffer")
 _WARN_HELD_SEGMENTS = 4
+#: In the queue directory: temporary files of a changefeed on object storage.
+CHANGEFEED_STAGING = "changefeed-tmp"
 
 
 @dataclass
@@ -55,6 +59,7 @@ class PipelineOptions:
     # process; None: the source decides (the redo source reads a small replay in threads)
     reader_processes: bool | None = None
     changefeed_mode: int = DEFAULT_MODE  # the changefeed directory's mode; files get it without x bits
+    table_format: str | None = None  # parquet or delta; None: the changefeed's own (a new one: parquet)
     adopt_changefeed: bool = False  # take over a changefeed written by another (lost) queue of the same input
     source_id: str | None = None  # the source's identity, checked beside the queue's (PostgreSQL: system id, slot)
     stall_seconds: float = 60.0  # warn once about a thread in play silent (and not closed) this long
@@ -149,15 +154,24 @@ class Pipeline:
         changefeed_dir: str,
         options: PipelineOptions | None = None,
         source_options: dict[str, Any] | None = None,
+        retry: OutageRetry | None = None,
     ):
         self.options = opts = options or PipelineOptions()
         self.started = time.monotonic()
         self.queue = LmdbQueue(queue_dir, segment_bytes=opts.segment_bytes, durable=opts.durable)
         self.sink: Sink | None = None
         self.source: Source | None = None
+        #: an object store that cannot be reached: retried (run), or the run fails (replay)
+        self.retry = retry
         try:
+            queue_id = self.queue.meta(QUEUE_ID_KEY)
             self.sink = SINKS["parquet"].build(
-                changefeed_dir, file_rows=opts.file_rows, durable=opts.durable, mode=opts.changefeed_mode
+                changefeed_dir, file_rows=opts.file_rows, durable=opts.durable, mode=opts.changefeed_mode,
+                table_format=opts.table_format, retry=retry,
+                # a changefeed on object storage: temporary files in the queue directory (local,
+                # this process's), and the lease recorded as this queue's
+                staging=os.path.join(queue_dir, CHANGEFEED_STAGING),
+                lease_owner=queue_id.decode() if queue_id else None,
             )
             self.appended = threading.Event()
             settings = SourceSettings(
@@ -355,6 +369,8 @@ class Pipeline:
         source, dispatcher, sink = self.source, self.dispatcher, self.sink
         dispatcher.track_closed = True
         self.following = True
+        if self.retry is not None:  # while an outage blocks the loop, metrics and health stay fresh
+            self.retry.on_wait = (lambda: on_tick(self)) if on_tick else None
         watch = _ThreadWatch(self, opts.stall_seconds) if source.watches_stalls else None
         bad_records = BadRecordLog(opts.dead_letter) if opts.dead_letter else None
         with self._running(follow=True):
@@ -594,7 +610,8 @@ def run_service(
     opts = options or PipelineOptions()
     if opts.reader_processes is None:
         opts = replace(opts, reader_processes=True)
-    pipeline = Pipeline(source, queue_dir, changefeed_dir, opts, source_options)
+    # a store that cannot be reached is waited for (until stopped), not a reason to stop
+    pipeline = Pipeline(source, queue_dir, changefeed_dir, opts, source_options, retry=OutageRetry(stop))
     try:
         summary = pipeline.serve(stop, on_tick)
     except BaseException:

@@ -309,6 +309,13 @@ def _families(p):
     yield _family("rows_published_total", "counter", "Rows published to the changefeed.", one(totals.rows))
     yield _family("changefeed_next_tx_seq", "gauge", "The tx_seq the next transaction will get.",
                   one(sink.next_tx_seq))
+    sf = sink.figures()
+    yield _family("store_outages_total", "counter", "Times the changefeed's object store could not be reached "
+                  "(each outage once; run retries until it answers).", one(sf.store_outages))
+    yield _family("store_retries_total", "counter", "Calls to the changefeed's object store tried again because it "
+                  "could not be reached.", one(sf.store_retries))
+    yield _family("store_outage_seconds", "gauge", "How long the changefeed's object store has been unreachable "
+                  "(0 while it answers).", one(round(sf.store_outage_seconds, 3)))
     for m in source.metrics():  # the source's own (PostgreSQL: slot, lag), without labels
         yield _family(m.name, m.kind, m.help, one(m.value))
     latency = SummaryMetricFamily(

@@ -121,15 +121,27 @@ def changefeed_schema() -> "StructType":
     )
 
 
+def spark_path(path: str) -> str:
+    """The changefeed's location as Spark's Hadoop filesystems name it: ``s3://`` (as
+    olr-buffer and the AWS tools write it) becomes ``s3a://`` (hadoop-aws's S3A connector);
+    anything else stays as it is."""
+    return "s3a://" + path[len("s3://"):] if path.startswith("s3://") else path
+
+
 def read_changefeed(spark: "SparkSession", path: str) -> "DataFrame":
     """The whole changefeed as a DataFrame (Spark skips ``_olr_buffer/`` and temporary files).
 
     The files listed when the query runs hold a gapless prefix of the changefeed, in whole
     transactions, so ``max(tx_seq)`` says how far the result goes. No changefeed at
-    ``path``: :class:`ChangefeedNotFoundError`.
+    ``path``: :class:`ChangefeedNotFoundError`. ``path`` may be ``s3://BUCKET/PREFIX``
+    (read as ``s3a://``, which needs hadoop-aws: docs/spark.md).
+
+    A Delta changefeed (``--table-format delta``) is read as its plain files here; after a
+    compaction, read it as a Delta table (``spark.read.format("delta")``): the files the
+    compaction replaced stay beside it, and a plain read sees their rows twice.
     """
     reader = spark.read.schema(changefeed_schema()).option("pathGlobFilter", PART_GLOB)
-    return _with_timestamps(_load(lambda: reader.parquet(path), path, None))
+    return _with_timestamps(_load(lambda: reader.parquet(spark_path(path)), path, None))
 
 
 def stream_changefeed(spark: "SparkSession", path: str, *, wait_seconds: float = 0.0,
@@ -151,7 +163,7 @@ def stream_changefeed(spark: "SparkSession", path: str, *, wait_seconds: float =
     reader = spark.readStream.schema(changefeed_schema()).format("parquet")
     for key, value in opts.items():
         reader = reader.option(key, value)
-    return _with_timestamps(_load(lambda: reader.load(path), path, wait_seconds))
+    return _with_timestamps(_load(lambda: reader.load(spark_path(path)), path, wait_seconds))
 
 
 #: Delta's change types, by changefeed ``op`` (``ddl`` rows have none); a truncate's is

@@ -105,3 +105,101 @@ def start_moto(log_dir: Path, *, extra_env: dict[str, str] | None = None, timeou
             proc.wait()
             raise RuntimeError(f"moto_server did not answer on {endpoint} within {timeout:g} s; log: {log}")
     raise RuntimeError(f"moto_server exited at start ({proc.returncode}); log:\n{log.read_text()[-2000:]}")
+
+
+class TcpProxy:
+    """A TCP forwarder on 127.0.0.1 in front of a server, that a test switches off and on:
+    :meth:`down` closes every connection and stops listening (a client meets "connection
+    refused", as with a store that cannot be reached), :meth:`up` listens again on the
+    same port. Bytes pass through unchanged: boto3 and delta-rs speak HTTP to the server
+    behind it."""
+
+    def __init__(self, target_port: int, rewrite=None, lose_reply=None) -> None:
+        """``rewrite(bytes) -> bytes``: applied to what clients send (a store that
+        treats requests its own way). ``lose_reply(bytes) -> bool``: true for the start
+        of a request whose answer is lost: the request reaches the server, which carries
+        it out, and the connection is closed instead of its final answer coming back."""
+        import threading
+
+        self.rewrite = rewrite
+        self.lose_reply = lose_reply
+        self.target_port = target_port
+        self.port = free_port()
+        self._listener: socket.socket | None = None
+        self._conns: set[socket.socket] = set()
+        self._guard = threading.Lock()
+        self.up()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def up(self) -> None:
+        import threading
+
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(64)
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def down(self) -> None:
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            try:
+                listener.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            listener.close()
+        with self._guard:
+            conns, self._conns = self._conns, set()
+        for c in conns:
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            c.close()
+
+    def _accept(self, listener: socket.socket) -> None:
+        import threading
+
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return  # closed: down()
+            try:
+                server = socket.create_connection(("127.0.0.1", self.target_port))
+            except OSError:
+                client.close()
+                continue
+            with self._guard:
+                if self._listener is not listener:
+                    client.close()
+                    server.close()
+                    return
+                self._conns.update((client, server))
+            losing: list[bool] = []  # this connection's next final answer is lost
+            for a, b, upstream in ((client, server, True), (server, client, False)):
+                threading.Thread(target=self._pump, args=(a, b, upstream, losing), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, upstream: bool, losing: list[bool]) -> None:
+        try:
+            while data := src.recv(65536):
+                if upstream:
+                    if self.lose_reply is not None and self.lose_reply(data):
+                        losing.append(True)  # (before the request goes: its answer cannot come first)
+                    dst.sendall(self.rewrite(data) if self.rewrite else data)
+                elif losing and not data.startswith(b"HTTP/1.1 100"):
+                    break  # the final answer: lost, and the connection with it
+                else:
+                    dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass

@@ -9,26 +9,29 @@ time, and a message stream makes at most about ``max_bytes`` of messages per cal
 from __future__ import annotations
 
 import bisect
-import os
 from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ..errors import OlrBufferError
 from ..olr_protocol import COLUMNS, MessageBuilder, Position
-from ..sinks.parquet import PublishedFile, list_files
+from ..sinks.parquet import Location, PublishedFile, chain_names, list_files
 
 #: Rows per batch read from a Parquet file.
 BATCH_ROWS = 8192
 
 
 class Changefeed:
-    """The published files of the changefeed at ``path``, in tx_seq order. ``refresh``
-    lists the files published since the last call."""
+    """The published files of the changefeed at ``path`` (a directory or
+    ``s3://BUCKET/PREFIX``, read through the changefeed's :class:`Location`), in tx_seq
+    order. ``refresh`` lists the files published since the last call; of a Delta
+    changefeed, those of its table and those published after them."""
 
     def __init__(self, path: str) -> None:
         self.path = path
+        self.location = Location(path)
         self.files: list[PublishedFile] = []
         self._last_scns: list[int] = []  # each file's last c_scn, for bisect
         self._tx_tables: dict[str, _TxTable] = {}
@@ -39,7 +42,7 @@ class Changefeed:
 
     def refresh(self) -> int:
         """List the files published since the last call; returns how many there are."""
-        new = list_files(self.path, start=self.next_tx_seq,
+        new = list_files(self.location, start=self.next_tx_seq, names=chain_names(self.location),
                          hint="files were removed, or the changefeed was compacted in place while served")
         self.files.extend(new)
         self._last_scns.extend(f.last_commit.scn for f in new)
@@ -58,11 +61,15 @@ class Changefeed:
         return bisect.bisect_left(self._last_scns, c_scn)
 
     def full_path(self, f: PublishedFile) -> str:
-        return os.path.join(self.path, f.name)
+        return self.location.where(f.name)
+
+    def open_file(self, f: PublishedFile):
+        """A random-access file over ``f`` (on object storage: ranged reads)."""
+        return self.location.open_input(f.name)
 
     def last_c_tm(self) -> int | None:
         """The largest commit time in the last file (its footer's statistics), or None."""
-        return max_c_tm(self.full_path(self.files[-1])) if self.files else None
+        return max_c_tm(self.location, self.files[-1].name) if self.files else None
 
     def confirmed_transaction(self, pos: Position) -> tuple[int, int | None]:
         """``(tx_seq, c_tm)`` of the last transaction whose every message is at or below
@@ -99,7 +106,8 @@ class Changefeed:
         if t is None:
             if len(self._tx_tables) >= 4:
                 self._tx_tables.pop(next(iter(self._tx_tables)))
-            t = self._tx_tables[f.name] = _TxTable.read(self.full_path(f))
+            with self.open_file(f) as fh:
+                t = self._tx_tables[f.name] = _TxTable.read(fh)
         return t
 
 
@@ -113,8 +121,8 @@ class _TxTable:
     rows: list[int]
 
     @classmethod
-    def read(cls, path: str) -> _TxTable:
-        table = pq.read_table(path, columns=["tx_seq", "c_scn", "c_tm"])
+    def read(cls, source) -> _TxTable:
+        table = pq.read_table(source, columns=["tx_seq", "c_scn", "c_tm"])
         runs = pc.run_end_encode(table.column("tx_seq").combine_chunks())
         ends = runs.run_ends.to_pylist()
         starts = pa.array([0] + ends[:-1], pa.int64())
@@ -123,10 +131,11 @@ class _TxTable:
                    pc.take(table.column("c_tm"), starts).to_pylist(), rows)
 
 
-def max_c_tm(path: str) -> int | None:
+def max_c_tm(location: Location, name: str) -> int | None:
     """The largest ``c_tm`` of a changefeed file, from its footer's statistics."""
     try:
-        meta = pq.read_metadata(path)
+        with location.open_input(name) as fh:
+            meta = pq.read_metadata(fh)
         col = meta.schema.names.index("c_tm")
         best = None
         for g in range(meta.num_row_groups):
@@ -134,7 +143,7 @@ def max_c_tm(path: str) -> int | None:
             if stats is not None and stats.has_min_max:
                 best = stats.max if best is None else max(best, stats.max)
         return best
-    except (OSError, ValueError):
+    except (OSError, ValueError, OlrBufferError):
         return None
 
 
@@ -169,7 +178,7 @@ class MessageStream:
                     if self._file >= len(self.feed.files):
                         break  # caught up: the caller refreshes the listing
                     f = self.feed.files[self._file]
-                    self._batches = pq.ParquetFile(self.feed.full_path(f)).iter_batches(
+                    self._batches = pq.ParquetFile(self.feed.open_file(f)).iter_batches(
                         batch_size=self.batch_rows, columns=list(COLUMNS))
                 batch = next(self._batches, None)
                 if batch is None:

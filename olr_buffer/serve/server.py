@@ -110,6 +110,7 @@ class Server:
     def __init__(self, opts: ServeOptions) -> None:
         self.opts = opts
         self.state_dir = opts.state_dir or default_state_dir(opts.changefeed)
+        assert self.state_dir is not None, "a changefeed on object storage needs a state directory"
         self.feed = Changefeed(opts.changefeed)
         self.feed.refresh()
         self.store = StateStore(self.state_dir, opts.database, durable=opts.durable)
@@ -138,6 +139,10 @@ class Server:
             self._wake_w.send(b"\0")
         except OSError:
             pass
+
+    def _changefeed_shown(self) -> str:
+        """The changefeed as the state records it: an absolute path, or its URI."""
+        return self.feed.location.uri if self.feed.location.remote else os.path.abspath(self.opts.changefeed)
 
     def run(self, stop: threading.Event) -> None:
         sel = self._sel
@@ -485,7 +490,7 @@ class Server:
             log.warning("cannot tell which transaction c_scn %d c_idx %d ends in: %s", pos.c_scn, pos.c_idx, exc)
             tx_seq, c_tm = None, None
         confirmed = Confirmed(self.opts.database, pos.c_scn, pos.c_idx, tx_seq, c_tm, time.time(), conn.peer,
-                              os.path.abspath(self.opts.changefeed))
+                              self._changefeed_shown())
         self.store.save(confirmed)  # a failure stops serve (exit 1): a position it cannot keep is not confirmed
         self.confirmed = confirmed
         log.debug("%s: confirmed c_scn %d c_idx %d (tx_seq %s)", conn.peer, pos.c_scn, pos.c_idx, tx_seq,
@@ -495,7 +500,7 @@ class Server:
         conn = self.conn
         self.store.save_session({
             "database": self.opts.database,
-            "changefeed": os.path.abspath(self.opts.changefeed),
+            "changefeed": self._changefeed_shown(),
             "listen": self.listen,
             "receiver": conn.peer if conn else None,
             "connected_at": time.time() - (time.monotonic() - conn.connected) if conn else None,

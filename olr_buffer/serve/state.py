@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass
 
 from .. import pidlock
 from ..sinks.parquet import META_DIR
+from ..store import is_remote
 from .errors import ServeLockedError, ServeStateError
 
 SUBDIR = "serve"
@@ -40,8 +41,11 @@ DIR_MODE = 0o700
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
-def default_state_dir(changefeed: str) -> str:
-    """``CHANGEFEED/_olr_buffer/serve``."""
+def default_state_dir(changefeed: str) -> str | None:
+    """``CHANGEFEED/_olr_buffer/serve``; None for a changefeed on object storage (serve's
+    state is local: ``--state DIR``)."""
+    if is_remote(changefeed):
+        return None
     return os.path.join(changefeed, META_DIR, SUBDIR)
 
 

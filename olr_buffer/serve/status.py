@@ -13,7 +13,7 @@ import time
 from datetime import datetime, timezone
 
 from ..errors import OlrBufferError
-from ..sinks.parquet import read_manifest
+from ..sinks.parquet import Location, read_manifest
 from .feed import max_c_tm
 from .state import databases, default_state_dir, read_confirmed, read_session
 
@@ -22,16 +22,19 @@ def receivers_status(changefeed: str, state_dir: str | None = None) -> list[dict
     """One document per database name with a state in ``state_dir`` (by default the
     changefeed's ``_olr_buffer/serve``)."""
     state_dir = state_dir or default_state_dir(changefeed)
+    if state_dir is None:  # a changefeed on object storage: serve's state is wherever --state said
+        return []
     names = databases(state_dir)
     if not names:
         return []
     try:
-        manifest = read_manifest(changefeed) or {}
+        location = Location(changefeed)
+        manifest = read_manifest(location) or {}
     except OlrBufferError:
         manifest = {}
     next_tx_seq = manifest.get("next_tx_seq") if isinstance(manifest.get("next_tx_seq"), int) else None
     last_file = manifest.get("last_file")
-    last_c_tm = max_c_tm(os.path.join(changefeed, last_file)) if isinstance(last_file, str) else None
+    last_c_tm = max_c_tm(location, last_file) if isinstance(last_file, str) else None
     out = []
     for db in names:
         doc: dict = {"database": db, "state_dir": os.path.abspath(state_dir)}

@@ -50,6 +50,11 @@ class SinkFigures:
 
     files_published: int = 0
     latencies: Sequence[float] = field(default_factory=tuple)  # commit-to-visible, recent transactions, seconds
+    # an object store that could not be reached (olr-buffer run retries): outages met,
+    # calls tried again, and how long the current outage has lasted (0: none)
+    store_outages: int = 0
+    store_retries: int = 0
+    store_outage_seconds: float = 0.0
 
 
 class Sink(TransactionSink, Protocol):

@@ -20,10 +20,11 @@ from .errors import (
     StoreUnreachableError,
 )
 from .lease import Lease, LeaseHeldError, LeaseLostError
+from .retry import OutageRetry
 
 __all__ = [
     "Lease", "LeaseHeldError", "LeaseLostError", "ObjectChangedError", "ObjectExistsError", "ObjectInfo",
-    "ObjectNotFoundError", "Store", "StoreAccessError", "StoreError", "StoreUnreachableError", "Versioned",
+    "ObjectNotFoundError", "OutageRetry", "Store", "StoreAccessError", "StoreError", "StoreUnreachableError", "Versioned",
     "is_remote", "open_store",
 ]
 

@@ -57,10 +57,12 @@ class Store(ABC):
     # -- reading ------------------------------------------------------------------------
 
     @abstractmethod
-    def list(self, prefix: str = "", *, recursive: bool = False) -> list[ObjectInfo]:
+    def list(self, prefix: str = "", *, recursive: bool = False, folders: bool = False) -> list[ObjectInfo]:
         """The objects whose names start with ``prefix``, sorted by name. Without
         ``recursive``, only those in the prefix's own folder (no further ``/`` in the rest
-        of the name), as S3 lists with a delimiter. A missing root lists nothing."""
+        of the name), as S3 lists with a delimiter; with ``folders`` as well, the folders
+        there too, each as its name ending with ``/`` and size 0 (S3's common prefixes).
+        A missing root lists nothing."""
 
     @abstractmethod
     def stat(self, name: str) -> ObjectInfo:
@@ -98,8 +100,11 @@ class Store(ABC):
         not exist (:class:`ObjectExistsError` otherwise, and nothing is written)."""
 
     @abstractmethod
-    def create_from_file(self, name: str, path: str | os.PathLike[str]) -> ObjectInfo:
-        """A new object holding the local file ``path``, as :meth:`create` does."""
+    def create_from_file(self, name: str, path: str | os.PathLike[str], *, token: str | None = None) -> ObjectInfo:
+        """A new object holding the local file ``path``, as :meth:`create` does.
+        ``token``: the same for every try of one write (a caller that tries again after
+        an unreachable store, not knowing whether its last try went in): the object a
+        try made is then recognised as this write's own, not refused as existing."""
 
     @abstractmethod
     def replace(self, name: str, data: bytes) -> ObjectInfo:

@@ -145,9 +145,11 @@ class Lease:
                 except (ObjectChangedError, ObjectNotFoundError):
                     continue  # another writer moved first: look again
                 self._held(doc, written.etag, started, generation)
-                log.warning(
-                    "%s: lease taken over from writer %s on %s (pid %s), generation %d",
+                log.log(
+                    logging.INFO if holder.get("released") else logging.WARNING,
+                    "%s: lease taken over from writer %s on %s (pid %s, %s), generation %d",
                     self.store.location(self.name), holder.get("writer"), holder.get("host"), holder.get("pid"),
+                    "which released it" if holder.get("released") else "whose lease expired or which stopped",
                     generation,
                 )
                 return
@@ -203,8 +205,29 @@ class Lease:
             try:
                 written = self.store.replace_if(self.name, doc, self._etag or "")
             except (ObjectChangedError, ObjectNotFoundError):
-                self._lose("taken over by another writer")
+                if not self._own_renewal(started):
+                    self._lose("taken over by another writer")
+                return
             self._held(doc, written.etag, started, self.generation)
+
+    def _own_renewal(self, started: float) -> bool:
+        """After a refused renewal: whether the lease there is this writer's own, written
+        by an earlier renewal whose answer was lost (the store became unreachable while
+        it went in, and the caller tried again); then it is held as that version."""
+        try:
+            current = self.store.read_versioned(self.name)
+        except ObjectNotFoundError:
+            return False
+        holder = _parse(current.data, self.store.location(self.name))
+        if holder.get("writer") != self.writer_id or holder.get("generation") != self.generation or \
+                holder.get("released"):
+            return False
+        self._held(current.data, current.etag, started, self.generation)
+        # counted from when that renewal was written (this host's clock), not from now
+        expires = holder.get("expires")
+        left = expires - self._clock() if isinstance(expires, (int, float)) else 0.0
+        self._valid_until = min(self._valid_until, self._monotonic() + max(0.0, left))
+        return True
 
     def ensure(self) -> None:
         """Before a publish: the lease is this writer's for at least half its ``ttl`` more,
@@ -224,13 +247,20 @@ class Lease:
         self._keepalive.start()
 
     def _renewing(self) -> None:
+        failing = False  # (an outage is said once, not at every try)
         while not self._stop.wait(self.ttl / 4):
             try:
                 self.renew()
             except LeaseLostError:
                 return
             except StoreError as exc:
-                log.warning("cannot renew the changefeed's lease (%s); retrying", exc)
+                log.log(logging.DEBUG if failing else logging.WARNING,
+                        "cannot renew the changefeed's lease (%s); retrying", exc)
+                failing = True
+            else:
+                if failing:
+                    log.info("%s: lease renewed again", self.store.location(self.name))
+                failing = False
 
     def release(self) -> None:
         """Give the lease up (marked released: the next writer takes it at once)."""

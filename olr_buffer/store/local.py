@@ -56,16 +56,16 @@ class LocalStore(Store):
 
     # -- reading ------------------------------------------------------------------------
 
-    def list(self, prefix: str = "", *, recursive: bool = False) -> list[ObjectInfo]:
+    def list(self, prefix: str = "", *, recursive: bool = False, folders: bool = False) -> list[ObjectInfo]:
         folder, _, start = prefix.rpartition("/")
         if folder:
             check_name(folder)
         out: list[ObjectInfo] = []
-        self._scan(folder, start, recursive, out)
+        self._scan(folder, start, recursive, out, folders and not recursive)
         out.sort(key=lambda o: o.name)
         return out
 
-    def _scan(self, folder: str, start: str, recursive: bool, out: list[ObjectInfo]) -> None:
+    def _scan(self, folder: str, start: str, recursive: bool, out: list[ObjectInfo], folders: bool = False) -> None:
         path = os.path.join(self.root, folder) if folder else self.root
         if path == self._staging_dir:
             return
@@ -82,6 +82,8 @@ class LocalStore(Store):
             try:
                 if entry.is_file():
                     out.append(ObjectInfo(name, entry.stat().st_size))
+                elif folders and entry.is_dir():
+                    out.append(ObjectInfo(name + "/", 0))
                 elif recursive and entry.is_dir():
                     self._scan(name, "", True, out)
             except FileNotFoundError:
@@ -133,10 +135,11 @@ class LocalStore(Store):
             self._link(tmp, path)
         return ObjectInfo(name, len(data), content_tag(data) if len(data) <= _TAGGED else None)
 
-    def create_from_file(self, name: str, path: str | os.PathLike[str]) -> ObjectInfo:
+    def create_from_file(self, name: str, path: str | os.PathLike[str], *, token: str | None = None) -> ObjectInfo:
         """The file is linked into place where it is on the same filesystem (no copy: the
         caller's file and the object are then one file, which must not change), and copied
-        through the staging folder otherwise."""
+        through the staging folder otherwise. (``token``: a local create's outcome is
+        always known.)"""
         target = self._path(name)
         src = os.fspath(path)
         try:
@@ -344,19 +347,21 @@ def _os_error(exc: OSError, doing: str, path: str) -> StoreError:
     """One line for an OS error: ``PATH: cannot DOING: reason``, typed by what the caller
     can do about it."""
     reason = (exc.strerror or str(exc)).splitlines()[0]
+    # errno and reason as facts: a caller may word the error its own way (the changefeed does)
+    facts = {"path": path, "errno": exc.errno, "reason": reason}
     if isinstance(exc, (FileNotFoundError, NotADirectoryError)):
-        return ObjectNotFoundError(f"{path}: no such object", path=path)
+        return ObjectNotFoundError(f"{path}: no such object", **facts)
     if isinstance(exc, IsADirectoryError):
-        return ObjectNotFoundError(f"{path}: no such object (a folder)", path=path)
+        return ObjectNotFoundError(f"{path}: no such object (a folder)", **facts)
     if isinstance(exc, FileExistsError):
-        return ObjectExistsError(f"{path}: already exists", path=path)
+        return ObjectExistsError(f"{path}: already exists", **facts)
     if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         return StoreAccessError(
             f"{path}: cannot {doing}: {reason}",
             hint="make the changefeed directory writable by this user (read-only mount, permissions)",
-            path=path,
+            **facts,
         )
     if exc.errno == errno.ENOSPC:
         return StoreError(f"{path}: cannot {doing}: no space left on device",
-                          hint="free disk space, then run the same command again", path=path)
-    return StoreError(f"{path}: cannot {doing}: {reason}", path=path)
+                          hint="free disk space, then run the same command again", **facts)
+    return StoreError(f"{path}: cannot {doing}: {reason}", **facts)

@@ -11,7 +11,8 @@ uploads, so boto3 writes and reads the objects, and ``pyarrow.fs`` serves only
   it only once complete, whole, so it is atomic too.
 - Each conditional write carries a random token in its metadata. If the write was
   applied but its answer lost, botocore's retry gets a 412: the token says whether the
-  object there is this call's own (success) or another writer's (the error).
+  object there is this call's own (success) or another writer's (the error). A caller
+  that tries a create again itself (after an outage) gives the same ``token`` to each try.
 - Settings come from the standard variables, as the AWS CLI, boto3 and delta-rs read
   them: credentials (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
   ``AWS_SESSION_TOKEN``, or any other source of boto3's chain), ``AWS_REGION`` (or
@@ -165,7 +166,7 @@ class S3Store(Store):
 
     # -- reading ------------------------------------------------------------------------
 
-    def list(self, prefix: str = "", *, recursive: bool = False) -> list[ObjectInfo]:
+    def list(self, prefix: str = "", *, recursive: bool = False, folders: bool = False) -> list[ObjectInfo]:
         if prefix:
             folder = prefix.rpartition("/")[0]
             if folder:
@@ -183,6 +184,11 @@ class S3Store(Store):
                     name = self._name(obj["Key"])
                     if name and not name.startswith(staging):
                         out.append(ObjectInfo(name, obj["Size"], obj.get("ETag")))
+                if folders and not recursive:
+                    for common in page.get("CommonPrefixes", ()):
+                        name = self._name(common["Prefix"])
+                        if name and name != staging and not name.startswith(staging):
+                            out.append(ObjectInfo(name, 0))
 
         self._call(run, "list", prefix)
         out.sort(key=lambda o: o.name)
@@ -234,13 +240,13 @@ class S3Store(Store):
         )
         return ObjectInfo(name, len(data), resp.get("ETag") if resp else None)
 
-    def create_from_file(self, name: str, path: str | os.PathLike[str]) -> ObjectInfo:
+    def create_from_file(self, name: str, path: str | os.PathLike[str], *, token: str | None = None) -> ObjectInfo:
         src = os.fspath(path)
         try:
             size = os.stat(src).st_size
         except OSError as exc:
             raise StoreError(f"{src}: cannot read: {exc.strerror}", path=src) from None
-        token = uuid.uuid4().hex
+        token = token or uuid.uuid4().hex
         if size > self.multipart_threshold:
             resp = self._create_multipart(name, src, size, token)
         else:

@@ -256,3 +256,30 @@ def test_a_released_lease_passes_between_processes_at_once(store_uri, workers):
     assert a.ask("release") == "released"
     assert b.ask("acquire") == "held 2"
     assert a.ask("publish").startswith("lost")
+
+
+def test_a_renewal_that_went_in_unanswered_is_not_a_lost_lease(store):
+    """The store stops answering while a renewal goes in: the caller (run, after the
+    outage) renews again, is refused (the lease has the new version), and finds it is
+    its own: still held, counted from when that renewal was written."""
+    from olr_buffer.store import StoreUnreachableError
+
+    clocks = Clocks()
+    lease = clocks.lease(store, ttl=60)
+    lease.acquire()
+    real = store.replace_if
+
+    def applied_unanswered(name, data, etag):
+        real(name, data, etag)
+        raise StoreUnreachableError("the store did not answer")
+
+    store.replace_if = applied_unanswered
+    clocks.advance(40)
+    with pytest.raises(StoreUnreachableError):
+        lease.renew()
+    store.replace_if = real
+    clocks.advance(10)
+    lease.renew()  # refused (another version), recognised as its own
+    assert lease.held and lease.remaining() == pytest.approx(50)  # from the unanswered renewal at 40 s
+    lease.ensure()
+    assert lease.held and lease_doc(store)["writer"] == lease.writer_id

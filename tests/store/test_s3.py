@@ -52,6 +52,21 @@ def test_a_retried_create_whose_answer_was_lost_is_not_an_error(s3_uri, s3_env):
         store.create("part-a.parquet", b"mine")
 
 
+def test_a_create_tried_again_by_its_caller_with_its_token_is_not_an_error(s3_uri, s3_env, tmp_path):
+    """After an outage its caller does not know whether a create went in: tried again
+    with the same token, the object there is recognised as its own; another create of
+    the name is refused as ever."""
+    store = S3Store(s3_uri)
+    src = tmp_path / "part.parquet"
+    src.write_bytes(b"complete file")
+    store.create_from_file("part-a.parquet", src, token="write-1")
+    assert store.create_from_file("part-a.parquet", src, token="write-1").size == len(b"complete file")
+    with pytest.raises(ObjectExistsError):
+        store.create_from_file("part-a.parquet", src, token="write-2")
+    with pytest.raises(ObjectExistsError):
+        store.create_from_file("part-a.parquet", src)
+
+
 def test_a_large_file_goes_up_whole_as_a_conditional_multipart_upload(s3_uri, s3_env, tmp_path):
     store = S3Store(s3_uri, multipart_threshold=6 << 20, part_size=5 << 20)
     src = tmp_path / "big.parquet"

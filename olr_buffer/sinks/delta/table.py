@@ -306,29 +306,39 @@ class DeltaChangefeed:
         """One commit replacing ``removed`` (contiguous files of the table) by ``added``
         (the same transactions, merged), all with ``dataChange = false``. No file is
         deleted. Returns the new table version."""
-        removed = sorted(removed, key=lambda f: f.first_tx_seq)
-        _check_chain(removed, self.store)
-        _check_published([added], self.store)
-        where = self.store.location(added.name)
-        if (added.first_tx_seq, added.last_tx_seq) != (removed[0].first_tx_seq, removed[-1].last_tx_seq) or (
-            added.rows != sum(f.rows for f in removed)
-        ):
-            raise DeltaChainError(
-                f"{where}: holds tx_seq {added.first_tx_seq}..{added.last_tx_seq} in {added.rows} rows; the files it "
-                f"replaces hold {removed[0].first_tx_seq}..{removed[-1].last_tx_seq} in "
-                f"{sum(f.rows for f in removed)} rows", uri=where)
+        return self.compact_many([(removed, added)])
+
+    def compact_many(self, merges: Sequence[tuple[Sequence[PartFile], PartFile]]) -> int:
+        """One commit for several merges (:meth:`compact`'s ``(removed, added)`` each):
+        a compaction of the changefeed is one Delta commit. Returns the new table version."""
+        actions = []
+        now = int(time.time() * 1000)
+        removed_all: list[PartFile] = []
+        for removed, added in merges:
+            removed = sorted(removed, key=lambda f: f.first_tx_seq)
+            _check_chain(removed, self.store)
+            _check_published([added], self.store)
+            where = self.store.location(added.name)
+            if (added.first_tx_seq, added.last_tx_seq) != (removed[0].first_tx_seq, removed[-1].last_tx_seq) or (
+                added.rows != sum(f.rows for f in removed)
+            ):
+                raise DeltaChainError(
+                    f"{where}: holds tx_seq {added.first_tx_seq}..{added.last_tx_seq} in {added.rows} rows; the files "
+                    f"it replaces hold {removed[0].first_tx_seq}..{removed[-1].last_tx_seq} in "
+                    f"{sum(f.rows for f in removed)} rows", uri=where)
+            actions.extend(RemoveAction(f.name, False, now, f.size, {}) for f in removed)
+            actions.append(AddAction(added.name, added.size, {}, now, False, added.stats))
+            removed_all.extend(removed)
         self._refresh()
         present = self._paths()
-        missing = [f.name for f in removed if f.name not in present]
+        missing = [f.name for f in removed_all if f.name not in present]
         if missing:
             raise DeltaConflictError(
                 f"{self.store.location()}: cannot compact: {', '.join(missing)} not in the Delta table (any more)",
                 uri=self.store.location())
-        now = int(time.time() * 1000)
-        actions = [RemoveAction(f.name, False, now, f.size, {}) for f in removed]
-        actions.append(AddAction(added.name, added.size, {}, now, False, added.stats))
-        info = self._commit_info(compaction=True, first_tx_seq=added.first_tx_seq, last_tx_seq=added.last_tx_seq,
-                                 files=len(removed))
+        first = min(added.first_tx_seq for _, added in merges)
+        last = max(added.last_tx_seq for _, added in merges)
+        info = self._commit_info(compaction=True, first_tx_seq=first, last_tx_seq=last, files=len(removed_all))
         try:
             # delta-rs's own conflict check: appends meanwhile are fine, a removal of the same files is not
             self._table.create_write_transaction(actions, "append", self._delta_schema,
@@ -341,8 +351,8 @@ class DeltaChangefeed:
             self._stale = True
             raise self._error(exc, "commit a compaction to the Delta table") from None
         self._refresh()
-        log.info("%s: compacted %d files into %s as Delta version %d", self.store.location(), len(removed),
-                 added.name, self.version)
+        log.info("%s: compacted %d files into %d as Delta version %d", self.store.location(), len(removed_all),
+                 len(merges), self.version)
         return self.version
 
     # -- helpers ------------------------------------------------------------------------
@@ -372,7 +382,8 @@ class DeltaChangefeed:
                                     hint="check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN",
                                     uri=where)
         for needle in ("Connection refused", "tcp connect error", "timed out", "error sending request",
-                       "dns error", "connection reset", "Service Unavailable", "Internal Server Error", "SlowDown"):
+                       "dns error", "connection reset", "connection closed", "broken pipe", "Service Unavailable",
+                       "Internal Server Error", "SlowDown"):
             if needle.lower() in text.lower():
                 return StoreUnreachableError(f"{where}: cannot {doing}: the store did not answer ({needle.lower()})",
                                              hint="olr-buffer run retries; replay resumes when run again", uri=where)

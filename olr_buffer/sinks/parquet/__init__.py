@@ -11,7 +11,17 @@ from .errors import (
     UnknownTableError,
 )
 from .compaction import CompactionError, CompactionResult, compact
-from .layout import DEFAULT_MODE, META_DIR, list_files, read_manifest, read_schema_document, schema_document_path
+from .delta_table import chain_names, use_delta
+from .layout import (
+    DEFAULT_MODE,
+    META_DIR,
+    TABLE_FORMATS,
+    Location,
+    list_files,
+    read_manifest,
+    read_schema_document,
+    schema_document_path,
+)
 from .position import POSITION_KEY, ChangefeedPosition, status, status_line
 from .schema import ARROW_SCHEMA, COLUMNS, DERIVED_TIMESTAMPS, TIMESTAMP, parse_part_name, part_name
 from .writer import DEFAULT_FILE_ROWS, ChangefeedWriter, PublishedFile
@@ -29,6 +39,8 @@ __all__ = [
     "COLUMNS",
     "DEFAULT_FILE_ROWS",
     "DEFAULT_MODE",
+    "Location",
+    "TABLE_FORMATS",
     "DERIVED_TIMESTAMPS",
     "META_DIR",
     "list_files",
@@ -53,4 +65,6 @@ __all__ = [
     "part_name",
     "read_schema_document",
     "schema_document_path",
+    "chain_names",
+    "use_delta",
 ]

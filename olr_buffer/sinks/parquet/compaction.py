@@ -17,7 +17,8 @@ listing is not one atomic view of several names. Hence two modes (docs/spark.md)
     again later, it appends what the source published since, so the output's readers see
     it grow like any changefeed. Readers switch to it explicitly.
 
-``in place`` (only when no reader, stream or producer uses the directory)
+``in place`` (only when no reader, stream or producer uses the directory; a Delta
+changefeed: at any time, see below)
     Per run of files: the merged file is written and fsynced in ``_olr_buffer/tmp/``
     (out of every reader's sight); the intent (merged name, the files it replaces) goes to
     ``_olr_buffer/compaction.json``; the merged file is renamed to its ``part-`` name;
@@ -32,6 +33,18 @@ Both modes take the lock of the directory they write (``_olr_buffer/LOCK``, see
 :mod:`.layout`), as the writer does: an in-place compaction is refused while ``replay``
 or ``run`` writes the changefeed, and a second compaction while one runs.
 
+A **Delta changefeed** is compacted in place as its readers expect of a Delta table:
+the merged files are published beside the old ones and ONE Delta commit replaces them
+(remove + add, ``dataChange = false``: streaming readers skip it, the rows do not
+change). No file is deleted (a reader of an older version may need it: ``VACUUM`` is
+the user's), so a plain Parquet reader of the directory reads those rows twice; Delta
+readers (Spark with Delta, deltalake, DuckDB, Polars) read each once. Its readers need
+no promise that none runs. Interrupted before the commit, it left merged files that no
+table version holds; run again, it commits them as they are.
+
+Both modes work on object storage (``s3://BUCKET/PREFIX``): the temporary files are local,
+a file is published by one conditional PUT, the lock is the changefeed's lease.
+
 Merged files keep the changefeed's naming (``part-<first>-<last>.parquet``), row order,
 row groups of up to 65,536 rows and the footer metadata the writer recovers from
 (``olr_buffer.first_tx_seq``, ``last_tx_seq``, ``last_commit`` of the last transaction,
@@ -45,6 +58,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -56,13 +70,18 @@ import pyarrow.parquet as pq
 
 from ...errors import EXIT_USAGE
 from .errors import ChangefeedCorruptError, ChangefeedError
+from ...store import Lease, StoreError, is_remote
+from . import delta_table
 from .layout import (  # noqa: F401  (read_footer: a public name of this module too)
+    DEFAULT_MODE,
     META_DIR,
     ChangefeedLock,
+    Location,
     PublishedFile,
     append_line,
     apply_mode,
-    atomic_write,
+    as_location,
+    compact_tmp_basename,
     compact_tmp_name,
     copy_schema_documents,
     create_file,
@@ -70,11 +89,12 @@ from .layout import (  # noqa: F401  (read_footer: a public name of this module 
     damaged,
     file_mode,
     footer_metadata,
-    fsync_dir,
     fsync_path,
     list_files,
+    local_tmp_dir,
     log_published,
     manifest_owner,
+    manifest_table_format,
     prepare_dir,
     prepare_tmp_dir,
     publish,
@@ -162,10 +182,13 @@ class CompactionResult:
 # -- reading a changefeed's files ------------------------------------------------------
 
 
-def published_files(path: str) -> list[PublishedFile]:
+def published_files(path: "str | Location") -> list[PublishedFile]:
     """The ``part-`` files of the changefeed at ``path`` with their footers, checked: a
-    gapless chain from tx_seq 0, each footer agreeing with its name."""
-    return list_files(path, hint="if an in-place compaction was interrupted, run it again to finish it")
+    gapless chain from tx_seq 0, each footer agreeing with its name. A Delta changefeed:
+    the files of its table (and those published after them)."""
+    loc = as_location(path)
+    return list_files(loc, hint="if an in-place compaction was interrupted, run it again to finish it",
+                      names=delta_table.chain_names(loc))
 
 
 # -- planning -----------------------------------------------------------------------------
@@ -221,7 +244,8 @@ def compact(
             "compact: say where the compacted files go: an output directory, or in place",
             hint="--output DIR is safe while readers run; --in-place is not",
         )
-    if in_place and not no_reader_running:
+    if in_place and not no_reader_running and not delta_table.has_table(Location(src)):
+        # (a Delta changefeed's readers read a snapshot of its table: they need no promise)
         raise CompactionRefused(
             f"{src}: refusing to compact in place: running readers would read rows twice or miss "
             "rows, and streaming checkpoints over it would read every merged row again",
@@ -242,6 +266,31 @@ def compact(
     return result
 
 
+@dataclass
+class _Target:
+    """Where merged files go: the changefeed's :class:`Location`, and the local directory
+    of their temporary files (a local changefeed's ``_olr_buffer/tmp/``; for one on
+    object storage a staging directory of this run)."""
+
+    loc: Location
+    tmp_dir: str
+
+    def tmp_path(self, first: int, last: int) -> str:
+        return os.path.join(self.tmp_dir, compact_tmp_basename(first, last))
+
+
+@contextmanager
+def _target(loc: Location) -> Iterator[_Target]:
+    if loc.path is not None:
+        yield _Target(loc, local_tmp_dir(loc.path))
+        return
+    staging = tempfile.mkdtemp(prefix="olr-buffer-compact-")
+    try:
+        yield _Target(loc, staging)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
 @dataclass(frozen=True)
 class _WriteOptions:
     row_group_rows: int
@@ -254,32 +303,40 @@ def _compact_to_output(
     on_progress: Callable[[CompactionProgress], None] | None = None,
 ) -> CompactionResult:
     _check_apart(src, dst)
+    src_loc = Location(src)
     result = CompactionResult("output", src, dst, dry_run=dry_run)
     if dry_run:
-        existing = published_files(dst) if os.path.isdir(dst) else []
-        groups = _plan_output(src, dst, existing, target_rows, full_groups_only, result)
+        dst_loc = Location(dst)
+        existing = published_files(dst_loc) if dst_loc.exists() else []
+        groups = _plan_output(src_loc, dst, existing, target_rows, full_groups_only, result)
         result.files_after = len(existing) + len(groups)
         result.next_tx_seq = groups[-1][-1].last + 1 if groups else (existing[-1].last + 1 if existing else 0)
         return result
-    mode = _dir_mode(src)
-    prepare_dir(dst, mode)
-    with _locked(dst):
-        apply_mode(dst, mode)
-        remove_own_temporaries(dst)  # the output's leftovers of an interrupted run
-        written = published_files(dst)
-        groups = _plan_output(src, dst, written, target_rows, full_groups_only, result)
+    mode = _dir_mode(src_loc)
+    dst_loc = Location(dst, mode=mode, durable=opts.durable)
+    if dst_loc.path is not None:
+        prepare_dir(dst, mode)
+    with _locked(dst_loc), _target(dst_loc) as target:
+        if dst_loc.path is not None:
+            apply_mode(dst, mode)
+            remove_own_temporaries(dst)  # the output's leftovers of an interrupted run
+        else:
+            dst_loc.store.clear_staging()
+        written = published_files(dst_loc) if dst_loc.exists() else []
+        groups = _plan_output(src_loc, dst, written, target_rows, full_groups_only, result)
         progress = _Progress(on_progress, groups)
         if groups:
-            copy_schema_documents(src, dst, opts.durable)  # the rows it copies name them
+            copy_schema_documents(src_loc, dst_loc, opts.durable)  # the rows it copies name them
         for group in groups:
             if len(group) == 1:
-                merged = _copy_file(src, group[0], dst, opts, file_mode(mode))
+                merged = _copy_file(src_loc, group[0], target, file_mode(mode))
             else:
-                merged = _write_merged(src, group, dst, opts, file_mode(mode))
-            _publish(dst, merged, opts)
+                merged = _write_merged(src_loc, group, target, opts, file_mode(mode))
+            _publish(target, merged, opts)
             written.append(merged)
-            log_published(dst, merged, opts.durable)
-            write_manifest(dst, len(written), merged, merged.owner, opts.durable)
+            if dst_loc.path is not None:  # the audit log: a local changefeed's
+                log_published(dst, merged, opts.durable)
+            write_manifest(dst_loc, len(written), merged, merged.owner, opts.durable, table_format="parquet")
             progress.wrote(group)
         progress.done()
     result.files_after = len(written)
@@ -288,7 +345,7 @@ def _compact_to_output(
 
 
 def _plan_output(
-    src: str,
+    src: Location,
     dst: str,
     existing: list[PublishedFile],
     target_rows: int,
@@ -296,7 +353,7 @@ def _plan_output(
     result: CompactionResult,
 ) -> list[list[PublishedFile]]:
     files = published_files(src)
-    start = _continue_at(src, dst, files, existing)
+    start = _continue_at(src.uri, dst, files, existing)
     todo = [f for f in files if f.first >= start]
     groups = plan_groups(todo, target_rows)
     if full_groups_only and groups and sum(f.rows for f in groups[-1]) < target_rows:
@@ -311,10 +368,15 @@ def _plan_output(
 
 def _check_apart(src: str, dst: str) -> None:
     """Neither directory may hold the other: Spark lists subdirectories too."""
-    a, b = os.path.realpath(src), os.path.realpath(dst)
+    if is_remote(src) or is_remote(dst):
+        a, b = (as_location(x).uri.rstrip("/") if is_remote(x) else os.path.realpath(x) for x in (src, dst))
+        sep = "/"
+    else:
+        a, b = os.path.realpath(src), os.path.realpath(dst)
+        sep = os.sep
     if a == b:
         raise CompactionError(f"{dst}: the output must be another directory than the changefeed")
-    if b.startswith(a + os.sep) or a.startswith(b + os.sep):
+    if b.startswith(a + sep) or a.startswith(b + sep):
         raise CompactionError(
             f"{dst}: the output must not be inside the changefeed, nor hold it: Spark would read the subdirectory too",
             hint="use a sibling directory",
@@ -341,12 +403,18 @@ def _continue_at(src: str, dst: str, files: list[PublishedFile], existing: list[
 def _compact_in_place(src: str, target_rows: int, opts: _WriteOptions, dry_run: bool,
                       on_progress: Callable[[CompactionProgress], None] | None = None) -> CompactionResult:
     result = CompactionResult("in-place", src, src, dry_run=dry_run)
-    if not os.path.isdir(os.path.join(src, META_DIR)):
+    loc = Location(src, durable=opts.durable)
+    if loc.path is not None and not os.path.isdir(os.path.join(src, META_DIR)):
         raise ChangefeedError(f"{src}: not a changefeed directory (no {META_DIR}/)")
-    with _locked(src):
-        if not dry_run:
-            result.recovered = recover_in_place(src, opts.durable)
-        files = published_files(src)
+    if loc.path is None and not loc.list(f"{META_DIR}/"):
+        raise ChangefeedError(f"{src}: not a changefeed (no {META_DIR}/ under the prefix)", uri=loc.uri)
+    if loc.path is not None:
+        loc = Location(src, mode=_dir_mode(loc), durable=opts.durable)
+    with _locked(loc), _target(loc) as target:
+        delta = delta_table.has_table(loc)
+        if not dry_run and not delta:
+            result.recovered = recover_in_place(target, opts.durable)
+        files = published_files(loc)
         groups = plan_groups(files, target_rows)
         merges = [g for g in groups if len(g) > 1]
         result.files_before = len(files)
@@ -358,25 +426,60 @@ def _compact_in_place(src: str, target_rows: int, opts: _WriteOptions, dry_run: 
         result.next_tx_seq = files[-1].last + 1 if files else 0
         if dry_run:
             return result
-        prepare_tmp_dir(src)
-        remove_own_temporaries(src, compaction_only=True)
-        fmode = file_mode(_dir_mode(src))
+        if loc.path is not None:
+            prepare_tmp_dir(src)
+            remove_own_temporaries(src, compaction_only=True)
+        fmode = file_mode(loc.mode)
         progress = _Progress(on_progress, merges)
-        for group in merges:
-            merged = _write_merged(src, group, src, opts, fmode)
-            _swap_in(src, merged, group, opts)
-            progress.wrote(group)
+        if delta:
+            _compact_delta(target, merges, opts, fmode)
+        else:
+            for group in merges:
+                merged = _write_merged(loc, group, target, opts, fmode)
+                _swap_in(target, merged, group, opts)
+                progress.wrote(group)
         progress.done()
         if merges:
-            files = published_files(src)
-            owner = manifest_owner(read_manifest(src)) or files[-1].owner
-            write_manifest(src, len(files), files[-1], owner, opts.durable)
+            files = published_files(loc)
+            manifest = read_manifest(loc)
+            owner = manifest_owner(manifest) or files[-1].owner
+            write_manifest(loc, len(files), files[-1], owner, opts.durable,
+                           table_format="delta" if delta else manifest_table_format(manifest))
     return result
 
 
-def _swap_in(path: str, merged: PublishedFile, replaced: list[PublishedFile], opts: _WriteOptions) -> None:
-    """Intent, rename the merged file into view, delete what it replaces, drop the intent."""
-    meta = os.path.join(path, META_DIR)
+def _compact_delta(target: _Target, merges: list[list[PublishedFile]], opts: _WriteOptions, fmode: int) -> None:
+    """A Delta changefeed: each run of files merged into one published file, then ONE
+    Delta commit removes the runs and adds the merged files (``dataChange = false``). No
+    file is deleted: a reader of an older version of the table may still need it
+    (``VACUUM`` is the user's). A merged file an interrupted compaction published, but
+    never committed, is committed as it is."""
+    if not merges:
+        return
+    loc = target.loc
+    table = delta_table.open_table(loc, app_id=None, writer={"compaction": True, "pid": os.getpid()}, create=False)
+    pairs = []
+    for group in merges:
+        merged = PublishedFile(part_name(group[0].first, group[-1].last), group[0].first, group[-1].last,
+                               sum(f.rows for f in group), group[-1].last_commit, group[-1].owner)
+        if loc.size(merged.name) is not None:
+            existing = read_footer(loc, merged.name)
+            if (existing.first, existing.last, existing.rows) != (merged.first, merged.last, merged.rows):
+                raise ChangefeedCorruptError(f"{loc.where(merged.name)}: is not the merge of "
+                                             f"{group[0].name}..{group[-1].name}", path=loc.where(merged.name))
+            log.info("%s: published by an interrupted compaction, committed as it is", loc.where(merged.name))
+        else:
+            merged = _write_merged(loc, group, target, opts, fmode)
+            _publish(target, merged, opts)
+        pairs.append(([delta_table.part_file(loc, f) for f in group], delta_table.part_file(loc, merged)))
+    version = table.compact_many(pairs)
+    delta_table.apply_log_modes(loc)
+    log.info("%s: compaction committed as Delta version %d: %d files replaced by %d; none deleted", loc.uri, version,
+             sum(len(g) for g in merges), len(merges))
+
+
+def _swap_in(target: _Target, merged: PublishedFile, replaced: list[PublishedFile], opts: _WriteOptions) -> None:
+    """Intent, publish the merged file, delete what it replaces, drop the intent."""
     intent = {
         "merged": merged.name,
         "tmp": compact_tmp_name(merged.first, merged.last),
@@ -384,72 +487,70 @@ def _swap_in(path: str, merged: PublishedFile, replaced: list[PublishedFile], op
         "rows": merged.rows,
         "started": time.time(),
     }
-    atomic_write(os.path.join(meta, INTENT), orjson.dumps(intent), opts.durable)
-    _publish(path, merged, opts)
-    _finish_swap(path, intent, opts.durable)
+    target.loc.replace_meta(INTENT, orjson.dumps(intent))
+    _publish(target, merged, opts)
+    _finish_swap(target.loc, intent, opts.durable)
 
 
-def _finish_swap(path: str, intent: dict, durable: bool) -> None:
+def _finish_swap(loc: Location, intent: dict, durable: bool) -> None:
     for name in intent["replaces"]:
-        try:
-            os.unlink(os.path.join(path, name))
-        except FileNotFoundError:
-            pass
-    if durable:
-        fsync_dir(path)
-    append_line(
-        os.path.join(path, META_DIR, COMPACTION_LOG),
-        {"file": intent["merged"], "replaces": intent["replaces"], "rows": intent["rows"], "time": time.time()},
-        durable,
-    )
-    os.unlink(os.path.join(path, META_DIR, INTENT))
-    if durable:
-        fsync_dir(os.path.join(path, META_DIR))
+        loc.delete(name)
+    if loc.path is not None:  # the compaction log: a local changefeed's
+        append_line(
+            os.path.join(loc.path, META_DIR, COMPACTION_LOG),
+            {"file": intent["merged"], "replaces": intent["replaces"], "rows": intent["rows"], "time": time.time()},
+            durable,
+        )
+    loc.delete_meta(INTENT)
 
 
-def recover_in_place(path: str, durable: bool = True) -> bool:
+def recover_in_place(target: "_Target | str", durable: bool = True) -> bool:
     """Finish or undo an interrupted in-place compaction; True if there was one.
 
-    Before the rename the old files are intact: the temporary file is dropped. After it
-    the merged file is complete and visible: the files it replaces are deleted.
+    Before the merged file is published the old files are intact: the temporary file is
+    dropped. After it the merged file is complete and visible: the files it replaces are
+    deleted.
     """
-    intent_path = os.path.join(path, META_DIR, INTENT)
-    try:
-        with open(intent_path, "rb") as fh:
-            intent = orjson.loads(fh.read())
-    except FileNotFoundError:
+    if not isinstance(target, _Target):
+        loc = Location(target, durable=durable)
+        target = _Target(loc, local_tmp_dir(loc.path) if loc.path is not None else tempfile.gettempdir())
+    loc = target.loc
+    data = loc.read_meta(INTENT, "read the compaction's intent")
+    if data is None:
         return False
-    if os.path.exists(os.path.join(path, intent["merged"])):
-        merged = read_footer(path, intent["merged"])  # complete: it was fsynced before the rename
+    intent_path = loc.where(f"{META_DIR}/{INTENT}")
+    intent = orjson.loads(data)
+    if loc.size(intent["merged"]) is not None:
+        merged = read_footer(loc, intent["merged"])  # complete: it was fsynced before it was published
         first = parse_part_name(intent["replaces"][0])
         last = parse_part_name(intent["replaces"][-1])
         if first is None or last is None or (merged.first, merged.last) != (first[0], last[1]):
             raise ChangefeedCorruptError(f"{intent_path}: the intent does not match {merged.name}")
         log.warning("finishing an interrupted compaction into %s", merged.name)
-        _finish_swap(path, intent, durable)
+        _finish_swap(loc, intent, durable)
     else:
         log.warning("undoing an interrupted compaction into %s (not yet visible)", intent["merged"])
-        tmp = os.path.join(path, intent["tmp"])
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        os.unlink(intent_path)
-        if durable:
-            fsync_dir(os.path.join(path, META_DIR))
+        if loc.path is not None:
+            tmp = os.path.join(loc.path, intent["tmp"])
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        loc.delete_meta(INTENT)
     return True
 
 
 # -- writing files ------------------------------------------------------------------------
 
 
-def _dir_mode(path: str) -> int:
-    """A changefeed's mode is its directory's: merged files and an output follow it."""
-    return os.stat(path).st_mode & 0o777
+def _dir_mode(loc: Location) -> int:
+    """A changefeed's mode is its directory's: merged files and an output follow it (on
+    object storage, the default)."""
+    return os.stat(loc.path).st_mode & 0o777 if loc.path is not None else DEFAULT_MODE
 
 
 def _write_merged(
-    src: str, group: list[PublishedFile], dst: str, opts: _WriteOptions, mode: int
+    src: Location, group: list[PublishedFile], target: _Target, opts: _WriteOptions, mode: int
 ) -> PublishedFile:
-    """Rows of ``group``'s files, in order, into one temporary file of ``dst`` (fsynced)."""
+    """Rows of ``group``'s files, in order, into one local temporary file (fsynced)."""
     merged = PublishedFile(
         part_name(group[0].first, group[-1].last),
         group[0].first,
@@ -459,7 +560,7 @@ def _write_merged(
         group[-1].owner,
         tuple((o, t, v) for (o, t), v in current_schemas(group).items()),  # the files' changes, in order
     )
-    tmp = os.path.join(dst, compact_tmp_name(merged.first, merged.last))
+    tmp = target.tmp_path(merged.first, merged.last)
     create_file(tmp, mode)
     writer = parquet_writer(tmp, opts.compression)
     try:
@@ -468,7 +569,7 @@ def _write_merged(
         n = 0
         for f in group:
             # A file written before c_ts/ts existed gets them: merged files have every column.
-            for batch in _read_verified(os.path.join(src, f.name), opts.row_group_rows):
+            for batch in _read_verified(src, f.name, opts.row_group_rows):
                 batch = with_timestamps(batch)
                 pending.append(batch)
                 pending_rows += batch.num_rows
@@ -479,7 +580,7 @@ def _write_merged(
             _write_row_group(writer, pending, pending_rows)
         if n != merged.rows:
             raise ChangefeedCorruptError(
-                f"{src}: files {group[0].name}..{group[-1].name} hold {n} rows, their footers say {merged.rows}"
+                f"{src.uri}: files {group[0].name}..{group[-1].name} hold {n} rows, their footers say {merged.rows}"
             )
         meta = footer_metadata(merged)
         meta[META_COMPACTED] = str(len(group))
@@ -494,13 +595,17 @@ def _write_merged(
     return merged
 
 
-def _read_verified(full: str, batch_size: int) -> Iterator[pa.RecordBatch]:
+def _read_verified(src: Location, name: str, batch_size: int) -> Iterator[pa.RecordBatch]:
     """The batches of a published file, every page's checksum verified: a damaged file
     raises :class:`ChangefeedCorruptError` naming it, instead of going into a merged file
     under new checksums."""
+    full = src.where(name)
     try:
-        pf = pq.ParquetFile(full, page_checksum_verification=True)
-        yield from pf.iter_batches(batch_size=batch_size, columns=_present(pf))
+        with src.open_input(name) as f:
+            pf = pq.ParquetFile(f, page_checksum_verification=True)
+            yield from pf.iter_batches(batch_size=batch_size, columns=_present(pf))
+    except (ChangefeedError, StoreError):
+        raise
     except OSError as exc:
         if isinstance(exc, FileNotFoundError) or exc.errno is not None:
             raise
@@ -525,25 +630,34 @@ def _write_row_group(
     return rest.combine_chunks().to_batches() if rest.num_rows else [], rest.num_rows
 
 
-def _copy_file(src: str, f: PublishedFile, dst: str, opts: _WriteOptions, mode: int) -> PublishedFile:
-    tmp = os.path.join(dst, compact_tmp_name(f.first, f.last))
-    shutil.copyfile(os.path.join(src, f.name), tmp)
-    os.chmod(tmp, mode)
-    if opts.durable:
-        fsync_path(tmp)
+def _copy_file(src: Location, f: PublishedFile, target: _Target, mode: int) -> PublishedFile:
+    """A file of the source as it is, into a local temporary file (fsynced)."""
+    tmp = target.tmp_path(f.first, f.last)
+    create_file(tmp, mode)
+    with src.open_input(f.name) as fin, open(tmp, "wb") as out:
+        while chunk := fin.read(8 << 20):
+            out.write(chunk)
+        if target.loc.durable:
+            out.flush()
+            os.fsync(out.fileno())
     return f
 
 
-def _publish(dst: str, f: PublishedFile, opts: _WriteOptions) -> None:
+def _publish(target: _Target, f: PublishedFile, opts: _WriteOptions) -> None:
     """The complete temporary file becomes ``part-<first>-<last>.parquet``."""
-    publish(dst, compact_tmp_name(f.first, f.last), f.name, opts.durable)
+    publish(target.loc, target.tmp_path(f.first, f.last), f.name)
 
 
 @contextmanager
-def _locked(path: str) -> Iterator[None]:
-    """The changefeed's lock (``_olr_buffer/LOCK``), as its writer takes it: one process
-    writes a changefeed, be it a writer or a compaction."""
-    lock = ChangefeedLock(path, writer=False)
+def _locked(loc: Location) -> Iterator[None]:
+    """The changefeed's lock (``_olr_buffer/LOCK``; on object storage its lease), as its
+    writer takes it: one process writes a changefeed, be it a writer or a compaction."""
+    lock: ChangefeedLock | Lease
+    if loc.path is not None:
+        lock = ChangefeedLock(loc.path, writer=False)
+    else:
+        lock = Lease(loc.store, info={"changefeed": loc.uri, "compaction": True})
+        lock.acquire()
     try:
         yield
     finally:

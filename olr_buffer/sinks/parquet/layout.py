@@ -42,6 +42,19 @@ changefeed are recovered from the footers alone.
 **Owner.** The manifest and every file's footer record the identity of the queue that
 writes the changefeed (a random id the pipeline stores in the queue's metadata) and,
 where the source has one, the source's identity. The pipeline checks it on open.
+
+**Where.** A changefeed is a local directory or an S3 prefix (``s3://BUCKET/PREFIX``):
+:class:`Location` is the one seam between the changefeed's algorithms and the
+:class:`~olr_buffer.store.Store` that holds it. Listing and checking the chain, reading
+footers and pages, reading and writing the manifest, publishing a complete temporary
+file under its final name: written once, here, against the store. What only a local
+directory has stays local and explicit: the ``flock``, modes (``--changefeed-mode``),
+the removal of a refused run's unused directory, the audit log ``published.jsonl``, and
+the writing of ``_olr_buffer/`` documents (0600 whatever the directory's mode, their
+temporary file beside them). On S3 the temporary files are local (a staging directory
+the writer is given), a file is published by one conditional PUT, the manifest is
+replaced as one object, one writer is enforced by a lease (:class:`~olr_buffer.store.Lease`)
+and there is no audit log (the files, and a Delta table's log, are the record).
 """
 
 from __future__ import annotations
@@ -59,7 +72,9 @@ import pyarrow.parquet as pq
 
 from ... import pidlock
 from ...changes import CommitKey
+from ...store import ObjectExistsError, ObjectInfo, ObjectNotFoundError, Store, StoreError, is_remote, open_store
 from ..base import ChangefeedOwner
+from ...errors import OlrBufferError
 from .errors import ChangefeedCorruptError, ChangefeedError, ChangefeedLockedError
 from .schema import META_FIRST, META_LAST, META_LAST_COMMIT, META_ROWS, parse_part_name, part_name
 
@@ -81,6 +96,7 @@ SCHEMAS_DIR = "schemas"  # under META_DIR
 _VERSION = re.compile(r"[0-9a-f]{16}")
 
 DEFAULT_MODE = 0o700  # the changefeed directory; its files get the mode without x bits
+TABLE_FORMATS = ("parquet", "delta")  # --table-format; recorded in the manifest
 META_MODE = 0o700  # _olr_buffer/ is never shared: Spark does not read it
 META_FILE_MODE = 0o600  # its files (manifest, logs, intent), whatever the umask
 
@@ -116,12 +132,26 @@ def is_own_temporary(name: str) -> bool:
 
 def writer_tmp_name(first: int, pid: int) -> str:
     """The writer's temporary file, relative to the changefeed directory."""
-    return os.path.join(META_DIR, TMP_DIR, f"{WRITER_TMP_PREFIX}{first:020d}-{pid}.parquet.tmp")
+    return os.path.join(META_DIR, TMP_DIR, writer_tmp_basename(first, pid))
+
+
+def writer_tmp_basename(first: int, pid: int) -> str:
+    """The writer's temporary file's name in its temporary directory."""
+    return f"{WRITER_TMP_PREFIX}{first:020d}-{pid}.parquet.tmp"
 
 
 def compact_tmp_name(first: int, last: int) -> str:
     """Compaction's temporary file, relative to the changefeed directory."""
-    return os.path.join(META_DIR, TMP_DIR, f"{COMPACT_TMP_PREFIX}{part_name(first, last)}.tmp")
+    return os.path.join(META_DIR, TMP_DIR, compact_tmp_basename(first, last))
+
+
+def compact_tmp_basename(first: int, last: int) -> str:
+    return f"{COMPACT_TMP_PREFIX}{part_name(first, last)}.tmp"
+
+
+def local_tmp_dir(path: str) -> str:
+    """Where a local changefeed's temporary files are written (the same filesystem)."""
+    return os.path.join(path, META_DIR, TMP_DIR)
 
 
 def file_mode(dir_mode: int) -> int:
@@ -147,6 +177,166 @@ def os_failure(exc: OSError, path: str, doing: str) -> ChangefeedError:
     else:
         hint = "check the changefeed directory"
     return ChangefeedError(f"{path}: cannot {doing}: {reason}", hint=hint, path=path)
+
+
+# -- where the changefeed is: the storage seam ---------------------------------------------
+
+
+class Location:
+    """A changefeed's place: a local directory or ``s3://BUCKET/PREFIX``, and the store
+    that holds it. Its methods are the few operations the changefeed's algorithms need,
+    each with the changefeed's own one-line errors: on a local directory the same
+    messages as ever (``PATH: cannot DOING: reason``, :func:`os_failure`); on object
+    storage the store's own typed errors (so that an unreachable store stays retryable).
+
+    ``mode``, ``durable``: a local directory's mode (files without the x bits) and
+    whether writes are fsynced."""
+
+    def __init__(self, target: "str | os.PathLike[str] | Location", *, mode: int = DEFAULT_MODE,
+                 durable: bool = True) -> None:
+        self.uri = os.fspath(target)
+        self.remote = is_remote(self.uri)
+        self.mode = mode
+        self.durable = durable
+        if self.remote:
+            self.store: Store = open_store(self.uri)
+            self.uri = self.store.uri
+            self.path: str | None = None
+        else:
+            self.path = self.uri
+            # temporary files of the store's own writes go where the changefeed's go
+            self.store = open_store(self.uri, mode=mode, durable=durable, staging=f"{META_DIR}/{TMP_DIR}")
+
+    def __repr__(self) -> str:
+        return f"Location({self.uri!r})"
+
+    def where(self, name: str = "") -> str:
+        """A name's place for messages: the path as given, or ``s3://bucket/prefix/name``."""
+        if self.path is not None:
+            return os.path.join(self.path, name) if name else self.path
+        return self.store.location(name)
+
+    def failure(self, exc: StoreError, name: str, doing: str) -> OlrBufferError:
+        """The changefeed's error for a store's: on a local directory, ``PATH: cannot
+        DOING: reason`` as :func:`os_failure` words it; on object storage the store's own
+        (one line, naming the object, typed by what the caller can do)."""
+        code = exc.facts.get("errno")
+        if self.path is not None and isinstance(code, int):
+            return os_failure(OSError(code, os.strerror(code)), self.where(name), doing)
+        return exc
+
+    # -- reading ------------------------------------------------------------------------
+
+    def exists(self) -> bool:
+        """Whether there is a changefeed (a directory; on object storage, any object or
+        folder under the prefix)."""
+        if self.path is not None:
+            return os.path.isdir(self.path)
+        try:
+            return bool(self.store.list("", folders=True))
+        except StoreError as exc:
+            raise self.failure(exc, "", "list the changefeed") from None
+
+    def list_top(self) -> list[ObjectInfo]:
+        """The objects and folders (their names ending with ``/``) at the top level;
+        :class:`ChangefeedError` if there is no changefeed."""
+        if self.path is not None and not os.path.isdir(self.path):
+            if os.path.lexists(self.path):
+                raise os_failure(NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR)), self.path,
+                                 "list the changefeed")
+            raise ChangefeedError(f"{self.path}: no such changefeed directory", path=self.path)
+        try:
+            found = self.store.list("", folders=True)
+        except StoreError as exc:
+            raise self.failure(exc, "", "list the changefeed") from None
+        if not found and self.remote:
+            raise ChangefeedError(f"{self.uri}: no such changefeed (nothing under the prefix)",
+                                  hint="check the URI; a changefeed is made by replay or run", uri=self.uri)
+        return found
+
+    def list(self, prefix: str) -> list[ObjectInfo]:
+        try:
+            return self.store.list(prefix)
+        except StoreError as exc:
+            raise self.failure(exc, prefix, "list the changefeed") from None
+
+    def open_input(self, name: str, doing: str = "read a changefeed file"):
+        """A random-access Arrow file over the object ``name`` (a Parquet reader fetches
+        only what it reads: the footer, the pages asked for)."""
+        try:
+            return self.store.open_input(name)
+        except StoreError as exc:
+            raise self.failure(exc, name, doing) from None
+
+    def read_meta(self, name: str, doing: str) -> bytes | None:
+        """The document ``_olr_buffer/NAME``, or None if there is none."""
+        rel = f"{META_DIR}/{name}"
+        try:
+            return self.store.read(rel)
+        except ObjectNotFoundError:
+            return None
+        except StoreError as exc:
+            raise self.failure(exc, rel, doing) from None
+
+    # -- writing ------------------------------------------------------------------------
+
+    def replace_meta(self, name: str, data: bytes) -> None:
+        """``_olr_buffer/NAME`` holds ``data`` or its old content, never a mix. Locally
+        with its own temporary file beside it and mode ``META_FILE_MODE`` (the store's
+        writes take the directory's file mode); on object storage one PUT."""
+        rel = f"{META_DIR}/{name}"
+        if self.path is not None:
+            atomic_write(os.path.join(self.path, META_DIR, name), data, self.durable)
+            return
+        try:
+            self.store.replace(rel, data)
+        except StoreError as exc:
+            raise self.failure(exc, rel, "write it") from None
+
+    def delete_meta(self, name: str) -> None:
+        self.delete(f"{META_DIR}/{name}")
+
+    def publish(self, tmp_path: str, name: str, token: str | None = None) -> int:
+        """The complete local temporary file ``tmp_path`` becomes the object ``name``,
+        whole, never over an existing one (a local link, fsynced; one conditional PUT);
+        then the temporary file is removed. Returns the object's size. ``token``: the
+        same for each try of one publication (see :meth:`Store.create_from_file`)."""
+        try:
+            size = self.store.create_from_file(name, tmp_path, token=token).size
+        except ObjectExistsError:
+            where = self.where(name)
+            raise ChangefeedError(
+                f"{where}: already exists: a published file is never overwritten",
+                hint="another writer published it: run one writer per changefeed", path=where) from None
+        except StoreError as exc:
+            raise self.failure(exc, name, "publish a changefeed file") from None
+        try:
+            os.unlink(tmp_path)  # locally, a second name of the published file
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            log.warning("%s: cannot delete the temporary file: %s", tmp_path, exc.strerror)
+        return size
+
+    def delete(self, name: str) -> None:
+        try:
+            self.store.delete(name)
+        except StoreError as exc:
+            raise self.failure(exc, name, "delete it") from None
+
+    def size(self, name: str) -> int | None:
+        """The object's size, None if there is none."""
+        try:
+            return self.store.stat(name).size
+        except ObjectNotFoundError:
+            return None
+        except StoreError as exc:
+            raise self.failure(exc, name, "read a changefeed file") from None
+
+
+def as_location(target: "str | os.PathLike[str] | Location", **options) -> Location:
+    """``target`` as a :class:`Location` (a path or a URI is opened)."""
+    return target if isinstance(target, Location) else Location(target, **options)
 
 
 # -- directory and lock -------------------------------------------------------------------
@@ -316,13 +506,17 @@ def footer_metadata(f: PublishedFile) -> dict[bytes, str]:
     return meta
 
 
-def read_footer(path: str, name: str) -> PublishedFile:
+def read_footer(cf: "str | Location", name: str) -> PublishedFile:
     """A published file's range, last commit and owner from its name and footer, checked
-    against each other and the row count."""
-    full = os.path.join(path, name)
+    against each other and the row count (one ranged read on object storage)."""
+    loc = as_location(cf)
+    full = loc.where(name)
     first, last = parse_part_name(name)  # type: ignore[misc]
     try:
-        meta = pq.read_metadata(full)
+        with loc.open_input(name, "read a changefeed file's footer") as f:
+            meta = pq.read_metadata(f)
+    except (ChangefeedError, StoreError):
+        raise
     except OSError as exc:
         if isinstance(exc, FileNotFoundError) or exc.errno is not None:
             raise os_failure(exc, full, "read a changefeed file's footer") from None
@@ -371,17 +565,21 @@ def current_schemas(files: list[PublishedFile]) -> dict[tuple[str, str], str]:
     return current
 
 
-def verify_pages(path: str, name: str) -> None:
+def verify_pages(cf: "str | Location", name: str) -> None:
     """Read every page of the published file ``name`` with its checksum verified (files
     written before pages had checksums: decoded only). A damaged file raises
     :class:`ChangefeedCorruptError` naming it. Memory: one column chunk at a time."""
-    full = os.path.join(path, name)
+    loc = as_location(cf)
+    full = loc.where(name)
     try:
-        pf = pq.ParquetFile(full, page_checksum_verification=True)
-        columns = pf.schema_arrow.names
-        for i in range(pf.num_row_groups):
-            for column in columns:
-                pf.read_row_group(i, columns=[column])
+        with loc.open_input(name) as f:
+            pf = pq.ParquetFile(f, page_checksum_verification=True)
+            columns = pf.schema_arrow.names
+            for i in range(pf.num_row_groups):
+                for column in columns:
+                    pf.read_row_group(i, columns=[column])
+    except (ChangefeedError, StoreError):
+        raise
     except OSError as exc:
         if isinstance(exc, FileNotFoundError) or exc.errno is not None:
             raise os_failure(exc, full, "read a changefeed file") from None
@@ -405,29 +603,28 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def list_files(path: str, *, hint: str | None = None, start: int = 0) -> list[PublishedFile]:
-    """The ``part-`` files of the changefeed at ``path``, every footer read and checked:
-    a gapless chain from tx_seq 0 (from ``start``, the first tx_seq of a file, when given:
-    a reader that follows the changefeed lists only the files it has not seen). Visible
-    names that are not part files are refused (Spark would read them as rows of the
-    changefeed)."""
-    try:
-        names = os.listdir(path)
-    except FileNotFoundError:
-        raise ChangefeedError(f"{path}: no such changefeed directory", path=path) from None
-    except OSError as exc:
-        raise os_failure(exc, path, "list the changefeed") from None
+def list_files(cf: "str | Location", *, hint: str | None = None, start: int = 0,
+               names: "set[str] | None" = None) -> list[PublishedFile]:
+    """The ``part-`` files of the changefeed ``cf`` (a path, a URI or a
+    :class:`Location`), every footer read and checked: a gapless chain from tx_seq 0
+    (from ``start``, the first tx_seq of a file, when given: a reader that follows the
+    changefeed lists only the files it has not seen). Visible names that are not part
+    files are refused (Spark would read them as rows of the changefeed). ``names``: only
+    these part files make the chain (a Delta table's: files that a compaction replaced
+    stay beside it, out of the table)."""
+    loc = as_location(cf)
     parts = []
-    for name in names:
-        rng = parse_part_name(name)
+    for obj in loc.list_top():
+        name = obj.name.rstrip("/")
+        rng = parse_part_name(name) if obj.name == name else None
         if rng is not None:
-            if rng[0] >= start:
+            if rng[0] >= start and (names is None or name in names):
                 parts.append((rng[0], rng[1], name))
         elif not name.startswith(("_", ".")):
-            full = os.path.join(path, name)
+            full = loc.where(name)
             raise ChangefeedCorruptError(
                 f"{full}: not a file of this changefeed (Spark would read it with the changefeed's files)",
-                hint="move it out of the changefeed directory",
+                hint="move it out of the changefeed" + (" directory" if loc.path is not None else "'s prefix"),
                 path=full,
             )
     parts.sort()
@@ -436,13 +633,22 @@ def list_files(path: str, *, hint: str | None = None, start: int = 0) -> list[Pu
     for first, last, name in parts:
         if first != expected or last < first:
             raise ChangefeedCorruptError(
-                f"{os.path.join(path, name)}: changefeed has a gap or overlap: "
+                f"{loc.where(name)}: changefeed has a gap or overlap: "
                 f"expected a file starting at tx_seq {expected}",
                 hint=hint or "files were removed or edited by hand",
-                path=os.path.join(path, name),
+                path=loc.where(name),
             )
-        files.append(read_footer(path, name))
+        files.append(read_footer(loc, name))
         expected = last + 1
+    if names is not None:
+        found = {f.name for f in files}
+        missing = sorted(n for n in names if n not in found and (parse_part_name(n) or (-1, -1))[0] >= start)
+        if missing:
+            full = loc.where(missing[0])
+            raise ChangefeedCorruptError(
+                f"{full}: a file of the Delta table is missing",
+                hint="put it back (from a backup): the table's readers need it, and the queue cannot publish it "
+                "again", path=full)
     return files
 
 
@@ -473,6 +679,31 @@ def remove_own_temporaries(path: str, *, compaction_only: bool = False) -> list[
     return removed
 
 
+def remove_staged(tmp_dir: str, *, compaction_only: bool = False) -> list[str]:
+    """Delete olr-buffer's temporary files in ``tmp_dir``, the local staging directory of
+    a changefeed on object storage (only compaction's with ``compaction_only``). Returns
+    their paths."""
+    try:
+        names = [n for n in os.listdir(tmp_dir) if is_own_temporary(n)]
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise os_failure(exc, tmp_dir, "list the changefeed's temporary files") from None
+    removed = []
+    for n in names:
+        if compaction_only and not n.startswith(COMPACT_TMP_PREFIX):
+            continue
+        full = os.path.join(tmp_dir, n)
+        try:
+            os.unlink(full)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise os_failure(exc, full, "delete an unpublished temporary file") from None
+        removed.append(full)
+    return removed
+
+
 def set_file_modes(path: str, files: list[PublishedFile], mode: int) -> None:
     """Give published files ``mode`` where they have another one (metadata only: their
     content never changes)."""
@@ -499,20 +730,18 @@ def create_file(path: str, mode: int) -> None:
 # -- manifest and audit log ---------------------------------------------------------------
 
 
-def read_manifest(path: str) -> dict | None:
+def read_manifest(cf: "str | Location") -> dict | None:
     """``_olr_buffer/manifest.json``, or None if missing or unreadable (it is an index:
     the files are the truth, and it is rebuilt from them)."""
-    full = os.path.join(path, META_DIR, MANIFEST)
+    loc = as_location(cf)
+    data = loc.read_meta(MANIFEST, "read the manifest")
+    if data is None:
+        return None
     try:
-        with open(full, "rb") as fh:
-            doc = orjson.loads(fh.read())
-    except FileNotFoundError:
-        return None
+        doc = orjson.loads(data)
     except orjson.JSONDecodeError:
-        log.warning("%s: unreadable, rebuilding it from the published files", full)
+        log.warning("%s: unreadable, rebuilding it from the published files", loc.where(f"{META_DIR}/{MANIFEST}"))
         return None
-    except OSError as exc:
-        raise os_failure(exc, full, "read the manifest") from None
     return doc if isinstance(doc, dict) else None
 
 
@@ -524,10 +753,13 @@ def manifest_owner(doc: dict | None) -> ChangefeedOwner | None:
 
 
 def write_manifest(
-    path: str, files: int, last: PublishedFile | None, owner: ChangefeedOwner | None, durable: bool
+    cf: "str | Location", files: int, last: PublishedFile | None, owner: ChangefeedOwner | None, durable: bool,
+    *, table_format: str | None = None,
 ) -> None:
     """Rewrite ``_olr_buffer/manifest.json`` atomically for a changefeed of ``files``
-    files ending with ``last``, written by ``owner``."""
+    files ending with ``last``, written by ``owner`` (``table_format``: ``parquet`` or
+    ``delta``, recorded when known)."""
+    loc = as_location(cf, durable=durable)
     doc = {
         "format": MANIFEST_FORMAT,
         "next_tx_seq": last.last + 1 if last else 0,
@@ -539,7 +771,15 @@ def write_manifest(
         "source_id": owner.source_id if owner else None,
         "updated": time.time(),
     }
-    atomic_write(os.path.join(path, META_DIR, MANIFEST), orjson.dumps(doc, option=orjson.OPT_INDENT_2), durable)
+    if table_format is not None:
+        doc["table_format"] = table_format
+    loc.replace_meta(MANIFEST, orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+
+
+def manifest_table_format(doc: dict | None) -> str | None:
+    """The table format a manifest records (``parquet``, ``delta``), None if none."""
+    value = doc.get("table_format") if doc else None
+    return value if value in TABLE_FORMATS else None
 
 
 def log_published(path: str, f: PublishedFile, durable: bool) -> None:
@@ -609,25 +849,43 @@ def schema_document_path(path: str, version: str) -> str:
     return os.path.join(path, META_DIR, SCHEMAS_DIR, f"{version}.json")
 
 
-def schema_versions(path: str) -> set[str]:
-    """The versions whose schema documents the changefeed at ``path`` holds."""
-    try:
-        names = os.listdir(os.path.join(path, META_DIR, SCHEMAS_DIR))
-    except FileNotFoundError:
-        return set()
-    except OSError as exc:
-        raise os_failure(exc, os.path.join(path, META_DIR, SCHEMAS_DIR), "list the schema documents") from None
+def schema_versions(cf: "str | Location") -> set[str]:
+    """The versions whose schema documents the changefeed holds."""
+    loc = as_location(cf)
+    prefix = f"{META_DIR}/{SCHEMAS_DIR}/"
+    if loc.path is not None:
+        folder = os.path.join(loc.path, META_DIR, SCHEMAS_DIR)
+        try:
+            names = os.listdir(folder)
+        except FileNotFoundError:
+            return set()
+        except OSError as exc:
+            raise os_failure(exc, folder, "list the schema documents") from None
+    else:
+        names = [o.name[len(prefix):] for o in loc.list(prefix)]
     return {n[:-5] for n in names if n.endswith(".json") and _VERSION.fullmatch(n[:-5])}
 
 
-def write_schema_documents(path: str, documents: dict[str, str], durable: bool) -> None:
-    """Write each ``version -> text`` document that the changefeed does not hold yet, whole:
-    a temporary file in ``_olr_buffer/tmp/``, fsynced, renamed into ``_olr_buffer/schemas/``,
-    the directory fsynced; so once this returns, a file whose rows name them may become
-    visible. A document that is there already is left as it is: its name is its content's
-    hash."""
+def write_schema_documents(cf: "str | Location", documents: dict[str, str], durable: bool) -> None:
+    """Write each ``version -> text`` document that the changefeed does not hold yet, whole,
+    so that once this returns, a file whose rows name them may become visible: locally a
+    temporary file in ``_olr_buffer/tmp/``, fsynced, renamed into ``_olr_buffer/schemas/``,
+    the directory fsynced; on object storage one conditional PUT each. A document that is
+    there already is left as it is: its name is its content's hash."""
     if not documents:
         return
+    loc = as_location(cf)
+    if loc.path is None:
+        for version, text in documents.items():
+            rel = f"{META_DIR}/{SCHEMAS_DIR}/{version}.json"
+            try:
+                loc.store.create(rel, text.encode())
+            except ObjectExistsError:
+                continue
+            except StoreError as exc:
+                raise loc.failure(exc, rel, "write a schema document") from None
+        return
+    path = loc.path
     meta = os.path.join(path, META_DIR)
     target = os.path.join(meta, SCHEMAS_DIR)
     try:
@@ -652,25 +910,23 @@ def write_schema_documents(path: str, documents: dict[str, str], durable: bool) 
         raise os_failure(exc, exc.filename or target, "write a schema document") from None
 
 
-def read_schema_document(path: str, version: str) -> bytes:
-    """The text of the schema document ``version`` of the changefeed at ``path``."""
-    full = schema_document_path(path, version)
-    try:
-        with open(full, "rb") as fh:
-            return fh.read()
-    except FileNotFoundError:
+def read_schema_document(cf: "str | Location", version: str) -> bytes:
+    """The text of the schema document ``version`` of the changefeed."""
+    loc = as_location(cf)
+    data = loc.read_meta(f"{SCHEMAS_DIR}/{version}.json", "read a schema document")
+    if data is None:
+        full = loc.where(f"{META_DIR}/{SCHEMAS_DIR}/{version}.json")
         raise ChangefeedCorruptError(
             f"{full}: missing: rows of the changefeed name schema version {version}",
             hint="the changefeed's _olr_buffer/ directory was not copied with it: copy it too",
             path=full,
-        ) from None
-    except OSError as exc:
-        raise os_failure(exc, full, "read a schema document") from None
+        )
+    return data
 
 
-def copy_schema_documents(src: str, dst: str, durable: bool) -> None:
+def copy_schema_documents(src: "str | Location", dst: "str | Location", durable: bool) -> None:
     """Copy to ``dst`` the schema documents of ``src`` that it lacks (compaction into
-    another directory: the rows it copies name them)."""
+    another changefeed: the rows it copies name them)."""
     missing = sorted(schema_versions(src) - schema_versions(dst))
     write_schema_documents(dst, {v: read_schema_document(src, v).decode() for v in missing}, durable)
 
@@ -678,12 +934,10 @@ def copy_schema_documents(src: str, dst: str, durable: bool) -> None:
 # -- durable file operations --------------------------------------------------------------
 
 
-def publish(path: str, tmp_name: str, name: str, durable: bool) -> None:
-    """The complete, fsynced temporary file ``tmp_name`` (relative to ``path``) becomes
-    ``name``; the directory is fsynced, so the name survives a power cut."""
-    os.rename(os.path.join(path, tmp_name), os.path.join(path, name))
-    if durable:
-        fsync_dir(path)
+def publish(cf: "str | Location", tmp_path: str, name: str) -> int:
+    """The complete, fsynced local temporary file ``tmp_path`` becomes ``name``, whole and
+    never over an existing file (:meth:`Location.publish`); returns its size."""
+    return as_location(cf).publish(tmp_path, name)
 
 
 def fsync_path(path: str) -> None:

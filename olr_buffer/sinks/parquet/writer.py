@@ -22,6 +22,20 @@ published file's footer (a gapless chain from tx_seq 0) and every page of the ne
 the manifest lacks: the files are the truth, the manifest an index. A manifest that
 records more than the files hold means files were removed: refused. The directory's
 layout, lock and metadata are :mod:`.layout`'s.
+
+**On object storage** (``s3://BUCKET/PREFIX``) the same steps run against the store
+(:class:`~.layout.Location`): the temporary file is written in a local staging
+directory (``staging``; the pipeline gives one under the queue directory), step 3 is one
+conditional PUT (``If-None-Match: *``) of the complete file, step 4 one PUT of the
+manifest. Instead of the lock, a lease (:class:`~olr_buffer.store.Lease`,
+``_olr_buffer/lease.json``) makes one writer per changefeed; it is checked before each
+publish. A store that cannot be reached fails the call with
+:class:`~olr_buffer.store.StoreUnreachableError`, or, given ``retry``
+(:class:`~olr_buffer.store.OutageRetry`: ``olr-buffer run``), is retried until it answers.
+
+**A Delta changefeed** (``table_format="delta"``, :mod:`.delta_table`): after step 3, one
+Delta commit adds the file with the queue's application transaction; on open, files
+published but not committed before a kill are committed (:meth:`ChangefeedWriter.open`).
 """
 
 from __future__ import annotations
@@ -31,8 +45,12 @@ import errno
 import itertools
 import logging
 import os
+import shutil
+import socket
+import tempfile
 import threading
 import time
+import uuid
 from collections import deque
 from itertools import compress, repeat, zip_longest
 from operator import itemgetter
@@ -43,25 +61,29 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ...changes import CHANGEFEED_OP, ROW_FIELDS, Commit, CommitKey, schema_version
+from ...errors import OlrBufferError
 from ...faults import fault_point
 from ..base import ChangefeedOwner, SinkFigures, SinkOpening
 from .errors import ChangefeedCorruptError, ChangefeedError, ChangefeedOwnerError
+from ...store import Lease, OutageRetry, StoreError
+from . import delta_table
 from .layout import (  # noqa: F401  (MANIFEST, META_DIR, PUBLISHED_LOG, read_footer: public names)
     DEFAULT_MODE,
     MANIFEST,
     META_DIR,
     PUBLISHED_LOG,
     ChangefeedLock,
+    Location,
     PublishedFile,
     apply_mode,
     create_file,
     current_schemas,
     file_mode,
     footer_metadata,
-    fsync_dir,
     fsync_path,
     last_logged,
     list_files,
+    local_tmp_dir,
     log_published,
     manifest_owner,
     os_failure,
@@ -69,13 +91,14 @@ from .layout import (  # noqa: F401  (MANIFEST, META_DIR, PUBLISHED_LOG, read_fo
     read_footer,
     read_manifest,
     remove_own_temporaries,
+    remove_staged,
     remove_unused,
     schema_versions,
     set_file_modes,
     verify_pages,
     write_manifest,
     write_schema_documents,
-    writer_tmp_name,
+    writer_tmp_basename,
 )
 from .position import POSITION_KEY, ChangefeedPosition, load_position
 from .schema import ARROW_SCHEMA, nanos_to_timestamp, parquet_writer, part_name
@@ -122,11 +145,18 @@ class ChangefeedWriter:
     """Appends whole transactions to the changefeed directory; see the module doc. The
     Parquet changefeed's :class:`~olr_buffer.sinks.base.Sink`.
 
-    ``file_rows``: a file is published once it holds at least this many rows (at a
-    transaction boundary: a transaction is never split). ``flush()`` publishes what is
-    buffered whatever its size. ``mode``: the directory's mode (its files get it without
-    the x bits), 0700 by default; an existing directory is given it. The writer holds the
-    changefeed's lock until :meth:`close` or :meth:`release`.
+    ``path``: a directory, or ``s3://BUCKET/PREFIX``. ``file_rows``: a file is published
+    once it holds at least this many rows (at a transaction boundary: a transaction is
+    never split). ``flush()`` publishes what is buffered whatever its size. ``mode``: the
+    directory's mode (its files get it without the x bits), 0700 by default; an existing
+    directory is given it. The writer holds the changefeed's lock (on object storage, its
+    lease) until :meth:`close` or :meth:`release`.
+
+    ``table_format``: ``parquet`` or ``delta``; None: the changefeed's own (a new one:
+    parquet). On object storage: ``staging``, the local directory of temporary files (a
+    new temporary directory if None), ``lease_owner`` the queue id recorded in the lease
+    (a restart of the same queue on this host takes a lease its killed run left),
+    ``retry`` what to do when the store cannot be reached (None: fail).
     """
 
     def __init__(
@@ -139,8 +169,13 @@ class ChangefeedWriter:
         durable: bool = True,
         compression: str = "zstd",
         mode: int = DEFAULT_MODE,
+        table_format: str | None = None,
+        staging: str | os.PathLike[str] | None = None,
+        lease_owner: str | None = None,
+        retry: OutageRetry | None = None,
     ) -> None:
-        self.path = os.fspath(path)
+        self.location = Location(path, mode=mode, durable=durable)
+        self.path = self.location.uri
         self.file_rows = file_rows
         self.row_group_rows = row_group_rows
         self.row_group_bytes = row_group_bytes
@@ -148,7 +183,11 @@ class ChangefeedWriter:
         self.compression = compression
         self.mode = mode
         self.file_mode = file_mode(mode)
-        self.meta_dir = os.path.join(self.path, META_DIR)
+        self.retry = retry
+        self.table_format = "parquet"  # (resolved by _recover)
+        self._requested_format = table_format
+        self._table = None  # the Delta table (a Delta changefeed, once opened)
+        self._table_created = False
         self.next_tx_seq = 0
         self.last_commit: CommitKey | None = None
         self.last_c_scn: int | None = None
@@ -164,14 +203,30 @@ class ChangefeedWriter:
         self._file_schemas: dict[tuple[str, str], str] = {}
         self._documents: dict[str, str] = {}
         self._known_versions: set[str] = set()
-        self.created = prepare_dir(self.path, mode)  # (see release)
-        self._lock: ChangefeedLock | None = ChangefeedLock(self.path, writer=True)
+        self._lock: ChangefeedLock | Lease | None
+        self._staging_made = False
+        if self.location.path is not None:  # a local directory: flock, modes
+            self.created = prepare_dir(self.path, mode)  # (see release)
+            self._tmp_dir = local_tmp_dir(self.path)
+            self._lock = ChangefeedLock(self.path, writer=True)
+        else:  # object storage: a lease, a local staging directory
+            # (made by this writer: no manifest and no published file there yet)
+            self.created = self._store_call(self._no_changefeed_yet, "look at the changefeed")
+            self._tmp_dir = self._staging_dir(staging)
+            self._lock = Lease(self.location.store, owner=lease_owner, info={"changefeed": self.path})
         try:
-            apply_mode(self.path, mode)
+            if isinstance(self._lock, Lease):
+                # a store that ignores If-None-Match would let a file (or the lease) be overwritten
+                self._store_call(self.location.store.check_conditional_writes, "try a conditional write")
+                self._store_call(self._lock.acquire, "take the changefeed's lease")
+                self._lock.start_keepalive()
+            else:
+                apply_mode(self.path, mode)
             self._recover()
         except BaseException:
-            self._lock.release()
-            self._lock = None
+            self._release_lock(forget=self.created)
+            if self._staging_made:
+                shutil.rmtree(self._tmp_dir, ignore_errors=True)
             raise
         # the open file
         self._writer: pq.ParquetWriter | None = None
@@ -196,12 +251,25 @@ class ChangefeedWriter:
     # -- recovery ----------------------------------------------------------------------
 
     def _recover(self) -> None:
-        manifest = read_manifest(self.path)
-        for name in remove_own_temporaries(self.path):  # a killed writer's, or compaction's
-            log.info("deleted unpublished temporary file %s", name)
-        files = list_files(self.path, hint=_CHAIN_HINT)
+        loc = self.location
+        manifest = self._store_call(lambda: read_manifest(loc), "read the manifest")
+        if loc.path is not None:
+            for name in remove_own_temporaries(self.path):  # a killed writer's, or compaction's
+                log.info("deleted unpublished temporary file %s", name)
+        else:
+            for name in remove_staged(self._tmp_dir):
+                log.info("deleted unpublished temporary file %s", name)
+            for name in self._store_call(loc.store.clear_staging, "clear unfinished uploads"):
+                log.info("%s: cleared %s", self.path, name)
+        self.table_format = self._store_call(
+            lambda: delta_table.resolve_table_format(loc, manifest, self._requested_format), "look for a Delta log")
+        names = None  # a Delta changefeed: the files of its table, and those published after them
+        if self.table_format == "delta":
+            names = self._store_call(lambda: delta_table.chain_names(loc), "read the Delta log")
+        files = self._store_call(lambda: list_files(loc, hint=_CHAIN_HINT, names=names), "list the changefeed")
         if files:
-            verify_pages(self.path, files[-1].name)  # the others: footers only (their reading costs)
+            # the others: footers only (their reading costs)
+            self._store_call(lambda: verify_pages(loc, files[-1].name), "read the newest file")
         # (first tx_seq, transactions, rows, queue id) of each file found: see published_since
         self._found = [(f.first, f.last - f.first + 1, f.rows, f.owner.queue_id if f.owner else None) for f in files]
         self.files_published = len(files)
@@ -217,8 +285,9 @@ class ChangefeedWriter:
                 "readers may have seen them",
                 path=self.path,
             )
-        set_file_modes(self.path, files, self.file_mode)
-        self._known_versions = schema_versions(self.path)
+        if loc.path is not None:
+            set_file_modes(self.path, files, self.file_mode)
+        self._known_versions = self._store_call(lambda: schema_versions(loc), "list the schema documents")
         self._published_schemas = current_schemas(files)
         lost = sorted(set(self._published_schemas.values()) - self._known_versions)
         if lost:
@@ -230,19 +299,58 @@ class ChangefeedWriter:
             )
         self._schemas = dict(self._published_schemas)
         self.owner = manifest_owner(manifest) or (files[-1].owner if files else None)
+        self._published = files  # for the Delta table's recovery (open)
         if not files:
+            if manifest is not None and delta_table.manifest_table_format(manifest) != self.table_format:
+                self._write_manifest()  # the format asked for, recorded
             return
         self._last_file = files[-1]
         self.last_commit = files[-1].last_commit
         self.last_c_scn = self.last_commit.scn
-        if recorded != self.next_tx_seq:
+        if recorded != self.next_tx_seq or delta_table.manifest_table_format(manifest) != self.table_format:
             adopted = [f for f in files if f.first >= (recorded or 0)]
-            logged = last_logged(self.path, len(adopted))  # a crash may come between log and manifest
+            # a crash may come between log and manifest (the audit log: a local changefeed's)
+            logged = last_logged(self.path, len(adopted)) if loc.path is not None else set()
             for f in adopted:
                 log.info("adopting published file %s missing from the manifest", f.name)
-                if f.name not in logged:
+                if f.name not in logged and loc.path is not None:
                     log_published(self.path, f, self.durable)
-            write_manifest(self.path, len(files), files[-1], self.owner, self.durable)
+            self._write_manifest()
+
+    def _staging_dir(self, staging: str | os.PathLike[str] | None) -> str:
+        """The local directory of temporary files of a changefeed on object storage."""
+        if staging is None:
+            self._staging_made = True
+            return tempfile.mkdtemp(prefix="olr-buffer-staging-")
+        return os.fspath(staging)  # made with the first temporary file (a refused run leaves none)
+
+    def _store_call(self, call, what: str):
+        """``call()``; a store that cannot be reached: retried if this writer has a
+        ``retry`` (run), raised otherwise (replay: resumable)."""
+        if self.retry is None:
+            return call()
+        return self.retry.call(call, what)
+
+    def _write_manifest(self) -> None:
+        self._store_call(lambda: write_manifest(self.location, self.files_published, self._last_file, self.owner,
+                                                self.durable, table_format=self.table_format), "write the manifest")
+
+    def _no_changefeed_yet(self) -> bool:
+        loc = self.location
+        return loc.read_meta(MANIFEST, "read the manifest") is None and not loc.list("part-")
+
+    def _release_lock(self, forget: bool = False) -> None:
+        """Release the lock (the lease); ``forget``: a lease this writer took on a prefix
+        that held no changefeed goes too (a refused run leaves nothing behind)."""
+        lock, self._lock = self._lock, None
+        if lock is None:
+            return
+        lock.release()
+        if forget and isinstance(lock, Lease):
+            try:
+                self.location.delete(lock.name)
+            except OlrBufferError as exc:
+                log.warning("%s: cannot remove the lease this run took: %s", self.path, exc)
 
     def published_since(self, queue_id: str, tx_seq: int) -> tuple[int, int]:
         """Transactions and rows of the files found when this writer opened that the queue
@@ -271,17 +379,43 @@ class ChangefeedWriter:
         adopting = self.check_owner(owner, queue=queue, queue_next_tx_seq=None if recorded is None else since,
                                     adopt=adopt)
         self.bind(owner)
+        if self.table_format == "delta":
+            self._open_table()
         return SinkOpening(adopting, (0, 0) if adopting else self.published_since(owner.queue_id, since))
 
     def position(self) -> bytes:
-        return ChangefeedPosition(path=os.path.abspath(self.path), next_tx_seq=self.next_tx_seq,
+        where = os.path.abspath(self.path) if self.location.path is not None else self.path
+        return ChangefeedPosition(path=where, next_tx_seq=self.next_tx_seq,
                                   last_c_scn=self.last_c_scn, files=self.files_published).encode()
 
     def pending_since(self) -> float | None:
         return self.buffered_since if self._file_rows else None
 
     def figures(self) -> SinkFigures:
-        return SinkFigures(self.files_published, self.latencies)
+        r = self.retry
+        if r is None:
+            return SinkFigures(self.files_published, self.latencies)
+        return SinkFigures(self.files_published, self.latencies, r.outages, r.retries, r.outage_seconds())
+
+    # -- the Delta table ---------------------------------------------------------------
+
+    def _open_table(self) -> None:
+        """Open (or create) the Delta table, its commits carrying the owner's queue id,
+        and commit the files published but not committed before a kill (in one commit)."""
+        if self._table is not None:
+            return
+        loc = self.location
+        writer: dict = {"host": socket.gethostname(), "pid": os.getpid()}
+        if isinstance(self._lock, Lease):
+            writer.update(writer=self._lock.writer_id, lease_generation=self._lock.generation)
+        app_id = self.owner.queue_id if self.owner else None
+        existed = self._store_call(lambda: delta_table.has_table(loc), "look for a Delta log")
+        self._table = self._store_call(lambda: delta_table.open_table(loc, app_id=app_id, writer=writer, create=True),
+                                       "open the Delta table")
+        self._table_created = not existed
+        self._store_call(lambda: delta_table.commit_pending(loc, self._table, self._published),
+                         "commit published files to the Delta table")
+        self._published = []
 
     # -- owner -------------------------------------------------------------------------
 
@@ -346,11 +480,17 @@ class ChangefeedWriter:
         return True
 
     def bind(self, owner: ChangefeedOwner) -> None:
-        """Record ``owner`` as the changefeed's writer (manifest now, footers from now on)."""
+        """Record ``owner`` as the changefeed's writer (manifest now, footers from now on;
+        on object storage the lease too, so that a restart of this queue takes at once a
+        lease its killed run left)."""
+        lease = self._lock
+        if isinstance(lease, Lease) and lease.owner != owner.queue_id:
+            lease.owner = owner.queue_id
+            self._store_call(lease.renew, "renew the changefeed's lease")
         if self.owner == owner:
             return
         self.owner = owner
-        write_manifest(self.path, self.files_published, self._last_file, owner, self.durable)
+        self._write_manifest()
 
     # -- writing -----------------------------------------------------------------------
 
@@ -462,8 +602,10 @@ class ChangefeedWriter:
         if self._writer is None:
             if self._lock is None:
                 raise ChangefeedError(f"{self.path}: the changefeed writer is closed")
-            self._tmp_path = os.path.join(self.path, writer_tmp_name(self._file_first, os.getpid()))
+            self._tmp_path = os.path.join(self._tmp_dir, writer_tmp_basename(self._file_first, os.getpid()))
             try:
+                if self.location.path is None:
+                    os.makedirs(self._tmp_dir, mode=0o700, exist_ok=True)
                 create_file(self._tmp_path, self.file_mode)
                 self._writer = parquet_writer(self._tmp_path, self.compression)
             except OSError as exc:
@@ -621,16 +763,18 @@ class ChangefeedWriter:
         if self.durable:
             fsync_path(self._tmp_path)
         try:
-            write_schema_documents(self.path, self._documents, self.durable)  # before any row names them
-        except ChangefeedError:
+            self._store_call(lambda: write_schema_documents(self.location, self._documents, self.durable),
+                             "write a schema document")  # before any row names them
+        except (OlrBufferError, OSError):
             self.abandon()
             raise
         self._known_versions.update(self._documents)
         self._documents.clear()
         fault_point("after_tmp_written")
-        os.rename(self._tmp_path, os.path.join(self.path, published.name))
+        # a Delta changefeed: the add action's size and statistics, from the local footer
+        part = delta_table.local_part(self._tmp_path, published) if self.table_format == "delta" else None
+        self._publish_file(published)
         # visible: from here on the file is published, whatever fails next
-        self._tmp_path = None
         now_ns = time.time_ns()
         self.latencies.extend((now_ns - tm) / 1e9 for tm in self._file_c_tms if tm is not None)
         self._file_c_tms.clear()
@@ -645,18 +789,39 @@ class ChangefeedWriter:
         self._file_first = self.next_tx_seq
         self._file_rows = 0
         self._file_last_commit = None
-        if self.durable:
-            try:
-                fsync_dir(self.path)
-            except OSError as exc:
-                raise os_failure(exc, self.path, "sync the changefeed directory") from None
         fault_point("after_rename")
         log.debug("published %s: tx_seq %d..%d, %d rows", published.name, first, last, published.rows,
                  extra={"file": published.name, "first_tx_seq": first, "last_tx_seq": last, "rows": published.rows,
                         "c_scn": last_commit.scn})
-        log_published(self.path, published, self.durable)
-        write_manifest(self.path, self.files_published, published, self.owner, self.durable)
+        if part is not None:
+            self._commit_to_table(part)
+        if self.location.path is not None:  # the audit log: a local changefeed's
+            log_published(self.path, published, self.durable)
+        self._write_manifest()
         return published
+
+    def _publish_file(self, published: PublishedFile) -> None:
+        """The complete temporary file becomes ``published`` (a link, or one conditional
+        PUT), the lease checked first on object storage. If it cannot be, the open file
+        is dropped (:meth:`abandon`) and the error raised: its transactions are published
+        again by the next run."""
+        tmp = self._tmp_path
+        assert tmp is not None
+        token = uuid.uuid4().hex  # each try of this publication: a try that went in unanswered is known as ours
+        try:
+            if isinstance(self._lock, Lease):
+                self._store_call(self._lock.ensure, "renew the changefeed's lease")
+            self._store_call(lambda: self.location.publish(tmp, published.name, token), f"publish {published.name}")
+        except (OlrBufferError, OSError):
+            self.abandon()
+            raise
+        self._tmp_path = None
+
+    def _commit_to_table(self, part) -> None:
+        """One Delta commit adding the published file, with the queue's transaction."""
+        self._open_table()
+        version = self._store_call(lambda: self._table.commit([part]), f"commit {part.name} to the Delta table")
+        delta_table.apply_commit_modes(self.location, version)
 
     @property
     def buffered_rows(self) -> int:
@@ -679,10 +844,45 @@ class ChangefeedWriter:
         lock, self._lock = self._lock, None
         if lock is None:
             return
-        if remove_if_unused and self.created and self.files_published == 0 and self.next_tx_seq == 0:
-            remove_unused(self.path, lock)
-        else:
+        unused = remove_if_unused and self.created and self.files_published == 0 and self.next_tx_seq == 0
+        try:
+            if unused and self._table_created:
+                self._remove_table()
+            if isinstance(lock, Lease):
+                self._release_remote(lock, unused)
+            elif unused:
+                remove_unused(self.path, lock)
+        finally:
             lock.release()
+
+    def _release_remote(self, lease: Lease, unused: bool) -> None:
+        """Release the lease; a changefeed this run made and never used: its objects (the
+        manifest, the lease) are removed. The staging directory goes, if empty."""
+        try:
+            if unused:
+                lease.release()
+                for name in (f"{META_DIR}/{MANIFEST}", lease.name):
+                    self.location.delete(name)
+        except OlrBufferError as exc:
+            log.warning("%s: cannot remove what this run made: %s", self.path, exc)
+        if self._staging_made:
+            shutil.rmtree(self._tmp_dir, ignore_errors=True)
+        else:
+            try:
+                os.rmdir(self._tmp_dir)
+            except OSError:
+                pass
+
+    def _remove_table(self) -> None:
+        """The Delta table this writer created, with nothing committed: its log goes."""
+        store = self.location.store
+        try:
+            for obj in store.list(f"{delta_table.DELTA_LOG}/", recursive=True):
+                store.delete(obj.name)
+            if self.location.path is not None:
+                shutil.rmtree(os.path.join(self.location.path, delta_table.DELTA_LOG), ignore_errors=True)
+        except OlrBufferError as exc:
+            log.warning("%s: cannot remove the unused Delta log: %s", self.path, exc)
 
     def abandon(self) -> None:
         """Drop the unpublished file (its transactions will be published again on restart)."""

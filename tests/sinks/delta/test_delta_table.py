@@ -142,6 +142,26 @@ def test_a_commit_whose_answer_was_lost_is_found_by_the_next_call(store, tmp_pat
     assert dc.version == 1 and tx_seqs_read(store) == expected(0, 4)
 
 
+@pytest.mark.parametrize("text", [
+    "Generic S3 error: error sending request: connection closed before message completed",
+    "Generic S3 error: Broken pipe (os error 32)",
+])
+def test_a_connection_lost_in_a_commit_is_an_unreachable_store(store, tmp_path, text):
+    """What hyper says when the store goes away mid-request is retryable (run waits for
+    the store), not a failure of the table."""
+    dc = DeltaChangefeed(store, ARROW_SCHEMA, app_id=APP)
+    p0 = publish(store, tmp_path, 0, 4)
+
+    def failed(self, *args, **kwargs):
+        raise OSError(text)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(DeltaTable, "create_write_transaction", failed)
+        with pytest.raises(StoreUnreachableError, match="did not answer"):
+            dc.commit([p0])
+    assert dc.commit([p0]) == 1
+
+
 def test_only_published_files_are_committed(store, tmp_path):
     dc = DeltaChangefeed(store, ARROW_SCHEMA, app_id=APP)
     p0 = publish(store, tmp_path, 0, 4)

@@ -1,0 +1,176 @@
+"""The changefeed as a Delta Lake table too (``--table-format delta``, contract section 5):
+which files make the changefeed when it has a Delta log, and the glue between the
+changefeed's writer and compaction and :class:`~olr_buffer.sinks.delta.DeltaChangefeed`.
+
+- **Which files.** A Delta changefeed's files are those of the table's current snapshot
+  and, after them, files published but not yet committed (a writer killed between the
+  PUT and the commit): :func:`chain_names`. Files a compaction replaced stay beside the
+  table (a Delta reader of an older version may need them: ``VACUUM`` is the user's), out
+  of the chain.
+- **The format is recorded.** The manifest records ``table_format``; a changefeed with a
+  ``_delta_log/`` is a Delta changefeed even without it (an earlier manifest).
+  :func:`resolve_table_format`: without ``--table-format``, a changefeed goes on in the
+  format it has (a new one: ``parquet``); ``--table-format parquet`` on a Delta changefeed
+  is refused (its table would silently stop getting commits); ``--table-format delta`` on
+  a Parquet changefeed makes it a Delta changefeed: its published files are committed as
+  they are (no rewrite) by the first commit.
+- **Modes.** delta-rs creates ``_delta_log/`` and its files with the umask's modes: on a
+  local changefeed they get the changefeed's (:func:`apply_log_modes`).
+
+The Delta Lake library is :mod:`olr_buffer.sinks.delta`, handed to this module by
+:mod:`olr_buffer.sinks` (:func:`use_delta`: sinks do not import each other), and
+imported, with ``deltalake``, only when a changefeed is a Delta changefeed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Callable
+
+from .errors import ChangefeedError
+from .layout import TABLE_FORMATS, Location, PublishedFile, file_mode, manifest_table_format
+from .schema import ARROW_SCHEMA, parse_part_name
+
+log = logging.getLogger(__name__)
+
+_load_library: Callable[[], Any] | None = None
+
+
+def use_delta(load: Callable[[], Any]) -> None:
+    """``load()`` gives the Delta Lake library (:mod:`olr_buffer.sinks.delta`'s face):
+    ``DeltaChangefeed``, ``PartFile``."""
+    global _load_library
+    _load_library = load
+
+
+def _library() -> Any:
+    if _load_library is None:
+        raise ChangefeedError("Delta Lake tables are not available: olr_buffer.sinks did not hand over its library")
+    return _load_library()
+
+DELTA_LOG = "_delta_log"
+#: The application id of commits of a writer that was given no owner (direct use).
+ANONYMOUS_APP = "olr-buffer"
+
+
+class TableFormatError(ChangefeedError):
+    """The table format asked for is not the changefeed's."""
+
+
+def has_table(loc: Location) -> bool:
+    """Whether the changefeed has a Delta log."""
+    return bool(loc.list(f"{DELTA_LOG}/"))
+
+
+def resolve_table_format(loc: Location, manifest: dict | None, requested: str | None) -> str:
+    """The changefeed's table format from now on (see the module doc)."""
+    if requested is not None and requested not in TABLE_FORMATS:
+        raise ValueError(f"table_format must be one of {TABLE_FORMATS}, not {requested!r}")
+    recorded = manifest_table_format(manifest)
+    if recorded != "delta" and has_table(loc):
+        recorded = "delta"
+    if requested is None:
+        return recorded or "parquet"
+    if requested == "parquet" and recorded == "delta":
+        raise TableFormatError(
+            f"{loc.uri}: is a Delta changefeed (it has a {DELTA_LOG}/): --table-format parquet would publish files "
+            "its Delta table never gets",
+            hint="leave --table-format out, or give --table-format delta", uri=loc.uri)
+    if requested == "delta" and recorded == "parquet":
+        log.info("%s: a Parquet changefeed becomes a Delta changefeed: its published files are committed to a new "
+                 "Delta table as they are", loc.uri)
+    return requested
+
+
+def open_table(loc: Location, *, app_id: str | None, writer: dict | None = None, create: bool) -> Any:
+    """The changefeed's Delta table (created if ``create`` and there is none)."""
+    table = _library().DeltaChangefeed(loc.store, ARROW_SCHEMA, app_id=app_id or ANONYMOUS_APP, writer=writer, create=create)
+    apply_log_modes(loc)
+    return table
+
+
+def chain_names(loc: Location, table: Any = None) -> set[str] | None:
+    """The part files that make a Delta changefeed: the table's, then those published
+    after its last one (not yet committed); None if the changefeed has no Delta log."""
+    if table is None:
+        if not has_table(loc):
+            return None
+        table = open_table(loc, app_id=None, create=False)
+    names = set(table.files())
+    following = table.next_tx_seq
+    for obj in loc.list("part-"):
+        rng = parse_part_name(obj.name)
+        if rng is not None and rng[0] >= following:
+            names.add(obj.name)
+    return names
+
+
+def part_file(loc: Location, f: PublishedFile) -> Any:
+    """``f`` as the Delta sink commits it: size and statistics from its footer."""
+    return _library().PartFile.from_store(loc.store, f.name, f.first, f.last)
+
+
+def local_part(path: str, f: PublishedFile) -> Any:
+    """``f``, still the local file ``path``, as the Delta sink commits it."""
+    return _library().PartFile.from_local(path, f.name, f.first, f.last)
+
+
+def commit_pending(loc: Location, table: Any, files: list[PublishedFile]) -> int:
+    """Commit, in one commit, the published files that follow the table's last one
+    (published before a kill, never committed); returns how many. Refused if the table
+    holds more than the files (files were removed)."""
+    following = table.next_tx_seq
+    published = files[-1].last + 1 if files else 0
+    if following > published:
+        raise ChangefeedError(
+            f"{loc.uri}: published files are missing: the Delta table holds tx_seq 0..{following - 1}, "
+            f"the files {'tx_seq 0..' + str(published - 1) if published else 'no transaction'}",
+            hint="put the missing files back (from a backup); the queue cannot publish them again, and readers "
+            "may have seen them", uri=loc.uri)
+    pending = [part_file(loc, f) for f in files if f.last >= following]
+    pending = table.uncommitted(pending)
+    if pending:
+        table.commit(pending)
+        apply_log_modes(loc)
+        log.info("%s: committed %d published file(s) the Delta table lacked (tx_seq %d..%d)", loc.uri, len(pending),
+                 pending[0].first_tx_seq, pending[-1].last_tx_seq)
+    return len(pending)
+
+
+def apply_log_modes(loc: Location) -> None:
+    """A local changefeed's ``_delta_log/`` and its files get the changefeed's modes
+    (delta-rs writes them with the umask's)."""
+    if loc.path is None:
+        return
+    folder = os.path.join(loc.path, DELTA_LOG)
+    fmode = file_mode(loc.mode)
+    try:
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                want = loc.mode if entry.is_dir(follow_symlinks=False) else fmode
+                if entry.stat(follow_symlinks=False).st_mode & 0o777 != want:
+                    os.chmod(entry.path, want)
+        if os.stat(folder).st_mode & 0o777 != loc.mode:
+            os.chmod(folder, loc.mode)
+    except FileNotFoundError:
+        return
+    except PermissionError:
+        log.warning("%s: cannot set the modes of the Delta log (not the owner)", folder)
+
+
+def apply_commit_modes(loc: Location, version: int | None) -> None:
+    """After a commit: its log entry (and a checkpoint delta-rs wrote with it) gets the
+    changefeed's file mode, on a local changefeed."""
+    if loc.path is None or version is None:
+        return
+    fmode = file_mode(loc.mode)
+    folder = os.path.join(loc.path, DELTA_LOG)
+    for name in (f"{version:020d}.json", f"{version:020d}.checkpoint.parquet", "_last_checkpoint"):
+        try:
+            if os.stat(os.path.join(folder, name)).st_mode & 0o777 != fmode:
+                os.chmod(os.path.join(folder, name), fmode)
+        except FileNotFoundError:
+            continue
+        except PermissionError:
+            log.warning("%s: cannot set the mode of %s (not the owner)", folder, name)

@@ -1,0 +1,90 @@
+"""A Delta changefeed (``--table-format delta``) as its readers see it. Spark here cannot
+load the Delta jars (no Maven access): it reads the plain Parquet files of a local Delta
+changefeed, as ``read_changefeed`` does; deltalake, Polars (``read_delta``, through
+deltalake) and DuckDB (over deltalake's Arrow dataset) read the Delta log. Before a
+compaction they all read exactly the model; after one, Delta readers still do, and a
+plain Parquet read sees the replaced files' rows twice (docs/spark.md says so)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from olr_buffer.pipeline import PipelineOptions, replay
+from olr_buffer.simulate import simulate
+from olr_buffer.sinks.parquet import compact
+from olr_buffer.spark import read_changefeed, spark_path
+from tests.contract_model import ModelResult, assert_changefeed_equal, expected_changefeed
+
+
+@pytest.fixture(scope="module")
+def delta_changefeed(tmp_path_factory) -> tuple[Path, ModelResult]:
+    root = tmp_path_factory.mktemp("delta")
+    simulate(root / "in", threads=2, transactions=300, seed=12, records_per_file=300)
+    replay(str(root / "in"), str(root / "q"), str(root / "cf"),
+           PipelineOptions(file_rows=400, table_format="delta", changefeed_mode=0o750))
+    return root / "cf", expected_changefeed(root / "in")
+
+
+def _sorted(rows: list[dict]) -> list[dict]:
+    for r in rows:
+        for col in ("before", "after"):
+            r[col] = json.loads(r[col]) if r[col] is not None else None
+    rows.sort(key=lambda r: (r["tx_seq"], r["op_seq"]))
+    return rows
+
+
+def _deltalake_rows(cf: Path) -> list[dict]:
+    from deltalake import DeltaTable
+
+    return _sorted(DeltaTable(str(cf)).to_pyarrow_table().to_pylist())
+
+
+def test_deltalake_polars_and_duckdb_read_the_table(delta_changefeed):
+    import duckdb
+    import polars as pl
+    from deltalake import DeltaTable
+
+    cf, model = delta_changefeed
+    assert_changefeed_equal(_deltalake_rows(cf), model.rows)
+    assert_changefeed_equal(_sorted(pl.read_delta(str(cf)).to_arrow().to_pylist()), model.rows)
+    dataset = DeltaTable(str(cf)).to_pyarrow_dataset()  # noqa: F841 - DuckDB finds it by its name
+    ((count, last),) = duckdb.sql("SELECT count(*), max(tx_seq) FROM dataset").fetchall()
+    assert (count, last) == (len(model.rows), model.committed - 1)
+
+
+def test_the_delta_log_has_the_changefeed_modes(delta_changefeed):
+    cf, _ = delta_changefeed
+    log = cf / "_delta_log"
+    assert os.stat(log).st_mode & 0o777 == 0o750
+    assert {os.stat(p).st_mode & 0o777 for p in log.iterdir()} == {0o640}
+
+
+@pytest.mark.spark
+def test_spark_reads_the_plain_files_of_a_delta_changefeed(spark, delta_changefeed):
+    cf, model = delta_changefeed
+    rows = [r.asDict() for r in read_changefeed(spark, str(cf)).drop("c_ts", "ts").collect()]
+    assert_changefeed_equal(_sorted(rows), model.rows)
+    assert spark.read.parquet(str(cf)).count() == len(model.rows)  # _delta_log/ is skipped
+
+
+@pytest.mark.spark
+def test_after_a_delta_compaction_plain_readers_see_replaced_rows_twice(spark, delta_changefeed, tmp_path):
+    src, model = delta_changefeed
+    cf = tmp_path / "cf"
+    shutil.copytree(src, cf)
+    result = compact(cf, in_place=True, target_rows=1_000_000)  # no promise needed: one Delta commit
+    assert result.files_after == 1 and result.files_merged > 1
+    assert_changefeed_equal(_deltalake_rows(cf), model.rows)
+    # every file was merged into one: the merged file's rows, and the replaced files' again
+    assert read_changefeed(spark, str(cf)).count() == 2 * len(model.rows)
+
+
+def test_spark_names_s3_as_s3a():
+    assert spark_path("s3://bucket/cf") == "s3a://bucket/cf"
+    assert spark_path("s3a://bucket/cf") == "s3a://bucket/cf"
+    assert spark_path("/data/cf") == "/data/cf"

@@ -1,0 +1,503 @@
+"""The changefeed on S3 (moto's server mode, started by the tests) and as a Delta Lake
+table, end to end: real `replay` and `run` processes, SIGKILLed at the fault points
+(inside each step, and between a file's PUT and its Delta commit), restarted; two
+writers; an endpoint that stops answering and comes back; bad credentials, a missing
+bucket, a prefix that holds something else. Every transaction ends up exactly once, as
+the model says, read through deltalake and as the plain Parquet files on S3."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from olr_buffer.simulate import simulate
+from olr_buffer.sinks.parquet.schema import parse_part_name
+from olr_buffer.store import open_store
+from tests.cli.conftest import Result
+from tests.contract_model import ModelResult, assert_changefeed_equal, expected_changefeed
+from tests.s3_server import TcpProxy
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parent.parent
+TIMEOUT = 180
+SMALL = ("--file-rows", "150", "--segment-size", "64KiB", "--checkpoint-interval", "0", "--block-records", "64")
+
+
+# ---------------------------------------------------------------------------------------
+# Helpers: the CLI in a process, and the changefeed read back from S3
+
+
+def cli(*args: Any, fault: str | None = None, env: dict[str, str] | None = None) -> Result:
+    environ = {k: v for k, v in os.environ.items() if k not in ("PYTHONWARNINGS", "OLR_BUFFER_FAULT")}
+    environ.update(env or {})
+    if fault:
+        environ["OLR_BUFFER_FAULT"] = fault
+    argv = [os.fspath(a) for a in args]
+    proc = subprocess.run([sys.executable, "-m", "olr_buffer.cli", *argv], stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=TIMEOUT, cwd=ROOT, env=environ)
+    return Result(argv, proc.returncode, proc.stdout, proc.stderr)
+
+
+def one_line(result: Result, *parts: str) -> str:
+    assert result.returncode == 1, result.describe()
+    lines = result.stderr_lines
+    assert len(lines) == 1 and lines[0].startswith("olr-buffer: error: "), result.describe()
+    for part in parts:
+        assert part in lines[0], f"{part!r} not in {lines[0]!r}"
+    assert "Traceback" not in result.stderr
+    return lines[0]
+
+
+def _rows(table) -> list[dict[str, Any]]:
+    rows = table.to_pylist()
+    for row in rows:
+        for column in ("before", "after"):
+            if row.get(column) is not None:
+                row[column] = json.loads(row[column])
+    rows.sort(key=lambda r: (r["tx_seq"], r["op_seq"]))
+    return rows
+
+
+def part_names(uri: str) -> list[str]:
+    return [o.name for o in open_store(uri).list("part-") if parse_part_name(o.name)]
+
+
+def plain_rows(uri: str) -> list[dict[str, Any]]:
+    """The plain Parquet files on S3, as ``spark.read.parquet`` would list them: checked
+    to be a gapless chain of whole transactions, read with pyarrow."""
+    store = open_store(uri)
+    fs, root = store.arrow_filesystem()
+    expected = 0
+    rows: list[dict[str, Any]] = []
+    for name in part_names(uri):
+        first, last = parse_part_name(name)
+        assert first == expected, f"{name}: expected a file from tx_seq {expected}"
+        table = pq.read_table(f"{root}/{name}", filesystem=fs)
+        got = _rows(table)
+        assert got[0]["tx_seq"] == first and got[0]["op_seq"] == 0 and got[-1]["tx_seq"] == last, name
+        rows.extend(got)
+        expected = last + 1
+    return rows
+
+
+def delta_rows(uri: str) -> list[dict[str, Any]]:
+    from deltalake import DeltaTable
+
+    table_uri, options = open_store(uri).delta_location()
+    return _rows(DeltaTable(table_uri, storage_options=options).to_pyarrow_table())
+
+
+def delta_log(uri: str) -> list[dict]:
+    """Every action of the table's log, in order."""
+    store = open_store(uri)
+    actions = []
+    for obj in store.list("_delta_log/"):
+        if obj.name.endswith(".json"):
+            actions.extend(json.loads(line) for line in store.read(obj.name).splitlines() if line.strip())
+    return actions
+
+
+def assert_exact(uri: str, model: ModelResult, *, delta: bool = True) -> None:
+    """Exactly the model's changefeed, as the plain files on S3 and, for a Delta
+    changefeed, through deltalake; each file added by one commit, the queue's
+    transaction at the last tx_seq."""
+    assert_changefeed_equal(plain_rows(uri), model.rows)
+    if not delta:
+        return
+    assert_changefeed_equal(delta_rows(uri), model.rows)
+    actions = delta_log(uri)
+    adds = [a["add"]["path"] for a in actions if "add" in a]
+    assert sorted(adds) == sorted(set(adds)) == part_names(uri), "a file added twice, or one not added"
+    versions = [a["txn"]["version"] for a in actions if "txn" in a]
+    assert versions == sorted(versions) and versions[-1] == model.committed - 1, versions
+    protocol = next(a["protocol"] for a in actions if "protocol" in a)
+    assert (protocol["minReaderVersion"], protocol["minWriterVersion"]) == (1, 2)
+
+
+@pytest.fixture(scope="module")
+def staged(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("s3-input") / "input"
+    simulate(out, threads=2, transactions=260, seed=31, records_per_file=250)
+    return out
+
+
+@pytest.fixture(scope="module")
+def staged_plain(tmp_path_factory) -> Path:
+    """The workload for `run`, as tests.live_writer plays it (plain sequence files)."""
+    out = tmp_path_factory.mktemp("s3-live-input") / "input"
+    simulate(out, threads=2, transactions=260, seed=32, records_per_file=250, compress_archived=False)
+    return out
+
+
+@pytest.fixture(scope="module")
+def model(staged: Path) -> ModelResult:
+    return expected_changefeed(staged)
+
+
+@pytest.fixture
+def paths(staged: Path, tmp_path: Path, s3_uri: str) -> dict[str, Any]:
+    return {"input": staged, "queue": tmp_path / "queue", "cf": s3_uri}
+
+
+def replay(p: dict, *extra: Any, fault: str | None = None, env: dict[str, str] | None = None) -> Result:
+    return cli("replay", p["input"], "--queue", p["queue"], "--changefeed", p["cf"], "--no-progress", *SMALL, *extra,
+               fault=fault, env=env)
+
+
+# ---------------------------------------------------------------------------------------
+# replay: kills at every step, then exactly once
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("faults", [
+    ("after_rename:2", "before_delta_commit:2"),  # between the file's PUT and its commit; inside the commit
+    ("after_delta_commit:2", "after_tmp_written:3"),  # committed, manifest not written; file complete, not PUT
+    ("after_row_group:3", "before_checkpoint:2"),  # a file being written; published, checkpoint not written
+], ids=["put-commit", "commit-manifest", "write-checkpoint"])
+def test_replay_to_s3_delta_killed_at_each_step_is_exact(paths, model, faults):
+    for i, fault in enumerate(faults):
+        killed = replay(paths, "--table-format", "delta", fault=fault)
+        assert killed.returncode == -signal.SIGKILL, (fault, killed.describe())
+        if i == 0 and fault.startswith("after_rename"):
+            # the window: a file on S3 that no Delta commit adds yet
+            assert len(part_names(paths["cf"])) == len({a["add"]["path"] for a in delta_log(paths["cf"])
+                                                        if "add" in a}) + 1
+    done = replay(paths, "--json")  # no flag: the changefeed is a Delta changefeed, and goes on as one
+    assert done.returncode == 0, done.describe()
+    assert done.json()["next_tx_seq"] == model.committed
+    assert_exact(paths["cf"], model)
+    again = replay(paths, "--json")
+    assert again.returncode == 0 and again.json()["transactions_published"] == 0
+    assert_exact(paths["cf"], model)
+
+
+def test_replay_to_s3_plain_parquet_is_exact_and_status_reads_it(paths, model):
+    first = replay(paths, fault="after_rename:3")
+    assert first.returncode == -signal.SIGKILL, first.describe()
+    done = replay(paths)
+    assert done.returncode == 0, done.describe()
+    assert_exact(paths["cf"], model, delta=False)
+    store = open_store(paths["cf"])
+    assert not store.exists("_delta_log/00000000000000000000.json")
+    manifest = json.loads(store.read("_olr_buffer/manifest.json"))
+    assert manifest["next_tx_seq"] == model.committed and manifest["table_format"] == "parquet"
+    status = cli("status", "--queue", paths["queue"], "--json")
+    assert status.returncode == 0, status.describe()
+    cf = status.json()["changefeed"]
+    assert (cf["path"], cf["source"], cf["next_tx_seq"]) == (paths["cf"], "manifest", model.committed)
+    # a later run asking for parquet on it goes on; asking for delta commits what is published, as it is
+    assert replay(paths, "--table-format", "delta").returncode == 0
+    assert_exact(paths["cf"], model)
+    refused = replay(paths, "--table-format", "parquet")
+    one_line(refused, "is a Delta changefeed", "--table-format parquet would publish files")
+
+
+def test_compact_on_s3_delta_is_one_commit_that_deletes_nothing(paths, model):
+    assert replay(paths, "--table-format", "delta").returncode == 0
+    before = part_names(paths["cf"])
+    versions = len([o for o in open_store(paths["cf"]).list("_delta_log/") if o.name.endswith(".json")])
+    done = cli("compact", paths["cf"], "--in-place", "--target-rows", "100000", "--json")
+    assert done.returncode == 0, done.describe()
+    assert done.json()["files_after"] == 1
+    after = part_names(paths["cf"])
+    assert set(before) < set(after) and len(after) == len(before) + 1  # nothing deleted
+    actions = delta_log(paths["cf"])
+    logs = [o for o in open_store(paths["cf"]).list("_delta_log/") if o.name.endswith(".json")]
+    assert len(logs) == versions + 1  # one commit
+    removes = [a["remove"] for a in actions if "remove" in a]
+    assert sorted(r["path"] for r in removes) == before and not any(r["dataChange"] for r in removes)
+    assert_changefeed_equal(delta_rows(paths["cf"]), model.rows)
+    # the writer goes on after it, from the table's files
+    assert replay(paths).returncode == 0
+
+
+# ---------------------------------------------------------------------------------------
+# run: a service, killed and restarted; an endpoint that goes away and comes back
+
+
+class Service:
+    """``olr-buffer run`` in a process; its stderr collected line by line."""
+
+    def __init__(self, *args: Any, env: dict[str, str] | None = None, fault: str | None = None) -> None:
+        environ = {k: v for k, v in os.environ.items() if k != "OLR_BUFFER_FAULT"}
+        environ.update(env or {})
+        if fault:
+            environ["OLR_BUFFER_FAULT"] = fault
+        self.proc = subprocess.Popen([sys.executable, "-m", "olr_buffer.cli", "run", *map(os.fspath, args)],
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                     text=True, cwd=ROOT, env=environ)
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stderr:
+            self.lines.append(line.rstrip("\n"))
+
+    def wait_line(self, pattern: str, timeout: float = 60) -> re.Match:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for line in list(self.lines):
+                m = re.search(pattern, line)
+                if m:
+                    return m
+            assert self.proc.poll() is None or self._reader.is_alive(), "\n".join(self.lines[-30:])
+            time.sleep(0.05)
+        raise AssertionError(f"no line matching {pattern!r} within {timeout}s:\n" + "\n".join(self.lines[-30:]))
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        self.proc.send_signal(sig)
+        code = self.proc.wait(timeout=120)
+        self._reader.join(timeout=10)
+        return code
+
+
+def run_args(p: dict, live: Path, *extra: Any) -> list[Any]:
+    return [live, "--queue", p["queue"], "--changefeed", p["cf"], "--flush-interval", "0.2", "--poll-interval", "0.02",
+            "--checkpoint-interval", "0.5", "--file-rows", "150", "--segment-size", "64KiB", "--log-level", "info",
+            *extra]
+
+
+def live_input(staged: Path, live: Path, rate: float | None = None) -> subprocess.Popen:
+    """The staged workload written into ``live`` as a capture process would (an ``lwn``
+    on every thread at the end: everything can be published)."""
+    return subprocess.Popen([sys.executable, "-m", "tests.live_writer", str(staged), str(live),
+                             "--rate", str(rate or 1e9), "--seed", "5"], cwd=ROOT)
+
+
+def manifest_next(uri: str) -> int:
+    try:
+        return json.loads(open_store(uri).read("_olr_buffer/manifest.json"))["next_tx_seq"]
+    except Exception:  # noqa: BLE001 - not there yet, or the store is down
+        return -1
+
+
+def wait_published(uri: str, n: int, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while manifest_next(uri) < n:
+        assert time.monotonic() < deadline, f"the changefeed holds {manifest_next(uri)} transactions, not {n}"
+        time.sleep(0.2)
+
+
+def metric(port: int, name: str) -> float:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    m = re.search(rf"^olr_buffer_{name} ([0-9.e+-]+)$", text, re.M)
+    assert m, f"no {name} in the metrics"
+    return float(m.group(1))
+
+
+@pytest.mark.slow
+def test_run_to_s3_delta_killed_then_restarted_is_exact(paths, staged_plain, tmp_path):
+    live = tmp_path / "live"
+    assert live_input(staged_plain, live).wait(timeout=120) == 0
+    model = expected_changefeed(live)
+    for fault in ("after_rename:2", "before_delta_commit:3"):
+        service = Service(*run_args(paths, live, "--table-format", "delta"), fault=fault)
+        assert service.proc.wait(timeout=120) == -signal.SIGKILL, "\n".join(service.lines[-20:])
+    service = Service(*run_args(paths, live))
+    service.wait_line(r"committed \d+ published file\(s\) the Delta table lacked")
+    wait_published(paths["cf"], model.committed)
+    assert service.stop() == 0, "\n".join(service.lines[-20:])
+    assert_exact(paths["cf"], model)
+
+
+def test_a_second_writer_of_a_changefeed_on_s3_is_refused(paths, staged, staged_plain, tmp_path):
+    live = tmp_path / "live"
+    assert live_input(staged_plain, live).wait(timeout=120) == 0
+    service = Service(*run_args(paths, live, "--table-format", "delta"))
+    try:
+        wait_published(paths["cf"], 1)
+        other = cli("replay", staged, "--queue", tmp_path / "other-queue", "--changefeed", paths["cf"])
+        one_line(other, f"{paths['cf']}/_olr_buffer/lease.json: changefeed is written by writer ",
+                 f"(pid {service.proc.pid}), whose lease runs until ")
+        assert not (tmp_path / "other-queue").exists()  # the refused run leaves nothing behind
+    finally:
+        assert service.stop() == 0, "\n".join(service.lines[-20:])
+
+
+@pytest.fixture
+def proxy(s3_env):
+    p = TcpProxy(int(s3_env.endpoint.rsplit(":", 1)[1]))
+    yield p
+    p.down()
+
+
+@pytest.mark.slow
+def test_run_rides_out_an_unreachable_store_and_says_so(paths, staged_plain, tmp_path, proxy):
+    live = tmp_path / "live"
+    env = {"AWS_ENDPOINT_URL": proxy.endpoint}
+    writer = live_input(staged_plain, live, rate=1500)
+    service = Service(*run_args(paths, live, "--table-format", "delta", "--metrics-port", "0", "--threads", "1,2"),
+                      env=env)
+    try:
+        port = int(service.wait_line(r"metrics on http://127\.0\.0\.1:(\d+)/metrics").group(1))
+        wait_published(paths["cf"], 1)
+        proxy.down()
+        service.wait_line(r"the changefeed's store cannot be reached .*did not answer \(connection refused\)")
+        deadline = time.monotonic() + 60
+        while metric(port, "store_outage_seconds") <= 0:
+            assert time.monotonic() < deadline, "the outage gauge stays 0"
+            time.sleep(0.2)
+        assert metric(port, "store_outages_total") >= 1
+        time.sleep(2)
+        proxy.up()
+        service.wait_line(r"the changefeed's store answers again after", timeout=90)
+        assert writer.wait(timeout=120) == 0
+        model = expected_changefeed(live)
+        wait_published(paths["cf"], model.committed)
+        assert metric(port, "store_outage_seconds") == 0 and metric(port, "store_retries_total") >= 1
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+        assert service.stop() == 0, "\n".join(service.lines[-30:])
+    assert_exact(paths["cf"], model)
+
+
+def test_replay_fails_with_one_line_when_the_store_is_unreachable_then_resumes(paths, model, proxy):
+    env = {"AWS_ENDPOINT_URL": proxy.endpoint}
+    killed = replay(paths, "--table-format", "delta", fault="after_rename:2", env=env)
+    assert killed.returncode == -signal.SIGKILL, killed.describe()
+    proxy.down()
+    failed = replay(paths, env=env)
+    line = one_line(failed, paths["cf"], "did not answer (connection refused)", "replay resumes when run again")
+    assert "testing-secret-key" not in line
+    proxy.up()
+    done = replay(paths, env=env)
+    assert done.returncode == 0, done.describe()
+    assert_exact(paths["cf"], model)
+
+
+# ---------------------------------------------------------------------------------------
+# what the operator must fix: one line, exit 1
+
+
+def test_a_missing_bucket_is_one_line(paths, tmp_path):
+    paths = {**paths, "cf": "s3://no-such-bucket-olr/cf"}
+    failed = replay(paths)
+    one_line(failed, "s3://no-such-bucket-olr/cf", "bucket no-such-bucket-olr does not exist at http://127.0.0.1:",
+             "(hint: create the bucket")
+    assert not paths["queue"].exists()
+
+
+def test_bad_credentials_are_one_line(paths, s3_auth_server):
+    failed = replay({**paths, "cf": "s3://some-bucket/cf"}, env={"AWS_ENDPOINT_URL": s3_auth_server.endpoint})
+    line = one_line(failed, "s3://some-bucket/cf", "access denied by http://127.0.0.1:", "InvalidAccessKeyId",
+                    "(hint: check AWS_ACCESS_KEY_ID")
+    assert "testing-secret-key" not in line
+    assert not paths["queue"].exists()
+
+
+def test_a_prefix_that_holds_something_else_is_one_line(paths, s3_env):
+    store = open_store(paths["cf"])
+    store.create("notes/readme.txt", b"not a changefeed")
+    one_line(replay(paths), f"{paths['cf']}/notes: not a file of this changefeed",
+             "(hint: move it out of the changefeed's prefix)")
+    store.delete("notes/readme.txt")
+    store.create("report.csv", b"a,b\n")
+    one_line(replay(paths), f"{paths['cf']}/report.csv: not a file of this changefeed")
+    # nothing of olr-buffer's is left there (its lease, taken to look, is gone again)
+    assert [o.name for o in store.list(recursive=True)] == ["report.csv"]
+    assert not paths["queue"].exists()
+
+
+def test_a_store_that_ignores_conditional_writes_is_refused(paths, s3_env):
+    """A store that drops If-None-Match (here: a proxy renames the header on the wire)
+    would let a file be overwritten: refused at start, before anything is written."""
+    port = int(s3_env.endpoint.rsplit(":", 1)[1])
+    proxy = TcpProxy(port, rewrite=lambda data: data.replace(b"If-None-Match: *", b"X-Not-Matched: *"))
+    try:
+        failed = replay(paths, env={"AWS_ENDPOINT_URL": proxy.endpoint})
+    finally:
+        proxy.down()
+    one_line(failed, "ignores conditional writes (If-None-Match): it would let a file be overwritten")
+    assert part_names(paths["cf"]) == [] and not paths["queue"].exists()
+
+
+def test_compact_a_local_changefeed_into_one_on_s3(staged, model, tmp_path, s3_uri):
+    """--output s3://...: the compacted copy goes up file by file (one PUT each), a
+    changefeed of its own, exactly the source's rows; run again, nothing to do."""
+    local = tmp_path / "cf"
+    done = cli("replay", staged, "--queue", tmp_path / "q", "--changefeed", local, "--no-progress", *SMALL)
+    assert done.returncode == 0, done.describe()
+    out = cli("compact", local, "--output", s3_uri, "--target-rows", "1000", "--json")
+    assert out.returncode == 0, out.describe()
+    assert out.json()["next_tx_seq"] == model.committed and 1 < out.json()["files_after"] < len(
+        list(local.glob("part-*.parquet")))
+    assert_exact(s3_uri, model, delta=False)
+    again = cli("compact", local, "--output", s3_uri, "--target-rows", "1000", "--json")
+    assert again.returncode == 0 and again.json()["files_written"] == 0
+
+
+def test_a_changefeed_on_s3_stays_bound_to_its_queue(paths, model, tmp_path):
+    """The owner check and the queue's record of the changefeed hold on S3: another
+    queue is refused; files removed behind the queue's back are refused, whatever the
+    flags (of a Delta changefeed: a file its table holds is missing)."""
+    assert replay(paths).returncode == 0
+    other = replay({**paths, "queue": tmp_path / "other-queue"})
+    one_line(other, f"{paths['cf']}: changefeed was written by queue ", "is queue ")
+    assert not (tmp_path / "other-queue").exists()
+    store = open_store(paths["cf"])
+    newest = part_names(paths["cf"])[-1]
+    data = store.read(newest)
+    store.delete(newest)
+    one_line(replay(paths), f"{paths['cf']}: published files are missing: the manifest records tx_seq "
+                            f"0..{model.committed - 1}")
+    one_line(replay(paths, "--adopt-changefeed"), "published files are missing")
+    store.create(newest, data)
+    assert replay(paths, "--table-format", "delta").returncode == 0
+    store.delete(newest)
+    one_line(replay(paths), f"{paths['cf']}/{newest}: a file of the Delta table is missing")
+    store.create(newest, data)
+    assert replay(paths).returncode == 0
+    assert_exact(paths["cf"], model)
+
+
+def test_a_file_whose_put_went_in_unanswered_is_published_once(s3_uri, s3_env, monkeypatch):
+    """The store takes a file's PUT and the answer is lost (the proxy closes the
+    connection instead; one try per request: AWS_MAX_ATTEMPTS=1): the writer tries the
+    publication again after the outage, and the object there is its own, not another
+    writer's. The changefeed holds each transaction once."""
+    from olr_buffer.changes import INSERT, CommitKey
+    from olr_buffer.sinks.parquet import ChangefeedWriter
+    from olr_buffer.store import OutageRetry
+
+    lost: list[bytes] = []
+
+    def lose(data: bytes) -> bool:
+        line = data.split(b"\r\n", 1)[0]
+        if not lost and line.startswith(b"PUT ") and b"/part-" in line:
+            lost.append(line)
+            return True
+        return False
+
+    proxy = TcpProxy(int(s3_env.endpoint.rsplit(":", 1)[1]), lose_reply=lose)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    try:
+        writer = ChangefeedWriter(s3_uri, file_rows=4, durable=False, retry=OutageRetry(first=0.05))
+        for k in range(4):
+            rows = [[INSERT, 100 + 10 * k + i, 0, 1, 100 + 10 * k + i, None, "O", "T", None, f"R{k}{i}", None,
+                     '{"A":1}', None] for i in range(2)]
+            writer.write_rows(rows, [(f"X{k}", CommitKey(109 + 10 * k, 1, 1, 109 + 10 * k), None, 1, 2)])
+        writer.close()
+    finally:
+        proxy.down()
+        monkeypatch.setenv("AWS_ENDPOINT_URL", s3_env.endpoint)
+        monkeypatch.delenv("AWS_MAX_ATTEMPTS")
+    assert lost and writer.retry.outages == 1
+    assert part_names(s3_uri) == ["part-00000000000000000000-00000000000000000001.parquet",
+                                  "part-00000000000000000002-00000000000000000003.parquet"]
+    assert [r["tx_seq"] for r in plain_rows(s3_uri)] == [0, 0, 1, 1, 2, 2, 3, 3]
