@@ -322,7 +322,7 @@ class Pipeline:
     def replay(self, on_progress: Callable[[Progress], None] | None = None, progress_every: float = 0.5) -> RunSummary:
         """Read every log file to its end, publish every committed transaction."""
         source, dispatcher = self.source, self.dispatcher
-        progress = Progress(bytes_total=source.figures().bytes_total)
+        progress = Progress()
         if self._new_threads:
             # a thread new to this queue, whose records lie at or below a commit published
             # without it, is refused (run counts them as late and warns; a replay, which
@@ -459,7 +459,7 @@ class Pipeline:
 
     def _fill_progress(self, p: Progress) -> None:
         d = self.dispatcher
-        p.bytes_read = self.source.figures().bytes_read
+        p.bytes_read, p.bytes_total = self.source.input_size() or (0, 0)
         p.records = d.stats.records
         p.published = d.stats.published
         p.open_transactions = len(d.open)
@@ -610,6 +610,8 @@ def run_service(
     opts = options or PipelineOptions()
     if opts.reader_processes is None:
         opts = replace(opts, reader_processes=True)
+    if not os.path.exists(queue_dir):  # a run the source would refuse leaves nothing behind
+        kind_of(source).check_new_run(source, opts.threads)
     # a store that cannot be reached is waited for (until stopped), not a reason to stop
     pipeline = Pipeline(source, queue_dir, changefeed_dir, opts, source_options, retry=OutageRetry(stop))
     try:

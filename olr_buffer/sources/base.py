@@ -51,8 +51,6 @@ class SourceFigures:
     """A source's running figures, for progress lines, summaries and metrics."""
 
     records_read: int = 0  # records appended to the queue by this process
-    bytes_read: int = 0  # of the input, where it has a size (files)
-    bytes_total: int = 0
     quarantined: int = 0  # bad records written to the dead-letter file by this process
 
 
@@ -133,6 +131,12 @@ class Source(Protocol):
         ...
 
     def figures(self) -> SourceFigures:
+        """Its running figures (cheap: the service's metrics ask every second)."""
+        ...
+
+    def input_size(self) -> tuple[int, int] | None:
+        """``(bytes read, bytes in all)`` of an input that has a size (files: a replay's
+        progress and ETA); None for a stream."""
         ...
 
     def metrics(self) -> list[Metric]:
@@ -177,6 +181,9 @@ class SourceKind:
     #: a check of the location before anything is made or reached: a location it cannot
     #: read (a URI that does not parse) raises :class:`SourceUsageError`
     check_location: Callable[[str], None] = lambda location: None
+    #: ``run`` on a new queue (none there yet), before it is made: ``(location, threads in
+    #: play asked for)``; one it would refuse at start raises here, and leaves nothing behind
+    check_new_run: Callable[[str, "list[int] | None"], None] = lambda location, threads: None
     #: how its positions (the watermark, progress, a commit's ``c_scn``) read in ``status``
     #: and logs: their name, and their text (redo: ``scn`` and the number; PostgreSQL:
     #: ``LSN`` and ``X/Y``)

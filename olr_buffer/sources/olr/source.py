@@ -92,6 +92,9 @@ class OlrSource(StreamSource):
     def figures(self) -> SourceFigures:
         return SourceFigures(records_read=self._figures().records)
 
+    def input_size(self) -> None:
+        return None  # a stream
+
     def metrics(self) -> list[Metric]:
         r = self._figures()
         confirmed = r.confirmed or (0, 0)

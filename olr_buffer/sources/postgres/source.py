@@ -79,6 +79,9 @@ class PostgresSource(StreamSource):
     def figures(self) -> SourceFigures:
         return SourceFigures(records_read=self._figures().records)
 
+    def input_size(self) -> None:
+        return None  # a stream
+
     def metrics(self) -> list[Metric]:
         r = self._figures()
         return [

@@ -145,12 +145,7 @@ class RedoSource:
     def start(self, follow: bool = False, poll_interval: float = 0.1) -> None:
         """Start one thread per reader: to the end of the input, or following it."""
         if follow and not self._in_play:
-            raise NoThreadsError(
-                f"{self.input_dir}: no redo thread has log files yet and --threads is not given: "
-                "nothing would hold back a commit whose other threads' rows are still to come",
-                hint="give every redo thread of the database with --threads (e.g. --threads 1,2,3), "
-                     "or start the service once the capture process has written its first files",
-            )
+            raise _no_threads(self.input_dir)
         self._follow, self._poll_interval = follow, poll_interval
         if follow:
             waiting = [t for t in self._in_play if not self.readers[t].files and not _has_written(self.readers[t].pos)]
@@ -207,22 +202,24 @@ class RedoSource:
     def figures(self) -> SourceFigures:
         return SourceFigures(
             records_read=sum(r.stats.records for r in self.readers.values()),
-            bytes_read=self._bytes_read(),
-            bytes_total=sum(os.path.getsize(f.path) for r in self.readers.values() for f in r.files.values()),
             quarantined=self._quarantined(),
         )
 
-    def _bytes_read(self) -> int:
+    def input_size(self) -> tuple[int, int]:
         """Bytes on disk of the files read past, plus the current file's offset (capped at
-        its size: offsets count decompressed bytes)."""
-        total = 0
+        its size: offsets count decompressed bytes); and of all the files. A file gone
+        while it is looked at (archived to its ``.zst`` in the meantime) counts 0 this once."""
+        read = total = 0
         for r in self.readers.values():
-            for seq, f in r.files.items():
-                if seq < r.pos.sequence:
-                    total += os.path.getsize(f.path)
-                elif seq == r.pos.sequence:
-                    total += min(r.pos.offset, os.path.getsize(f.path))
-        return total
+            pos = r.pos
+            for seq, f in list(r.files.items()):
+                size = _size(f.path)
+                total += size
+                if seq < pos.sequence:
+                    read += size
+                elif seq == pos.sequence:
+                    read += min(pos.offset, size)
+        return read, total
 
     def _quarantined(self) -> int:
         """Bad records written to the dead-letter file by this run."""
@@ -238,6 +235,29 @@ class RedoSource:
             self.dead_letters.close()
 
 
+def _no_threads(input_dir: str) -> NoThreadsError:
+    return NoThreadsError(
+        f"{input_dir}: no redo thread has log files yet and --threads is not given: "
+        "nothing would hold back a commit whose other threads' rows are still to come",
+        hint="give every redo thread of the database with --threads (e.g. --threads 1,2,3), "
+             "or start the service once the capture process has written its first files",
+    )
+
+
+def check_new_run(input_dir: str, threads: list[int] | None) -> None:
+    """``run`` on a new queue: with no thread given and none with files, nothing would be
+    in play; refused before the queue and changefeed directories are made."""
+    if not threads and not scan(input_dir):
+        raise _no_threads(input_dir)
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
 def _has_written(pos: ReaderPosition) -> bool:
     """Whether a thread's stored position shows records already (progress, or a close)."""
     return pos.progress >= 0 or pos.closed
@@ -249,4 +269,4 @@ def build(input_dir: str, queue: TxQueue, settings: SourceSettings, **options) -
     return RedoSource(input_dir, queue, settings)
 
 
-KIND = SourceKind("redo", build, status, "readers", status_lines, require_log_files)
+KIND = SourceKind("redo", build, status, "readers", status_lines, require_log_files, check_new_run=check_new_run)
