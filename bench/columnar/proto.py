@@ -151,30 +151,29 @@ class BadChunk(Exception):
         self.reason = reason
 
 
-def decode_chunk(region: bytes) -> list[Line]:
+def decode_chunk(region: bytes) -> tuple[list[Line], int | None, str | None]:
     """The typed decode of every line of ``region`` in one call, under today's conditions
-    for that (``records.batch_decode``): each line one object. Otherwise, or if the decode
-    fails, each line alone, to name the first bad one."""
+    for that (``records.batch_decode``: each line one object; UTF-8). Otherwise each line
+    alone, up to the first that does not decode: ``(lines decoded, its index, why)``."""
     n = region.count(b"\n") + 1
     if region[:1] == b"{" and region[-1:] == b"}" and region.count(b"}\n{") == n - 1:
         try:
             if not region.isascii():  # the UTF-8 of the fields msgspec skips, in Arrow's validator
                 pa.Array.from_buffers(STR, 1, [None, pa.py_buffer(_OFFSETS.pack(0, len(region))),
                                                pa.py_buffer(region)]).validate(full=True)
-        except pa.ArrowInvalid:
-            raise BadChunk(0, "invalid UTF-8 (the line path finds the line)") from None
-        try:
             out = _decode_lines(region)
             if len(out) == n:
-                return out
-        except (msgspec.MsgspecError, ValueError):
+                return out, None, None
+        except (msgspec.MsgspecError, ValueError, pa.ArrowInvalid):
             pass
+    out = []
     for i, raw in enumerate(region.split(b"\n")):
         try:
-            _decode_line(raw)
+            raw.decode()
+            out.append(_decode_line(raw))
         except (msgspec.MsgspecError, ValueError) as exc:
-            raise BadChunk(i, f"not a valid record: {exc}") from None
-    raise BadChunk(0, "lines that are not one object each")  # pragma: no cover
+            return out, i, f"not a valid record: {exc}"
+    return out, None, None  # pragma: no cover - the one call would have taken them
 
 
 def check_chunk(code: pa.Array, cols: dict, state: ChunkState) -> pa.Array:
@@ -214,7 +213,7 @@ def check_chunk(code: pa.Array, cols: dict, state: ChunkState) -> pa.Array:
     record_ok = pc.or_(above, pc.and_(same, pc.and_(pc.invert(prev_marker), pc.greater_equal(sub, prev_sub))))
     marker_ok = pc.greater_equal(scn, prev_scn)
     order_ok = pc.if_else(marker, marker_ok, record_ok)
-    return pc.or_(pc.fill_null(bad, True), pc.invert(order_ok))
+    return pc.fill_null(pc.or_(bad, pc.invert(order_ok)), True)  # a null anywhere (an unknown op): bad
 
 
 _REASONS = "unknown op, missing field, wrong image, DDL, or SCN out of order"
@@ -256,12 +255,15 @@ def chunk_records(region: bytes, seq: int, line0: int, state: ChunkState) -> tup
     """The records of one chunk (complete lines, ``line0`` lines of the file before it) as
     a record batch of :data:`RECORD_SCHEMA`, or :class:`BadChunk`; ``state`` is moved past
     it. Returns (batch or None, lines)."""
-    decoded = decode_chunk(region)
+    decoded, failed, why = decode_chunk(region)
     n = len(decoded)
-    code, cols = chunk_columns(decoded)
-    bad = check_chunk(code, cols, state)
-    if pc.any(bad).as_py():
-        raise BadChunk(pc.index(bad, True).as_py(), _REASONS)
+    if n:
+        code, cols = chunk_columns(decoded)
+        bad = check_chunk(code, cols, state)
+        if pc.any(bad).as_py():  # the first bad line: an earlier one than where a decode failed
+            raise BadChunk(pc.index(bad, True).as_py(), _REASONS)
+    if failed is not None:
+        raise BadChunk(failed, why)
     scn = cols["scn"]
     marker = pc.greater_equal(code, LWN)
     # progress: a marker's scn, a record's scn - 1; closed: the last line is a close
