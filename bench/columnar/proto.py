@@ -105,6 +105,7 @@ _OP_NAMES_IN = pa.array(list(OP_CODES), STR)
 _CODE_BY_OP = pa.array(list(OP_CODES.values()), I8)
 _NULL_TEXT = pa.scalar(b"null", BIN)
 _OFFSETS = struct.Struct("<ii")
+_TRUSTED_UTF8 = pc.CastOptions(target_type=STR, allow_invalid_utf8=True)
 _BRACE = b"{"
 
 # A chunk's records (markers are not records: they move the progress); in a block, the
@@ -248,7 +249,8 @@ def _image_text(img: pa.Array, keep: pa.Array | None) -> pa.Array:
     drop = pc.or_(pc.equal(pc.binary_length(img), 0), pc.equal(img, _NULL_TEXT))
     if keep is not None:
         drop = pc.or_(drop, pc.invert(keep))
-    return pc.if_else(drop, pa.scalar(None, BIN), img).cast(STR)  # the cast checks the UTF-8
+    # the chunk's UTF-8 is checked already (decode_chunk): the cast need not again
+    return pc.cast(pc.if_else(drop, pa.scalar(None, BIN), img), options=_TRUSTED_UTF8)
 
 
 def chunk_records(region: bytes, seq: int, line0: int, state: ChunkState) -> tuple[pa.RecordBatch | None, int]:
@@ -469,7 +471,7 @@ class Published(msgspec.Struct):
     order (rank, then row order), ``rank``/``thread`` per row, and per rank the commit's
     ``xid``, ``c_scn``, ``c_tm`` (``commits``)."""
 
-    rows: pa.RecordBatch
+    rows: pa.Table
     rank: pa.Array
     thread: pa.Array
     commits: pa.Table
@@ -609,17 +611,6 @@ class ColumnarDispatcher:
         groups = groups.append_column("rank", rank).filter(pc.is_valid(rank))
         groups = groups.take(pc.sort_indices(groups, [("rank", "ascending"), ("thread", "ascending"),
                                                       ("block", "ascending"), ("start", "ascending")]))
-        # the records of those groups: one take from the blocks they are in
-        blocks = pc.unique(col(groups, "block")).to_pylist()
-        blocks.sort()
-        batches = [self._batch_of(b) for b in blocks]
-        offsets, at = [], 0
-        for b in batches:
-            offsets.append(at)
-            at += len(b)
-        big = pa.concat_batches(batches) if len(batches) > 1 else batches[0]
-        bpos = pc.index_in(col(groups, "block"), value_set=pa.array(blocks, I64))
-        gstart = pc.add(pc.take(pa.array(offsets, I64), bpos), col(groups, "start").cast(I64))
         counts = col(groups, "count")
         run_ends = pc.cumulative_sum(counts.cast(I64))
         total = run_ends[-1].as_py()
@@ -629,8 +620,27 @@ class ColumnarDispatcher:
             values = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
             return pc.run_end_decode(pa.RunEndEncodedArray.from_arrays(run_ends, values))
 
-        indices = pc.add(rownums(total), per_record(pc.subtract(gstart, out_first)))
-        recs = big.take(indices)
+        if len(groups) <= 64 or total >= 256 * len(groups):
+            # few, large groups (large transactions): each a zero-copy slice of its block's
+            # batch (a group is contiguous there): a table of them, no copy (the Parquet
+            # writer reads the chunks where they are)
+            parts = [self._batch_of(b).slice(st, n) for b, st, n in
+                     zip(col(groups, "block").to_pylist(), col(groups, "start").to_pylist(), counts.to_pylist())]
+            recs = pa.Table.from_batches(parts)
+        else:
+            # many small groups: one take from the blocks they are in
+            blocks = pc.unique(col(groups, "block")).to_pylist()
+            blocks.sort()
+            batches = [self._batch_of(b) for b in blocks]
+            offsets, at = [], 0
+            for b in batches:
+                offsets.append(at)
+                at += len(b)
+            big = pa.concat_batches(batches) if len(batches) > 1 else batches[0]
+            bpos = pc.index_in(col(groups, "block"), value_set=pa.array(blocks, I64))
+            gstart = pc.add(pc.take(pa.array(offsets, I64), bpos), col(groups, "start").cast(I64))
+            indices = pc.add(rownums(total), per_record(pc.subtract(gstart, out_first)))
+            recs = pa.Table.from_batches([big.take(indices)])
         rank_r = _arr(per_record(col(groups, "rank")))
         thread_r = _arr(per_record(col(groups, "thread")))
         code = col(recs, "code")
@@ -642,7 +652,7 @@ class ColumnarDispatcher:
         self.stats.late_rows += late
         any_comp = (pc.sum(col(groups, "comps")).as_py() or 0) > 0
         keep = pc.and_(pc.or_(is_row, is_comp) if any_comp else is_row, upto)
-        recs, rank_r, thread_r = recs.filter(keep), rank_r.filter(keep), thread_r.filter(keep)
+        recs, rank_r, thread_r = _keep_rows(recs, keep), rank_r.filter(keep), thread_r.filter(keep)
         # transactions of several threads: their records sorted into row order (only theirs)
         per_tx = groups.group_by("rank", use_threads=False).aggregate([("thread", "min"), ("thread", "max")])
         multi = per_tx.filter(pc.not_equal(per_tx["thread_min"], per_tx["thread_max"])).column("rank")
@@ -691,6 +701,24 @@ class ColumnarDispatcher:
         cancelled = pc.filter(shift(epos, -1), ecomp)  # the element before each compensation
         keep = pc.and_(pc.invert(is_comp), pc.invert(pc.is_in(pos, value_set=cancelled)))
         return recs.filter(keep), rank_r.filter(keep), thread_r.filter(keep)
+
+
+def _keep_rows(t: pa.Table, keep: pa.Array) -> pa.Table:
+    """``t.filter(keep)``; where only a few rows go (a large transaction's begin and
+    commit), zero-copy slices around them instead of a copy of every value."""
+    dropped = pc.indices_nonzero(pc.invert(keep))
+    if not len(dropped):
+        return t
+    if len(dropped) > 64 or t.num_columns and t.column(0).num_chunks == 1:
+        return t.filter(keep)
+    parts, at = [], 0
+    for i in dropped.to_pylist():
+        if i > at:
+            parts.append(t.slice(at, i - at))
+        at = i + 1
+    if at < len(t):
+        parts.append(t.slice(at))
+    return pa.concat_tables(parts) if parts else t.slice(0, 0)
 
 
 def _arr(x):
@@ -757,12 +785,11 @@ class ColumnarSink:
         tm = p.rows.column("tm")
         arrays = [
             tx_seq, op_seq, pc.take(c.column("c_scn"), rank), c_tm, pc.take(c.column("xid"), rank),
-            _OP_NAMES.take(p.rows.column("code")), p.rows.column("scn"), p.rows.column("sub"), tm, p.thread,
+            pc.take(_OP_NAMES, p.rows.column("code")), p.rows.column("scn"), p.rows.column("sub"), tm, p.thread,
             *(p.rows.column(k) for k in ("owner", "table", "obj", "rid", "before", "after", "sql")),
             nanos_to_timestamp(c_tm), nanos_to_timestamp(tm),
         ]
-        arrays = [a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a for a in arrays]
-        batch = pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+        batch = pa.Table.from_arrays(arrays, schema=ARROW_SCHEMA)  # the rows' own chunks, not copied
         ntx = txno[-1].as_py() + 1
         self.next_tx_seq += ntx
         last = rank[-1].as_py()
@@ -779,19 +806,19 @@ class ColumnarSink:
     def _row_groups(self, final: bool) -> None:
         if not self.pending:
             return
-        t = pa.Table.from_batches(self.pending)
+        t = pa.concat_tables(self.pending) if len(self.pending) > 1 else self.pending[0]
         if self.writer is None:
             self.tmp = os.path.join(self.path, f"_tmp-{self.file_first}.parquet")
             self.writer = parquet_writer(self.tmp, "zstd")
         g = self.row_group_rows
         whole = len(t) if final else len(t) - len(t) % g
         for at in range(0, whole, g):
-            part = t.slice(at, min(g, whole - at)).combine_chunks()
+            part = t.slice(at, min(g, whole - at))
             c0 = time.thread_time()
             self.writer.write_table(part, row_group_size=len(part))
             self.parquet_cpu += time.thread_time() - c0
         rest = t.slice(whole)
-        self.pending = rest.combine_chunks().to_batches() if len(rest) else []
+        self.pending = [rest] if len(rest) else []
         self.pending_rows = len(rest)
 
     def flush(self) -> None:

@@ -6,6 +6,7 @@ stages and the same way as ``stages_today.py`` measures today's pipeline.
 
 * ``reader``: every redo thread's ``ColumnarReader`` in turn (decode, column building,
   vectorized checks, blocks as Arrow IPC, ``BlockCodec.encode``), blocks kept;
+* ``pipe``: those blocks through a multiprocessing pipe (as ``stages_today.py``);
 * ``append``: those blocks appended to a fresh durable ``LmdbQueue`` (``append_encoded``);
 * ``dispatch``: ``ColumnarDispatcher`` tailing that queue into a sink that keeps what it
   gets (per-block summaries, commit order, the rows taken from the blocks' batches,
@@ -32,7 +33,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 import benchlib  # noqa: E402
 import proto  # noqa: E402
-from stages_today import interleave, stage_append  # noqa: E402
+from stages_today import stage_append, stage_pipe  # noqa: E402
 
 
 def stage_reader(inp: str) -> tuple[float, dict[int, list]]:
@@ -140,6 +141,7 @@ def main() -> None:
         add("reader", cpu)
         extra["queue_blocks"] = sum(len(v) for v in blocks.values())
         extra["queue_bytes"] = sum(len(b[0]) for v in blocks.values() for b in v)
+        add("pipe", stage_pipe(blocks))
         add("append", stage_append(blocks, queue_dir))
         threads = sorted(blocks)
         del blocks

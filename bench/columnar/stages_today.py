@@ -11,6 +11,8 @@ input, and is timed in CPU (user+sys), not wall time: the machine is shared.
   that does what the reader process's pipe appender does (``BlockCodec.encode``: the
   block compressed and checksummed) and keeps the encoded blocks: parse, checks, block
   building, compression; the pipe itself is left out.
+* ``pipe``: those blocks through a multiprocessing pipe (send and receive, both in this
+  process), as a reader process sends them to the parent;
 * ``append``: those blocks (threads interleaved) appended with ``append_encoded`` to a
   fresh, durable ``LmdbQueue``, as the parent's receiving threads do.
 * ``dispatch``: a ``Dispatcher`` tailing that queue to its end (then every end acted on,
@@ -81,6 +83,32 @@ def interleave(blocks: dict[int, list]) -> list:
             else:
                 out.append(x)
     return out
+
+
+def stage_pipe(blocks: dict[int, list]) -> float:
+    """The blocks through a multiprocessing pipe, as a reader process sends them and a
+    receiving thread of the parent gets them (both sides in this process: their sum)."""
+    import multiprocessing as mp
+    import threading
+
+    recv, send = mp.Pipe(duplex=False)
+    got = []
+
+    def receive() -> None:
+        while True:
+            msg = recv.recv()
+            if msg is None:
+                return
+            got.append(len(msg[1]))
+
+    th = threading.Thread(target=receive)
+    c0 = time.process_time()
+    th.start()
+    for value, count, meta in interleave(blocks):
+        send.send(("block", value, count, meta))
+    send.send(None)
+    th.join()
+    return time.process_time() - c0
 
 
 def stage_append(blocks: dict[int, list], queue_dir: str) -> float:
@@ -210,6 +238,7 @@ def main() -> None:
         if {"reader", "append", "dispatch", "sink"} & set(stages):
             cpu, blocks = stage_reader(args.input)
             add("reader", cpu)
+            add("pipe", stage_pipe(blocks))
             add("append", stage_append(blocks, queue_dir))
             del blocks
             if {"dispatch", "sink"} & set(stages):
