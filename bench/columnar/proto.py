@@ -12,7 +12,7 @@ Four pieces, each usable alone (``stages_columnar.py`` times them one by one,
 * :func:`build_block` -- a block: the records sorted by XID group (``dictionary_encode`` of
   ``xid``, stable ``sort_indices``), a summary per group (XID, start, count, rows,
   compensations, first SCN) and the block's begin/commit/rollback records ("events"),
-  each an Arrow IPC stream, all four parts in one ``BlockCodec`` block (zstd, CRC32), as
+  each an Arrow IPC stream, all four parts in one block of the queue's format (zstd, CRC32), as
   ``LmdbQueue.append_encoded`` takes it.
 * :class:`ColumnarDispatcher` -- per block: progress, and the block's groups and events
   appended to the held ones (Python per block, never per transaction); every 16 blocks:
@@ -38,11 +38,13 @@ from typing import Annotated, Iterator
 
 import msgspec
 import pyarrow as pa
+import zstandard
 import pyarrow.compute as pc
 
 from olr_buffer.changes import (
     BEGIN,
     CHANGEFEED_OP,
+    CLOSE,
     COMMIT,
     COMPENSATION,
     DDL,
@@ -66,7 +68,6 @@ from olr_buffer.sinks.parquet.schema import (
 )
 from olr_buffer.sources.redo.files import check_contiguous, scan
 from olr_buffer.sources.redo.records import INT64_MAX, INT64_MIN, MAX_SCN
-from olr_buffer.txbuffer import BlockCodec
 
 RECORD_FORMAT = 3  # what the product would call the queue's record format of this layout
 CHUNK = 1 << 19  # the reader's read size (today 64 KiB: here a chunk's fixed cost is ~60 Arrow calls)
@@ -274,7 +275,7 @@ def chunk_records(region: bytes, seq: int, line0: int, state: ChunkState) -> tup
     if top > state.progress:
         state.progress = top
     last_code = code[n - 1].as_py()
-    state.closed = last_code == 9 or (state.closed and False)
+    state.closed = last_code == CLOSE
     state.last_scn = scn[n - 1].as_py()
     state.after_marker = last_code >= LWN
     state.last_sub = cols["sub"][n - 1].as_py()
@@ -313,7 +314,7 @@ def _ipc(obj) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-def build_block(parts: list[pa.RecordBatch], thread: int, progress: int, closed: bool, codec: BlockCodec) -> tuple[bytes, int, int]:
+def build_block(parts: list[pa.RecordBatch], thread: int, progress: int, closed: bool) -> tuple[bytes, int, int]:
     """The queue block of one thread's records (``parts``, in input order): the value for
     ``append_encoded``, its count of queue records (4) and of change records."""
     b = pa.concat_batches(parts) if len(parts) > 1 else parts[0]
@@ -347,7 +348,7 @@ def build_block(parts: list[pa.RecordBatch], thread: int, progress: int, closed:
         [enc.dictionary, starts.cast(I32), counts.cast(I32), rows_g, comps_g,
          b.column("scn").take(starts)], schema=GROUP_SCHEMA)
     meta = json.dumps({"f": RECORD_FORMAT, "t": thread, "p": progress, "c": closed}).encode()
-    value = encode_block(codec, [meta, _ipc_buffer(groups), _ipc_buffer(ev), _ipc_buffer(b.drop_columns(["xid"]))])
+    value = encode_block([meta, _ipc_buffer(groups), _ipc_buffer(ev), _ipc_buffer(b.drop_columns(["xid"]))])
     return value, 4, len(b)
 
 
@@ -358,9 +359,10 @@ def _per_run(cumsum: pa.Array, ends: pa.Array) -> pa.Array:
 
 
 _BLOCK_HEADER = struct.Struct(">BIII")
+_ZSTD = zstandard.ZstdCompressor(level=1)  # the queue's level; one per reader process
 
 
-def encode_block(codec: BlockCodec, parts: list) -> bytes:
+def encode_block(parts: list) -> bytes:
     """What ``BlockCodec.encode(parts)`` returns (the queue's block format: header, then
     zstd of the offsets and the parts), written into one buffer: no copy of the parts
     before the compressor reads them."""
@@ -375,7 +377,7 @@ def encode_block(codec: BlockCodec, parts: list) -> bytes:
     for p in parts:
         out.write(p)
     raw = out.getvalue()
-    compressed = codec._compressor.compress(raw)
+    compressed = _ZSTD.compress(raw)
     return _BLOCK_HEADER.pack(1, len(parts), raw.size, zlib.crc32(compressed)) + compressed
 
 
@@ -402,7 +404,6 @@ class ColumnarReader:
         self.input_dir = input_dir
         self.thread = thread
         self.emit = emit
-        self.codec = BlockCodec()
         self.state = ChunkState()
         self.parts: list[pa.RecordBatch] = []
         self.nrec = 0
@@ -450,8 +451,7 @@ class ColumnarReader:
         pos = json.dumps({"t": self.thread, "s": seq, "o": offset, "l": line, "p": self.state.progress,
                           "c": self.state.closed}).encode()
         if self.parts:
-            value, count, nrec = build_block(self.parts, self.thread, self.state.progress, self.state.closed,
-                                             self.codec)
+            value, count, nrec = build_block(self.parts, self.thread, self.state.progress, self.state.closed)
             self.emit(value, count, nrec, {b"columnar/reader/%d" % self.thread: pos})
             self.records += nrec
             self.blocks += 1
@@ -498,7 +498,6 @@ class ColumnarDispatcher:
         self.sink = sink
         self.progress = {t: -1 for t in threads}
         self.tailer = queue.tailer(queue.first_index)
-        self.codec = BlockCodec()
         self.cache: dict[int, pa.RecordBatch] = {}
         self.cache_blocks = cache_blocks
         self.new_groups: list[pa.RecordBatch] = []
