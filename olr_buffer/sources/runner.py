@@ -34,6 +34,7 @@ from typing import Any, Callable, Mapping, NoReturn, Sequence
 
 from ..errors import EXIT_BAD_INPUT, OlrBufferError
 from ..txbuffer import BlockCodec, TxQueue
+from .base import SourceFigures
 
 #: The multiprocessing context of every source's child processes (and of the values they
 #: share with the parent).
@@ -70,10 +71,11 @@ class StreamSource:
     (a stream has no end), has no thread of its own to confirm closed or to appear later,
     and is not a redo thread whose silence holds the watermark. A subclass sets
     ``self.settings`` (:class:`~olr_buffer.sources.base.SourceSettings`) and gives
-    :meth:`reader_body`: what the reader's thread runs."""
+    :meth:`reader_body` (what the reader's thread runs) and :meth:`reader_figures`."""
 
     watches_stalls = False  # an idle database is not a stalled redo thread
     thread_name = "reader"
+    queue_thread = 1  # the stream's records are one thread of the queue
 
     def __init__(self) -> None:
         self.errors: list[BaseException] = []
@@ -86,6 +88,20 @@ class StreamSource:
 
     def reader_body(self) -> Callable[[], None]:
         raise NotImplementedError
+
+    def reader_figures(self) -> Any:
+        """The reader's figures (its own, or the last its child process sent), with at
+        least ``records``."""
+        raise NotImplementedError
+
+    def figures(self) -> SourceFigures:
+        return SourceFigures(records_read=self.reader_figures().records)
+
+    def input_size(self) -> None:
+        return None  # a stream has no size
+
+    def threads(self) -> dict[int, bool]:
+        return {self.queue_thread: False}
 
     def start(self, follow: bool = True, poll_interval: float = 0.1) -> None:
         body = self.reader_body()

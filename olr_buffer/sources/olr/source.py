@@ -10,7 +10,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from ...changes import CommitKey
 from ...txbuffer import TxQueue
-from ..base import Metric, SourceFigures, SourceKind, SourceSettings, SourceUsageError
+from ..base import Metric, SourceKind, SourceSettings, SourceUsageError
 from ..runner import StreamSource
 from .location import parse_location
 from .process import OlrProcess, ReceiverFigures
@@ -81,22 +81,13 @@ class OlrSource(StreamSource):
         if pos is not None:
             self._durable = pos
 
-    def threads(self) -> dict[int, bool]:
-        return {THREAD: False}
-
-    def _figures(self) -> ReceiverFigures:
+    def reader_figures(self) -> ReceiverFigures:
         if self._process is not None:
             return self._process.figures
         return ReceiverFigures.of(self.receiver) if self.receiver is not None else ReceiverFigures()
 
-    def figures(self) -> SourceFigures:
-        return SourceFigures(records_read=self._figures().records)
-
-    def input_size(self) -> None:
-        return None  # a stream
-
     def metrics(self) -> list[Metric]:
-        r = self._figures()
+        r = self.reader_figures()
         confirmed = r.confirmed or (0, 0)
         received = r.received or (0, 0)
         return [

@@ -7,7 +7,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from ...changes import CommitKey
 from ...txbuffer import TxQueue
-from ..base import Metric, SourceFigures, SourceKind, SourceSettings, SourceUsageError
+from ..base import Metric, SourceKind, SourceSettings, SourceUsageError
 from ..runner import StreamSource
 from .connection import redact, safe_uri
 from .process import PostgresProcess, ReaderFigures
@@ -67,23 +67,14 @@ class PostgresSource(StreamSource):
     def on_published(self, accepted: CommitKey | None, durable: CommitKey | None) -> None:
         self._durable = durable
 
-    def threads(self) -> dict[int, bool]:
-        return {THREAD: False}
-
-    def _figures(self) -> ReaderFigures:
+    def reader_figures(self) -> ReaderFigures:
         """The reader's figures: its own, or the last its process sent."""
         if self._process is not None:
             return self._process.figures
         return ReaderFigures.of(self.reader) if self.reader is not None else ReaderFigures()
 
-    def figures(self) -> SourceFigures:
-        return SourceFigures(records_read=self._figures().records)
-
-    def input_size(self) -> None:
-        return None  # a stream
-
     def metrics(self) -> list[Metric]:
-        r = self._figures()
+        r = self.reader_figures()
         return [
             Metric("postgres_confirmed_lsn", "gauge", "The slot position confirmed to the server (flush LSN).",
                    r.confirmed),
