@@ -548,6 +548,7 @@ _TIME = r"[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6}0*)?"  # digits beyond microsec
 _DATE = f"^{_DAY}$"
 _TIMESTAMP_NTZ = f"^{_DAY}([ T]{_TIME})?$"
 _TIMESTAMP = f"^{_DAY}[ T]{_TIME}(Z|[+-][0-9]{{2}}(:[0-9]{{2}}(:[0-9]{{2}})?)?| [A-Za-z][A-Za-z0-9_+/-]*)$"
+_NANOS = r"^-?[0-9]{1,19}$"  # a timestamp as nanoseconds since the epoch
 _HEX = r"^(\\x)?([0-9a-fA-F]{2})*$"
 _ARRAY = r'^\{[^{}"]*\}$'  # one dimension, no quoted element
 
@@ -733,7 +734,16 @@ def _typed_value(t: "Column", dtype: Any, exact: "Column | None" = None,
         pattern = _DATE if isinstance(dtype, DateType) else _TIMESTAMP if isinstance(dtype, TimestampType) \
             else _TIMESTAMP_NTZ
         computed = t.try_cast(dtype)
-        return computed, t.rlike(pattern) & (computed if value is None else value).isNotNull()
+        if isinstance(dtype, DateType):
+            return computed, t.rlike(pattern) & (computed if value is None else value).isNotNull()
+        # or an integer of nanoseconds since the epoch (OpenLogReplicator's default form), in
+        # whole microseconds; a timestamp_ntz is the time of day it gives in UTC
+        nanos = F.when(t.rlike(_NANOS), t.try_cast("long"))
+        micros = F.when(nanos % 1000 == 0, (nanos.cast("decimal(20,0)") / 1000).cast("long"))
+        epoch = F.timestamp_micros(micros) if isinstance(dtype, TimestampType) else \
+            F.timestamp_add("MICROSECOND", micros, F.lit("1970-01-01 00:00:00").cast("timestamp_ntz"))
+        computed = F.when(t.rlike(_NANOS), epoch).otherwise(computed)
+        return computed, (t.rlike(pattern) | t.rlike(_NANOS)) & (computed if value is None else value).isNotNull()
     if isinstance(dtype, BinaryType):
         return F.unhex(F.regexp_replace(t, r"^\\x", "")), t.rlike(_HEX)
     if isinstance(dtype, ArrayType):  # PostgreSQL's text form: {1,2,NULL}

@@ -12,20 +12,24 @@ the whole stream: ``c_idx`` counts from 0 the messages that share a ``c_scn``, a
 transactions too, so a position depends on the changefeed's content only, not on how it
 is cut into files.
 
-A row's payload entry is ``{"op", "schema": {"owner", "table", "obj"}, "rid", "before",
-"after", "sql"}``: ``before``/``after`` are the changefeed's JSON text, embedded as it is;
+A row's payload entry is ``{"op", "schema": {"owner", "table", "obj", "columns"}, "rid",
+"before", "after", "sql"}``: ``before``/``after`` are the changefeed's JSON text, embedded as it is;
 a key whose value is null in the changefeed (``obj``, ``rid``, ``before``, ``after``,
 ``sql``, ``tm``) is left out, as OpenLogReplicator leaves out what it does not have. A
 PostgreSQL ``r`` row (initial copy) is ``c``; a ``t`` row (TRUNCATE) is a ``ddl`` whose
-``sql`` is ``TRUNCATE TABLE "owner"."table"``.
+``sql`` is ``TRUNCATE TABLE "owner"."table"``. ``schema.columns`` is the table's columns
+in OpenLogReplicator's form (:mod:`.columns`), from the schema document of the row's
+``schema_version``, on every row that names one (as OpenLogReplicator's format option
+``"schema": 3`` gives them): a receiver finds them on whichever row it reads first.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import orjson
 
+from .columns import columns_text
 from .errors import StreamError
 from .framing import LONG_LENGTH, frame_header, pack_length
 
@@ -68,8 +72,10 @@ ROW_OPS = (OP_INSERT, OP_UPDATE, OP_DELETE, OP_DDL)
 #: The changefeed's ``op`` -> the message's: PostgreSQL's initial copy (``r``) is an
 #: insert, its TRUNCATE (``t``) a DDL statement.
 CHANGEFEED_OPS = {"c": OP_INSERT, "u": OP_UPDATE, "d": OP_DELETE, "ddl": OP_DDL, "r": OP_INSERT, "t": OP_DDL}
-#: The changefeed's columns a builder reads.
-COLUMNS = ("tx_seq", "c_scn", "c_tm", "xid", "op", "scn", "tm", "owner", "table", "obj", "rid", "before", "after", "sql")
+#: The changefeed's columns a builder reads (``schema_version`` where the file has it).
+COLUMNS = ("tx_seq", "c_scn", "c_tm", "xid", "op", "scn", "tm", "owner", "table", "obj", "rid", "before", "after", "sql",
+           "schema_version")
+_VERSION = COLUMNS.index("schema_version")
 
 
 class Position(NamedTuple):
@@ -111,9 +117,12 @@ class MessageBuilder:
     across files, so its ``commit`` message goes out then (or at the first row of the
     next transaction). Messages whose position is below ``start`` are counted but not
     made (a stream that resumes). ``last`` is the position of the last message made,
-    ``messages`` and ``transactions`` count what was made."""
+    ``messages`` and ``transactions`` count what was made. ``documents`` gives the text of
+    the schema document of a version (rows that name one get ``schema.columns``; without
+    it, none does)."""
 
-    def __init__(self, database: str, start: Position = Position(0, 0)) -> None:
+    def __init__(self, database: str, start: Position = Position(0, 0),
+                 documents: Callable[[str], bytes | str] | None = None) -> None:
         self._db = _q(database)
         self.start = start
         self.skipping = start > Position(0, 0)
@@ -128,6 +137,8 @@ class MessageBuilder:
         self._idx = 0  # c_idx of the next message
         self._last = (-1, -1)  # position of the last message made
         self._schemas: dict[tuple, str] = {}
+        self._documents = documents
+        self._column_texts: dict[str, str] = {}
 
     @property
     def last(self) -> Position | None:
@@ -139,8 +150,12 @@ class MessageBuilder:
         about ``max_bytes``; with the index of the first row not made yet (``num_rows``
         when all were)."""
         col = batch.column
-        cols = [col(name).to_pylist() if start_row == 0 else col(name).slice(start_row).to_pylist() for name in COLUMNS]
-        txs, c_scns, c_tms, xids, ops, scns, tms, owners, tables, objs, rids, befores, afters, sqls = cols
+        names = batch.schema.names
+        cols = [(col(name).to_pylist() if start_row == 0 else col(name).slice(start_row).to_pylist())
+                if name in names else None for name in COLUMNS]
+        if cols[_VERSION] is None or self._documents is None:  # a file written before schema_version
+            cols[_VERSION] = [None] * (batch.num_rows - start_row)
+        txs, c_scns, c_tms, xids, ops, scns, tms, owners, tables, objs, rids, befores, afters, sqls, versions = cols
         out: list[bytes] = []
         put = out.append
         dumps = orjson.dumps
@@ -197,15 +212,18 @@ class MessageBuilder:
                         i += 1
                         continue
                     skipping = False
-                owner, table, obj = owners[i], tables[i], objs[i]
-                schema = schemas.get((owner, table, obj))
+                owner, table, obj, version = owners[i], tables[i], objs[i], versions[i]
+                schema = schemas.get((owner, table, obj, version))
                 if schema is None:
                     doc = {OWNER: owner, TABLE: table}
                     if obj is not None:
                         doc[OBJ] = obj
+                    schema = dumps(doc).decode()
+                    if version is not None:
+                        schema = schema[:-1] + ',"' + SCHEMA_COLUMNS + '":' + self._columns(version) + "}"
                     if len(schemas) > 100_000:  # a changefeed of very many tables: keep memory flat
                         schemas.clear()
-                    schema = schemas[(owner, table, obj)] = dumps(doc).decode()
+                    schemas[(owner, table, obj, version)] = schema
                 op = ops[i]
                 op_text = _OP_TEXT.get(op)
                 if op_text is None:
@@ -244,6 +262,15 @@ class MessageBuilder:
             self.transactions += transactions
             self.bytes += size
         return b"".join(out), start_row + i
+
+    def _columns(self, version: str) -> str:
+        """The text of ``schema.columns`` of a schema version (its document read once)."""
+        text = self._column_texts.get(version)
+        if text is None:
+            if len(self._column_texts) > 10_000:
+                self._column_texts.clear()
+            text = self._column_texts[version] = columns_text(self._documents(version))
+        return text
 
     def end_of_file(self) -> bytes:
         """The ``commit`` message of the file's last transaction (files hold whole

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 
 from ..errors import OlrBufferError
 from ..olr_protocol import COLUMNS, MessageBuilder, Position
-from ..sinks.parquet import Location, PublishedFile, chain_names, list_files
+from ..sinks.parquet import Location, PublishedFile, chain_names, list_files, read_schema_document
 
 #: Rows per batch read from a Parquet file.
 BATCH_ROWS = 8192
@@ -66,6 +66,10 @@ class Changefeed:
     def open_file(self, f: PublishedFile):
         """A random-access file over ``f`` (on object storage: ranged reads)."""
         return self.location.open_input(f.name)
+
+    def schema_document(self, version: str) -> bytes:
+        """The text of the schema document ``version`` (a row's ``schema_version``)."""
+        return read_schema_document(self.location, version)
 
     def last_c_tm(self) -> int | None:
         """The largest commit time in the last file (its footer's statistics), or None."""
@@ -156,7 +160,7 @@ class MessageStream:
     def __init__(self, feed: Changefeed, database: str, start: Position, batch_rows: int = BATCH_ROWS) -> None:
         self.feed = feed
         self.start = start
-        self.builder = MessageBuilder(database, start)
+        self.builder = MessageBuilder(database, start, documents=feed.schema_document)
         self.batch_rows = batch_rows
         self._file = feed.first_file_for(start.c_scn) if start.c_scn else 0
         self._batches = None

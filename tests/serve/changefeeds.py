@@ -9,7 +9,7 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from olr_buffer.changes import COPY_ROW, DDL, DELETE, INSERT, TRUNCATE, UPDATE, Commit, CommitKey
+from olr_buffer.changes import COPY_ROW, DDL, DELETE, INSERT, TRUNCATE, UPDATE, Commit, CommitKey, schema_fields
 from olr_buffer.sinks.parquet import ChangefeedWriter
 from tests.contract_model import load_changefeed
 
@@ -28,6 +28,7 @@ class Row:
     before: dict | None = None
     after: dict | None = field(default_factory=lambda: {"ID": 1})
     sql: str | None = None
+    schema: tuple[str, str | None] | None = None  # (schema version, its document on a row that introduces it)
 
 
 @dataclass
@@ -51,7 +52,7 @@ class Feed:
             self._line += 1
             rows = [[CODES[r.op], r.scn, 0, 1, self._line, r.tm, r.owner, r.table, r.obj, r.rid,
                      None if r.before is None else json.dumps(r.before), None if r.after is None else json.dumps(r.after),
-                     r.sql] for r in tx.rows]
+                     r.sql, *(schema_fields(*r.schema) if r.schema else ())] for r in tx.rows]
             assert self.writer.write_transaction(Commit(tx.xid, CommitKey(tx.c_scn, 1, 1, self._line), tx.c_tm),
                                                  [(1, rows)]) == len(rows)
         assert self.writer.flush() is not None
@@ -61,6 +62,10 @@ class Feed:
 
     def rows(self) -> list[dict]:
         return load_changefeed(self.path)
+
+    def documents(self) -> dict[str, dict]:
+        """The changefeed's schema documents by version, as the files in its metadata hold them."""
+        return {p.stem: json.loads(p.read_text()) for p in (self.path / "_olr_buffer" / "schemas").glob("*.json")}
 
 
 def random_transactions(rng: random.Random, n: int, *, c_scn: int = 1000, share: float = 0.3,

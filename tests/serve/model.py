@@ -11,9 +11,50 @@ from typing import Any
 OPS = {"c": "c", "u": "u", "d": "d", "ddl": "ddl", "r": "c", "t": "ddl"}
 
 
-def expected_messages(rows: list[dict[str, Any]], database: str) -> list[dict]:
+# OpenLogReplicator's column (its JSON writer's ``schema.columns`` item, name and nullable
+# aside) of each source type the tests' schema documents use: Oracle's types by the
+# figures of SYS.COL$ (-1: none), PostgreSQL's under their own names
+OLR_COLUMNS: dict[tuple[str, str], dict[str, Any]] = {
+    ("redo", "NUMBER"): {"type": "number", "precision": -1, "scale": -1},
+    ("redo", "NUMBER(10)"): {"type": "number", "precision": 10, "scale": 0},
+    ("redo", "NUMBER(12, 2)"): {"type": "number", "precision": 12, "scale": 2},
+    ("redo", "NUMBER(*,0)"): {"type": "number", "precision": -1, "scale": 0},
+    ("redo", "INTEGER"): {"type": "number", "precision": -1, "scale": 0},
+    ("redo", "FLOAT"): {"type": "number", "precision": 126, "scale": -1},
+    ("redo", "BINARY_DOUBLE"): {"type": "binary_double"},
+    ("redo", "VARCHAR2(30 CHAR)"): {"type": "varchar2", "length": 30},
+    ("redo", "NVARCHAR2(10)"): {"type": "varchar2", "length": 10},
+    ("redo", "CHAR(3)"): {"type": "char", "length": 3},
+    ("redo", "DATE"): {"type": "date"},
+    ("redo", "TIMESTAMP(6)"): {"type": "timestamp", "length": 11},
+    ("redo", "TIMESTAMP(3) WITH TIME ZONE"): {"type": "timestamp with time zone", "length": 13},
+    ("redo", "TIMESTAMP WITH LOCAL TIME ZONE"): {"type": "timestamp with local time zone", "length": 11},
+    ("redo", "INTERVAL DAY(2) TO SECOND(6)"): {"type": "interval day to second", "length": 11},
+    ("redo", "RAW(16)"): {"type": "raw", "length": 16},
+    ("redo", "CLOB"): {"type": "clob"},
+    ("redo", "BLOB"): {"type": "blob"},
+    ("redo", "XMLTYPE"): {"type": "unknown"},
+    ("postgresql", "bigint"): {"type": "bigint"},
+    ("postgresql", "numeric(12,2)"): {"type": "numeric(12,2)", "precision": 12, "scale": 2},
+    ("postgresql", "numeric"): {"type": "numeric", "precision": -1, "scale": -1},
+    ("postgresql", "character varying(40)"): {"type": "character varying(40)", "length": 40},
+    ("postgresql", "timestamp with time zone"): {"type": "timestamp with time zone"},
+    ("postgresql", "date"): {"type": "date"},
+    ("postgresql", "jsonb"): {"type": "jsonb"},
+}
+
+
+def expected_columns(document: dict) -> list[dict]:
+    """``schema.columns`` of a schema document: OpenLogReplicator's columns, in order."""
+    return [{"name": c["name"], **OLR_COLUMNS[(document["source"], c["type"])], "nullable": c["nullable"] is not False}
+            for c in document["columns"]]
+
+
+def expected_messages(rows: list[dict[str, Any]], database: str, documents: dict[str, dict] | None = None) -> list[dict]:
     """Every message of the stream, in order, as parsed JSON: ``rows`` are the
-    changefeed's rows in ``(tx_seq, op_seq)`` order (``load_changefeed``'s)."""
+    changefeed's rows in ``(tx_seq, op_seq)`` order (``load_changefeed``'s);
+    ``documents``: the changefeed's schema documents by version (a row that names one
+    carries its columns)."""
     out: list[dict] = []
     c_scn_before, idx = None, 0
     for _tx_seq, tx_rows in groupby(rows, key=lambda r: r["tx_seq"]):
@@ -37,6 +78,8 @@ def expected_messages(rows: list[dict[str, Any]], database: str) -> list[dict]:
             payload: dict[str, Any] = {"op": OPS[r["op"]], "schema": {"owner": r["owner"], "table": r["table"]}}
             if r["obj"] is not None:
                 payload["schema"]["obj"] = r["obj"]
+            if r.get("schema_version") is not None:
+                payload["schema"]["columns"] = expected_columns((documents or {})[r["schema_version"]])
             if r["rid"] is not None:
                 payload["rid"] = r["rid"]
             for key in ("before", "after"):  # JSON text in the file (load_changefeed parses it)

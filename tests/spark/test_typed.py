@@ -152,7 +152,10 @@ def test_every_value_that_does_not_fit_is_an_error_and_every_one_that_does_is_no
               ("at", '"2024-06-01T12:34:56Z"', False), ("at", '"2024-06-01 12:34:56-07"', False),
               ("at", '"2024-06-01 12:34:56.1234560+00"', False), ("local", '"2024-06-01"', False),
               ("n", "null", False), ("big", '"NaN"', True), ("price", "99.5e1", True), ("tags", '"{1,x}"', True),
-              ("day", '"2024-06-01 00:00:00"', True), ("at", '"infinity"', True)]
+              ("day", '"2024-06-01 00:00:00"', True), ("at", '"infinity"', True),
+              # nanoseconds since the epoch (OpenLogReplicator's form), in whole microseconds
+              ("local", "1717243496500000000", False), ("at", '"1717243496000000000"', False), ("at", "-1000", False),
+              ("local", "1717243496123456789", True), ("at", "99999999999999999999", True), ("day", "0", True)]
     types = {n: s for n, _, s in COLUMNS}
     fields = [(n, DataType.fromDDL(s)) for n, _, s in COLUMNS]
     df = spark.createDataFrame([(k, 0, None, image({c: v}), None) for k, (c, v, _) in enumerate(cases)],

@@ -32,6 +32,12 @@ last commit appended is skipped (its transaction is in the queue already), and t
 transaction that had records without a commit is rolled back first (a ``ROLLBACK`` record
 discards them) and appended again whole as it comes again.
 
+**Types.** A table's columns (``schema.columns``, which OpenLogReplicator sends with a
+table's first row, or every row) are kept in the queue's metadata and give the table its
+schema document (:mod:`.types`): every later row of the table names its version, and the
+first row of each table and version in a transaction carries the document, so that each
+transaction brings the documents its rows name, whatever was sent before it.
+
 **Confirmation.** ``CONFIRM(c_scn, c_idx)`` of a commit message once that transaction is
 durable in the changefeed; and, when every transaction received is, of an
 OpenLogReplicator checkpoint message, so that an idle database moves the sender's
@@ -61,6 +67,8 @@ from ...changes import (
     RecordError,
     end_payload,
     row_payload,
+    schema_document,
+    schema_fields,
 )
 from ...olr_protocol import (
     FrameReader,
@@ -82,6 +90,7 @@ from ...txbuffer import BlockAppender
 from .errors import OlrSourceError, OlrStreamError
 from .location import Location
 from .state import STATE_KEY, OlrState, OpenTransaction, Position, TableColumns, columns_key
+from .types import ColumnsError, schema_columns
 
 log = logging.getLogger("olr_buffer.olr")
 
@@ -110,7 +119,7 @@ def _text(p: Position | None) -> str:
 class _Txn:
     """The transaction being received."""
 
-    __slots__ = ("xid", "thread", "first", "rows", "scn", "tm", "whole", "begun")
+    __slots__ = ("xid", "thread", "first", "rows", "scn", "tm", "whole", "begun", "documented")
 
     def __init__(self, xid: str, thread: int, first: Position, scn: int, tm: int | None, whole: bool) -> None:
         self.xid = xid
@@ -121,6 +130,7 @@ class _Txn:
         self.tm = tm  # the tm of its first message
         self.whole = whole  # opened by a message without a begin entry: ends with that message
         self.begun = False  # its BEGIN record is added (with its first row)
+        self.documented: set[str] = set()  # schema versions whose document a row of it carries
 
 
 class OlrReceiver:
@@ -165,6 +175,7 @@ class OlrReceiver:
         self._state_written = 0.0
         self._pending_meta: dict[bytes, bytes] = {}
         self.columns: dict[bytes, str] = {k: c.columns for k, c in (columns or {}).items()}
+        self._schemas: dict[tuple, tuple[str, str, str]] = {}  # (owner, table) -> (columns, version, document)
         self.records = 0  # appended by this process
         self.skipped = 0  # messages skipped as appended already (this process)
         # state stored with every block
@@ -600,8 +611,13 @@ class OlrReceiver:
             txn.begun = True
             self._add(BEGIN, max(1, min(txn.scn, pos[0])), txn.xid, txn.first[1], end_payload(txn.tm))
         txn.rows += 1
-        self._add(code, scn, txn.xid, pos[1],
-                  row_payload(m.tm, schema.owner, schema.table, schema.obj, entry.rid, before, after, entry.sql))
+        payload = row_payload(m.tm, schema.owner, schema.table, schema.obj, entry.rid, before, after, entry.sql)
+        known = self._schema(schema, pos)
+        if known is not None:  # the row names its table's version; the first of the transaction carries the document
+            version, document = known
+            payload += schema_fields(version, None if version in txn.documented else document)
+            txn.documented.add(version)
+        self._add(code, scn, txn.xid, pos[1], payload)
 
     def _columns(self, schema, pos: Position) -> None:
         """Keep a table's columns (stored with the next block) when they are new or changed."""
@@ -613,9 +629,33 @@ class OlrReceiver:
             return
         key = columns_key(schema.owner, schema.table)
         if self.columns.get(key) != text:
+            self._document(schema, text, pos)  # refused here, before they are kept, when they are bad
             self.columns[key] = text
             self._pending_meta[key] = TableColumns(owner=schema.owner, table=schema.table, obj=schema.obj,
                                                    columns=text, at=pos).encode()
+
+    def _schema(self, schema, pos: Position) -> tuple[str, str] | None:
+        """``(version, document)`` of the table's schema document, from the last columns
+        the sender gave for it (this run or before, from the queue's metadata); None when
+        it gave none."""
+        text = self.columns.get(columns_key(schema.owner, schema.table))
+        if text is None:
+            return None
+        known = self._schemas.get((schema.owner, schema.table))
+        if known is None or known[0] != text:
+            known = self._document(schema, text, pos)
+        return known[1], known[2]
+
+    def _document(self, schema, text: str, pos: Position) -> tuple[str, str, str]:
+        try:
+            columns = schema_columns(text)
+        except ColumnsError as exc:
+            raise self._bad(f"{schema.owner}.{schema.table}: {exc}", pos) from None
+        version, document = schema_document("olr", schema.owner, schema.table, columns)
+        if len(self._schemas) > 10_000:
+            self._schemas.clear()
+        known = self._schemas[(schema.owner, schema.table)] = (text, version, document)
+        return known
 
     def _commit(self, m, pos: Position) -> None:
         txn = self.txn

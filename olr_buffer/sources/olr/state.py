@@ -55,8 +55,8 @@ class OlrState(ResumeState):
 
 class TableColumns(ResumeState):
     """A table's columns as the sender gave them (``schema.columns``: ``columns`` is the
-    message's JSON text of that array), kept for what reads column types later; the
-    newest replaces the one before."""
+    message's JSON text of that array), from which its rows get their schema document
+    after a restart too; the newest replaces the one before."""
 
     owner: str | None = None
     table: str = ""
