@@ -230,13 +230,8 @@ def table_changes(
 
     if truncates not in TRUNCATES:
         raise ValueError(f"table_changes: truncates must be one of {TRUNCATES}, not {truncates!r}")
-    df = _table_rows(spark, path, owner, table, missing_ok=missing_ok)
-    if starting_tx_seq is not None:
-        df = df.where(F.col("tx_seq") >= starting_tx_seq)
-    if ending_tx_seq is not None:
-        df = df.where(F.col("tx_seq") <= ending_tx_seq)
-    if change_data_feed and truncates == "error":
-        df = _refuse_truncates(df, path, owner, table)
+    df = _selected_rows(spark, path, owner, table, missing_ok, starting_tx_seq, ending_tx_seq,
+                        change_data_feed and truncates == "error")
     if schema is None and isinstance(path, str):
         document = _table_document(spark, path, df, owner, table, None, required=False)
         if document is not None:
@@ -328,13 +323,8 @@ def typed(
             "typed: given a DataFrame, it needs the changefeed's directory for the schema documents",
             hint="typed(spark, df, owner, table, changefeed=PATH)",
         )
-    df = _table_rows(spark, path, owner, table, missing_ok=missing_ok)
-    if starting_tx_seq is not None:
-        df = df.where(F.col("tx_seq") >= starting_tx_seq)
-    if ending_tx_seq is not None:
-        df = df.where(F.col("tx_seq") <= ending_tx_seq)
-    if change_data_feed and truncates == "error":
-        df = _refuse_truncates(df, path, owner, table)
+    df = _selected_rows(spark, path, owner, table, missing_ok, starting_tx_seq, ending_tx_seq,
+                        change_data_feed and truncates == "error")
     if version is None and not isinstance(path, str):
         rows = _table_rows(spark, location, owner, table)
         if ending_tx_seq is not None:
@@ -757,6 +747,22 @@ def _typed_value(t: "Column", dtype: Any, exact: "Column | None" = None,
 
 
 # -- helpers -------------------------------------------------------------------------------
+
+
+def _selected_rows(spark: "SparkSession", path, owner: str, table: str, missing_ok: bool,
+                   starting_tx_seq: int | None, ending_tx_seq: int | None, refuse_truncates: bool) -> "DataFrame":
+    """The table's rows, within the ``tx_seq`` range asked for; a truncate among them fails
+    the query when ``refuse_truncates``."""
+    from pyspark.sql import functions as F
+
+    df = _table_rows(spark, path, owner, table, missing_ok=missing_ok)
+    if starting_tx_seq is not None:
+        df = df.where(F.col("tx_seq") >= starting_tx_seq)
+    if ending_tx_seq is not None:
+        df = df.where(F.col("tx_seq") <= ending_tx_seq)
+    if refuse_truncates:
+        df = _refuse_truncates(df, path, owner, table)
+    return df
 
 
 def _refuse_truncates(df: "DataFrame", path: "Source", owner: str, table: str) -> "DataFrame":

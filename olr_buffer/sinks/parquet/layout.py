@@ -657,18 +657,37 @@ def remove_own_temporaries(path: str, *, compaction_only: bool = False) -> list[
     compaction's with ``compaction_only``): those in ``_olr_buffer/tmp/``, and those an
     earlier version left at the top level. Returns their paths relative to ``path``."""
     tmp = os.path.join(META_DIR, TMP_DIR)
+    found = [os.path.join(tmp, n) for n in _own_temporaries(os.path.join(path, tmp))]
+    found += [n for n in os.listdir(path) if n.startswith(".tmp-") and _OLD_TMP.fullmatch(n)]
+    return _delete_temporaries(path, found, compaction_only)
+
+
+def remove_staged(tmp_dir: str, *, compaction_only: bool = False) -> list[str]:
+    """Delete olr-buffer's temporary files in ``tmp_dir``, the local staging directory of
+    a changefeed on object storage (only compaction's with ``compaction_only``). Returns
+    their paths."""
+    removed = _delete_temporaries(tmp_dir, _own_temporaries(tmp_dir), compaction_only)
+    return [os.path.join(tmp_dir, n) for n in removed]
+
+
+def _own_temporaries(folder: str) -> list[str]:
+    """The names of olr-buffer's temporary files in ``folder`` (none if it is missing)."""
     try:
-        candidates = [os.path.join(tmp, n) for n in os.listdir(os.path.join(path, tmp)) if is_own_temporary(n)]
+        return [n for n in os.listdir(folder) if is_own_temporary(n)]
     except FileNotFoundError:
-        candidates = []
+        return []
     except OSError as exc:
-        raise os_failure(exc, os.path.join(path, tmp), "list the changefeed's temporary files") from None
-    candidates += [n for n in os.listdir(path) if n.startswith(".tmp-") and _OLD_TMP.fullmatch(n)]
+        raise os_failure(exc, folder, "list the changefeed's temporary files") from None
+
+
+def _delete_temporaries(root: str, names: list[str], compaction_only: bool) -> list[str]:
+    """Delete each of ``names`` (relative to ``root``; only compaction's with
+    ``compaction_only``); returns those deleted."""
     removed = []
-    for rel in candidates:
+    for rel in names:
         if compaction_only and not os.path.basename(rel).startswith((COMPACT_TMP_PREFIX, ".tmp-compact-")):
             continue
-        full = os.path.join(path, rel)
+        full = os.path.join(root, rel)
         try:
             os.unlink(full)
         except FileNotFoundError:
@@ -676,31 +695,6 @@ def remove_own_temporaries(path: str, *, compaction_only: bool = False) -> list[
         except OSError as exc:
             raise os_failure(exc, full, "delete an unpublished temporary file") from None
         removed.append(rel)
-    return removed
-
-
-def remove_staged(tmp_dir: str, *, compaction_only: bool = False) -> list[str]:
-    """Delete olr-buffer's temporary files in ``tmp_dir``, the local staging directory of
-    a changefeed on object storage (only compaction's with ``compaction_only``). Returns
-    their paths."""
-    try:
-        names = [n for n in os.listdir(tmp_dir) if is_own_temporary(n)]
-    except FileNotFoundError:
-        return []
-    except OSError as exc:
-        raise os_failure(exc, tmp_dir, "list the changefeed's temporary files") from None
-    removed = []
-    for n in names:
-        if compaction_only and not n.startswith(COMPACT_TMP_PREFIX):
-            continue
-        full = os.path.join(tmp_dir, n)
-        try:
-            os.unlink(full)
-        except FileNotFoundError:
-            continue
-        except OSError as exc:
-            raise os_failure(exc, full, "delete an unpublished temporary file") from None
-        removed.append(full)
     return removed
 
 
