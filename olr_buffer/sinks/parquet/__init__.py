@@ -11,7 +11,7 @@ from .errors import (
     UnknownTableError,
 )
 from .compaction import CompactionError, CompactionResult, compact
-from .delta_table import chain_names, use_delta
+from .delta_table import chain_names
 from .layout import (
     DEFAULT_MODE,
     META_DIR,
@@ -66,5 +66,4 @@ __all__ = [
     "read_schema_document",
     "schema_document_path",
     "chain_names",
-    "use_delta",
 ]

@@ -1,6 +1,6 @@
 """The changefeed as a Delta Lake table too (``--table-format delta``, contract section 5):
 which files make the changefeed when it has a Delta log, and the glue between the
-changefeed's writer and compaction and :class:`~olr_buffer.sinks.delta.DeltaChangefeed`.
+changefeed's writer and compaction and :class:`~olr_buffer.sinks.parquet.delta.DeltaChangefeed`.
 
 - **Which files.** A Delta changefeed's files are those of the table's current snapshot
   and, after them, files published but not yet committed (a writer killed between the
@@ -17,16 +17,15 @@ changefeed's writer and compaction and :class:`~olr_buffer.sinks.delta.DeltaChan
 - **Modes.** delta-rs creates ``_delta_log/`` and its files with the umask's modes: on a
   local changefeed they get the changefeed's (:func:`apply_log_modes`).
 
-The Delta Lake library is :mod:`olr_buffer.sinks.delta`, handed to this module by
-:mod:`olr_buffer.sinks` (:func:`use_delta`: sinks do not import each other), and
-imported, with ``deltalake``, only when a changefeed is a Delta changefeed.
+The Delta Lake library is :mod:`.delta`, imported, with ``deltalake``, only when a
+changefeed is a Delta changefeed.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Callable
+from typing import Any
 
 from .errors import ChangefeedError
 from .layout import TABLE_FORMATS, Location, PublishedFile, file_mode, manifest_table_format
@@ -34,20 +33,12 @@ from .schema import ARROW_SCHEMA, parse_part_name
 
 log = logging.getLogger(__name__)
 
-_load_library: Callable[[], Any] | None = None
-
-
-def use_delta(load: Callable[[], Any]) -> None:
-    """``load()`` gives the Delta Lake library (:mod:`olr_buffer.sinks.delta`'s face):
-    ``DeltaChangefeed``, ``PartFile``."""
-    global _load_library
-    _load_library = load
-
-
 def _library() -> Any:
-    if _load_library is None:
-        raise ChangefeedError("Delta Lake tables are not available: olr_buffer.sinks did not hand over its library")
-    return _load_library()
+    """The Delta Lake library (:mod:`.delta`), imported with ``deltalake`` only when a
+    changefeed is a Delta changefeed."""
+    from . import delta
+
+    return delta
 
 DELTA_LOG = "_delta_log"
 #: The application id of commits of a writer that was given no owner (direct use).

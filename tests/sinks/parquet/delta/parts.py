@@ -9,7 +9,7 @@ from pathlib import Path
 import orjson
 import pyarrow as pa
 
-from olr_buffer.sinks.delta import PartFile
+from olr_buffer.sinks.parquet.delta import PartFile
 from olr_buffer.sinks.parquet.schema import ARROW_SCHEMA, nanos_to_timestamp, parquet_writer, part_name
 from olr_buffer.store import Store
 

@@ -1,7 +1,7 @@
 """A Delta writer for the kill and race tests: publishes part files of one to three
 transactions and commits each, until the table holds tx_seq 0..LAST.
 
-    python -m tests.sinks.delta.commit_loop STORE_URI APP_ID LAST [race]
+    python -m tests.sinks.parquet.delta.commit_loop STORE_URI APP_ID LAST [race]
 
 On start it does what a restarted writer does: clears the store's staging, lists the
 published part files, and commits those the table lacks. With ``race`` (two of them at
@@ -17,10 +17,10 @@ import tempfile
 from pathlib import Path
 
 from olr_buffer.faults import fault_point
-from olr_buffer.sinks.delta import DeltaChainError, DeltaChangefeed, PartFile
+from olr_buffer.sinks.parquet.delta import DeltaChainError, DeltaChangefeed, PartFile
 from olr_buffer.sinks.parquet.schema import ARROW_SCHEMA, parse_part_name, part_name
 from olr_buffer.store import open_store
-from tests.sinks.delta.parts import publish
+from tests.sinks.parquet.delta.parts import publish
 
 
 def main() -> None:

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from olr_buffer.sinks.delta import DeltaChangefeed
+from olr_buffer.sinks.parquet.delta import DeltaChangefeed
 from olr_buffer.sinks.parquet.schema import ARROW_SCHEMA
 from olr_buffer.store import StoreAccessError, StoreUnreachableError, open_store
 from tests.s3_server import SECRET_KEY, free_port, start_moto
-from tests.sinks.delta.parts import publish
+from tests.sinks.parquet.delta.parts import publish
 
 
 def one_line(exc: BaseException) -> str:

@@ -44,8 +44,8 @@ from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import CommitFailedError, DeltaError, DeltaProtocolError, TableNotFoundError
 from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
 
-from ...faults import fault_point
-from ...store import ObjectNotFoundError, Store, StoreAccessError, StoreError, StoreUnreachableError
+from ....faults import fault_point
+from ....store import ObjectNotFoundError, Store, StoreAccessError, StoreError, StoreUnreachableError
 from .errors import DeltaChainError, DeltaChangefeedError, DeltaConflictError, DeltaTableMismatchError
 from .stats import delta_stats
 

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from olr_buffer.sinks.delta import DeltaChangefeed
+from olr_buffer.sinks.parquet.delta import DeltaChangefeed
 from olr_buffer.sinks.parquet.schema import ARROW_SCHEMA, parse_part_name
 from olr_buffer.store import open_store
-from tests.sinks.delta.test_delta_table import expected, tx_seqs_read
+from tests.sinks.parquet.delta.test_delta_table import expected, tx_seqs_read
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 APP = "queue-kills"
 LAST = 24
 
@@ -30,7 +30,7 @@ def run(uri: str, *args: str, fault: str | None = None) -> subprocess.Popen:
     env.pop("OLR_BUFFER_FAULT", None)
     if fault:
         env["OLR_BUFFER_FAULT"] = fault
-    return subprocess.Popen([sys.executable, "-m", "tests.sinks.delta.commit_loop", uri, *args], cwd=ROOT, env=env,
+    return subprocess.Popen([sys.executable, "-m", "tests.sinks.parquet.delta.commit_loop", uri, *args], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

@@ -4,7 +4,7 @@ retrying whichever layer met the fault."""
 
 from __future__ import annotations
 
-from ...errors import OlrBufferError
+from ....errors import OlrBufferError
 
 
 class DeltaChangefeedError(OlrBufferError):

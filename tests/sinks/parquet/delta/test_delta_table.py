@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, QueryBuilder, write_deltalake
 
-from olr_buffer.sinks.delta import (
+from olr_buffer.sinks.parquet.delta import (
     DeltaChainError,
     DeltaChangefeed,
     DeltaConflictError,
@@ -22,7 +22,7 @@ from olr_buffer.sinks.delta import (
 )
 from olr_buffer.sinks.parquet.schema import ARROW_SCHEMA, part_name
 from olr_buffer.store import StoreUnreachableError, open_store
-from tests.sinks.delta.parts import ROWS_PER_TX, publish, rows
+from tests.sinks.parquet.delta.parts import ROWS_PER_TX, publish, rows
 
 APP = "queue-5f0c"
 
@@ -279,8 +279,8 @@ def test_a_partitioned_or_retyped_table_is_refused(tmp_path):
 
 
 def test_delta_stats_of_a_file_without_rows(tmp_path):
-    from olr_buffer.sinks.delta import delta_stats
-    from tests.sinks.delta.parts import write_local
+    from olr_buffer.sinks.parquet.delta import delta_stats
+    from tests.sinks.parquet.delta.parts import write_local
 
     write_local(tmp_path / "empty.parquet", rows(0, -1))
     import pyarrow.parquet as pq
