@@ -253,7 +253,11 @@ def test_immediate_restarts_under_load_keep_the_run_going_exactly_once(pg_db, pg
     finally:
         done.set()
         assert stop(svc) == 0, service_log(tmp_path)[-3000:]
-    assert service_log(tmp_path).count("replication: server closed the connection unexpectedly") >= 8
+    # every restart was a reconnection; the words of the loss depend on where the reader was
+    # when the server went (on a loaded machine not always in the look-up this is about)
+    text = service_log(tmp_path)
+    assert text.count("reconnecting in") >= 8, text[-3000:]
+    assert "replication: server closed the connection unexpectedly" in text, text[-3000:]
     tx_seqs: dict[str, set] = {}
     for r in rows:
         tx_seqs.setdefault(r["xid"], set()).add(r["tx_seq"])
