@@ -344,7 +344,7 @@ def replay(input_dir, queue_dir, changefeed_dir, progress, progress_interval, as
     click.echo(
         f"replayed {s.records_read:,} records from {len(s.threads)} thread(s) in {s.seconds:.2f}s ({rate:,.0f} records/s)\n"
         f"published {s.transactions_published:,} transactions ({s.rows_published:,} rows); "
-        f"changefeed now holds tx_seq 0..{s.next_tx_seq - 1} in {s.files_published} file(s)\n"
+        f"changefeed now holds tx_seq 0..{s.next_tx_seq - 1} in {s.changefeed_files} file(s)\n"
         f"rolled back {s.rolled_back:,}; partial (no begin, not published) {s.no_begin:,}; "
         f"empty after compensation {s.empty:,}; compensations {s.compensations:,} "
         f"({s.unmatched_compensations:,} matched nothing); already published before {s.already_published:,}\n"

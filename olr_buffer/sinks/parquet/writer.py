@@ -393,9 +393,12 @@ class ChangefeedWriter:
 
     def figures(self) -> SinkFigures:
         r = self.retry
-        if r is None:
-            return SinkFigures(self.files_published, self.latencies)
-        return SinkFigures(self.files_published, self.latencies, r.outages, r.retries, r.outage_seconds())
+        figures = SinkFigures(self.files_published, self.latencies, transactions_published=self.transactions_published,
+                              rows_published=self.rows_published)
+        if r is not None:
+            figures.store_outages, figures.store_retries = r.outages, r.retries
+            figures.store_outage_seconds = r.outage_seconds()
+        return figures
 
     # -- the Delta table ---------------------------------------------------------------
 
