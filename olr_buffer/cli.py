@@ -311,8 +311,11 @@ def _options(*, segment_size, file_rows, block_records, checkpoint_interval, ret
 @pipeline_options
 @progress_options
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="json: one object per line (ts ISO-8601, level, logger, msg, and facts as fields), the fatal "
+                   "error too.")
 @clean_errors
-def replay(input_dir, queue_dir, changefeed_dir, progress, progress_interval, as_json, **pipeline) -> None:
+def replay(input_dir, queue_dir, changefeed_dir, progress, progress_interval, as_json, log_format, **pipeline) -> None:
     """Replay archived redo logs of INPUT_DIR into the changefeed, offline, then exit.
 
     Run again on the same directories after a kill or a crash, it finishes what was left
@@ -320,7 +323,10 @@ def replay(input_dir, queue_dir, changefeed_dir, progress, progress_interval, as
     """
     from .pipeline import replay as run_replay
     from .dead_letters import whole_lines_end
+    from .service import setup_logging
 
+    setup_logging(_log_level(None, "warning"), log_format)
+    click.get_current_context().meta[_LOG_FORMAT] = log_format
     opts = _options(**pipeline)
     dead_letter = opts.dead_letter
     bar = _progress_line(progress, progress_interval, _replay_figures)
