@@ -59,6 +59,9 @@ class SinkFigures:
     # when the dispatcher hands a transaction over
     transactions_published: int = 0
     rows_published: int = 0
+    # published transactions whose commit tm was later than the publication time (the
+    # source's clock ahead of this machine's): not in ``latencies``, which are never negative
+    clock_ahead: int = 0
 
 
 class Sink(TransactionSink, Protocol):
