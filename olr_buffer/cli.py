@@ -348,7 +348,8 @@ def replay(input_dir, queue_dir, changefeed_dir, progress, progress_interval, as
     s = summary
     rate = s.records_read / s.seconds if s.seconds > 0 else 0.0
     click.echo(
-        f"replayed {s.records_read:,} records from {len(s.threads)} thread(s) in {s.seconds:.2f}s ({rate:,.0f} records/s)\n"
+        f"replayed {s.records_read:,} records (lwn heartbeats and close records aside) from {len(s.threads)} thread(s) "
+        f"in {s.seconds:.2f}s ({rate:,.0f} records/s)\n"
         f"published {s.transactions_published:,} transactions ({s.rows_published:,} rows); "
         f"changefeed now holds tx_seq 0..{s.next_tx_seq - 1} in {s.changefeed_files} file(s)\n"
         f"rolled back {s.rolled_back:,}; partial (no begin, not published) {s.no_begin:,}; "
@@ -805,7 +806,7 @@ def simulate(out_dir, threads, transactions, seed, records_per_file, large_tx_ro
         close_thread_at=close_thread_at,
         on_progress=bar,
     ))
-    click.echo(f"wrote {out_dir}: {stats}")
+    click.echo(f"wrote {out_dir}: {stats.describe()}")
     click.echo(f"clock started at {_iso(start_tm)} (--start-time {start_tm})")
 
 

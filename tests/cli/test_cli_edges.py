@@ -210,3 +210,23 @@ def test_replay_logs_as_json_with_log_format_json(tmp_path):
                            "--log-format", "json"))
     files = [d for d in json_lines(result) if d["msg"].startswith("published part-")]
     assert files and all(d["level"] == "debug" and d["first_tx_seq"] == 0 for d in files), result.describe()
+
+
+def test_the_demo_s_simulate_and_replay_counts_agree_visibly(tmp_path, capfd):
+    """simulate counts every line it wrote, lwn heartbeats (and close records) included;
+    replay counts the records of transactions: each says what it counts, and the demo's
+    output shows the two agree (records, and transactions and rows published)."""
+    from olr_buffer.demo import simulate_and_replay
+
+    simulate_and_replay(str(tmp_path), transactions=200)
+    out = capfd.readouterr().out
+    written = re.search(r"wrote \S+: \S+ file\(s\), ([0-9,]+) records: ([0-9,]+) begins, rows and ends \(the records "
+                        r"replay counts\) and ([0-9,]+) lwn heartbeat\(s\)", out)
+    must = re.search(r"the changefeed must hold ([0-9,]+) of them \(([0-9,]+) rows\)", out)
+    replayed = re.findall(r"^replayed ([0-9,]+) records \(lwn heartbeats and close records aside\)", out, re.MULTILINE)
+    published = re.findall(r"^published ([0-9,]+) transactions \(([0-9,]+) rows\)", out, re.MULTILINE)
+    assert written and must and len(replayed) == 2 and len(published) == 2, out
+    records, changes, lwn = (int(g.replace(",", "")) for g in written.groups())
+    assert lwn > 0 and changes == records - lwn, out
+    assert replayed[0].replace(",", "") == str(changes), out
+    assert published[0] == must.groups() and published[1] == ("0", "0"), out
