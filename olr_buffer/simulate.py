@@ -3,7 +3,7 @@
 `simulate` writes what a capture process (an OpenLogReplicator-style redo parser) would
 write for an Oracle RAC database: one JSON Lines file per redo thread and log sequence,
 ``redo_<thread>_<sequence>.jsonl``, the archived (older) sequences zstd-compressed as
-``redo_<thread>_<sequence>.jsonl.zst``.  The format is section 1 of the external contract.
+``redo_<thread>_<sequence>.jsonl.zst``.  The format is in docs/formats.md, "Input".
 
 The workload is a discrete-event simulation driven by one ``random.Random(seed)``, so the
 same arguments always produce byte-identical files.  It contains, interleaved:
