@@ -311,8 +311,11 @@ def _options(*, segment_size, file_rows, block_records, checkpoint_interval, ret
 @pipeline_options
 @progress_options
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="json: one object per line (ts ISO-8601, level, logger, msg, and facts as fields), the fatal "
+                   "error too.")
 @clean_errors
-def replay(input_dir, queue_dir, changefeed_dir, progress, progress_interval, as_json, **pipeline) -> None:
+def replay(input_dir, queue_dir, changefeed_dir, progress, progress_interval, as_json, log_format, **pipeline) -> None:
     """Replay archived redo logs of INPUT_DIR into the changefeed, offline, then exit.
 
     Run again on the same directories after a kill or a crash, it finishes what was left
@@ -320,7 +323,10 @@ def replay(input_dir, queue_dir, changefeed_dir, progress, progress_interval, as
     """
     from .pipeline import replay as run_replay
     from .dead_letters import whole_lines_end
+    from .service import setup_logging
 
+    setup_logging(_log_level(None, "warning"), log_format)
+    click.get_current_context().meta[_LOG_FORMAT] = log_format
     opts = _options(**pipeline)
     dead_letter = opts.dead_letter
     bar = _progress_line(progress, progress_interval, _replay_figures)
@@ -342,9 +348,10 @@ def replay(input_dir, queue_dir, changefeed_dir, progress, progress_interval, as
     s = summary
     rate = s.records_read / s.seconds if s.seconds > 0 else 0.0
     click.echo(
-        f"replayed {s.records_read:,} records from {len(s.threads)} thread(s) in {s.seconds:.2f}s ({rate:,.0f} records/s)\n"
+        f"replayed {s.records_read:,} records (lwn heartbeats and close records aside) from {len(s.threads)} thread(s) "
+        f"in {s.seconds:.2f}s ({rate:,.0f} records/s)\n"
         f"published {s.transactions_published:,} transactions ({s.rows_published:,} rows); "
-        f"changefeed now holds tx_seq 0..{s.next_tx_seq - 1} in {s.files_published} file(s)\n"
+        f"changefeed now holds tx_seq 0..{s.next_tx_seq - 1} in {s.changefeed_files} file(s)\n"
         f"rolled back {s.rolled_back:,}; partial (no begin, not published) {s.no_begin:,}; "
         f"empty after compensation {s.empty:,}; compensations {s.compensations:,} "
         f"({s.unmatched_compensations:,} matched nothing); already published before {s.already_published:,}\n"
@@ -799,7 +806,7 @@ def simulate(out_dir, threads, transactions, seed, records_per_file, large_tx_ro
         close_thread_at=close_thread_at,
         on_progress=bar,
     ))
-    click.echo(f"wrote {out_dir}: {stats}")
+    click.echo(f"wrote {out_dir}: {stats.describe()}")
     click.echo(f"clock started at {_iso(start_tm)} (--start-time {start_tm})")
 
 

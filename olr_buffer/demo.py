@@ -22,19 +22,28 @@ def _olr_buffer(*args: str) -> None:
     subprocess.run(cmd, check=True)
 
 
-def main(root: str = "demo-data") -> None:
+def simulate_and_replay(root: str, transactions: int = 5000) -> str:
+    """Steps 1 and 2: simulate a workload into ROOT/input, replay it (twice) into
+    ROOT/changefeed; the changefeed's path."""
     inp, queue, cf = (os.path.join(root, d) for d in ("input", "queue", "changefeed"))
     for d in (inp, queue, cf):
         shutil.rmtree(d, ignore_errors=True)
 
     _banner("1. simulate a 3-thread RAC workload (redo-op log files)")
-    _olr_buffer("simulate", inp, "--threads", "3", "--transactions", "5000", "--seed", "42")
+    _olr_buffer("simulate", inp, "--threads", "3", "--transactions", str(transactions), "--seed", "42")
     print("files:", ", ".join(sorted(os.listdir(inp))[:6]), "...")
 
     _banner("2. replay it through the disk-backed queue into the changefeed")
     _olr_buffer("replay", inp, "--queue", queue, "--changefeed", cf)
+    print("(replay's records are simulate's begins, rows and ends: the lwn heartbeats, which belong to no "
+          "transaction, are not counted; it published the transactions simulate said the changefeed must hold)")
     _olr_buffer("replay", inp, "--queue", queue, "--changefeed", cf)
     print("(the second replay published nothing: exactly once)")
+    return cf
+
+
+def main(root: str = "demo-data") -> None:
+    cf = simulate_and_replay(root)
 
     _banner("3. read the changefeed with PySpark")
     from pyspark.sql import SparkSession

@@ -114,7 +114,8 @@ class RunSummary:
     extra_end_records: int = 0
     open_transactions: int = 0
     next_tx_seq: int = 0
-    files_published: int = 0
+    files_published: int = 0  # by this run
+    changefeed_files: int = 0  # the changefeed's, this run's and earlier ones
     quarantined: int = 0
     checkpoints: int = 0
     segments_deleted: int = 0
@@ -225,6 +226,7 @@ class Pipeline:
             self.queue.close_and_remove_if_unused({QUEUE_ID_KEY})
             raise
         self._stats0 = copy.copy(self.dispatcher.totals())
+        self._files0 = self.sink.figures().files_published
         self.checkpointer = Checkpointer(
             self.queue,
             self.dispatcher,
@@ -490,7 +492,8 @@ class Pipeline:
             extra_end_records=d["extra_ends"],
             open_transactions=len(self.dispatcher.open),
             next_tx_seq=self.sink.next_tx_seq,
-            files_published=self.sink.figures().files_published,
+            files_published=self.sink.figures().files_published - self._files0,
+            changefeed_files=self.sink.figures().files_published,
             quarantined=figures.quarantined,
             checkpoints=self.checkpointer.count,
             segments_deleted=self.checkpointer.segments_deleted,
@@ -565,8 +568,10 @@ class _PublishedLog:
         self.counts = self._counts()
 
     def _counts(self) -> tuple[int, int, int]:
-        totals = self.pipeline.dispatcher.totals()
-        return self.pipeline.sink.figures().files_published, totals.published, totals.rows
+        # the sink's own counts: what its files hold, not what the dispatcher handed over
+        # (a transaction handed over in one interval may be in a file of the next)
+        f = self.pipeline.sink.figures()
+        return f.files_published, f.transactions_published, f.rows_published
 
     def check(self, now: float) -> None:
         if self.seconds <= 0 or now - self.last < self.seconds:

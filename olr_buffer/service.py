@@ -318,9 +318,13 @@ def _families(p):
                   "(0 while it answers).", one(round(sf.store_outage_seconds, 3)))
     for m in source.metrics():  # the source's own (PostgreSQL: slot, lag), without labels
         yield _family(m.name, m.kind, m.help, one(m.value))
+    yield _family("publish_latency_clock_ahead_total", "counter", "Published transactions whose commit tm was later "
+                  "than their publication (the source's clock ahead of this machine's): left out of "
+                  "olr_buffer_publish_latency_seconds.", one(sink.figures().clock_ahead))
     latency = SummaryMetricFamily(
         "olr_buffer_publish_latency_seconds",
-        "Commit-to-visible latency of recent transactions (publication time minus the commit's tm).",
+        "Commit-to-visible latency of recent transactions (publication time minus the commit's tm; those whose tm "
+        "is later than their publication are left out, see olr_buffer_publish_latency_clock_ahead_total).",
         count_value=len(lat), sum_value=round(sum(lat), 4),
     )
     for q in (0.5, 0.9, 0.99) if lat else ():

@@ -3,7 +3,7 @@
 `simulate` writes what a capture process (an OpenLogReplicator-style redo parser) would
 write for an Oracle RAC database: one JSON Lines file per redo thread and log sequence,
 ``redo_<thread>_<sequence>.jsonl``, the archived (older) sequences zstd-compressed as
-``redo_<thread>_<sequence>.jsonl.zst``.  The format is section 1 of the external contract.
+``redo_<thread>_<sequence>.jsonl.zst``.  The format is in docs/formats.md, "Input".
 
 The workload is a discrete-event simulation driven by one ``random.Random(seed)``, so the
 same arguments always produce byte-identical files.  It contains, interleaved:
@@ -156,6 +156,24 @@ class SimulationStats:
     reopens: int = 0
     first_scn: int = 0
     last_scn: int = 0
+
+    def describe(self) -> str:
+        """What was written, in lines that say what each count is: ``records`` are every
+        line of the files, ``lwn`` heartbeats and ``close`` records included, which
+        ``replay`` and ``run`` do not count as records (they go to no transaction)."""
+        changes = self.records - self.lwn - self.closes
+        markers = f"{self.lwn:,} lwn heartbeat(s)" + (f" and {self.closes:,} close record(s)" if self.closes else "")
+        return (
+            f"{self.files:,} file(s), {self.records:,} records: {changes:,} begins, rows and ends (the records "
+            f"replay counts) and {markers}\n"
+            f"{self.transactions:,} transactions: {self.committed:,} committed ({self.no_begin:,} of them without a "
+            f"begin, {self.fully_compensated:,} left without a row by compensation), {self.rolled_back:,} rolled "
+            f"back, {self.open_at_end:,} left open; the changefeed must hold {self.emitted:,} of them "
+            f"({self.emitted_rows:,} rows)\n"
+            f"among them {self.distributed:,} distributed, {self.long:,} long, {self.large:,} large; "
+            f"{self.compensations:,} compensation record(s) (rolled-back transactions' too), {self.ddl:,} ddl, "
+            f"{self.equal_scn_commits:,} commit(s) at an SCN another commit has; SCNs {self.first_scn}..{self.last_scn}"
+        )
 
 
 @dataclass(frozen=True)

@@ -266,3 +266,33 @@ def test_a_failure_on_a_full_disk_is_still_recorded_over_the_running_record(tmp_
         assert doc is not None and doc.get("killed") is None and doc["exit_code"] == 1, doc
         assert doc["error"].startswith("q/segments/seg-1.mdb: no space left on device"), doc
         assert not list(q.glob(".*.tmp")), list(q.iterdir())
+
+
+def test_publish_latency_is_never_negative_when_the_source_clock_is_ahead(tmp_path: Path):
+    """A commit whose tm is later than its publication (the source's clock ahead of this
+    machine's, or simulated data whose clock runs ahead) has no latency to tell: it is left
+    out of the latency summary and counted apart, never a negative quantile."""
+    live = tmp_path / "live"
+    live.mkdir()
+    now = time.time_ns()
+    (live / "redo_1_1.jsonl").write_text(lines(*tx("A", 10, "r1", now - 10**9), *tx("B", 30, "r2", now + 3600 * 10**9),
+                                               {"op": "lwn", "scn": 50}))
+    proc = start(run_cmd(tmp_path, "--metrics-port", "0", "--log-level", "info"))
+    try:
+        port = metrics_port(proc)
+        wait_for_rows(tmp_path / "cf", 2, timeout=20)
+        deadline = time.monotonic() + 30
+        while True:  # the figures are renewed at most once a second
+            m = samples(urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode())
+            if m["olr_buffer_transactions_published_total"] == 2:
+                break
+            assert time.monotonic() < deadline, m
+            time.sleep(0.1)
+    finally:
+        code, err = stop(proc)
+    assert code == 0, err
+    quantiles = {k: v for k, v in m.items() if k.startswith("olr_buffer_publish_latency_seconds{")}
+    assert quantiles and all(v >= 0 for v in quantiles.values()), quantiles
+    assert m["olr_buffer_publish_latency_seconds_count"] == 1 and m["olr_buffer_publish_latency_seconds_sum"] >= 1
+    assert m["olr_buffer_publish_latency_clock_ahead_total"] == 1
+    assert m["olr_buffer_seconds_behind_source"] >= 0

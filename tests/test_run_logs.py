@@ -132,3 +132,24 @@ def test_run_logs_and_counts_each_bad_record_set_aside(tmp_path: Path):
     assert m["process_resident_memory_bytes"] > 10e6 and m["process_open_fds"] > 3
     assert "process_cpu_seconds_total" in m and m["process_start_time_seconds"] > 1e9
     assert any(k.startswith("python_info{") for k in m)
+
+
+def test_the_summary_line_counts_the_transactions_of_the_files_it_counts(tmp_path: Path):
+    """A transaction is handed to the sink at once and published in a file
+    --flush-interval later, intervals of the summary line after: the line that counts the
+    file counts its transaction and row too (not `1 file(s), 0 transaction(s)`)."""
+    live = tmp_path / "live"
+    live.mkdir()
+    (live / "redo_1_1.jsonl").write_text(lines(*tx("A", 10, "r1", time.time_ns()), {"op": "lwn", "scn": 100}))
+    log = tmp_path / "run.log"
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "olr_buffer.cli", "run", str(live), "--queue", str(tmp_path / "q"),
+             "--changefeed", str(tmp_path / "cf"), "--flush-interval", "4", "--poll-interval", "0.02",
+             "--checkpoint-interval", "60", "--log-summary-interval", "0.5", "--log-format", "json"],
+            stdout=subprocess.DEVNULL, stderr=fh, cwd=ROOT)
+    try:
+        found = wait_for_log(proc, log, lambda d: d["msg"].startswith("published "), "summary line")
+    finally:
+        stop(proc)
+    assert [(d["files"], d["transactions"], d["rows"]) for d in found] == [(1, 1, 1)], found

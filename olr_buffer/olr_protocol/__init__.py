@@ -1,8 +1,8 @@
-"""OpenLogReplicator's network protocol (contracts section 6), for both directions: the
+"""OpenLogReplicator's network protocol (docs/formats.md, "Network protocol"), for both directions: the
 framing, the protobuf handshake messages and their codes, and the JSON messages.
 
-``serve`` sends it (:class:`MessageBuilder`); the OpenLogReplicator source (contracts
-section 7, ``sources/olr``) receives it, and reads the messages with :func:`read_message`
+``serve`` sends it (:class:`MessageBuilder`); the OpenLogReplicator source
+(``sources/olr``) receives it, and reads the messages with :func:`read_message`
 in every form OpenLogReplicator's format options give them, with the same names.
 """
 

@@ -17,7 +17,7 @@ _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 #: A 4-byte length of this value announces an 8-byte length after it.
 LONG_LENGTH = 0xFFFFFFFF
-#: The largest request a receiver sends (contracts section 6).
+#: The largest request a receiver sends (docs/formats.md, "Network protocol").
 MAX_REQUEST_BYTES = 1024
 
 pack_length = _U32.pack  # the header of a frame below 4 GiB: the hot path of the sender

@@ -2,7 +2,7 @@
 once, here, for both directions), and :class:`MessageBuilder`, which makes them from the
 changefeed's rows.
 
-A message is one JSON document (contracts section 6)::
+A message is one JSON document (docs/formats.md, "Network protocol")::
 
     {"scn":S,"tm":T,"c_scn":C,"c_idx":I,"xid":"X","db":"D","payload":[{...}]}
 

@@ -1,6 +1,6 @@
-"""The JSON messages a sender streams after ``REPLICATE``, read by a receiver (contracts
-section 7): OpenLogReplicator's messages in the forms its format options give them, and
-those of ``olr-buffer serve`` (section 6), which are one of those forms.
+"""The JSON messages a sender streams after ``REPLICATE``, read by a receiver (docs/formats.md,
+"Network protocol"): OpenLogReplicator's messages in the forms its format options give them, and
+those of ``olr-buffer serve``, which are one of those forms.
 
 What varies with OpenLogReplicator's ``format`` options, and how it is read here:
 

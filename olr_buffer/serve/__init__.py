@@ -1,5 +1,5 @@
 """``olr-buffer serve``: a changefeed served over OpenLogReplicator's network protocol
-(contracts section 6) to one receiver at a time, which confirms positions and resumes
+(docs/formats.md, "Network protocol") to one receiver at a time, which confirms positions and resumes
 from them."""
 
 from .errors import ServeError, ServeLockedError, ServeStateError

@@ -48,13 +48,20 @@ class SinkOpening:
 class SinkFigures:
     """A sink's running figures, for summaries and metrics."""
 
-    files_published: int = 0
+    files_published: int = 0  # files the changefeed holds (those it held when opened included)
     latencies: Sequence[float] = field(default_factory=tuple)  # commit-to-visible, recent transactions, seconds
     # an object store that could not be reached (olr-buffer run retries): outages met,
     # calls tried again, and how long the current outage has lasted (0: none)
     store_outages: int = 0
     store_retries: int = 0
     store_outage_seconds: float = 0.0
+    # made durable (published) by this process: counted when a file is published, not
+    # when the dispatcher hands a transaction over
+    transactions_published: int = 0
+    rows_published: int = 0
+    # published transactions whose commit tm was later than the publication time (the
+    # source's clock ahead of this machine's): not in ``latencies``, which are never negative
+    clock_ahead: int = 0
 
 
 class Sink(TransactionSink, Protocol):

@@ -185,3 +185,48 @@ def test_run_with_a_postgres_uri_that_cannot_be_parsed_is_a_usage_error(tmp_path
     assert result.returncode == errors.EXIT_USAGE, result.describe()
     assert words in result.stderr and ":pw@" not in result.stderr, result.stderr
     assert not (tmp_path / "q").exists() and not (tmp_path / "cf").exists()
+
+
+def test_replay_logs_as_json_with_log_format_json(tmp_path):
+    """``replay --log-format json``, as ``run``'s: every line on stderr is one JSON object,
+    the error that stops it included."""
+    ok(simulate(tmp_path / "in", "--no-compress"))
+    path = log_path(tmp_path / "in", 1, 1)
+    _break_lines(path, [30])
+
+    def json_lines(result) -> list[dict]:
+        assert result.stderr_lines and "Traceback" not in result.stderr, result.describe()
+        return [json.loads(line) for line in result.stderr_lines]
+
+    failed = olr_buffer("replay", tmp_path / "in", "--queue", tmp_path / "q", "--changefeed", tmp_path / "cf",
+                        "--log-format", "json")
+    assert failed.returncode == errors.EXIT_BAD_INPUT, failed.describe()
+    [error] = json_lines(failed)
+    assert error["level"] == "critical" and error["exit_code"] == errors.EXIT_BAD_INPUT, error
+    assert error["msg"].startswith(f"error: {path}:30: ") and error["line"] == 30, error
+
+    result = ok(olr_buffer("--log-level", "debug", "replay", tmp_path / "in", "--queue", tmp_path / "q2",
+                           "--changefeed", tmp_path / "cf2", "--dead-letter", tmp_path / "dead.jsonl",
+                           "--log-format", "json"))
+    files = [d for d in json_lines(result) if d["msg"].startswith("published part-")]
+    assert files and all(d["level"] == "debug" and d["first_tx_seq"] == 0 for d in files), result.describe()
+
+
+def test_the_demo_s_simulate_and_replay_counts_agree_visibly(tmp_path, capfd):
+    """simulate counts every line it wrote, lwn heartbeats (and close records) included;
+    replay counts the records of transactions: each says what it counts, and the demo's
+    output shows the two agree (records, and transactions and rows published)."""
+    from olr_buffer.demo import simulate_and_replay
+
+    simulate_and_replay(str(tmp_path), transactions=200)
+    out = capfd.readouterr().out
+    written = re.search(r"wrote \S+: \S+ file\(s\), ([0-9,]+) records: ([0-9,]+) begins, rows and ends \(the records "
+                        r"replay counts\) and ([0-9,]+) lwn heartbeat\(s\)", out)
+    must = re.search(r"the changefeed must hold ([0-9,]+) of them \(([0-9,]+) rows\)", out)
+    replayed = re.findall(r"^replayed ([0-9,]+) records \(lwn heartbeats and close records aside\)", out, re.MULTILINE)
+    published = re.findall(r"^published ([0-9,]+) transactions \(([0-9,]+) rows\)", out, re.MULTILINE)
+    assert written and must and len(replayed) == 2 and len(published) == 2, out
+    records, changes, lwn = (int(g.replace(",", "")) for g in written.groups())
+    assert lwn > 0 and changes == records - lwn, out
+    assert replayed[0].replace(",", "") == str(changes), out
+    assert published[0] == must.groups() and published[1] == ("0", "0"), out

@@ -148,6 +148,8 @@ def test_second_replay_publishes_nothing(replayed: Replayed) -> None:
     summary = ok(olr_buffer(*replay_args(replayed.input_dir, replayed.queue, replayed.changefeed, "--json"))).json()
     assert summary["transactions_published"] == 0 and summary["rows_published"] == 0, summary
     assert summary["next_tx_seq"] == replayed.model.committed, summary
+    # this run's files (none), beside the changefeed's: not 0 transactions in N files published
+    assert summary["files_published"] == 0 and summary["changefeed_files"] == len(before), summary
     assert part_files(replayed.changefeed) == before
 
 
@@ -174,7 +176,7 @@ def test_json_summary_matches_the_model(replayed: Replayed, tmp_path: Path) -> N
     result = ok(olr_buffer(*replay_args(replayed.input_dir, tmp_path / "q", tmp_path / "cf", "--json")))
     summary = result.json()
     _check_summary_counts(summary, replayed.model, replayed.workload.threads)
-    assert summary["files_published"] == len(changefeed_files(tmp_path / "cf")), summary
+    assert summary["files_published"] == summary["changefeed_files"] == len(changefeed_files(tmp_path / "cf")), summary
     assert summary["records_read"] > 0 and summary["seconds"] >= 0, summary
     assert_changefeed_equal(load_changefeed(tmp_path / "cf"), replayed.model.rows)
 

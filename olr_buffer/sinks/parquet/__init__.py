@@ -1,5 +1,5 @@
-"""The Parquet changefeed: schema, atomic publication, recovery, compaction (contracts
-section 2). The Spark helpers that read it are :mod:`olr_buffer.spark`."""
+"""The Parquet changefeed: schema, atomic publication, recovery, compaction (docs/formats.md,
+"Output"). The Spark helpers that read it are :mod:`olr_buffer.spark`."""
 
 from ..base import ChangefeedOwner, SinkKind
 from .errors import (

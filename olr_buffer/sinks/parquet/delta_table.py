@@ -1,4 +1,4 @@
-"""The changefeed as a Delta Lake table too (``--table-format delta``, contract section 5):
+"""The changefeed as a Delta Lake table too (``--table-format delta``, docs/formats.md):
 which files make the changefeed when it has a Delta log, and the glue between the
 changefeed's writer and compaction and :class:`~olr_buffer.sinks.parquet.delta.DeltaChangefeed`.
 

@@ -245,6 +245,7 @@ class ChangefeedWriter:
         self._file_c_tms: list[int | None] = []
         # commit-to-visible latency of recently published transactions, in seconds (from c_tm)
         self.latencies: deque[float] = deque(maxlen=10_000)
+        self.clock_ahead = 0  # published transactions whose commit tm was later than their publication
         self.transactions_published = 0
         self.rows_published = 0
 
@@ -393,9 +394,12 @@ class ChangefeedWriter:
 
     def figures(self) -> SinkFigures:
         r = self.retry
-        if r is None:
-            return SinkFigures(self.files_published, self.latencies)
-        return SinkFigures(self.files_published, self.latencies, r.outages, r.retries, r.outage_seconds())
+        figures = SinkFigures(self.files_published, self.latencies, transactions_published=self.transactions_published,
+                              rows_published=self.rows_published, clock_ahead=self.clock_ahead)
+        if r is not None:
+            figures.store_outages, figures.store_retries = r.outages, r.retries
+            figures.store_outage_seconds = r.outage_seconds()
+        return figures
 
     # -- the Delta table ---------------------------------------------------------------
 
@@ -776,7 +780,13 @@ class ChangefeedWriter:
         self._publish_file(published)
         # visible: from here on the file is published, whatever fails next
         now_ns = time.time_ns()
-        self.latencies.extend((now_ns - tm) / 1e9 for tm in self._file_c_tms if tm is not None)
+        for tm in self._file_c_tms:
+            if tm is None:
+                continue
+            if tm > now_ns:  # the source's clock ahead of this one: no latency can be told
+                self.clock_ahead += 1
+            else:
+                self.latencies.append((now_ns - tm) / 1e9)
         self._file_c_tms.clear()
         self.transactions_published += last - first + 1
         self.rows_published += self._file_rows

@@ -1,5 +1,5 @@
 """The OpenLogReplicator source: ``olr://HOST:PORT/DATABASE``, olr-buffer as a receiver of
-OpenLogReplicator's network protocol (contracts section 7), into the same queue as the
+OpenLogReplicator's network protocol (docs/formats.md, "Network protocol"), into the same queue as the
 other sources. See docs/operations.md, "Reading OpenLogReplicator"."""
 
 from .errors import OlrSourceError, OlrStreamError

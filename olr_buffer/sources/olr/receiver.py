@@ -1,5 +1,5 @@
 """The OpenLogReplicator receiver: a sender's stream into the queue, exactly once across
-reconnects and restarts (contracts section 7).
+reconnects and restarts (docs/operations.md, "Reading OpenLogReplicator").
 
 One connection at a time. The handshake: ``INFO(database)``; on ``READY``, ``START(scn)``
 (``--start-scn``, or the last published commit's ``c_scn`` when this queue has one); on

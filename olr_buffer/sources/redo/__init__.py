@@ -1,5 +1,5 @@
 """The redo-file source: the redo-op input format, its validation, and the readers that
-append it to the queue, one per redo thread (contracts section 1)."""
+append it to the queue, one per redo thread (docs/formats.md, "Input")."""
 
 from .errors import InputError, MissingSequenceError
 from .position import ReaderPosition

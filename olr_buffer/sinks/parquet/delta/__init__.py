@@ -1,4 +1,4 @@
-"""The changefeed as a Delta Lake table (contract section 5), local or on object storage:
+"""The changefeed as a Delta Lake table (docs/formats.md), local or on object storage:
 published part files committed with the queue's application transaction."""
 
 from __future__ import annotations
