@@ -14,6 +14,9 @@ import time
 INFO, START, CONTINUE, CONFIRM = 0, 1, 2, 3
 # response codes
 READY, FAILED_START, STARTING, ALREADY_STARTED, REPLICATE, PAYLOAD, INVALID_DATABASE, INVALID_COMMAND = range(8)
+#: OpenLogReplicator's "no SCN" (Scn::none(), Ctx::ZERO_SCN): START from it is "now",
+#: CONTINUE from it "next" (after the confirmed position)
+NO_SCN = (1 << 64) - 1
 
 
 def _varint(value: int) -> bytes:
@@ -29,8 +32,10 @@ def _varint(value: int) -> bytes:
 
 
 def request(code: int, database: str | None = None, *, scn: int | None = None, tms: str | None = None,
-            c_scn: int | None = None, c_idx: int | None = None, seq: int | None = None) -> bytes:
-    """A RedoRequest: field 1 code, 2 database_name, 3 scn, 4 tms, 6 seq, 8 c_scn, 9 c_idx."""
+            tm_rel: int | None = None, c_scn: int | None = None, c_idx: int | None = None,
+            seq: int | None = None) -> bytes:
+    """A RedoRequest: field 1 code, 2 database_name, 3 scn, 4 tms, 5 tm_rel (int64), 6 seq,
+    8 c_scn, 9 c_idx."""
     out = b""
     if code:
         out += b"\x08" + _varint(code)
@@ -42,6 +47,8 @@ def request(code: int, database: str | None = None, *, scn: int | None = None, t
     if tms is not None:
         raw = tms.encode()
         out += b"\x22" + _varint(len(raw)) + raw
+    if tm_rel is not None:
+        out += b"\x28" + _varint(tm_rel & NO_SCN)  # an int64 is its two's complement in 64 bits
     if seq is not None:
         out += b"\x30" + _varint(seq)
     if c_scn is not None:
@@ -177,3 +184,4 @@ class Receiver:
             assert m is not None, f"closed after {len(out)} of {n} messages"
             out.append(m)
         return out
+
