@@ -79,6 +79,14 @@ class Changefeed:
             messages += sum(t.rows[lo:hi]) + 2 * (hi - lo)  # a begin, the rows, a commit
         return Position(c_scn, messages - 1)
 
+    def transactions_before(self, start: Position) -> int:
+        """The tx_seq of the first transaction that a stream from ``start`` sends a
+        message of (every one before it ends below ``start``): the next one to be
+        published when ``start`` is after the last message."""
+        before = Position(start.c_scn, start.c_idx - 1) if start.c_idx else Position(start.c_scn - 1, NO_SCN)
+        tx_seq, _ = self.confirmed_transaction(before)
+        return tx_seq + 1 if tx_seq >= 0 else (self.files[0].first if self.files else 0)
+
     def full_path(self, f: PublishedFile) -> str:
         return self.location.where(f.name)
 

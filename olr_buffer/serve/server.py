@@ -76,7 +76,8 @@ def peer_name(addr) -> str:
 
 class _Connection:
     __slots__ = ("sock", "peer", "reader", "out", "out_pos", "stream", "connected", "last_request", "send_progress",
-                 "caught_up", "next_poll", "pending_confirm", "bad", "interest", "beyond_warned", "started_from")
+                 "caught_up", "next_poll", "pending_confirm", "bad", "interest", "beyond_warned", "started_from",
+                 "started_tx_seq")
 
     def __init__(self, sock: socket.socket, peer: str, now: float) -> None:
         self.sock = sock
@@ -95,6 +96,7 @@ class _Connection:
         self.interest = _READ
         self.beyond_warned = False
         self.started_from: Position | None = None
+        self.started_tx_seq: int | None = None  # the first transaction the stream sends a message of
 
     @property
     def pending(self) -> int:
@@ -369,6 +371,7 @@ class Server:
             self.feed.refresh()
             if not isinstance(start, Position):
                 start = start_position(self.feed, start)
+            conn.started_tx_seq = self.feed.transactions_before(start)
         except (OlrBufferError, OSError, ValueError) as exc:  # ValueError: pyarrow's ArrowInvalid
             self.feed.reset()
             self._reply(conn, ResponseCode.FAILED_START)
@@ -505,6 +508,7 @@ class Server:
             "connected_at": time.time() - (time.monotonic() - conn.connected) if conn else None,
             "streaming": bool(conn and conn.stream),
             "streaming_from": list(conn.started_from) if conn and conn.stream and conn.started_from else None,
+            "streaming_from_tx_seq": conn.started_tx_seq if conn and conn.stream else None,
         })
 
 

@@ -154,6 +154,10 @@ def test_now_is_right_after_the_last_message_even_in_a_run_of_one_commit_scn_acr
     everything = expected_messages(feed.rows(), "db")
     assert drain(stream) == everything[12:] and position(everything[12]) == (500, 12)
     assert cf.end() == Position(501, 3) == position(everything[-1])
+    # the first transaction a stream from a position sends a message of (status counts from it)
+    assert [cf.transactions_before(Position(*p)) for p in [(0, 0), (500, 0), (500, 4), (500, 5), (500, 12),
+                                                            (500, 14), (500, 15), (501, 0), (501, 4), (NO_SCN, 0)]] \
+        == [0, 0, 1, 1, 3, 3, 4, 4, 5, 5]
     assert start_position(cf, 501) == Position(501, 0)
     feed.close()
 

@@ -57,7 +57,7 @@ def test_now_gets_only_what_is_published_after_it_connected(feed):
     before = expected_messages(feed.rows(), "ORCL")
     serve = ServeProcess(feed.path)
     try:
-        with client(serve) as r:
+        with client(serve, confirm_seconds=1e9) as r:  # confirms after 1000 messages only
             r.handshake("now")  # READY: START with scn 2^64-1
             more = later_transactions(before[-1]["c_scn"], 8, seed=4)
             feed.publish(more[:3])
@@ -67,7 +67,21 @@ def test_now_gets_only_what_is_published_after_it_connected(feed):
             new = everything[len(before):]
             assert r.read(len(new)) == new
             assert new[0]["c_scn"] == before[-1]["c_scn"] and new[0]["c_idx"] == before[-1]["c_idx"] + 1
-            assert r.confirmed() == (r.confirms[-1] if r.confirms else None)  # READY unless 10 s went by
+            # status: behind by the transactions published since it started, not by the changefeed
+            status = run_cli("status", "--changefeed", str(feed.path), "--json")
+            (receiver,) = json.loads(status.stdout)["receivers"]
+            assert receiver["streaming"] and receiver["confirmed"] is None
+            assert (receiver["streaming_from"]["c_scn"], receiver["streaming_from"]["c_idx"]) == position(new[0])
+            assert receiver["transactions_behind"] == len(more)
+            text = run_cli("status", "--changefeed", str(feed.path)).stdout
+            assert f"nothing confirmed yet, streaming from c_scn {new[0]['c_scn']} c_idx {new[0]['c_idx']}: " \
+                   f"{len(more)} transactions behind the changefeed" in text
+            r.confirm(*position(new[-1]))
+            assert r.confirmed() == position(new[-1])  # INFO: REPLICATE, the position confirmed
+        status = run_cli("status", "--changefeed", str(feed.path), "--json")
+        (receiver,) = json.loads(status.stdout)["receivers"]
+        assert (receiver["confirmed"]["c_scn"], receiver["confirmed"]["c_idx"], receiver["transactions_behind"]) == \
+            (*position(new[-1]), 0)
         assert serve.stop() == 0, serve.log
     finally:
         if serve.proc.poll() is None:
