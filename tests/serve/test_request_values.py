@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -31,7 +32,13 @@ from tests.serve.receiver import (
     Receiver,
     decode_response,
 )
-from tests.serve.test_server import wait_for
+
+def wait_for(predicate, timeout: float = 30.0, what: str = "the condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"{what} did not happen within {timeout}s"
+        time.sleep(0.005)
+
 
 EDGES = [0, 1, 2, (1 << 63) - 1, 1 << 63, (1 << 63) + 1, NO_SCN - 1, NO_SCN]
 
@@ -183,7 +190,8 @@ def exchange(r: Receiver, server, growing: Growing, data) -> None:
     confirmed = (info["c_scn"], info["c_idx"]) if info["code"] == REPLICATE else None
     r.send(code, **fields)
     reply = r.response()
-    event(f"request {code if code > CONFIRM else ('INFO', 'START', 'CONTINUE', 'CONFIRM')[code]}: reply {reply['code']}")
+    name = code if code > CONFIRM else ("INFO", "START", "CONTINUE", "CONFIRM")[code]
+    event(f"request {name}: reply {reply['code']}")
     if fields["database"] != "ORCL" and code in (INFO, START, CONTINUE):
         assert reply["code"] == INVALID_DATABASE
         return
