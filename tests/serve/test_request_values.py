@@ -33,6 +33,7 @@ from tests.serve.receiver import (
     decode_response,
 )
 
+
 def wait_for(predicate, timeout: float = 30.0, what: str = "the condition") -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -96,8 +97,8 @@ def streamed(r: Receiver, server, growing: Growing, start: tuple[int, int] | Non
     assert info["code"] in (READY, REPLICATE)
     if info["code"] == REPLICATE:
         stored = (info["c_scn"], info["c_idx"])
-        assert (confirmed is None or stored >= confirmed) and (stored == confirmed or want and
-                                                               stored <= position(want[-1]))
+        assert confirmed is None or stored >= confirmed  # never moves back
+        assert stored == confirmed or (want and stored <= position(want[-1]))  # never beyond what was sent
     return f"a stream of {'some' if want else 'no'} messages, then INFO answered {info['code']}"
 
 
