@@ -14,6 +14,8 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from olr_buffer.serve.metrics import ServeMetrics
+from olr_buffer.serve.status import receivers_status
 from tests.serve.changefeeds import Feed, random_transactions
 from tests.serve.conftest import serving
 from tests.serve.model import expected_messages, position
@@ -125,6 +127,28 @@ def test_a_position_beyond_the_changefeed_waits_and_serve_goes_on_as_files_come(
             r.synchdb_handshake()
             assert r.messages(3) == growing.messages()[:3]
         assert serve_thread_alive()
+    growing.feed.close()
+
+
+def test_a_receiver_started_from_now_is_behind_by_what_came_after_it_not_by_the_changefeed(tmp_path: Path):
+    growing = Growing(tmp_path / "cf")
+    with serving(tmp_path / "cf", poll_seconds=0.01) as server, Receiver(*server.address) as r:
+        r.send(START, scn=NO_SCN)
+        assert r.response()["code"] == REPLICATE
+        before = growing.messages()
+        for n in (2, 3):
+            growing.publish(n)
+            wait_for(lambda: server.stats.next_tx_seq == growing.transactions, what="serve listing the new file")
+        new = growing.messages()[len(before):]
+        assert r.messages(len(new)) == new
+        (status,) = receivers_status(str(tmp_path / "cf"))
+        assert status["confirmed"] is None and status["transactions_behind"] == 5
+        assert status["streaming_from"] == {"c_scn": new[0]["c_scn"], "c_idx": new[0]["c_idx"]}
+        assert 'olr_buffer_serve_transactions_behind{database="ORCL"} 5.0' in ServeMetrics(server).text().decode()
+        r.confirm(*position(new[-1]))
+        r.send(INFO)
+        assert decode_response(r.read_frame(timeout=30))["code"] == REPLICATE
+        assert 'olr_buffer_serve_transactions_behind{database="ORCL"} 0.0' in ServeMetrics(server).text().decode()
     growing.feed.close()
 
 
