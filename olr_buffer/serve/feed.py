@@ -21,6 +21,11 @@ from ..sinks.parquet import Location, PublishedFile, chain_names, list_files, re
 
 #: Rows per batch read from a Parquet file.
 BATCH_ROWS = 8192
+#: OpenLogReplicator's "no SCN" (its ``Scn::none()``, 2^64-1): a ``START`` from it means
+#: "from now on", a ``CONTINUE`` from it "after the confirmed position".
+NO_SCN = (1 << 64) - 1
+#: The largest c_scn a changefeed can hold (its c_scn column is an int64).
+MAX_C_SCN = (1 << 63) - 1
 
 
 class Changefeed:
@@ -59,6 +64,28 @@ class Changefeed:
         last transaction's c_scn is at least ``c_scn``): every file before it ends below
         ``c_scn``, so a run of messages sharing ``c_scn`` starts in it or later."""
         return bisect.bisect_left(self._last_scns, c_scn)
+
+    def end(self) -> Position | None:
+        """The position of the changefeed's last message (its last transaction's commit),
+        None when it holds none. Reads the transactions of the files that hold messages of
+        the last c_scn (the last ones read are kept)."""
+        if not self.files:
+            return None
+        c_scn = self._last_scns[-1]
+        messages = 0
+        for f in self.files[self.first_file_for(c_scn):]:
+            t = self._tx_table(f)
+            lo, hi = bisect.bisect_left(t.c_scn, c_scn), bisect.bisect_right(t.c_scn, c_scn)
+            messages += sum(t.rows[lo:hi]) + 2 * (hi - lo)  # a begin, the rows, a commit
+        return Position(c_scn, messages - 1)
+
+    def transactions_before(self, start: Position) -> int:
+        """The tx_seq of the first transaction that a stream from ``start`` sends a
+        message of (every one before it ends below ``start``): the next one to be
+        published when ``start`` is after the last message."""
+        before = Position(start.c_scn, start.c_idx - 1) if start.c_idx else Position(start.c_scn - 1, NO_SCN)
+        tx_seq, _ = self.confirmed_transaction(before)
+        return tx_seq + 1 if tx_seq >= 0 else (self.files[0].first if self.files else 0)
 
     def full_path(self, f: PublishedFile) -> str:
         return self.location.where(f.name)
@@ -151,6 +178,33 @@ def max_c_tm(location: Location, name: str) -> int | None:
         return None
 
 
+def start_position(feed: Changefeed, scn: int) -> Position:
+    """Where the stream of a ``START(scn)`` begins: at the first transaction whose commit
+    SCN is at least ``scn``; for :data:`NO_SCN` ("from now on", as OpenLogReplicator reads
+    it), right after the last message of ``feed`` as listed (refresh it first): with the
+    first transaction published after the request."""
+    if scn == NO_SCN:
+        end = feed.end()
+        return Position(0, 0) if end is None else Position(end.c_scn, end.c_idx + 1)
+    return Position(scn, 0)
+
+
+def continue_position(c_scn: int | None, c_idx: int | None,
+                      confirmed: Position | None) -> tuple[Position, Position | None]:
+    """Where the stream of a ``CONTINUE(c_scn, c_idx)`` begins, and the position it goes
+    on after (None: none). ``c_scn`` 0 (or absent) and :data:`NO_SCN` (as
+    OpenLogReplicator reads it, whatever ``c_idx``): after the ``confirmed`` position (the
+    start of the changefeed when there is none); ``c_scn`` without ``c_idx``: every
+    message of ``c_scn`` on (SynchDB sends its last c_scn + 1 alone); otherwise right
+    after ``(c_scn, c_idx)``. Any uint64 is a position: those above any c_scn the
+    changefeed can hold give a stream that waits."""
+    if not c_scn or c_scn == NO_SCN:
+        return (Position(0, 0) if confirmed is None else Position(confirmed.c_scn, confirmed.c_idx + 1)), confirmed
+    if c_idx is None:
+        return Position(c_scn, 0), None
+    return Position(c_scn, c_idx + 1), Position(c_scn, c_idx)
+
+
 class MessageStream:
     """The messages of the changefeed from a position on: the first one at or above
     ``start`` (a START from an SCN: ``(scn, 0)``; a CONTINUE after ``(c_scn, c_idx)``:
@@ -181,6 +235,9 @@ class MessageStream:
                 if self._batches is None:
                     if self._file >= len(self.feed.files):
                         break  # caught up: the caller refreshes the listing
+                    if b.skipping and self.feed._last_scns[self._file] < self.start.c_scn:
+                        self._file += 1  # every message of the file is before the start (published since)
+                        continue
                     f = self.feed.files[self._file]
                     self._batches = pq.ParquetFile(self.feed.open_file(f)).iter_batches(
                         batch_size=self.batch_rows, columns=list(COLUMNS))
@@ -209,7 +266,10 @@ class MessageStream:
 def _first_row_at(batch, c_scn: int) -> int:
     """The first row of ``batch`` whose c_scn is at least ``c_scn``, when its c_scn never
     decreases (rows below it are of whole transactions that a resumed stream skips);
-    otherwise 0, leaving every row to the builder, which checks the order."""
+    otherwise 0, leaving every row to the builder, which checks the order. A ``c_scn``
+    above any the changefeed can hold (an int64) is after every row."""
+    if c_scn > MAX_C_SCN:
+        return batch.num_rows
     scns = batch.column("c_scn")
     if len(scns) > 1 and pc.any(pc.less(pc.pairwise_diff(scns), 0)).as_py():
         return 0

@@ -61,7 +61,9 @@ class ServeMetrics:
         yield family("confirmed_c_scn", "gauge", "c_scn of the confirmed position (0: none).",
                      confirmed.c_scn if confirmed else 0)
         yield family("confirmed_c_idx", "gauge", "c_idx of the confirmed position.", confirmed.c_idx if confirmed else 0)
-        have = confirmed.tx_seq if confirmed else -1
+        conn = self.server.conn
+        started = conn.started_tx_seq if conn is not None and conn.stream is not None else None
+        have = confirmed.tx_seq if confirmed else (started - 1 if started is not None else -1)  # as status counts
         yield family("changefeed_next_tx_seq", "gauge", "The changefeed's next tx_seq, as serve last listed it.",
                      s.next_tx_seq)
         yield family("transactions_behind", "gauge", "Transactions of the changefeed (as last listed) that the "

@@ -43,7 +43,7 @@ from ..olr_protocol import (
     frame,
 )
 from .errors import ServeError
-from .feed import Changefeed, MessageStream
+from .feed import MAX_C_SCN, NO_SCN, Changefeed, MessageStream, continue_position, start_position
 from .state import Confirmed, StateStore, default_state_dir
 
 log = logging.getLogger("olr_buffer.serve")
@@ -76,7 +76,8 @@ def peer_name(addr) -> str:
 
 class _Connection:
     __slots__ = ("sock", "peer", "reader", "out", "out_pos", "stream", "connected", "last_request", "send_progress",
-                 "caught_up", "next_poll", "pending_confirm", "bad", "interest", "beyond_warned", "started_from")
+                 "caught_up", "next_poll", "pending_confirm", "bad", "interest", "beyond_warned", "started_from",
+                 "started_tx_seq")
 
     def __init__(self, sock: socket.socket, peer: str, now: float) -> None:
         self.sock = sock
@@ -95,6 +96,7 @@ class _Connection:
         self.interest = _READ
         self.beyond_warned = False
         self.started_from: Position | None = None
+        self.started_tx_seq: int | None = None  # the first transaction the stream sends a message of
 
     @property
     def pending(self) -> int:
@@ -361,13 +363,20 @@ class Server:
             return max(0.0, min(1.0, conn.next_poll - time.monotonic()))
         return min(1.0, self.opts.poll_seconds)
 
-    def _start_stream(self, conn: _Connection, start: Position, reply: RedoResponse) -> None:
+    def _start_stream(self, conn: _Connection, start: Position | int, reply: RedoResponse) -> None:
+        """Stream from ``start``: a position, or the SCN of a ``START`` (resolved here, on
+        the changefeed as it is now: :data:`NO_SCN` is "from now on")."""
+        now = start == NO_SCN
         try:
             self.feed.refresh()
-        except OlrBufferError as exc:
+            if not isinstance(start, Position):
+                start = start_position(self.feed, start)
+            conn.started_tx_seq = self.feed.transactions_before(start)
+        except (OlrBufferError, OSError, ValueError) as exc:  # ValueError: pyarrow's ArrowInvalid
             self.feed.reset()
             self._reply(conn, ResponseCode.FAILED_START)
-            self._close(conn, f"cannot read the changefeed: {exc}", level=logging.ERROR)
+            self._close(conn, f"cannot read the changefeed: {getattr(exc, 'strerror', None) or exc}",
+                        level=logging.ERROR)
             return
         self.stats.next_tx_seq = self.feed.next_tx_seq
         conn.stream = MessageStream(self.feed, self.opts.database, start)
@@ -376,7 +385,9 @@ class Server:
         conn.next_poll = time.monotonic() + self.opts.poll_seconds
         self._queue(conn, frame(reply.encode()))
         self._flush(conn)
-        log.info("%s: streaming from c_scn %d c_idx %d", conn.peer, start.c_scn, start.c_idx,
+        log.info("%s: streaming from c_scn %d c_idx %d%s", conn.peer, start.c_scn, start.c_idx,
+                 " (from now on: the first message published after the request)" if now else
+                 " (above any commit SCN a changefeed holds: nothing will come)" if start.c_scn > MAX_C_SCN else "",
                  extra={"peer": conn.peer, "c_scn": start.c_scn, "c_idx": start.c_idx})
         self._session()
 
@@ -428,20 +439,11 @@ class Server:
                 log.warning("%s: START from a time is not supported (give an SCN): answered FAILED_START", conn.peer,
                             extra={"peer": conn.peer})
                 self._reply(conn, ResponseCode.FAILED_START)
-            else:
-                self._start_stream(conn, Position(req.scn or 0, 0), RedoResponse(ResponseCode.REPLICATE))
-        else:  # CONTINUE: after (c_scn, c_idx); c_scn 0 (or none): after the confirmed position
-            after: tuple[int, int] | None
-            if not req.c_scn:
-                after = confirmed
-                start = Position(0, 0) if after is None else Position(after[0], after[1] + 1)
-            elif req.c_idx is None:  # every message of c_scn on (SynchDB sends c_scn only)
-                after = None
-                start = Position(req.c_scn, 0)
-            else:
-                after = (req.c_scn, req.c_idx)
-                start = Position(req.c_scn, req.c_idx + 1)
-            if req.c_scn and confirmed and start <= confirmed:
+            else:  # scn NO_SCN: from now on (resolved with the changefeed listed again)
+                self._start_stream(conn, req.scn or 0, RedoResponse(ResponseCode.REPLICATE))
+        else:  # CONTINUE: after (c_scn, c_idx); c_scn 0 or NO_SCN: after the confirmed position
+            start, after = continue_position(req.c_scn, req.c_idx, Position(*confirmed) if confirmed else None)
+            if req.c_scn and req.c_scn != NO_SCN and confirmed and start <= confirmed:
                 log.info("%s: CONTINUE from before the confirmed position (c_scn %d c_idx %d): streaming from there",
                          conn.peer, *confirmed, extra={"peer": conn.peer})
             reply = RedoResponse(ResponseCode.REPLICATE)
@@ -506,6 +508,7 @@ class Server:
             "connected_at": time.time() - (time.monotonic() - conn.connected) if conn else None,
             "streaming": bool(conn and conn.stream),
             "streaming_from": list(conn.started_from) if conn and conn.stream and conn.started_from else None,
+            "streaming_from_tx_seq": conn.started_tx_seq if conn and conn.stream else None,
         })
 
 

@@ -39,6 +39,7 @@ SUBDIR = "serve"
 STATE_FORMAT = 1
 DIR_MODE = 0o700
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+_U64_LIMIT = 1 << 64  # a position goes to a receiver as protobuf uint64s
 
 
 def default_state_dir(changefeed: str) -> str | None:
@@ -96,8 +97,8 @@ def read_confirmed(state_dir: str, database: str) -> Confirmed | None:
             raise ValueError(f"format {doc.get('format')!r}")
         confirmed = Confirmed(**{k: doc[k] for k in Confirmed.__dataclass_fields__ if k in doc})
         if not (isinstance(confirmed.c_scn, int) and isinstance(confirmed.c_idx, int)
-                and confirmed.c_scn >= 0 and confirmed.c_idx >= 0):
-            raise ValueError("c_scn and c_idx are not positions")
+                and 0 <= confirmed.c_scn < _U64_LIMIT and 0 <= confirmed.c_idx < _U64_LIMIT):
+            raise ValueError("c_scn and c_idx are not positions (uint64)")
     except (AttributeError, TypeError, ValueError) as exc:
         raise ServeStateError(
             f"{path}: not a receiver position of this version of olr-buffer ({exc})",

@@ -46,6 +46,8 @@ def receivers_status(changefeed: str, state_dir: str | None = None) -> list[dict
         connected = session.get("connected_at") if session else None
         doc["connected_since"] = _iso(connected) if isinstance(connected, (int, float)) else None
         doc["streaming"] = bool(session and session.get("streaming"))
+        started = session.get("streaming_from") if doc["streaming"] else None
+        doc["streaming_from"] = {"c_scn": started[0], "c_idx": started[1]} if _is_position(started) else None
         try:
             confirmed = read_confirmed(state_dir, db)
         except OlrBufferError as exc:
@@ -61,8 +63,12 @@ def receivers_status(changefeed: str, state_dir: str | None = None) -> list[dict
             "receiver": confirmed.receiver,
         }
         # how far the receiver is behind the changefeed: transactions it does not have whole,
-        # and the commit time between its last whole one and the changefeed's newest
-        have = confirmed.tx_seq if confirmed is not None else -1
+        # and the commit time between its last whole one and the changefeed's newest; a
+        # receiver that confirmed nothing yet lacks those from where its stream began (a
+        # START "from now on" wants none before)
+        from_tx_seq = session.get("streaming_from_tx_seq") if doc["streaming"] else None
+        have = confirmed.tx_seq if confirmed is not None else \
+            (from_tx_seq - 1 if isinstance(from_tx_seq, int) and from_tx_seq >= 0 else -1)
         behind = None if have is None or next_tx_seq is None else max(0, next_tx_seq - 1 - have)
         doc["transactions_behind"] = behind
         if behind == 0:
@@ -91,8 +97,11 @@ def render_receivers(receivers: list[dict]) -> list[str]:
             continue
         c = r["confirmed"]
         if c is None:
-            lines.append("  nothing confirmed yet" + (f": {r['transactions_behind']:,} transactions behind the "
-                                                      "changefeed" if r["transactions_behind"] else ""))
+            s = r.get("streaming_from")
+            lines.append("  nothing confirmed yet"
+                         + (f", streaming from c_scn {s['c_scn']} c_idx {s['c_idx']}" if s else "")
+                         + (f": {r['transactions_behind']:,} transactions behind the changefeed"
+                            if r["transactions_behind"] else ""))
             continue
         lag = ("lag unknown" if r["transactions_behind"] is None
                else f"{r['transactions_behind']:,} transactions, "
@@ -100,6 +109,10 @@ def render_receivers(receivers: list[dict]) -> list[str]:
         tx = f"tx_seq {c['tx_seq']}" if c["tx_seq"] is not None and c["tx_seq"] >= 0 else "no whole transaction"
         lines.append(f"  confirmed c_scn {c['c_scn']} c_idx {c['c_idx']} ({tx}) at {c['time']}: {lag}")
     return lines
+
+
+def _is_position(value) -> bool:
+    return isinstance(value, list) and len(value) == 2 and all(isinstance(v, int) for v in value)
 
 
 def _iso(seconds: float) -> str:

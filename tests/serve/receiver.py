@@ -14,6 +14,9 @@ import time
 INFO, START, CONTINUE, CONFIRM = 0, 1, 2, 3
 # response codes
 READY, FAILED_START, STARTING, ALREADY_STARTED, REPLICATE, PAYLOAD, INVALID_DATABASE, INVALID_COMMAND = range(8)
+#: OpenLogReplicator's "no SCN" (Scn::none(), Ctx::ZERO_SCN): START from it is "now",
+#: CONTINUE from it "next" (after the confirmed position)
+NO_SCN = (1 << 64) - 1
 
 
 def _varint(value: int) -> bytes:
@@ -29,8 +32,10 @@ def _varint(value: int) -> bytes:
 
 
 def request(code: int, database: str | None = None, *, scn: int | None = None, tms: str | None = None,
-            c_scn: int | None = None, c_idx: int | None = None, seq: int | None = None) -> bytes:
-    """A RedoRequest: field 1 code, 2 database_name, 3 scn, 4 tms, 6 seq, 8 c_scn, 9 c_idx."""
+            tm_rel: int | None = None, c_scn: int | None = None, c_idx: int | None = None,
+            seq: int | None = None) -> bytes:
+    """A RedoRequest: field 1 code, 2 database_name, 3 scn, 4 tms, 5 tm_rel (int64), 6 seq,
+    8 c_scn, 9 c_idx."""
     out = b""
     if code:
         out += b"\x08" + _varint(code)
@@ -42,6 +47,8 @@ def request(code: int, database: str | None = None, *, scn: int | None = None, t
     if tms is not None:
         raw = tms.encode()
         out += b"\x22" + _varint(len(raw)) + raw
+    if tm_rel is not None:
+        out += b"\x28" + _varint(tm_rel & NO_SCN)  # an int64 is its two's complement in 64 bits
     if seq is not None:
         out += b"\x30" + _varint(seq)
     if c_scn is not None:
@@ -176,4 +183,85 @@ class Receiver:
             m = self.message(timeout=max(0.001, deadline - time.monotonic()))
             assert m is not None, f"closed after {len(out)} of {n} messages"
             out.append(m)
+        return out
+
+
+class StreamClientError(Exception):
+    """What OpenLogReplicator's StreamClient stops with (it logs the error and exits)."""
+
+
+class StreamClient(Receiver):
+    """A receiver that behaves as OpenLogReplicator's own test client does (its
+    ``src/StreamClient.cpp``, v1.x: ``StreamClient network HOST:PORT DATABASE json MODE``).
+
+    :meth:`handshake` sends ``INFO``; on ``REPLICATE`` (the server has a confirmed
+    position), ``CONTINUE``: MODE ``next`` is ``c_scn`` 2^64-1 and ``c_idx`` 0 ("after the
+    confirmed position"), ``c:SCN,IDX`` is that position; any other MODE stops it. On
+    ``READY``, ``START``: ``now`` is ``scn`` 2^64-1 ("from now on"), ``scn:SCN`` that SCN,
+    ``tms:TEXT`` and ``tm_rel:N`` a time, each with an optional ``,SEQ`` (``seq``); any
+    other MODE stops it. Any reply other than ``REPLICATE`` to that stops it too.
+
+    :meth:`read` then takes the messages one by one and confirms as StreamClient does:
+    after more than ``confirm_every`` messages since the last confirm (1000) or
+    ``confirm_seconds`` (10 s), ``CONFIRM`` with the ``c_scn`` and ``c_idx`` of the
+    message just received."""
+
+    def __init__(self, host: str, port: int, database: str = "ORCL", *, confirm_every: int = 1000,
+                 confirm_seconds: float = 10.0, timeout: float = 30.0) -> None:
+        super().__init__(host, port, database, timeout)
+        self.confirm_every = confirm_every
+        self.confirm_seconds = confirm_seconds
+        self.confirms: list[tuple[int, int]] = []
+        self._num = 0
+        self._last = time.monotonic()
+
+    def handshake(self, mode: str) -> dict:
+        """INFO, then START or CONTINUE as ``mode`` says; the INFO reply."""
+        self.send(INFO)
+        info = self.response()
+        if info["code"] == REPLICATE:
+            if mode.startswith("next"):
+                self.send(CONTINUE, c_scn=NO_SCN, c_idx=0)
+            elif mode.startswith("c:") and len(mode) > 4 and "," in mode[2:]:
+                scn, idx = mode[2:].split(",", 1)
+                self.send(CONTINUE, c_scn=int(scn), c_idx=int(idx))
+            else:
+                raise StreamClientError("server already stared, expected: [c:<scn>,<idx>]")
+        elif info["code"] == READY:
+            point, _, seq = mode.partition(",")
+            fields: dict = {"seq": int(seq)} if seq else {}
+            if point.startswith("now"):
+                fields["scn"] = NO_SCN
+            elif point.startswith("scn:"):
+                fields["scn"] = int(point[4:])
+            elif point.startswith("tms:"):
+                fields["tms"] = point[4:]
+            elif point.startswith("tm_rel:"):
+                fields["tm_rel"] = int(point[7:])
+            else:
+                raise StreamClientError("server is waiting to define position to start")
+            self.send(START, **fields)
+        else:
+            raise StreamClientError(f"server returned code: {info['code']} for request code: {INFO}")
+        reply = self.response()
+        if reply["code"] != REPLICATE:
+            raise StreamClientError(f"server returned code: {reply['code']}")
+        return info
+
+    def read(self, n: int, timeout: float = 30.0) -> list[dict]:
+        """The next ``n`` messages, confirming as StreamClient does."""
+        out: list[dict] = []
+        deadline = time.monotonic() + timeout
+        while len(out) < n:
+            m = self.message(timeout=max(0.001, deadline - time.monotonic()))
+            if m is None:
+                raise StreamClientError(f"network error: closed after {len(out)} of {n} messages")
+            out.append(m)
+            self._num += 1
+            now = time.monotonic()
+            if self._num > self.confirm_every or now - self._last > self.confirm_seconds:
+                self.confirm(m["c_scn"], m["c_idx"])
+                self.confirms.append((m["c_scn"], m["c_idx"]))
+                self._num = 0
+                self._last = now
         return out

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from olr_buffer.olr_protocol import Position
-from olr_buffer.serve.feed import Changefeed, MessageStream
+from olr_buffer.serve.feed import MAX_C_SCN, NO_SCN, Changefeed, MessageStream, continue_position, start_position
 from olr_buffer.sinks.parquet import ChangefeedCorruptError
 from olr_buffer.sinks.parquet import list_files
 from tests.serve.changefeeds import Feed, Row, Tx, random_transactions
@@ -132,3 +132,58 @@ def test_a_run_of_one_commit_scn_through_three_files(tmp_path: Path):
     assert cf.confirmed_transaction(Position(500, 6)) == (0, None)
     assert cf.confirmed_transaction(Position(499, 99)) == (-1, None)
     assert drain(MessageStream(cf, "db", Position(500, 6))) == everything[6:]
+
+
+def test_now_is_right_after_the_last_message_even_in_a_run_of_one_commit_scn_across_files(tmp_path: Path):
+    """START with scn 2^64-1 (OpenLogReplicator's "now"): the stream begins with the first
+    message published after the request, whose c_idx goes on from the last one's when it
+    shares its commit SCN."""
+    feed = Feed(tmp_path / "cf")
+    cf = Changefeed(str(tmp_path / "cf"))
+    assert cf.end() is None and start_position(cf, NO_SCN) == Position(0, 0)  # nothing yet: everything to come
+    for t in range(3):
+        feed.publish([Tx(f"copy{t}", 500, [Row(op="r", scn=500, table=f"T{t}") for _ in range(2)])])
+    cf.refresh()
+    assert cf.end() == Position(500, 11)  # 3 transactions of 4 messages at c_scn 500, in 3 files
+    now = start_position(cf, NO_SCN)
+    assert now == Position(500, 12)
+    stream = MessageStream(cf, "db", now, batch_rows=1)
+    assert drain(stream) == []
+    feed.publish([Tx("same", 500, [Row()]), Tx("next", 501, [Row(), Row()])])
+    cf.refresh()
+    everything = expected_messages(feed.rows(), "db")
+    assert drain(stream) == everything[12:] and position(everything[12]) == (500, 12)
+    assert cf.end() == Position(501, 3) == position(everything[-1])
+    # the first transaction a stream from a position sends a message of (status counts from it)
+    assert [cf.transactions_before(Position(*p)) for p in [(0, 0), (500, 0), (500, 4), (500, 5), (500, 12),
+                                                            (500, 14), (500, 15), (501, 0), (501, 4), (NO_SCN, 0)]] \
+        == [0, 0, 1, 1, 3, 3, 4, 4, 5, 5]
+    assert start_position(cf, 501) == Position(501, 0)
+    feed.close()
+
+
+def test_a_position_above_any_commit_scn_of_a_changefeed_gives_nothing_as_files_come(tmp_path: Path):
+    """c_scn is an int64 in the changefeed; a receiver may ask for any uint64."""
+    feed = write_files(tmp_path / "cf", 2, [2])
+    cf = Changefeed(str(tmp_path / "cf"))
+    cf.refresh()
+    streams = [MessageStream(cf, "db", Position(c_scn, c_idx), batch_rows=b)
+               for c_scn, c_idx, b in [(MAX_C_SCN, 10**6, 1), (MAX_C_SCN + 1, 0, 8192), (NO_SCN, 0, 3),
+                                       (NO_SCN, NO_SCN + 1, 1)]]
+    for i in range(2):
+        feed.publish(random_transactions(random.Random(9), 2, c_scn=5000 + 100 * i))
+        cf.refresh()
+        assert [drain(s) for s in streams] == [[], [], [], []]
+    feed.close()
+
+
+def test_continue_goes_on_after_the_confirmed_position_for_c_scn_0_and_2_64_minus_1():
+    confirmed = Position(700, 3)
+    for c_idx in (None, 0, 5, NO_SCN):
+        assert continue_position(0, c_idx, confirmed) == (Position(700, 4), confirmed)
+        assert continue_position(NO_SCN, c_idx, confirmed) == (Position(700, 4), confirmed)
+        assert continue_position(None, c_idx, None) == (Position(0, 0), None)
+    assert continue_position(NO_SCN, 0, None) == (Position(0, 0), None)
+    assert continue_position(650, None, confirmed) == (Position(650, 0), None)  # SynchDB: c_scn alone
+    assert continue_position(650, 2, confirmed) == (Position(650, 3), Position(650, 2))
+    assert continue_position(NO_SCN - 1, NO_SCN, None) == (Position(NO_SCN - 1, NO_SCN + 1), Position(NO_SCN - 1, NO_SCN))
