@@ -326,13 +326,11 @@ class OlrFileReader:
                 return
             pos, counted = self._position(m)
             rows = self._check(m, pos)
-            self.last = pos
-            if counted:
-                self.counted = pos
-            self.messages += 1
+            taken = False
         else:  # the line was taken in part before a restart: its checks passed then
-            pos = self.last
+            pos, counted = self.last, False
             rows = self._rows(m)
+            taken = True
         for i in range(self.steps, len(payload)):
             entry = payload[i]
             op = entry.op
@@ -344,10 +342,21 @@ class OlrFileReader:
                 self._commit(m, pos)
             else:
                 self.checkpoints += 1
+            if not taken:  # with its first step (an append before it stores the state before the line)
+                taken = True
+                self._taken(pos, counted)
             self.steps = i + 1
             self._maybe_append()
+        if not taken:
+            self._taken(pos, counted)
         if self.txn is not None and self.txn.whole:
             self._commit(m, pos)
+
+    def _taken(self, pos: Position, counted: bool) -> None:
+        self.last = pos
+        if counted:
+            self.counted = pos
+        self.messages += 1
 
     # -- checks (before the line's first step) ---------------------------------------------
 
