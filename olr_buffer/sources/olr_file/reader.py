@@ -53,15 +53,18 @@ from ...changes import (
     RecordError,
     end_payload,
     row_payload,
+    schema_document,
+    schema_fields,
 )
 from ...dead_letters import DeadLetterError, DeadLetters
 from ...faults import fault_point
-from ...olr_protocol import MessageError, object_text, read_message
+from ...olr_protocol import MessageError, object_text, raw_text, read_message
 from ...olr_protocol.json_messages import OP_BEGIN, OP_CHECKPOINT, OP_COMMIT, OP_DDL, OP_DELETE, OP_INSERT, OP_UPDATE
 from ...txbuffer import BlockAppender
+from ..olr_types import ColumnsError, schema_columns
 from .errors import LineError, OlrFileError
 from .location import Output
-from .state import STATE_KEY, OlrFileState, OpenTransaction, Position
+from .state import STATE_KEY, OlrFileState, OpenTransaction, Position, TableColumns, columns_key
 
 log = logging.getLogger("olr_buffer.olr_file")
 
@@ -78,10 +81,10 @@ def _text(p: Position) -> str:
 class _Txn:
     """The transaction being read."""
 
-    __slots__ = ("xid", "thread", "first", "rows", "scn", "tm", "whole", "begun")
+    __slots__ = ("xid", "thread", "first", "rows", "scn", "tm", "whole", "begun", "documented")
 
     def __init__(self, xid: str, thread: int, first: Position, scn: int, tm: int | None, whole: bool,
-                 begun: bool = False, rows: int = 0) -> None:
+                 begun: bool = False, rows: int = 0, documented: list[str] | None = None) -> None:
         self.xid = xid
         self.thread = thread
         self.first = first
@@ -90,18 +93,20 @@ class _Txn:
         self.tm = tm  # the tm of its first message
         self.whole = whole  # opened by a message without a begin entry: ends with that message
         self.begun = begun  # its BEGIN record is added (with its first row)
+        self.documented: list[str] = documented or []  # schema versions whose document a row of it carries
 
 
 class _Row:
     """A row entry, checked: what its step adds."""
 
-    __slots__ = ("code", "entry", "before", "after")
+    __slots__ = ("code", "entry", "before", "after", "columns")
 
-    def __init__(self, code: int, entry, before: str | None, after: str | None) -> None:
+    def __init__(self, code: int, entry, before: str | None, after: str | None, columns: str | None) -> None:
         self.code = code
         self.entry = entry
         self.before = before
         self.after = after
+        self.columns = columns  # schema.columns' JSON text, if the entry gives them
 
 
 class OlrFileReader:
@@ -114,6 +119,7 @@ class OlrFileReader:
         output: Output,
         *,
         state: OlrFileState | None = None,
+        columns: dict[bytes, str] | None = None,
         stop: threading.Event | None = None,
         dead_letters: DeadLetters | None = None,
         on_append: Callable[[], None] | None = None,
@@ -134,6 +140,9 @@ class OlrFileReader:
         self.builder = self._builder(THREAD)
         self._pending_since = 0.0
         self.records = 0  # appended by this process
+        self.columns: dict[bytes, str] = dict(columns or {})  # the tables' columns as last given, by key
+        self._schemas: dict[tuple, tuple[str, str, str]] = {}  # (owner, table) -> (columns, version, document)
+        self._pending_meta: dict[bytes, bytes] = {}  # columns not stored yet: with the next append
         self.finished = False  # read every file to its end (replay)
         # the state stored with every block
         self.file: str | None = None
@@ -158,14 +167,15 @@ class OlrFileReader:
         self.messages, self.transactions, self.checkpoints = st.messages, st.transactions, st.checkpoints
         o = st.open
         if o is not None:
-            self.txn = _Txn(o.xid, o.thread, tuple(o.first), o.scn, o.tm, o.whole, o.begun, o.rows)
+            self.txn = _Txn(o.xid, o.thread, tuple(o.first), o.scn, o.tm, o.whole, o.begun, o.rows, list(o.documented))
 
     def state(self) -> OlrFileState:
         t = self.txn
         return OlrFileState(
             output=self.name, file=self.file, offset=self.offset, line=self.line, steps=self.steps,
             last=self.last, last_commit=self.last_commit, counted=self.counted,
-            open=None if t is None else OpenTransaction(t.xid, t.thread, t.first, t.scn, t.tm, t.whole, t.begun, t.rows),
+            open=None if t is None else OpenTransaction(t.xid, t.thread, t.first, t.scn, t.tm, t.whole, t.begun, t.rows,
+                                                        list(t.documented)),
             messages=self.messages, transactions=self.transactions, checkpoints=self.checkpoints,
             finished=self.finished, written=time.time(),
         )
@@ -177,10 +187,15 @@ class OlrFileReader:
         return b
 
     def _append(self) -> None:
-        """Append what the builder holds, with the state, in one write."""
+        """Append what the builder holds, with the state (and columns not stored yet), in
+        one write."""
         b = self.builder
         records = b.build() if b.count else []
-        self.queue.append(records, {STATE_KEY: self.state().encode()})
+        meta = {STATE_KEY: self.state().encode()}
+        if self._pending_meta:
+            meta.update(self._pending_meta)
+        self.queue.append(records, meta)
+        self._pending_meta = {}
         fault_point("after_append")
         self.records += b.count
         b.reset()
@@ -397,6 +412,10 @@ class OlrFileReader:
                 raise LineError(f"a row ({entry.op}) with neither before nor after")
             if code == DDL and entry.sql is None:
                 raise LineError("a ddl without sql")
+            try:
+                columns = raw_text(schema.columns)
+            except MessageError as exc:
+                raise LineError(exc.message) from None
             for value, what in ((schema.owner, "schema.owner"), (schema.table, "schema.table"), (entry.rid, "rid"),
                                  (entry.sql, "sql")):
                 if value is not None:
@@ -404,7 +423,9 @@ class OlrFileReader:
                         value.encode()
                     except UnicodeEncodeError:
                         raise LineError(f"{what} is not valid Unicode (lone surrogate)") from None
-            rows[i] = _Row(code, entry, before, after)
+            if columns is not None and self.columns.get(columns_key(schema.owner, schema.table)) != columns:
+                self._document(schema, columns)  # new columns are refused here, before they are kept, when bad
+            rows[i] = _Row(code, entry, before, after, columns)
         return rows
 
     def _check(self, m, pos: Position) -> dict[int, _Row]:
@@ -481,8 +502,42 @@ class OlrFileReader:
             txn.begun = True
             self._add(BEGIN, max(1, min(txn.scn, pos[0])), txn.xid, txn.first[1], end_payload(txn.tm))
         txn.rows += 1
-        self._add(row.code, txn.scn, txn.xid, pos[1],
-                  row_payload(m.tm, schema.owner, schema.table, schema.obj, entry.rid, row.before, row.after, entry.sql))
+        payload = row_payload(m.tm, schema.owner, schema.table, schema.obj, entry.rid, row.before, row.after, entry.sql)
+        if row.columns is not None:
+            key = columns_key(schema.owner, schema.table)
+            if self.columns.get(key) != row.columns:
+                self.columns[key] = row.columns
+                self._pending_meta[key] = TableColumns(owner=schema.owner, table=schema.table,
+                                                       columns=row.columns).encode()
+        known = self._schema(schema)
+        if known is not None:  # the row names its table's version; the first of the transaction carries the document
+            version, document = known
+            payload += schema_fields(version, None if version in txn.documented else document)
+            if version not in txn.documented:
+                txn.documented.append(version)
+        self._add(row.code, txn.scn, txn.xid, pos[1], payload)
+
+    def _schema(self, schema) -> tuple[str, str] | None:
+        """``(version, document)`` of the table's schema document, from the last columns
+        the output gave for it (None: it gave none)."""
+        text = self.columns.get(columns_key(schema.owner, schema.table))
+        if text is None:
+            return None
+        known = self._schemas.get((schema.owner, schema.table))
+        if known is None or known[0] != text:
+            known = self._document(schema, text)
+        return known[1], known[2]
+
+    def _document(self, schema, text: str) -> tuple[str, str, str]:
+        try:
+            columns = schema_columns(text)
+        except ColumnsError as exc:
+            raise LineError(f"{schema.owner}.{schema.table}: {exc}") from None
+        version, document = schema_document("olr", schema.owner, schema.table, columns)
+        if len(self._schemas) > 10_000:
+            self._schemas.clear()
+        known = self._schemas[(schema.owner, schema.table)] = (text, version, document)
+        return known
 
     def _commit(self, m, pos: Position) -> None:
         self._use(THREAD)

@@ -17,7 +17,7 @@ from ..runner import run_reported
 from .errors import OlrFileError
 from .location import Output, parse_output
 from .reader import THREAD, OlrFileReader
-from .state import PREFIX, load_state, status, status_lines
+from .state import PREFIX, load_columns, load_state, status, status_lines
 
 
 class OlrFileSource:
@@ -56,7 +56,7 @@ class OlrFileSource:
         if self.settings.dead_letter and self.dead_letters is None:
             self.dead_letters = DeadLetters(self.settings.dead_letter)
         s = self.settings
-        self.reader = OlrFileReader(self.queue, self.output, state=state, stop=self._stop,
+        self.reader = OlrFileReader(self.queue, self.output, state=state, columns=load_columns(resume), stop=self._stop,
                                     dead_letters=self.dead_letters, on_append=s.on_append,
                                     block_records=s.block_records, block_bytes=s.block_bytes)
         return [THREAD]

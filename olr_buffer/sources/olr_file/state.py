@@ -13,6 +13,8 @@ from ..base import ResumeState, decode_state, encode_state
 PREFIX = b"olrfile/"
 #: The key of its resume state.
 STATE_KEY = b"olrfile/position"
+#: The prefix of the keys of the tables' columns (OpenLogReplicator's ``schema.columns``).
+COLUMNS_PREFIX = b"olrfile/columns/"
 
 Position = tuple[int, int]  # (c_scn, c_idx)
 
@@ -29,6 +31,7 @@ class OpenTransaction(msgspec.Struct):
     whole: bool  # opened by a message without a begin entry: ends with that message
     begun: bool  # its BEGIN record is in the queue
     rows: int = 0
+    documented: list[str] = []  # schema versions whose document a row of it carries
 
 
 class OlrFileState(ResumeState):
@@ -53,6 +56,29 @@ class OlrFileState(ResumeState):
 
     def encode(self) -> bytes:
         return encode_state(self)
+
+
+class TableColumns(ResumeState):
+    """A table's columns as the output last gave them (``schema.columns``: ``columns`` is
+    the message's JSON text of that array), from which its rows get their schema document
+    after a restart too."""
+
+    owner: str | None = None
+    table: str = ""
+    columns: str = "[]"
+
+    def encode(self) -> bytes:
+        return encode_state(self)
+
+
+def columns_key(owner: str | None, table: str) -> bytes:
+    return COLUMNS_PREFIX + f"{owner or ''}.{table}".encode()
+
+
+def load_columns(meta: Mapping[bytes, bytes], where: str = "queue") -> dict[bytes, str]:
+    """Every table's columns stored in a queue's metadata (their JSON text), by key."""
+    return {k: decode_state(TableColumns, k, v, where).columns for k, v in meta.items()
+            if k.startswith(COLUMNS_PREFIX)}
 
 
 def load_state(meta: Mapping[bytes, bytes], where: str = "queue") -> OlrFileState | None:

@@ -11,7 +11,7 @@ import pytest
 
 from olr_buffer.changes import read_summary
 from olr_buffer.sources.olr_file import OlrFileReader, parse_output
-from olr_buffer.sources.olr_file.state import PREFIX, load_state
+from olr_buffer.sources.olr_file.state import PREFIX, load_columns, load_state
 from olr_buffer.txbuffer import MemoryQueue
 from tests.sources.olr.streams import FORMS, messages, workload
 from tests.sources.olr_file.fixtures import write_output
@@ -46,8 +46,10 @@ def blocks(queue: MemoryQueue) -> list[tuple[int, list[bytes]]]:
     return out
 
 
-def read(queue, output, state=None, block_records=4) -> None:
-    OlrFileReader(queue, output, state=state, block_records=block_records).read(follow=False)
+def read(queue, output, meta=None, block_records=4) -> None:
+    """A reader from the state and columns in ``meta`` (a queue's metadata), to the end."""
+    state, columns = (load_state(meta), load_columns(meta)) if meta is not None else (None, None)
+    OlrFileReader(queue, output, state=state, columns=columns, block_records=block_records).read(follow=False)
 
 
 @pytest.mark.parametrize("form", sorted(FORMS))
@@ -66,7 +68,7 @@ def test_a_reader_killed_after_any_append_resumes_exactly(tmp_path, form):
         queue = MemoryQueue()
         with pytest.raises(Killed):
             read(KilledAfter(queue, n), output)
-        read(queue, output, load_state(queue.meta_items(PREFIX)))
+        read(queue, output, queue.meta_items(PREFIX))
         assert blocks(queue) == want, f"killed after append {n}"
     st = load_state(reference.meta_items(PREFIX))
     assert st.finished and st.open is None and st.steps == 0

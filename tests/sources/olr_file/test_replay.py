@@ -18,6 +18,8 @@ import pytest
 from olr_buffer.pipeline import PipelineOptions, replay
 from tests.contract_model import assert_changefeed_equal, check_changefeed_layout, load_changefeed
 from tests.sources.olr.paths import ROOT
+from tests.sources.olr.service import service, wait_transactions
+from tests.sources.olr.standin import StandIn
 from tests.sources.olr.streams import FORMS, expected_rows, messages, workload
 from tests.sources.olr_file.fixtures import ISSUE_126, ISSUE_126_AFTER, LATER, MANUAL_CHECKPOINT, write_output
 
@@ -79,6 +81,30 @@ def test_each_form_gives_what_the_olr_source_gives(tmp_path, form):
            PipelineOptions(durable=False, block_records=7, file_rows=50))
     assert_changefeed_equal(load_changefeed(tmp_path / "cf"), expected_rows(txs, f))
     check_changefeed_layout(tmp_path / "cf")
+
+
+@pytest.mark.parametrize("form", ["per-row-all", "per-transaction", "rth-tms"])
+def test_the_same_messages_give_the_same_changefeed_as_run_olr(tmp_path, form):
+    """The same messages sent by an OpenLogReplicator stand-in to ``run olr://`` and
+    written to files for ``replay olr+file://``: every column of every row the same (the
+    schema versions too, from the tables' ``schema.columns``), and the same schema
+    documents."""
+    f = FORMS[form]
+    txs = workload(random.Random(21), 30, rac=True)
+    msgs = messages(txs, f)
+    with StandIn(msgs) as sender, service(sender.uri, tmp_path / "net") as box:
+        wait_transactions(tmp_path / "net" / "cf", len(txs), box=box)
+    write_output(tmp_path / "olr", msgs, files=2, name="OLR-%i.json")
+    replay(f"olr+file://{tmp_path}/olr/OLR-%i.json", str(tmp_path / "file" / "q"), str(tmp_path / "file" / "cf"),
+           PipelineOptions(durable=False, block_records=5))
+    net, file = rows(tmp_path / "net" / "cf"), rows(tmp_path / "file" / "cf")
+    assert len(net) == len(file) == sum(len(tx.rows) for tx in txs)
+    assert file == net
+    if f.columns:
+        assert {r["schema_version"] for r in file} - {None}
+    schemas = "_olr_buffer/schemas"
+    assert {p.name: p.read_bytes() for p in (tmp_path / "file" / "cf" / schemas).iterdir()} == \
+        {p.name: p.read_bytes() for p in (tmp_path / "net" / "cf" / schemas).iterdir()}
 
 
 @pytest.mark.slow
