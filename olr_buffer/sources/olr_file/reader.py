@@ -36,6 +36,7 @@ the queue, or, with ``--dead-letter``, is written there and skipped whole.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from typing import Callable
@@ -252,6 +253,8 @@ class OlrFileReader:
             if self.stop.is_set():
                 return
             if complete:
+                log.info("%s: read to its end; reading %s", out.path(self.file), names[i + 1],
+                         extra={"file": out.path(names[i + 1])})
                 self.file, self.offset, self.line, self.steps = names[i + 1], 0, 1, 0
                 continue
             if not follow:
@@ -283,6 +286,12 @@ class OlrFileReader:
             raise OlrFileError(path, self.line, f"cannot open it: {exc.strerror or exc}",
                                hint="the file must be readable by this user; the same command resumes") from None
         with f:
+            size = os.fstat(f.fileno()).st_size
+            if size < self.offset:
+                raise OlrFileError(path, self.line, f"the file holds {size:,} bytes, fewer than the {self.offset:,} "
+                                   "read from it already: it was cut short or replaced",
+                                   hint="put back the file OpenLogReplicator wrote; the same command resumes at this "
+                                        "line")
             f.seek(self.offset)
             while not self.stop.is_set():
                 raw = f.readline()

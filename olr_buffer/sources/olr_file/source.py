@@ -12,7 +12,7 @@ from typing import Iterable, Mapping
 from ...changes import CommitKey
 from ...dead_letters import DeadLetters
 from ...txbuffer import TxQueue
-from ..base import Metric, SourceFigures, SourceKind, SourceSettings
+from ..base import Metric, SourceFigures, SourceKind, SourceSettings, SourceUsageError
 from ..runner import run_reported
 from .errors import OlrFileError
 from .location import Output, parse_output
@@ -50,8 +50,8 @@ class OlrFileSource:
     def prepare(self, threads: list[int] | None, resume: Mapping[bytes, bytes]) -> list[int]:
         state = load_state(resume)
         if state is not None and state.output and state.output != self.name:
-            raise OlrFileError(
-                self.name, None, f"this queue was filled from {state.output}, not from {self.name}",
+            raise SourceUsageError(
+                f"{self.name}: this queue was filled from {state.output}, not from this output",
                 hint=f"give {state.output} again, or use a new queue and changefeed directory")
         if self.settings.dead_letter and self.dead_letters is None:
             self.dead_letters = DeadLetters(self.settings.dead_letter)

@@ -67,6 +67,11 @@ def test_real_openlogreplicator_output_replays_into_the_changefeed(tmp_path):
     assert again.returncode == 0, again.stderr
     assert "published 0 transactions" in again.stdout
     assert rows(tmp_path / "cf") == got
+    status = cli("status", "--queue", str(tmp_path / "q"), "--json")
+    assert status.returncode == 0, status.stderr
+    doc = json.loads(status.stdout)["olr_file"]
+    assert (doc["file"], doc["line"], doc["last_commit"]) == ("ORCL-1.json", 5, {"c_scn": 358166, "c_idx": 3})
+    assert (doc["transactions"], doc["checkpoint_messages"]) == (2, 1)
 
 
 @pytest.mark.parametrize("form", sorted(FORMS))
@@ -206,3 +211,19 @@ def test_no_file_of_the_output_is_bad_input_and_leaves_nothing(tmp_path):
     assert done.returncode == 3, done.stderr
     assert "no file of OpenLogReplicator's output" in done.stderr
     assert not (tmp_path / "q").exists() and not (tmp_path / "cf").exists()
+
+
+def test_a_file_cut_short_and_another_output_are_refused_in_one_line(tmp_path):
+    out = tmp_path / "olr"
+    [path] = write_output(out, ISSUE_126 + LATER, name="ORCL-%i.json")
+    done = cli(*replay_args(tmp_path, f"{out}/ORCL-%i.json"))
+    assert done.returncode == 0, done.stderr
+    path.write_bytes(b"".join(m + b"\n" for m in ISSUE_126))  # replaced by a shorter one
+    done = cli(*replay_args(tmp_path, f"{out}/ORCL-%i.json"))
+    assert done.returncode == 3, done.stderr
+    assert f"{path}:8: the file holds" in done.stderr and "cut short or replaced" in done.stderr
+    write_output(tmp_path / "other", ISSUE_126, name="X-%i.json")
+    done = cli(*replay_args(tmp_path, f"{tmp_path}/other/X-%i.json"))
+    assert done.returncode == 2, done.stderr
+    assert f"this queue was filled from olr+file://{out}/ORCL-%i.json" in done.stderr
+    assert len([line for line in done.stderr.splitlines() if line.strip()]) == 1
