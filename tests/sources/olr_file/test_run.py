@@ -16,7 +16,7 @@ import pytest
 
 from tests.contract_model import assert_changefeed_equal, check_changefeed_layout, load_changefeed
 from tests.sources.olr.paths import ROOT
-from tests.sources.olr.service import service, transactions, wait_for, wait_transactions
+from tests.sources.olr.service import service, status, transactions, wait_for, wait_transactions
 from tests.sources.olr.streams import FORMS, expected_rows, messages, workload
 
 pytestmark = pytest.mark.e2e
@@ -49,7 +49,16 @@ def test_run_follows_the_output_as_it_is_written_and_rotated(tmp_path):
         with open(first, "ab") as fh:
             fh.write(b"".join(m + b"\n" for m in tx[:-1]) + tx[-1][:10])
             fh.flush()
-            time.sleep(0.5)  # the service polls the file meanwhile
+
+            def holds_the_rows() -> bool:
+                doc = status(tmp_path / "q").get("olr_file") or {}
+                return (doc.get("open_transaction") or {}).get("rows") == len(tx) - 2
+
+            # the service has read every whole line: the transaction's rows are in the
+            # queue, its commit line (no "\n" yet) is not taken
+            wait_for(holds_the_rows, 60, "the rows of the fourth transaction in the queue")
+            doc = status(tmp_path / "q")["olr_file"]
+            assert doc["line"] == sum(len(t) for t in per_tx[:4])  # the commit's line, read next
             assert transactions(tmp_path / "cf") == 3
             fh.write(tx[-1][10:] + b"\n")
         wait_transactions(tmp_path / "cf", 4, box=box)
