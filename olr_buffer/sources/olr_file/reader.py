@@ -100,11 +100,15 @@ class _Txn:
 class _Row:
     """A row entry, checked: what its step adds."""
 
-    __slots__ = ("code", "entry", "before", "after", "columns")
+    __slots__ = ("code", "entry", "owner", "table", "obj", "before", "after", "columns")
 
-    def __init__(self, code: int, entry, before: str | None, after: str | None, columns: str | None) -> None:
+    def __init__(self, code: int, entry, owner: str, table: str, obj: int | None, before: str | None,
+                 after: str | None, columns: str | None) -> None:
         self.code = code
         self.entry = entry
+        self.owner = owner
+        self.table = table
+        self.obj = obj
         self.before = before
         self.after = after
         self.columns = columns  # schema.columns' JSON text, if the entry gives them
@@ -410,8 +414,12 @@ class OlrFileReader:
             if code is None:
                 continue
             schema = entry.schema
-            if schema is None or schema.table is None:
+            owner, table, obj = (schema.owner, schema.table, schema.obj) if schema is not None else (None, None, None)
+            if table is None and code != DDL:  # OpenLogReplicator names every row's table (OBJ_<n> when it cannot)
                 raise LineError(f"a row ({entry.op}) without schema.table")
+            # what OpenLogReplicator does not name is the empty string, as the olr source has it: the owner of an
+            # object it cannot name (and of every row in its schemaless mode), the table of a ddl without schema
+            owner, table = owner or "", table or ""
             try:
                 before = object_text(entry.before, "before")
                 after = object_text(entry.after, "after")
@@ -422,19 +430,19 @@ class OlrFileReader:
             if code == DDL and entry.sql is None:
                 raise LineError("a ddl without sql")
             try:
-                columns = raw_text(schema.columns)
+                columns = raw_text(schema.columns) if schema is not None and table else None
             except MessageError as exc:
                 raise LineError(exc.message) from None
-            for value, what in ((schema.owner, "schema.owner"), (schema.table, "schema.table"), (entry.rid, "rid"),
+            for value, what in ((owner, "schema.owner"), (table, "schema.table"), (entry.rid, "rid"),
                                  (entry.sql, "sql")):
                 if value is not None:
                     try:
                         value.encode()
                     except UnicodeEncodeError:
                         raise LineError(f"{what} is not valid Unicode (lone surrogate)") from None
-            if columns is not None and self.columns.get(columns_key(schema.owner, schema.table)) != columns:
-                self._document(schema, columns)  # new columns are refused here, before they are kept, when bad
-            rows[i] = _Row(code, entry, before, after, columns)
+            if columns is not None and self.columns.get(columns_key(owner, table)) != columns:
+                self._document(owner, table, columns)  # new columns are refused here, before they are kept, when bad
+            rows[i] = _Row(code, entry, owner, table, obj, before, after, columns)
         return rows
 
     def _check(self, m, pos: Position) -> dict[int, _Row]:
@@ -506,19 +514,17 @@ class OlrFileReader:
         if m.scn is not None:
             txn.scn = m.scn
         entry = row.entry
-        schema = entry.schema
         if not txn.begun:
             txn.begun = True
             self._add(BEGIN, max(1, min(txn.scn, pos[0])), txn.xid, txn.first[1], end_payload(txn.tm))
         txn.rows += 1
-        payload = row_payload(m.tm, schema.owner, schema.table, schema.obj, entry.rid, row.before, row.after, entry.sql)
+        payload = row_payload(m.tm, row.owner, row.table, row.obj, entry.rid, row.before, row.after, entry.sql)
         if row.columns is not None:
-            key = columns_key(schema.owner, schema.table)
+            key = columns_key(row.owner, row.table)
             if self.columns.get(key) != row.columns:
                 self.columns[key] = row.columns
-                self._pending_meta[key] = TableColumns(owner=schema.owner, table=schema.table,
-                                                       columns=row.columns).encode()
-        known = self._schema(schema)
+                self._pending_meta[key] = TableColumns(owner=row.owner, table=row.table, columns=row.columns).encode()
+        known = self._schema(row.owner, row.table) if row.table else None
         if known is not None:  # the row names its table's version; the first of the transaction carries the document
             version, document = known
             payload += schema_fields(version, None if version in txn.documented else document)
@@ -526,26 +532,26 @@ class OlrFileReader:
                 txn.documented.append(version)
         self._add(row.code, txn.scn, txn.xid, pos[1], payload)
 
-    def _schema(self, schema) -> tuple[str, str] | None:
+    def _schema(self, owner: str, table: str) -> tuple[str, str] | None:
         """``(version, document)`` of the table's schema document, from the last columns
         the output gave for it (None: it gave none)."""
-        text = self.columns.get(columns_key(schema.owner, schema.table))
+        text = self.columns.get(columns_key(owner, table))
         if text is None:
             return None
-        known = self._schemas.get((schema.owner, schema.table))
+        known = self._schemas.get((owner, table))
         if known is None or known[0] != text:
-            known = self._document(schema, text)
+            known = self._document(owner, table, text)
         return known[1], known[2]
 
-    def _document(self, schema, text: str) -> tuple[str, str, str]:
+    def _document(self, owner: str, table: str, text: str) -> tuple[str, str, str]:
         try:
             columns = schema_columns(text)
         except ColumnsError as exc:
-            raise LineError(f"{schema.owner}.{schema.table}: {exc}") from None
-        version, document = schema_document("olr", schema.owner, schema.table, columns)
+            raise LineError(f"{owner}.{table}: {exc}") from None
+        version, document = schema_document("olr", owner, table, columns)
         if len(self._schemas) > 10_000:
             self._schemas.clear()
-        known = self._schemas[(schema.owner, schema.table)] = (text, version, document)
+        known = self._schemas[(owner, table)] = (text, version, document)
         return known
 
     def _commit(self, m, pos: Position) -> None:

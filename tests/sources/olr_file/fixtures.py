@@ -28,6 +28,18 @@ ISSUE_126_AFTER = ('{"ID":3,"DATA":"##########STR##########STR##########STR#####
 MANUAL_CHECKPOINT = (b'{"scn":358150,"tm":1712602210000000000,"c_scn":358150,'
                      b'"payload":[{"op":"chkpt","seq":1763,"offset":15872}]}')
 
+# The row of OpenLogReplicator's user manual (1.2.0, "Schemaless Mode": '"payload":[{"op":"c",
+# "schema":{"table":"OBJ_87705"},"after":{"COL_0":"53544f50","COL_1":"787708010d2339"}}]'): no
+# owner, the table named by its object number, values as hex; in a transaction of the
+# shape above (its xid and SCNs made up).
+SCHEMALESS = [
+    b'{"scn":358170,"tm":1712602220000000000,"c_scn":358171,"c_idx":0,"xid":"0x0006.001.00000193",'
+    b'"payload":[{"op":"begin"}]}',
+    b'{"c_scn":358171,"c_idx":1,"xid":"0x0006.001.00000193","payload":[{"op":"c","schema":{"table":"OBJ_87705"},'
+    b'"after":{"COL_0":"53544f50","COL_1":"787708010d2339"}}]}',
+    b'{"c_scn":358171,"c_idx":2,"xid":"0x0006.001.00000193","payload":[{"op":"commit"}]}',
+]
+
 # The same transaction's shape as issue #126 in a later transaction of that output (its
 # xid, scn and values changed; an update and a delete, with before images), for a second
 # transaction with more than one row.

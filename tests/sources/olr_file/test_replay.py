@@ -21,7 +21,14 @@ from tests.sources.olr.paths import ROOT
 from tests.sources.olr.service import service, wait_transactions
 from tests.sources.olr.standin import StandIn
 from tests.sources.olr.streams import FORMS, expected_rows, messages, workload
-from tests.sources.olr_file.fixtures import ISSUE_126, ISSUE_126_AFTER, LATER, MANUAL_CHECKPOINT, write_output
+from tests.sources.olr_file.fixtures import (
+    ISSUE_126,
+    ISSUE_126_AFTER,
+    LATER,
+    MANUAL_CHECKPOINT,
+    SCHEMALESS,
+    write_output,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -227,3 +234,20 @@ def test_a_file_cut_short_and_another_output_are_refused_in_one_line(tmp_path):
     assert done.returncode == 2, done.stderr
     assert f"this queue was filled from olr+file://{out}/ORCL-%i.json" in done.stderr
     assert len([line for line in done.stderr.splitlines() if line.strip()]) == 1
+
+
+def test_rows_without_an_owner_are_published_with_an_empty_owner(tmp_path):
+    """OpenLogReplicator's schemaless rows (its manual's example) name no owner: published
+    with owner '' (the changefeed's owner is never null), as the olr source publishes them;
+    a ddl that has its sql alone, with owner and table ''."""
+    out = tmp_path / "olr"
+    ddl = (b'{"scn":358180,"tm":1712602225000000000,"c_scn":358181,"c_idx":0,"xid":"0x0006.002.00000194",'
+           b'"payload":[{"op":"ddl","sql":"create table t (a number)"}]}')
+    write_output(out, ISSUE_126 + SCHEMALESS + [ddl], name="ORCL-%i.json")
+    done = cli(*replay_args(tmp_path, f"{out}/ORCL-%i.json"))
+    assert done.returncode == 0, done.stderr
+    got = rows(tmp_path / "cf")
+    assert [(r["c_scn"], r["op"], r["owner"], r["table"]) for r in got] == [
+        (358141, "c", "TESTUSR1", "T2"), (358171, "c", "", "OBJ_87705"), (358181, "ddl", "", "")]
+    assert got[1]["after"] == '{"COL_0":"53544f50","COL_1":"787708010d2339"}' and got[1]["obj"] is None
+    assert got[2]["sql"] == "create table t (a number)"
