@@ -19,6 +19,7 @@ SCHEMES: dict[str, str] = {
     "postgresql": ".postgres",
     "postgres": ".postgres",
     "olr": ".olr",
+    "olr+file": ".olr_file",
 }
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
