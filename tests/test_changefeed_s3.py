@@ -503,3 +503,33 @@ def test_a_file_whose_put_went_in_unanswered_is_published_once(s3_uri, s3_env, m
     assert part_names(s3_uri) == ["part-00000000000000000000-00000000000000000001.parquet",
                                   "part-00000000000000000002-00000000000000000003.parquet"]
     assert [r["tx_seq"] for r in plain_rows(s3_uri)] == [0, 0, 1, 1, 2, 2, 3, 3]
+
+
+def test_run_takes_over_at_once_the_lease_of_a_killed_compact(paths, staged_plain, tmp_path):
+    """``compact`` killed while it holds the changefeed's lease (a merged file published, not yet committed):
+    the queue's ``run`` takes the lease on its first try (the compaction's process is
+    gone), not after the lease's 60 s, and publishes on; the compaction, run again,
+    finishes. Every transaction once."""
+    live = tmp_path / "live"
+    assert live_input(staged_plain, live).wait(timeout=120) == 0
+    model = expected_changefeed(live)
+    service = Service(*run_args(paths, live, "--table-format", "delta"))
+    wait_published(paths["cf"], model.committed)
+    assert service.stop() == 0, "\n".join(service.lines[-20:])
+    killed = cli("compact", paths["cf"], "--in-place", "--target-rows", "100000", fault="after_compaction_publish")
+    assert killed.returncode == -signal.SIGKILL, killed.describe()
+    lease = json.loads(open_store(paths["cf"]).read("_olr_buffer/lease.json"))
+    assert lease["compaction"] and not lease["released"] and lease["expires"] > time.time() + 30
+    service = Service(*run_args(paths, live))
+    try:
+        taken = service.wait_line(r"lease taken over from writer (\w+) on \S+ \(pid (\d+), ")
+        assert taken.groups() == (lease["writer"], str(lease["pid"]))
+        assert any(f"taking over the lease of pid {lease['pid']} on this host, which is gone" in line
+                   for line in service.lines)
+        assert json.loads(open_store(paths["cf"]).read("_olr_buffer/lease.json"))["generation"] == \
+            lease["generation"] + 1  # taken once, at the first try
+    finally:
+        assert service.stop() == 0, "\n".join(service.lines[-20:])
+    done = cli("compact", paths["cf"], "--in-place", "--target-rows", "100000")
+    assert done.returncode == 0, done.describe()
+    assert_changefeed_equal(delta_rows(paths["cf"]), model.rows)
