@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -361,6 +362,62 @@ def test_run_rides_out_an_unreachable_store_and_says_so(paths, staged_plain, tmp
         model = expected_changefeed(live)
         wait_published(paths["cf"], model.committed)
         assert metric(port, "store_outage_seconds") == 0 and metric(port, "store_retries_total") >= 1
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+        assert service.stop() == 0, "\n".join(service.lines[-30:])
+    assert_exact(paths["cf"], model)
+
+
+def health(port: int) -> tuple[int, dict]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def wait_health(port: int, status: int, timeout: float = 60) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        code, doc = health(port)
+        if code == status:
+            return doc
+        assert time.monotonic() < deadline, f"/health stays {code} {doc}"
+        time.sleep(0.1)
+
+
+@pytest.mark.slow
+def test_run_reports_a_store_that_does_not_answer(paths, staged_plain, tmp_path, proxy):
+    """The endpoint stops answering (connections accepted, nothing comes back; not
+    refused): the call that waits is an outage once --store-timeout has passed, logged
+    and counted while the loop is still blocked in it, and /health turns 503 once the
+    loop has not turned for --health-timeout; when the endpoint answers again, the
+    service says so, /health is 200 again, and every transaction is there once."""
+    live = tmp_path / "live"
+    writer = live_input(staged_plain, live, rate=1500)
+    service = Service(*run_args(paths, live, "--table-format", "delta", "--metrics-port", "0", "--threads", "1,2",
+                                "--store-timeout", "1", "--health-timeout", "3"),
+                      env={"AWS_ENDPOINT_URL": proxy.endpoint})
+    try:
+        port = int(service.wait_line(r"metrics on http://127\.0\.0\.1:(\d+)/metrics").group(1))
+        wait_published(paths["cf"], 1)
+        outages = metric(port, "store_outages_total")
+        proxy.hang()
+        seen = len(service.lines)
+        service.wait_line(r"the changefeed's store cannot be reached \(no answer to .+ for [\d.]+ s\); retrying to ")
+        assert any("cannot be reached (no answer to" in line for line in service.lines[seen:])
+        assert metric(port, "store_outages_total") == outages + 1  # while the call still waits
+        assert metric(port, "store_outage_seconds") > 0
+        stalled = wait_health(port, 503)
+        assert stalled["status"] == "stalled" and stalled["store_outage_seconds"] > 0
+        proxy.resume()
+        service.wait_line(r"the changefeed's store answers again after", timeout=120)
+        assert writer.wait(timeout=120) == 0
+        model = expected_changefeed(live)
+        wait_published(paths["cf"], model.committed)
+        assert wait_health(port, 200)["status"] == "ok"
+        assert metric(port, "store_outage_seconds") == 0
     finally:
         if writer.poll() is None:
             writer.kill()
