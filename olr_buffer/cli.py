@@ -416,6 +416,11 @@ def _threads(ctx, param, value):
 @click.option("--log-summary-interval", type=click.FloatRange(min=0), default=60.0, show_default=True,
               help="Seconds between two INFO lines of what was published (files, transactions, rows, the "
                    "changefeed's position, the lag), when something was; 0: none. Each file is a DEBUG line.")
+@click.option("--store-timeout", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True,
+              help="A call to the changefeed's store (S3) that has not returned after this many seconds counts as "
+                   "an outage: logged and in the metrics at once, like a refused connection.")
+@click.option("--health-timeout", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True,
+              help="/health answers 503 once the service's loop has not turned for this many seconds.")
 @click.option("--slot", default="olr_buffer", show_default=True, help="PostgreSQL source: the replication slot.")
 @click.option("--publication", default="olr_buffer", show_default=True, help="PostgreSQL source: the publication.")
 @click.option("--no-initial-copy", is_flag=True, help="PostgreSQL source: do not copy the tables when the slot is created.")
@@ -429,8 +434,8 @@ def _threads(ctx, param, value):
                    "transaction holds a whole one).")
 @clean_errors
 def run(input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_interval, stall_warning, metrics_port,
-        metrics_host, log_level, log_format, log_summary_interval, slot, publication, no_initial_copy, no_streaming,
-        start_scn, max_message_size, **pipeline) -> None:
+        metrics_host, log_level, log_format, log_summary_interval, store_timeout, health_timeout, slot, publication,
+        no_initial_copy, no_streaming, start_scn, max_message_size, **pipeline) -> None:
     """The service: follow the redo logs of INPUT_DIR as they grow and switch, publish each
     transaction once the watermark allows. SIGTERM or SIGINT stops it cleanly (exit 0);
     restarted on the same directories, it resumes from the queue.
@@ -456,9 +461,10 @@ def run(input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_inte
     source_flags = dict(slot=slot, publication=publication, no_initial_copy=no_initial_copy, no_streaming=no_streaming,
                         start_scn=start_scn, max_message_size=max_message_size)
     pipeline["log_summary_seconds"] = log_summary_interval
+    pipeline["store_timeout_seconds"] = store_timeout
     _run_recording_failure(queue_dir, lambda: _serve(
         input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_interval, stall_warning, metrics_port,
-        metrics_host, source_flags, pipeline))
+        metrics_host, source_flags, pipeline, health_timeout))
 
 
 def _run_recording_failure(queue_dir: str, serve: Callable[[], Any]) -> Any:
@@ -490,7 +496,7 @@ def _run_recording_failure(queue_dir: str, serve: Callable[[], Any]) -> Any:
 
 
 def _serve(input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_interval, stall_warning, metrics_port,
-           metrics_host, source_flags, pipeline) -> None:
+           metrics_host, source_flags, pipeline, health_timeout) -> None:
     import threading
 
     stop = threading.Event()
@@ -510,7 +516,7 @@ def _serve(input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_i
     from .service import Metrics, serve_metrics
     metrics = None
     if metrics_port is not None:
-        metrics = Metrics()
+        metrics = Metrics(stale_after=health_timeout)
         server = serve_metrics(metrics, metrics_host, metrics_port)
         logging.getLogger("olr_buffer").info("metrics on http://%s:%d/metrics", metrics_host, server.server_address[1],
                                              extra={"metrics_port": server.server_address[1]})

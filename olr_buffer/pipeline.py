@@ -64,6 +64,7 @@ class PipelineOptions:
     source_id: str | None = None  # the source's identity, checked beside the queue's (PostgreSQL: system id, slot)
     stall_seconds: float = 60.0  # warn once about a thread in play silent (and not closed) this long
     log_summary_seconds: float = 60.0  # run: an INFO line of what was published, this often (0: none)
+    store_timeout_seconds: float = 30.0  # run: a store call unanswered this long is an outage (said, counted)
     # retention (opt-in, data loss by choice): abandon a transaction without an end that
     # started this long (source clock) or this many SCNs before the watermark
     transaction_retention_seconds: float | None = None
@@ -618,7 +619,8 @@ def run_service(
     if not os.path.exists(queue_dir):  # a run the source would refuse leaves nothing behind
         kind_of(source).check_new_run(source, opts.threads)
     # a store that cannot be reached is waited for (until stopped), not a reason to stop
-    pipeline = Pipeline(source, queue_dir, changefeed_dir, opts, source_options, retry=OutageRetry(stop))
+    pipeline = Pipeline(source, queue_dir, changefeed_dir, opts, source_options,
+                        retry=OutageRetry(stop, timeout=opts.store_timeout_seconds))
     try:
         summary = pipeline.serve(stop, on_tick)
     except BaseException:

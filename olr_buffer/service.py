@@ -174,17 +174,22 @@ def setup_logging(level: str, fmt: str) -> None:
 
 # -- metrics ---------------------------------------------------------------------------
 
-#: ``/health`` answers 503 when the service's loop has not ticked for this many seconds.
+#: ``/health`` answers 503 when the service's loop has not ticked for this many seconds
+#: (``run --health-timeout``).
 HEALTH_STALE_SECONDS = 30.0
 
 
 class Metrics:
-    """The service's figures in the Prometheus text format (rendered by prometheus_client),
-    renewed at most once a second from the pipeline's loop; the HTTP thread only reads the
-    last text. ``/health`` says whether that loop still ticks."""
+    """The service's figures in the Prometheus text format (rendered by prometheus_client):
+    the pipeline's, collected at most once a second from its loop, and the store's
+    (``olr_buffer_store_*``), read when asked: a loop blocked in a call to a store that
+    does not answer shows its outage. ``/health`` says whether that loop still ticks:
+    503 once it has not for ``stale_after`` seconds."""
 
-    def __init__(self) -> None:
-        self._text = b"# no data yet\n"
+    def __init__(self, stale_after: float = HEALTH_STALE_SECONDS) -> None:
+        self.stale_after = stale_after
+        self._families: list | None = None
+        self._retry = None  # the run's OutageRetry: its figures are read when asked
         self._last = 0.0
         self._tick = time.monotonic()
         self._lock = threading.Lock()
@@ -195,26 +200,50 @@ class Metrics:
         if not force and now - self._last < 1.0:
             return
         self._last = now
-        text = render_metrics(pipeline)
+        families = list(_families(pipeline))  # (the store's: replaced by fresh ones in text())
         with self._lock:
-            self._text = text
+            self._families = families
+            self._retry = getattr(pipeline, "retry", None)
 
     def text(self) -> bytes:
         with self._lock:
-            return self._text
+            families, retry = self._families, self._retry
+        if families is None:
+            return b"# no data yet\n"
+        if retry is not None:  # (numbers other threads may read at any time)
+            fresh = {"olr_buffer_store_outages": retry.outages, "olr_buffer_store_retries": retry.retries,
+                     "olr_buffer_store_outage_seconds": round(retry.outage_seconds(), 3)}
+            families = [
+                _family(f.name.removeprefix("olr_buffer_"), f.type, f.documentation, [((), fresh[f.name])])
+                if f.name in fresh else f
+                for f in families
+            ]
+        return _render(families)
 
     def health(self) -> tuple[bool, dict]:
-        """(healthy, document): healthy while the loop ticked within ``HEALTH_STALE_SECONDS``."""
+        """(healthy, document): healthy while the loop ticked within ``stale_after``
+        seconds (a loop that waits for an unreachable store to answer again ticks; one
+        blocked in a call that does not return does not)."""
         idle = time.monotonic() - self._tick
-        ok = idle < HEALTH_STALE_SECONDS
-        return ok, {"status": "ok" if ok else "stalled", "seconds_since_loop": round(idle, 3)}
+        ok = idle < self.stale_after
+        doc: dict[str, Any] = {"status": "ok" if ok else "stalled", "seconds_since_loop": round(idle, 3)}
+        with self._lock:
+            retry = self._retry
+        outage = retry.outage_seconds() if retry is not None else 0.0
+        if outage > 0:
+            doc["store_outage_seconds"] = round(outage, 3)
+        return ok, doc
 
 
 def render_metrics(p) -> bytes:
     """The pipeline's metrics in the Prometheus text exposition format, with the process's
     own (``process_*``: memory, CPU, open file descriptors; ``python_info``)."""
+    return _render(list(_families(p)))
+
+
+def _render(families: list) -> bytes:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Snapshot(list(_families(p))))
+    registry.register(_Snapshot(families))
     ProcessCollector(registry=registry)
     PlatformCollector(registry=registry)
     return generate_latest(registry)

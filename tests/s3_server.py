@@ -111,8 +111,11 @@ class TcpProxy:
     """A TCP forwarder on 127.0.0.1 in front of a server, that a test switches off and on:
     :meth:`down` closes every connection and stops listening (a client meets "connection
     refused", as with a store that cannot be reached), :meth:`up` listens again on the
-    same port. Bytes pass through unchanged: boto3 and delta-rs speak HTTP to the server
-    behind it."""
+    same port. :meth:`hang` makes it a black hole (a store that stopped, not one that
+    refuses): connections are accepted, and nothing sent either way gets through, so a
+    client waits for an answer that never comes; :meth:`resume` closes those connections
+    and forwards again. Bytes pass through unchanged: boto3 and delta-rs speak HTTP to the
+    server behind it."""
 
     def __init__(self, target_port: int, rewrite=None, lose_reply=None) -> None:
         """``rewrite(bytes) -> bytes``: applied to what clients send (a store that
@@ -125,6 +128,7 @@ class TcpProxy:
         self.lose_reply = lose_reply
         self.target_port = target_port
         self.port = free_port()
+        self.hung = False
         self._listener: socket.socket | None = None
         self._conns: set[socket.socket] = set()
         self._guard = threading.Lock()
@@ -161,6 +165,22 @@ class TcpProxy:
                 pass
             c.close()
 
+    def hang(self) -> None:
+        """Accept, and answer nothing (see the class doc)."""
+        self.hung = True
+
+    def resume(self) -> None:
+        """Close the connections that hung, and forward again."""
+        self.hung = False
+        with self._guard:
+            conns, self._conns = self._conns, set()
+        for c in conns:
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            c.close()
+
     def _accept(self, listener: socket.socket) -> None:
         import threading
 
@@ -169,6 +189,10 @@ class TcpProxy:
                 client, _ = listener.accept()
             except OSError:
                 return  # closed: down()
+            if self.hung:  # held open, never read from nor answered
+                with self._guard:
+                    self._conns.add(client)
+                continue
             try:
                 server = socket.create_connection(("127.0.0.1", self.target_port))
             except OSError:
@@ -187,6 +211,8 @@ class TcpProxy:
     def _pump(self, src: socket.socket, dst: socket.socket, upstream: bool, losing: list[bool]) -> None:
         try:
             while data := src.recv(65536):
+                if self.hung:
+                    continue  # lost in the black hole
                 if upstream:
                     if self.lose_reply is not None and self.lose_reply(data):
                         losing.append(True)  # (before the request goes: its answer cannot come first)

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -368,6 +369,62 @@ def test_run_rides_out_an_unreachable_store_and_says_so(paths, staged_plain, tmp
     assert_exact(paths["cf"], model)
 
 
+def health(port: int) -> tuple[int, dict]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def wait_health(port: int, status: int, timeout: float = 60) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        code, doc = health(port)
+        if code == status:
+            return doc
+        assert time.monotonic() < deadline, f"/health stays {code} {doc}"
+        time.sleep(0.1)
+
+
+@pytest.mark.slow
+def test_run_reports_a_store_that_does_not_answer(paths, staged_plain, tmp_path, proxy):
+    """The endpoint stops answering (connections accepted, nothing comes back; not
+    refused): the call that waits is an outage once --store-timeout has passed, logged
+    and counted while the loop is still blocked in it, and /health turns 503 once the
+    loop has not turned for --health-timeout; when the endpoint answers again, the
+    service says so, /health is 200 again, and every transaction is there once."""
+    live = tmp_path / "live"
+    writer = live_input(staged_plain, live, rate=1500)
+    service = Service(*run_args(paths, live, "--table-format", "delta", "--metrics-port", "0", "--threads", "1,2",
+                                "--store-timeout", "1", "--health-timeout", "3"),
+                      env={"AWS_ENDPOINT_URL": proxy.endpoint})
+    try:
+        port = int(service.wait_line(r"metrics on http://127\.0\.0\.1:(\d+)/metrics").group(1))
+        wait_published(paths["cf"], 1)
+        outages = metric(port, "store_outages_total")
+        proxy.hang()
+        seen = len(service.lines)
+        service.wait_line(r"the changefeed's store cannot be reached \(no answer to .+ for [\d.]+ s\); retrying to ")
+        assert any("cannot be reached (no answer to" in line for line in service.lines[seen:])
+        assert metric(port, "store_outages_total") == outages + 1  # while the call still waits
+        assert metric(port, "store_outage_seconds") > 0
+        stalled = wait_health(port, 503)
+        assert stalled["status"] == "stalled" and stalled["store_outage_seconds"] > 0
+        proxy.resume()
+        service.wait_line(r"the changefeed's store answers again after", timeout=120)
+        assert writer.wait(timeout=120) == 0
+        model = expected_changefeed(live)
+        wait_published(paths["cf"], model.committed)
+        assert wait_health(port, 200)["status"] == "ok"
+        assert metric(port, "store_outage_seconds") == 0
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+        assert service.stop() == 0, "\n".join(service.lines[-30:])
+    assert_exact(paths["cf"], model)
+
+
 def test_replay_fails_with_one_line_when_the_store_is_unreachable_then_resumes(paths, model, proxy):
     env = {"AWS_ENDPOINT_URL": proxy.endpoint}
     killed = replay(paths, "--table-format", "delta", fault="after_rename:2", env=env)
@@ -503,3 +560,33 @@ def test_a_file_whose_put_went_in_unanswered_is_published_once(s3_uri, s3_env, m
     assert part_names(s3_uri) == ["part-00000000000000000000-00000000000000000001.parquet",
                                   "part-00000000000000000002-00000000000000000003.parquet"]
     assert [r["tx_seq"] for r in plain_rows(s3_uri)] == [0, 0, 1, 1, 2, 2, 3, 3]
+
+
+def test_run_takes_over_at_once_the_lease_of_a_killed_compact(paths, staged_plain, tmp_path):
+    """``compact`` killed while it holds the changefeed's lease (a merged file published, not yet committed):
+    the queue's ``run`` takes the lease on its first try (the compaction's process is
+    gone), not after the lease's 60 s, and publishes on; the compaction, run again,
+    finishes. Every transaction once."""
+    live = tmp_path / "live"
+    assert live_input(staged_plain, live).wait(timeout=120) == 0
+    model = expected_changefeed(live)
+    service = Service(*run_args(paths, live, "--table-format", "delta"))
+    wait_published(paths["cf"], model.committed)
+    assert service.stop() == 0, "\n".join(service.lines[-20:])
+    killed = cli("compact", paths["cf"], "--in-place", "--target-rows", "100000", fault="after_compaction_publish")
+    assert killed.returncode == -signal.SIGKILL, killed.describe()
+    lease = json.loads(open_store(paths["cf"]).read("_olr_buffer/lease.json"))
+    assert lease["compaction"] and not lease["released"] and lease["expires"] > time.time() + 30
+    service = Service(*run_args(paths, live))
+    try:
+        taken = service.wait_line(r"lease taken over from writer (\w+) on \S+ \(pid (\d+), ")
+        assert taken.groups() == (lease["writer"], str(lease["pid"]))
+        assert any(f"taking over the lease of pid {lease['pid']} on this host, which is gone" in line
+                   for line in service.lines)
+        assert json.loads(open_store(paths["cf"]).read("_olr_buffer/lease.json"))["generation"] == \
+            lease["generation"] + 1  # taken once, at the first try
+    finally:
+        assert service.stop() == 0, "\n".join(service.lines[-20:])
+    done = cli("compact", paths["cf"], "--in-place", "--target-rows", "100000")
+    assert done.returncode == 0, done.describe()
+    assert_changefeed_equal(delta_rows(paths["cf"]), model.rows)

@@ -4,6 +4,7 @@ writes, so that writers on different hosts agree through the store alone.
 The lease is a small JSON document (``_olr_buffer/lease.json`` by default)::
 
     {"format": 1, "writer": "<random id>", "owner": "<queue id>", "host": "...", "pid": 123,
+     "process": {"boot": "<boot id>", "pid_namespace": "pid:[4026531836]", "start": 26015},
      "generation": 4, "acquired": 1700000000.1, "renewed": 1700000030.2,
      "expires": 1700000090.2, "ttl": 60.0, "released": false}
 
@@ -12,8 +13,14 @@ The lease is a small JSON document (``_olr_buffer/lease.json`` by default)::
   been released is refused with :class:`LeaseHeldError`, naming its holder; an expired or
   released one is taken over with ``If-Match`` on the version read, and ``generation``
   goes up by one (two writers that both see it expired: one wins, one gets the error).
-  A lease left by the same ``owner`` on the same host is taken over at once: the owner is
-  exclusive on its host (the queue's lock), so its holder is gone.
+  A lease whose holder is **provably dead** is taken over at once: one written on this
+  host, in this boot of its kernel and this PID namespace (``process``), whose process
+  is gone, a zombie, or another process with the same pid (another start time; see
+  :func:`holder_is_dead`). A holder that cannot be looked at (another host, another
+  container, no ``/proc``) is never taken for dead: its lease expires.
+  A lease left by the same ``owner`` on the same host is taken over at once too, unless
+  its holder is provably alive in another process: the owner is exclusive on its host
+  (the queue's lock), so its holder is gone.
 - **Renew:** rewrite it with ``If-Match`` on the version this writer wrote last. If it
   has another version, another writer took it over: :class:`LeaseLostError`.
 - **Before each publish**, :meth:`Lease.ensure` renews the lease if half its time is
@@ -88,6 +95,7 @@ class Lease:
         self.writer_id = writer_id or uuid.uuid4().hex
         self.host = socket.gethostname()
         self.pid = os.getpid()
+        self.process = _this_process()  # (with the pid: see holder_is_dead)
         self.info = dict(info or {})
         self.generation = 0  # 0: not held yet
         self._clock = clock
@@ -166,12 +174,19 @@ class Lease:
             expires = float("inf")
         if holder.get("released") or now > expires + self.skew:
             return
-        if self.owner is not None and holder.get("owner") == self.owner and holder.get("host") == self.host:
-            log.warning(
-                "%s: taking over the lease of pid %s on this host, a writer of the same queue that stopped",
-                self.store.location(self.name), holder.get("pid"),
-            )
-            return
+        if holder.get("host") == self.host:
+            if holder_is_dead(holder):
+                log.warning(
+                    "%s: taking over the lease of pid %s on this host, which is gone (killed, or it crashed)",
+                    self.store.location(self.name), holder.get("pid"),
+                )
+                return
+            if self.owner is not None and holder.get("owner") == self.owner and not _alive_elsewhere(holder):
+                log.warning(
+                    "%s: taking over the lease of pid %s on this host, a writer of the same queue that stopped",
+                    self.store.location(self.name), holder.get("pid"),
+                )
+                return
         until = datetime.fromtimestamp(expires, timezone.utc).isoformat(timespec="seconds")
         raise LeaseHeldError(
             f"{self.store.location(self.name)}: changefeed is written by writer {holder.get('writer')} "
@@ -308,6 +323,7 @@ class Lease:
             "owner": self.owner,
             "host": self.host,
             "pid": self.pid,
+            "process": self.process,
             "generation": generation,
             "acquired": self._acquired,
             "renewed": now,
@@ -317,6 +333,93 @@ class Lease:
             **self.info,
         }
         return orjson.dumps(doc)
+
+
+# -- whether a holder on this host is gone ----------------------------------------------
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as fh:
+            return fh.read()
+    except OSError:
+        return None
+
+
+def _start_time(stat: str | None) -> tuple[str, int] | None:
+    """(state, start time in clock ticks since boot) from a ``/proc/PID/stat`` line."""
+    if not stat:
+        return None
+    fields = stat.rpartition(")")[2].split()  # (the command, in parentheses, may hold spaces)
+    try:
+        return fields[0], int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def _this_process() -> dict | None:
+    """What names this process on this host beyond its pid: the kernel's boot id, the
+    PID namespace, the start time (None without a Linux ``/proc`` of this namespace)."""
+    boot = (_read("/proc/sys/kernel/random/boot_id") or "").strip()
+    stat = _read("/proc/self/stat")
+    started = _start_time(stat)
+    try:
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+    if not boot or started is None or stat.split(" ", 1)[0] != str(os.getpid()):
+        return None  # (a /proc of another PID namespace: its pids are not ours)
+    return {"boot": boot, "pid_namespace": namespace, "start": started[1]}
+
+
+def _same_pid_space(holder: dict) -> bool:
+    """Whether the holder's pid names a process of this host's kernel, in this boot and
+    this PID namespace, as this process sees them."""
+    theirs, ours = holder.get("process"), _this_process()
+    return (
+        ours is not None and isinstance(theirs, dict) and isinstance(holder.get("pid"), int)
+        and isinstance(theirs.get("start"), int)
+        and theirs.get("boot") == ours["boot"] and theirs.get("pid_namespace") == ours["pid_namespace"]
+    )
+
+
+def _state(pid: int) -> tuple[str, int] | None | bool:
+    """The process ``pid``: False if there is none, (state, start time), or None if it
+    exists but cannot be looked at."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # another user's: it exists
+    except OSError:
+        return None
+    return _start_time(_read(f"/proc/{pid}/stat"))
+
+
+def holder_is_dead(holder: dict) -> bool:
+    """Whether the process that wrote the lease document ``holder`` is provably gone:
+    it ran in this boot of this host's kernel and this PID namespace, and its pid is
+    now free, a zombie, or another process's (another start time). Anything that cannot
+    be checked (another host or container, no ``/proc``) is not dead: its lease is left
+    to expire."""
+    if not _same_pid_space(holder):
+        return False
+    found = _state(holder["pid"])
+    if found is False:
+        return True
+    if found is None:
+        return False
+    state, start = found
+    return state in ("Z", "X", "x") or start != holder["process"]["start"]
+
+
+def _alive_elsewhere(holder: dict) -> bool:
+    """Whether the holder is provably a live process other than this one."""
+    if not _same_pid_space(holder) or holder["pid"] == os.getpid():
+        return False
+    found = _state(holder["pid"])
+    return isinstance(found, tuple) and found[0] not in ("Z", "X", "x") and found[1] == holder["process"]["start"]
 
 
 def _parse(data: bytes, where: str) -> dict:

@@ -6,9 +6,16 @@ retrying may help (:class:`~olr_buffer.store.StoreUnreachableError`: refused, ti
 seconds, until the store answers or ``stop`` is set (then the last error is raised).
 Errors that retrying cannot fix (access denied, a missing bucket) are raised at once.
 
+A store that stops answering (a hung server, a network that drops packets) fails no call
+until the client's own timeouts run out, retries included (minutes): with ``timeout``,
+a call that has not returned after that many seconds is an outage from then on, said and
+counted at once by a watchdog thread, while the call goes on waiting for its answer or
+its timeout.
+
 It says so: one WARNING when an outage starts, one every ``log_every`` seconds while it
 lasts, one INFO when the store answers again; and it keeps figures for metrics
-(outages, retried calls, how long the current outage has lasted).
+(outages, retried calls, how long the current outage has lasted), which other threads
+may read at any time.
 """
 
 from __future__ import annotations
@@ -30,54 +37,106 @@ class OutageRetry:
     the service's loop is blocked meanwhile, and keeps its metrics and health fresh."""
 
     def __init__(self, stop: threading.Event | None = None, *, first: float = 0.5, cap: float = 30.0,
-                 log_every: float = 60.0, on_wait: Callable[[], None] | None = None,
+                 log_every: float = 60.0, timeout: float | None = None, on_wait: Callable[[], None] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
+        if timeout is not None and timeout <= 0:
+            raise ValueError("a store timeout is a number of seconds above 0")
         self.stop = stop or threading.Event()
         self.first = first
         self.cap = cap
         self.log_every = log_every
+        self.timeout = timeout
         self.on_wait = on_wait
         self._clock = clock
         self.outages = 0  # outages met
         self.retries = 0  # calls tried again
         self.outage_since: float | None = None  # on the monotonic clock, while an outage lasts
+        self._last_log: float | None = None  # when the outage was last said
+        self._calling: tuple[float, str] | None = None  # (since, what): the call under way
+        self._guard = threading.Lock()
+        self._watchdog: threading.Thread | None = None
 
     def outage_seconds(self) -> float:
         """How long the current outage has lasted (0 while the store answers)."""
-        return self._clock() - self.outage_since if self.outage_since is not None else 0.0
+        since = self.outage_since
+        return self._clock() - since if since is not None else 0.0
 
     def call(self, fn: Callable[[], T], what: str) -> T:
         """``fn()``, retried while the store cannot be reached; ``what`` says what it does
         (``publish part-….parquet``) in the log."""
         delay = self.first
-        last_log = None
+        if self.timeout is not None and self._watchdog is None:
+            self._watchdog = threading.Thread(target=self._watch, name="store-watchdog", daemon=True)
+            self._watchdog.start()
+        outer = self._calling  # (a call inside another one: the outer one is timed)
         while True:
+            with self._guard:
+                self._calling = outer or (self._clock(), what)
             try:
                 result = fn()
             except StoreError as exc:
+                with self._guard:
+                    self._calling = outer
                 if not exc.retryable:
                     raise
-                now = self._clock()
-                if self.outage_since is None:
-                    self.outage_since = now
-                    self.outages += 1
-                    last_log = now
-                    log.warning("the changefeed's store cannot be reached (%s); retrying to %s, every %g s at most",
-                                exc, what, self.cap, extra={"error": str(exc)})
-                elif last_log is None or now - last_log >= self.log_every:
-                    last_log = now
-                    log.warning("the changefeed's store is still unreachable after %.0f s (%d retries): %s",
-                                now - self.outage_since, self.retries, exc, extra={"error": str(exc)})
+                self._failed(exc, what)
                 if self._wait(delay):
                     raise
                 self.retries += 1
                 delay = min(delay * 2, self.cap)
                 continue
-            if self.outage_since is not None:
-                log.info("the changefeed's store answers again after %.1f s (%d retries)", self.outage_seconds(),
-                         self.retries)
-                self.outage_since = None
+            except BaseException:
+                with self._guard:
+                    self._calling = outer
+                raise
+            with self._guard:
+                self._calling = outer
+                if self.outage_since is not None and outer is None:
+                    log.info("the changefeed's store answers again after %.1f s (%d retries)", self.outage_seconds(),
+                             self.retries)
+                    self.outage_since = None
             return result
+
+    def _failed(self, exc: StoreError, what: str) -> None:
+        """A call failed because the store cannot be reached: an outage starts, or goes on."""
+        with self._guard:
+            now = self._clock()
+            if self.outage_since is None:
+                self._start_outage(now, f"{exc}", what, extra={"error": str(exc)})
+            elif self._last_log is None or now - self._last_log >= self.log_every:
+                self._last_log = now
+                log.warning("the changefeed's store is still unreachable after %.0f s (%d retries): %s",
+                            now - self.outage_since, self.retries, exc, extra={"error": str(exc)})
+
+    def _start_outage(self, since: float, why: str, what: str, extra: dict) -> None:
+        self.outage_since = since
+        self.outages += 1
+        self._last_log = self._clock()
+        log.warning("the changefeed's store cannot be reached (%s); retrying to %s, every %g s at most",
+                    why, what, self.cap, extra=extra)
+
+    def _watch(self) -> None:
+        """The watchdog: a call under way for longer than ``timeout`` starts an outage
+        (from when it started), and is said again every ``log_every`` seconds."""
+        assert self.timeout is not None
+        period = min(1.0, self.timeout / 4)
+        while not self.stop.wait(period):
+            with self._guard:
+                if self._calling is None:
+                    continue
+                since, what = self._calling
+                now = self._clock()
+                waited = now - since
+                if waited < self.timeout:
+                    continue
+                if self.outage_since is None:
+                    self._start_outage(since, f"no answer to {what} for {waited:.1f} s", what,
+                                       extra={"error": "timeout", "waited_seconds": round(waited, 3)})
+                elif self._last_log is not None and now - self._last_log >= self.log_every:
+                    self._last_log = now
+                    log.warning("the changefeed's store is still unreachable after %.0f s (%d retries): no answer "
+                                "to %s for %.1f s", now - self.outage_since, self.retries, what, waited,
+                                extra={"error": "timeout", "waited_seconds": round(waited, 3)})
 
     def _wait(self, seconds: float) -> bool:
         """Wait ``seconds`` (calling ``on_wait`` at least every second); True if stopped."""

@@ -57,6 +57,12 @@ TOKEN_KEY = "olr-buffer-write"
 SINGLE_PUT_LIMIT = 5 << 30  # S3 refuses a single PUT above 5 GiB
 DEFAULT_PART_SIZE = 64 << 20
 FOOTER_TAIL = 64 << 10  # bytes fetched from a file's end when it is opened: a Parquet footer
+#: Every request has time-outs, so that a store that stops answering fails the call (and
+#: ``run`` retries it) instead of blocking it for good: seconds to connect, and without a
+#: byte of the answer (boto3 and pyarrow; each of botocore's ``AWS_MAX_ATTEMPTS`` tries);
+#: delta-rs: for a whole request, and twice that for its retries of one.
+CONNECT_TIMEOUT = 10.0
+READ_TIMEOUT = 30.0
 
 _ACCESS_CODES = {
     "AccessDenied", "AllAccessDisabled", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken",
@@ -122,8 +128,8 @@ class S3Store(Store):
         uri: str,
         *,
         settings: S3Settings | None = None,
-        connect_timeout: float = 10.0,
-        read_timeout: float = 60.0,
+        connect_timeout: float = CONNECT_TIMEOUT,
+        read_timeout: float = READ_TIMEOUT,
         max_attempts: int | None = None,
         multipart_threshold: int = SINGLE_PUT_LIMIT,
         part_size: int = DEFAULT_PART_SIZE,
@@ -364,7 +370,13 @@ class S3Store(Store):
     # -- others' access -----------------------------------------------------------------
 
     def delta_location(self) -> tuple[str, dict[str, str]]:
-        options = {"AWS_REGION": self.region, "conditional_put": "etag"}
+        options = {
+            "AWS_REGION": self.region,
+            "conditional_put": "etag",
+            "connect_timeout": _duration(self.connect_timeout),
+            "timeout": _duration(self.read_timeout),
+            "retry_timeout": _duration(2 * self.read_timeout),
+        }
         if self.settings.endpoint:
             options["AWS_ENDPOINT_URL"] = self.settings.endpoint
             if self.settings.endpoint.startswith("http://"):
@@ -528,6 +540,11 @@ class _S3File(io.RawIOBase):
         buffer[: len(data)] = data
         self._pos += len(data)
         return len(data)
+
+
+def _duration(seconds: float) -> str:
+    """Seconds as delta-rs reads a duration (``30000ms``)."""
+    return f"{max(1, round(seconds * 1000))}ms"
 
 
 def _code(exc: bex.ClientError) -> str:

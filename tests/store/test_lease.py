@@ -167,9 +167,9 @@ def test_a_document_that_is_not_a_lease(store):
 
 
 class Worker:
-    def __init__(self, uri: str, ttl: float, skew: float) -> None:
+    def __init__(self, uri: str, ttl: float, skew: float, owner: str | None = None) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.store.lease_worker", uri, str(ttl), str(skew)],
+            [sys.executable, "-m", "tests.store.lease_worker", uri, str(ttl), str(skew), *([owner] if owner else [])],
             cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
         )
         ready, self.writer_id = self.read().split()
@@ -205,8 +205,8 @@ class Worker:
 def workers(store_uri):
     started: list[Worker] = []
 
-    def start(ttl: float = 1.5, skew: float = 0.2) -> Worker:
-        w = Worker(store_uri, ttl, skew)
+    def start(ttl: float = 1.5, skew: float = 0.2, owner: str | None = None) -> Worker:
+        w = Worker(store_uri, ttl, skew, owner)
         started.append(w)
         return w
 
@@ -256,6 +256,89 @@ def test_a_released_lease_passes_between_processes_at_once(store_uri, workers):
     assert a.ask("release") == "released"
     assert b.ask("acquire") == "held 2"
     assert a.ask("publish").startswith("lost")
+
+
+def test_the_lease_of_a_killed_holder_on_this_host_is_taken_over_at_once(store_uri, workers):
+    """A holder on this host whose process is gone (SIGKILL) is provably dead: its lease
+    is taken on the first try, long before it would expire; a stopped (SIGSTOP) one is
+    alive, and keeps it."""
+    a, b, c = workers(ttl=600), workers(ttl=600), workers(ttl=600)
+    assert a.ask("acquire") == "held 1"
+    os.kill(a.proc.pid, signal.SIGSTOP)  # alive: never taken for dead
+    try:
+        assert b.ask("acquire").startswith("refused")
+    finally:
+        os.kill(a.proc.pid, signal.SIGCONT)
+    assert a.ask("publish").startswith("published")
+    a.proc.send_signal(signal.SIGKILL)
+    a.proc.wait()
+    assert b.ask("acquire") == "held 2"  # at once: the lease had ten minutes to run
+    assert c.ask("acquire").startswith("refused")  # and b is alive
+    assert b.ask("publish").startswith("published")
+
+
+def test_a_zombie_holder_is_dead_too(store_uri, workers):
+    a, b = workers(ttl=600), workers(ttl=600)
+    assert a.ask("acquire") == "held 1"
+    a.proc.send_signal(signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{a.proc.pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z":
+        assert time.monotonic() < deadline, "the killed worker did not become a zombie"
+        time.sleep(0.02)
+    assert b.ask("acquire") == "held 2"  # (not reaped yet: its pid still shows, as a zombie)
+
+
+def test_a_live_writer_of_the_same_queue_on_this_host_keeps_its_lease(store_uri, workers):
+    """Two processes of the same queue id (a copied queue directory): the second is
+    refused while the first lives, and takes over once it is killed."""
+    a, b = workers(ttl=600, owner="queue-1"), workers(ttl=600, owner="queue-1")
+    assert a.ask("acquire") == "held 1"
+    assert b.ask("acquire").startswith("refused")
+    a.proc.send_signal(signal.SIGKILL)
+    a.proc.wait()
+    assert b.ask("acquire") == "held 2"
+
+
+def _holder(store, **changes) -> None:
+    """Rewrite the lease document there with ``changes`` (another process's, as if)."""
+    doc = {**lease_doc(store), **changes}
+    current = store.read_versioned(LEASE)
+    store.replace_if(LEASE, orjson.dumps(doc), current.etag)
+
+
+def test_a_holder_that_cannot_be_checked_is_waited_for(store):
+    """Only a holder of this host, boot and PID namespace can be found dead; one of
+    another host, another boot, another container (PID namespace), or a document
+    without the facts waits for its lease to expire, whatever its pid."""
+    clocks = Clocks()
+    a = clocks.lease(store, ttl=60)
+    a.acquire()
+    gone = 2**22 + 12345  # above any pid_max: no such process
+    mine = lease_doc(store)["process"]
+    for changes in (
+        {"pid": gone, "host": "elsewhere"},
+        {"pid": gone, "process": {**mine, "boot": "another-boot"}},
+        {"pid": gone, "process": {**mine, "pid_namespace": "pid:[1]"}},
+        {"pid": gone, "process": None},
+    ):
+        _holder(store, **changes)
+        with pytest.raises(LeaseHeldError):
+            clocks.lease(store, ttl=60).acquire()
+    _holder(store, pid=gone, process=mine, host=a.host)
+    taken = clocks.lease(store, ttl=60)
+    taken.acquire()
+    assert taken.generation == 2
+
+
+def test_a_pid_reused_by_another_process_is_a_dead_holder(store):
+    """The holder's pid now names another process (another start time): dead."""
+    clocks = Clocks()
+    clocks.lease(store, ttl=60).acquire()
+    mine = lease_doc(store)["process"]
+    _holder(store, process={**mine, "start": mine["start"] - 1})  # this pid, started at another time
+    taken = clocks.lease(store, ttl=60)
+    taken.acquire()
+    assert taken.generation == 2
 
 
 def test_a_renewal_that_went_in_unanswered_is_not_a_lost_lease(store):

@@ -109,7 +109,8 @@ def test_region_and_endpoint_reach_delta_and_arrow(s3_uri, s3_env, monkeypatch):
     uri, options = store.delta_location()
     assert uri == s3_uri
     assert options == {"AWS_REGION": "eu-central-1", "AWS_ENDPOINT_URL": s3_env.endpoint,
-                       "AWS_ALLOW_HTTP": "true", "conditional_put": "etag"}
+                       "AWS_ALLOW_HTTP": "true", "conditional_put": "etag",
+                       "connect_timeout": "10000ms", "timeout": "30000ms", "retry_timeout": "60000ms"}
     fs, root = store.arrow_filesystem()
     assert fs.region == "eu-central-1" and root == s3_uri.removeprefix("s3://")
 
@@ -185,6 +186,31 @@ def test_a_timeout_is_unreachable(s3_env, monkeypatch):
         with pytest.raises(StoreUnreachableError, match="did not answer") as caught:
             store.read("part-a.parquet")
         one_line(caught.value)
+
+
+def test_delta_rs_gives_up_on_a_store_that_does_not_answer(s3_env, monkeypatch):
+    """The store's time-outs reach delta-rs: a Delta table on an endpoint that accepts
+    and never answers fails (the caller retries), instead of blocking its caller for
+    minutes (delta-rs's own: 30 s a request, retried for 3 minutes)."""
+    from deltalake import DeltaTable
+
+    with silent_endpoint() as endpoint:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+        store = S3Store("s3://b/cf", read_timeout=0.5, connect_timeout=0.5)
+        uri, options = store.delta_location()
+        failed: list[BaseException] = []
+
+        def load() -> None:
+            try:
+                DeltaTable(uri, storage_options=options)
+            except BaseException as exc:  # noqa: BLE001 - what it fails with is the point
+                failed.append(exc)
+
+        loading = threading.Thread(target=load, daemon=True)
+        loading.start()
+        loading.join(timeout=60)  # (about a second with the store's time-outs)
+        assert not loading.is_alive(), "delta-rs still waits for the silent endpoint"
+        assert failed and "timed out" in str(failed[0]), failed
 
 
 @contextmanager

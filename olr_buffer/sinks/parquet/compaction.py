@@ -69,6 +69,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ...errors import EXIT_USAGE
+from ...faults import fault_point
 from .errors import ChangefeedCorruptError, ChangefeedError
 from ...store import Lease, StoreError, is_remote
 from . import delta_table
@@ -471,6 +472,7 @@ def _compact_delta(target: _Target, merges: list[list[PublishedFile]], opts: _Wr
         else:
             merged = _write_merged(loc, group, target, opts, fmode)
             _publish(target, merged, opts)
+            fault_point("after_compaction_publish")
         pairs.append(([delta_table.part_file(loc, f) for f in group], delta_table.part_file(loc, merged)))
     version = table.compact_many(pairs)
     delta_table.apply_log_modes(loc)
@@ -489,6 +491,7 @@ def _swap_in(target: _Target, merged: PublishedFile, replaced: list[PublishedFil
     }
     target.loc.replace_meta(INTENT, orjson.dumps(intent))
     _publish(target, merged, opts)
+    fault_point("after_compaction_publish")
     _finish_swap(target.loc, intent, opts.durable)
 
 
