@@ -592,8 +592,14 @@ class OlrReceiver:
             raise self._bad(f"a row at scn {scn}, above the transaction's c_scn {pos[0]}: c_scn must be the "
                             "commit's position", pos)
         schema = entry.schema
-        if schema is None or schema.table is None:
+        owner, table, obj = (schema.owner, schema.table, schema.obj) if schema is not None else (None, None, None)
+        if table is None and code != DDL:  # OpenLogReplicator names every row's table (OBJ_<n> when it cannot)
             raise self._bad(f"a row ({entry.op}) without schema.table", pos)
+        # what the sender does not name is the empty string (the changefeed's owner and table are never null):
+        # the owner of an object OpenLogReplicator cannot name, or of every row in its schemaless mode; the
+        # table of a ddl whose message has its sql alone
+        owner = owner or ""
+        table = table or ""
         try:
             before = object_text(entry.before, "before")
             after = object_text(entry.after, "after")
@@ -603,58 +609,57 @@ class OlrReceiver:
             raise self._bad(f"a row ({entry.op}) with neither before nor after", pos)
         if code == DDL and entry.sql is None:
             raise self._bad("a ddl without sql", pos)
-        if schema.columns is not None:
-            self._columns(schema, pos)
+        if schema is not None and schema.columns is not None and table:
+            self._columns(owner, table, obj, schema.columns, pos)
         thread = self._thread(m, pos)
         self._use(thread)
         if not txn.begun:
             txn.begun = True
             self._add(BEGIN, max(1, min(txn.scn, pos[0])), txn.xid, txn.first[1], end_payload(txn.tm))
         txn.rows += 1
-        payload = row_payload(m.tm, schema.owner, schema.table, schema.obj, entry.rid, before, after, entry.sql)
-        known = self._schema(schema, pos)
+        payload = row_payload(m.tm, owner, table, obj, entry.rid, before, after, entry.sql)
+        known = self._schema(owner, table, pos) if table else None
         if known is not None:  # the row names its table's version; the first of the transaction carries the document
             version, document = known
             payload += schema_fields(version, None if version in txn.documented else document)
             txn.documented.add(version)
         self._add(code, scn, txn.xid, pos[1], payload)
 
-    def _columns(self, schema, pos: Position) -> None:
+    def _columns(self, owner: str, table: str, obj: int | None, columns, pos: Position) -> None:
         """Keep a table's columns (stored with the next block) when they are new or changed."""
         try:
-            text = raw_text(schema.columns)
+            text = raw_text(columns)
         except MessageError as exc:
             raise self._bad(exc.message, pos) from None
         if text is None:
             return
-        key = columns_key(schema.owner, schema.table)
+        key = columns_key(owner, table)
         if self.columns.get(key) != text:
-            self._document(schema, text, pos)  # refused here, before they are kept, when they are bad
+            self._document(owner, table, text, pos)  # refused here, before they are kept, when they are bad
             self.columns[key] = text
-            self._pending_meta[key] = TableColumns(owner=schema.owner, table=schema.table, obj=schema.obj,
-                                                   columns=text, at=pos).encode()
+            self._pending_meta[key] = TableColumns(owner=owner, table=table, obj=obj, columns=text, at=pos).encode()
 
-    def _schema(self, schema, pos: Position) -> tuple[str, str] | None:
+    def _schema(self, owner: str, table: str, pos: Position) -> tuple[str, str] | None:
         """``(version, document)`` of the table's schema document, from the last columns
         the sender gave for it (this run or before, from the queue's metadata); None when
         it gave none."""
-        text = self.columns.get(columns_key(schema.owner, schema.table))
+        text = self.columns.get(columns_key(owner, table))
         if text is None:
             return None
-        known = self._schemas.get((schema.owner, schema.table))
+        known = self._schemas.get((owner, table))
         if known is None or known[0] != text:
-            known = self._document(schema, text, pos)
+            known = self._document(owner, table, text, pos)
         return known[1], known[2]
 
-    def _document(self, schema, text: str, pos: Position) -> tuple[str, str, str]:
+    def _document(self, owner: str, table: str, text: str, pos: Position) -> tuple[str, str, str]:
         try:
             columns = schema_columns(text)
         except ColumnsError as exc:
-            raise self._bad(f"{schema.owner}.{schema.table}: {exc}", pos) from None
-        version, document = schema_document("olr", schema.owner, schema.table, columns)
+            raise self._bad(f"{owner}.{table}: {exc}", pos) from None
+        version, document = schema_document("olr", owner, table, columns)
         if len(self._schemas) > 10_000:
             self._schemas.clear()
-        known = self._schemas[(schema.owner, schema.table)] = (text, version, document)
+        known = self._schemas[(owner, table)] = (text, version, document)
         return known
 
     def _commit(self, m, pos: Position) -> None:
