@@ -155,6 +155,8 @@ class OlrReceiver:
         status_interval: float = 1.0,
         connect_timeout: float = 10.0,
         max_message_bytes: int = MAX_MESSAGE_BYTES,
+        accept_gap: bool = False,
+        stored: Callable[[], Position | None] | None = None,
     ) -> None:
         self.queue = queue
         self.location = location
@@ -169,6 +171,10 @@ class OlrReceiver:
         self.status_interval = status_interval
         self.connect_timeout = connect_timeout
         self.max_message_bytes = max_message_bytes
+        self.accept_gap = accept_gap
+        # the idle_confirmed of the last state the queue stored (a child process appends through its parent);
+        # None: what this receiver appends is stored when append returns
+        self.stored = stored
         self.builders: dict[int, BlockBuilder] = {}
         self.builder = self._builder(THREAD)
         self._pending_since = 0.0
@@ -185,6 +191,7 @@ class OlrReceiver:
         self.received_tm: int | None = None
         self.confirmed: Position | None = None
         self.confirmed_tm: int | None = None
+        self.idle_confirmed: Position | None = None
         self.messages = 0
         self.transactions = 0
         self.checkpoints = 0
@@ -212,6 +219,7 @@ class OlrReceiver:
         self._held = st.held
         self.received, self.received_tm = st.received, st.received_tm
         self.confirmed, self.confirmed_tm = st.confirmed, st.confirmed_tm
+        self.idle_confirmed = st.idle_confirmed
         self.messages, self.transactions, self.checkpoints = st.messages, st.transactions, st.checkpoints
         self.reconnects = st.reconnects
         if st.open is not None:  # records in the queue without their commit: rolled back at the first connection
@@ -231,6 +239,7 @@ class OlrReceiver:
             received_tm=self.received_tm,
             confirmed=self.confirmed,
             confirmed_tm=self.confirmed_tm,
+            idle_confirmed=self.idle_confirmed,
             messages=self.messages,
             transactions=self.transactions,
             checkpoints=self.checkpoints,
@@ -410,11 +419,11 @@ class OlrReceiver:
             self._send(sock, RedoRequest(RequestCode.START, db, scn=scn))
             reply = self._reply(sock, reader, f"START(scn {scn})")
             if reply.code == ResponseCode.ALREADY_STARTED:
+                self._check_gap(reply, pub)
                 reply = self._continue(sock, reader, pub)
             asked = f"START(scn {scn})"
         elif info.code == ResponseCode.REPLICATE:
-            if info.c_scn:
-                log.info("%s: the sender's confirmed position is c_scn %d c_idx %d", self.name, info.c_scn, info.c_idx)
+            self._check_gap(info, pub)
             reply = self._continue(sock, reader, pub)
             asked = "CONTINUE"
         else:
@@ -424,6 +433,38 @@ class OlrReceiver:
                  f"from after {_text(pub)}" if pub is not None else
                  ("from the sender's confirmed position" if asked == "CONTINUE" else f"from scn {self.start_scn}"),
                  extra={"sender": self.location.address})
+
+    def _check_gap(self, reply: RedoResponse, pub: Position | None) -> None:
+        """The sender's confirmed position (in its reply) against what this queue holds: a
+        sender sends only what follows its confirmed position, so one that is ahead (another
+        receiver confirmed more, or the queue is an older copy) would leave a gap in the
+        changefeed that nothing fills. Refused, unless ``accept_gap``."""
+        if not 0 < reply.c_scn < 1 << 63:  # 0, or OpenLogReplicator's "none" (2^64-1): none confirmed
+            return
+        confirmed = (reply.c_scn, reply.c_idx)
+        held = max((p for p in (self.last_commit, pub, self.idle_confirmed) if p is not None), default=None)
+        if held is None:  # a new queue: the changefeed begins where the sender stands
+            log.warning("%s: a new queue: the changefeed begins after the sender's confirmed position, %s; what "
+                        "came before it is not asked for (another receiver confirmed it)", self.name,
+                        _text(confirmed), extra={"c_scn": confirmed[0], "c_idx": confirmed[1]})
+            return
+        log.info("%s: the sender's confirmed position is %s", self.name, _text(confirmed))
+        if confirmed <= held:
+            return
+        what = (f"the sender's confirmed position, {_text(confirmed)}, is ahead of what this queue holds, "
+                f"{_text(held)}: the sender will not send the transactions between again (another receiver "
+                "confirmed them, or this queue is an older copy)")
+        if self.accept_gap:
+            log.warning("%s: %s; --accept-gap: publishing on from the sender's position, without them", self.name,
+                        what, extra={"c_scn": confirmed[0], "c_idx": confirmed[1]})
+            return
+        raise OlrSourceError(
+            f"{self.name}: {what}",
+            hint="to publish on from the sender's position and go without those transactions, run again with "
+                 "--accept-gap; to keep them, make the sender send them again (restore the queue and changefeed "
+                 "that confirmed them, or reset the sender's confirmed position)",
+            c_scn=confirmed[0], c_idx=confirmed[1],
+        )
 
     def _continue(self, sock: socket.socket, reader: FrameReader, pub: Position | None) -> RedoResponse:
         if pub is None:
@@ -498,6 +539,7 @@ class OlrReceiver:
                 _, tm = commits.popleft()
                 if tm is not None:
                     self.confirmed_tm = tm
+        self._confirm_idle(sock)
         now = time.monotonic()
         if (self._confirmed_unstored and now - self._state_written >= 1.0) or now - self._state_written >= 30.0:
             self._use(THREAD)
@@ -688,4 +730,20 @@ class OlrReceiver:
         if self.builder.count or (self._held is not None and (pub is None or self._held > pub)):
             return
         if self.confirmed is None or pos > self.confirmed:
-            self._confirm(sock, pos)
+            # stored before the sender is told: a sender whose confirmed position is ahead of what the
+            # queue says it holds is taken for one that will not send a gap again (_check_gap)
+            self.idle_confirmed = pos
+            self._use(THREAD)
+            self._append()
+            self._confirm_idle(sock)
+
+    def _confirm_idle(self, sock: socket.socket) -> None:
+        """Confirm the checkpoint of :meth:`_idle_confirm` once the queue stored it."""
+        pos = self.idle_confirmed
+        if pos is None or (self.confirmed is not None and pos <= self.confirmed):
+            return
+        if self.stored is not None:
+            stored = self.stored()
+            if stored is None or stored < pos:  # not yet written by the parent: at the next status
+                return
+        self._confirm(sock, pos)
