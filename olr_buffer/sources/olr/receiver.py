@@ -100,6 +100,12 @@ LARGE_TRANSACTION_ROWS = 100_000  # the commit of a transaction this large is lo
 #: The largest message taken (a frame): one message per transaction holds a whole one.
 MAX_MESSAGE_BYTES = 1 << 30
 _ROW_CODES = {OP_INSERT: INSERT, OP_UPDATE: UPDATE, OP_DELETE: DELETE, OP_DDL: DDL}
+#: Why a sender's c_scn goes back, or stays below its rows' SCNs: what OpenLogReplicator 2.0.0 sends.
+_BEGIN_SCN_STAMPS = (
+    "OpenLogReplicator 2.0.0 sends this: it stamps a transaction's messages with the transaction's begin SCN, not "
+    "its commit's (OpenLogReplicator issue 330), so its positions are not in commit order and a receiver that "
+    "confirms them loses transactions; use OpenLogReplicator 1.9.0 or earlier"
+)
 _UNSUPPORTED = ("OpenLogReplicator's format options message 4 and 8 (no begin, no commit message) are not "
                 "supported: a receiver needs each transaction's bounds")
 
@@ -568,6 +574,9 @@ class OlrReceiver:
         if pos is None:
             raise self._bad("no c_scn and c_idx: the sender gives no positions to confirm", None)
         if self._last is not None and pos <= self._last:
+            if pos[0] < self._last[0]:
+                raise self._bad(f"c_scn {pos[0]} goes back below c_scn {self._last[0]} of the message before: "
+                                f"(c_scn, c_idx) must increase; {_BEGIN_SCN_STAMPS}", pos)
             raise self._bad(f"the position does not follow {_text(self._last)}: (c_scn, c_idx) must increase", pos)
         self._last = self.received = pos
         if m.tm is not None:
@@ -632,7 +641,7 @@ class OlrReceiver:
         scn = txn.scn
         if scn > pos[0]:
             raise self._bad(f"a row at scn {scn}, above the transaction's c_scn {pos[0]}: c_scn must be the "
-                            "commit's position", pos)
+                            f"commit's position; {_BEGIN_SCN_STAMPS}", pos)
         schema = entry.schema
         owner, table, obj = (schema.owner, schema.table, schema.obj) if schema is not None else (None, None, None)
         if table is None and code != DDL:  # OpenLogReplicator names every row's table (OBJ_<n> when it cannot)
