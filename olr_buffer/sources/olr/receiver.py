@@ -577,6 +577,10 @@ class OlrReceiver:
             if pos[0] < self._last[0]:
                 raise self._bad(f"c_scn {pos[0]} goes back below c_scn {self._last[0]} of the message before: "
                                 f"(c_scn, c_idx) must increase; {_BEGIN_SCN_STAMPS}", pos)
+            if m.c_idx is None:
+                raise self._bad(f"the position does not follow {_text(self._last)}: the message has no c_idx, so "
+                                "the messages that share a c_scn have no position of their own to resume from; "
+                                "use an OpenLogReplicator that sends c_idx", pos)
             raise self._bad(f"the position does not follow {_text(self._last)}: (c_scn, c_idx) must increase", pos)
         self._last = self.received = pos
         if m.tm is not None:
