@@ -19,10 +19,10 @@ from typing import Callable, Mapping
 
 from ...errors import OlrBufferError
 from ...txbuffer import TxQueue
+from ..base import decode_state
 from ..runner import CONTEXT, ChildAppends, PipeAppender, child_main, run_child
 from .location import parse_location
 from .receiver import OlrReceiver
-from ..base import decode_state
 from .state import STATE_KEY, OlrState, Position, TableColumns
 
 

@@ -84,8 +84,8 @@ SYNCHDB_DML = [
 # c_idx before it) and commit added.
 ISSUE_231 = [
     # added: the begin (a transaction's first message has its scn; this one is made up)
-    b'{"scn":4903130,"tms":"2025-06-16T13:08:37.000Z","c_scn":4903137,"c_idx":1000,"xid":"0x000a.005.0000083d","db":"XEPDB1",'
-    b'"payload":[{"op":"begin"}]}',
+    b'{"scn":4903130,"tms":"2025-06-16T13:08:37.000Z","c_scn":4903137,"c_idx":1000,"xid":"0x000a.005.0000083d",'
+    b'"db":"XEPDB1","payload":[{"op":"begin"}]}',
     b'{"tms":"2025-06-16T13:08:37.000Z","c_scn":4903137,"c_idx":1001,"xid":"0x000a.005.0000083d","db":"XEPDB1",'
     b'"payload":[{"op":"d","schema":{"owner":"GLUESYNCUSER","table":"ARTICLES","obj":75771,"columns":[{"name":"ID",'
     b'"type":"number","precision":-1,"scale":-1,"nullable":false},{"name":"ARTICLE_NAME","type":"varchar2",'

@@ -106,7 +106,8 @@ def entry(v: Values) -> dict:
     if v.draw(st.booleans()):
         e["rid"] = v.maybe("text")
     for key in ("before", "after"):
-        if v.clean and (key == "before") == (e["op"] in ("u", "d")) and e["op"] != "ddl" or v.draw(st.integers(0, 2)) == 0:
+        wanted = (key == "before") == (e["op"] in ("u", "d")) and e["op"] != "ddl"  # what the op has
+        if v.clean and wanted or v.draw(st.integers(0, 2)) == 0:
             e[key] = {v("name"): v.json() for _ in range(v.draw(st.integers(0, 4)))} if v.clean or v.draw(
                 st.integers(0, 4)) else v.json()
     if e["op"] == "ddl" or v.draw(st.integers(0, 5)) == 0:
