@@ -432,10 +432,14 @@ def _threads(ctx, param, value):
 @click.option("--max-message-size", type=ByteSize(), default=None,
               help="OpenLogReplicator source (olr://): the largest message taken (default 1GiB; one message per "
                    "transaction holds a whole one).")
+@click.option("--accept-gap", is_flag=True,
+              help="OpenLogReplicator source (olr://): when the sender's confirmed position is ahead of what the "
+                   "queue holds (it will not send the transactions between again), publish on from there, without "
+                   "them, instead of stopping.")
 @clean_errors
 def run(input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_interval, stall_warning, metrics_port,
         metrics_host, log_level, log_format, log_summary_interval, store_timeout, health_timeout, slot, publication,
-        no_initial_copy, no_streaming, start_scn, max_message_size, **pipeline) -> None:
+        no_initial_copy, no_streaming, start_scn, max_message_size, accept_gap, **pipeline) -> None:
     """The service: follow the redo logs of INPUT_DIR as they grow and switch, publish each
     transaction once the watermark allows. SIGTERM or SIGINT stops it cleanly (exit 0);
     restarted on the same directories, it resumes from the queue.
@@ -459,7 +463,7 @@ def run(input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_inte
     click.get_current_context().meta[_LOG_FORMAT] = log_format
     # the source's own flags (each kind of source takes those it knows: sources/base.py, SourceKind.options)
     source_flags = dict(slot=slot, publication=publication, no_initial_copy=no_initial_copy, no_streaming=no_streaming,
-                        start_scn=start_scn, max_message_size=max_message_size)
+                        start_scn=start_scn, max_message_size=max_message_size, accept_gap=accept_gap)
     pipeline["log_summary_seconds"] = log_summary_interval
     pipeline["store_timeout_seconds"] = store_timeout
     _run_recording_failure(queue_dir, lambda: _serve(

@@ -15,7 +15,8 @@ is cut into files.
 A row's payload entry is ``{"op", "schema": {"owner", "table", "obj", "columns"}, "rid",
 "before", "after", "sql"}``: ``before``/``after`` are the changefeed's JSON text, embedded as it is;
 a key whose value is null in the changefeed (``obj``, ``rid``, ``before``, ``after``,
-``sql``, ``tm``) is left out, as OpenLogReplicator leaves out what it does not have. A
+``sql``, ``tm``), and an ``owner`` that is the empty string (no owner named), is left out,
+as OpenLogReplicator leaves out what it does not have. A
 PostgreSQL ``r`` row (initial copy) is ``c``; a ``t`` row (TRUNCATE) is a ``ddl`` whose
 ``sql`` is ``TRUNCATE TABLE "owner"."table"``. ``schema.columns`` is the table's columns
 in OpenLogReplicator's form (:mod:`.columns`), from the schema document of the row's
@@ -215,7 +216,9 @@ class MessageBuilder:
                 owner, table, obj, version = owners[i], tables[i], objs[i], versions[i]
                 schema = schemas.get((owner, table, obj, version))
                 if schema is None:
-                    doc = {OWNER: owner, TABLE: table}
+                    # an owner the source did not name (the empty string) is left out, as OpenLogReplicator
+                    # leaves it out of the schema of an object it cannot name
+                    doc = {OWNER: owner, TABLE: table} if owner else {TABLE: table}
                     if obj is not None:
                         doc[OBJ] = obj
                     schema = dumps(doc).decode()

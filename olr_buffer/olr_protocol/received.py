@@ -128,6 +128,10 @@ def _not_json(exc: msgspec.DecodeError) -> MessageError:
     return MessageError(f"not valid JSON ({reason})")
 
 
+def _not_utf8() -> MessageError:
+    return MessageError("not valid JSON (a string in it is not valid UTF-8)")
+
+
 class Received:
     """A message, its fields in one form whatever the sender's format options: ``scn``
     and ``tm`` integers or None (absent), ``xid`` text or None, ``rth`` or None."""
@@ -162,9 +166,13 @@ def read_message(data: bytes) -> Received:
             _any(data)
         except msgspec.DecodeError as syntax:
             raise _not_json(syntax) from None
+        except UnicodeDecodeError:
+            raise _not_utf8() from None
         raise MessageError(f"a field has the wrong type or is missing: {exc}") from None
     except msgspec.DecodeError as exc:
         raise _not_json(exc) from None
+    except UnicodeDecodeError:
+        raise _not_utf8() from None
     if m.payload is None:
         raise MessageError(f"no {PAYLOAD!r} field")
     scn = m.scn
@@ -241,4 +249,7 @@ def parse_time(text: str) -> int:
     if not (1 <= month <= 12 and 1 <= day <= 31 and hour < 24 and minute < 60 and second < 61):
         raise MessageError(f"{TMS!r} is not a time: {text!r}")
     fraction = m.group(7) or ""
-    return seconds * 1_000_000_000 + int(fraction.ljust(9, "0") or 0)
+    value = seconds * 1_000_000_000 + int(fraction.ljust(9, "0") or 0)
+    if not -(1 << 63) <= value < 1 << 63:  # nanoseconds since the epoch in int64: 1677-09-21 to 2262-04-11
+        raise MessageError(f"{TMS!r} is out of range (nanoseconds since the epoch in 64 bits): {text!r}")
+    return value

@@ -132,3 +132,19 @@ def test_an_op_the_protocol_cannot_carry_stops_the_stream():
 def test_the_builder_reads_only_the_columns_it_names():
     # the batches of these tests have no schema_version: a file written before it existed
     assert set(COLUMNS) == set(SCHEMA.names) | {"schema_version"}
+
+
+def test_a_row_whose_source_named_no_owner_has_no_owner_in_its_schema():
+    """A changefeed row with the empty owner (OpenLogReplicator's schemaless mode, an
+    object it could not name) goes out as OpenLogReplicator sends such a row: ``schema``
+    with its ``table`` alone (and ``obj`` when known), no ``owner``."""
+    rows = [
+        {"tx_seq": 0, "c_scn": 70, "c_tm": 5, "xid": "A", "op": "c", "scn": 69, "tm": None, "owner": "",
+         "table": "OBJ_87705", "obj": None, "rid": None, "before": None, "after": '{"COL_0":"53544f50"}', "sql": None},
+        {"tx_seq": 0, "c_scn": 70, "c_tm": 5, "xid": "A", "op": "u", "scn": 69, "tm": None, "owner": "",
+         "table": "OBJ_87706", "obj": 87706, "rid": None, "before": '{"COL_0":1}', "after": '{"COL_0":2}',
+         "sql": None},
+    ]
+    frames = build(rows, [])
+    assert json.loads(frames[1])["payload"][0]["schema"] == {"table": "OBJ_87705"}
+    assert json.loads(frames[2])["payload"][0]["schema"] == {"table": "OBJ_87706", "obj": 87706}

@@ -92,3 +92,21 @@ def test_values_beyond_int64_are_refused_not_wrapped():
 def test_bytes_that_are_not_json_are_said_so_whatever_the_types_before():
     with pytest.raises(MessageError, match="not valid JSON"):
         read_message(b'{"c_scn":1,"c_idx":{oops')
+
+
+@pytest.mark.parametrize("text", ["2262-04-12T00:00:00Z", "9999-12-31 23:59:59", "1677-09-21T00:00:00Z",
+                                  "0001-01-01T00:00:00Z"])
+def test_a_time_beyond_int64_nanoseconds_is_refused_not_kept(text):
+    """``tm`` is nanoseconds in an int64 column: an ISO time the column cannot hold is the
+    sender's bad input, refused when it arrives (never queued, to fail when published)."""
+    with pytest.raises(MessageError, match="'tms' is out of range"):
+        read_message(f'{{"tms":"{text}","payload":[]}}'.encode())
+    assert parse_time("2262-04-11T23:47:16.854775807Z") == (1 << 63) - 1
+
+
+@pytest.mark.parametrize("data", [b'{"c_scn":1,"payload":[{"op":"c","sql":"\xed\xa0\x80"}]}',
+                                  b'{"rth":18446744073709551616,"xid":"\xff","payload":[]}'])
+def test_strings_that_are_not_utf8_are_said_so(data):
+    with pytest.raises(MessageError, match="not valid UTF-8") as info:
+        read_message(data)
+    assert "\n" not in str(info.value)

@@ -108,6 +108,12 @@ log = logging.getLogger(__name__)
 _ROW_NUMBERS: list[pa.Array] = [pa.array([], pa.int64())]
 
 
+def _owners(owners: pa.Array) -> pa.Array:
+    """The ``owner`` column: a row whose source named no owner has the empty string (a
+    queue written before the OpenLogReplicator source said so itself held null there)."""
+    return pc.fill_null(owners, "") if owners.null_count else owners
+
+
 def _row_numbers(n: int) -> pa.Array:
     """0, 1, ... n-1 as an Arrow array (a slice of a cached one)."""
     if len(_ROW_NUMBERS[0]) < n:
@@ -665,7 +671,7 @@ class ChangefeedWriter:
             pa.array(row["sub"], i64),
             row_tm,
             pa.array(self._threads, pa.int32()),
-            pa.array(row["owner"], s),
+            _owners(pa.array(row["owner"], s)),
             pa.array(row["table"], s),
             pa.array(row["obj"], i64),
             pa.array(row["rid"], s),

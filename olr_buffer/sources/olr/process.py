@@ -19,10 +19,11 @@ from typing import Callable, Mapping
 
 from ...errors import OlrBufferError
 from ...txbuffer import TxQueue
+from ..base import decode_state
 from ..runner import CONTEXT, ChildAppends, PipeAppender, child_main, run_child
 from .location import parse_location
 from .receiver import OlrReceiver
-from .state import OlrState, Position, TableColumns
+from .state import STATE_KEY, OlrState, Position, TableColumns
 
 
 @dataclass
@@ -96,6 +97,9 @@ class OlrProcess:
         self.options = dict(options)
         self._shared = SharedPosition()
         self._sent: Position | None = None
+        # the idle_confirmed of the last state appended: the child confirms a checkpoint once it is stored
+        self._stored = SharedPosition()
+        self._stored.set(state.idle_confirmed if state is not None else None)
 
     def _update_published(self) -> None:
         pub = self.published()
@@ -108,14 +112,22 @@ class OlrProcess:
         self._update_published()
         run_child(
             _child_main,
-            (self.uri, self.state, self.columns, self._shared, self.options),
+            (self.uri, self.state, self.columns, self._shared, self._stored, self.options),
             name="olr-reader-olr",
             label="the OpenLogReplicator receiver process",
             stop=self.stop,
-            handle=self.appends.handle,
+            handle=self._handle,
             died=_died,
             tick=self._update_published,
         )
+
+    def _handle(self, msg: tuple) -> bool:
+        done = self.appends.handle(msg)
+        if msg[0] == "append":  # appended: what its state says is stored
+            raw = msg[3].get(STATE_KEY)
+            if raw is not None:
+                self._stored.set(decode_state(OlrState, STATE_KEY, raw, "the receiver's state").idle_confirmed)
+        return done
 
     @property
     def figures(self) -> ReceiverFigures:
@@ -145,12 +157,12 @@ class _ChildReceiver(OlrReceiver):
             self.conn.send(("figures", ReceiverFigures.of(self)))
 
 
-def _child_main(conn, stop_conn, parent_pid, uri, state, columns, shared, options) -> None:
+def _child_main(conn, stop_conn, parent_pid, uri, state, columns, shared, stored, options) -> None:
     def body(stop) -> None:
         receiver = None
         queue = PipeAppender(conn, lambda: ReceiverFigures.of(receiver))
         receiver = _ChildReceiver(queue, parse_location(uri), state=state, columns=columns, published=shared.get,
-                                  stop=stop, **options)
+                                  stored=stored.get, stop=stop, **options)
         receiver.conn = conn
         receiver.run()
 

@@ -100,6 +100,12 @@ LARGE_TRANSACTION_ROWS = 100_000  # the commit of a transaction this large is lo
 #: The largest message taken (a frame): one message per transaction holds a whole one.
 MAX_MESSAGE_BYTES = 1 << 30
 _ROW_CODES = {OP_INSERT: INSERT, OP_UPDATE: UPDATE, OP_DELETE: DELETE, OP_DDL: DDL}
+#: Why a sender's c_scn goes back, or stays below its rows' SCNs: what OpenLogReplicator 2.0.0 sends.
+_BEGIN_SCN_STAMPS = (
+    "OpenLogReplicator 2.0.0 sends this: it stamps a transaction's messages with the transaction's begin SCN, not "
+    "its commit's (OpenLogReplicator issue 330), so its positions are not in commit order and a receiver that "
+    "confirms them loses transactions; use OpenLogReplicator 1.9.0 or earlier"
+)
 _UNSUPPORTED = ("OpenLogReplicator's format options message 4 and 8 (no begin, no commit message) are not "
                 "supported: a receiver needs each transaction's bounds")
 
@@ -155,6 +161,8 @@ class OlrReceiver:
         status_interval: float = 1.0,
         connect_timeout: float = 10.0,
         max_message_bytes: int = MAX_MESSAGE_BYTES,
+        accept_gap: bool = False,
+        stored: Callable[[], Position | None] | None = None,
     ) -> None:
         self.queue = queue
         self.location = location
@@ -169,6 +177,10 @@ class OlrReceiver:
         self.status_interval = status_interval
         self.connect_timeout = connect_timeout
         self.max_message_bytes = max_message_bytes
+        self.accept_gap = accept_gap
+        # the idle_confirmed of the last state the queue stored (a child process appends through its parent);
+        # None: what this receiver appends is stored when append returns
+        self.stored = stored
         self.builders: dict[int, BlockBuilder] = {}
         self.builder = self._builder(THREAD)
         self._pending_since = 0.0
@@ -185,6 +197,7 @@ class OlrReceiver:
         self.received_tm: int | None = None
         self.confirmed: Position | None = None
         self.confirmed_tm: int | None = None
+        self.idle_confirmed: Position | None = None
         self.messages = 0
         self.transactions = 0
         self.checkpoints = 0
@@ -212,6 +225,7 @@ class OlrReceiver:
         self._held = st.held
         self.received, self.received_tm = st.received, st.received_tm
         self.confirmed, self.confirmed_tm = st.confirmed, st.confirmed_tm
+        self.idle_confirmed = st.idle_confirmed
         self.messages, self.transactions, self.checkpoints = st.messages, st.transactions, st.checkpoints
         self.reconnects = st.reconnects
         if st.open is not None:  # records in the queue without their commit: rolled back at the first connection
@@ -231,6 +245,7 @@ class OlrReceiver:
             received_tm=self.received_tm,
             confirmed=self.confirmed,
             confirmed_tm=self.confirmed_tm,
+            idle_confirmed=self.idle_confirmed,
             messages=self.messages,
             transactions=self.transactions,
             checkpoints=self.checkpoints,
@@ -410,11 +425,11 @@ class OlrReceiver:
             self._send(sock, RedoRequest(RequestCode.START, db, scn=scn))
             reply = self._reply(sock, reader, f"START(scn {scn})")
             if reply.code == ResponseCode.ALREADY_STARTED:
+                self._check_gap(reply, pub)
                 reply = self._continue(sock, reader, pub)
             asked = f"START(scn {scn})"
         elif info.code == ResponseCode.REPLICATE:
-            if info.c_scn:
-                log.info("%s: the sender's confirmed position is c_scn %d c_idx %d", self.name, info.c_scn, info.c_idx)
+            self._check_gap(info, pub)
             reply = self._continue(sock, reader, pub)
             asked = "CONTINUE"
         else:
@@ -424,6 +439,38 @@ class OlrReceiver:
                  f"from after {_text(pub)}" if pub is not None else
                  ("from the sender's confirmed position" if asked == "CONTINUE" else f"from scn {self.start_scn}"),
                  extra={"sender": self.location.address})
+
+    def _check_gap(self, reply: RedoResponse, pub: Position | None) -> None:
+        """The sender's confirmed position (in its reply) against what this queue holds: a
+        sender sends only what follows its confirmed position, so one that is ahead (another
+        receiver confirmed more, or the queue is an older copy) would leave a gap in the
+        changefeed that nothing fills. Refused, unless ``accept_gap``."""
+        if not 0 < reply.c_scn < 1 << 63:  # 0, or OpenLogReplicator's "none" (2^64-1): none confirmed
+            return
+        confirmed = (reply.c_scn, reply.c_idx)
+        held = max((p for p in (self.last_commit, pub, self.idle_confirmed) if p is not None), default=None)
+        if held is None:  # a new queue: the changefeed begins where the sender stands
+            log.warning("%s: a new queue: the changefeed begins after the sender's confirmed position, %s; what "
+                        "came before it is not asked for (another receiver confirmed it)", self.name,
+                        _text(confirmed), extra={"c_scn": confirmed[0], "c_idx": confirmed[1]})
+            return
+        log.info("%s: the sender's confirmed position is %s", self.name, _text(confirmed))
+        if confirmed <= held:
+            return
+        what = (f"the sender's confirmed position, {_text(confirmed)}, is ahead of what this queue holds, "
+                f"{_text(held)}: the sender will not send the transactions between again (another receiver "
+                "confirmed them, or this queue is an older copy)")
+        if self.accept_gap:
+            log.warning("%s: %s; --accept-gap: publishing on from the sender's position, without them", self.name,
+                        what, extra={"c_scn": confirmed[0], "c_idx": confirmed[1]})
+            return
+        raise OlrSourceError(
+            f"{self.name}: {what}",
+            hint="to publish on from the sender's position and go without those transactions, run again with "
+                 "--accept-gap; to keep them, make the sender send them again (restore the queue and changefeed "
+                 "that confirmed them, or reset the sender's confirmed position)",
+            c_scn=confirmed[0], c_idx=confirmed[1],
+        )
 
     def _continue(self, sock: socket.socket, reader: FrameReader, pub: Position | None) -> RedoResponse:
         if pub is None:
@@ -498,6 +545,7 @@ class OlrReceiver:
                 _, tm = commits.popleft()
                 if tm is not None:
                     self.confirmed_tm = tm
+        self._confirm_idle(sock)
         now = time.monotonic()
         if (self._confirmed_unstored and now - self._state_written >= 1.0) or now - self._state_written >= 30.0:
             self._use(THREAD)
@@ -526,6 +574,13 @@ class OlrReceiver:
         if pos is None:
             raise self._bad("no c_scn and c_idx: the sender gives no positions to confirm", None)
         if self._last is not None and pos <= self._last:
+            if pos[0] < self._last[0]:
+                raise self._bad(f"c_scn {pos[0]} goes back below c_scn {self._last[0]} of the message before: "
+                                f"(c_scn, c_idx) must increase; {_BEGIN_SCN_STAMPS}", pos)
+            if m.c_idx is None:
+                raise self._bad(f"the position does not follow {_text(self._last)}: the message has no c_idx, so "
+                                "the messages that share a c_scn have no position of their own to resume from; "
+                                "use an OpenLogReplicator that sends c_idx", pos)
             raise self._bad(f"the position does not follow {_text(self._last)}: (c_scn, c_idx) must increase", pos)
         self._last = self.received = pos
         if m.tm is not None:
@@ -590,10 +645,16 @@ class OlrReceiver:
         scn = txn.scn
         if scn > pos[0]:
             raise self._bad(f"a row at scn {scn}, above the transaction's c_scn {pos[0]}: c_scn must be the "
-                            "commit's position", pos)
+                            f"commit's position; {_BEGIN_SCN_STAMPS}", pos)
         schema = entry.schema
-        if schema is None or schema.table is None:
+        owner, table, obj = (schema.owner, schema.table, schema.obj) if schema is not None else (None, None, None)
+        if table is None and code != DDL:  # OpenLogReplicator names every row's table (OBJ_<n> when it cannot)
             raise self._bad(f"a row ({entry.op}) without schema.table", pos)
+        # what the sender does not name is the empty string (the changefeed's owner and table are never null):
+        # the owner of an object OpenLogReplicator cannot name, or of every row in its schemaless mode; the
+        # table of a ddl whose message has its sql alone
+        owner = owner or ""
+        table = table or ""
         try:
             before = object_text(entry.before, "before")
             after = object_text(entry.after, "after")
@@ -603,58 +664,57 @@ class OlrReceiver:
             raise self._bad(f"a row ({entry.op}) with neither before nor after", pos)
         if code == DDL and entry.sql is None:
             raise self._bad("a ddl without sql", pos)
-        if schema.columns is not None:
-            self._columns(schema, pos)
+        if schema is not None and schema.columns is not None and table:
+            self._columns(owner, table, obj, schema.columns, pos)
         thread = self._thread(m, pos)
         self._use(thread)
         if not txn.begun:
             txn.begun = True
             self._add(BEGIN, max(1, min(txn.scn, pos[0])), txn.xid, txn.first[1], end_payload(txn.tm))
         txn.rows += 1
-        payload = row_payload(m.tm, schema.owner, schema.table, schema.obj, entry.rid, before, after, entry.sql)
-        known = self._schema(schema, pos)
+        payload = row_payload(m.tm, owner, table, obj, entry.rid, before, after, entry.sql)
+        known = self._schema(owner, table, pos) if table else None
         if known is not None:  # the row names its table's version; the first of the transaction carries the document
             version, document = known
             payload += schema_fields(version, None if version in txn.documented else document)
             txn.documented.add(version)
         self._add(code, scn, txn.xid, pos[1], payload)
 
-    def _columns(self, schema, pos: Position) -> None:
+    def _columns(self, owner: str, table: str, obj: int | None, columns, pos: Position) -> None:
         """Keep a table's columns (stored with the next block) when they are new or changed."""
         try:
-            text = raw_text(schema.columns)
+            text = raw_text(columns)
         except MessageError as exc:
             raise self._bad(exc.message, pos) from None
         if text is None:
             return
-        key = columns_key(schema.owner, schema.table)
+        key = columns_key(owner, table)
         if self.columns.get(key) != text:
-            self._document(schema, text, pos)  # refused here, before they are kept, when they are bad
+            self._document(owner, table, text, pos)  # refused here, before they are kept, when they are bad
             self.columns[key] = text
-            self._pending_meta[key] = TableColumns(owner=schema.owner, table=schema.table, obj=schema.obj,
-                                                   columns=text, at=pos).encode()
+            self._pending_meta[key] = TableColumns(owner=owner, table=table, obj=obj, columns=text, at=pos).encode()
 
-    def _schema(self, schema, pos: Position) -> tuple[str, str] | None:
+    def _schema(self, owner: str, table: str, pos: Position) -> tuple[str, str] | None:
         """``(version, document)`` of the table's schema document, from the last columns
         the sender gave for it (this run or before, from the queue's metadata); None when
         it gave none."""
-        text = self.columns.get(columns_key(schema.owner, schema.table))
+        text = self.columns.get(columns_key(owner, table))
         if text is None:
             return None
-        known = self._schemas.get((schema.owner, schema.table))
+        known = self._schemas.get((owner, table))
         if known is None or known[0] != text:
-            known = self._document(schema, text, pos)
+            known = self._document(owner, table, text, pos)
         return known[1], known[2]
 
-    def _document(self, schema, text: str, pos: Position) -> tuple[str, str, str]:
+    def _document(self, owner: str, table: str, text: str, pos: Position) -> tuple[str, str, str]:
         try:
             columns = schema_columns(text)
         except ColumnsError as exc:
-            raise self._bad(f"{schema.owner}.{schema.table}: {exc}", pos) from None
-        version, document = schema_document("olr", schema.owner, schema.table, columns)
+            raise self._bad(f"{owner}.{table}: {exc}", pos) from None
+        version, document = schema_document("olr", owner, table, columns)
         if len(self._schemas) > 10_000:
             self._schemas.clear()
-        known = self._schemas[(schema.owner, schema.table)] = (text, version, document)
+        known = self._schemas[(owner, table)] = (text, version, document)
         return known
 
     def _commit(self, m, pos: Position) -> None:
@@ -683,4 +743,20 @@ class OlrReceiver:
         if self.builder.count or (self._held is not None and (pub is None or self._held > pub)):
             return
         if self.confirmed is None or pos > self.confirmed:
-            self._confirm(sock, pos)
+            # stored before the sender is told: a sender whose confirmed position is ahead of what the
+            # queue says it holds is taken for one that will not send a gap again (_check_gap)
+            self.idle_confirmed = pos
+            self._use(THREAD)
+            self._append()
+            self._confirm_idle(sock)
+
+    def _confirm_idle(self, sock: socket.socket) -> None:
+        """Confirm the checkpoint of :meth:`_idle_confirm` once the queue stored it."""
+        pos = self.idle_confirmed
+        if pos is None or (self.confirmed is not None and pos <= self.confirmed):
+            return
+        if self.stored is not None:
+            stored = self.stored()
+            if stored is None or stored < pos:  # not yet written by the parent: at the next status
+                return
+        self._confirm(sock, pos)

@@ -123,6 +123,8 @@ def options(flags: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"start_scn": flags.get("start_scn") or 0}
     if flags.get("max_message_size") is not None:
         out["max_message_bytes"] = flags["max_message_size"]
+    if flags.get("accept_gap"):
+        out["accept_gap"] = True
     return out
 
 

@@ -41,6 +41,9 @@ class OlrState(ResumeState):
     received: Position | None = None  # the last position the sender sent
     received_tm: int | None = None  # the last tm it sent (ns)
     confirmed: Position | None = None  # the position last confirmed to the sender
+    # the last checkpoint message confirmed while every transaction received was published
+    # (stored before its CONFIRM is sent): the queue holds everything up to it
+    idle_confirmed: Position | None = None
     confirmed_tm: int | None = None  # the commit time of the transaction confirmed (ns)
     messages: int = 0  # messages read (by every run)
     transactions: int = 0  # transactions appended (by every run)

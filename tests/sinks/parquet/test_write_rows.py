@@ -82,3 +82,19 @@ def test_write_rows_equals_write_transaction_per_transaction(txs, cuts, file_row
         a, b = _files(root / "one"), _files(root / "flat")
         assert a == b
         assert sum(len(rows) for _, _, rows in a) == sum(len(rows) for _, _, rows in items)
+
+
+def test_a_row_queued_without_an_owner_is_published_with_the_empty_owner(tmp_path):
+    """A queue filled by an OpenLogReplicator receiver that kept a missing ``schema.owner``
+    as null (its schemaless mode, an object it could not name) publishes: the changefeed's
+    ``owner`` is never null, and the source named none: the empty string."""
+    cf = tmp_path / "cf"
+    w = ChangefeedWriter(cf, durable=False)
+    rows = [[INSERT, 10, 0, 1, 1, None, None, "OBJ_87705", None, None, None, '{"COL_0":"53544f50"}', None],
+            [INSERT, 10, 0, 1, 2, None, "HR", "EMP", None, None, None, '{"ID":1}', None]]
+    w.write_rows(rows, [("0x1.2.3", CommitKey(12, 1, 0, 3), None, 1, 2)])
+    f = w.flush()
+    w.close()
+    assert f is not None and f.rows == 2
+    got = pq.read_table(cf / f.name, columns=["owner", "table"]).to_pylist()
+    assert got == [{"owner": "", "table": "OBJ_87705"}, {"owner": "HR", "table": "EMP"}]

@@ -119,10 +119,12 @@ class StandIn:
 
     ``rate``: messages a second at most (None: as fast as the receiver takes them);
     ``hold_at``: the stream pauses before that message until :meth:`release`;
-    ``state``: a file that keeps the confirmed position across a kill."""
+    ``state``: a file that keeps the confirmed position across a kill; ``on_confirm``:
+    called with the position of each CONFIRM when it arrives."""
 
     def __init__(self, messages: list[bytes], database: str = "ORCL", host: str = "127.0.0.1", port: int = 0,
-                 state: Path | None = None, rate: float | None = None, hold_at: int | None = None) -> None:
+                 state: Path | None = None, rate: float | None = None, hold_at: int | None = None,
+                 on_confirm=None) -> None:
         self.messages = list(messages)
         self.positions: list[tuple[int, int]] = []
         for m in self.messages:  # (a message that is not JSON, sent to test a receiver, is where the one before is)
@@ -134,6 +136,7 @@ class StandIn:
         self.state = state
         self.rate = rate
         self.hold_at = hold_at
+        self.on_confirm = on_confirm  # called with each CONFIRM's position as it arrives
         self._released = threading.Event()
         self.confirmed: tuple[int, int] | None = None
         if state is not None and state.exists():
@@ -273,6 +276,8 @@ class StandIn:
             if req["database"] != self.database:
                 return None, None  # OpenLogReplicator ignores it
             pos = (req.get("c_scn", 0), req.get("c_idx", 0))
+            if self.on_confirm is not None:
+                self.on_confirm(pos)
             with self.lock:
                 if self.confirmed is None or pos > self.confirmed:
                     self.confirmed = pos

@@ -264,3 +264,34 @@ def test_after_a_restart_that_followed_an_empty_transaction_idle_checkpoints_are
         with receiving(sender, queue, published) as box:
             wait_for(lambda: (13, 0) in sender.confirms() or "error" in box, what="the checkpoint confirmed")
     assert "error" not in box and sender.confirms() == [(10, 2), (13, 0)]
+
+
+def test_begin_scn_stamps_of_openlogreplicator_2_0_are_refused_and_said_so():
+    """OpenLogReplicator 2.0.0 stamps a transaction's messages with its begin SCN (its
+    issue 330; 1.9.0 and earlier stamp the commit's): a transaction that began earlier
+    and committed later comes after one with a higher c_scn, and its rows are above its
+    c_scn. Both are refused (confirming such positions loses transactions), naming that
+    version and the ones that work."""
+    b_first = [  # B began at 105, committed at 110; then A, which began at 100 and committed at 120
+        b'{"scn":105,"tm":1,"c_scn":105,"c_idx":0,"xid":"0x0002.001.00000001","payload":[{"op":"begin"}]}',
+        b'{"c_scn":105,"c_idx":1,"xid":"0x0002.001.00000001","payload":[{"op":"c","schema":{"owner":"HR",'
+        b'"table":"T"},"after":{"A":1}}]}',
+        b'{"c_scn":105,"c_idx":2,"xid":"0x0002.001.00000001","payload":[{"op":"commit"}]}',
+        b'{"scn":100,"tm":2,"c_scn":100,"c_idx":0,"xid":"0x0001.001.00000001","payload":[{"op":"begin"}]}',
+    ]
+    row_above = [  # scn in every message (scn-type 1): a row's SCN above the begin SCN that stamps it
+        b'{"scn":100,"tm":1,"c_scn":100,"c_idx":0,"xid":"0x0001.001.00000001","payload":[{"op":"begin"}]}',
+        b'{"scn":103,"c_scn":100,"c_idx":1,"xid":"0x0001.001.00000001","payload":[{"op":"c","schema":{"owner":'
+        b'"HR","table":"T"},"after":{"A":1}}]}',
+    ]
+    for msgs, words in ((b_first, "c_scn 100 goes back below c_scn 105"),
+                        (row_above, "a row at scn 103, above the transaction's c_scn 100")):
+        queue = MemoryQueue()
+        with StandIn(msgs) as sender, receiving(sender, queue, {}) as box:
+            wait_for(lambda: "error" in box, what="the error")
+        err = box["error"]
+        assert isinstance(err, OlrStreamError) and err.exit_code == 3
+        text = str(err)
+        assert "\n" not in text
+        for w in (words, "OpenLogReplicator 2.0.0", "begin SCN", "issue 330", "1.9.0 or earlier"):
+            assert w in text, text
