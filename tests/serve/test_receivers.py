@@ -182,22 +182,22 @@ def test_info_with_much_of_the_stream_queued_stops_the_stream_and_answers(backlo
 
 
 def test_a_slow_but_steady_reader_is_not_taken_for_stalled(backlog, caplog):
-    """The receiver takes 4 KB every 20 ms: serve's send() waits far longer than the stall
-    timeout for room in its socket, but the receiver's machine acknowledges bytes all the
-    time: it is kept."""
+    """The receiver takes 4 KB every 40 ms (100 KB/s): serve's send() waits for room in
+    its socket's large send buffer (a third of it frees in about 3 s) longer than the
+    stall timeout, but the receiver's machine acknowledges bytes all the time: it is kept."""
     cf, _total = backlog
-    with serving(cf, stall_seconds=1, chunk_bytes=64 << 10) as server:
-        server.listener.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 256 << 10)
+    with serving(cf, stall_seconds=1.5, chunk_bytes=64 << 10) as server:
+        server.listener.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 512 << 10)
         with Receiver(*server.address) as r:
             r.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SMALL)
             r.debezium_handshake()
             received = 0
             t0 = time.monotonic()
-            while time.monotonic() - t0 < 4:
+            while time.monotonic() - t0 < 6:
                 data = r.sock.recv(4096)
                 assert data, f"closed after {received:,} bytes"
                 received += len(data)
-                time.sleep(0.02)
+                time.sleep(0.04)
             assert server.conn is not None
     assert "took no byte of the stream" not in caplog.text
 
