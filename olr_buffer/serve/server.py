@@ -14,8 +14,10 @@ then are read first).
 What the receiver got is what its machine acknowledged: the bytes handed to the kernel
 less those still in the socket's send queue (``SIOCOUTQ``, Linux; elsewhere the bytes
 handed to the kernel). A ``CONFIRM`` beyond the last message whose bytes are all
-acknowledged is taken as that message; a receiver whose machine acknowledges no byte of
-the stream for ``stall_seconds`` while some wait is closed, however slowly it reads.
+acknowledged is taken as that message (the segment that carries a CONFIRM acknowledges
+all the receiver had before it, so a receiver's CONFIRM of what it read is never cut); a
+receiver whose machine acknowledges no byte of the stream for ``stall_seconds`` while
+some wait is closed, however slowly it reads.
 
 Bad input is answered and logged, and the server stays up: a request that is not a
 ``RedoRequest`` or has an unknown code gets ``INVALID_COMMAND``; a frame longer than a
