@@ -20,7 +20,7 @@ from olr_buffer.serve.state import read_confirmed
 from tests.serve.changefeeds import Feed, Row, Tx, random_transactions
 from tests.serve.conftest import serving
 from tests.serve.model import after, expected_messages, position
-from tests.serve.receiver import CONFIRM, CONTINUE, INFO, REPLICATE, START, Receiver, decode_response, request
+from tests.serve.receiver import CONFIRM, CONTINUE, INFO, READY, REPLICATE, START, Receiver, decode_response, request
 
 SMALL = 16 << 10  # a small socket buffer: the kernel holds little of the stream
 
@@ -258,3 +258,24 @@ def test_a_receiver_that_makes_progress_is_not_taken_over(small, caplog):
                 assert second.read_frame(timeout=10) is None  # refused at once
             assert first.confirmed() is None  # still served
     assert server.stats.refused == 1 and server.stats.taken_over == 0
+
+
+@pytest.mark.e2e
+def test_serve_takes_its_takeover_time_from_the_command_line(small):
+    from tests.serve.test_serve_process import ServeProcess
+
+    cf, everything = small
+    serve = ServeProcess(cf, "--takeover-after", "0")
+    try:
+        with serve.receiver() as first:
+            first.debezium_handshake()
+            first.messages(len(everything))
+            with serve.receiver() as second:  # 0: a new connection always takes over
+                second.send(INFO)
+                assert second.response()["code"] == READY
+            assert first.read_frame(timeout=30) is None
+        assert serve.stop() == 0
+    finally:
+        if serve.proc.poll() is None:
+            serve.proc.kill()
+    assert "taken over by a new connection" in serve.log
