@@ -12,9 +12,10 @@ The changefeed is made once (``bench/shapes.py --width narrow --tx tiny``, then
   from its first read to its last (start-up and imports aside);
 * **serve**: a fresh ``olr-buffer serve`` (its own state directory, so nothing is
   confirmed), and a receiver in this process: INFO, START 0, then every message read
-  (frames counted; the last one parsed and checked), a CONFIRM every
-  ``--confirm-every`` messages. Wall time from START to the last message; CPU time of
-  the serve process (``/proc/PID/stat``) and of the receiver over the same span.
+  (frames counted; the last one parsed and checked), a CONFIRM of the last message read
+  every ``--confirm-every`` messages (serve reads and stores them while it streams).
+  Wall time from START to the last message; CPU time of the serve process
+  (``/proc/PID/stat``) and of the receiver over the same span.
 
 Messages are begin + rows + commit of each transaction. The table gives the median of the
 runs; the machine is shared, so CPU seconds are given beside wall seconds.
@@ -160,12 +161,12 @@ def measure_serve(cf: Path, state: Path, messages: int, confirm_every: int) -> d
                 last_at = pos
                 pos += 4 + n
             if pos:
-                if count >= messages:
-                    last = bytes(buf[last_at + 4 : pos])
+                last = bytes(buf[last_at + 4 : pos])
                 del buf[:pos]
             if confirm_every and count >= next_confirm:
                 next_confirm += confirm_every
-                sock.sendall(_request(3, c_scn=1, c_idx=0))  # the position matters not here: the fsync does
+                doc = json.loads(last)  # the last message read: a position that moves, stored each time
+                sock.sendall(_request(3, c_scn=doc["c_scn"], c_idx=doc["c_idx"]))
         wall = time.perf_counter() - t0
         serve_cpu = _proc_cpu(proc.pid) - serve0
         me1 = resource.getrusage(resource.RUSAGE_SELF)

@@ -604,7 +604,11 @@ def _listen_address(ctx, param, value):
 @click.option("--poll-interval", type=click.FloatRange(min=0.01), default=0.2, show_default=True,
               help="Seconds between two looks for newly published files once the receiver has everything.")
 @click.option("--stall-timeout", type=click.FloatRange(min=1), default=60.0, show_default=True,
-              help="Close the connection of a receiver that takes no byte of the stream for this many seconds.")
+              help="Close the connection of a receiver whose machine takes no byte of the stream for this many "
+                   "seconds while some wait for it (a slow but steady reader is kept).")
+@click.option("--takeover-after", type=click.FloatRange(min=0), default=60.0, show_default=True,
+              help="A new connection takes over from the connected receiver when that one has made no progress "
+                   "(no request, no byte of the stream taken) for this many seconds; before, it is refused.")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
               help="Serve Prometheus metrics on this port (off by default).")
 @click.option("--metrics-host", default="127.0.0.1", show_default=True, help="Address for the metrics (loopback by default).")
@@ -614,8 +618,8 @@ def _listen_address(ctx, param, value):
 @click.option("--no-sync", is_flag=True,
               help="DURABILITY TRADE-OFF: store confirmed positions without fsync; a machine crash may lose the last.")
 @clean_errors
-def serve(changefeed_dir, listen, database, state_dir, poll_interval, stall_timeout, metrics_port, metrics_host,
-          log_level, log_format, no_sync) -> None:
+def serve(changefeed_dir, listen, database, state_dir, poll_interval, stall_timeout, takeover_after, metrics_port,
+          metrics_host, log_level, log_format, no_sync) -> None:
     """Serve CHANGEFEED_DIR over OpenLogReplicator's network protocol: a receiver written for
     OpenLogReplicator (SynchDB, Debezium's OpenLogReplicator adapter) reads its committed
     transactions, confirms positions, and resumes after its last one. Follows the changefeed
@@ -645,7 +649,8 @@ def serve(changefeed_dir, listen, database, state_dir, poll_interval, stall_time
     from .serve import Server, ServeOptions
 
     server = Server(ServeOptions(changefeed_dir, listen[0], listen[1], database, state_dir=state_dir,
-                                 poll_seconds=poll_interval, stall_seconds=stall_timeout, durable=not no_sync))
+                                 poll_seconds=poll_interval, stall_seconds=stall_timeout,
+                                 takeover_seconds=takeover_after, durable=not no_sync))
     if metrics_port is not None:
         from .serve.metrics import ServeMetrics
         from .service import serve_metrics

@@ -40,7 +40,8 @@ class FrameReader:
 
     ``feed(data)`` returns the frames that ``data`` completes; a header that announces
     more than ``max_length`` bytes raises :class:`FrameTooLargeError` (the connection is
-    then of no further use: where the next frame starts is unknown)."""
+    then of no further use: where the next frame starts is unknown), which holds the
+    frames ``data`` completed before it (``facts["frames"]``)."""
 
     __slots__ = ("max_length", "_buf")
 
@@ -68,9 +69,11 @@ class FrameReader:
                 (length,) = _U64.unpack_from(buf, pos + 4)
                 head = 12
             if length > self.max_length:
+                del buf[:pos]
                 raise FrameTooLargeError(
                     f"a frame of {length:,} bytes is announced; at most {self.max_length:,} are accepted",
                     length=length,
+                    frames=frames,  # the frames complete before it
                 )
             if end - pos - head < length:
                 break

@@ -51,6 +51,8 @@ class ServeMetrics:
         yield family("connections_total", "counter", "Receiver connections accepted.", s.connections)
         yield family("refused_connections_total", "counter", "Connections refused: another receiver was connected.",
                      s.refused)
+        yield family("taken_over_total", "counter", "Receivers closed because a new connection took over from them "
+                     "(no progress for --takeover-after).", s.taken_over)
         yield family("bad_requests_total", "counter", "Requests answered INVALID_COMMAND or INVALID_DATABASE, and "
                      "oversized frames.", s.bad_requests)
         yield family("messages_sent_total", "counter", "JSON messages sent (begin, rows, commit).", s.messages_sent)

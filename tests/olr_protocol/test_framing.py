@@ -40,3 +40,13 @@ def test_an_oversized_length_is_refused_before_its_bytes_are_kept():
         FrameReader(1024).feed(b"\xff\xff\xff\xff" + struct.pack("<Q", 1 << 40))
     with pytest.raises(FrameTooLargeError):  # garbage: "GET " read as a length
         FrameReader(1024).feed(b"GET / HTTP/1.1\r\n")
+
+
+def test_the_frames_before_an_oversized_length_are_given_with_the_error():
+    reader = FrameReader(1024)
+    with pytest.raises(FrameTooLargeError) as refused:
+        reader.feed(frame(b"a") + frame(b"bc") + b"GET / HTTP/1.1\r\n")
+    assert refused.value.facts["frames"] == [b"a", b"bc"]
+    with pytest.raises(FrameTooLargeError) as again:  # of no further use, and nothing given twice
+        reader.feed(b"")
+    assert again.value.facts["frames"] == []
