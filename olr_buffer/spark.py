@@ -483,6 +483,8 @@ def typed(
                         change_data_feed and truncates == "error")
     if version is None and not isinstance(path, str):
         rows = _table_rows(spark, location, owner, table)
+        if starting_tx_seq is not None:
+            rows = rows.where(F.col("tx_seq") >= starting_tx_seq)
         if ending_tx_seq is not None:
             rows = rows.where(F.col("tx_seq") <= ending_tx_seq)
         document = _table_document(spark, location, rows, owner, table, None, required=True)
@@ -500,7 +502,7 @@ def table_schema(
     ``path`` (``version``, or the version of the table's last row), and its columns as the
     Spark ``StructType`` that :func:`typed` gives ``before`` and ``after``."""
     rows = _table_rows(spark, path, owner, table, missing_ok=version is not None)
-    document = _table_document(spark, path, rows, owner, table, version, required=True)
+    document = _table_document(spark, path, rows, owner, table, version, required=True, renames=False)
     return document, _struct_of(_document_fields(document, None))
 
 
@@ -711,19 +713,20 @@ def _require_variant(spark: "SparkSession", what: str) -> None:
 
 
 def _table_document(spark: "SparkSession", location: str, rows: "DataFrame", owner: str, table: str,
-                    version: str | None, *, required: bool) -> dict | None:
+                    version: str | None, *, required: bool, renames: bool = True) -> dict | None:
     """The schema document ``version`` of the changefeed at ``location``, or the one the
-    last of ``rows`` (one table's rows) names; None if they name none and not ``required``."""
-    import json
-
+    last of ``rows`` (one table's rows) names; None if they name none and not ``required``.
+    Without ``version``, ``renames``: refused if the rows name a version that may have had
+    a column renamed since (:func:`_refuse_renames`)."""
     from pyspark.sql import functions as F
 
     if version is None:
+        versions = []
         if "schema_version" in rows.columns:
-            last = rows.where(F.col("schema_version").isNotNull()).agg(
-                F.max_by("schema_version", F.struct("tx_seq", "op_seq")).alias("v")).first()
-            version = last.v if last is not None else None
-        if version is None:
+            versions = rows.where(F.col("schema_version").isNotNull()).groupBy("schema_version").agg(
+                F.max(F.struct("tx_seq", "op_seq")).alias("last"), F.min("tx_seq").alias("first_tx_seq"),
+                F.max("tx_seq").alias("last_tx_seq")).collect()
+        if not versions:
             if not required:
                 return None
             raise ChangefeedReadError(
@@ -732,6 +735,19 @@ def _table_document(spark: "SparkSession", location: str, rows: "DataFrame", own
                 "(docs/formats.md); or give table_changes a schema",
                 path=location, owner=owner, table=table,
             )
+        latest = max(versions, key=lambda v: (v.last.tx_seq, v.last.op_seq))
+        document = _read_document(spark, location, latest.schema_version, owner, table)
+        if renames:
+            _refuse_renames(spark, location, owner, table, document, latest.schema_version,
+                            [v for v in versions if v.schema_version != latest.schema_version])
+        return document
+    return _read_document(spark, location, version, owner, table)
+
+
+def _read_document(spark: "SparkSession", location: str, version: str, owner: str, table: str) -> dict:
+    """The schema document ``version`` of ``owner.table`` in the changefeed at ``location``."""
+    import json
+
     if re.fullmatch(r"[0-9a-f]{16}", version) is None:
         raise ValueError(f"not a schema version: {version!r} (16 hexadecimal digits)")
     if "://" in location and not location.startswith("file:"):
@@ -745,6 +761,33 @@ def _table_document(spark: "SparkSession", location: str, rows: "DataFrame", own
             f"not of {owner}.{table}", path=location, owner=owner, table=table,
         )
     return document
+
+
+def _refuse_renames(spark: "SparkSession", location: str, owner: str, table: str, latest: dict, version: str,
+                    others: list) -> None:
+    """Raise :class:`ChangefeedReadError` if an earlier version of the table's rows
+    (``others``: rows of ``schema_version``, ``first_tx_seq``, ``last_tx_seq``) lacks a
+    column of ``latest`` (version ``version``) and has one that ``latest`` lacks: a
+    rename, or a drop and an add, which the documents cannot tell apart (they name
+    columns; neither PostgreSQL's Relation message nor a redo or OpenLogReplicator schema
+    gives a column a number that lasts), and read by ``latest`` its values would be null."""
+    names = [c["name"] for c in latest["columns"]]
+    for other in sorted(others, key=lambda v: v.first_tx_seq):
+        theirs = [c["name"] for c in _read_document(spark, location, other.schema_version, owner, table)["columns"]]
+        gone = [n for n in theirs if n not in names]
+        new = [n for n in names if n not in theirs]
+        if gone and new:
+            a, b, last = other.schema_version, version, other.last_tx_seq
+            raise ChangefeedReadError(
+                f"{location}: {owner}.{table}: column {', '.join(gone)} of schema version {a} (rows of tx_seq "
+                f"{other.first_tx_seq}..{last}) is not in version {b}, the table's last, which has "
+                f"{', '.join(new)} instead: renamed, or dropped and added (the schema documents cannot tell); read "
+                f"by {b}, those rows would have {', '.join(new)} null and {', '.join(gone)} gone",
+                hint=f"read those rows by their own version (version='{a}', ending_tx_seq={last}) and the later "
+                f"ones by {b} (version='{b}', starting_tx_seq={last + 1}); or give version='{b}' to read every row "
+                "by it (docs/spark.md, \"Renamed columns\")",
+                path=location, owner=owner, table=table, version=a, latest=b,
+            )
 
 
 def _document_fields(document: dict, types: dict[str, Any] | None) -> list[tuple[str, Any]]:
