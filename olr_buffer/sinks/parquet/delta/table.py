@@ -336,6 +336,8 @@ class DeltaChangefeed:
                 raise self._error(exc, "commit to the Delta table") from None
             fault_point("after_delta_commit")
             self._read(self._table.update_incremental)
+            if self.version == base + 1 and self._vetted == base:
+                self._vetted = base + 1  # this commit: no other came between
             self._check_foreign()
             if self.version == base + 1:
                 self._next = last + 1  # only this commit since the snapshot checked
