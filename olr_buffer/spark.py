@@ -142,7 +142,7 @@ def read_changefeed(spark: "SparkSession", path: str) -> "DataFrame":
     table, are not read. No Delta jar is needed.
     """
     schema = changefeed_schema()
-    files = _delta_files(path)
+    files = _delta_files(spark, path)
     if files is None:
         reader = spark.read.schema(schema).option("pathGlobFilter", PART_GLOB)
         return _with_timestamps(_load(lambda: reader.parquet(spark_path(path)), path, None))
@@ -151,18 +151,35 @@ def read_changefeed(spark: "SparkSession", path: str) -> "DataFrame":
     return _with_timestamps(spark.read.schema(schema).parquet(*files))
 
 
-def _delta_files(path: str) -> list[str] | None:
+def _delta_files(spark: "SparkSession", path: str) -> list[str] | None:
     """The files of the Delta changefeed at ``path``, in ``tx_seq`` order, as Spark names
     them: its table's (the snapshot's active files, read from the Delta log) and those
     published after them, not yet committed; None if ``path`` holds no Delta changefeed."""
     from .sinks.parquet import Location
 
-    target = _store_target(path)
+    target = _delta_target(spark, path)
     if target is None:
         return None
     loc = Location(target)
     ranges = _delta_ranges(target)
     return None if ranges is None else [spark_path(loc.where(name)) for _, _, name in ranges]
+
+
+def _delta_target(spark: "SparkSession", path: str) -> str | None:
+    """``path`` as olr-buffer's stores name it (:func:`_store_target`), if it may hold a
+    Delta changefeed. On S3, Spark's own filesystem (S3A, with its settings) says first
+    whether there is a ``_delta_log/``, so that a plain changefeed is read as before with
+    Spark's credentials alone; olr-buffer's store (the AWS variables) reads the log."""
+    target = _store_target(path)
+    if target is None or not target.startswith("s3://"):
+        return target
+    try:
+        jvm = spark._jvm
+        log_dir = jvm.org.apache.hadoop.fs.Path(spark_path(path).rstrip("/") + "/_delta_log")
+        found = log_dir.getFileSystem(spark._jsc.hadoopConfiguration()).exists(log_dir)
+    except Exception:  # noqa: BLE001 - no S3A here, or Spark Connect: olr-buffer's store looks
+        return target
+    return target if found else None
 
 
 def _store_target(path: str) -> str | None:
@@ -198,7 +215,7 @@ def stream_changefeed(spark: "SparkSession", path: str, *, wait_seconds: float =
     read already, ``dataChange = false``) adds nothing and nothing is read twice. Its one
     option is ``maxFilesPerTrigger`` (Spark 4.2 or later).
     """
-    target = _store_target(path)
+    target = _delta_target(spark, path)
     if target is not None and _delta_ranges(target) is not None:
         return _stream_delta(spark, target, options)
     opts = {"pathGlobFilter": PART_GLOB, **options}
