@@ -4,6 +4,9 @@ and is an extra (``pip install 'olr-buffer[spark]'``): without it, a helper rais
 
 - :func:`read_changefeed`: the changefeed as a batch DataFrame.
 - :func:`stream_changefeed`: the changefeed as a streaming DataFrame (Spark's file source).
+
+A Delta changefeed is read through its log (the files of its table's snapshot), never as
+the files of its directory, which keep those a compaction replaced.
 - :func:`table_changes`: the rows of one table, ``before``/``after`` parsed into structs,
   between two ``tx_seq``; or Delta's change-data-feed view of them.
 - :func:`snapshot`: the current state of one table, one row per key.
