@@ -4,6 +4,9 @@ and is an extra (``pip install 'olr-buffer[spark]'``): without it, a helper rais
 
 - :func:`read_changefeed`: the changefeed as a batch DataFrame.
 - :func:`stream_changefeed`: the changefeed as a streaming DataFrame (Spark's file source).
+
+A Delta changefeed is read through its log (the files of its table's snapshot), never as
+the files of its directory, which keep those a compaction replaced.
 - :func:`table_changes`: the rows of one table, ``before``/``after`` parsed into structs,
   between two ``tx_seq``; or Delta's change-data-feed view of them.
 - :func:`snapshot`: the current state of one table, one row per key.
@@ -136,12 +139,61 @@ def read_changefeed(spark: "SparkSession", path: str) -> "DataFrame":
     ``path``: :class:`ChangefeedNotFoundError`. ``path`` may be ``s3://BUCKET/PREFIX``
     (read as ``s3a://``, which needs hadoop-aws: docs/spark.md).
 
-    A Delta changefeed (``--table-format delta``) is read as its plain files here; after a
-    compaction, read it as a Delta table (``spark.read.format("delta")``): the files the
-    compaction replaced stay beside it, and a plain read sees their rows twice.
+    A Delta changefeed (``--table-format delta``) is read through its log: the files of
+    its table's current snapshot (and a file published but not yet committed after them),
+    listed when this is called; the files a compaction replaced, which stay beside the
+    table, are not read. No Delta jar is needed.
     """
-    reader = spark.read.schema(changefeed_schema()).option("pathGlobFilter", PART_GLOB)
-    return _with_timestamps(_load(lambda: reader.parquet(spark_path(path)), path, None))
+    schema = changefeed_schema()
+    files = _delta_files(spark, path)
+    if files is None:
+        reader = spark.read.schema(schema).option("pathGlobFilter", PART_GLOB)
+        return _with_timestamps(_load(lambda: reader.parquet(spark_path(path)), path, None))
+    if not files:
+        return _with_timestamps(spark.createDataFrame([], schema))
+    return _with_timestamps(spark.read.schema(schema).parquet(*files))
+
+
+def _delta_files(spark: "SparkSession", path: str) -> list[str] | None:
+    """The files of the Delta changefeed at ``path``, in ``tx_seq`` order, as Spark names
+    them: its table's (the snapshot's active files, read from the Delta log) and those
+    published after them, not yet committed; None if ``path`` holds no Delta changefeed."""
+    from .sinks.parquet import Location
+
+    target = _delta_target(spark, path)
+    if target is None:
+        return None
+    loc = Location(target)
+    ranges = _delta_ranges(target)
+    return None if ranges is None else [spark_path(loc.where(name)) for _, _, name in ranges]
+
+
+def _delta_target(spark: "SparkSession", path: str) -> str | None:
+    """``path`` as olr-buffer's stores name it (:func:`_store_target`), if it may hold a
+    Delta changefeed. On S3, Spark's own filesystem (S3A, with its settings) says first
+    whether there is a ``_delta_log/``, so that a plain changefeed is read as before with
+    Spark's credentials alone; olr-buffer's store (the AWS variables) reads the log."""
+    target = _store_target(path)
+    if target is None or not target.startswith("s3://"):
+        return target
+    try:
+        jvm = spark._jvm
+        log_dir = jvm.org.apache.hadoop.fs.Path(spark_path(path).rstrip("/") + "/_delta_log")
+        found = log_dir.getFileSystem(spark._jsc.hadoopConfiguration()).exists(log_dir)
+    except Exception:  # noqa: BLE001 - no S3A here, or Spark Connect: olr-buffer's store looks
+        return target
+    return target if found else None
+
+
+def _store_target(path: str) -> str | None:
+    """``path`` as olr-buffer's stores name it (``s3a://`` is ``s3://``, ``file://`` a
+    path); None for a scheme they do not have (the changefeed cannot be there)."""
+    target = path.removeprefix("file://")
+    if target.startswith("s3a://"):
+        target = "s3://" + target[len("s3a://"):]
+    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", target) and not target.startswith("s3://"):
+        return None
+    return target
 
 
 def stream_changefeed(spark: "SparkSession", path: str, *, wait_seconds: float = 0.0,
@@ -158,12 +210,136 @@ def stream_changefeed(spark: "SparkSession", path: str, *, wait_seconds: float =
     Spark's file source needs the directory, which ``run`` creates when it starts: with no
     changefeed at ``path`` this raises :class:`ChangefeedNotFoundError` (one line: start
     ``run`` first), after waiting up to ``wait_seconds`` for it to appear (0: no wait).
+
+    A Delta changefeed (one with a Delta log when this is called) is streamed through its
+    log instead (Spark 4: a Python data source, no Delta jar): the stream's offset is the
+    next ``tx_seq``, each micro-batch reads the rows of the transactions after it from the
+    table's files as they are then, so a compaction (its merged file holds transactions
+    read already, ``dataChange = false``) adds nothing and nothing is read twice. Its one
+    option is ``maxFilesPerTrigger`` (Spark 4.2 or later).
     """
+    target = _delta_target(spark, path)
+    if target is not None and _delta_ranges(target) is not None:
+        return _stream_delta(spark, target, options)
     opts = {"pathGlobFilter": PART_GLOB, **options}
     reader = spark.readStream.schema(changefeed_schema()).format("parquet")
     for key, value in opts.items():
         reader = reader.option(key, value)
     return _with_timestamps(_load(lambda: reader.load(spark_path(path)), path, wait_seconds))
+
+
+#: The name of the Python data source that streams a Delta changefeed.
+DELTA_STREAM_FORMAT = "olr_buffer_delta_changefeed"
+_DELTA_STREAM_OPTIONS = ("maxFilesPerTrigger",)
+
+
+def _stream_delta(spark: "SparkSession", path: str, options: dict[str, Any]) -> "DataFrame":
+    """The Delta changefeed at ``path`` as a streaming DataFrame (see :func:`stream_changefeed`)."""
+    unknown = sorted(set(options) - set(_DELTA_STREAM_OPTIONS))
+    if unknown:
+        raise ChangefeedReadError(
+            f"{path}: a Delta changefeed is streamed through its log, which takes no option {', '.join(unknown)}",
+            hint=f"its options: {', '.join(_DELTA_STREAM_OPTIONS)}", path=path)
+    if int(spark.version.split(".")[0]) < 4:
+        raise ChangefeedReadError(
+            f"{path}: streaming a Delta changefeed needs Spark 4 or later (a Python data source); this is Spark "
+            f"{spark.version}",
+            hint='or read it with Delta\'s own source: spark.readStream.format("delta") (docs/spark.md)', path=path)
+    spark.dataSource.register(_delta_stream_source())
+    reader = spark.readStream.format(DELTA_STREAM_FORMAT).schema(changefeed_schema()).option("path", path)
+    for key, value in options.items():
+        reader = reader.option(key, str(value))
+    return _with_timestamps(reader.load())
+
+
+@functools.lru_cache(maxsize=None)
+def _delta_stream_source() -> type:
+    """The Python data source that streams a Delta changefeed (its classes need PySpark 4,
+    so they are made on first use). Offsets are ``{"tx_seq": next}``; a partition is one
+    file of the table and the range of transactions to take from it."""
+    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+
+    class FileRange(InputPartition):
+        def __init__(self, name: str, start: int, end: int) -> None:
+            self.name, self.start, self.end = name, start, end
+
+    class Reader(DataSourceStreamReader):
+        def __init__(self, path: str, max_files: int | None) -> None:
+            self.path, self.max_files = path, max_files
+
+        def initialOffset(self) -> dict:
+            return {"tx_seq": 0}
+
+        def getDefaultReadLimit(self):  # Spark 4.2+
+            from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxFiles
+
+            return ReadMaxFiles(self.max_files) if self.max_files else ReadAllAvailable()
+
+        def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
+            ranges = _delta_ranges(self.path) or []
+            at = start["tx_seq"] if start else 0
+            later = [r for r in ranges if r[1] >= at]
+            most = getattr(limit, "max_files", None)
+            if most:
+                later = later[:most]
+            return {"tx_seq": later[-1][1] + 1 if later else at}
+
+        def partitions(self, start: dict, end: dict) -> list:
+            lo, hi = start["tx_seq"], end["tx_seq"]
+            return [FileRange(name, max(first, lo), min(last + 1, hi))
+                    for first, last, name in _delta_ranges(self.path) or [] if last >= lo and first < hi]
+
+        def read(self, partition):
+            yield from _delta_batches(self.path, partition.name, partition.start, partition.end)
+
+    class DeltaChangefeedSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return DELTA_STREAM_FORMAT
+
+        def schema(self):
+            return changefeed_schema()
+
+        def streamReader(self, schema):
+            max_files = self.options.get("maxFilesPerTrigger") or self.options.get("maxfilespertrigger")
+            return Reader(self.options["path"], int(max_files) if max_files else None)
+
+    return DeltaChangefeedSource
+
+
+def _delta_ranges(path: str) -> list[tuple[int, int, str]] | None:
+    """``(first, last, name)`` of the files of the Delta changefeed at ``path`` (olr-buffer's
+    name of it: :func:`_store_target`), in ``tx_seq`` order: its table's, then those
+    published after them; None if ``path`` holds no Delta changefeed."""
+    from .sinks.parquet import Location, chain_names, parse_part_name
+
+    names = chain_names(Location(path))
+    if names is None:
+        return None
+    return sorted((*(parse_part_name(n) or (-1, -1)), n) for n in names)
+
+
+def _delta_batches(path: str, name: str, start: int, end: int):
+    """The rows of the file ``name`` of the changefeed at ``path`` whose ``tx_seq`` is in
+    ``[start, end)``, as Arrow batches of the changefeed's columns (a column an older file
+    lacks: nulls)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from .sinks.parquet import ARROW_SCHEMA, Location
+
+    schema = ARROW_SCHEMA
+    with Location(path).open_input(name) as fh:
+        pf = pq.ParquetFile(fh)
+        present = [f.name for f in schema if f.name in pf.schema_arrow.names]
+        for batch in pf.iter_batches(columns=present):
+            tx = batch.column("tx_seq")
+            batch = batch.filter(pc.and_(pc.greater_equal(tx, start), pc.less(tx, end)))
+            if batch.num_rows:
+                columns = [batch.column(f.name).cast(f.type) if f.name in present
+                           else pa.nulls(batch.num_rows, f.type) for f in schema]
+                yield pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
 #: Delta's change types, by changefeed ``op`` (``ddl`` rows have none); a truncate's is
@@ -327,6 +503,8 @@ def typed(
                         change_data_feed and truncates == "error")
     if version is None and not isinstance(path, str):
         rows = _table_rows(spark, location, owner, table)
+        if starting_tx_seq is not None:
+            rows = rows.where(F.col("tx_seq") >= starting_tx_seq)
         if ending_tx_seq is not None:
             rows = rows.where(F.col("tx_seq") <= ending_tx_seq)
         document = _table_document(spark, location, rows, owner, table, None, required=True)
@@ -344,7 +522,7 @@ def table_schema(
     ``path`` (``version``, or the version of the table's last row), and its columns as the
     Spark ``StructType`` that :func:`typed` gives ``before`` and ``after``."""
     rows = _table_rows(spark, path, owner, table, missing_ok=version is not None)
-    document = _table_document(spark, path, rows, owner, table, version, required=True)
+    document = _table_document(spark, path, rows, owner, table, version, required=True, renames=False)
     return document, _struct_of(_document_fields(document, None))
 
 
@@ -555,19 +733,20 @@ def _require_variant(spark: "SparkSession", what: str) -> None:
 
 
 def _table_document(spark: "SparkSession", location: str, rows: "DataFrame", owner: str, table: str,
-                    version: str | None, *, required: bool) -> dict | None:
+                    version: str | None, *, required: bool, renames: bool = True) -> dict | None:
     """The schema document ``version`` of the changefeed at ``location``, or the one the
-    last of ``rows`` (one table's rows) names; None if they name none and not ``required``."""
-    import json
-
+    last of ``rows`` (one table's rows) names; None if they name none and not ``required``.
+    Without ``version``, ``renames``: refused if the rows name a version that may have had
+    a column renamed since (:func:`_refuse_renames`)."""
     from pyspark.sql import functions as F
 
     if version is None:
+        versions = []
         if "schema_version" in rows.columns:
-            last = rows.where(F.col("schema_version").isNotNull()).agg(
-                F.max_by("schema_version", F.struct("tx_seq", "op_seq")).alias("v")).first()
-            version = last.v if last is not None else None
-        if version is None:
+            versions = rows.where(F.col("schema_version").isNotNull()).groupBy("schema_version").agg(
+                F.max(F.struct("tx_seq", "op_seq")).alias("last"), F.min("tx_seq").alias("first_tx_seq"),
+                F.max("tx_seq").alias("last_tx_seq")).collect()
+        if not versions:
             if not required:
                 return None
             raise ChangefeedReadError(
@@ -576,6 +755,19 @@ def _table_document(spark: "SparkSession", location: str, rows: "DataFrame", own
                 "(docs/formats.md); or give table_changes a schema",
                 path=location, owner=owner, table=table,
             )
+        latest = max(versions, key=lambda v: (v.last.tx_seq, v.last.op_seq))
+        document = _read_document(spark, location, latest.schema_version, owner, table)
+        if renames:
+            _refuse_renames(spark, location, owner, table, document, latest.schema_version,
+                            [v for v in versions if v.schema_version != latest.schema_version])
+        return document
+    return _read_document(spark, location, version, owner, table)
+
+
+def _read_document(spark: "SparkSession", location: str, version: str, owner: str, table: str) -> dict:
+    """The schema document ``version`` of ``owner.table`` in the changefeed at ``location``."""
+    import json
+
     if re.fullmatch(r"[0-9a-f]{16}", version) is None:
         raise ValueError(f"not a schema version: {version!r} (16 hexadecimal digits)")
     if "://" in location and not location.startswith("file:"):
@@ -589,6 +781,33 @@ def _table_document(spark: "SparkSession", location: str, rows: "DataFrame", own
             f"not of {owner}.{table}", path=location, owner=owner, table=table,
         )
     return document
+
+
+def _refuse_renames(spark: "SparkSession", location: str, owner: str, table: str, latest: dict, version: str,
+                    others: list) -> None:
+    """Raise :class:`ChangefeedReadError` if an earlier version of the table's rows
+    (``others``: rows of ``schema_version``, ``first_tx_seq``, ``last_tx_seq``) lacks a
+    column of ``latest`` (version ``version``) and has one that ``latest`` lacks: a
+    rename, or a drop and an add, which the documents cannot tell apart (they name
+    columns; neither PostgreSQL's Relation message nor a redo or OpenLogReplicator schema
+    gives a column a number that lasts), and read by ``latest`` its values would be null."""
+    names = [c["name"] for c in latest["columns"]]
+    for other in sorted(others, key=lambda v: v.first_tx_seq):
+        theirs = [c["name"] for c in _read_document(spark, location, other.schema_version, owner, table)["columns"]]
+        gone = [n for n in theirs if n not in names]
+        new = [n for n in names if n not in theirs]
+        if gone and new:
+            a, b, last = other.schema_version, version, other.last_tx_seq
+            raise ChangefeedReadError(
+                f"{location}: {owner}.{table}: column {', '.join(gone)} of schema version {a} (rows of tx_seq "
+                f"{other.first_tx_seq}..{last}) is not in version {b}, the table's last, which has "
+                f"{', '.join(new)} instead: renamed, or dropped and added (the schema documents cannot tell); read "
+                f"by {b}, those rows would have {', '.join(new)} null and {', '.join(gone)} gone",
+                hint=f"read those rows by their own version (version='{a}', ending_tx_seq={last}) and the later "
+                f"ones by {b} (version='{b}', starting_tx_seq={last + 1}); or give version='{b}' to read every row "
+                "by it (docs/spark.md, \"Renamed columns\")",
+                path=location, owner=owner, table=table, version=a, latest=b,
+            )
 
 
 def _document_fields(document: dict, types: dict[str, Any] | None) -> list[tuple[str, Any]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 from hypothesis import HealthCheck, settings
 
@@ -24,6 +25,9 @@ def spark():
     """One local Spark session for the whole test run (tests that use it are marked ``spark``)."""
     from pyspark.sql import SparkSession
 
+    # Python workers (a Delta changefeed's stream is a Python data source) run this
+    # interpreter, which has olr-buffer and its dependencies
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     session = (
         SparkSession.builder.master("local[2]")
         .appName("olr-buffer-tests")

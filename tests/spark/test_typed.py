@@ -240,6 +240,45 @@ def test_a_stream_reads_typed_rows(spark, cf, tmp_path):
                    (2, "c", None, "added"), (2, "d", None, None)]
 
 
+def test_a_column_renamed_or_dropped_and_added_is_refused_unless_a_version_is_given(spark, tmp_path):
+    """PostgreSQL's Relation message names a renamed column anew, and nothing in the
+    documents (or in a redo or OpenLogReplicator schema) says it is the same column: read
+    by the last version, the earlier rows' values would be null. Refused, naming both
+    versions and the column; an explicit version reads as asked."""
+    from olr_buffer.spark import snapshot, table_changes, table_schema, typed
+
+    path = tmp_path / "cf"
+    w = ChangefeedWriter(path, durable=False)
+    v1, doc1 = document([("id", "integer", "int"), ("qty", "integer", "int")], table="r")
+    v2, doc2 = document([("id", "integer", "int"), ("amount", "integer", "int")], table="r")  # RENAME qty TO amount
+    for k, (v, doc, after) in enumerate([(v1, doc1, '{"id":1,"qty":5}'), (v1, None, '{"id":2,"qty":6}'),
+                                         (v2, doc2, '{"id":3,"amount":7}')]):
+        w.write_transaction(Commit(f"x{k}", CommitKey(100 + k, 1, 0, 0), None),
+                            [(1, [row(INSERT, "r", v, doc, f'{{"id":{k + 1}}}', None, after)])])
+    w.close()
+    cf = str(path)
+    want = (f"{cf}: public.r: column qty of schema version {v1} (rows of tx_seq 0..1) is not in version {v2}, the "
+            "table's last, which has amount instead: renamed, or dropped and added (the schema documents cannot "
+            f"tell); read by {v2}, those rows would have amount null and qty gone (hint: read those rows by their "
+            f"own version (version='{v1}', ending_tx_seq=1) and the later ones by {v2} (version='{v2}', "
+            f"starting_tx_seq=2); or give version='{v2}' to read every row by it")
+    for read in (lambda: typed(spark, cf, "public", "r"), lambda: table_changes(spark, cf, "public", "r"),
+                 lambda: snapshot(spark, cf, "public", "r", key="id")):
+        with pytest.raises(ChangefeedReadError) as info:
+            read()
+        assert str(info.value).startswith(want), str(info.value)
+    # as the hint says: each part by its own version
+    old = typed(spark, cf, "public", "r", version=v1, ending_tx_seq=1)
+    new = typed(spark, cf, "public", "r", version=v2, starting_tx_seq=2)
+    assert [(r.after.id, r.after.qty) for r in old.orderBy("tx_seq").collect()] == [(1, 5), (2, 6)]
+    assert [(r.after.id, r.after.amount) for r in new.collect()] == [(3, 7)]
+    assert typed(spark, cf, "public", "r", starting_tx_seq=2).count() == 1  # the range holds one version
+    # every row by the last version, as asked: the earlier rows have no amount
+    every = typed(spark, cf, "public", "r", version=v2).orderBy("tx_seq").collect()
+    assert [(r.after.id, r.after.amount) for r in every] == [(1, None), (2, None), (3, 7)]
+    assert table_schema(spark, cf, "public", "r")[0]["columns"][1]["name"] == "amount"
+
+
 def test_a_redo_table_with_ddl_columns_comes_out_typed(spark, tmp_path):
     """Redo files: a ddl record's columns type the table's rows, written by any thread
     after it; Oracle NUMBER, DATE, TIMESTAMP WITH TIME ZONE and RAW read exactly."""

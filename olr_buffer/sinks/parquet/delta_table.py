@@ -74,10 +74,13 @@ def resolve_table_format(loc: Location, manifest: dict | None, requested: str | 
     return requested
 
 
-def open_table(loc: Location, *, app_id: str | None, writer: dict | None = None, create: bool) -> Any:
-    """The changefeed's Delta table (created if ``create`` and there is none)."""
+def open_table(loc: Location, *, app_id: str | None, writer: dict | None = None, create: bool,
+               modes: bool = True) -> Any:
+    """The changefeed's Delta table (created if ``create`` and there is none); ``modes``:
+    its log's files get the changefeed's modes (a writer's; a reader changes nothing)."""
     table = _library().DeltaChangefeed(loc.store, ARROW_SCHEMA, app_id=app_id or ANONYMOUS_APP, writer=writer, create=create)
-    apply_log_modes(loc)
+    if modes:
+        apply_log_modes(loc)
     return table
 
 
@@ -87,7 +90,7 @@ def chain_names(loc: Location, table: Any = None) -> set[str] | None:
     if table is None:
         if not has_table(loc):
             return None
-        table = open_table(loc, app_id=None, create=False)
+        table = open_table(loc, app_id=None, create=False, modes=False)
     names = set(table.files())
     following = table.next_tx_seq
     for obj in loc.list("part-"):

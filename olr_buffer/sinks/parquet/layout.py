@@ -620,13 +620,19 @@ def list_files(cf: "str | Location", *, hint: str | None = None, start: int = 0,
         if rng is not None:
             if rng[0] >= start and (names is None or name in names):
                 parts.append((rng[0], rng[1], name))
+        elif names is not None and name in names:
+            raise _foreign_table_file(loc, name)
         elif not name.startswith(("_", ".")):
             full = loc.where(name)
             raise ChangefeedCorruptError(
                 f"{full}: not a file of this changefeed (Spark would read it with the changefeed's files)",
-                hint="move it out of the changefeed" + (" directory" if loc.path is not None else "'s prefix"),
+                hint="move it out of the changefeed" + (" directory" if loc.path is not None else "'s prefix")
+                + (" (it is not in the Delta table)" if names is not None else ""),
                 path=full,
             )
+    foreign = sorted(n for n in names or () if parse_part_name(n) is None)
+    if foreign:
+        raise _foreign_table_file(loc, foreign[0])
     parts.sort()
     files: list[PublishedFile] = []
     expected = start
@@ -650,6 +656,19 @@ def list_files(cf: "str | Location", *, hint: str | None = None, start: int = 0,
                 hint="put it back (from a backup): the table's readers need it, and the queue cannot publish it "
                 "again", path=full)
     return files
+
+
+def _foreign_table_file(loc: "Location", name: str) -> ChangefeedCorruptError:
+    """The error for a file that the changefeed's Delta table holds and olr-buffer did not write."""
+    full = loc.where(name)
+    return ChangefeedCorruptError(
+        f"{full}: the changefeed's Delta table holds a file olr-buffer did not write: another writer committed to "
+        "the table (an append, OPTIMIZE, Z-order, DELETE ...)",
+        hint="restore the table to the version before that commit (its history: deltalake's DeltaTable(URI)"
+        ".history()), then delete the files it added; moving this file out would break the table "
+        "(docs/failure-scenarios.md, \"Another writer on a Delta changefeed\")",
+        path=full,
+    )
 
 
 def remove_own_temporaries(path: str, *, compaction_only: bool = False) -> list[str]:

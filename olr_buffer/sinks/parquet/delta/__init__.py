@@ -3,7 +3,13 @@ published part files committed with the queue's application transaction."""
 
 from __future__ import annotations
 
-from .errors import DeltaChainError, DeltaChangefeedError, DeltaConflictError, DeltaTableMismatchError
+from .errors import (
+    DeltaChainError,
+    DeltaChangefeedError,
+    DeltaConflictError,
+    DeltaForeignCommitError,
+    DeltaTableMismatchError,
+)
 from .stats import delta_stats
 from .table import DELTA_LOG, DeltaChangefeed, PartFile
 

@@ -24,3 +24,8 @@ class DeltaConflictError(DeltaChangefeedError):
 class DeltaTableMismatchError(DeltaChangefeedError):
     """The table at the location is not one the changefeed can write: another schema,
     partitioned, or a protocol this deltalake cannot write."""
+
+
+class DeltaForeignCommitError(DeltaChangefeedError):
+    """A commit to the table that olr-buffer did not write (an append, OPTIMIZE, DELETE
+    ... by another program) came while the changefeed was written."""

@@ -23,6 +23,16 @@ same way: the queue's version covers it.
 all with ``dataChange = false`` (streaming readers skip it; the rows do not change). No
 file is deleted: a reader of an older version may need it (``VACUUM`` is the user's).
 
+**Other writers.** olr-buffer is the table's only writer while it writes: every commit
+it reads past (the versions between its own, each time it reads the log again or
+commits) is checked, and one that olr-buffer did not write (its ``commitInfo`` has no
+``olr_buffer.app_id``) and that adds or removes files or changes the table's metadata or
+protocol (an append, OPTIMIZE, Z-order, DELETE, MERGE, RESTORE, a property set) raises
+:class:`DeltaForeignCommitError`, naming the version and what it did. A commit that
+changes none of that (VACUUM's ``VACUUM START``/``VACUUM END``) is let pass. Commits
+made before the committer opened the table are not its concern: the changefeed's own
+start-up checks its files.
+
 **Protocol:** reader version 1, writer version 2, readable by Spark 3.5 with Delta 3.x.
 """
 
@@ -46,7 +56,13 @@ from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Tra
 
 from ....faults import fault_point
 from ....store import ObjectNotFoundError, Store, StoreAccessError, StoreError, StoreUnreachableError
-from .errors import DeltaChainError, DeltaChangefeedError, DeltaConflictError, DeltaTableMismatchError
+from .errors import (
+    DeltaChainError,
+    DeltaChangefeedError,
+    DeltaConflictError,
+    DeltaForeignCommitError,
+    DeltaTableMismatchError,
+)
 from .stats import delta_stats
 
 log = logging.getLogger(__name__)
@@ -118,6 +134,7 @@ class DeltaChangefeed:
             table = self._create(configuration)
         self._table = table
         self._check_table()
+        self._vetted = self.version  # versions after it are checked for other writers' commits
         self._stale = False
         self._next = self._table_next()
 
@@ -173,8 +190,36 @@ class DeltaChangefeed:
 
     def _refresh(self) -> None:
         self._read(self._table.update_incremental)
+        self._check_foreign()
         self._next = self._table_next()
         self._stale = False
+
+    def _check_foreign(self) -> None:
+        """Each version from the last one checked to the snapshot's: raises
+        :class:`DeltaForeignCommitError` for the first that another writer made (see the
+        module doc)."""
+        current = self.version
+        while self._vetted < current:
+            version = self._vetted + 1
+            name = f"{DELTA_LOG}/{version:020d}.json"
+            try:
+                text = self.store.read(name)
+            except ObjectNotFoundError:
+                raise DeltaChangefeedError(
+                    f"{self.store.location(name)}: version {version} of the Delta table is not in its log",
+                    hint="the log was cleaned up while the changefeed was written: keep delta.logRetentionDuration "
+                    "(30 days by default)", uri=self.store.location(name)) from None
+            what = _foreign_commit(text)
+            if what is not None:
+                where = self.store.location()
+                raise DeltaForeignCommitError(
+                    f"{where}: Delta version {version} was committed by another writer ({what}): olr-buffer must be "
+                    "the only writer of a changefeed's table",
+                    hint=f"restore the table to version {version - 1} (deltalake: DeltaTable(URI).restore("
+                    f"{version - 1})) and delete the files that commit added, then start again; do not move the "
+                    "changefeed's own files (docs/failure-scenarios.md, \"Another writer on a Delta changefeed\")",
+                    uri=where, version=version)
+            self._vetted = version
 
     def _read(self, call: Callable[[], T]) -> T:
         """``call()`` on the table (delta-rs reads the log lazily): its errors as the
@@ -291,6 +336,9 @@ class DeltaChangefeed:
                 raise self._error(exc, "commit to the Delta table") from None
             fault_point("after_delta_commit")
             self._read(self._table.update_incremental)
+            if self.version == base + 1 and self._vetted == base:
+                self._vetted = base + 1  # this commit: no other came between
+            self._check_foreign()
             if self.version == base + 1:
                 self._next = last + 1  # only this commit since the snapshot checked
             else:
@@ -388,6 +436,28 @@ class DeltaChangefeed:
                 return StoreUnreachableError(f"{where}: cannot {doing}: the store did not answer ({needle.lower()})",
                                              hint="olr-buffer run retries; replay resumes when run again", uri=where)
         return DeltaChangefeedError(f"{where}: cannot {doing}: {_first_line(exc)}", uri=where)
+
+
+#: The actions of a commit that change what the table holds or how it is read.
+_CHANGES = ("add", "remove", "metaData", "protocol", "cdc")
+
+
+def _foreign_commit(text: bytes) -> str | None:
+    """What the commit whose log entry is ``text`` did, if another writer made it and it
+    changes the table; None if olr-buffer made it or it changes nothing (VACUUM)."""
+    actions = [orjson.loads(line) for line in text.splitlines() if line.strip()]
+    info = next((a["commitInfo"] for a in actions if isinstance(a.get("commitInfo"), dict)), {})
+    if f"{META_PREFIX}app_id" in info:
+        return None
+    counts = {kind: sum(1 for a in actions if kind in a) for kind in _CHANGES}
+    if not any(counts.values()):
+        return None
+    by = info.get("engineInfo") or info.get("clientVersion")
+    done = [f"{counts['add']} file(s) added" if counts["add"] else "",
+            f"{counts['remove']} removed" if counts["remove"] else "",
+            "metadata changed" if counts["metaData"] else "", "protocol changed" if counts["protocol"] else ""]
+    return ", ".join([f"{info.get('operation') or 'a commit without commitInfo'}" + (f" by {by}" if by else ""),
+                      *[d for d in done if d]])
 
 
 def _check_chain(files: Sequence[PartFile], store: Store) -> None:

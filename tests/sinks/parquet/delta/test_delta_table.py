@@ -17,6 +17,7 @@ from olr_buffer.sinks.parquet.delta import (
     DeltaChainError,
     DeltaChangefeed,
     DeltaConflictError,
+    DeltaForeignCommitError,
     DeltaTableMismatchError,
     PartFile,
 )
@@ -248,6 +249,28 @@ def test_compaction_is_one_commit_that_changes_no_data(store, tmp_path):
         dc.compact(parts, merged)
     with pytest.raises(DeltaChainError, match="the files it replaces hold"):
         dc.compact([merged], publish(store, tmp_path, 0, 4, name="part-short.parquet"))
+
+
+def test_a_vacuum_between_commits_goes_by_and_another_writers_commit_stops_the_committer(store, tmp_path):
+    dc = DeltaChangefeed(store, ARROW_SCHEMA, app_id=APP)
+    parts = [publish(store, tmp_path, 0, 1), publish(store, tmp_path, 2, 4)]
+    for p in parts:
+        dc.commit([p])
+    # olr-buffer's compaction (another committer), then VACUUM (which writes two commits)
+    DeltaChangefeed(store, ARROW_SCHEMA, app_id="olr-buffer").compact(
+        parts, publish(store, tmp_path, 0, 4, name="part-00000000000000000000-00000000000000000004.c1.parquet"))
+    table = open_table(store)
+    table.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+    assert [h["operation"] for h in open_table(store).history(2)] == ["VACUUM END", "VACUUM START"]
+    assert dc.commit([publish(store, tmp_path, 5, 6)]) == 6
+    # an append of another program: the next commit stops, naming it
+    uri, options = store.delta_location()
+    write_deltalake(uri, rows(7, 7), mode="append", storage_options=options)
+    with pytest.raises(DeltaForeignCommitError,
+                       match=r"Delta version 7 was committed by another writer \(WRITE by delta-rs.*, 1 file\(s\) "
+                       r"added\).*restore the table to version 6"):
+        dc.commit([publish(store, tmp_path, 7, 8)])
+    assert open_table(store).version() == 7  # nothing committed after it
 
 
 def test_the_queues_version_survives_checkpoints(store, tmp_path):
