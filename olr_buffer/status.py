@@ -19,7 +19,8 @@ from .dispatcher.checkpoint import TransactionState, decode_checkpoint
 from .dispatcher.errors import damaged_checkpoint
 from .errors import printable
 from .serve import receivers_status, render_receivers
-from .service import iso_time, read_failure
+from .service.failure import read_failure
+from .service.logs import iso_time
 from .sinks import KINDS as SINKS
 from .sources import kind_in_status
 from .sources import queue_status as source_status
