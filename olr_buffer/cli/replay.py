@@ -9,7 +9,7 @@ import click
 from .common import (DIR, LOG_FORMAT, clean_errors, command_log_level, config_option, pipeline_options, pipeline_settings,
                      run_recording_failure)
 from .group import main
-from .progress import progress_line, progress_options
+from .progress import progress_line, progress_options, with_progress
 
 
 @main.command()
@@ -41,16 +41,9 @@ def replay(input_dir, queue_dir, changefeed_dir, progress, progress_interval, as
     dead_letter = opts.dead_letter
     bar = progress_line(progress, progress_interval, _replay_figures)
     dead_letter_start = whole_lines_end(dead_letter)
-    try:
-        # status: the state of this queue is that of this replay (failed, or not)
-        summary = run_recording_failure(
-            queue_dir, lambda: run_replay(input_dir, queue_dir, changefeed_dir, opts, on_progress=bar))
-    except BaseException:
-        if bar:
-            bar.abort()
-        raise
-    if bar:
-        bar.done()
+    # status: the state of this queue is that of this replay (failed, or not)
+    summary = with_progress(bar, lambda: run_recording_failure(
+        queue_dir, lambda: run_replay(input_dir, queue_dir, changefeed_dir, opts, on_progress=bar)))
     bad_lines = _dead_letters_since(dead_letter, dead_letter_start) if summary.quarantined else []
     if as_json:
         click.echo(json.dumps({**summary.as_dict(), "quarantined_lines": bad_lines}, indent=2))
