@@ -5,7 +5,7 @@ owns it. Dispatcher figures are those of the last checkpoint; segment and reader
 are current, and so is the changefeed's position (read from its manifest). ``state`` is
 ``running`` while a process holds the queue's LOCK, ``failed`` when the last ``run`` or
 ``replay`` stopped on an error or was killed (its record,
-:func:`olr_buffer.service.read_failure`), else ``stopped``. Times are ISO-8601 UTC.
+:func:`olr_buffer.service.failure.read_failure`), else ``stopped``. Times are ISO-8601 UTC.
 """
 
 from __future__ import annotations
