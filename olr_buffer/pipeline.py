@@ -582,7 +582,7 @@ class _PublishedLog:
         seconds, self.last, self.counts = now - self.last, now, counts
         if not files:
             return
-        from .service import seconds_behind_source
+        from .service.metrics import seconds_behind_source
 
         p, kind = self.pipeline, self.pipeline.kind
         commit = p.sink.last_commit

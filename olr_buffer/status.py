@@ -5,7 +5,7 @@ owns it. Dispatcher figures are those of the last checkpoint; segment and reader
 are current, and so is the changefeed's position (read from its manifest). ``state`` is
 ``running`` while a process holds the queue's LOCK, ``failed`` when the last ``run`` or
 ``replay`` stopped on an error or was killed (its record,
-:func:`olr_buffer.service.read_failure`), else ``stopped``. Times are ISO-8601 UTC.
+:func:`olr_buffer.service.failure.read_failure`), else ``stopped``. Times are ISO-8601 UTC.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from .dispatcher.checkpoint import TransactionState, decode_checkpoint
 from .dispatcher.errors import damaged_checkpoint
 from .errors import printable
 from .serve import receivers_status, render_receivers
-from .service import iso_time, read_failure
+from .service.failure import read_failure
+from .service.logs import iso_time
 from .sinks import KINDS as SINKS
 from .sources import kind_in_status
 from .sources import queue_status as source_status

@@ -18,7 +18,8 @@ LAYERS = {
     "txbuffer": 1, "store": 1,
     "changes": 2, "dead_letters": 2, "olr_protocol": 2,
     "sources": 3, "dispatcher": 3, "sinks": 3,
-    "checkpointer": 4, "service": 4, "spark": 4, "serve": 4,
+    "service": 3,
+    "checkpointer": 4, "spark": 4, "serve": 4,
     "pipeline": 5, "status": 5, "simulate": 5, "demo": 5, "spark_sink": 5,
     "cli": 6,
 }
@@ -162,3 +163,14 @@ def test_no_import_cycle():
     for m in sorted(graph):
         if state.get(m) is None:
             visit(m)
+
+
+def test_a_command_of_the_cli_imports_no_other_command():
+    """``olr_buffer/cli/``: one module a command, standing on what the commands share
+    (the group, the shared options, progress, signals), never on another command."""
+    shared = {f"olr_buffer.cli.{m}" for m in ("common", "group", "progress", "signals", "__main__")} | {"olr_buffer.cli"}
+    graph = _imports()
+    commands = {m for m in graph if m.startswith("olr_buffer.cli.") and m not in shared}
+    assert commands, "no command module under olr_buffer/cli/"
+    wrong = [f"{m} imports {d}" for m in commands for d in graph[m] if d in commands]
+    assert not wrong, "\n".join(sorted(wrong))

@@ -248,7 +248,7 @@ def test_a_failure_on_a_full_disk_is_still_recorded_over_the_running_record(tmp_
     """run fails most often because the queue's disk is full, when no new file can be made:
     the failure is written in place over the record the running service left (whose
     blocks it holds), not lost, so that status does not say 'killed' (or 'stopped')."""
-    from olr_buffer.service import read_failure, record_failure, record_running
+    from olr_buffer.service.failure import read_failure, record_failure, record_running
     from tests.fault_helpers import tmpfs
 
     q = tmp_path / "q"

@@ -184,7 +184,7 @@ def test_a_transaction_that_never_ends_leaves_disk_flat_with_retention(tmp_path:
 
 def test_the_metrics_count_what_was_abandoned(tmp_path: Path):
     from olr_buffer.pipeline import Pipeline, PipelineOptions
-    from olr_buffer.service import render_metrics
+    from olr_buffer.service.metrics import render_metrics
 
     live = tmp_path / "live"
     live.mkdir()

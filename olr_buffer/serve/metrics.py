@@ -1,5 +1,5 @@
-"""``serve``'s Prometheus metrics, rendered when scraped; served by the same HTTP helper
-as ``run``'s (``/metrics``, ``/health``)."""
+"""``serve``'s Prometheus metrics, rendered when scraped; served by the same HTTP server
+as ``run``'s (``olr_buffer.service.metrics_http``: ``/metrics``, ``/health``)."""
 
 from __future__ import annotations
 

@@ -1,178 +1,18 @@
-"""What `olr-buffer run` needs around the pipeline: metrics, structured logs, config."""
+"""`run`'s metrics: the pipeline's figures in the Prometheus text format, and its health."""
 
 from __future__ import annotations
 
-import json
-import logging
-import os
 import platform
 import threading
 import time
-import tomllib
-from datetime import datetime, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, PlatformCollector, ProcessCollector,
-                               generate_latest)
+from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, SummaryMetricFamily
 
-from . import __version__
-from .errors import OlrBufferError, printable
-from .changes import INFINITE_SCN
+from .. import __version__
+from ..changes import INFINITE_SCN
 
-
-class ConfigError(OlrBufferError):
-    """The configuration file cannot be used."""
-
-
-def load_config(path: str) -> dict[str, Any]:
-    """A TOML file whose keys are `run`'s option names (``flush_interval``, ``threads`` ...)."""
-    try:
-        with open(path, "rb") as fh:
-            doc = tomllib.load(fh)
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: configuration file not found") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-    return {k.replace("-", "_"): v for k, v in doc.items()}
-
-
-# -- the last failure ------------------------------------------------------------------
-
-#: In QUEUE_DIR: written by ``run`` when it stops on an error, and once it owns the queue
-#: (a run that never stops cleanly, killed, leaves that record); removed by a clean stop.
-FAILURE_FILE = "service-failure.json"
-
-#: The error of the record a running service leaves, for ``status`` once it is gone.
-KILLED = ("the service did not stop cleanly: killed (SIGKILL, out of memory) or its machine stopped "
-          "while it ran; run it again: it resumes")
-
-
-def record_failure(queue_dir: str, exc: BaseException, exit_code: int) -> None:
-    """Leave a record of the error that stopped ``run`` in ``queue_dir`` (if it exists),
-    for ``status``: its ``state`` is then ``failed``."""
-    _write_failure(queue_dir, {"time": iso_now(), "pid": os.getpid(), "exit_code": exit_code,
-                               "error": str(exc) or type(exc).__name__})
-
-
-def record_running(queue_dir: str) -> None:
-    """Leave, once ``run`` owns the queue, the record ``status`` shows if it never stops
-    cleanly (a clean stop removes it, an error replaces it): ``killed``, since ``time``."""
-    _write_failure(queue_dir, {"time": iso_now(), "pid": os.getpid(), "exit_code": None, "error": KILLED,
-                               "killed": True})
-
-
-#: A record is padded to this size with spaces (JSON allows them): the record a running
-#: service leaves holds the blocks that its failure record, written over it in place,
-#: needs when the disk is full, the likeliest time for a failure to be recorded.
-_RECORD_BYTES = 4096
-
-
-def _write_failure(queue_dir: str, doc: dict) -> None:
-    path = os.path.join(queue_dir, FAILURE_FILE)
-    tmp = os.path.join(queue_dir, f".{FAILURE_FILE}.tmp")
-    data = _padded(doc)
-    try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-        return
-    except OSError:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-    # no room for a new file: over the record there (a running service's), in place
-    try:
-        fd = os.open(path, os.O_WRONLY)
-    except OSError:
-        return  # a queue directory that cannot be written: the error itself is on stderr
-    try:
-        if len(data) > _RECORD_BYTES:
-            data = _padded({**doc, "error": str(doc.get("error"))[: _RECORD_BYTES // 2]})
-        os.pwrite(fd, data, 0)
-        os.ftruncate(fd, len(data))
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _padded(doc: dict) -> bytes:
-    data = json.dumps(doc).encode()
-    return data.ljust(_RECORD_BYTES - 1) + b"\n" if len(data) < _RECORD_BYTES else data + b"\n"
-
-
-def clear_failure(queue_dir: str) -> None:
-    try:
-        os.unlink(os.path.join(queue_dir, FAILURE_FILE))
-    except OSError:
-        pass  # none; or a queue directory this user may not write, which opening it says
-
-
-def read_failure(queue_dir: str) -> dict | None:
-    try:
-        with open(os.path.join(queue_dir, FAILURE_FILE)) as fh:
-            doc = json.load(fh)
-    except (OSError, ValueError):
-        return None
-    return doc if isinstance(doc, dict) else None
-
-
-def iso_now() -> str:
-    """The current time as ISO-8601 UTC, to the millisecond: ``2026-11-23T10:28:23.123Z``."""
-    return iso_time(time.time())
-
-
-def iso_time(seconds: float) -> str:
-    """Seconds since the epoch as ISO-8601 UTC, to the millisecond."""
-    return datetime.fromtimestamp(seconds, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-# -- logs ------------------------------------------------------------------------------
-
-
-class JsonFormatter(logging.Formatter):
-    """One JSON object per line: ``ts`` (ISO-8601 UTC), ``level``, ``logger``, ``msg``, and
-    the facts a message gives with ``extra=`` (file, tx_seq range, rows, xid ...) as fields."""
-
-    _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
-
-    def format(self, record: logging.LogRecord) -> str:
-        doc = {
-            "ts": iso_time(record.created),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "msg": record.getMessage(),
-        }
-        doc.update({k: v for k, v in vars(record).items() if k not in self._STANDARD})
-        if record.exc_info:
-            doc["exc"] = self.formatException(record.exc_info)
-        return json.dumps(doc, default=str)
-
-
-class TextFormatter(logging.Formatter):
-    """``time LEVEL logger: message``, one line per message: control characters that
-    data brings into a message are escaped (a traceback below it stays as it is)."""
-
-    def __init__(self) -> None:
-        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
-
-    def formatMessage(self, record: logging.LogRecord) -> str:
-        record.message = printable(record.message)
-        return super().formatMessage(record)
-
-
-def setup_logging(level: str, fmt: str) -> None:
-    handler = logging.StreamHandler()
-    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
-
-
-# -- metrics ---------------------------------------------------------------------------
 
 #: ``/health`` answers 503 when the service's loop has not ticked for this many seconds
 #: (``run --health-timeout``).
@@ -360,37 +200,3 @@ def _families(p):
         latency.add_sample("olr_buffer_publish_latency_seconds", {"quantile": str(q)},
                            round(lat[min(len(lat) - 1, int(q * len(lat)))], 4))
     yield latency
-
-
-def serve_metrics(metrics: Metrics, host: str, port: int) -> ThreadingHTTPServer:
-    """Serve ``/metrics`` and ``/health`` on ``host:port`` from a daemon thread."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
-            path = self.path.split("?")[0]
-            if path == "/metrics":
-                self._send(200, metrics.text(), CONTENT_TYPE_LATEST)
-            elif path == "/health":
-                ok, doc = metrics.health()
-                self._send(200 if ok else 503, json.dumps(doc).encode() + b"\n", "application/json")
-            else:
-                self.send_error(404)
-
-        def _send(self, code: int, body: bytes, content_type: str) -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    try:
-        server = ThreadingHTTPServer((host, port), Handler)
-    except OSError as exc:
-        raise ConfigError(f"cannot listen on {host}:{port} for metrics: {exc.strerror}",
-                          hint="choose another --metrics-port") from None
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
-    return server

@@ -1,0 +1,38 @@
+"""SIGTERM while a command starts and while it runs (without click: imported first)."""
+
+from __future__ import annotations
+
+import signal
+from typing import Any
+
+from ..errors import Terminated
+
+
+#: SIGTERMs received while the command started (its imports take 0.1-0.3 s): see keep_early_sigterm.
+EARLY_SIGTERM: list[int] = []
+#: Commands that SIGTERM stops cleanly (exit 0): their own handler is installed by the command (run.py).
+CLEAN_STOP = ("run",)
+
+
+def keep_early_sigterm() -> None:
+    """Keep a SIGTERM that comes while the command starts, instead of dying of it without
+    a word: ``run`` then stops cleanly as soon as it can (exit 0, logged), another command
+    ends as terminated (exit 143, one line). See ``clean_errors`` (common.py)."""
+    try:
+        if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+            signal.signal(signal.SIGTERM, lambda signum, _frame: EARLY_SIGTERM.append(signum))
+    except ValueError:  # not the main thread (an embedding program's worker)
+        pass
+
+
+def raise_on_sigterm() -> Any:
+    """Make SIGTERM raise :class:`Terminated` in the main thread (``run`` installs its own
+    clean stop over it); the handler it replaces, or ``None`` outside the main thread."""
+
+    def terminated(_signum, _frame):
+        raise Terminated()
+
+    try:
+        return signal.signal(signal.SIGTERM, terminated)
+    except ValueError:  # not the main thread (an embedding program's worker)
+        return None
