@@ -19,6 +19,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 
 from . import __version__
 from .errors import OlrBufferError, printable
+from .fsutil import atomic_write
 from .changes import INFINITE_SCN
 
 
@@ -74,15 +75,10 @@ def _write_failure(queue_dir: str, doc: dict) -> None:
     tmp = os.path.join(queue_dir, f".{FAILURE_FILE}.tmp")
     data = _padded(doc)
     try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
+        atomic_write(path, data, durable=False, tmp=tmp)
         return
     except OSError:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        pass
     # no room for a new file: over the record there (a running service's), in place
     try:
         fd = os.open(path, os.O_WRONLY)

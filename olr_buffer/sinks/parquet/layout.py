@@ -75,6 +75,8 @@ from ...changes import CommitKey
 from ...store import ObjectExistsError, ObjectInfo, ObjectNotFoundError, Store, StoreError, is_remote, open_store
 from ..base import ChangefeedOwner
 from ...errors import OlrBufferError
+from ...fsutil import atomic_write as _atomic_write
+from ...fsutil import fsync_dir, open_with_mode, write_file
 from .errors import ChangefeedCorruptError, ChangefeedError, ChangefeedLockedError
 from .schema import META_FIRST, META_LAST, META_LAST_COMMIT, META_ROWS, parse_part_name, part_name
 
@@ -832,26 +834,13 @@ def append_line(path: str, doc: dict, durable: bool) -> None:
     """Append ``doc`` as a line to ``path`` (a file of ``_olr_buffer/``: given
     ``META_FILE_MODE``, also if an earlier version left it with another mode)."""
     try:
-        with open(_open_meta_file(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab") as fh:
+        with open(open_with_mode(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, META_FILE_MODE), "ab") as fh:
             fh.write(orjson.dumps(doc) + b"\n")
             if durable:
                 fh.flush()
                 os.fsync(fh.fileno())
     except OSError as exc:
         raise os_failure(exc, path, "write it") from None
-
-
-def _open_meta_file(path: str, flags: int) -> int:
-    """A descriptor of ``path`` opened with ``flags``, the file's mode ``META_FILE_MODE``
-    whatever the umask."""
-    fd = os.open(path, flags, META_FILE_MODE)
-    try:
-        if os.fstat(fd).st_mode & 0o777 != META_FILE_MODE:
-            os.fchmod(fd, META_FILE_MODE)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
 
 
 # -- schema documents ---------------------------------------------------------------------
@@ -911,11 +900,7 @@ def write_schema_documents(cf: "str | Location", documents: dict[str, str], dura
             if os.path.exists(final):
                 continue
             tmp = os.path.join(meta, TMP_DIR, f"schema-{version}.json.tmp")
-            with open(_open_meta_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "wb") as fh:
-                fh.write(text.encode())
-                if durable:
-                    fh.flush()
-                    os.fsync(fh.fileno())
+            write_file(tmp, text.encode(), durable=durable, mode=META_FILE_MODE)
             os.rename(tmp, final)
         if durable:
             fsync_dir(target)
@@ -953,38 +938,10 @@ def publish(cf: "str | Location", tmp_path: str, name: str) -> int:
     return as_location(cf).publish(tmp_path, name)
 
 
-def fsync_path(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def atomic_write(path: str, data: bytes, durable: bool) -> None:
     """``path`` holds ``data`` or its old content, never a mix; an error names ``path``
     (the temporary file is removed). A file of ``_olr_buffer/``: mode ``META_FILE_MODE``."""
-    tmp = path + ".tmp"
     try:
-        with open(_open_meta_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "wb") as fh:
-            fh.write(data)
-            if durable:
-                fh.flush()
-                os.fsync(fh.fileno())
-        os.replace(tmp, path)
-        if durable:
-            fsync_dir(os.path.dirname(path))
+        _atomic_write(path, data, durable=durable, mode=META_FILE_MODE)
     except OSError as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
         raise os_failure(exc, path, "write it") from None
