@@ -56,7 +56,7 @@ from typing import Iterable, NamedTuple, Protocol
 import msgspec
 import orjson
 
-from .errors import OlrBufferError
+from ..errors import OlrBufferError
 
 # -- op codes ------------------------------------------------------------------------------
 
