@@ -19,7 +19,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 
 from . import __version__
 from .errors import OlrBufferError, printable
-from .fsutil import atomic_write
+from .fsutil import atomic_write, unlink_quietly
 from .changes import INFINITE_SCN
 
 
@@ -101,10 +101,8 @@ def _padded(doc: dict) -> bytes:
 
 
 def clear_failure(queue_dir: str) -> None:
-    try:
-        os.unlink(os.path.join(queue_dir, FAILURE_FILE))
-    except OSError:
-        pass  # none; or a queue directory this user may not write, which opening it says
+    # none; or a queue directory this user may not write, which opening it says
+    unlink_quietly(os.path.join(queue_dir, FAILURE_FILE))
 
 
 def read_failure(queue_dir: str) -> dict | None:

@@ -31,7 +31,7 @@ import time
 from dataclasses import asdict, dataclass
 
 from .. import pidlock
-from ..fsutil import atomic_write
+from ..fsutil import atomic_write, unlink_quietly
 from ..sinks.parquet import META_DIR
 from ..store import is_remote
 from .errors import ServeLockedError, ServeStateError
@@ -180,10 +180,7 @@ class StateStore:
             pass  # status then shows less; serving goes on
 
     def release(self) -> None:
-        try:
-            os.unlink(self.session_path)
-        except OSError:
-            pass
+        unlink_quietly(self.session_path)
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
