@@ -233,7 +233,7 @@ class LocalStore(Store):
 
     @contextmanager
     def _staging(self, fill: Callable[[str], None]) -> Iterator[str]:
-        """A new temporary file of the staging folder, ``fill`` ed, removed on leaving."""
+        """A new temporary file of the staging folder, written by ``fill``, removed on leaving."""
         tmp = self._tmp_name()
         try:
             fill(tmp)

@@ -70,13 +70,11 @@ from dataclasses import dataclass
 import orjson
 import pyarrow.parquet as pq
 
-from ... import pidlock
+from ... import fsutil, pidlock
 from ...changes import CommitKey
 from ...store import ObjectExistsError, ObjectInfo, ObjectNotFoundError, Store, StoreError, is_remote, open_store
 from ..base import ChangefeedOwner
 from ...errors import OlrBufferError
-from ...fsutil import atomic_write as _atomic_write
-from ...fsutil import fsync_dir, open_with_mode, write_file
 from .errors import ChangefeedCorruptError, ChangefeedError, ChangefeedLockedError
 from .schema import META_FIRST, META_LAST, META_LAST_COMMIT, META_ROWS, parse_part_name, part_name
 
@@ -834,7 +832,7 @@ def append_line(path: str, doc: dict, durable: bool) -> None:
     """Append ``doc`` as a line to ``path`` (a file of ``_olr_buffer/``: given
     ``META_FILE_MODE``, also if an earlier version left it with another mode)."""
     try:
-        with open(open_with_mode(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, META_FILE_MODE), "ab") as fh:
+        with open(fsutil.open_with_mode(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, META_FILE_MODE), "ab") as fh:
             fh.write(orjson.dumps(doc) + b"\n")
             if durable:
                 fh.flush()
@@ -894,16 +892,16 @@ def write_schema_documents(cf: "str | Location", documents: dict[str, str], dura
         if not os.path.isdir(target):
             os.mkdir(target, META_MODE)
             if durable:
-                fsync_dir(meta)
+                fsutil.fsync_dir(meta)
         for version, text in documents.items():
             final = os.path.join(target, f"{version}.json")
             if os.path.exists(final):
                 continue
             tmp = os.path.join(meta, TMP_DIR, f"schema-{version}.json.tmp")
-            write_file(tmp, text.encode(), durable=durable, mode=META_FILE_MODE)
+            fsutil.write_file(tmp, text.encode(), durable=durable, mode=META_FILE_MODE)
             os.rename(tmp, final)
         if durable:
-            fsync_dir(target)
+            fsutil.fsync_dir(target)
     except OSError as exc:
         raise os_failure(exc, exc.filename or target, "write a schema document") from None
 
@@ -942,6 +940,6 @@ def atomic_write(path: str, data: bytes, durable: bool) -> None:
     """``path`` holds ``data`` or its old content, never a mix; an error names ``path``
     (the temporary file is removed). A file of ``_olr_buffer/``: mode ``META_FILE_MODE``."""
     try:
-        _atomic_write(path, data, durable=durable, mode=META_FILE_MODE)
+        fsutil.atomic_write(path, data, durable=durable, mode=META_FILE_MODE)
     except OSError as exc:
         raise os_failure(exc, path, "write it") from None
