@@ -19,7 +19,6 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 
 from . import __version__
 from .errors import OlrBufferError, printable
-from .fsutil import atomic_write, unlink_quietly
 from .changes import INFINITE_SCN
 
 
@@ -75,10 +74,15 @@ def _write_failure(queue_dir: str, doc: dict) -> None:
     tmp = os.path.join(queue_dir, f".{FAILURE_FILE}.tmp")
     data = _padded(doc)
     try:
-        atomic_write(path, data, durable=False, tmp=tmp)
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
         return
     except OSError:
-        pass
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
     # no room for a new file: over the record there (a running service's), in place
     try:
         fd = os.open(path, os.O_WRONLY)
@@ -101,8 +105,10 @@ def _padded(doc: dict) -> bytes:
 
 
 def clear_failure(queue_dir: str) -> None:
-    # none; or a queue directory this user may not write, which opening it says
-    unlink_quietly(os.path.join(queue_dir, FAILURE_FILE))
+    try:
+        os.unlink(os.path.join(queue_dir, FAILURE_FILE))
+    except OSError:
+        pass  # none; or a queue directory this user may not write, which opening it says
 
 
 def read_failure(queue_dir: str) -> dict | None:
