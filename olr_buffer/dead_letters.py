@@ -11,6 +11,7 @@ from typing import Callable
 import orjson
 
 from .errors import OlrBufferError
+from .fsutil import write_all
 
 log = logging.getLogger(__name__)
 
@@ -69,8 +70,7 @@ class DeadLetters:
             try:
                 start = drop_torn_tail(fd, self.path)
                 try:
-                    while data:
-                        data = data[os.write(fd, data):]
+                    write_all(fd, data)
                     os.fsync(fd)
                 except OSError as exc:
                     try:

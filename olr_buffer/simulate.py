@@ -49,6 +49,7 @@ import orjson
 import zstandard
 
 from .errors import OlrBufferError
+from .fsutil import atomic_write
 
 __all__ = ["OutputNotEmptyError", "SimulationStats", "simulate"]
 
@@ -449,9 +450,7 @@ class _ThreadLog:
         if archived and self._compress:
             data = self._compressor.compress(data)
             name += ".zst"
-        tmp = self._out_dir / f".{name}.tmp"
-        tmp.write_bytes(data)
-        os.replace(tmp, self._out_dir / name)
+        atomic_write(str(self._out_dir / name), data, durable=False, tmp=str(self._out_dir / f".{name}.tmp"))
         self._stats.files += 1
         self._stats.records += len(self._lines)
         self._lines = []

@@ -14,14 +14,14 @@ ROOT = Path(olr_buffer.__file__).parent
 
 # a module may import its own package and any layer below its own, never one above or beside
 LAYERS = {
-    "errors": 0, "faults": 0, "pidlock": 0,
+    "errors": 0, "faults": 0, "pidlock": 0, "fsutil": 0,
     "txbuffer": 1, "store": 1,
     "changes": 2, "dead_letters": 2, "olr_protocol": 2,
-    "sources": 3, "dispatcher": 3, "sinks": 3,
-    "service": 3,
-    "checkpointer": 4, "spark": 4, "serve": 4,
-    "pipeline": 5, "status": 5, "simulate": 5, "demo": 5, "spark_sink": 5,
-    "cli": 6,
+    "sources": 3, "sinks": 3, "service": 3,
+    # the dispatcher calls a sink through the contract sinks/base.py states
+    "dispatcher": 4, "spark": 4, "serve": 4,
+    "checkpointer": 5, "status": 5, "simulate": 5, "demo": 5, "spark_sink": 5,
+    "pipeline": 6, "cli": 7,
 }
 
 # the doors of sources/ and sinks/: what a module outside a source's (a sink's) package may
@@ -101,7 +101,33 @@ def test_the_dispatcher_knows_no_sink_but_the_contract():
     graph = _imports()
     for module, deps in graph.items():
         if module.startswith("olr_buffer.dispatcher"):
-            assert not [d for d in deps if d.startswith("olr_buffer.sinks")], module
+            assert not [d for d in deps if d.startswith("olr_buffer.sinks") and d != "olr_buffer.sinks.base"], module
+
+
+def test_the_change_format_is_imported_through_its_face():
+    """``olr_buffer.changes`` is one face over its modules (codes, payloads, blocks,
+    commits, schemas): a module outside the package imports the package, never one of them."""
+    wrong = []
+    for module, deps in _imports().items():
+        if module.startswith("olr_buffer.changes"):
+            continue
+        wrong += [f"{module} imports {d}" for d in deps if d.startswith("olr_buffer.changes.")]
+    assert not wrong, "\n".join(sorted(wrong))
+
+
+def test_the_change_format_package_is_a_face_over_modules_of_the_format_only():
+    """``changes/__init__.py`` defines nothing (it re-exports), and no module of it states
+    a consumer's contract (a ``Protocol``: the dispatcher's sink is in ``sinks/base.py``)."""
+    face = ast.parse((ROOT / "changes" / "__init__.py").read_text())
+    defined = [n for n in face.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))
+               or (isinstance(n, ast.Assign) and [t.id for t in n.targets if isinstance(t, ast.Name)] != ["__all__"])]
+    assert not defined, [getattr(n, "name", None) or ast.unparse(n)[:60] for n in defined]
+    protocols = []
+    for path in (ROOT / "changes").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and any(ast.unparse(b).endswith("Protocol") for b in node.bases):
+                protocols.append(f"{path.name}: {node.name}")
+    assert not protocols, protocols
 
 
 def test_sources_and_sinks_do_not_import_each_other():

@@ -45,10 +45,10 @@ from ..changes import (
     SCN,
     Commit,
     CommitKey,
-    TransactionSink,
     decode_records,
     read_summary,
 )
+from ..sinks.base import TransactionSink
 from ..txbuffer import Block, TxQueue
 from ..txbuffer.metadata import seal
 from .checkpoint import (

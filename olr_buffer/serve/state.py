@@ -31,6 +31,7 @@ import time
 from dataclasses import asdict, dataclass
 
 from .. import pidlock
+from ..fsutil import atomic_write, unlink_quietly
 from ..sinks.parquet import META_DIR
 from ..store import is_remote
 from .errors import ServeLockedError, ServeStateError
@@ -179,34 +180,15 @@ class StateStore:
             pass  # status then shows less; serving goes on
 
     def release(self) -> None:
-        try:
-            os.unlink(self.session_path)
-        except OSError:
-            pass
+        unlink_quietly(self.session_path)
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
 
     def _write(self, path: str, doc: dict, durable: bool) -> None:
-        tmp = f"{path}.tmp"
         try:
-            with open(tmp, "wb") as fh:
-                fh.write(json.dumps(doc, indent=1).encode() + b"\n")
-                if durable:
-                    fh.flush()
-                    os.fsync(fh.fileno())
-            os.replace(tmp, path)
-            if durable:
-                fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+            atomic_write(path, json.dumps(doc, indent=1).encode() + b"\n", durable=durable)
         except OSError as exc:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
             raise _failure(exc, path, "store the receiver's position") from None
 
 

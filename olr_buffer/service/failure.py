@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 
+from ..fsutil import atomic_write, unlink_quietly
 from .logs import iso_now
 
 #: In QUEUE_DIR: written by ``run`` when it stops on an error, and once it owns the queue
@@ -42,15 +43,10 @@ def _write_failure(queue_dir: str, doc: dict) -> None:
     tmp = os.path.join(queue_dir, f".{FAILURE_FILE}.tmp")
     data = _padded(doc)
     try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
+        atomic_write(path, data, durable=False, tmp=tmp)
         return
     except OSError:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        pass
     # no room for a new file: over the record there (a running service's), in place
     try:
         fd = os.open(path, os.O_WRONLY)
@@ -73,10 +69,8 @@ def _padded(doc: dict) -> bytes:
 
 
 def clear_failure(queue_dir: str) -> None:
-    try:
-        os.unlink(os.path.join(queue_dir, FAILURE_FILE))
-    except OSError:
-        pass  # none; or a queue directory this user may not write, which opening it says
+    # none; or a queue directory this user may not write, which opening it says
+    unlink_quietly(os.path.join(queue_dir, FAILURE_FILE))
 
 
 def read_failure(queue_dir: str) -> dict | None:

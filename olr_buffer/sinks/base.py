@@ -2,7 +2,8 @@
 committed transactions go.
 
 The dispatcher hands a sink whole transactions, in commit order
-(:class:`~olr_buffer.changes.TransactionSink`, the part of the contract it sees). The pipeline opens the sink, makes it publish what it
+(:class:`TransactionSink`, the part of the contract it sees: the dispatcher imports this
+module and nothing else of ``sinks``). The pipeline opens the sink, makes it publish what it
 holds at each checkpoint, and stores the sink's **position document** (what it has made
 durable, what it needs to check on restart) in the queue, in the same write as the
 dispatcher's checkpoint, under the sink's own metadata key; it hands the document back
@@ -17,9 +18,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Iterable, Protocol
 
-from ..changes import CommitKey, TransactionSink
+from ..changes import Commit, CommitKey
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +63,27 @@ class SinkFigures:
     # published transactions whose commit tm was later than the publication time (the
     # source's clock ahead of this machine's): not in ``latencies``, which are never negative
     clock_ahead: int = 0
+
+
+class TransactionSink(Protocol):
+    """Where the dispatcher hands committed transactions, whole, in commit order (every
+    :class:`Sink` is one)."""
+
+    def write_transaction(self, commit: Commit, chunks: Iterable[tuple[int, list[list]]]) -> int:
+        """Consume ``chunks`` (``(thread, rows)``: runs of rows, each of one redo thread,
+        in row order); publish their rows as one transaction.
+
+        Returns the number of rows written; 0 means nothing was written and no ``tx_seq``
+        was used.
+        """
+        ...
+
+    def write_rows(self, rows: list[list], txs: list[tuple[str, CommitKey, int | None, int | list[int], int]]) -> None:
+        """Many transactions at once, flat: ``txs`` holds ``(xid, key, tm, thread, n)`` for
+        each, ``n > 0`` of its rows, which are the next ``n`` of ``rows``; ``thread`` is the
+        redo thread of all of them, or a list of each one's; the same as
+        :meth:`write_transaction` for each, in order."""
+        ...
 
 
 class Sink(TransactionSink, Protocol):

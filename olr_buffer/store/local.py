@@ -15,12 +15,13 @@ import fcntl
 import os
 import shutil
 import uuid
-from contextlib import contextmanager
-from typing import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from ..fsutil import fsync_dir, fsync_file, unlink_quietly, write_file
 from .base import ObjectInfo, Store, Versioned, check_name, content_tag
 from .errors import ObjectChangedError, ObjectExistsError, ObjectNotFoundError, StoreAccessError, StoreError
 
@@ -145,7 +146,7 @@ class LocalStore(Store):
         try:
             size = os.stat(src).st_size
             if self.durable:
-                _fsync_file(src)
+                fsync_file(src)
             os.chmod(src, self.file_mode)
         except OSError as exc:
             raise _os_error(exc, "read", src) from None
@@ -216,44 +217,33 @@ class LocalStore(Store):
 
     # -- helpers ------------------------------------------------------------------------
 
-    @contextmanager
-    def _staged(self, data: bytes) -> Iterator[str]:
+    def _staged(self, data: bytes) -> AbstractContextManager[str]:
         """A complete, synced temporary file holding ``data``, removed on leaving."""
-        tmp = self._tmp_name()
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, self.file_mode)
-            try:
-                os.fchmod(fd, self.file_mode)
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
-                if self.durable:
-                    os.fsync(fd)
-            finally:
-                os.close(fd)
-        except OSError as exc:
-            _unlink_quietly(tmp)
-            raise _os_error(exc, "write", tmp) from None
-        try:
-            yield tmp
-        finally:
-            _unlink_quietly(tmp)
+        return self._staging(lambda tmp: write_file(tmp, data, durable=self.durable, mode=self.file_mode,
+                                                    exclusive=True))
 
-    @contextmanager
-    def _staged_copy(self, src: str) -> Iterator[str]:
-        tmp = self._tmp_name()
-        try:
+    def _staged_copy(self, src: str) -> AbstractContextManager[str]:
+        """A complete, synced temporary copy of the file ``src``, removed on leaving."""
+        def copy(tmp: str) -> None:
             shutil.copyfile(src, tmp)
             os.chmod(tmp, self.file_mode)
             if self.durable:
-                _fsync_file(tmp)
+                fsync_file(tmp)
+        return self._staging(copy)
+
+    @contextmanager
+    def _staging(self, fill: Callable[[str], None]) -> Iterator[str]:
+        """A new temporary file of the staging folder, written by ``fill``, removed on leaving."""
+        tmp = self._tmp_name()
+        try:
+            fill(tmp)
         except OSError as exc:
-            _unlink_quietly(tmp)
+            unlink_quietly(tmp)
             raise _os_error(exc, "write", tmp) from None
         try:
             yield tmp
         finally:
-            _unlink_quietly(tmp)
+            unlink_quietly(tmp)
 
     def _tmp_name(self) -> str:
         self._ensure_folder(self._staging_dir)
@@ -301,11 +291,7 @@ class LocalStore(Store):
         if not self.durable:
             return
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            fsync_dir(path)
         except OSError as exc:
             raise _os_error(exc, "sync", path) from None
 
@@ -326,21 +312,6 @@ class LocalStore(Store):
 
 class _CrossDevice(Exception):
     """The source of a link is on another filesystem: copy it instead."""
-
-
-def _fsync_file(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _unlink_quietly(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
 
 
 def _os_error(exc: OSError, doing: str, path: str) -> StoreError:

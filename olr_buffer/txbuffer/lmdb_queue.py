@@ -35,6 +35,7 @@ import lmdb
 
 from .. import pidlock
 from ..faults import fault_point
+from ..fsutil import fsync_dir
 from .base import SegmentInfo, TxQueue, cleanup_candidates
 from . import mapped
 from .block import Block, index_key, key_index, thread_codec
@@ -500,7 +501,7 @@ class LmdbQueue(TxQueue):
                 self._firsts.pop(0)
                 deleted.append(info)
             if deleted:
-                _fsync_dir(self._seg_dir)
+                fsync_dir(self._seg_dir)
             return deleted
 
     def close(self) -> None:
@@ -640,11 +641,3 @@ def _unlink(path: str) -> None:
         os.unlink(path)
     except FileNotFoundError:
         pass
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -69,6 +69,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ...errors import EXIT_USAGE
+from ...fsutil import fsync_file
 from ...faults import fault_point
 from .errors import ChangefeedCorruptError, ChangefeedError
 from ...store import Lease, StoreError, is_remote
@@ -90,7 +91,6 @@ from .layout import (  # noqa: F401  (read_footer: a public name of this module 
     damaged,
     file_mode,
     footer_metadata,
-    fsync_path,
     list_files,
     local_tmp_dir,
     log_published,
@@ -594,7 +594,7 @@ def _write_merged(
         raise
     writer.close()
     if opts.durable:
-        fsync_path(tmp)
+        fsync_file(tmp)
     return merged
 
 

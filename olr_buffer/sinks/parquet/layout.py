@@ -70,7 +70,7 @@ from dataclasses import dataclass
 import orjson
 import pyarrow.parquet as pq
 
-from ... import pidlock
+from ... import fsutil, pidlock
 from ...changes import CommitKey
 from ...store import ObjectExistsError, ObjectInfo, ObjectNotFoundError, Store, StoreError, is_remote, open_store
 from ..base import ChangefeedOwner
@@ -832,26 +832,13 @@ def append_line(path: str, doc: dict, durable: bool) -> None:
     """Append ``doc`` as a line to ``path`` (a file of ``_olr_buffer/``: given
     ``META_FILE_MODE``, also if an earlier version left it with another mode)."""
     try:
-        with open(_open_meta_file(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab") as fh:
+        with open(fsutil.open_with_mode(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, META_FILE_MODE), "ab") as fh:
             fh.write(orjson.dumps(doc) + b"\n")
             if durable:
                 fh.flush()
                 os.fsync(fh.fileno())
     except OSError as exc:
         raise os_failure(exc, path, "write it") from None
-
-
-def _open_meta_file(path: str, flags: int) -> int:
-    """A descriptor of ``path`` opened with ``flags``, the file's mode ``META_FILE_MODE``
-    whatever the umask."""
-    fd = os.open(path, flags, META_FILE_MODE)
-    try:
-        if os.fstat(fd).st_mode & 0o777 != META_FILE_MODE:
-            os.fchmod(fd, META_FILE_MODE)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
 
 
 # -- schema documents ---------------------------------------------------------------------
@@ -905,20 +892,16 @@ def write_schema_documents(cf: "str | Location", documents: dict[str, str], dura
         if not os.path.isdir(target):
             os.mkdir(target, META_MODE)
             if durable:
-                fsync_dir(meta)
+                fsutil.fsync_dir(meta)
         for version, text in documents.items():
             final = os.path.join(target, f"{version}.json")
             if os.path.exists(final):
                 continue
             tmp = os.path.join(meta, TMP_DIR, f"schema-{version}.json.tmp")
-            with open(_open_meta_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "wb") as fh:
-                fh.write(text.encode())
-                if durable:
-                    fh.flush()
-                    os.fsync(fh.fileno())
+            fsutil.write_file(tmp, text.encode(), durable=durable, mode=META_FILE_MODE)
             os.rename(tmp, final)
         if durable:
-            fsync_dir(target)
+            fsutil.fsync_dir(target)
     except OSError as exc:
         raise os_failure(exc, exc.filename or target, "write a schema document") from None
 
@@ -953,38 +936,10 @@ def publish(cf: "str | Location", tmp_path: str, name: str) -> int:
     return as_location(cf).publish(tmp_path, name)
 
 
-def fsync_path(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def atomic_write(path: str, data: bytes, durable: bool) -> None:
     """``path`` holds ``data`` or its old content, never a mix; an error names ``path``
     (the temporary file is removed). A file of ``_olr_buffer/``: mode ``META_FILE_MODE``."""
-    tmp = path + ".tmp"
     try:
-        with open(_open_meta_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "wb") as fh:
-            fh.write(data)
-            if durable:
-                fh.flush()
-                os.fsync(fh.fileno())
-        os.replace(tmp, path)
-        if durable:
-            fsync_dir(os.path.dirname(path))
+        fsutil.atomic_write(path, data, durable=durable, mode=META_FILE_MODE)
     except OSError as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
         raise os_failure(exc, path, "write it") from None

@@ -62,6 +62,7 @@ import pyarrow.parquet as pq
 
 from ...changes import CHANGEFEED_OP, ROW_FIELDS, Commit, CommitKey, schema_version
 from ...errors import OlrBufferError
+from ...fsutil import fsync_file
 from ...faults import fault_point
 from ..base import ChangefeedOwner, SinkFigures, SinkOpening
 from .errors import ChangefeedCorruptError, ChangefeedError, ChangefeedOwnerError
@@ -80,7 +81,6 @@ from .layout import (  # noqa: F401  (MANIFEST, META_DIR, PUBLISHED_LOG, read_fo
     current_schemas,
     file_mode,
     footer_metadata,
-    fsync_path,
     last_logged,
     list_files,
     local_tmp_dir,
@@ -771,7 +771,7 @@ class ChangefeedWriter:
         self._writer.close()
         self._writer = None
         if self.durable:
-            fsync_path(self._tmp_path)
+            fsync_file(self._tmp_path)
         try:
             self._store_call(lambda: write_schema_documents(self.location, self._documents, self.durable),
                              "write a schema document")  # before any row names them
