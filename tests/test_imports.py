@@ -21,6 +21,9 @@ LAYERS = {
     "checkpointer": 4, "service": 4, "spark_sink": 4, "serve": 4,
     "pipeline": 5, "status": 5, "simulate": 5, "spark": 5,
     "cli": 6, "demo": 6,
+    # what the tests and benchmarks run against (a MemoryQueue): above everything, so no
+    # module of the product can import it
+    "testing": 7,
 }
 
 # the doors of sources/ and sinks/: what a module outside a source's (a sink's) package may
@@ -162,3 +165,16 @@ def test_no_import_cycle():
     for m in sorted(graph):
         if state.get(m) is None:
             visit(m)
+
+
+def test_test_doubles_live_in_testing_which_the_product_never_imports():
+    """The product holds no test-only code: the tests' doubles (``MemoryQueue``) are in
+    ``olr_buffer.testing``, no longer on ``txbuffer``'s face, and nothing else imports them."""
+    import olr_buffer.txbuffer as txbuffer
+
+    graph = _imports()
+    assert "olr_buffer.testing" in graph
+    assert "MemoryQueue" not in txbuffer.__all__ and not hasattr(txbuffer, "MemoryQueue")
+    wrong = [f"{module} imports {dep}" for module, deps in graph.items() if not module.startswith("olr_buffer.testing")
+             for dep in deps if dep.startswith("olr_buffer.testing")]
+    assert not wrong, "\n".join(sorted(wrong))
