@@ -194,3 +194,7 @@ def test_names_say_one_thing():
                 classes.setdefault(node.name, []).append(path.relative_to(ROOT).as_posix())
     assert classes["Server"] == ["sources/postgres/connection.py"]
     assert classes["StreamServer"] == ["serve/server.py"]
+    # no module that reads as a package's module: ``delta_table.py`` beside ``delta/table.py``
+    stutters = [f"{p.parent.parent.relative_to(ROOT)}/{p.parent.name}_{p.name}" for p in ROOT.rglob("*.py")
+                if (p.parent.parent / f"{p.parent.name}_{p.name}").exists()]
+    assert not stutters, stutters
