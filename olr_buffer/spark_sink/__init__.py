@@ -1,29 +1,32 @@
-"""The Spark side of olr-buffer: what reads the changefeed in Spark (:mod:`.dataframes`:
-batch and streaming DataFrames, one table's changes, its snapshot, typed rows, schemas).
+"""The Spark side of olr-buffer: the PySpark helpers that read the changefeed.
+
+- :mod:`.reading`: the changefeed as a batch DataFrame (:func:`read_changefeed`), its
+  schema, and what the helpers share;
+- :mod:`.streaming`: the changefeed as a streaming DataFrame (:func:`stream_changefeed`);
+- :mod:`.tables`: one table: its changes, snapshot, typed rows and schemas.
 
 Users import these as :mod:`olr_buffer.spark` (docs/spark.md), which gives the same
 objects; this package is where they live. PySpark is an extra, imported only when a
-helper is called.
+helper is called: without it, a helper raises :class:`PySparkMissingError`.
 """
 
-from .dataframes import (
-    CDF_COLUMNS,
-    DELTA_STREAM_FORMAT,
+from ..sinks.parquet import ChangefeedReadError, UnknownTableError, read_schema_document
+from .reading import (
     PART_GLOB,
+    ChangefeedNotFoundError,
+    PySparkMissingError,
+    changefeed_schema,
+    read_changefeed,
+    spark_path,
+)
+from .streaming import DELTA_STREAM_FORMAT, stream_changefeed
+from .tables import (
+    CDF_COLUMNS,
     TRUNCATE_CHANGE_TYPE,
     TRUNCATES,
-    ChangefeedNotFoundError,
-    ChangefeedReadError,
-    PySparkMissingError,
-    UnknownTableError,
-    changefeed_schema,
     ddl_columns_of,
     infer_schema,
-    read_changefeed,
-    read_schema_document,
     snapshot,
-    spark_path,
-    stream_changefeed,
     table_changes,
     table_schema,
     typed,

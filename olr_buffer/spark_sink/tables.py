@@ -1,13 +1,7 @@
-"""The changefeed as Spark DataFrames: the PySpark helpers that read it, which users
-import as :mod:`olr_buffer.spark` (docs/spark.md). PySpark is imported only when these are used,
-and is an extra (``pip install 'olr-buffer[spark]'``): without it, a helper raises
-:class:`PySparkMissingError`, which says what to install.
+"""One table of the changefeed in Spark. The functions that take ``path`` also take a
+DataFrame with the changefeed's columns instead (for example a micro-batch inside
+``foreachBatch``); see docs/spark.md.
 
-- :func:`read_changefeed`: the changefeed as a batch DataFrame.
-- :func:`stream_changefeed`: the changefeed as a streaming DataFrame (Spark's file source).
-
-A Delta changefeed is read through its log (the files of its table's snapshot), never as
-the files of its directory, which keep those a compaction replaced.
 - :func:`table_changes`: the rows of one table, ``before``/``after`` parsed into structs,
   between two ``tx_seq``; or Delta's change-data-feed view of them.
 - :func:`snapshot`: the current state of one table, one row per key.
@@ -15,339 +9,22 @@ the files of its directory, which keep those a compaction replaced.
   changefeed's schema documents (the types its source stated), every value checked.
 - :func:`table_schema`: a table's schema document, and its columns as a ``StructType``.
 - :func:`infer_schema`: a table's columns, from its ``CREATE TABLE`` rows and a sample of
-  its row images.
-
-Every helper gives ``c_ts`` and ``ts`` (``c_tm``/``tm`` as Spark timestamps), deriving them
-for files written before those columns existed.
-
-``CHANGEFEED_SCHEMA`` (a module attribute, built on first use) and
-:func:`changefeed_schema` give the contract's columns as a Spark ``StructType``.
-
-The functions that take ``path`` also take a DataFrame with the changefeed's columns
-instead (for example a micro-batch inside ``foreachBatch``); see docs/spark.md.
+  its row images (:func:`ddl_columns_of`).
 """
 
 from __future__ import annotations
 
-import functools
 import re
-import time
-import warnings
-from typing import TYPE_CHECKING, Any, Callable, Sequence, Union
+from typing import TYPE_CHECKING, Any, Sequence, Union
 
 from ..sinks.parquet import ChangefeedReadError, UnknownTableError, read_schema_document
-
-__all__ = [
-    "CDF_COLUMNS", "ChangefeedNotFoundError", "ChangefeedReadError", "DELTA_STREAM_FORMAT", "PART_GLOB",
-    "PySparkMissingError", "TRUNCATES", "TRUNCATE_CHANGE_TYPE", "UnknownTableError", "changefeed_schema",
-    "ddl_columns_of", "infer_schema", "read_changefeed", "read_schema_document", "snapshot", "spark_path",
-    "stream_changefeed", "table_changes", "table_schema", "typed",
-]
+from .reading import needs_pyspark, read_changefeed, with_timestamps
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
     Source = Union[str, DataFrame]
-
-class PySparkMissingError(ModuleNotFoundError):
-    """A Spark helper was called where PySpark is not installed (the service and its
-    commands run without it)."""
-
-
-def _needs_pyspark(fn: Callable) -> Callable:
-    """``fn``, which raises :class:`PySparkMissingError` (one line: what to install) when
-    PySpark cannot be imported, instead of the error of its first import."""
-
-    @functools.wraps(fn)
-    def checked(*args: Any, **kwargs: Any) -> Any:
-        try:
-            import pyspark  # noqa: F401
-        except ImportError as exc:
-            raise PySparkMissingError(
-                f"olr_buffer.spark.{fn.__name__} needs PySpark, which is not installed: "
-                "pip install 'olr-buffer[spark]' (or pyspark>=3.5)", name="pyspark") from exc
-        return fn(*args, **kwargs)
-
-    return checked
-
-
-class ChangefeedNotFoundError(ChangefeedReadError):
-    """No changefeed at the path (yet): ``run`` or ``replay`` creates it when it starts."""
-
-
-def _not_found(path: str, waited: float | None) -> ChangefeedNotFoundError:
-    where = f"no changefeed appeared there within {waited:g}s" if waited else "no changefeed there (yet)"
-    return ChangefeedNotFoundError(
-        f"{path}: {where}",
-        hint=f"start olr-buffer run (or replay) with --changefeed {path} first: it creates the directory"
-             + ("; or give wait_seconds=N to wait for it" if waited == 0 else ""),
-        path=path,
-    )
-
-
-def _path_not_found(exc: Exception) -> bool:
-    """Whether Spark refused a read because its path does not exist."""
-    with warnings.catch_warnings():  # getErrorClass: deprecated by PySpark 4, the only one in 3.5
-        warnings.simplefilter("ignore", FutureWarning)
-        get = getattr(exc, "getCondition", None) or getattr(exc, "getErrorClass", None)
-        try:
-            condition = get() if get else None
-        except Exception:  # noqa: BLE001 - an exception of another kind
-            condition = None
-    return condition == "PATH_NOT_FOUND" or "Path does not exist" in str(exc)
-
-
-def _load(load: Callable[[], "DataFrame"], path: str, wait_seconds: float | None) -> "DataFrame":
-    """``load()``, which Spark refuses while ``path`` does not exist: tried again every second
-    for ``wait_seconds`` (None: a batch read, which does not wait), then
-    :class:`ChangefeedNotFoundError`."""
-    deadline = time.monotonic() + (wait_seconds or 0.0)
-    while True:
-        try:
-            return load()
-        except Exception as exc:
-            if not _path_not_found(exc):
-                raise
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise _not_found(path, wait_seconds) from None
-            time.sleep(min(1.0, left))
-
-
-#: Only the changefeed's own files: Spark already skips names starting with ``_`` or ``.``;
-#: this also keeps out anything else someone drops into the directory.
-PART_GLOB = "part-*.parquet"
-
-
-def changefeed_schema() -> "StructType":
-    """The changefeed's columns (contract §2) as a Spark ``StructType``."""
-    from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType, TimestampType
-
-    from ..sinks.parquet import ARROW_SCHEMA, TIMESTAMP
-
-    spark_type = {"int64": LongType(), "int32": IntegerType(), "string": StringType(), str(TIMESTAMP): TimestampType()}
-    return StructType(
-        [StructField(f.name, spark_type[str(f.type)], nullable=f.nullable) for f in ARROW_SCHEMA]
-    )
-
-
-def spark_path(path: str) -> str:
-    """The changefeed's location as Spark's Hadoop filesystems name it: ``s3://`` (as
-    olr-buffer and the AWS tools write it) becomes ``s3a://`` (hadoop-aws's S3A connector);
-    anything else stays as it is."""
-    return "s3a://" + path[len("s3://"):] if path.startswith("s3://") else path
-
-
-def read_changefeed(spark: "SparkSession", path: str) -> "DataFrame":
-    """The whole changefeed as a DataFrame (Spark skips ``_olr_buffer/`` and temporary files).
-
-    The files listed when the query runs hold a gapless prefix of the changefeed, in whole
-    transactions, so ``max(tx_seq)`` says how far the result goes. No changefeed at
-    ``path``: :class:`ChangefeedNotFoundError`. ``path`` may be ``s3://BUCKET/PREFIX``
-    (read as ``s3a://``, which needs hadoop-aws: docs/spark.md).
-
-    A Delta changefeed (``--table-format delta``) is read through its log: the files of
-    its table's current snapshot (and a file published but not yet committed after them),
-    listed when this is called; the files a compaction replaced, which stay beside the
-    table, are not read. No Delta jar is needed.
-    """
-    schema = changefeed_schema()
-    files = _delta_files(spark, path)
-    if files is None:
-        reader = spark.read.schema(schema).option("pathGlobFilter", PART_GLOB)
-        return _with_timestamps(_load(lambda: reader.parquet(spark_path(path)), path, None))
-    if not files:
-        return _with_timestamps(spark.createDataFrame([], schema))
-    return _with_timestamps(spark.read.schema(schema).parquet(*files))
-
-
-def _delta_files(spark: "SparkSession", path: str) -> list[str] | None:
-    """The files of the Delta changefeed at ``path``, in ``tx_seq`` order, as Spark names
-    them: its table's (the snapshot's active files, read from the Delta log) and those
-    published after them, not yet committed; None if ``path`` holds no Delta changefeed."""
-    from ..sinks.parquet import Location
-
-    target = _delta_target(spark, path)
-    if target is None:
-        return None
-    loc = Location(target)
-    ranges = _delta_ranges(target)
-    return None if ranges is None else [spark_path(loc.where(name)) for _, _, name in ranges]
-
-
-def _delta_target(spark: "SparkSession", path: str) -> str | None:
-    """``path`` as olr-buffer's stores name it (:func:`_store_target`), if it may hold a
-    Delta changefeed. On S3, Spark's own filesystem (S3A, with its settings) says first
-    whether there is a ``_delta_log/``, so that a plain changefeed is read as before with
-    Spark's credentials alone; olr-buffer's store (the AWS variables) reads the log."""
-    target = _store_target(path)
-    if target is None or not target.startswith("s3://"):
-        return target
-    try:
-        jvm = spark._jvm
-        log_dir = jvm.org.apache.hadoop.fs.Path(spark_path(path).rstrip("/") + "/_delta_log")
-        found = log_dir.getFileSystem(spark._jsc.hadoopConfiguration()).exists(log_dir)
-    except Exception:  # noqa: BLE001 - no S3A here, or Spark Connect: olr-buffer's store looks
-        return target
-    return target if found else None
-
-
-def _store_target(path: str) -> str | None:
-    """``path`` as olr-buffer's stores name it (``s3a://`` is ``s3://``, ``file://`` a
-    path); None for a scheme they do not have (the changefeed cannot be there)."""
-    target = path.removeprefix("file://")
-    if target.startswith("s3a://"):
-        target = "s3://" + target[len("s3a://"):]
-    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", target) and not target.startswith("s3://"):
-        return None
-    return target
-
-
-def stream_changefeed(spark: "SparkSession", path: str, *, wait_seconds: float = 0.0,
-                      **options: Any) -> "DataFrame":
-    """The changefeed as a streaming DataFrame: Spark's file source, format parquet, with
-    the changefeed's fixed schema.
-
-    ``options`` go to the source as they are (``maxFilesPerTrigger=1``,
-    ``maxBytesPerTrigger``, ...). The source remembers in its checkpoint the names of the
-    files it has read, so every published file is read once; a file is never split, so a
-    micro-batch holds whole transactions. Leave ``cleanSource`` unset: the changefeed's
-    files are not the stream's to move or delete.
-
-    Spark's file source needs the directory, which ``run`` creates when it starts: with no
-    changefeed at ``path`` this raises :class:`ChangefeedNotFoundError` (one line: start
-    ``run`` first), after waiting up to ``wait_seconds`` for it to appear (0: no wait).
-
-    A Delta changefeed (one with a Delta log when this is called) is streamed through its
-    log instead (Spark 4: a Python data source, no Delta jar): the stream's offset is the
-    next ``tx_seq``, each micro-batch reads the rows of the transactions after it from the
-    table's files as they are then, so a compaction (its merged file holds transactions
-    read already, ``dataChange = false``) adds nothing and nothing is read twice. Its one
-    option is ``maxFilesPerTrigger`` (Spark 4.2 or later).
-    """
-    target = _delta_target(spark, path)
-    if target is not None and _delta_ranges(target) is not None:
-        return _stream_delta(spark, target, options)
-    opts = {"pathGlobFilter": PART_GLOB, **options}
-    reader = spark.readStream.schema(changefeed_schema()).format("parquet")
-    for key, value in opts.items():
-        reader = reader.option(key, value)
-    return _with_timestamps(_load(lambda: reader.load(spark_path(path)), path, wait_seconds))
-
-
-#: The name of the Python data source that streams a Delta changefeed.
-DELTA_STREAM_FORMAT = "olr_buffer_delta_changefeed"
-_DELTA_STREAM_OPTIONS = ("maxFilesPerTrigger",)
-
-
-def _stream_delta(spark: "SparkSession", path: str, options: dict[str, Any]) -> "DataFrame":
-    """The Delta changefeed at ``path`` as a streaming DataFrame (see :func:`stream_changefeed`)."""
-    unknown = sorted(set(options) - set(_DELTA_STREAM_OPTIONS))
-    if unknown:
-        raise ChangefeedReadError(
-            f"{path}: a Delta changefeed is streamed through its log, which takes no option {', '.join(unknown)}",
-            hint=f"its options: {', '.join(_DELTA_STREAM_OPTIONS)}", path=path)
-    if int(spark.version.split(".")[0]) < 4:
-        raise ChangefeedReadError(
-            f"{path}: streaming a Delta changefeed needs Spark 4 or later (a Python data source); this is Spark "
-            f"{spark.version}",
-            hint='or read it with Delta\'s own source: spark.readStream.format("delta") (docs/spark.md)', path=path)
-    spark.dataSource.register(_delta_stream_source())
-    reader = spark.readStream.format(DELTA_STREAM_FORMAT).schema(changefeed_schema()).option("path", path)
-    for key, value in options.items():
-        reader = reader.option(key, str(value))
-    return _with_timestamps(reader.load())
-
-
-@functools.lru_cache(maxsize=None)
-def _delta_stream_source() -> type:
-    """The Python data source that streams a Delta changefeed (its classes need PySpark 4,
-    so they are made on first use). Offsets are ``{"tx_seq": next}``; a partition is one
-    file of the table and the range of transactions to take from it."""
-    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-
-    class FileRange(InputPartition):
-        def __init__(self, name: str, start: int, end: int) -> None:
-            self.name, self.start, self.end = name, start, end
-
-    class Reader(DataSourceStreamReader):
-        def __init__(self, path: str, max_files: int | None) -> None:
-            self.path, self.max_files = path, max_files
-
-        def initialOffset(self) -> dict:
-            return {"tx_seq": 0}
-
-        def getDefaultReadLimit(self):  # Spark 4.2+
-            from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxFiles
-
-            return ReadMaxFiles(self.max_files) if self.max_files else ReadAllAvailable()
-
-        def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
-            ranges = _delta_ranges(self.path) or []
-            at = start["tx_seq"] if start else 0
-            later = [r for r in ranges if r[1] >= at]
-            most = getattr(limit, "max_files", None)
-            if most:
-                later = later[:most]
-            return {"tx_seq": later[-1][1] + 1 if later else at}
-
-        def partitions(self, start: dict, end: dict) -> list:
-            lo, hi = start["tx_seq"], end["tx_seq"]
-            return [FileRange(name, max(first, lo), min(last + 1, hi))
-                    for first, last, name in _delta_ranges(self.path) or [] if last >= lo and first < hi]
-
-        def read(self, partition):
-            yield from _delta_batches(self.path, partition.name, partition.start, partition.end)
-
-    class DeltaChangefeedSource(DataSource):
-        @classmethod
-        def name(cls) -> str:
-            return DELTA_STREAM_FORMAT
-
-        def schema(self):
-            return changefeed_schema()
-
-        def streamReader(self, schema):
-            max_files = self.options.get("maxFilesPerTrigger") or self.options.get("maxfilespertrigger")
-            return Reader(self.options["path"], int(max_files) if max_files else None)
-
-    return DeltaChangefeedSource
-
-
-def _delta_ranges(path: str) -> list[tuple[int, int, str]] | None:
-    """``(first, last, name)`` of the files of the Delta changefeed at ``path`` (olr-buffer's
-    name of it: :func:`_store_target`), in ``tx_seq`` order: its table's, then those
-    published after them; None if ``path`` holds no Delta changefeed."""
-    from ..sinks.parquet import Location, chain_names, parse_part_name
-
-    names = chain_names(Location(path))
-    if names is None:
-        return None
-    return sorted((*(parse_part_name(n) or (-1, -1)), n) for n in names)
-
-
-def _delta_batches(path: str, name: str, start: int, end: int):
-    """The rows of the file ``name`` of the changefeed at ``path`` whose ``tx_seq`` is in
-    ``[start, end)``, as Arrow batches of the changefeed's columns (a column an older file
-    lacks: nulls)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
-    from ..sinks.parquet import ARROW_SCHEMA, Location
-
-    schema = ARROW_SCHEMA
-    with Location(path).open_input(name) as fh:
-        pf = pq.ParquetFile(fh)
-        present = [f.name for f in schema if f.name in pf.schema_arrow.names]
-        for batch in pf.iter_batches(columns=present):
-            tx = batch.column("tx_seq")
-            batch = batch.filter(pc.and_(pc.greater_equal(tx, start), pc.less(tx, end)))
-            if batch.num_rows:
-                columns = [batch.column(f.name).cast(f.type) if f.name in present
-                           else pa.nulls(batch.num_rows, f.type) for f in schema]
-                yield pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
 #: Delta's change types, by changefeed ``op`` (``ddl`` rows have none); a truncate's is
@@ -360,6 +37,7 @@ CDF_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp", "_op_seq"
 TRUNCATES = ("error", "include")
 
 
+@needs_pyspark
 def table_changes(
     spark: "SparkSession",
     path: "Source",
@@ -459,6 +137,7 @@ def _change_data_feed(parsed: "DataFrame", struct: "StructType", truncates: str)
     ).select("change.image.*", F.col("change.kind").alias("_change_type"), *CDF_COLUMNS[1:])
 
 
+@needs_pyspark
 def typed(
     spark: "SparkSession",
     path: "Source",
@@ -523,6 +202,7 @@ def typed(
     return _change_data_feed(parsed, _struct_of(fields), truncates) if change_data_feed else parsed
 
 
+@needs_pyspark
 def table_schema(
     spark: "SparkSession", path: str, owner: str, table: str, version: str | None = None
 ) -> tuple[dict, "StructType"]:
@@ -534,6 +214,7 @@ def table_schema(
     return document, _struct_of(_document_fields(document, None))
 
 
+@needs_pyspark
 def infer_schema(
     spark: "SparkSession",
     path: "Source",
@@ -585,6 +266,7 @@ def infer_schema(
     return StructType([StructField(name, types.get(name) or StringType()) for name in order])
 
 
+@needs_pyspark
 def snapshot(
     spark: "SparkSession",
     path: "Source",
@@ -1036,21 +718,7 @@ def _after_last_truncate(rows: "DataFrame") -> "DataFrame":
 
 
 def _source(spark: "SparkSession", path: "Source") -> "DataFrame":
-    return read_changefeed(spark, path) if isinstance(path, str) else _with_timestamps(path)
-
-
-def _with_timestamps(df: "DataFrame") -> "DataFrame":
-    """``c_ts``/``ts`` from ``c_tm``/``tm`` where a file (written before they existed) lacks them."""
-    from pyspark.sql import functions as F
-
-    from ..sinks.parquet import DERIVED_TIMESTAMPS
-
-    derived = {}
-    for ts, nanos in DERIVED_TIMESTAMPS.items():
-        # floor(nanos / 1000) in integers (a double would lose the last digits)
-        from_nanos = F.timestamp_micros(F.expr(f"({nanos} - pmod({nanos}, 1000)) div 1000"))
-        derived[ts] = F.coalesce(F.col(ts), from_nanos) if ts in df.columns else from_nanos
-    return df.withColumns(derived)
+    return read_changefeed(spark, path) if isinstance(path, str) else with_timestamps(path)
 
 
 def _table_rows(
@@ -1100,6 +768,7 @@ _NOT_A_COLUMN = {"CONSTRAINT", "PRIMARY", "UNIQUE", "FOREIGN", "CHECK", "SUPPLEM
 _NUMBER = re.compile(r"^NUMBER\s*(?:\(\s*(\d+|\*)\s*(?:,\s*(-?\d+)\s*)?\))?", re.I)
 
 
+@needs_pyspark
 def ddl_columns_of(statements: Sequence[str | None]) -> dict[str, Any]:
     """Column name -> Spark type (or None: let the images decide), from the last ``CREATE
     TABLE`` of ``statements`` and the ``ALTER TABLE … ADD (…)`` after it."""
@@ -1167,17 +836,3 @@ def _all_equal(left: list["Column"], right: list["Column"]) -> "Column":
     from functools import reduce
 
     return reduce(lambda x, y: x & y, [a.eqNullSafe(b) for a, b in zip(left, right)])
-
-
-# every public function of this module checks first that PySpark is there
-for _name, _fn in list(globals().items()):
-    if (callable(_fn) and not _name.startswith("_") and getattr(_fn, "__module__", None) == __name__
-            and not isinstance(_fn, type)):
-        globals()[_name] = _needs_pyspark(_fn)
-del _name, _fn
-
-
-def __getattr__(name: str):  # CHANGEFEED_SCHEMA, built on first use
-    if name == "CHANGEFEED_SCHEMA":
-        return changefeed_schema()
-    raise AttributeError(name)
