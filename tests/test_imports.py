@@ -165,36 +165,3 @@ def test_no_import_cycle():
     for m in sorted(graph):
         if state.get(m) is None:
             visit(m)
-
-
-def test_test_doubles_live_in_testing_which_the_product_never_imports():
-    """The product holds no test-only code: the tests' doubles (``MemoryQueue``) are in
-    ``olr_buffer.testing``, no longer on ``txbuffer``'s face, and nothing else imports them."""
-    import olr_buffer.txbuffer as txbuffer
-
-    graph = _imports()
-    assert "olr_buffer.testing" in graph
-    assert "MemoryQueue" not in txbuffer.__all__ and not hasattr(txbuffer, "MemoryQueue")
-    wrong = [f"{module} imports {dep}" for module, deps in graph.items() if not module.startswith("olr_buffer.testing")
-             for dep in deps if dep.startswith("olr_buffer.testing")]
-    assert not wrong, "\n".join(sorted(wrong))
-
-
-def test_names_say_one_thing():
-    """One ``status.py`` (the ``status`` command's), one class named ``Server`` (the
-    PostgreSQL source's server; ``serve``'s is ``StreamServer``), and "redo" names the redo
-    source only (OpenLogReplicator's requests and replies are ``olr_protocol/requests``)."""
-    files = [p.relative_to(ROOT).as_posix() for p in ROOT.rglob("*") if p.suffix in (".py", ".proto")]
-    assert [f for f in files if f.rpartition("/")[2] == "status.py"] == ["status.py"]
-    assert [f for f in files if "redo" in f and not f.startswith("sources/redo/")] == []
-    classes: dict[str, list[str]] = {}
-    for path in ROOT.rglob("*.py"):
-        for node in ast.parse(path.read_text()).body:
-            if isinstance(node, ast.ClassDef):
-                classes.setdefault(node.name, []).append(path.relative_to(ROOT).as_posix())
-    assert classes["Server"] == ["sources/postgres/connection.py"]
-    assert classes["StreamServer"] == ["serve/server.py"]
-    # no module that reads as a package's module: ``delta_table.py`` beside ``delta/table.py``
-    stutters = [f"{p.parent.parent.relative_to(ROOT)}/{p.parent.name}_{p.name}" for p in ROOT.rglob("*.py")
-                if (p.parent.parent / f"{p.parent.name}_{p.name}").exists()]
-    assert not stutters, stutters
