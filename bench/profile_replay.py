@@ -148,7 +148,8 @@ def view_replay(inp: str, work: str, top: int) -> dict:
 
 
 def view_readers(inp: str, work: str, top: int) -> dict:
-    from olr_buffer.txbuffer import LmdbQueue, MemoryQueue
+    from olr_buffer.testing import MemoryQueue
+    from olr_buffer.txbuffer import LmdbQueue
 
     out: dict = {}
     benchlib.warm_cache(inp)

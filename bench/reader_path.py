@@ -18,7 +18,7 @@ import pstats
 import time
 
 import benchlib
-from olr_buffer.txbuffer import MemoryQueue
+from olr_buffer.testing import MemoryQueue
 
 
 def main() -> None:

@@ -1,8 +1,9 @@
-"""Test-only fault injection: kill the process at a named point.
+"""Crash points: the product's named instants where the crash tests kill the process.
 
 ``OLR_BUFFER_FAULT=NAME[:N]`` makes the N-th time (default 1st) the process reaches
 ``fault_point(NAME)`` kill it with SIGKILL, as a crash at that exact instant would.
-Unset (always, in production), ``fault_point`` is one global lookup.
+Unset (always, in production), ``fault_point`` is one global lookup. The hook is part of
+the product (its modules call it); the tests only set the variable.
 
 Points: ``after_append`` (a reader's block and position are committed),
 ``after_row_group`` (a row group is in the changefeed file being written, which has no

@@ -46,7 +46,7 @@ from olr_buffer.changes import (
 from olr_buffer.sources.redo.files import scan
 from olr_buffer.sources.redo.records import parse_line, validate
 from olr_buffer.sources.redo.thread_reader import ThreadReader
-from olr_buffer.txbuffer import MemoryQueue
+from olr_buffer.testing import MemoryQueue
 
 
 def test_the_builders_put_each_field_where_the_consumers_read_it():

@@ -52,7 +52,7 @@ def today_line(lines: list[bytes], tmp: str) -> int | None:
     from olr_buffer.sources.redo.errors import InputError
     from olr_buffer.sources.redo.files import scan
     from olr_buffer.sources.redo.thread_reader import ThreadReader
-    from olr_buffer.txbuffer import MemoryQueue
+    from olr_buffer.testing import MemoryQueue
 
     with open(os.path.join(tmp, "redo_1_1.jsonl"), "wb") as fh:
         fh.write(b"\n".join(lines) + b"\n")

@@ -76,9 +76,9 @@ def serve(changefeed_dir, listen, database, state_dir, poll_interval, stall_time
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    from ..serve import Server, ServeOptions
+    from ..serve import ServeOptions, StreamServer
 
-    server = Server(ServeOptions(changefeed_dir, listen[0], listen[1], database, state_dir=state_dir,
+    server = StreamServer(ServeOptions(changefeed_dir, listen[0], listen[1], database, state_dir=state_dir,
                                  poll_seconds=poll_interval, stall_seconds=stall_timeout,
                                  takeover_seconds=takeover_after, durable=not no_sync))
     if metrics_port is not None:

@@ -3,9 +3,9 @@
 from them."""
 
 from .errors import ServeError, ServeLockedError, ServeStateError
-from .server import Server, ServeOptions
+from .server import ServeOptions, StreamServer
 from .state import default_state_dir
-from .status import receivers_status, render_receivers
+from .receivers import receivers_status, render_receivers
 
-__all__ = ["ServeError", "ServeLockedError", "ServeOptions", "ServeStateError", "Server", "default_state_dir",
+__all__ = ["ServeError", "ServeLockedError", "ServeOptions", "ServeStateError", "StreamServer", "default_state_dir",
            "receivers_status", "render_receivers"]

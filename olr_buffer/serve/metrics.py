@@ -16,7 +16,7 @@ HEALTH_STALE_SECONDS = 30.0
 
 
 class ServeMetrics:
-    """The figures of a :class:`~olr_buffer.serve.server.Server`, with the interface the
+    """The figures of a :class:`~olr_buffer.serve.StreamServer`, with the interface the
     metrics HTTP server asks for (``text()``, ``health()``)."""
 
     def __init__(self, server) -> None:

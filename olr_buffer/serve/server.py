@@ -229,7 +229,7 @@ class _Connection:
         self.replies_from = self.queued
 
 
-class Server:
+class StreamServer:
     """Serves ``opts.changefeed`` on ``opts.host:opts.port``; :meth:`run` until ``stop``.
     Creating it takes the state's lock, loads the confirmed position, lists the
     changefeed and binds the address: each fails here, with a :class:`ServeError` or

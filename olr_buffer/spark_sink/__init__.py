@@ -1,12 +1,46 @@
-"""The former home of the Spark helpers and the changefeed writer, kept so that code
-written against it still runs: the Spark helpers are :mod:`olr_buffer.spark`, the
-changefeed writer and compaction :mod:`olr_buffer.sinks.parquet`."""
+"""The Spark side of olr-buffer: the PySpark helpers that read the changefeed.
 
-import warnings
+- :mod:`.reading`: the changefeed as a batch DataFrame (:func:`read_changefeed`), its
+  schema, and what the helpers share;
+- :mod:`.streaming`: the changefeed as a streaming DataFrame (:func:`stream_changefeed`);
+- :mod:`.tables`: one table: its changes, snapshot, typed rows and schemas.
 
-from ..spark import changefeed_schema, infer_schema, read_changefeed, snapshot, stream_changefeed, table_changes
+Users import these as :mod:`olr_buffer.spark` (docs/spark.md), which gives the same
+objects; this package is where they live. PySpark is an extra, imported only when a
+helper is called: without it, a helper raises :class:`PySparkMissingError`.
+"""
 
-warnings.warn("olr_buffer.spark_sink is now olr_buffer.spark (Spark helpers) and olr_buffer.sinks.parquet "
-              "(the changefeed writer, compaction)", DeprecationWarning, stacklevel=2)
+from ..sinks.parquet import ChangefeedReadError, UnknownTableError, read_schema_document
+from .reading import (
+    PART_GLOB,
+    ChangefeedNotFoundError,
+    PySparkMissingError,
+    changefeed_schema,
+    read_changefeed,
+    spark_path,
+)
+from .streaming import DELTA_STREAM_FORMAT, stream_changefeed
+from .tables import (
+    CDF_COLUMNS,
+    TRUNCATE_CHANGE_TYPE,
+    TRUNCATES,
+    ddl_columns_of,
+    infer_schema,
+    snapshot,
+    table_changes,
+    table_schema,
+    typed,
+)
 
-__all__ = ["changefeed_schema", "infer_schema", "read_changefeed", "snapshot", "stream_changefeed", "table_changes"]
+__all__ = [
+    "CDF_COLUMNS", "ChangefeedNotFoundError", "ChangefeedReadError", "DELTA_STREAM_FORMAT", "PART_GLOB",
+    "PySparkMissingError", "TRUNCATES", "TRUNCATE_CHANGE_TYPE", "UnknownTableError", "changefeed_schema",
+    "ddl_columns_of", "infer_schema", "read_changefeed", "read_schema_document", "snapshot", "spark_path",
+    "stream_changefeed", "table_changes", "table_schema", "typed",
+]
+
+
+def __getattr__(name: str):  # CHANGEFEED_SCHEMA, built on first use
+    if name == "CHANGEFEED_SCHEMA":
+        return changefeed_schema()
+    raise AttributeError(name)

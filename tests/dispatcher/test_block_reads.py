@@ -9,7 +9,7 @@ from pathlib import Path
 from olr_buffer.changes import INFINITE_SCN
 from olr_buffer.dispatcher import Dispatcher
 from olr_buffer.sources.redo.files import scan
-from olr_buffer.txbuffer import MemoryQueue
+from olr_buffer.testing import MemoryQueue
 from tests.dispatcher.test_dispatcher_model import BatchListSink, _thread_blocks
 
 

@@ -10,7 +10,7 @@ from olr_buffer.dispatcher import Dispatcher
 from olr_buffer.dispatcher.errors import DispatchError
 from olr_buffer.changes import BlockBuilder, read_summary
 from olr_buffer.changes import BEGIN, COMMIT, INSERT
-from olr_buffer.txbuffer import MemoryQueue
+from olr_buffer.testing import MemoryQueue
 from tests.dispatcher.test_dispatcher_model import ListSink
 
 

@@ -10,7 +10,7 @@ _F = descriptor_pb2.FieldDescriptorProto
 
 
 def _build():
-    fdp = descriptor_pb2.FileDescriptorProto(name="olr_buffer_test_redo.proto", package="OpenLogReplicator.pb",
+    fdp = descriptor_pb2.FileDescriptorProto(name="olr_buffer_test_requests.proto", package="OpenLogReplicator.pb",
                                              syntax="proto3")
     for name, values in (("RequestCode", ["INFO", "START", "CONTINUE", "CONFIRM"]),
                          ("ResponseCode", ["READY", "FAILED_START", "STARTING", "ALREADY_STARTED", "REPLICATE",

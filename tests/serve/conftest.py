@@ -6,13 +6,13 @@ import threading
 from contextlib import contextmanager
 from pathlib import Path
 
-from olr_buffer.serve import Server, ServeOptions
+from olr_buffer.serve import ServeOptions, StreamServer
 
 
 @contextmanager
 def serving(changefeed: Path, database: str = "ORCL", **options):
-    """A :class:`Server` of ``changefeed`` on a free loopback port, running in a thread."""
-    server = Server(ServeOptions(str(changefeed), "127.0.0.1", 0, database, **options))
+    """A :class:`StreamServer` of ``changefeed`` on a free loopback port, running in a thread."""
+    server = StreamServer(ServeOptions(str(changefeed), "127.0.0.1", 0, database, **options))
     stop = threading.Event()
     thread = threading.Thread(target=server.run, args=(stop,), name="serve", daemon=True)
     thread.start()

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from olr_buffer.serve import receivers_status
 from olr_buffer.serve.metrics import ServeMetrics
-from olr_buffer.serve.status import receivers_status
 from tests.serve.changefeeds import Feed, random_transactions
 from tests.serve.conftest import serving
 from tests.serve.model import expected_messages, position

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from olr_buffer.serve import receivers_status
 from olr_buffer.serve.metrics import ServeMetrics
-from olr_buffer.serve.status import receivers_status
 from tests.serve.changefeeds import Feed, Row, Tx, random_transactions
 from tests.serve.conftest import serving
 from tests.serve.model import after, expected_messages, position

@@ -9,7 +9,7 @@ import types
 
 import pytest
 
-import olr_buffer.spark as spark_helpers
+import olr_buffer.spark_sink.reading as spark_helpers
 from olr_buffer.sinks.parquet import ChangefeedWriter
 from olr_buffer.spark import ChangefeedNotFoundError, read_changefeed, stream_changefeed
 

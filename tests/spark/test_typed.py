@@ -145,7 +145,7 @@ def test_every_value_that_does_not_fit_is_an_error_and_every_one_that_does_is_no
     of every type or a value that does not fit, alone."""
     from pyspark.sql.types import DataType
 
-    from olr_buffer.spark import _checked_images
+    from olr_buffer.spark_sink.tables import _checked_images
 
     cases = [(c, VALUES[c], False) for c in VALUES] + [(c, v, True) for c, v in BAD.items()]
     cases += [("price", "5", False), ("price", "-0.10", False), ("price", '"12.5"', False), ("id", "-7", False),

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from olr_buffer.txbuffer import LmdbQueue, MemoryQueue, TxQueue
+from olr_buffer.testing import MemoryQueue
+from olr_buffer.txbuffer import LmdbQueue, TxQueue
 
 SEGMENT_BYTES = 64 * 1024
 BLOCK = 20_000  # random bytes: a few blocks fill a segment

@@ -7,7 +7,8 @@ import os
 from pathlib import Path
 
 from olr_buffer.dispatcher.replay import BlockCache
-from olr_buffer.txbuffer import LmdbQueue, MemoryQueue
+from olr_buffer.testing import MemoryQueue
+from olr_buffer.txbuffer import LmdbQueue
 from olr_buffer.txbuffer import lmdb_queue as lmdb_queue_module
 from olr_buffer.txbuffer import mapped
 

@@ -23,7 +23,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from olr_buffer.txbuffer import LmdbQueue, MemoryQueue, QueueError, Tailer, TxQueue
+from olr_buffer.testing import MemoryQueue
+from olr_buffer.txbuffer import LmdbQueue, QueueError, Tailer, TxQueue
 
 _HEALTH = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
 settings.register_profile(

@@ -1,6 +1,7 @@
 """The changefeed as a Delta Lake table too (``--table-format delta``, docs/formats.md):
 which files make the changefeed when it has a Delta log, and the glue between the
-changefeed's writer and compaction and :class:`~olr_buffer.sinks.parquet.delta.DeltaChangefeed`.
+changefeed's writer and compaction and :class:`~olr_buffer.sinks.parquet.delta.DeltaChangefeed`,
+whose commits to the table's log are :mod:`.delta.commits`.
 
 - **Which files.** A Delta changefeed's files are those of the table's current snapshot
   and, after them, files published but not yet committed (a writer killed between the

@@ -16,7 +16,7 @@ import pytest
 from olr_buffer.olr_protocol import RedoRequest, RequestCode, frame
 from olr_buffer.sources.olr import OlrReceiver, parse_location
 from olr_buffer.sources.olr.state import load_state
-from olr_buffer.txbuffer import MemoryQueue
+from olr_buffer.testing import MemoryQueue
 from tests.contract_model import assert_changefeed_equal
 from tests.sources.olr.processes import error_line, run_once, service_log, start_run, stop
 from tests.sources.olr.service import changefeed, transactions, wait_for

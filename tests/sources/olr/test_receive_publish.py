@@ -24,7 +24,7 @@ from olr_buffer.changes import COMMIT, ROW_CODES
 from olr_buffer.dispatcher import Dispatcher
 from olr_buffer.sinks.parquet.writer import ChangefeedWriter
 from olr_buffer.sources.olr import OlrReceiver, OlrStreamError, parse_location
-from olr_buffer.txbuffer import MemoryQueue
+from olr_buffer.testing import MemoryQueue
 from tests.sources.olr.test_receiver import records
 
 I63 = (1 << 63) - 1

@@ -13,7 +13,7 @@ import pytest
 from olr_buffer.changes import BEGIN, COMMIT, ROLLBACK, ROW_CODES, decode_records, read_summary
 from olr_buffer.sources.olr import OlrReceiver, OlrSourceError, OlrStreamError, parse_location
 from olr_buffer.sources.olr.state import STATE_KEY, load_state
-from olr_buffer.txbuffer import MemoryQueue
+from olr_buffer.testing import MemoryQueue
 from tests.sources.olr.service import wait_for
 from tests.sources.olr.standin import StandIn, position_of
 from tests.sources.olr.streams import FORMS, messages, workload

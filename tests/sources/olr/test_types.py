@@ -16,8 +16,8 @@ import pytest
 from olr_buffer.changes import ROW_CODES, SCHEMA_DOCUMENT, SCHEMA_VERSION, SchemaColumn, schema_document
 from olr_buffer.sources.olr import OlrStreamError
 from olr_buffer.sources.olr.state import load_columns, load_state
-from olr_buffer.sources.olr.types import ColumnsError, column_type, schema_columns
-from olr_buffer.txbuffer import MemoryQueue
+from olr_buffer.sources.olr_types import ColumnsError, column_type, schema_columns
+from olr_buffer.testing import MemoryQueue
 from tests.sources.olr.service import service, transactions, wait_for
 from tests.sources.olr.standin import StandIn
 from tests.sources.olr.streams import COLUMNS, Form, messages, workload

@@ -12,7 +12,7 @@ import pytest
 from olr_buffer.changes import read_summary
 from olr_buffer.sources.olr_file import OlrFileReader, parse_output
 from olr_buffer.sources.olr_file.state import PREFIX, load_columns, load_state
-from olr_buffer.txbuffer import MemoryQueue
+from olr_buffer.testing import MemoryQueue
 from tests.sources.olr.streams import FORMS, messages, workload
 from tests.sources.olr_file.fixtures import write_output
 

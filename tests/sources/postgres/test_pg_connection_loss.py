@@ -22,7 +22,7 @@ import pytest
 from olr_buffer.sources.postgres import connection
 from olr_buffer.sources.postgres.connection import ConnectionLostError, PostgresError, Server
 from olr_buffer.sources.postgres.reader import PostgresReader
-from olr_buffer.txbuffer import MemoryQueue
+from olr_buffer.testing import MemoryQueue
 from tests.contract_model import load_changefeed
 from tests.sources.postgres.conftest import start_service, wait_streaming
 from tests.sources.postgres.test_pg_source import service_log, stop

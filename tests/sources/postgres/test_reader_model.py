@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from olr_buffer.changes import schema_version
 from olr_buffer.dispatcher import Dispatcher
 from olr_buffer.sources.postgres import protocol as p
-from olr_buffer.txbuffer import MemoryQueue
+from olr_buffer.testing import MemoryQueue
 from tests.dispatcher.test_dispatcher_model import BatchListSink
 from tests.sources.postgres.test_reader_stream import COLS, OID, reader
 

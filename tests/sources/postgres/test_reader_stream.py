@@ -7,7 +7,7 @@ from olr_buffer.dispatcher import Dispatcher
 from olr_buffer.sources.postgres import protocol as p
 from olr_buffer.sources.postgres.reader import PostgresReader
 from olr_buffer.sources.postgres.state import STATE_KEY, load_state
-from olr_buffer.txbuffer import MemoryQueue
+from olr_buffer.testing import MemoryQueue
 from tests.dispatcher.test_dispatcher_model import BatchListSink
 
 OID = 16384

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from olr_buffer.sources.postgres.reader import PostgresReader
-from olr_buffer.txbuffer import MemoryQueue
+from olr_buffer.testing import MemoryQueue
 from tests.sources.postgres.cluster import create_cluster
 from tests.sources.postgres.test_reader_stream import published
 

@@ -24,7 +24,7 @@ from olr_buffer.sources.redo.errors import InputError
 from olr_buffer.sources.redo.files import scan
 from olr_buffer.sources.redo.records import batch_decode, decode_line
 from olr_buffer.sources.redo.thread_reader import ThreadReader
-from olr_buffer.txbuffer import MemoryQueue
+from olr_buffer.testing import MemoryQueue
 
 from .test_fuzz import damaged_lines, dumps, valid_records
 

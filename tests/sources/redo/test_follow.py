@@ -25,7 +25,7 @@ from olr_buffer.sources.redo.errors import InputError, MissingSequenceError
 from olr_buffer.sources.redo.files import scan
 from olr_buffer.dead_letters import DeadLetters
 from olr_buffer.sources.redo.thread_reader import ThreadReader
-from olr_buffer.txbuffer import MemoryQueue
+from olr_buffer.testing import MemoryQueue
 from tests.contract_model import assert_changefeed_equal, check_changefeed_layout, expected_changefeed, load_changefeed
 
 pytestmark = pytest.mark.e2e  # a process or a server: in `make test`, not in `make test-fast`

@@ -33,7 +33,7 @@ from olr_buffer.sources.redo.position import load_positions
 from olr_buffer.changes import CLOSE, LWN, MARKER_CODES, OP_CODES, BlockBuilder, RecordError, decode_record
 from olr_buffer.sources.redo.records import decode_line, parse_line, validate
 from olr_buffer.sources.redo.thread_reader import ThreadReader
-from olr_buffer.txbuffer import MemoryQueue
+from olr_buffer.testing import MemoryQueue
 
 INT64 = st.integers(-(1 << 63), (1 << 63) - 1)
 SCN = st.integers(0, (1 << 63) - 1)

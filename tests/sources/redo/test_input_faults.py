@@ -21,7 +21,8 @@ from olr_buffer.sources.redo.errors import InputError
 from olr_buffer.sources.redo.files import scan
 from olr_buffer.sources.redo.position import load_positions
 from olr_buffer.sources.redo.thread_reader import MAX_LINE_BYTES, ThreadReader
-from olr_buffer.txbuffer import LmdbQueue, MemoryQueue
+from olr_buffer.testing import MemoryQueue
+from olr_buffer.txbuffer import LmdbQueue
 from tests.cli.conftest import log_lines, ok, sequences, write_log
 from tests.contract_model import expected_changefeed, load_changefeed
 from tests.fault_helpers import (

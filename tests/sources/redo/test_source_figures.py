@@ -11,7 +11,7 @@ from olr_buffer.changes import DEFAULT_BLOCK_BYTES, DEFAULT_BLOCK_RECORDS
 from olr_buffer.simulate import simulate
 from olr_buffer.sources.base import SourceSettings
 from olr_buffer.sources.redo import RedoSource
-from olr_buffer.txbuffer import MemoryQueue
+from olr_buffer.testing import MemoryQueue
 
 
 def _source(inp: Path) -> RedoSource:

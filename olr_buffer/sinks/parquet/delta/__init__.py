@@ -11,7 +11,7 @@ from .errors import (
     DeltaTableMismatchError,
 )
 from .stats import delta_stats
-from .table import DELTA_LOG, DeltaChangefeed, PartFile
+from .commits import DELTA_LOG, DeltaChangefeed, PartFile
 
 __all__ = [
     "DELTA_LOG", "DeltaChainError", "DeltaChangefeed", "DeltaChangefeedError", "DeltaConflictError",

@@ -1,5 +1,5 @@
-"""The protobuf messages of the handshake: ``RedoRequest`` (receiver to sender) and
-``RedoResponse`` (sender to receiver), with their codes (``redo.proto`` beside this
+"""The protocol's requests and replies, in protobuf: ``RedoRequest`` (receiver to sender) and
+``RedoResponse`` (sender to receiver), with their codes (``requests.proto`` beside this
 module has them as a ``.proto``).
 
 Encoded and decoded here, by hand: the two messages have a handful of scalar fields, so

@@ -1,4 +1,5 @@
-"""An in-memory queue with the same behaviour as :class:`LmdbQueue`, for tests and models.
+"""An in-memory queue with the same behaviour as :class:`~olr_buffer.txbuffer.LmdbQueue`,
+for tests, models and benchmarks.
 
 Segments roll by the encoded size of their blocks, like the LMDB ones roll by file size,
 so cleanup behaves alike; nothing survives the process.
@@ -11,9 +12,8 @@ from typing import Mapping, Sequence
 
 import time
 
-from .base import SegmentInfo, TxQueue, cleanup_candidates
-from .block import Block, thread_codec
-from .errors import QueueError
+from ..txbuffer import Block, QueueError, SegmentInfo, TxQueue, cleanup_candidates
+from ..txbuffer.block import thread_codec
 
 
 class MemoryQueue(TxQueue):

@@ -1,5 +1,7 @@
-"""The changefeed as a Delta Lake table: its Parquet files, as published, added to the
-table's log by commits that carry the queue's application transaction.
+"""The commits of a Delta changefeed's log (:class:`DeltaChangefeed`): its Parquet files, as
+published, added to the table's log by commits that carry the queue's application
+transaction. Which files make the changefeed, its recorded format and the glue to the
+writer and compaction are :mod:`..delta_table`.
 
 Layout: the table's root is the changefeed's root; ``_delta_log/`` beside the part files
 (a ``_`` folder: Spark's Parquet reader skips it). The files are committed as they are,
