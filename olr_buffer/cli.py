@@ -282,7 +282,7 @@ def _progress_line(progress: bool | None, interval: float, figures: Callable) ->
 def _options(*, segment_size, file_rows, block_records, checkpoint_interval, retain_segments, retain_age,
              dead_letter, transaction_retention, transaction_retention_scn, changefeed_mode, table_format,
              adopt_changefeed, no_sync, **service):
-    from .pipeline import PipelineOptions
+    from .runtime import PipelineOptions
 
     return PipelineOptions(
         segment_bytes=segment_size,
@@ -321,7 +321,7 @@ def replay(input_dir, queue_dir, changefeed_dir, progress, progress_interval, as
     Run again on the same directories after a kill or a crash, it finishes what was left
     undone and publishes no duplicate.
     """
-    from .pipeline import replay as run_replay
+    from .runtime import replay as run_replay
     from .dead_letters import whole_lines_end
     from .service import setup_logging
 
@@ -516,7 +516,7 @@ def _serve(input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_i
     if _EARLY_SIGTERM:
         on_signal(signal.SIGTERM, None)
 
-    from .pipeline import changefeed_at, run_service
+    from .runtime import changefeed_at, run_service
     from .service import Metrics, serve_metrics
     metrics = None
     if metrics_port is not None:

@@ -18,8 +18,8 @@ LAYERS = {
     "txbuffer": 1, "store": 1,
     "changes": 2, "dead_letters": 2, "olr_protocol": 2,
     "sources": 3, "dispatcher": 3, "sinks": 3,
-    "checkpointer": 4, "service": 4, "spark": 4, "serve": 4,
-    "pipeline": 5, "status": 5, "simulate": 5, "demo": 5, "spark_sink": 5,
+    "service": 4, "spark": 4, "serve": 4,
+    "runtime": 5, "status": 5, "simulate": 5, "demo": 5, "spark_sink": 5,
     "cli": 6,
 }
 
@@ -115,7 +115,7 @@ def test_sources_and_sinks_do_not_import_each_other():
 
 
 def test_only_package_faces_are_imported_from_outside_a_source_or_sink():
-    """The pipeline, status, the CLI ... take a source or a sink by its package's face
+    """The runtime, status, the CLI ... take a source or a sink by its package's face
     (``olr_buffer.sinks.parquet``), never one of its modules (``...parquet.writer``)."""
     wrong = []
     for module, deps in _imports().items():
