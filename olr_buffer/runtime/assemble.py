@@ -100,8 +100,8 @@ class Pipeline:
         self.options = opts = options or PipelineOptions()
         self.started = time.monotonic()
         self.queue = LmdbQueue(queue_dir, segment_bytes=opts.segment_bytes, durable=opts.durable)
-        self.sink: Sink | None = None
-        self.source: SourceCalls | None = None
+        sink: Sink | None = None
+        source_calls: SourceCalls | None = None
         #: an object store that cannot be reached: retried (run), or the run fails (replay)
         self.retry = retry
         try:
@@ -113,9 +113,9 @@ class Pipeline:
                 staging=os.path.join(queue_dir, CHANGEFEED_STAGING),
                 lease_owner=queue_id.decode() if queue_id else None,
             )
-            self.sink = open_sink(opts.sink, changefeed_dir, settings, opts.sink_flags())
+            self.sink = sink = open_sink(opts.sink, changefeed_dir, settings, opts.sink_flags())
             self.appended = threading.Event()
-            self.source = SourceCalls(
+            self.source = source_calls = SourceCalls(
                 source, self.queue,
                 block_records=opts.block_records,
                 block_bytes=opts.block_bytes,
@@ -155,10 +155,10 @@ class Pipeline:
             self.source.refuse_below(self.dispatcher.strict, self.dispatcher.published_through)
         except BaseException:
             # refused: a queue or changefeed directory it made, still unused, is removed
-            if self.source is not None:
-                self.source.close()
-            if self.sink is not None:
-                self.sink.release(remove_if_unused=True)
+            if source_calls is not None:
+                source_calls.close()
+            if sink is not None:
+                sink.release(remove_if_unused=True)
             self.queue.close_and_remove_if_unused({QUEUE_ID_KEY})
             raise
         self._stats0 = copy.copy(self.dispatcher.totals())
@@ -182,7 +182,6 @@ class Pipeline:
         the sink: it checks that this queue (and source) may write it, against the
         position stored at the queue's last checkpoint (:meth:`Sink.open`). True when the
         sink is adopted from another queue."""
-        assert self.sink is not None and self.source is not None
         raw = self.queue.meta(QUEUE_ID_KEY)
         source_id = self.options.source_id if self.options.source_id is not None else self.source.source_id
         owner = ChangefeedOwner(raw.decode() if raw else uuid.uuid4().hex, source_id)
@@ -271,8 +270,7 @@ class Pipeline:
         and left unused (nothing read into the queue, nothing published) is removed."""
         self.source.close()
         self.checkpointer.close()
-        if self.sink is not None:
-            self.sink.release(remove_if_unused=failed)
+        self.sink.release(remove_if_unused=failed)
         if failed:
             self.queue.close_and_remove_if_unused({QUEUE_ID_KEY})
         else:
