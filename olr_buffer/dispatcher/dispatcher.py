@@ -59,7 +59,7 @@ from .checkpoint import (
     encode_checkpoint,
     needed_from,
 )
-from .errors import DispatchError
+from .errors import DispatchError, damaged_checkpoint
 from .replay import BlockCache, Replayer
 from .transaction import _LOCATIONS_AS_LIST, OpenTransaction
 
@@ -213,8 +213,18 @@ class Dispatcher:
         return seal(encode_checkpoint(doc))
 
     def restore(self, state: bytes) -> Checkpoint:
-        """Take the state of :meth:`checkpoint_state`; returns the whole document."""
-        doc = decode_checkpoint(state, getattr(self.queue, "path", "queue"))
+        """Take the state of :meth:`checkpoint_state`; returns the whole document. A
+        document that decodes but lacks what it must hold is a one-line error naming the
+        queue."""
+        where = getattr(self.queue, "path", "queue")
+        try:
+            doc = decode_checkpoint(state, where)
+            self._restore(doc)
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+            raise damaged_checkpoint(where, exc) from exc
+        return doc
+
+    def _restore(self, doc: Checkpoint) -> None:
         self.tailer.index = doc.position
         for t, p in doc.progress.items():
             if t in self.progress:
@@ -248,7 +258,6 @@ class Dispatcher:
             # a thread newly in play may deliver records below what was published while it
             # was not: late records, not bad input
             self.strict = set(self.progress) & set(doc.threads)
-        return doc
 
     def adopt(self) -> None:
         """The changefeed is taken over from another queue of the same input, which is read

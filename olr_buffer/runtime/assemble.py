@@ -18,7 +18,6 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from ..dispatcher import DispatchError, Dispatcher, DispatchStats
-from ..dispatcher.errors import damaged_checkpoint
 from ..sinks import ChangefeedOwner, Sink, SinkSettings, open_sink
 from ..store import OutageRetry
 from ..txbuffer import LmdbQueue
@@ -136,10 +135,7 @@ class Pipeline:
             legacy = None  # the changefeed's position in an older checkpoint
             new_threads: set[int] = set()  # in play now, not when the last checkpoint was written
             if state is not None:
-                try:
-                    doc = self.dispatcher.restore(state)
-                except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
-                    raise damaged_checkpoint(queue_dir, exc) from exc
+                doc = self.dispatcher.restore(state)
                 legacy = doc.changefeed or {}
                 if doc.threads is not None:
                     new_threads = set(self.threads) - set(doc.threads)
