@@ -15,7 +15,7 @@ import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import Any, Callable
 
 from ..dispatcher import DispatchError, Dispatcher, DispatchStats
 from ..sinks import ChangefeedOwner, Sink, SinkSettings, open_sink
@@ -260,6 +260,17 @@ class Pipeline:
             queue_bytes=sum(x.bytes for x in segs),
             seconds=time.monotonic() - self.started,
         )
+
+    def run(self, how: Callable[..., RunSummary], *args: Any) -> RunSummary:
+        """``how(self, *args)`` (:func:`.replay.run_to_end`, :func:`.follow.follow`), then
+        close, as failed if it raised."""
+        try:
+            summary = how(self, *args)
+        except BaseException:
+            self.close(failed=True)
+            raise
+        self.close()
+        return summary
 
     def close(self, failed: bool = False) -> None:
         """``failed``: the run stopped on an error; a queue or changefeed directory it made

@@ -38,13 +38,7 @@ def run_service(
     # a store that cannot be reached is waited for (until stopped), not a reason to stop
     pipeline = Pipeline(source, queue_dir, changefeed_dir, opts, source_options,
                         retry=OutageRetry(stop, timeout=opts.store_timeout_seconds))
-    try:
-        summary = follow(pipeline, stop, on_tick)
-    except BaseException:
-        pipeline.close(failed=True)
-        raise
-    pipeline.close()
-    return summary
+    return pipeline.run(follow, stop, on_tick)
 
 
 def follow(pipeline: Pipeline, stop: threading.Event, on_tick: Callable[[Pipeline], None] | None = None) -> RunSummary:

@@ -24,14 +24,7 @@ def replay(
     committed transaction, return the summary. Resumes where a killed run stopped. An
     input the source cannot replay (no log files) is refused before anything is created."""
     check_replay(input_dir)
-    pipeline = Pipeline(input_dir, queue_dir, changefeed_dir, options)
-    try:
-        summary = run_to_end(pipeline, on_progress, progress_every)
-    except BaseException:
-        pipeline.close(failed=True)
-        raise
-    pipeline.close()
-    return summary
+    return Pipeline(input_dir, queue_dir, changefeed_dir, options).run(run_to_end, on_progress, progress_every)
 
 
 def run_to_end(
