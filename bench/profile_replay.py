@@ -6,7 +6,7 @@
 Four views, each on the same simulated input (three threads, seed 1, plain .jsonl,
 durable):
 
-1. **cProfile of the whole replay, in process** (``olr_buffer.pipeline.replay``, default
+1. **cProfile of the whole replay, in process** (``olr_buffer.runtime.replay``, default
    options). cProfile sees only the thread that enabled it: the main thread, which runs
    the dispatcher and the changefeed writer. Neither the reader threads nor the reader
    processes (when the pipeline parses in child processes) are in it; time the main
@@ -130,7 +130,7 @@ def _fname(func: tuple[str, int, str]) -> str:
 
 
 def view_replay(inp: str, work: str, top: int) -> dict:
-    from olr_buffer.pipeline import replay
+    from olr_buffer.runtime import replay
 
     d = benchlib.fresh_dir(os.path.join(work, "cprofile-replay"))
     benchlib.warm_cache(inp)

@@ -14,7 +14,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from olr_buffer.pipeline import Pipeline, PipelineOptions, replay
+from olr_buffer.runtime import Pipeline, PipelineOptions, replay
 from olr_buffer.status import queue_status
 from tests.contract_model import assert_changefeed_equal, expected_changefeed, load_changefeed
 
@@ -238,7 +238,7 @@ def test_the_held_warning_waits_for_the_same_transaction_at_two_checkpoints(tmp_
         monkeypatch.setattr(p.dispatcher, "oldest_unended", lambda: next(seen))
         with caplog.at_level(logging.WARNING, logger="olr_buffer"):
             for _ in range(6):
-                p._warn_held()
+                p.checkpointer.warn_held()
         warned = [r.getMessage() for r in caplog.records if "has not ended" in r.getMessage()]
         assert len(warned) == 2, warned
         assert warned[0].startswith("transaction L (from scn 100) has not ended and keeps")

@@ -20,8 +20,8 @@ LAYERS = {
     "sources": 3, "sinks": 3, "service": 3,
     # the dispatcher calls a sink through the contract sinks/base.py states
     "dispatcher": 4, "spark_sink": 4, "serve": 4,
-    "checkpointer": 5, "status": 5, "simulate": 5, "spark": 5,
-    "pipeline": 6, "demo": 6, "cli": 7,
+    "runtime": 5, "status": 5, "simulate": 5, "spark": 5,
+    "demo": 6, "cli": 7,
     # what the tests and benchmarks run against (a MemoryQueue): above everything, so no
     # module of the product can import it
     "testing": 8,
@@ -145,7 +145,7 @@ def test_sources_and_sinks_do_not_import_each_other():
 
 
 def test_only_package_faces_are_imported_from_outside_a_source_or_sink():
-    """The pipeline, status, the CLI ... take a source or a sink by its package's face
+    """The runtime, status, the CLI ... take a source or a sink by its package's face
     (``olr_buffer.sinks.parquet``), never one of its modules (``...parquet.writer``)."""
     wrong = []
     for module, deps in _imports().items():

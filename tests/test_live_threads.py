@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from olr_buffer.errors import OlrBufferError
-from olr_buffer.pipeline import PipelineOptions, replay
+from olr_buffer.runtime import PipelineOptions, replay
 from olr_buffer.simulate import simulate
 from tests.contract_model import (
     assert_changefeed_equal,
@@ -64,7 +64,7 @@ def tx(xid: str, scn: int, rid: str) -> list[dict[str, Any]]:
 _THREADS_SERVICE = """
 import logging, signal, sys, threading
 from olr_buffer.errors import OlrBufferError
-from olr_buffer.pipeline import PipelineOptions, run_service
+from olr_buffer.runtime import PipelineOptions, run_service
 live, q, cf, threads = sys.argv[1:5]
 logging.basicConfig(level="WARNING", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 stop = threading.Event()

@@ -1,6 +1,6 @@
 """`run`'s idle readers look for new lines at most every half flush interval."""
 
-from olr_buffer.pipeline import PipelineOptions, reader_poll_seconds
+from olr_buffer.runtime import PipelineOptions, reader_poll_seconds
 
 
 def test_the_reader_poll_follows_a_short_flush_interval():

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from olr_buffer.pipeline import PipelineOptions, replay
+from olr_buffer.runtime import PipelineOptions, replay
 from olr_buffer.simulate import simulate
 from tests.contract_model import assert_changefeed_equal, expected_changefeed, load_changefeed, load_input
 

@@ -183,7 +183,7 @@ def test_a_transaction_that_never_ends_leaves_disk_flat_with_retention(tmp_path:
 
 
 def test_the_metrics_count_what_was_abandoned(tmp_path: Path):
-    from olr_buffer.pipeline import Pipeline, PipelineOptions
+    from olr_buffer.runtime import Pipeline, PipelineOptions, run_to_end
     from olr_buffer.service.metrics import render_metrics
 
     live = tmp_path / "live"
@@ -194,7 +194,7 @@ def test_the_metrics_count_what_was_abandoned(tmp_path: Path):
     opts = PipelineOptions(durable=False, transaction_retention_seconds=600, reader_processes=False)
     p = Pipeline(str(live), str(tmp_path / "q"), str(tmp_path / "cf"), opts)
     try:
-        summary = p.replay()
+        summary = run_to_end(p)
         text = render_metrics(p).decode()
     finally:
         p.close()

@@ -56,7 +56,7 @@ def replay(input_dir: str, queue_dir: str, changefeed: str, durable: bool = True
         send.close()
         children.append((t, p, recv))
 
-    from olr_buffer.pipeline import quiet_gc
+    from olr_buffer.runtime import quiet_gc
     from olr_buffer.txbuffer import LmdbQueue
 
     queue = LmdbQueue(queue_dir, durable=durable)

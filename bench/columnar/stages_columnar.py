@@ -60,7 +60,7 @@ class KeepSink:
 
 def stage_dispatch(queue_dir: str, threads: list[int]) -> tuple[float, KeepSink, dict]:
     from olr_buffer.changes import INFINITE_SCN
-    from olr_buffer.pipeline import quiet_gc
+    from olr_buffer.runtime import quiet_gc
     from olr_buffer.txbuffer import LmdbQueue
 
     q = LmdbQueue(queue_dir)
@@ -79,7 +79,7 @@ def stage_dispatch(queue_dir: str, threads: list[int]) -> tuple[float, KeepSink,
 
 
 def stage_sink(runs: list, out: str) -> tuple[float, float, dict]:
-    from olr_buffer.pipeline import quiet_gc
+    from olr_buffer.runtime import quiet_gc
 
     shutil.rmtree(out, ignore_errors=True)
     s = proto.ColumnarSink(out)

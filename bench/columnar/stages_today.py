@@ -146,7 +146,7 @@ class KeepSink:
 def stage_dispatch(queue_dir: str) -> tuple[float, KeepSink, dict]:
     from olr_buffer.changes import INFINITE_SCN
     from olr_buffer.dispatcher import Dispatcher
-    from olr_buffer.pipeline import quiet_gc
+    from olr_buffer.runtime import quiet_gc
     from olr_buffer.sources.redo.position import POSITION_PREFIX, load_positions
     from olr_buffer.txbuffer import LmdbQueue
 
@@ -167,7 +167,7 @@ def stage_dispatch(queue_dir: str) -> tuple[float, KeepSink, dict]:
 
 
 def stage_sink(sink_calls: list, out: str) -> tuple[float, dict]:
-    from olr_buffer.pipeline import quiet_gc
+    from olr_buffer.runtime import quiet_gc
     from olr_buffer.sinks.parquet import ChangefeedWriter
     from olr_buffer.sinks.parquet import writer as writer_mod
 

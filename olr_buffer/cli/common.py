@@ -232,7 +232,7 @@ def pipeline_options(fn: Callable) -> Callable:
 def pipeline_settings(*, segment_size, file_rows, block_records, checkpoint_interval, retain_segments, retain_age,
              dead_letter, transaction_retention, transaction_retention_scn, changefeed_mode, table_format,
              adopt_changefeed, no_sync, **service):
-    from ..pipeline import PipelineOptions
+    from ..runtime import PipelineOptions
 
     return PipelineOptions(
         segment_bytes=segment_size,

@@ -31,7 +31,7 @@ def replay(input_dir, queue_dir, changefeed_dir, progress, progress_interval, as
     Run again on the same directories after a kill or a crash, it finishes what was left
     undone and publishes no duplicate.
     """
-    from ..pipeline import replay as run_replay
+    from ..runtime import replay as run_replay
     from ..dead_letters import whole_lines_end
     from ..service.logs import setup_logging
 

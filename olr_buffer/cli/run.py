@@ -123,7 +123,7 @@ def _serve(input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_i
     if EARLY_SIGTERM:
         on_signal(signal.SIGTERM, None)
 
-    from ..pipeline import changefeed_at, run_service
+    from ..runtime import changefeed_at, run_service
     from ..service.metrics import Metrics
     from ..service.metrics_http import serve_metrics
     metrics = None

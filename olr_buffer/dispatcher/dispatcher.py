@@ -35,7 +35,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass
 from functools import partial
 from operator import itemgetter
-from typing import Iterable
+from typing import Iterable, Mapping
 
 from ..changes import (
     CODE,
@@ -59,7 +59,7 @@ from .checkpoint import (
     encode_checkpoint,
     needed_from,
 )
-from .errors import DispatchError
+from .errors import DispatchError, damaged_checkpoint
 from .replay import BlockCache, Replayer
 from .transaction import _LOCATIONS_AS_LIST, OpenTransaction
 
@@ -161,7 +161,7 @@ class Dispatcher:
         self._fresh_from = queue.next_index  # blocks from here on were never read by an earlier run
         self.late_by_thread: dict[int, int] = {}  # late records per redo thread, this run
         # threads whose late end is bad input, not a late record: in play now and when the
-        # changefeed's last commit was published (see Pipeline)
+        # changefeed's last commit was published (set by restore and adopt)
         self.strict: set[int] = set(self.progress)
         # closed threads: thread -> first index of the block that closed it
         self.closed: dict[int, int] = {}
@@ -213,8 +213,18 @@ class Dispatcher:
         return seal(encode_checkpoint(doc))
 
     def restore(self, state: bytes) -> Checkpoint:
-        """Take the state of :meth:`checkpoint_state`; returns the whole document."""
-        doc = decode_checkpoint(state, getattr(self.queue, "path", "queue"))
+        """Take the state of :meth:`checkpoint_state`; returns the whole document. A
+        document that decodes but lacks what it must hold is a one-line error naming the
+        queue."""
+        where = getattr(self.queue, "path", "queue")
+        try:
+            doc = decode_checkpoint(state, where)
+            self._restore(doc)
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+            raise damaged_checkpoint(where, exc) from exc
+        return doc
+
+    def _restore(self, doc: Checkpoint) -> None:
         self.tailer.index = doc.position
         for t, p in doc.progress.items():
             if t in self.progress:
@@ -244,7 +254,35 @@ class Dispatcher:
         self.replayer.stats.compensations = self.stats.compensations
         self.replayer.stats.unmatched_compensations = self.stats.unmatched_compensations
         self.replayer.stats.records_after_end = 0
-        return doc
+        if doc.threads is not None:
+            # a thread newly in play may deliver records below what was published while it
+            # was not: late records, not bad input
+            self.strict = set(self.progress) & set(doc.threads)
+
+    def adopt(self) -> None:
+        """The changefeed is taken over from another queue of the same input, which is read
+        again from its start: ends below the changefeed's last commit are skipped as
+        published (each logged), neither refused nor counted as late."""
+        self.log_skipped = True
+        self.strict = set()
+        self.last_key = None
+
+    def count_published(self, transactions: int, rows: int) -> None:
+        """Count what this queue published after its last checkpoint (or before the first)
+        and then crashed: the restored counters do not have it, and it is skipped when read
+        again."""
+        self.stats.published += transactions
+        self.stats.rows += rows
+
+    def follow(self) -> None:
+        """The input is followed (``run``): keep the marks that turn a closed thread's
+        confirmation (:meth:`confirm_closed`) into progress."""
+        self.track_closed = True
+
+    def confirm_closed(self, through: Mapping[int, int]) -> None:
+        """Per closed thread, the queue index below which its reader confirmed it still
+        closed (the source's ``closed_through``)."""
+        self.closed_through.update(through)
 
     def totals(self) -> DispatchStats:
         """The cumulative counters of this queue (restored from checkpoints)."""

@@ -10,6 +10,10 @@ dispatcher's checkpoint, under the sink's own metadata key; it hands the documen
 when the sink opens, and never looks inside. ``olr-buffer status`` asks the sink's kind
 to describe it (:attr:`SinkKind.status`).
 
+The runtime builds a sink through its kind (:func:`olr_buffer.sinks.open_sink`), with what it
+gives every sink (:class:`SinkSettings`) and the sink's own options (an object of its kind's
+own class, :attr:`SinkKind.options`, with that kind's defaults).
+
 A new sink is one package under ``sinks/`` that provides a :class:`SinkKind`, and one line
 in the table of :mod:`olr_buffer.sinks`.
 """
@@ -18,9 +22,25 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol
 
 from ..changes import Commit, CommitKey
+
+if TYPE_CHECKING:
+    from ..store import OutageRetry
+
+
+@dataclass(frozen=True)
+class SinkSettings:
+    """What the runtime gives every sink, whatever it writes."""
+
+    durable: bool = True  # fsync what it publishes
+    #: an output that cannot be reached: retried (``run``), or the run fails (None: ``replay``)
+    retry: OutageRetry | None = None
+    #: a local directory of the queue's for the temporary files of an output on object storage
+    staging: str | None = None
+    #: the queue's id, recorded as the holder of the output's lease (None: a new queue)
+    lease_owner: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +165,9 @@ class SinkKind:
     """One kind of sink, as the table of :mod:`olr_buffer.sinks` lists it."""
 
     name: str
-    build: Callable[..., Sink]  # build(target, **options)
+    #: build(target, settings, options): the sink writing ``target``, ``options`` an object
+    #: made by :attr:`options`
+    build: Callable[[str, SinkSettings, Any], Sink]
     #: the metadata key of its position document
     position_key: bytes
     #: what ``status`` shows of it: (stored position, legacy position, the queue's id) ->
@@ -153,3 +175,7 @@ class SinkKind:
     status: Callable[[bytes | None, Any, str | None], dict]
     #: that document as a line of text
     status_line: Callable[[dict], str]
+    #: its own options (for ``build``, with its defaults) from the values of the changefeed
+    #: options ``replay`` and ``run`` take (by their Python names: ``file_rows``,
+    #: ``changefeed_mode`` ...); one it does not take is ignored, one not given keeps its default
+    options: Callable[[Mapping[str, Any]], Any] = lambda flags: None

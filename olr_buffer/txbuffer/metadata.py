@@ -26,7 +26,7 @@ from .errors import QueueCorruptError
 # ``state_prefix``, a sink's ``position_key``).
 CHECKPOINT_KEY = b"dispatcher/checkpoint"  # the dispatcher's state (dispatcher/checkpoint.py)
 # the queue's identity: a random hex id, stored before anything of the queue reaches a
-# changefeed, which records it (olr_buffer/pipeline.py, sinks/parquet/layout.py)
+# changefeed, which records it (olr_buffer/runtime/assemble.py, sinks/parquet/layout.py)
 QUEUE_ID_KEY = b"pipeline/queue_id"
 
 _VERSION = 1

@@ -35,7 +35,7 @@ def published(sink: ListSink) -> list[str]:
 def test_a_closed_thread_counts_as_infinite_only_below_its_confirmation():
     q, sink = MemoryQueue(), ListSink()
     d = Dispatcher(q, sink, [1, 2])
-    d.track_closed = True
+    d.follow()
     q.append(block(1, ("A", 10), close=13))
     closed_at = q.next_index - 1
     assert read_summary(q.read_block(0).record(0)).closed
@@ -43,17 +43,17 @@ def test_a_closed_thread_counts_as_infinite_only_below_its_confirmation():
     d.poll()
     assert published(sink) == ["A"]  # thread 1 closed but not confirmed: its own progress (13) counts
     assert d.thread_state(1) == "closed" and d.watermark == 13
-    d.closed_through[1] = closed_at  # a confirmation read before the close reached the queue
+    d.confirm_closed({1: closed_at})  # a confirmation read before the close reached the queue
     d.poll()
     assert published(sink) == ["A"]
-    d.closed_through[1] = q.next_index  # confirmed through every block so far
+    d.confirm_closed({1: q.next_index})  # confirmed through every block so far
     d.poll()
     assert published(sink) == ["A", "B"]
     confirmed = q.next_index
     q.append(block(2, ("D", 33), lwn=38))  # written after the confirmation: not covered by it
     d.poll()
     assert published(sink) == ["A", "B"] and d.watermark == 30  # the highest progress below the confirmation
-    d.closed_through[1] = q.next_index
+    d.confirm_closed({1: q.next_index})
     d.poll()
     assert published(sink) == ["A", "B", "D"]
     # a checkpoint keeps the closed state
@@ -87,10 +87,31 @@ def test_an_end_below_a_published_commit_is_late_off_play_and_an_error_in_play()
     d2 = Dispatcher(q2, sink2, [1, 2])
     q2.append(block(1, ("A", 10), close=13))
     q2.append(block(2, ("B", 20), lwn=30))
-    d2.closed_through[1] = q2.next_index
+    d2.confirm_closed({1: q2.next_index})
     d2.poll()
     assert published(sink2) == ["A", "B"]
     q2.append(block(1, ("X", 15)))  # thread 1 opens again below B's commit (22)
     with pytest.raises(DispatchError, match=r"arrived after commit scn 22"):
         d2.poll()
     assert published(sink2) == ["A", "B"]
+
+
+def test_a_restart_with_a_thread_new_in_play_counts_its_ends_below_the_published_as_late():
+    """The checkpoint records the threads in play: restored with one more, the new one was
+    not in play when the changefeed's last commit was published, so its end below it is a
+    late record (as off play), while a thread in play both times stays strict."""
+    q, sink = MemoryQueue(), ListSink()
+    d = Dispatcher(q, sink, [1])
+    q.append(block(1, ("A", 10), lwn=20))
+    d.poll()
+    assert published(sink) == ["A"]
+    state = d.checkpoint_state(threads=[1])
+    fresh = Dispatcher(q, sink, [1, 3], start_index=q.next_index, published_through=d.last_key)
+    fresh.restore(state)
+    q.append(block(3, ("B", 5), lwn=25))  # thread 3, new in play: B commits at 7, below A's 12
+    fresh.poll()
+    assert published(sink) == ["A"] and fresh.stats.late_transactions == 1
+    q.append(block(1, ("X", 6)))  # thread 1 was in play when A was published: refused
+    with pytest.raises(DispatchError, match=r"arrived after commit scn 12"):
+        fresh.poll()
+

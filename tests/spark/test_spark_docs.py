@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from olr_buffer.pipeline import PipelineOptions, replay
+from olr_buffer.runtime import PipelineOptions, replay
 from olr_buffer.simulate import simulate
 from olr_buffer.sinks.parquet.compaction import compact
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from olr_buffer.pipeline import PipelineOptions, replay
+from olr_buffer.runtime import PipelineOptions, replay
 from olr_buffer.simulate import simulate
 from olr_buffer.spark import read_changefeed
 from tests.contract_model import assert_changefeed_equal, expected_changefeed

@@ -282,7 +282,7 @@ def test_a_column_renamed_or_dropped_and_added_is_refused_unless_a_version_is_gi
 def test_a_redo_table_with_ddl_columns_comes_out_typed(spark, tmp_path):
     """Redo files: a ddl record's columns type the table's rows, written by any thread
     after it; Oracle NUMBER, DATE, TIMESTAMP WITH TIME ZONE and RAW read exactly."""
-    from olr_buffer.pipeline import replay
+    from olr_buffer.runtime import replay
     from olr_buffer.spark import snapshot, typed
 
     columns = [{"name": "ID", "type": "NUMBER(10)", "nullable": False, "key": True},

@@ -1,7 +1,10 @@
 """The Parquet changefeed: schema, atomic publication, recovery, compaction (docs/formats.md,
 "Output"). The Spark helpers that read it are :mod:`olr_buffer.spark`."""
 
-from ..base import ChangefeedOwner, SinkKind
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from ..base import ChangefeedOwner, SinkKind, SinkSettings
 from .errors import (
     ChangefeedCorruptError,
     ChangefeedError,
@@ -27,12 +30,34 @@ from .schema import ARROW_SCHEMA, COLUMNS, DERIVED_TIMESTAMPS, TIMESTAMP, parse_
 from .writer import DEFAULT_FILE_ROWS, ChangefeedWriter, PublishedFile
 
 
-def build(path: str, **options) -> ChangefeedWriter:
-    """The changefeed writer of ``path`` (options: :class:`ChangefeedWriter`'s)."""
-    return ChangefeedWriter(path, **options)
+@dataclass(frozen=True)
+class ParquetOptions:
+    """The Parquet changefeed's own options (``replay`` and ``run`` take them)."""
+
+    file_rows: int = DEFAULT_FILE_ROWS  # rows per file, about (cut at a transaction's end)
+    mode: int = DEFAULT_MODE  # the changefeed directory's mode; files get it without x bits
+    table_format: str | None = None  # parquet or delta; None: the changefeed's own (a new one: parquet)
 
 
-KIND = SinkKind("parquet", build, POSITION_KEY, status, status_line)
+#: the changefeed options of ``replay`` and ``run`` (Python names) -> ParquetOptions' fields
+_FLAGS = {"file_rows": "file_rows", "changefeed_mode": "mode", "table_format": "table_format"}
+
+
+def options(flags: Mapping[str, Any]) -> ParquetOptions:
+    """Its options from the changefeed options given (None: not given, the default)."""
+    return ParquetOptions(**{field: flags[flag] for flag, field in _FLAGS.items() if flags.get(flag) is not None})
+
+
+def build(path: str, settings: SinkSettings, opts: ParquetOptions | None = None) -> ChangefeedWriter:
+    """The changefeed writer of ``path``."""
+    opts = opts or ParquetOptions()
+    return ChangefeedWriter(
+        path, file_rows=opts.file_rows, durable=settings.durable, mode=opts.mode, table_format=opts.table_format,
+        retry=settings.retry, staging=settings.staging, lease_owner=settings.lease_owner,
+    )
+
+
+KIND = SinkKind("parquet", build, POSITION_KEY, status, status_line, options)
 
 __all__ = [
     "ARROW_SCHEMA",
@@ -58,6 +83,7 @@ __all__ = [
     "ChangefeedReadError",
     "ChangefeedWriter",
     "KIND",
+    "ParquetOptions",
     "POSITION_KEY",
     "PublishedFile",
     "UnknownTableError",

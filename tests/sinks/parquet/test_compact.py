@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from olr_buffer.cli import main
-from olr_buffer.pipeline import PipelineOptions, replay
+from olr_buffer.runtime import PipelineOptions, replay
 from olr_buffer.sinks.parquet import ChangefeedCorruptError, ChangefeedWriter
 from olr_buffer.sinks.parquet import compaction as compact_mod
 from olr_buffer.sinks.parquet.compaction import CompactionError, compact, published_files, read_footer

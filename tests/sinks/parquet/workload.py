@@ -18,7 +18,7 @@ from typing import Any, Iterable
 import orjson
 
 from olr_buffer.changes import Commit, CommitKey
-from olr_buffer.pipeline import PipelineOptions, replay
+from olr_buffer.runtime import PipelineOptions, replay
 from olr_buffer.changes import DDL, DELETE, INSERT, UPDATE
 from olr_buffer.simulate import simulate
 from olr_buffer.sinks.parquet import ChangefeedWriter

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from olr_buffer.pipeline import PipelineOptions, run_service
+from olr_buffer.runtime import PipelineOptions, run_service
 from tests.contract_model import changefeed_files, load_changefeed
 
 

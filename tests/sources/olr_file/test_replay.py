@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from olr_buffer.pipeline import PipelineOptions, replay
+from olr_buffer.runtime import PipelineOptions, replay
 from tests.contract_model import assert_changefeed_equal, check_changefeed_layout, load_changefeed
 from tests.sources.olr.paths import ROOT
 from tests.sources.olr.service import service, wait_transactions

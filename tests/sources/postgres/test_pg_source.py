@@ -257,7 +257,7 @@ def test_reader_as_a_thread_of_the_service(pg_db, tmp_path):
     """``PipelineOptions(reader_processes=False)``: the same source, the reader a thread."""
     import threading
 
-    from olr_buffer.pipeline import PipelineOptions, run_service
+    from olr_buffer.runtime import PipelineOptions, run_service
 
     create_schema(pg_db)
     stop_event = threading.Event()

@@ -17,7 +17,7 @@ from typing import Any, Callable
 import pytest
 import zstandard
 
-from olr_buffer.pipeline import PipelineOptions, run_service
+from olr_buffer.runtime import PipelineOptions, run_service
 from olr_buffer.sources.redo import files as files_mod
 from olr_buffer.changes import decode_record
 from olr_buffer.sources.redo import thread_reader as thread_reader_mod

@@ -331,8 +331,8 @@ def test_dead_letter_file_on_a_full_disk_is_an_environment_error_and_loses_no_re
     once there is space the same command quarantines every bad record (some maybe twice,
     none lost) and publishes exactly the input without them."""
     from olr_buffer.errors import EXIT_ERROR
-    from olr_buffer.pipeline import PipelineOptions
-    from olr_buffer.pipeline import replay as run_replay
+    from olr_buffer.runtime import PipelineOptions
+    from olr_buffer.runtime import replay as run_replay
     from olr_buffer.dead_letters import DeadLetterError
     from tests.fault_helpers import grow, tmpfs
 

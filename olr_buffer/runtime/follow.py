@@ -1,0 +1,187 @@
+"""Running until stopped: ``olr-buffer run`` follows its source."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import replace
+from typing import Any, Callable
+
+from ..dead_letters import BadRecordLog
+from ..store import OutageRetry
+from .assemble import Pipeline, RunSummary
+from .options import PipelineOptions
+from .running import running
+from .source_calls import check_new_run
+
+log = logging.getLogger("olr_buffer")
+
+
+def run_service(
+    source: str,
+    queue_dir: str,
+    changefeed_dir: str,
+    options: PipelineOptions | None,
+    stop: threading.Event,
+    on_tick: Callable[[Pipeline], None] | None = None,
+    source_options: dict[str, Any] | None = None,
+) -> RunSummary:
+    """``olr-buffer run``: follow ``source`` (a directory of redo logs, a URI) until
+    ``stop`` is set."""
+    opts = options or PipelineOptions()
+    if opts.reader_processes is None:
+        opts = replace(opts, reader_processes=True)
+    if not os.path.exists(queue_dir):  # a run the source would refuse leaves nothing behind
+        check_new_run(source, opts.threads)
+    # a store that cannot be reached is waited for (until stopped), not a reason to stop
+    pipeline = Pipeline(source, queue_dir, changefeed_dir, opts, source_options,
+                        retry=OutageRetry(stop, timeout=opts.store_timeout_seconds))
+    return pipeline.run(follow, stop, on_tick)
+
+
+def follow(pipeline: Pipeline, stop: threading.Event, on_tick: Callable[[Pipeline], None] | None = None) -> RunSummary:
+    """Follow the source and publish until ``stop`` is set; then stop cleanly: readers
+    at a record boundary, everything watermark-safe published, a last checkpoint."""
+    p = pipeline
+    opts = p.options
+    source, dispatcher, sink = p.source, p.dispatcher, p.sink
+    dispatcher.follow()
+    p.following = True
+    if p.retry is not None:  # while an outage blocks the loop, metrics and health stay fresh
+        p.retry.on_wait = (lambda: on_tick(p)) if on_tick else None
+    watch = _ThreadWatch(p, opts.stall_seconds) if source.watches_stalls else None
+    bad_records = BadRecordLog(opts.dead_letter) if opts.dead_letter else None
+    with running(p, follow=True):
+        log.info("following %s: %squeue index %d", source.name,
+                 f"threads in play {p.threads}, " if source.kind.shows_threads else "", dispatcher.position,
+                 extra={"input": source.name, "threads": p.threads, "queue_index": dispatcher.position})
+        last_scan = time.monotonic()
+        published_log = _PublishedLog(p, opts.log_summary_seconds, last_scan)
+        while not stop.is_set() and source.error() is None:
+            dispatcher.confirm_closed(source.closed_through())
+            n = dispatcher.poll()
+            p.tell_published()
+            now = time.monotonic()
+            pending = sink.pending_since()
+            if pending is not None and now - pending >= opts.flush_seconds:
+                sink.flush()
+            p.maybe_checkpoint()
+            if now - last_scan >= 1.0:
+                last_scan = now
+                for t in source.new_threads():
+                    log.warning(
+                        "redo thread %d appeared after the start and is not in play: it does not hold the "
+                        "watermark, so its rows of transactions already published are counted as late "
+                        "records and not published (give every thread with --threads)", t,
+                        extra={"redo_thread": t})
+                if watch:
+                    watch.check(now)
+                published_log.check(now)
+                if bad_records:
+                    bad_records.check(now)
+            if on_tick:
+                on_tick(p)
+            if not n:
+                pending = sink.pending_since()
+                wait = opts.flush_seconds - (now - pending) if pending is not None else opts.poll_seconds
+                p.appended.wait(max(0.005, min(wait, opts.poll_seconds)))
+                p.appended.clear()
+        log.info("stopping: readers finish their block")
+        source.stop()
+        while dispatcher.poll():
+            pass
+        p.checkpoint()
+        if bad_records:
+            bad_records.check(time.monotonic(), final=True)
+    error = source.error()
+    if error is not None:
+        raise error
+    log.info("stopped: %s", changefeed_at(sink.next_tx_seq), extra={"last_tx_seq": sink.next_tx_seq - 1})
+    return p.summary()
+
+
+class _ThreadWatch:
+    """What `run` warns about, once each: late records of a thread (again when more come,
+    at most once a minute), and a thread in play that is silent and not closed while a
+    commit or rollback waits for the watermark."""
+
+    def __init__(self, pipeline: Pipeline, stall_seconds: float) -> None:
+        self.pipeline = pipeline
+        self.stall_seconds = stall_seconds
+        self._late_logged: dict[int, tuple[int, float]] = {}
+        self._silent: dict[int, tuple[int, float]] = {}
+        self._stalled: set[int] = set()
+
+    def check(self, now: float) -> None:
+        d = self.pipeline.dispatcher
+        for t, n in d.late_by_thread.items():
+            seen, when = self._late_logged.get(t, (0, -1e9))
+            if n > seen and now - when >= 60.0:
+                self._late_logged[t] = (n, now)
+                log.warning("redo thread %d: %d late record(s) so far: rows of transactions already published "
+                            "(or ends below them), not published; the thread is %s", t, n,
+                            "in play" if t in d.progress else "not in play for the watermark",
+                            extra={"redo_thread": t, "late_records": n})
+        for t in self.pipeline.threads:
+            p = d.progress.get(t, -1)
+            if t in d.closed:
+                self._silent.pop(t, None)
+                self._stalled.discard(t)
+                continue
+            last = self._silent.get(t)
+            if last is None or last[0] != p:
+                self._silent[t] = (p, now)
+                self._stalled.discard(t)
+            elif now - last[1] >= self.stall_seconds and t not in self._stalled and d.ends_waiting:
+                # (an idle source, nothing waiting: a silent thread holds nothing back)
+                self._stalled.add(t)
+                log.warning("redo thread %d has written nothing for %.0fs and is not closed (progress %s): it holds "
+                            "the watermark, so nothing above it is published", t, now - last[1],
+                            p if p >= 0 else "none yet", extra={"redo_thread": t, "progress": p})
+
+
+class _PublishedLog:
+    """`run`'s INFO line every ``seconds`` in which something was published: files,
+    transactions and rows since the last line, where the changefeed stands (its last
+    ``tx_seq`` and commit position) and how far behind the source it is."""
+
+    def __init__(self, pipeline: Pipeline, seconds: float, now: float) -> None:
+        self.pipeline = pipeline
+        self.seconds = seconds
+        self.last = now
+        self.counts = self._counts()
+
+    def _counts(self) -> tuple[int, int, int]:
+        # the sink's own counts: what its files hold, not what the dispatcher handed over
+        # (a transaction handed over in one interval may be in a file of the next)
+        f = self.pipeline.sink.figures()
+        return f.files_published, f.transactions_published, f.rows_published
+
+    def check(self, now: float) -> None:
+        if self.seconds <= 0 or now - self.last < self.seconds:
+            return
+        counts = self._counts()
+        files, transactions, rows = (a - b for a, b in zip(counts, self.counts))
+        seconds, self.last, self.counts = now - self.last, now, counts
+        if not files:
+            return
+        from ..service.metrics import seconds_behind_source
+
+        p, kind = self.pipeline, self.pipeline.source.kind
+        commit = p.sink.last_commit
+        behind = seconds_behind_source(p, time.time_ns())
+        log.info("published %d file(s), %d transaction(s), %d row(s) in the last %.0fs; %s, last commit at %s %s; "
+                 "%.1fs behind the source", files, transactions, rows, seconds, changefeed_at(p.sink.next_tx_seq),
+                 kind.position_name, kind.format_position(commit.scn) if commit else "-", behind,
+                 extra={"files": files, "transactions": transactions, "rows": rows,
+                        "interval_seconds": round(seconds, 3),
+                        "last_tx_seq": p.sink.next_tx_seq - 1, "c_scn": commit.scn if commit else None,
+                        "position": kind.format_position(commit.scn) if commit else None,
+                        "seconds_behind_source": round(behind, 3)})
+
+
+def changefeed_at(next_tx_seq: int) -> str:
+    """Where the changefeed stands, for a log line: its last ``tx_seq``, if it has one."""
+    return f"changefeed at tx_seq {next_tx_seq - 1}" if next_tx_seq else "nothing published yet"
