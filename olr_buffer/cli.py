@@ -646,6 +646,54 @@ def serve(changefeed_dir, listen, database, state_dir, poll_interval, stall_time
     server.run(stop)
 
 
+def _mirror_tables(ctx, param, value):
+    if value is None:
+        return None
+    tables = set()
+    for item in value.split(","):
+        owner, dot, table = item.strip().partition(".")
+        if not dot or not owner or not table:
+            raise click.BadParameter(f"{item.strip()!r}: give OWNER.TABLE, names as in the changefeed")
+        tables.add((owner, table))
+    return tables
+
+
+@main.command()
+@click.argument("changefeed_dir")
+@click.option("--target", required=True, help="Directory or s3://BUCKET/PREFIX of the mirror tables (TARGET/OWNER/TABLE/).")
+@click.option("--tables", callback=_mirror_tables, help="Only these tables: OWNER.TABLE,... (default: every table).")
+@click.option("--until-caught-up", is_flag=True, help="Exit 0 once every table holds the changefeed's last transaction.")
+@click.option("--poll-interval", type=click.FloatRange(min=0.01), default=1.0, show_default=True,
+              help="Seconds between two looks for newly published files.")
+@click.option("--log-level", type=_LOG_LEVELS, default=None, help="Log level (default: the group's, else info).")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="json: one object per line (ts ISO-8601, level, logger, msg, and facts as fields).")
+@clean_errors
+def mirror(changefeed_dir, target, tables, until_caught_up, poll_interval, log_level, log_format) -> None:
+    """Keep each source table of CHANGEFEED_DIR (a directory or s3://BUCKET/PREFIX, plain or
+    Delta) as a typed Delta table at TARGET/OWNER/TABLE/: one row per key, exactly once.
+    Follows the changefeed; SIGTERM or SIGINT stops it (exit 0). See docs/mirror.md."""
+    import threading
+
+    from .mirror import MirrorOptions, mirror as run_mirror
+    from .service import setup_logging
+
+    setup_logging(_log_level(log_level, "info"), log_format)
+    click.get_current_context().meta[_LOG_FORMAT] = log_format
+    stop = threading.Event()
+
+    def on_signal(signum, _frame):
+        logging.getLogger("olr_buffer.mirror").info("received %s, stopping", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    result = run_mirror(MirrorOptions(changefeed_dir, target, tables, until_caught_up, poll_interval), stop)
+    if until_caught_up:
+        click.echo(f"mirrored up to tx_seq {result.last_tx_seq}: {result.transactions} transaction(s), "
+                   f"{result.changes} change(s), {result.commits} table commit(s)")
+
+
 @main.command("drop-slot")
 @click.argument("source")
 @click.option("--slot", required=True, help="The replication slot to drop (run's --slot, olr_buffer by default).")

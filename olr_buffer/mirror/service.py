@@ -1,0 +1,212 @@
+"""``olr-buffer mirror``: follows a changefeed and keeps one Delta table per source table.
+
+Batches of whole published files (a transaction is never split across files), each
+table's changes in a batch applied by one commit (:mod:`.table`). Where to start: each
+table's own version (the last ``tx_seq`` its commits applied) says what it holds; the
+mirror's progress note (``TARGET/_olr_buffer/mirror.json``, written after a batch's
+commits) only saves reading again what every table holds already. A note or a table of
+another changefeed, or a table ahead of the changefeed, is refused.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+import orjson
+import pyarrow as pa
+
+from ..store import ObjectNotFoundError, open_store
+from .errors import MirrorError
+from .feed import Feed
+from .rules import Change, TableRules
+from .table import MirrorTable, app_id
+
+log = logging.getLogger(__name__)
+
+PROGRESS = "_olr_buffer/mirror.json"
+#: Changefeed rows read into one batch (whole files: a batch may hold more).
+BATCH_ROWS = 200_000
+
+
+@dataclass(slots=True)
+class MirrorOptions:
+    changefeed: str
+    target: str
+    tables: set[tuple[str, str]] | None = None
+    until_caught_up: bool = False
+    poll_seconds: float = 1.0
+    batch_rows: int = BATCH_ROWS
+
+
+@dataclass(slots=True)
+class MirrorResult:
+    """What a run did: transactions read, changes applied, commits made, the last tx_seq."""
+
+    transactions: int = 0
+    changes: int = 0
+    commits: int = 0
+    last_tx_seq: int = -1
+
+
+class Mirror:
+    def __init__(self, options: MirrorOptions) -> None:
+        self.options = options
+        self.feed = Feed(options.changefeed)
+        self.store = open_store(options.target)
+        self.queue_id: str | None = None
+        self.tables: dict[tuple[str, str], MirrorTable] = {}
+        self.rules: dict[tuple[str, str], TableRules] = {}
+        self.scanned = -1  # every table holds every change up to this tx_seq
+        self.result = MirrorResult()
+
+    # -- the selection's progress note ----------------------------------------------------
+
+    @property
+    def _selection(self) -> str:
+        tables = self.options.tables
+        return "*" if tables is None else ",".join(sorted(f"{o}.{t}" for o, t in tables))
+
+    def _read_progress(self) -> dict:
+        try:
+            data = self.store.read(PROGRESS)
+        except ObjectNotFoundError:
+            return {}
+        try:
+            doc = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return {}
+        return doc if isinstance(doc, dict) else {}
+
+    def _write_progress(self) -> None:
+        doc = self._read_progress()
+        scanned = doc.get("scanned") if isinstance(doc.get("scanned"), dict) else {}
+        scanned[self._selection] = self.scanned
+        self.store.replace(PROGRESS, orjson.dumps({"queue_id": self.queue_id, "scanned": scanned}))
+
+    # -- the start ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.feed.refresh()
+        self.queue_id = self.feed.queue_id()
+        if self.queue_id is None:
+            if not self.feed.files:
+                return  # nothing published yet: the changefeed's id comes with its first file
+            raise MirrorError(f"{self.feed.location.uri}: the changefeed's files name no queue id",
+                              hint="mirror needs a changefeed written by olr-buffer")
+        doc = self._read_progress()
+        if doc and doc.get("queue_id") not in (None, self.queue_id):
+            raise MirrorError(
+                f"{self.options.target}: holds the mirror of another changefeed (queue {doc.get('queue_id')}, "
+                f"not {self.queue_id})", hint="give another --target")
+        scanned = doc.get("scanned", {}).get(self._selection) if isinstance(doc.get("scanned"), dict) else None
+        self.scanned = scanned if isinstance(scanned, int) else -1
+        if self.scanned > self.feed.last_tx_seq:
+            raise self._ahead(self.options.target, self.scanned)
+        for obj in self.store.list("", folders=True):
+            owner = obj.name.rstrip("/")
+            if owner.startswith(("_", ".")):
+                continue
+            for tobj in self.store.list(f"{owner}/", folders=True):
+                name = tobj.name.rstrip("/").rpartition("/")[2]
+                if self.options.tables is None or (owner, name) in self.options.tables:
+                    self._table(owner, name)
+
+    def _ahead(self, where: str, tx_seq: int) -> MirrorError:
+        return MirrorError(
+            f"{where}: holds transactions up to tx_seq {tx_seq}, and the changefeed {self.feed.location.uri} ends "
+            f"at tx_seq {self.feed.last_tx_seq}: the target is ahead of it",
+            hint="a target mirrors one changefeed: give a new --target for a changefeed that was made again")
+
+    def _table(self, owner: str, name: str) -> MirrorTable:
+        t = self.tables.get((owner, name))
+        if t is None:
+            t = MirrorTable(self.options.target, owner, name, app_id(self.queue_id or "", owner, name))
+            t.open()
+            where = f"{self.options.target.rstrip('/')}/{owner}/{name}"
+            if t.exists and t.version is None:
+                raise MirrorError(
+                    f"{where}: a Delta table that the mirror of this changefeed (queue {self.queue_id}) did not "
+                    "write", hint="give another --target, or move the table away")
+            if t.version is not None and t.version > self.feed.last_tx_seq:
+                raise self._ahead(where, t.version)
+            self.tables[(owner, name)] = t
+            self.rules[(owner, name)] = TableRules(owner, name, t.schema(), None, self.feed.document)
+        return t
+
+    # -- the loop ----------------------------------------------------------------------
+
+    def run(self, stop: threading.Event | None = None) -> MirrorResult:
+        stop = stop or threading.Event()
+        self.start()
+        while not stop.is_set():
+            if self.queue_id is None:
+                self.start()
+            pending = self.feed.files_after(self.scanned)
+            if pending:
+                self._batch(pending)
+                continue
+            if self.options.until_caught_up and not self.feed.refresh():
+                break
+            if self.options.until_caught_up:
+                continue
+            stop.wait(self.options.poll_seconds)
+            if self.feed.refresh() and self.queue_id is None:
+                self.start()
+        return self.result
+
+    def _batch(self, pending) -> None:
+        files, rows = [], 0
+        for f in pending:
+            files.append(f)
+            rows += f.rows
+            if rows >= self.options.batch_rows:
+                break
+        started = time.monotonic()
+        parts = [self.feed.read(f, self.options.tables) for f in files]
+        batch = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+        last = files[-1].last
+        by_table: dict[tuple[str, str], list[Change]] = {}
+        if batch.num_rows:
+            cols = {name: batch[name].to_pylist() for name in batch.column_names}
+            for i in range(batch.num_rows):
+                tx_seq = cols["tx_seq"][i]
+                if tx_seq <= self.scanned:
+                    continue
+                key = (cols["owner"][i], cols["table"][i])
+                by_table.setdefault(key, []).append(Change(
+                    tx_seq, cols["op_seq"][i], cols["c_scn"][i], cols["op"][i], cols["before"][i], cols["after"][i],
+                    cols["schema_version"][i]))
+        commits = changes = 0
+        for key, table_changes in by_table.items():
+            t = self._table(*key)
+            if t.version is not None:
+                table_changes = [c for c in table_changes if c.tx_seq > t.version]
+            if not any(c.op != "ddl" or c.version is not None for c in table_changes):
+                continue
+            if not t.exists and all(c.op == "ddl" for c in table_changes) and \
+                    all(c.version is None for c in table_changes):
+                continue
+            plan = self.rules[key].plan(table_changes, t.fetch, t.load)
+            t.commit(plan)
+            commits += 1
+            changes += plan.changes
+        self.scanned = last
+        self._write_progress()
+        first = files[0].first
+        self.result.transactions += last - max(first - 1, self.result.last_tx_seq)
+        self.result.changes += changes
+        self.result.commits += commits
+        self.result.last_tx_seq = last
+        log.info("mirrored tx_seq %d..%d: %d change(s), %d table commit(s) in %.2fs; the changefeed ends at %d",
+                 first, last, changes, commits, time.monotonic() - started, self.feed.last_tx_seq,
+                 extra={"last_tx_seq": last, "changes": changes, "commits": commits,
+                        "behind": self.feed.last_tx_seq - last})
+
+
+def mirror(options: MirrorOptions, stop: threading.Event | None = None) -> MirrorResult:
+    """Run the mirror (see :class:`Mirror`) until ``stop`` is set, or with
+    ``until_caught_up`` until every table holds the changefeed's last transaction."""
+    return Mirror(options).run(stop)

@@ -1,0 +1,171 @@
+"""``olr-buffer mirror`` over a redo changefeed: every mirror table equals the model's final
+rows per key (tests/mirror/workload.py), however the changefeed is batched, plain or
+Delta; exactly once (the same batch twice, a rerun); foreign or ahead targets refused."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+
+from olr_buffer.mirror import MirrorDataError, MirrorError, MirrorOptions, app_id, mirror
+from olr_buffer.pipeline import PipelineOptions, replay
+
+from .workload import model, write_workload
+
+TABLES = ("ORDERS", "ITEMS", "LOG")
+
+
+def make_changefeed(tmp_path: Path, seed: int = 1, transactions: int = 300, file_rows: int = 40,
+                    table_format: str = "parquet") -> Path:
+    write_workload(tmp_path / "in", seed, transactions)
+    cf = tmp_path / "cf"
+    replay(str(tmp_path / "in"), str(tmp_path / "q"), str(cf), PipelineOptions(file_rows=file_rows, durable=False,
+                                                                              table_format=table_format)
+           if table_format != "parquet" else PipelineOptions(file_rows=file_rows, durable=False))
+    return cf
+
+
+def mirror_rows(target: Path, table: str) -> list[dict]:
+    return DeltaTable(str(target / "SHOP" / table)).to_pyarrow_table().to_pylist()
+
+
+def assert_mirror_equals_model(cf: Path, target: Path) -> None:
+    expected = model(cf)
+    for table in TABLES:
+        got = mirror_rows(target, table)
+        columns = [c for c in DeltaTable(str(target / "SHOP" / table)).schema().to_arrow().names if c != "c_scn"]
+        have = sorted(({c: r[c] for c in columns} for r in got), key=repr)
+        want = sorted(({c: r.get(c) for c in columns} for r in expected[table]), key=repr)
+        assert have == want, table
+        assert expected[table], table  # the workload leaves rows in every table
+
+
+@pytest.mark.parametrize("batch_rows", [1, 50, 1_000_000])
+def test_mirror_equals_the_final_state_per_key(tmp_path, batch_rows):
+    cf = make_changefeed(tmp_path)
+    target = tmp_path / "mirror"
+    result = mirror(MirrorOptions(str(cf), str(target), until_caught_up=True, batch_rows=batch_rows))
+    assert result.last_tx_seq == 299
+    assert_mirror_equals_model(cf, target)
+    orders = DeltaTable(str(target / "SHOP" / "ORDERS"))
+    names = orders.schema().to_arrow().names
+    assert names == ["ORDER_ID", "TOTAL", "CITY", "CREATED", "TAG", "NOTE", "tx_seq", "c_scn"]  # NOTE added
+    assert "SKU" in DeltaTable(str(target / "SHOP" / "ITEMS")).schema().to_arrow().names  # dropped: kept, null
+    # each table's commits carry the changefeed's application transaction: its last tx_seq
+    queue_id = json.loads((cf / "_olr_buffer" / "manifest.json").read_text())["queue_id"]
+    for table in TABLES:
+        dt = DeltaTable(str(target / "SHOP" / table))
+        last = max(r["tx_seq"] for r in mirror_rows(target, table))
+        assert dt.transaction_version(app_id(queue_id, "SHOP", table)) >= last
+
+
+def test_a_delta_changefeed_mirrors_the_same(tmp_path):
+    cf = make_changefeed(tmp_path, seed=2, table_format="delta")
+    assert (cf / "_delta_log").is_dir()
+    target = tmp_path / "mirror"
+    mirror(MirrorOptions(str(cf), str(target), until_caught_up=True, batch_rows=100))
+    assert_mirror_equals_model(cf, target)
+
+
+def test_a_rerun_and_the_same_batch_again_change_nothing(tmp_path):
+    cf = make_changefeed(tmp_path, seed=3)
+    target = tmp_path / "mirror"
+    mirror(MirrorOptions(str(cf), str(target), until_caught_up=True, batch_rows=60))
+    versions = {t: DeltaTable(str(target / "SHOP" / t)).version() for t in TABLES}
+    # a rerun: nothing to do
+    assert mirror(MirrorOptions(str(cf), str(target), until_caught_up=True)).commits == 0
+    # the progress note lost: every batch is read again, and every table refuses it by its version
+    (target / "_olr_buffer" / "mirror.json").unlink()
+    assert mirror(MirrorOptions(str(cf), str(target), until_caught_up=True, batch_rows=60)).commits == 0
+    assert {t: DeltaTable(str(target / "SHOP" / t)).version() for t in TABLES} == versions
+    assert_mirror_equals_model(cf, target)
+
+
+def test_a_table_behind_the_others_catches_up(tmp_path):
+    """A kill between two tables' commits of a batch: one table holds it, the other not."""
+    cf = make_changefeed(tmp_path, seed=4)
+    target = tmp_path / "mirror"
+    mirror(MirrorOptions(str(cf), str(target), until_caught_up=True, batch_rows=60))
+    expected_items = sorted(map(repr, mirror_rows(target, "ITEMS")))
+    shutil.rmtree(target / "SHOP" / "ITEMS")
+    mirror(MirrorOptions(str(cf), str(target), until_caught_up=True, batch_rows=60, tables={("SHOP", "ITEMS")}))
+    assert sorted(map(repr, mirror_rows(target, "ITEMS"))) == expected_items
+    assert_mirror_equals_model(cf, target)
+
+
+def test_only_the_tables_asked_for(tmp_path):
+    cf = make_changefeed(tmp_path, seed=5)
+    target = tmp_path / "mirror"
+    mirror(MirrorOptions(str(cf), str(target), until_caught_up=True, tables={("SHOP", "LOG")}))
+    assert sorted(p.name for p in (target / "SHOP").iterdir()) == ["LOG"]
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "olr_buffer.cli", *args], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": os.getcwd()}, timeout=300)
+
+
+@pytest.mark.e2e
+def test_a_target_of_another_changefeed_is_refused(tmp_path):
+    cf = make_changefeed(tmp_path / "a", seed=6)
+    other = make_changefeed(tmp_path / "b", seed=6)
+    target = tmp_path / "mirror"
+    assert _cli("mirror", str(cf), "--target", str(target), "--until-caught-up").returncode == 0
+    done = _cli("mirror", str(other), "--target", str(target), "--until-caught-up")
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "holds the mirror of another changefeed" in lines[0], done.stderr
+    # without the progress note: the tables themselves say whose they are
+    (target / "_olr_buffer" / "mirror.json").unlink()
+    done = _cli("mirror", str(other), "--target", str(target), "--until-caught-up")
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "a Delta table that the mirror of this changefeed" in lines[0], done.stderr
+
+
+@pytest.mark.e2e
+def test_a_target_ahead_of_the_changefeed_is_refused(tmp_path):
+    cf = make_changefeed(tmp_path / "a", seed=7, transactions=300)
+    target = tmp_path / "mirror"
+    assert _cli("mirror", str(cf), "--target", str(target), "--until-caught-up").returncode == 0
+    # the changefeed made again from the first half of its input, into the same queue id:
+    # a copy of it that lacks its last files
+    short = tmp_path / "short"
+    shutil.copytree(cf, short)
+    parts = sorted(short.glob("part-*.parquet"))
+    for p in parts[len(parts) // 2:]:
+        p.unlink()
+    (short / "_olr_buffer" / "manifest.json").unlink()
+    done = _cli("mirror", str(short), "--target", str(target), "--until-caught-up")
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "the target is ahead of it" in lines[0], done.stderr
+
+
+def test_a_table_without_schema_documents_is_named(tmp_path):
+    inp = tmp_path / "in"
+    inp.mkdir()
+    recs = [{"op": "begin", "scn": 1, "xid": "x"},
+            {"op": "insert", "scn": 2, "xid": "x", "owner": "O", "table": "T", "rid": "R", "after": {"A": 1}},
+            {"op": "commit", "scn": 3, "xid": "x"}]
+    (inp / "redo_1_1.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    replay(str(inp), str(tmp_path / "q"), str(tmp_path / "cf"))
+    with pytest.raises(MirrorDataError, match=r"O\.T: tx_seq 0: its rows name no schema document"):
+        mirror(MirrorOptions(str(tmp_path / "cf"), str(tmp_path / "m"), until_caught_up=True))
+
+
+def test_a_foreign_delta_table_is_refused(tmp_path):
+    from deltalake import write_deltalake
+    import pyarrow as pa
+
+    cf = make_changefeed(tmp_path, seed=8, transactions=20)
+    write_deltalake(str(tmp_path / "m" / "SHOP" / "ORDERS"), pa.table({"x": [1]}))
+    with pytest.raises(MirrorError, match="a Delta table that the mirror of this changefeed"):
+        mirror(MirrorOptions(str(cf), str(tmp_path / "m"), until_caught_up=True))
