@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import orjson
 import pyarrow as pa
 
+from ..faults import fault_point
 from ..store import ObjectNotFoundError, open_store
 from .errors import MirrorError
 from .feed import Feed
@@ -155,6 +156,7 @@ class Mirror:
             stop.wait(self.options.poll_seconds)
             if self.feed.refresh() and self.queue_id is None:
                 self.start()
+        self.result.last_tx_seq = self.scanned
         return self.result
 
     def _batch(self, pending) -> None:
@@ -190,11 +192,14 @@ class Mirror:
                     all(c.version is None for c in table_changes):
                 continue
             plan = self.rules[key].plan(table_changes, t.fetch, t.load)
+            fault_point("mirror_before_commit")
             t.commit(plan)
+            fault_point("mirror_after_commit")
             commits += 1
             changes += plan.changes
         self.scanned = last
         self._write_progress()
+        fault_point("mirror_after_progress")
         first = files[0].first
         self.result.transactions += last - max(first - 1, self.result.last_tx_seq)
         self.result.changes += changes
