@@ -117,7 +117,7 @@ class TableRules:
         # the rows the batch's updates build on, fetched in one go
         if not rewrite:
             wanted = set()
-            for c in changes:
+            for i, c in enumerate(changes):
                 if c.op == "u" and c.version is not None:
                     d = self.document(c.version)
                     if d["key"] != key:
@@ -126,6 +126,13 @@ class TableRules:
                     if after is None or len(after) < len(d["columns"]):
                         k = self._key_of(key, state, c, before, after, old=True)
                         wanted.add(k)
+                elif c.op == "d" and c.version is not None and i + 1 < len(changes):
+                    d, n = self.document(c.version), changes[i + 1]
+                    if d["key"] != key:
+                        break
+                    if (n.op == "c" and (n.tx_seq, n.op_seq) == (c.tx_seq, c.op_seq + 1) and d["source"] == "postgresql"
+                            and len(_loads(n.after) or {}) < len(d["columns"])):
+                        wanted.add(self._key(key, self._typed(state, c, _loads(c.before), "before"), c, "before"))
             base = fetch(key, wanted) if wanted else {}
         else:
             base = {}
@@ -152,6 +159,7 @@ class TableRules:
             materialize()
         count = 0
         last = -1
+        removed: tuple[dict, int, int] | None = None  # the row the last delete removed, and that change
         for c in changes:
             last = c.tx_seq
             if c.version is not None:
@@ -179,11 +187,20 @@ class TableRules:
                 continue
             target = full if full is not None else rows
             if c.op in ("c", "r"):
-                row = self._row(state, c, {}, None, after)
+                # an update that changed the key, as PostgreSQL publishes it: the delete of
+                # the old key, then the new row, whose unchanged TOASTed values it lacks
+                was = removed[0] if removed is not None and removed[1:] == (c.tx_seq, c.op_seq - 1) \
+                    and c.version is not None and self.document(c.version)["source"] == "postgresql" else {}
+                row = self._row(state, c, was, None, after)
                 target[self._key(state.key, row, c, "after")] = (row, c.tx_seq, c.c_scn)
             elif c.op == "d":
                 image = self._typed(state, c, before, "before")
-                target[self._key(state.key, image, c, "before")] = (None, c.tx_seq, c.c_scn)
+                k = self._key(state.key, image, c, "before")
+                gone = target.get(k)
+                if gone is None and full is None:
+                    gone = base.get(k)
+                removed = (gone[0] or {}, c.tx_seq, c.op_seq) if gone is not None else None
+                target[k] = (None, c.tx_seq, c.c_scn)
             elif c.op == "u":
                 old = self._key_of(state.key, state, c, before, after, old=True)
                 was = target.get(old)

@@ -126,7 +126,8 @@ def write_workload(out: Path, seed: int, transactions: int = 300) -> None:
                 row = {c["name"]: _value(r, c["name"]) for c in items_columns if c["name"] not in ("ORDER_ID", "LINE_NO")}
                 row.update({"ORDER_ID": key[0], "LINE_NO": key[1]})
                 op = "update" if key in items else "insert"
-                rec = {"op": op, "scn": nxt(), "xid": xid, "owner": "SHOP", "table": "ITEMS", "rid": rid, "after": row}
+                rec = {"op": op, "scn": nxt(), "xid": xid, "owner": "SHOP", "table": "ITEMS", "rid": rid,
+                       "after": dict(row)}
                 if op == "update":
                     rec["before"] = {"ORDER_ID": key[0], "LINE_NO": key[1]}
                 items[key] = row
