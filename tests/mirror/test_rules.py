@@ -1,0 +1,120 @@
+"""The mirror's rules on small hand-made redo inputs: a column whose type changes, values
+that do not fit their type, a table without a key whose changes lack the whole row, a
+delete without its key: each refused in one line naming the table and what to do."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
+from olr_buffer.mirror import MirrorDataError, MirrorOptions, mirror
+from olr_buffer.pipeline import replay
+
+
+def _redo(tmp: Path, transactions: list[list[dict]]) -> Path:
+    lines, scn = [], 100
+    for n, tx in enumerate(transactions):
+        xid = f"x{n}"
+        scn += 1
+        lines.append({"op": "begin", "scn": scn, "xid": xid})
+        for rec in tx:
+            scn += 1
+            lines.append({"scn": scn, "xid": xid, "owner": "O", "rid": f"R{scn}", **rec})
+        scn += 1
+        lines.append({"op": "commit", "scn": scn, "xid": xid, "tm": scn * 10**9})
+    inp = tmp / "in"
+    inp.mkdir()
+    (inp / "redo_1_1.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    replay(str(inp), str(tmp / "q"), str(tmp / "cf"))
+    return tmp / "cf"
+
+
+def _ddl(table: str, columns: list[tuple[str, str, bool]]) -> dict:
+    return {"op": "ddl", "table": table, "sql": "--", "columns": [{"name": n, "type": t, "key": k} for n, t, k in columns]}
+
+
+def _rows(target: Path, table: str) -> list[dict]:
+    return sorted(DeltaTable(str(target / "O" / table)).to_pyarrow_table().to_pylist(), key=lambda r: str(r["ID"]))
+
+
+@pytest.mark.parametrize("batch_rows", [1, 1000])
+def test_a_column_whose_type_changes_takes_the_new_type(tmp_path, batch_rows):
+    cf = _redo(tmp_path, [
+        [_ddl("T", [("ID", "NUMBER(5)", True), ("A", "NUMBER(5)", False), ("B", "DATE", False)]),
+         {"op": "insert", "table": "T", "after": {"ID": 1, "A": 5, "B": "2024-01-02 03:04:05"}},
+         {"op": "insert", "table": "T", "after": {"ID": 2, "A": 6, "B": None}}],
+        [_ddl("T", [("ID", "NUMBER(5)", True), ("A", "NUMBER(12,2)", False), ("B", "VARCHAR2(30)", False)]),
+         {"op": "update", "table": "T", "before": {"ID": 2}, "after": {"A": "6.25"}}],
+    ])
+    target = tmp_path / "m"
+    mirror(MirrorOptions(str(cf), str(target), until_caught_up=True, batch_rows=batch_rows))
+    schema = pa.schema(DeltaTable(str(target / "O" / "T")).schema().to_arrow())
+    assert schema.field("A").type == pa.decimal128(12, 2) and schema.field("B").type == pa.string()
+    rows = _rows(target, "T")
+    assert [(r["ID"], r["A"], r["B"], r["tx_seq"]) for r in rows] == [
+        (decimal.Decimal(1), decimal.Decimal("5.00"), "2024-01-02 03:04:05.000000", 0),  # cast to the new type
+        (decimal.Decimal(2), decimal.Decimal("6.25"), None, 1)]
+
+
+def test_a_value_that_does_not_fit_stops_the_mirror_in_one_line(tmp_path):
+    cf = _redo(tmp_path, [
+        [_ddl("T", [("ID", "NUMBER(5)", True), ("A", "NUMBER(5,2)", False)]),
+         {"op": "insert", "table": "T", "after": {"ID": 1, "A": "1.234"}}],
+    ])
+    done = subprocess.run([sys.executable, "-m", "olr_buffer.cli", "mirror", str(cf), "--target", str(tmp_path / "m"),
+                           "--until-caught-up"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert done.returncode == 3
+    lines = done.stderr.strip().splitlines()
+    assert lines == ['olr-buffer: error: O.T: tx_seq 0, op_seq 1: after column "A" = \'1.234\' does not fit '
+                     'decimal128(5, 2) (more digits after the point than the scale) (hint: the schema document '
+                     "states the column's type: the source sent a value of another)"], done.stderr
+
+
+def test_a_table_without_a_key_needs_whole_rows(tmp_path):
+    cf = _redo(tmp_path, [
+        [_ddl("K", [("A", "NUMBER(5)", False), ("B", "VARCHAR2(5)", False)]),
+         {"op": "insert", "table": "K", "after": {"A": 1, "B": "x"}}],
+        [{"op": "update", "table": "K", "before": {"A": 1}, "after": {"A": 2}}],
+    ])
+    with pytest.raises(MirrorDataError, match=r"O\.K: has no key, and its 'u' change at tx_seq 1, op_seq 0 does not "
+                                              r"carry the whole row in before") as err:
+        mirror(MirrorOptions(str(cf), str(tmp_path / "m"), until_caught_up=True))
+    assert "REPLICA IDENTITY FULL" in err.value.hint
+
+
+def test_a_delete_without_its_key_is_named(tmp_path):
+    cf = _redo(tmp_path, [
+        [_ddl("T", [("ID", "NUMBER(5)", True), ("A", "NUMBER(5)", False)]),
+         {"op": "insert", "table": "T", "after": {"ID": 1, "A": 1}}],
+        [{"op": "delete", "table": "T", "before": {"A": 1}}],
+    ])
+    with pytest.raises(MirrorDataError, match=r"O\.T: tx_seq 1, op_seq 0: a 'd' change without its key column\(s\) "
+                                              r"ID in before"):
+        mirror(MirrorOptions(str(cf), str(tmp_path / "m"), until_caught_up=True))
+
+
+def test_types_of_the_redo_columns(tmp_path):
+    cf = _redo(tmp_path, [
+        [_ddl("T", [("ID", "NUMBER(5)", True), ("TS", "TIMESTAMP WITH TIME ZONE", False), ("R", "RAW(4)", False),
+                    ("F", "BINARY_FLOAT", False), ("N", "NUMBER", False), ("D", "DATE", False)]),
+         {"op": "insert", "table": "T", "after": {"ID": 1, "TS": "2024-06-01 10:00:00.5+02:00", "R": "00ff",
+                                                  "F": 1.5, "N": "12345678901234567890.0123456789",
+                                                  "D": 1717236000000000000}}],
+    ])
+    target = tmp_path / "m"
+    mirror(MirrorOptions(str(cf), str(target), until_caught_up=True))
+    (row,) = _rows(target, "T")
+    assert row["TS"] == dt.datetime(2024, 6, 1, 8, 0, 0, 500000, tzinfo=dt.timezone.utc)
+    assert row["R"] == b"\x00\xff" and row["F"] == 1.5
+    assert row["N"] == decimal.Decimal("12345678901234567890.0123456789")
+    assert row["D"] == dt.datetime(2024, 6, 1, 10, 0)
