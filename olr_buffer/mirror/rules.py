@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterable
 import pyarrow as pa
 
 from .errors import MirrorDataError
-from .types import Misfit, arrow_type, same_type, value
+from .types import Misfit, arrow_type, converter, same_type
 
 #: The columns a mirror table adds to the source's.
 TX_SEQ, C_SCN = "tx_seq", "c_scn"
@@ -75,8 +75,11 @@ class _State:
     retyped: set[str] = field(default_factory=set)
 
 
+_DECODER = json.JSONDecoder(parse_float=decimal.Decimal)  # numbers keep every digit
+
+
 def _loads(text: str | None) -> dict | None:
-    return None if text is None else json.loads(text, parse_float=decimal.Decimal)
+    return None if text is None else _DECODER.decode(text)
 
 
 class TableRules:
@@ -93,6 +96,7 @@ class TableRules:
         self.schema = schema
         self.table_key = key
         self.document = document
+        self._converters: dict[tuple[str, pa.DataType], Callable[[Any], Any]] = {}
 
     def plan(self, changes: list[Change], fetch: Callable[[list[str], set], dict],
              load: Callable[[], list[tuple[dict, int, int]]]) -> Plan:
@@ -160,9 +164,11 @@ class TableRules:
         count = 0
         last = -1
         removed: tuple[dict, int, int] | None = None  # the row the last delete removed, and that change
+        version: str | None = None  # the schema version of the changes before
         for c in changes:
             last = c.tx_seq
-            if c.version is not None:
+            if c.version is not None and c.version != version:
+                version = c.version
                 d = self.document(c.version)
                 state.document_columns = [col["name"] for col in d["columns"]]
                 if d["key"] != state.key or self._changes_schema(state, d):
@@ -262,12 +268,16 @@ class TableRules:
 
     def _typed(self, state: _State, c: Change, image: dict | None, label: str) -> dict:
         out = {}
+        converters = self._converters
         for name, v in (image or {}).items():
             t = state.columns.get(name)
             if t is None:
                 continue  # a column the document does not have (it was dropped since): not the table's
+            convert = converters.get((name, t))
+            if convert is None:
+                convert = converters[(name, t)] = converter(t)
             try:
-                out[name] = value(v, t)
+                out[name] = convert(v)
             except Misfit as exc:
                 text = v if isinstance(v, str) else json.dumps(v, default=str)
                 raise MirrorDataError(

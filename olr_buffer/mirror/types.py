@@ -30,7 +30,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import re
-from typing import Any
+from typing import Any, Callable
 
 import pyarrow as pa
 
@@ -90,6 +90,19 @@ def _plain(t: pa.DataType) -> pa.DataType:
     if pa.types.is_timestamp(t) and t.tz is not None:
         return pa.timestamp(t.unit, tz="UTC")
     return t
+
+
+def converter(t: pa.DataType) -> Callable[[Any], Any]:
+    """:func:`value` for the type ``t``, with the common cases quicker."""
+    if pa.types.is_string(t):
+        return lambda v: v if v is None or type(v) is str else json_text(v)
+    if pa.types.is_decimal(t):
+        precision, scale = t.precision, t.scale
+        return lambda v: None if v is None else _decimal(v, precision, scale)
+    if pa.types.is_integer(t):
+        bound = _INT_RANGES[t.bit_width]
+        return lambda v: v if type(v) is int and -bound <= v < bound else value(v, t)
+    return lambda v: value(v, t)
 
 
 def value(v: Any, t: pa.DataType) -> Any:
@@ -181,14 +194,16 @@ def _decimal(v: Any, precision: int, scale: int) -> decimal.Decimal:
         raise Misfit("not a number of plain digits")
     if not d.is_finite():
         raise Misfit("not a finite number")
-    with decimal.localcontext() as ctx:
-        ctx.prec = 100
-        exact = d.quantize(decimal.Decimal(1).scaleb(-scale)) if scale >= 0 else d
-        if exact != d:
-            raise Misfit("more digits after the point than the scale")
-        if abs(exact) >= decimal.Decimal(10) ** (precision - scale):
-            raise Misfit("more digits before the point than the type holds")
-    return exact
+    _, digits, exponent = d.as_tuple()
+    n = len(digits)
+    while exponent < -scale and n > 1 and digits[n - 1] == 0:  # trailing zeros after the point
+        n -= 1
+        exponent += 1
+    if exponent < -scale and any(digits[:n]):
+        raise Misfit("more digits after the point than the scale")
+    if any(digits[:n]) and n + exponent > precision - scale:
+        raise Misfit("more digits before the point than the type holds")
+    return d
 
 
 def _timestamp(v: Any, zoned: bool) -> dt.datetime:
