@@ -181,7 +181,7 @@ class Mirror:
                 by_table.setdefault(key, []).append(Change(
                     tx_seq, cols["op_seq"][i], cols["c_scn"][i], cols["op"][i], cols["before"][i], cols["after"][i],
                     cols["schema_version"][i]))
-        commits = changes = 0
+        plans = []
         for key, table_changes in by_table.items():
             t = self._table(*key)
             if t.version is not None:
@@ -191,7 +191,9 @@ class Mirror:
             if not t.exists and all(c.op == "ddl" for c in table_changes) and \
                     all(c.version is None for c in table_changes):
                 continue
-            plan = self.rules[key].plan(table_changes, t.fetch, t.load)
+            plans.append((t, self.rules[key].plan(table_changes, t.fetch, t.load)))
+        commits = changes = 0
+        for t, plan in plans:  # every table's plan made first: a change that cannot be applied stops them all
             fault_point("mirror_before_commit")
             t.commit(plan)
             fault_point("mirror_after_commit")
