@@ -663,6 +663,7 @@ def _mirror_tables(ctx, param, value):
 @click.option("--target", required=True, help="Directory or s3://BUCKET/PREFIX of the mirror tables (TARGET/OWNER/TABLE/).")
 @click.option("--tables", callback=_mirror_tables, help="Only these tables: OWNER.TABLE,... (default: every table).")
 @click.option("--until-caught-up", is_flag=True, help="Exit 0 once every table holds the changefeed's last transaction.")
+@click.option("--history", is_flag=True, help="Also keep TARGET/OWNER/TABLE__history/: every version of each row (SCD type 2).")
 @click.option("--poll-interval", type=click.FloatRange(min=0.01), default=1.0, show_default=True,
               help="Seconds between two looks for newly published files.")
 @click.option("--batch-rows", type=click.IntRange(min=1), default=200_000, show_default=True,
@@ -671,7 +672,8 @@ def _mirror_tables(ctx, param, value):
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="json: one object per line (ts ISO-8601, level, logger, msg, and facts as fields).")
 @clean_errors
-def mirror(changefeed_dir, target, tables, until_caught_up, poll_interval, batch_rows, log_level, log_format) -> None:
+def mirror(changefeed_dir, target, tables, until_caught_up, history, poll_interval, batch_rows, log_level,
+           log_format) -> None:
     """Keep each source table of CHANGEFEED_DIR (a directory or s3://BUCKET/PREFIX, plain or
     Delta) as a typed Delta table at TARGET/OWNER/TABLE/: one row per key, exactly once.
     Follows the changefeed; SIGTERM or SIGINT stops it (exit 0). See docs/mirror.md."""
@@ -690,7 +692,8 @@ def mirror(changefeed_dir, target, tables, until_caught_up, poll_interval, batch
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    result = run_mirror(MirrorOptions(changefeed_dir, target, tables, until_caught_up, poll_interval, batch_rows), stop)
+    result = run_mirror(MirrorOptions(changefeed_dir, target, tables, until_caught_up, poll_interval, batch_rows,
+                                      history), stop)
     if until_caught_up:
         click.echo(f"mirrored up to tx_seq {result.last_tx_seq}: {result.transactions} transaction(s), "
                    f"{result.changes} change(s), {result.commits} table commit(s)")

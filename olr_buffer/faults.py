@@ -11,7 +11,8 @@ footer yet), ``after_tmp_written`` (a changefeed file is complete under its temp
 flushed, the dispatcher's checkpoint not yet written), ``during_cleanup`` (between the
 deletion of two segment files), ``before_delta_commit`` and ``after_delta_commit``
 (around the Delta commit of published files); ``mirror_before_commit``,
-``mirror_after_commit`` (around a mirror table's commit) and ``mirror_after_progress``
+``mirror_after_commit`` (around a mirror table's commit), ``mirror_after_history_commit``
+(its history table's commit, before its own) and ``mirror_after_progress``
 (the mirror's progress note written).
 """
 

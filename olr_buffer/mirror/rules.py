@@ -49,6 +49,7 @@ class Change:
     before: str | None
     after: str | None
     version: str | None
+    c_tm: int | None = None  # the commit time, ns since the epoch
 
 
 @dataclass(slots=True)
@@ -65,6 +66,9 @@ class Plan:
     rows: dict[Any, tuple[dict | None, int, int]] | list[tuple[dict, int, int]]
     last_tx_seq: int
     changes: int = 0
+    #: what each change did, in order, for the history table: ("put", key, row, change),
+    #: ("close", key, None, change), ("truncate", None, None, change)
+    events: list[tuple[str, Any, dict | None, Change]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -163,6 +167,7 @@ class TableRules:
             materialize()
         count = 0
         last = -1
+        events: list[tuple[str, Any, dict | None, Change]] = []
         removed: tuple[dict, int, int] | None = None  # the row the last delete removed, and that change
         version: str | None = None  # the schema version of the changes before
         for c in changes:
@@ -183,6 +188,7 @@ class TableRules:
                 continue
             count += 1
             if c.op == "t":
+                events.append(("truncate", None, None, c))
                 rows.clear()
                 full = {} if state.key else None
                 keyless = None if state.key else defaultdict(list)
@@ -198,7 +204,9 @@ class TableRules:
                 was = removed[0] if removed is not None and removed[1:] == (c.tx_seq, c.op_seq - 1) \
                     and c.version is not None and self.document(c.version)["source"] == "postgresql" else {}
                 row = self._row(state, c, was, None, after)
-                target[self._key(state.key, row, c, "after")] = (row, c.tx_seq, c.c_scn)
+                k = self._key(state.key, row, c, "after")
+                target[k] = (row, c.tx_seq, c.c_scn)
+                events.append(("put", k, row, c))
             elif c.op == "d":
                 image = self._typed(state, c, before, "before")
                 k = self._key(state.key, image, c, "before")
@@ -207,6 +215,7 @@ class TableRules:
                     gone = base.get(k)
                 removed = (gone[0] or {}, c.tx_seq, c.op_seq) if gone is not None else None
                 target[k] = (None, c.tx_seq, c.c_scn)
+                events.append(("close", k, None, c))
             elif c.op == "u":
                 old = self._key_of(state.key, state, c, before, after, old=True)
                 was = target.get(old)
@@ -216,18 +225,20 @@ class TableRules:
                 new = self._key(state.key, row, c, "after")
                 if new != old:
                     target[old] = (None, c.tx_seq, c.c_scn)
+                    events.append(("close", old, None, c))
                 target[new] = (row, c.tx_seq, c.c_scn)
+                events.append(("put", new, row, c))
             else:
                 raise MirrorDataError(f"{self.name}: tx_seq {c.tx_seq}, op_seq {c.op_seq}: unknown op {c.op!r}")
         columns_out = list(state.columns.items())
         self.schema, self.table_key = columns_out, list(state.key)
         if keyless is not None:
             flat = [v for group in keyless.values() for v in group]
-            return Plan("rewrite", columns_out, [], flat, last, count)
+            return Plan("rewrite", columns_out, [], flat, last, count, events)
         if full is not None:
             return Plan("rewrite", columns_out, list(state.key),
-                        [v for v in full.values() if v[0] is not None], last, count)  # type: ignore[misc]
-        return Plan("merge", columns_out, list(state.key), rows, last, count)
+                        [v for v in full.values() if v[0] is not None], last, count, events)  # type: ignore[misc]
+        return Plan("merge", columns_out, list(state.key), rows, last, count, events)
 
     # -- helpers -----------------------------------------------------------------------
 

@@ -23,6 +23,8 @@ from ..store import ObjectNotFoundError, open_store
 from .errors import MirrorError
 from .feed import Feed
 from .rules import Change, TableRules
+from .history import SUFFIX as HISTORY_SUFFIX
+from .history import HistoryTable
 from .table import MirrorTable, app_id
 
 log = logging.getLogger(__name__)
@@ -40,6 +42,7 @@ class MirrorOptions:
     until_caught_up: bool = False
     poll_seconds: float = 1.0
     batch_rows: int = BATCH_ROWS
+    history: bool = False
 
 
 @dataclass(slots=True)
@@ -59,6 +62,7 @@ class Mirror:
         self.store = open_store(options.target)
         self.queue_id: str | None = None
         self.tables: dict[tuple[str, str], MirrorTable] = {}
+        self.histories: dict[tuple[str, str], HistoryTable] = {}
         self.rules: dict[tuple[str, str], TableRules] = {}
         self.scanned = -1  # every table holds every change up to this tx_seq
         self.result = MirrorResult()
@@ -112,6 +116,8 @@ class Mirror:
                 continue
             for tobj in self.store.list(f"{owner}/", folders=True):
                 name = tobj.name.rstrip("/").rpartition("/")[2]
+                if name.endswith(HISTORY_SUFFIX):
+                    continue
                 if self.options.tables is None or (owner, name) in self.options.tables:
                     self._table(owner, name)
 
@@ -127,15 +133,28 @@ class Mirror:
             t = MirrorTable(self.options.target, owner, name, app_id(self.queue_id or "", owner, name))
             t.open()
             where = f"{self.options.target.rstrip('/')}/{owner}/{name}"
-            if t.exists and t.version is None:
-                raise MirrorError(
-                    f"{where}: a Delta table that the mirror of this changefeed (queue {self.queue_id}) did not "
-                    "write", hint="give another --target, or move the table away")
-            if t.version is not None and t.version > self.feed.last_tx_seq:
-                raise self._ahead(where, t.version)
+            self._check(t, where)
+            if self.options.history:
+                h = HistoryTable(self.options.target, owner, name, t.app)
+                h.open()
+                self._check(h, f"{where}{HISTORY_SUFFIX}")
+                if h.exists and t.version is not None and (h.version or -1) < t.version:
+                    raise MirrorError(
+                        f"{where}{HISTORY_SUFFIX}: holds transactions up to tx_seq {h.version}, its mirror table up "
+                        f"to {t.version}: the history is behind it",
+                        hint="move the history table away: a new one starts from the mirror table's rows")
+                self.histories[(owner, name)] = h
             self.tables[(owner, name)] = t
             self.rules[(owner, name)] = TableRules(owner, name, t.schema(), None, self.feed.document)
         return t
+
+    def _check(self, t: MirrorTable, where: str) -> None:
+        if t.exists and t.version is None:
+            raise MirrorError(
+                f"{where}: a Delta table that the mirror of this changefeed (queue {self.queue_id}) did not "
+                "write", hint="give another --target, or move the table away")
+        if t.version is not None and t.version > self.feed.last_tx_seq:
+            raise self._ahead(where, t.version)
 
     # -- the loop ----------------------------------------------------------------------
 
@@ -180,7 +199,7 @@ class Mirror:
                 key = (cols["owner"][i], cols["table"][i])
                 by_table.setdefault(key, []).append(Change(
                     tx_seq, cols["op_seq"][i], cols["c_scn"][i], cols["op"][i], cols["before"][i], cols["after"][i],
-                    cols["schema_version"][i]))
+                    cols["schema_version"][i], cols["c_tm"][i]))
         plans = []
         for key, table_changes in by_table.items():
             t = self._table(*key)
@@ -194,6 +213,10 @@ class Mirror:
             plans.append((t, self.rules[key].plan(table_changes, t.fetch, t.load)))
         commits = changes = 0
         for t, plan in plans:  # every table's plan made first: a change that cannot be applied stops them all
+            h = self.histories.get((t.owner, t.table))
+            if h is not None and (h.version is None or h.version < plan.last_tx_seq):
+                h.commit_history(plan, t)  # first: a kill after it leaves the history ahead, never behind
+                fault_point("mirror_after_history_commit")
             fault_point("mirror_before_commit")
             t.commit(plan)
             fault_point("mirror_after_commit")

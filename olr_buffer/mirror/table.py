@@ -33,7 +33,7 @@ def app_id(queue_id: str, owner: str, table: str) -> str:
     return f"olr-buffer-mirror:{queue_id}:{owner}.{table}"
 
 
-def _quote(name: str) -> str:
+def quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
@@ -62,11 +62,12 @@ class MirrorTable:
     def exists(self) -> bool:
         return self.dt is not None
 
-    def schema(self) -> list[tuple[str, pa.DataType]] | None:
+    def schema(self, extra: tuple[str, ...] = EXTRA) -> list[tuple[str, pa.DataType]] | None:
+        """The table's columns (without ``extra``), None without a table."""
         if self.dt is None:
             return None
         schema = pa.schema(self.dt.schema().to_arrow())
-        return [(f.name, f.type) for f in schema if f.name not in EXTRA]
+        return [(f.name, f.type) for f in schema if f.name not in extra]
 
     # -- reads the rules need ------------------------------------------------------------
 
@@ -114,8 +115,8 @@ class MirrorTable:
             data = _arrow(plan.columns, [(r, t, s) for r, t, s, _ in rows], self.name)
             data = data.append_column(DELETED, pa.array([d for *_, d in rows], pa.bool_()))
             names = [n for n, _ in plan.columns] + list(EXTRA)
-            setting = {_quote(n): f"s.{_quote(n)}" for n in names}
-            predicate = " AND ".join(f"t.{_quote(k)} = s.{_quote(k)}" for k in plan.key)
+            setting = {quote(n): f"s.{quote(n)}" for n in names}
+            predicate = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in plan.key)
             assert self.dt is not None
             (self.dt.merge(data, predicate, source_alias="s", target_alias="t", commit_properties=props)
              .when_matched_delete(f"s.{DELETED}")
@@ -127,16 +128,20 @@ class MirrorTable:
 
 
 def _arrow(columns: list[tuple[str, pa.DataType]], rows: list[tuple[dict, int, int]], name: str) -> pa.Table:
+    return arrow_rows(columns + [(TX_SEQ, pa.int64()), (C_SCN, pa.int64())],
+                      [{**r, TX_SEQ: tx, C_SCN: scn} for r, tx, scn in rows], name)
+
+
+def arrow_rows(columns: list[tuple[str, pa.DataType]], rows: list[dict], name: str) -> pa.Table:
+    """The rows as a table of these columns (a value of a column whose type changed cast)."""
     arrays = []
     for column, t in columns:
-        values = [r.get(column) for r, _, _ in rows]
+        values = [r.get(column) for r in rows]
         try:
             arrays.append(pa.array(values, type=t))
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
             arrays.append(pa.array([_recast(v, t, name, column) for v in values], type=t))
-    arrays.append(pa.array([tx for _, tx, _ in rows], pa.int64()))
-    arrays.append(pa.array([scn for _, _, scn in rows], pa.int64()))
-    return pa.Table.from_arrays(arrays, names=[c for c, _ in columns] + list(EXTRA))
+    return pa.Table.from_arrays(arrays, names=[c for c, _ in columns])
 
 
 def _recast(v: Any, t: pa.DataType, name: str, column: str) -> Any:

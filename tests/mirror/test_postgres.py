@@ -79,7 +79,7 @@ def _wait_confirmed(db, timeout: float = 120.0) -> None:
 
 def _mirror(tmp, *extra: str, **kw) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "olr_buffer.cli", "mirror", str(tmp / "cf"), "--target",
-                             str(tmp / "mirror"), "--batch-rows", "5", "--poll-interval", "0.05", *extra],
+                             str(tmp / "mirror"), "--batch-rows", "5", "--poll-interval", "0.05", "--history", *extra],
                             cwd=ROOT, env={**os.environ, "PYTHONPATH": os.getcwd()},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 
@@ -109,8 +109,8 @@ def test_postgres_mirror_equals_the_source(pg_db, tmp_path):
         wait_streaming(tmp_path, svc)
         for i, sql in enumerate(WORK):
             pg_db.execute(sql)
+            _wait_confirmed(pg_db)  # published: each statement in files of its own, so in batches of its own
             if i == len(WORK) // 2:
-                _wait_confirmed(pg_db)
                 svc.kill()  # SIGKILL, mid-workload
                 svc.wait(60)
                 svc = start_service(pg_db, tmp_path)
@@ -138,3 +138,23 @@ def test_postgres_mirror_equals_the_source(pg_db, tmp_path):
     assert pg_db.execute("SELECT count(*) FROM shadow_bag")[0][0] == 4  # equal rows are kept as many times
     names = DeltaTable(str(tmp_path / "mirror" / "public" / "orders")).schema().to_arrow().names
     assert "extra" in names and "note" in names  # added; dropped (kept, null where written since)
+
+    # --history: the open versions are the mirror's rows; a key's versions do not overlap;
+    # the truncate closed every version of lines before it
+    for table, key in (("orders", ["id"]), ("lines", ["order_id", "line"])):
+        history = DeltaTable(str(tmp_path / "mirror" / "public" / f"{table}__history")).to_pyarrow_table().to_pylist()
+        rows = DeltaTable(str(tmp_path / "mirror" / "public" / table)).to_pyarrow_table().to_pylist()
+        assert sorted(repr({c: v[c] for c in v if not c.startswith("valid_")}) for v in history
+                      if v["valid_to_tx_seq"] is None) == \
+            sorted(repr({c: r[c] for c in r if c != "tx_seq"}) for r in rows), table
+        by_key: dict = {}
+        for v in history:
+            by_key.setdefault(tuple(v[k] for k in key), []).append(v)
+        for vs in by_key.values():
+            vs.sort(key=lambda v: v["valid_from_tx_seq"])
+            for a, b in zip(vs, vs[1:]):
+                assert a["valid_from_tx_seq"] < a["valid_to_tx_seq"] <= b["valid_from_tx_seq"]
+    lines = DeltaTable(str(tmp_path / "mirror" / "public" / "lines__history")).to_pyarrow_table().to_pylist()
+    truncated = {v["valid_to_tx_seq"] for v in lines if v["valid_from_tx_seq"] < min(
+        r["valid_from_tx_seq"] for r in lines if r["valid_to_tx_seq"] is None)}
+    assert len(truncated - {None}) >= 1 and None not in truncated

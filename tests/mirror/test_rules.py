@@ -118,3 +118,40 @@ def test_types_of_the_redo_columns(tmp_path):
     assert row["R"] == b"\x00\xff" and row["F"] == 1.5
     assert row["N"] == decimal.Decimal("12345678901234567890.0123456789")
     assert row["D"] == dt.datetime(2024, 6, 1, 10, 0)
+
+
+def test_a_truncate_ends_every_row_and_every_open_version(tmp_path):
+    """Batch by batch through the rules and the tables themselves (PostgreSQL's truncate is
+    not in the redo input): the truncate rewrites the mirror table, and closes the history's
+    open versions in its MERGE."""
+    from olr_buffer.mirror import Change, TableRules
+    from olr_buffer.mirror.history import HistoryTable
+    from olr_buffer.mirror.table import MirrorTable
+
+    doc = {"format": 1, "source": "postgresql", "owner": "p", "table": "t", "key": ["id"],
+           "columns": [{"name": "id", "type": "integer", "nullable": False, "spark": "int"},
+                       {"name": "v", "type": "text", "nullable": True, "spark": "string"}]}
+    t = MirrorTable(str(tmp_path), "p", "t", "app")
+    h = HistoryTable(str(tmp_path), "p", "t", "app")
+    t.open(), h.open()
+    rules = TableRules("p", "t", None, None, lambda version: doc)
+
+    def apply(changes):
+        plan = rules.plan(changes, t.fetch, t.load)
+        h.commit_history(plan, t)
+        t.commit(plan)
+
+    def change(tx, op, before=None, after=None):
+        return Change(tx, 0, 100 + tx, op, before and json.dumps(before), after and json.dumps(after), "v1",
+                      (1_700_000_000 + tx) * 10**9)
+
+    apply([change(0, "c", after={"id": 1, "v": "a"}), change(1, "c", after={"id": 2, "v": "b"})])
+    apply([change(2, "u", before={"id": 1}, after={"id": 1, "v": "A"}), change(3, "t"),
+           change(4, "c", after={"id": 3, "v": "c"})])
+    assert [(r["id"], r["v"], r["tx_seq"]) for r in t.load() for r in [r[0] | {"tx_seq": r[1]}]] == [(3, "c", 4)]
+    history = sorted((v["id"], v["v"], v["valid_from_tx_seq"], v["valid_to_tx_seq"]) for v in h.load_all())
+    assert history == [(1, "A", 2, 3), (1, "a", 0, 2), (2, "b", 1, 3), (3, "c", 4, None)]
+    assert "MERGE" in [c["operation"] for c in h.dt.history()]
+    to = {v["id"]: v["valid_to"] for v in h.load_all()}
+    assert to[2] == dt.datetime.fromtimestamp(1_700_000_003, dt.timezone.utc)
+    assert t.version == h.version == 4

@@ -180,7 +180,7 @@ def _expected(value, oracle: str):
     return value
 
 
-def model(changefeed: Path) -> dict[str, list[dict]]:
+def model(changefeed: Path, puts: dict | None = None) -> dict[str, list[dict]]:
     """Each table's rows after the changefeed's last transaction (the columns the mirror
     table has, dropped ones null where a later change wrote the row; with tx_seq)."""
     rows = pq.read_table(changefeed, columns=["tx_seq", "op_seq", "op", "table", "before", "after", "schema_version"]
@@ -218,18 +218,34 @@ def model(changefeed: Path) -> dict[str, list[dict]]:
         key_names = keys[table]
         if row["op"] == "c":
             rows_of[tuple(after[k] for k in key_names)] = ({n: after.get(n) for n in names}, row["tx_seq"])
+            key = tuple(after[k] for k in key_names)
         elif row["op"] == "d":
-            rows_of.pop(tuple(before[k] for k in key_names))
+            key = tuple(before[k] for k in key_names)
+            rows_of.pop(key)
+            _unseen(puts, table, key, key_names, types, row["tx_seq"])
         else:
             old = tuple(before[k] for k in key_names)
             was = rows_of.pop(old)[0]
             new_row = {n: was.get(n) for n in names}
             new_row.update(before)
             new_row.update(after)
-            rows_of[tuple(new_row[k] for k in key_names)] = (new_row, row["tx_seq"])
+            key = tuple(new_row[k] for k in key_names)
+            rows_of[key] = (new_row, row["tx_seq"])
+            if key != old:
+                _unseen(puts, table, old, key_names, types, row["tx_seq"])
+        if puts is not None and row["op"] in ("c", "u"):  # the transactions that left a version of the key
+            puts.setdefault(table, {}).setdefault(tuple(_expected(v, types[n]) for v, n in zip(key, key_names)),
+                                                  set()).add(row["tx_seq"])
     out = {}
     for table, rows_of in state.items():
         entries = rows_of.get("bag", []) if not keys[table] else list(rows_of.values())
         out[table] = sorted(({**{n: _expected(v, types[n]) for n, v in r.items() if n in types}, "tx_seq": tx}
                              for r, tx in entries), key=repr)
     return out
+
+
+def _unseen(puts: dict | None, table: str, key: tuple, key_names: list, types: dict, tx_seq: int) -> None:
+    """A key removed by the transaction that wrote it: that version was never seen."""
+    if puts is not None:
+        txs = puts.get(table, {}).get(tuple(_expected(v, types[n]) for v, n in zip(key, key_names)), set())
+        txs.discard(tx_seq)
