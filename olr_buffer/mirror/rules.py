@@ -311,10 +311,10 @@ class TableRules:
 
     def _key_of(self, key: list[str], state: _State, c: Change, before: dict | None, after: dict | None,
                 old: bool) -> tuple:
-        b = self._typed(state, c, before, "before")
+        b = self._typed(state, c, {k: before[k] for k in key if k in before} if before else None, "before")
         if all(b.get(k) is not None for k in key):
             return tuple(b[k] for k in key)
-        a = self._typed(state, c, after, "after")
+        a = self._typed(state, c, {k: after[k] for k in key if k in after} if after else None, "after")
         merged = {**a, **{k: v for k, v in b.items() if v is not None}}
         if all(merged.get(k) is not None for k in key):
             return tuple(merged[k] for k in key)
