@@ -18,8 +18,8 @@ LAYERS = {
     "txbuffer": 1, "store": 1,
     "changes": 2, "dead_letters": 2, "olr_protocol": 2,
     "sources": 3, "dispatcher": 3, "sinks": 3,
-    "checkpointer": 4, "service": 4, "spark": 4, "serve": 4,
-    "pipeline": 5, "status": 5, "simulate": 5, "demo": 5, "spark_sink": 5, "mirror": 5,
+    "checkpointer": 4, "service": 4, "spark": 4, "serve": 4, "mirror": 4,
+    "pipeline": 5, "status": 5, "simulate": 5, "demo": 5, "spark_sink": 5,
     "cli": 6,
 }
 

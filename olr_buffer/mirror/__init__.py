@@ -5,7 +5,8 @@ it reads the changefeed that :mod:`olr_buffer.sinks.parquet` publishes."""
 from .errors import MirrorDataError, MirrorError
 from .rules import Change, Plan, TableRules
 from .service import Mirror, MirrorOptions, MirrorResult, mirror
+from .status import mirror_status, render_mirror
 from .table import app_id
 
 __all__ = ["Change", "Mirror", "MirrorDataError", "MirrorError", "MirrorOptions", "MirrorResult", "Plan",
-           "TableRules", "app_id", "mirror"]
+           "TableRules", "app_id", "mirror", "mirror_status", "render_mirror"]

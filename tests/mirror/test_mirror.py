@@ -197,3 +197,27 @@ def test_a_changefeed_and_a_target_on_object_storage(tmp_path, s3_uri, table_for
         columns = [c for c in (got[0] if got else {}) if c != "c_scn"]
         assert sorted(({c: r[c] for c in columns} for r in got), key=repr) == \
             sorted(({c: r.get(c) for c in columns} for r in expected[table]), key=repr), table
+
+
+@pytest.mark.e2e
+def test_status_shows_how_far_behind_the_mirror_is(tmp_path):
+    write_workload(tmp_path / "all", 10, 200)
+    inp = tmp_path / "in"
+    inp.mkdir()
+    files = sorted((tmp_path / "all").iterdir())
+    shutil.copy(files[0], inp)
+    opts = PipelineOptions(file_rows=30, durable=False)
+    first = replay(str(inp), str(tmp_path / "q"), str(tmp_path / "cf"), opts).next_tx_seq
+    target = tmp_path / "mirror"
+    mirror(MirrorOptions(str(tmp_path / "cf"), str(target), until_caught_up=True))
+    for f in files[1:]:
+        shutil.copy(f, inp)
+    last = replay(str(inp), str(tmp_path / "q"), str(tmp_path / "cf"), opts).next_tx_seq
+    done = _cli("status", "--changefeed", str(tmp_path / "cf"), "--mirror", str(target))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == f"mirror {target} of {tmp_path / 'cf'} (changefeed up to tx_seq {last - 1})"
+    assert lines[1] == f"  every table: read up to tx_seq {first - 1}, {last - first} transaction(s) behind"
+    assert any(line.startswith("  SHOP.ORDERS: last change applied at tx_seq ") for line in lines)
+    doc = json.loads(_cli("status", "--changefeed", str(tmp_path / "cf"), "--mirror", str(target), "--json").stdout)
+    assert doc["selections"] == [{"tables": "*", "scanned": first - 1, "behind": last - first}]
