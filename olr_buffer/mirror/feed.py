@@ -48,19 +48,28 @@ class Feed:
         changefeed compacted in place since (its chain starts over with merged files) is
         listed again whole."""
         start = self.last_tx_seq + 1
+        names = chain_names(self.location)
         try:
-            new = list_files(self.location, start=start, names=chain_names(self.location))
+            new = list_files(self.location, start=start, names=names)
+            if not new and self.files and not self._still_there(self.files[-1].name, names):
+                raise ChangefeedCorruptError(f"{self.location.where(self.files[-1].name)}: gone")
         except ChangefeedCorruptError:
             if not self.files:
                 raise
+            # merged with files after it: the changefeed's files are listed again
             log.info("%s: the changefeed's files changed (compaction): listing them again", self.location.uri)
             listed = list_files(self.location, names=chain_names(self.location))
-            if listed and listed[-1].last < self.last_tx_seq:
+            if not listed or listed[-1].last < self.last_tx_seq:
                 raise
             self.files = listed
             return len(listed)
         self.files.extend(new)
         return len(new)
+
+    def _still_there(self, name: str, names: set[str] | None) -> bool:
+        if names is not None:
+            return name in names
+        return any(obj.name == name for obj in self.location.list_top())
 
     def queue_id(self) -> str | None:
         """The id of the queue that writes the changefeed (the files' footers, else its

@@ -183,8 +183,14 @@ def _expected(value, oracle: str):
 def model(changefeed: Path, puts: dict | None = None) -> dict[str, list[dict]]:
     """Each table's rows after the changefeed's last transaction (the columns the mirror
     table has, dropped ones null where a later change wrote the row; with tx_seq)."""
-    rows = pq.read_table(changefeed, columns=["tx_seq", "op_seq", "op", "table", "before", "after", "schema_version"]
-                         ).sort_by([("tx_seq", "ascending"), ("op_seq", "ascending")]).to_pylist()
+    columns = ["tx_seq", "op_seq", "op", "table", "before", "after", "schema_version"]
+    if (changefeed / "_delta_log").is_dir():  # a Delta changefeed: the files of its table (compaction leaves others)
+        from deltalake import DeltaTable
+
+        table = DeltaTable(str(changefeed)).to_pyarrow_table(columns=columns)
+    else:
+        table = pq.read_table(changefeed, columns=columns)
+    rows = table.sort_by([("tx_seq", "ascending"), ("op_seq", "ascending")]).to_pylist()
     schemas = {}
     for path in (changefeed / "_olr_buffer" / "schemas").glob("*.json"):
         schemas[path.stem] = json.loads(path.read_text())
