@@ -10,7 +10,10 @@ another changefeed, or a table ahead of the changefeed, is refused.
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -18,8 +21,9 @@ from dataclasses import dataclass
 import orjson
 import pyarrow as pa
 
+from .. import pidlock
 from ..faults import fault_point
-from ..store import ObjectNotFoundError, open_store
+from ..store import Lease, ObjectNotFoundError, is_remote, open_store
 from .errors import MirrorError
 from .feed import Feed
 from .rules import Change, TableRules
@@ -30,6 +34,8 @@ from .table import MirrorTable, app_id
 log = logging.getLogger(__name__)
 
 PROGRESS = "_olr_buffer/mirror.json"
+LOCK = "_olr_buffer/mirror.lock"
+LEASE = "_olr_buffer/mirror-lease.json"
 #: Changefeed rows read into one batch (whole files: a batch may hold more).
 BATCH_ROWS = 200_000
 
@@ -65,6 +71,8 @@ class Mirror:
         self.histories: dict[tuple[str, str], HistoryTable] = {}
         self.rules: dict[tuple[str, str], TableRules] = {}
         self.scanned = -1  # every table holds every change up to this tx_seq
+        self._fd: int | None = None
+        self._lease: Lease | None = None
         self.result = MirrorResult()
 
     # -- the selection's progress note ----------------------------------------------------
@@ -158,7 +166,45 @@ class Mirror:
 
     # -- the loop ----------------------------------------------------------------------
 
+    # -- one mirror per target ----------------------------------------------------------
+
+    def _lock(self) -> None:
+        """One mirror process per target: a lock on this host (in the target, or for one
+        on object storage in the temporary directory) and, on object storage, the target's
+        lease, which mirrors on other hosts respect."""
+        target = self.options.target
+        if is_remote(target):
+            digest = hashlib.sha256(self.store.uri.encode()).hexdigest()[:16]
+            path = os.path.join(tempfile.gettempdir(), f"olr-buffer-mirror-{digest}.lock")
+        else:
+            os.makedirs(os.path.join(target, "_olr_buffer"), exist_ok=True)
+            path = os.path.join(target, LOCK)
+        try:
+            self._fd = pidlock.acquire(path)
+        except pidlock.LockHeldError as exc:
+            raise MirrorError(f"{target}: another mirror (pid {exc.pid}) writes this target",
+                              hint="one mirror per target: stop the other one first") from None
+        if is_remote(target):
+            self._lease = Lease(self.store, LEASE, owner="olr-buffer-mirror")
+            self._lease.acquire()
+            self._lease.start_keepalive()
+
+    def _unlock(self) -> None:
+        if self._lease is not None:
+            self._lease.release()
+            self._lease = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
     def run(self, stop: threading.Event | None = None) -> MirrorResult:
+        self._lock()
+        try:
+            return self._run(stop)
+        finally:
+            self._unlock()
+
+    def _run(self, stop: threading.Event | None = None) -> MirrorResult:
         stop = stop or threading.Event()
         self.start()
         while not stop.is_set():
@@ -212,6 +258,8 @@ class Mirror:
                 continue
             plans.append((t, self.rules[key].plan(table_changes, t.fetch, t.load)))
         commits = changes = 0
+        if self._lease is not None and plans:
+            self._lease.ensure()
         for t, plan in plans:  # every table's plan made first: a change that cannot be applied stops them all
             h = self.histories.get((t.owner, t.table))
             if h is not None and (h.version is None or h.version < plan.last_tx_seq):

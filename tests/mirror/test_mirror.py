@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -260,3 +262,26 @@ def test_a_changefeed_compacted_in_place_under_the_mirror(tmp_path, table_format
 
 def _versions_of(target: Path) -> dict:
     return {t: DeltaTable(str(target / "SHOP" / t)).version() for t in TABLES}
+
+
+@pytest.mark.e2e
+def test_a_second_mirror_of_a_target_is_refused(tmp_path):
+    cf = make_changefeed(tmp_path, seed=15, transactions=40)
+    target = tmp_path / "mirror"
+    first = subprocess.Popen([sys.executable, "-m", "olr_buffer.cli", "mirror", str(cf), "--target", str(target)],
+                             env={**os.environ, "PYTHONPATH": os.getcwd()}, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (target / "_olr_buffer" / "mirror.json").exists():
+            assert time.monotonic() < deadline and first.poll() is None
+            time.sleep(0.05)
+        done = _cli("mirror", str(cf), "--target", str(target), "--until-caught-up")
+        assert done.returncode == 1
+        assert done.stderr.strip().splitlines() == [
+            f"olr-buffer: error: {target}: another mirror (pid {first.pid}) writes this target "
+            "(hint: one mirror per target: stop the other one first)"]
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.communicate(timeout=60)
+    assert first.returncode == 0
+    assert _cli("mirror", str(cf), "--target", str(target), "--until-caught-up").returncode == 0
