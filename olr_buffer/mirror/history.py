@@ -23,6 +23,7 @@ from typing import Any
 
 import pyarrow as pa
 from deltalake import write_deltalake
+from deltalake.exceptions import DeltaError
 from deltalake.transaction import CommitProperties, Transaction
 
 from .rules import C_SCN, Plan
@@ -55,6 +56,12 @@ class HistoryTable(MirrorTable):
         """Apply the events of ``plan`` after the table's version (it may hold more of the
         batch than ``mirror``: it is committed first); a new history table of a mirror
         table that has rows starts with their current versions."""
+        try:
+            self._commit_history(plan, mirror)
+        except (DeltaError, OSError) as exc:
+            raise self.failure(exc, "write") from None
+
+    def _commit_history(self, plan: Plan, mirror: MirrorTable) -> None:
         if not plan.key:
             if not self.warned:
                 log.warning("%s: has no key: no history is kept of it (a version of a row is known by its key)",

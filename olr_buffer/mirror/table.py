@@ -17,11 +17,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable, write_deltalake
-from deltalake.exceptions import TableNotFoundError
+from deltalake.exceptions import DeltaError, TableNotFoundError
 from deltalake.transaction import CommitProperties, Transaction
 
 from ..store import is_remote, open_store
-from .errors import MirrorDataError
+from .errors import MirrorDataError, MirrorError
 from .rules import C_SCN, EXTRA, TX_SEQ, Plan
 from .types import Misfit, value
 
@@ -56,7 +56,15 @@ class MirrorTable:
         except TableNotFoundError:
             self.dt, self.version = None, None
             return
+        except (DeltaError, OSError) as exc:
+            raise self.failure(exc, "read") from None
         self.version = self.dt.transaction_version(self.app)
+
+    def failure(self, exc: Exception, doing: str) -> MirrorError:
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        return MirrorError(f"{self.uri}: cannot {doing} the mirror table: {reason}",
+                           hint="run the mirror again once the target is back: it resumes where it stopped",
+                           table=self.name)
 
     @property
     def exists(self) -> bool:
@@ -97,6 +105,14 @@ class MirrorTable:
 
     def commit(self, plan: Plan) -> None:
         """Apply ``plan`` in one commit that carries ``txn(app, plan.last_tx_seq)``."""
+        try:
+            self._commit(plan)
+        except (DeltaError, OSError) as exc:
+            raise self.failure(exc, "write") from None
+        self.version = plan.last_tx_seq
+        self.open()
+
+    def _commit(self, plan: Plan) -> None:
         props = CommitProperties(app_transactions=[Transaction(self.app, plan.last_tx_seq)],
                                  custom_metadata={"olr_buffer.mirror.changes": str(plan.changes)})
         if plan.mode == "rewrite":
@@ -123,8 +139,6 @@ class MirrorTable:
              .when_matched_update(setting)
              .when_not_matched_insert(setting, f"NOT s.{DELETED}")
              .execute())
-        self.version = plan.last_tx_seq
-        self.open()
 
 
 def _arrow(columns: list[tuple[str, pa.DataType]], rows: list[tuple[dict, int, int]], name: str) -> pa.Table:

@@ -285,3 +285,18 @@ def test_a_second_mirror_of_a_target_is_refused(tmp_path):
         first.communicate(timeout=60)
     assert first.returncode == 0
     assert _cli("mirror", str(cf), "--target", str(target), "--until-caught-up").returncode == 0
+
+
+@pytest.mark.e2e
+def test_a_mirror_table_that_cannot_be_read_is_named_in_one_line(tmp_path):
+    cf = make_changefeed(tmp_path, seed=16, transactions=30)
+    target = tmp_path / "mirror"
+    assert _cli("mirror", str(cf), "--target", str(target), "--until-caught-up").returncode == 0
+    log = target / "SHOP" / "ORDERS" / "_delta_log"
+    last = max(int(p.stem) for p in log.glob("*.json"))
+    (log / f"{last + 1:020d}.json").write_text("{not json\n")
+    done = _cli("mirror", str(cf), "--target", str(target), "--until-caught-up")
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"olr-buffer: error: {target / 'SHOP' / 'ORDERS'}: cannot read "
+                                                   "the mirror table: "), done.stderr
