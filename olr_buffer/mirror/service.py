@@ -106,6 +106,9 @@ class Mirror:
         self.queue_id = self.feed.queue_id()
         if self.queue_id is None:
             if not self.feed.files:
+                held = [v for v in (self._read_progress().get("scanned") or {}).values() if isinstance(v, int)]
+                if held and max(held) >= 0:
+                    raise self._ahead(self.options.target, max(held))
                 return  # nothing published yet: the changefeed's id comes with its first file
             raise MirrorError(f"{self.feed.location.uri}: the changefeed's files name no queue id",
                               hint="mirror needs a changefeed written by olr-buffer")

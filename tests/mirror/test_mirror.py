@@ -300,3 +300,13 @@ def test_a_mirror_table_that_cannot_be_read_is_named_in_one_line(tmp_path):
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"olr-buffer: error: {target / 'SHOP' / 'ORDERS'}: cannot read "
                                                    "the mirror table: "), done.stderr
+
+
+def test_a_target_of_a_changefeed_that_is_empty_now_is_ahead(tmp_path):
+    cf = make_changefeed(tmp_path, seed=17, transactions=20)
+    target = tmp_path / "mirror"
+    mirror(MirrorOptions(str(cf), str(target), until_caught_up=True))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(MirrorError, match=r"holds transactions up to tx_seq 19, and the changefeed .* ends at tx_seq -1"):
+        mirror(MirrorOptions(str(empty), str(target), until_caught_up=True))
