@@ -255,10 +255,7 @@ class Mirror:
             if t.version is not None:
                 table_changes = [c for c in table_changes if c.tx_seq > t.version]
             if not any(c.op != "ddl" or c.version is not None for c in table_changes):
-                continue
-            if not t.exists and all(c.op == "ddl" for c in table_changes) and \
-                    all(c.version is None for c in table_changes):
-                continue
+                continue  # nothing (left) for the table, or DDL that states no columns
             plans.append((t, self.rules[key].plan(table_changes, t.fetch, t.load)))
         commits = changes = 0
         if self._lease is not None and plans:
