@@ -14,3 +14,8 @@ class MirrorDataError(MirrorError):
     fit its column's type."""
 
     exit_code = EXIT_BAD_INPUT
+
+
+class MirrorTargetError(MirrorError):
+    """A mirror table could not be read or written (the store failed): the service tries
+    again; the one-shot ``--until-caught-up`` stops."""

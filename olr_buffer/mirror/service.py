@@ -23,8 +23,8 @@ import pyarrow as pa
 
 from .. import pidlock
 from ..faults import fault_point
-from ..store import Lease, ObjectNotFoundError, is_remote, open_store
-from .errors import MirrorError
+from ..store import Lease, ObjectNotFoundError, StoreError, is_remote, open_store
+from .errors import MirrorError, MirrorTargetError
 from .feed import Feed
 from .rules import Change, TableRules
 from .history import SUFFIX as HISTORY_SUFFIX
@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 PROGRESS = "_olr_buffer/mirror.json"
 LOCK = "_olr_buffer/mirror.lock"
 LEASE = "_olr_buffer/mirror-lease.json"
+RETRY_FIRST, RETRY_CAP = 0.5, 30.0  # seconds between tries while a store fails
 #: Changefeed rows read into one batch (whole files: a batch may hold more).
 BATCH_ROWS = 200_000
 
@@ -201,14 +202,36 @@ class Mirror:
             self._fd = None
 
     def run(self, stop: threading.Event | None = None) -> MirrorResult:
+        """Follow the changefeed until ``stop`` (or, with ``until_caught_up``, until every
+        table holds its last transaction). The service rides out a store that fails (the
+        target's or the changefeed's): it says so, waits (0.5 s, doubling up to 30 s) and
+        starts again from what the tables hold; the one-shot run stops with the error."""
+        stop = stop or threading.Event()
         self._lock()
         try:
-            return self._run(stop)
+            delay = None
+            while True:
+                try:
+                    result = self._run(stop)
+                except (MirrorTargetError, StoreError) as exc:
+                    if self.options.until_caught_up or (isinstance(exc, StoreError) and not exc.retryable):
+                        raise
+                    delay = RETRY_FIRST if delay is None else min(delay * 2, RETRY_CAP)
+                    log.warning("%s; trying again in %.1fs", exc, delay, extra={"retry_seconds": delay})
+                    if stop.wait(delay):
+                        return self.result
+                    self.tables.clear()
+                    self.histories.clear()
+                    self.rules.clear()
+                    self.queue_id = None
+                    continue
+                if delay is not None:
+                    log.info("the stores answer again")
+                return result
         finally:
             self._unlock()
 
-    def _run(self, stop: threading.Event | None = None) -> MirrorResult:
-        stop = stop or threading.Event()
+    def _run(self, stop: threading.Event) -> MirrorResult:
         self.start()
         while not stop.is_set():
             if self.queue_id is None:

@@ -21,7 +21,7 @@ from deltalake.exceptions import DeltaError, TableNotFoundError
 from deltalake.transaction import CommitProperties, Transaction
 
 from ..store import is_remote, open_store
-from .errors import MirrorDataError, MirrorError
+from .errors import MirrorDataError, MirrorTargetError
 from .rules import C_SCN, EXTRA, TX_SEQ, Plan
 from .types import Misfit, value
 
@@ -60,9 +60,9 @@ class MirrorTable:
             raise self.failure(exc, "read") from None
         self.version = self.dt.transaction_version(self.app)
 
-    def failure(self, exc: Exception, doing: str) -> MirrorError:
+    def failure(self, exc: Exception, doing: str) -> MirrorTargetError:
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        return MirrorError(f"{self.uri}: cannot {doing} the mirror table: {reason}",
+        return MirrorTargetError(f"{self.uri}: cannot {doing} the mirror table: {reason}",
                            hint="run the mirror again once the target is back: it resumes where it stopped",
                            table=self.name)
 

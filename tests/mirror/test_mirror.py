@@ -310,3 +310,60 @@ def test_a_target_of_a_changefeed_that_is_empty_now_is_ahead(tmp_path):
     empty.mkdir()
     with pytest.raises(MirrorError, match=r"holds transactions up to tx_seq 19, and the changefeed .* ends at tx_seq -1"):
         mirror(MirrorOptions(str(empty), str(target), until_caught_up=True))
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_the_service_rides_out_a_changefeed_store_that_cannot_be_reached(tmp_path, s3_env):
+    from tests.s3_server import TcpProxy
+
+    proxy = TcpProxy(int(s3_env.endpoint.rsplit(":", 1)[1]))
+    write_workload(tmp_path / "all", 18, 200)
+    inp = tmp_path / "in"
+    inp.mkdir()
+    files = sorted((tmp_path / "all").iterdir())
+    shutil.copy(files[0], inp)
+    opts = PipelineOptions(file_rows=30, durable=False)
+    cf = f"s3://{s3_env.new_bucket()}/cf"
+    first = replay(str(inp), str(tmp_path / "q"), cf, opts).next_tx_seq
+    target = tmp_path / "mirror"
+
+    def scanned() -> int:
+        try:
+            return json.loads((target / "_olr_buffer" / "mirror.json").read_text())["scanned"]["*"]
+        except (FileNotFoundError, ValueError, KeyError):
+            return -1
+
+    log = tmp_path / "mirror.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "olr_buffer.cli", "mirror", cf, "--target", str(target),
+                                 "--poll-interval", "0.1"],
+                                env={**os.environ, "PYTHONPATH": os.getcwd(), "AWS_ENDPOINT_URL": proxy.endpoint},
+                                stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120
+        while scanned() != first - 1:
+            assert time.monotonic() < deadline and proc.poll() is None, log.read_text()
+            time.sleep(0.1)
+        proxy.down()
+        deadline = time.monotonic() + 120
+        while "trying again in" not in log.read_text():  # its look for new files fails, and it waits
+            assert time.monotonic() < deadline and proc.poll() is None, log.read_text()
+            time.sleep(0.1)
+        for f in files[1:]:
+            shutil.copy(f, inp)
+        last = replay(str(inp), str(tmp_path / "q"), cf, opts).next_tx_seq
+        proxy.up()
+        deadline = time.monotonic() + 180
+        while scanned() != last - 1:
+            assert time.monotonic() < deadline and proc.poll() is None, log.read_text()
+            time.sleep(0.2)
+    finally:
+        if proxy._listener is None:
+            proxy.up()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+        proxy.down()
+    assert proc.returncode == 0, log.read_text()
+    assert "the stores answer again" in log.read_text()
+    assert mirror(MirrorOptions(cf, str(target), until_caught_up=True)).commits == 0
