@@ -678,19 +678,22 @@ def _mirror_tables(ctx, param, value):
               help="Seconds between two looks for newly published files.")
 @click.option("--batch-rows", type=click.IntRange(min=1), default=200_000, show_default=True,
               help="Changefeed rows read into one batch (whole files), applied by one commit per table.")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
+              help="Serve Prometheus metrics and /health on this port (off by default).")
+@click.option("--metrics-host", default="127.0.0.1", show_default=True, help="Address for the metrics (loopback by default).")
 @click.option("--log-level", type=_LOG_LEVELS, default=None, help="Log level (default: the group's, else info).")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="json: one object per line (ts ISO-8601, level, logger, msg, and facts as fields).")
 @clean_errors
-def mirror(changefeed_dir, target, tables, until_caught_up, history, poll_interval, batch_rows, log_level,
-           log_format) -> None:
+def mirror(changefeed_dir, target, tables, until_caught_up, history, poll_interval, batch_rows, metrics_port,
+           metrics_host, log_level, log_format) -> None:
     """Keep each source table of CHANGEFEED_DIR (a directory or s3://BUCKET/PREFIX, plain or
     Delta) as a typed Delta table at TARGET/OWNER/TABLE/: one row per key, exactly once.
     Follows the changefeed; SIGTERM or SIGINT stops it (exit 0). See docs/mirror.md."""
     import threading
 
-    from .mirror import MirrorOptions, mirror as run_mirror
-    from .service import setup_logging
+    from .mirror import Mirror, MirrorMetrics, MirrorOptions
+    from .service import serve_metrics, setup_logging
 
     setup_logging(_log_level(log_level, "info"), log_format)
     click.get_current_context().meta[_LOG_FORMAT] = log_format
@@ -702,8 +705,12 @@ def mirror(changefeed_dir, target, tables, until_caught_up, history, poll_interv
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    result = run_mirror(MirrorOptions(changefeed_dir, target, tables, until_caught_up, poll_interval, batch_rows,
-                                      history), stop)
+    service = Mirror(MirrorOptions(changefeed_dir, target, tables, until_caught_up, poll_interval, batch_rows, history))
+    if metrics_port is not None:
+        http = serve_metrics(MirrorMetrics(service), metrics_host, metrics_port)
+        logging.getLogger("olr_buffer.mirror").info("metrics on http://%s:%d/metrics", metrics_host,
+                                                    http.server_address[1], extra={"metrics_port": http.server_address[1]})
+    result = service.run(stop)
     if until_caught_up:
         click.echo(f"mirrored up to tx_seq {result.last_tx_seq}: {result.transactions} transaction(s), "
                    f"{result.changes} change(s), {result.commits} table commit(s)")

@@ -73,6 +73,8 @@ class Mirror:
         self.rules: dict[tuple[str, str], TableRules] = {}
         self.scanned = -1  # every table holds every change up to this tx_seq
         self._fd: int | None = None
+        self.tick = time.monotonic()  # the loop's last turn (health)
+        self.retries = 0  # times a store failed and the mirror tried again
         self._lease: Lease | None = None
         self.result = MirrorResult()
 
@@ -217,8 +219,9 @@ class Mirror:
                     if self.options.until_caught_up or (isinstance(exc, StoreError) and not exc.retryable):
                         raise
                     delay = RETRY_FIRST if delay is None else min(delay * 2, RETRY_CAP)
+                    self.retries += 1
                     log.warning("%s; trying again in %.1fs", exc, delay, extra={"retry_seconds": delay})
-                    if stop.wait(delay):
+                    if _wait(stop, delay, self):
                         return self.result
                     self.tables.clear()
                     self.histories.clear()
@@ -234,6 +237,7 @@ class Mirror:
     def _run(self, stop: threading.Event) -> MirrorResult:
         self.start()
         while not stop.is_set():
+            self.tick = time.monotonic()
             if self.queue_id is None:
                 self.start()
             pending = self.feed.files_after(self.scanned)
@@ -244,7 +248,7 @@ class Mirror:
                 break
             if self.options.until_caught_up:
                 continue
-            stop.wait(self.options.poll_seconds)
+            _wait(stop, self.options.poll_seconds, self)
             if self.feed.refresh() and self.queue_id is None:
                 self.start()
         self.result.last_tx_seq = self.scanned
@@ -305,6 +309,16 @@ class Mirror:
                  first, last, changes, commits, time.monotonic() - started, self.feed.last_tx_seq,
                  extra={"last_tx_seq": last, "changes": changes, "commits": commits,
                         "behind": self.feed.last_tx_seq - last})
+
+
+def _wait(stop: threading.Event, seconds: float, m: Mirror) -> bool:
+    """Wait ``seconds`` (the loop counts as turning meanwhile); whether ``stop`` was set."""
+    end = time.monotonic() + seconds
+    while not stop.wait(min(1.0, max(0.0, end - time.monotonic()))):
+        m.tick = time.monotonic()
+        if time.monotonic() >= end:
+            return False
+    return True
 
 
 def mirror(options: MirrorOptions, stop: threading.Event | None = None) -> MirrorResult:

@@ -367,3 +367,41 @@ def test_the_service_rides_out_a_changefeed_store_that_cannot_be_reached(tmp_pat
     assert proc.returncode == 0, log.read_text()
     assert "the stores answer again" in log.read_text()
     assert mirror(MirrorOptions(cf, str(target), until_caught_up=True)).commits == 0
+
+
+@pytest.mark.e2e
+def test_metrics_and_health_of_the_service(tmp_path):
+    import re
+    import urllib.request
+
+    cf = make_changefeed(tmp_path, seed=19, transactions=60)
+    target = tmp_path / "mirror"
+    log = tmp_path / "mirror.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "olr_buffer.cli", "mirror", str(cf), "--target", str(target),
+                                 "--metrics-port", "0", "--poll-interval", "0.1"],
+                                env={**os.environ, "PYTHONPATH": os.getcwd()}, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120
+        while not (m := re.search(r"metrics on http://127\.0\.0\.1:(\d+)/metrics", log.read_text())):
+            assert time.monotonic() < deadline and proc.poll() is None, log.read_text()
+            time.sleep(0.05)
+        url = f"http://127.0.0.1:{m.group(1)}"
+
+        def value(name: str) -> float:
+            text = urllib.request.urlopen(f"{url}/metrics", timeout=30).read().decode()
+            found = re.search(rf"^{name} (\S+)$", text, re.MULTILINE)
+            return float(found.group(1)) if found else float("nan")
+
+        while value("olr_buffer_mirror_last_tx_seq") != 59:
+            assert time.monotonic() < deadline and proc.poll() is None, log.read_text()
+            time.sleep(0.1)
+        assert value("olr_buffer_mirror_changefeed_last_tx_seq") == 59
+        assert value("olr_buffer_mirror_transactions_behind") == 0
+        assert value("olr_buffer_mirror_commits_total") >= 3 and value("olr_buffer_mirror_changes_total") > 60
+        health = urllib.request.urlopen(f"{url}/health", timeout=30)
+        assert health.status == 200 and json.loads(health.read())["status"] == "ok"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    assert proc.returncode == 0, log.read_text()
