@@ -181,8 +181,14 @@ def test_a_changefeed_and_a_target_on_object_storage(tmp_path, s3_uri, table_for
     options = PipelineOptions(file_rows=40, durable=False, **({"table_format": "delta"} if table_format == "delta" else {}))
     replay(str(tmp_path / "in"), str(tmp_path / "q"), cf, options)
     target = s3_uri.rsplit("/", 1)[0] + "/mirror"
-    mirror(MirrorOptions(cf, target, until_caught_up=True, batch_rows=50))
-    assert mirror(MirrorOptions(cf, target, until_caught_up=True)).commits == 0
+    mirror(MirrorOptions(cf, target, until_caught_up=True, batch_rows=50, history=True))
+    assert mirror(MirrorOptions(cf, target, until_caught_up=True, history=True)).commits == 0
+    from olr_buffer.mirror import mirror_status
+
+    doc = mirror_status(cf, target)
+    assert doc["selections"] == [{"tables": "*", "scanned": 119, "behind": 0}]
+    assert sorted(t["table"] for t in doc["tables"] if t["ours"]) == [
+        "SHOP.ITEMS", "SHOP.ITEMS__history", "SHOP.LOG", "SHOP.ORDERS", "SHOP.ORDERS__history"]
     # the model reads a local copy of the changefeed; the mirror tables are read from S3
     from olr_buffer.store import open_store
 
