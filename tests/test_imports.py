@@ -14,7 +14,7 @@ ROOT = Path(olr_buffer.__file__).parent
 
 # a module may import its own package and any layer below its own, never one above or beside
 LAYERS = {
-    "errors": 0, "faults": 0, "pidlock": 0,
+    "errors": 0, "faults": 0, "pidlock": 0, "value_forms": 0,
     "txbuffer": 1, "store": 1,
     "changes": 2, "dead_letters": 2, "olr_protocol": 2,
     "sources": 3, "dispatcher": 3, "sinks": 3,

@@ -12,14 +12,16 @@ tinyint ... bigint int8 ... int64             integers, or strings of plain digi
 float, double      float32, float64           numbers; ``"NaN"``, ``"Infinity"``, ``"-Infinity"``
 decimal(p,s)       decimal128(p,s)            numbers or strings of plain digits, exact
 date               date32                     ``YYYY-MM-DD``
-timestamp          timestamp(us, UTC)         ISO text with a zone; or nanoseconds since the epoch
+timestamp          timestamp(us, UTC)         ISO text with a zone (``Z``, ``+HH[:MM]``, `` Region/City``);
+                                              or nanoseconds since the epoch
 timestamp_ntz      timestamp(us)              ISO text without a zone; or nanoseconds since the epoch
 binary             binary                     hex (``\\x`` before it allowed)
 array<T>           list<T>                    PostgreSQL's text form ``{1,2,NULL}``
 string             string                     text; an embedded JSON value as its JSON text
 =================  =========================  ==========================================
 
-The rules are :func:`olr_buffer.spark.typed`'s: a value that does not fit its type (more
+The rules are :func:`olr_buffer.spark.typed`'s, the text forms the same
+(:mod:`olr_buffer.value_forms`): a value that does not fit its type (more
 digits than its decimal holds, nanoseconds, a number beyond its integer type, text where
 a number belongs) is an error naming the row and the column, never a null or a rounded
 value.
@@ -31,17 +33,26 @@ import datetime as dt
 import decimal
 import re
 from typing import Any, Callable
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import pyarrow as pa
 
+from .. import value_forms as forms
+
 _DECIMAL = re.compile(r"decimal\((\d+),\s*(-?\d+)\)")
-_ARRAY = re.compile(r"array<(.+)>")
-_INTEGER_TEXT = re.compile(r"[+-]?[0-9]+")
-_DECIMAL_TEXT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)")
-_DATE_TEXT = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
-_TIMESTAMP_TEXT = re.compile(
-    r"([0-9]{4}-[0-9]{2}-[0-9]{2})(?:[ T]([0-9]{2}:[0-9]{2}(?::[0-9]{2})?)(?:\.([0-9]+))?)?"
-    r"\s*(Z|[+-][0-9]{2}(?::?[0-9]{2}(?::?[0-9]{2})?)?)?")
+_ARRAY_TYPE = re.compile(r"array<(.+)>")
+# the forms a value's text may take: value_forms's, which spark.typed checks too
+_INTEGER_TEXT = re.compile(forms.INTEGER)
+_FLOAT_TEXT = re.compile(forms.FLOAT)
+_BOOLEAN_TEXT = re.compile(forms.BOOLEAN)
+_DATE_TEXT = re.compile(forms.DATE)
+_TIMESTAMP_TEXT = re.compile(forms.TIMESTAMP)
+_TIMESTAMP_NTZ_TEXT = re.compile(forms.TIMESTAMP_NTZ)
+_NANOS_TEXT = re.compile(forms.NANOS)
+_HEX_TEXT = re.compile(forms.HEX)
+_ARRAY_TEXT = re.compile(forms.ARRAY)
+_DECIMAL_TEXT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)")  # plain digits (the type's figures: below)
+_FRACTION = re.compile(r"\.([0-9]+)")
 _INT_RANGES = {8: 1 << 7, 16: 1 << 15, 32: 1 << 31, 64: 1 << 63}
 _FLOAT_WORDS = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf"),
                 "inf": float("inf"), "-inf": float("-inf")}
@@ -68,7 +79,7 @@ def arrow_type(spark: str) -> pa.DataType:
     if m:
         precision, scale = int(m.group(1)), int(m.group(2))
         return pa.decimal128(precision, scale)
-    m = _ARRAY.fullmatch(name)
+    m = _ARRAY_TYPE.fullmatch(name)
     if m:
         return pa.list_(arrow_type(m.group(1)))
     return pa.string()
@@ -115,7 +126,7 @@ def value(v: Any, t: pa.DataType) -> Any:
     if pa.types.is_boolean(t):
         if isinstance(v, bool):
             return v
-        if isinstance(v, str) and v.lower() in ("true", "false", "t", "f"):
+        if isinstance(v, str) and _BOOLEAN_TEXT.match(v):
             return v.lower() in ("true", "t")
         raise Misfit("not a boolean")
     if pa.types.is_integer(t):
@@ -129,17 +140,15 @@ def value(v: Any, t: pa.DataType) -> Any:
     if pa.types.is_floating(t):
         if isinstance(v, str) and v in _FLOAT_WORDS:
             return _FLOAT_WORDS[v]
-        if isinstance(v, bool) or not isinstance(v, (int, decimal.Decimal, str)):
+        if isinstance(v, bool) or not isinstance(v, (int, decimal.Decimal, str)) or \
+                isinstance(v, str) and not _FLOAT_TEXT.match(v):
             raise Misfit("not a number")
-        try:
-            f = float(v)
-        except ValueError:
-            raise Misfit("not a number") from None
+        f = float(v)
         if t.bit_width == 32 and abs(f) != float("inf") and abs(f) > 3.4028234663852886e38:
             raise Misfit("beyond a float")
         return f
     if pa.types.is_date(t):
-        if not isinstance(v, str) or not _DATE_TEXT.fullmatch(v):
+        if not isinstance(v, str) or not _DATE_TEXT.match(v):
             raise Misfit("not a date (YYYY-MM-DD)")
         try:
             return dt.date.fromisoformat(v)
@@ -150,15 +159,13 @@ def value(v: Any, t: pa.DataType) -> Any:
     if pa.types.is_binary(t):
         if not isinstance(v, str):
             raise Misfit("not hex text")
-        text = v[2:] if v.startswith("\\x") else v
-        try:
-            return bytes.fromhex(text)
-        except ValueError:
-            raise Misfit("not hex text") from None
+        if not _HEX_TEXT.match(v):
+            raise Misfit("not hex text")
+        return bytes.fromhex(v[2:] if v.startswith("\\x") else v)
     if pa.types.is_list(t):
         if isinstance(v, list):
             items = v
-        elif isinstance(v, str) and v.startswith("{") and v.endswith("}"):
+        elif isinstance(v, str) and _ARRAY_TEXT.match(v):
             inner = v[1:-1]
             items = [None if x == "NULL" else x for x in inner.split(",")] if inner else []
         else:
@@ -176,7 +183,7 @@ def _integer(v: Any) -> int:
         if v != v.to_integral_value():
             raise Misfit("not an integer")
         return int(v)
-    if isinstance(v, str) and _INTEGER_TEXT.fullmatch(v.strip()):
+    if isinstance(v, str) and _INTEGER_TEXT.match(v):
         return int(v)
     raise Misfit("not an integer")
 
@@ -207,40 +214,25 @@ def _decimal(v: Any, precision: int, scale: int) -> decimal.Decimal:
 
 
 def _timestamp(v: Any, zoned: bool) -> dt.datetime:
-    if isinstance(v, int) and not isinstance(v, bool) or isinstance(v, str) and _INTEGER_TEXT.fullmatch(v):
+    if isinstance(v, int) and not isinstance(v, bool) or isinstance(v, str) and _NANOS_TEXT.match(v):
         nanos = int(v)
         if nanos % 1000:
             raise Misfit("nanoseconds (a timestamp holds microseconds)")
         instant = _EPOCH + dt.timedelta(microseconds=nanos // 1000)
         return instant if zoned else instant.replace(tzinfo=None)
-    if not isinstance(v, str):
-        raise Misfit("not a timestamp")
-    m = _TIMESTAMP_TEXT.fullmatch(v.strip())
-    if not m:
-        raise Misfit("not a timestamp")
-    day, time, fraction, zone = m.groups()
-    if fraction and len(fraction) > 6:
-        if fraction[6:].strip("0"):
-            raise Misfit("nanoseconds (a timestamp holds microseconds)")
-        fraction = fraction[:6]
-    if zoned and zone is None:
-        raise Misfit("no time zone")
-    if not zoned and zone is not None:
-        raise Misfit("a time zone (the column has none)")
-    text = day + "T" + (time or "00:00") + ("." + fraction.ljust(6, "0") if fraction else "")
-    if zone:
-        text += "+00:00" if zone == "Z" else _zone(zone)
+    if not isinstance(v, str) or not (_TIMESTAMP_TEXT if zoned else _TIMESTAMP_NTZ_TEXT).match(v):
+        raise Misfit("not a timestamp" + (" with a time zone" if zoned else " without a time zone"))
+    text, region = v, None
+    if zoned and " " in v[11:]:  # a zone's name: "2024-06-01 10:00:00 Europe/Warsaw"
+        text, _, region = v.rpartition(" ")
+    text = _FRACTION.sub(lambda m: "." + m.group(1)[:6].ljust(6, "0"), text)  # beyond the microsecond: zeros
     try:
         stamp = dt.datetime.fromisoformat(text)
-    except ValueError:
+        if region is not None:
+            stamp = stamp.replace(tzinfo=ZoneInfo(region))
+    except (ValueError, ZoneInfoNotFoundError):
         raise Misfit("not a timestamp") from None
     return stamp.astimezone(dt.timezone.utc) if zoned else stamp
-
-
-def _zone(zone: str) -> str:
-    digits = zone[1:].replace(":", "")
-    parts = [digits[i:i + 2] for i in range(0, len(digits), 2)]
-    return zone[0] + ":".join(parts + ["00"] * (2 - len(parts)))
 
 
 def json_text(v: Any) -> str:

@@ -155,3 +155,51 @@ def test_a_truncate_ends_every_row_and_every_open_version(tmp_path):
     to = {v["id"]: v["valid_to"] for v in h.load_all()}
     assert to[2] == dt.datetime.fromtimestamp(1_700_000_003, dt.timezone.utc)
     assert t.version == h.version == 4
+
+
+@pytest.mark.parametrize("text, zoned, expected", [
+    ("2024-06-01 10:00:00+02", True, dt.datetime(2024, 6, 1, 8, tzinfo=dt.timezone.utc)),
+    ("2024-06-01T10:00:00.123456789000Z"[:-4] + "Z", True, None),  # nanoseconds that are not zeros: no
+    ("2024-06-01 10:00:00.123456000Z", True, dt.datetime(2024, 6, 1, 10, 0, 0, 123456, tzinfo=dt.timezone.utc)),
+    ("2024-06-01 10:00:00 Europe/Warsaw", True, dt.datetime(2024, 6, 1, 8, tzinfo=dt.timezone.utc)),
+    ("2024-06-01 10:00:00", True, None),  # no zone
+    ("2024-06-01 10:00:00+02", False, None),  # a zone where none belongs
+    ("2024-06-01", False, dt.datetime(2024, 6, 1)),
+    ("1717236000000000000", False, dt.datetime(2024, 6, 1, 10)),
+    ("1717236000000000001", False, None),
+])
+def test_timestamp_forms_are_typed_s(text, zoned, expected):
+    """The forms of olr_buffer.value_forms, which spark.typed checks too."""
+    from olr_buffer.mirror.types import Misfit, value
+
+    t = pa.timestamp("us", tz="UTC") if zoned else pa.timestamp("us")
+    if expected is None:
+        with pytest.raises(Misfit):
+            value(text, t)
+    else:
+        assert value(text, t) == expected
+
+
+@pytest.mark.parametrize("v, t, expected", [
+    ("{1,NULL,3}", pa.list_(pa.int32()), [1, None, 3]),
+    ("{}", pa.list_(pa.int32()), []),
+    ('{"a b",c}', pa.list_(pa.int32()), None),
+    ("\\x00ff", pa.binary(), b"\x00\xff"),
+    ("0f0", pa.binary(), None),
+    ("t", pa.bool_(), True),
+    ("NaN", pa.float64(), "nan"),
+    ("1e3", pa.float32(), 1000.0),
+    ("12a", pa.int64(), None),
+    (2**63, pa.int64(), None),
+    ({"b": [1, decimal.Decimal("2.50")], "a": None}, pa.string(), '{"a":null,"b":[1,2.50]}'),
+])
+def test_value_forms(v, t, expected):
+    from olr_buffer.mirror.types import Misfit, value
+
+    if expected is None:
+        with pytest.raises(Misfit):
+            value(v, t)
+    elif expected == "nan":
+        assert value(v, t) != value(v, t)
+    else:
+        assert value(v, t) == expected
