@@ -78,3 +78,34 @@ def test_history_killed_at_each_point_then_rerun(tmp_path):
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr
     check_history(cf, target)
+
+
+def test_history_started_later_begins_with_the_current_rows(tmp_path):
+    import shutil
+
+    from olr_buffer.pipeline import PipelineOptions, replay
+
+    from .workload import write_workload
+
+    write_workload(tmp_path / "all", 23, 200)
+    inp = tmp_path / "in"
+    inp.mkdir()
+    files = sorted((tmp_path / "all").iterdir())
+    shutil.copy(files[0], inp)
+    opts = PipelineOptions(file_rows=30, durable=False)
+    cf = tmp_path / "cf"
+    first = replay(str(inp), str(tmp_path / "q"), str(cf), opts).next_tx_seq
+    target = tmp_path / "mirror"
+    mirror(MirrorOptions(str(cf), str(target), until_caught_up=True))
+    before = {r["ORDER_ID"]: r for r in mirror_rows(target, "ORDERS")}
+    for f in files[1:]:
+        shutil.copy(f, inp)
+    replay(str(inp), str(tmp_path / "q"), str(cf), opts)
+    mirror(MirrorOptions(str(cf), str(target), until_caught_up=True, history=True, batch_rows=40))
+    history = DeltaTable(str(target / "SHOP" / "ORDERS__history")).to_pyarrow_table().to_pylist()
+    seeded = {v["ORDER_ID"]: v for v in history if v["valid_from"] is None}
+    assert set(seeded) == set(before)  # every row the mirror held, as its version from its last change
+    assert all(v["valid_from_tx_seq"] == before[k]["tx_seq"] < first for k, v in seeded.items())
+    current = sorted(repr({c: v[c] for c in v if not c.startswith("valid_")}) for v in history
+                     if v["valid_to_tx_seq"] is None)
+    assert current == sorted(repr({c: r[c] for c in r if c != "tx_seq"}) for r in mirror_rows(target, "ORDERS"))
