@@ -89,11 +89,38 @@ class Feed:
         """The rows of ``f`` (the mirror's columns), of ``tables`` only when given."""
         with self.location.open_input(f.name) as fh:
             rows = pq.read_table(fh, columns=COLUMNS)
-        if tables is not None and rows.num_rows:
-            wanted = pa.array(sorted(f"{o}\x00{t}" for o, t in tables))
-            names = pc.binary_join_element_wise(rows["owner"].cast(pa.string()), rows["table"].cast(pa.string()), "\x00")
-            rows = rows.filter(pc.is_in(names, value_set=wanted))
-        return rows
+        return _selected(rows, tables)
+
+    def read_part(self, f: PublishedFile, tables: set[tuple[str, str]] | None, after: int,
+                  rows: int) -> tuple[pa.Table, int]:
+        """Of a file too large for one batch: its rows after ``after`` in whole
+        transactions, about ``rows`` of them (more when one transaction has more), read a
+        row group at a time (their ``tx_seq`` statistics skip those before); and the last
+        ``tx_seq`` they cover (``f.last`` at the file's end)."""
+        with self.location.open_input(f.name) as fh:
+            pf = pq.ParquetFile(fh)
+            meta = pf.metadata
+            column = pf.schema_arrow.get_field_index("tx_seq")
+            parts: list[pa.Table] = []
+            count = 0
+            for i in range(meta.num_row_groups):
+                stats = meta.row_group(i).column(column).statistics
+                if stats is not None and stats.has_min_max and stats.max <= after:
+                    continue
+                part = pf.read_row_group(i, columns=COLUMNS)
+                part = part.filter(pc.greater(part["tx_seq"], after))
+                parts.append(part)
+                count += part.num_rows
+                if count < rows or i == meta.num_row_groups - 1:
+                    continue
+                # the last transaction read may go on in the next row group: up to the one before it
+                table = pa.concat_tables(parts)
+                top = table["tx_seq"][-1].as_py()
+                done = table.filter(pc.less(table["tx_seq"], top))
+                if done.num_rows:
+                    return _selected(done, tables), top - 1
+            table = pa.concat_tables(parts) if parts else pf.schema_arrow.empty_table().select(COLUMNS)
+        return _selected(table, tables), f.last
 
     def document(self, version: str) -> dict:
         """The schema document ``version`` (parsed; kept)."""
@@ -101,3 +128,11 @@ class Feed:
         if doc is None:
             doc = self._documents[version] = orjson.loads(read_schema_document(self.location, version))
         return doc
+
+
+def _selected(rows: pa.Table, tables: set[tuple[str, str]] | None) -> pa.Table:
+    if tables is not None and rows.num_rows:
+        wanted = pa.array(sorted(f"{o}\x00{t}" for o, t in tables))
+        names = pc.binary_join_element_wise(rows["owner"].cast(pa.string()), rows["table"].cast(pa.string()), "\x00")
+        rows = rows.filter(pc.is_in(names, value_set=wanted))
+    return rows

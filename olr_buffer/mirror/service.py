@@ -262,9 +262,12 @@ class Mirror:
             if rows >= self.options.batch_rows:
                 break
         started = time.monotonic()
-        parts = [self.feed.read(f, self.options.tables) for f in files]
-        batch = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
-        last = files[-1].last
+        if len(files) == 1 and files[0].rows > self.options.batch_rows:  # a file larger than a batch: a part of it
+            batch, last = self.feed.read_part(files[0], self.options.tables, self.scanned, self.options.batch_rows)
+        else:
+            parts = [self.feed.read(f, self.options.tables) for f in files]
+            batch = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+            last = files[-1].last
         by_table: dict[tuple[str, str], list[Change]] = {}
         if batch.num_rows:
             cols = {name: batch[name].to_pylist() for name in batch.column_names}
@@ -297,11 +300,11 @@ class Mirror:
             fault_point("mirror_after_commit")
             commits += 1
             changes += plan.changes
-        self.scanned = last
+        prior, self.scanned = self.scanned, last
         self._write_progress()
         fault_point("mirror_after_progress")
-        first = files[0].first
-        self.result.transactions += last - max(first - 1, self.result.last_tx_seq)
+        first = max(files[0].first, prior + 1)
+        self.result.transactions += last - prior
         self.result.changes += changes
         self.result.commits += commits
         self.result.last_tx_seq = last

@@ -411,3 +411,21 @@ def test_metrics_and_health_of_the_service(tmp_path):
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
     assert proc.returncode == 0, log.read_text()
+
+
+@pytest.mark.parametrize("batch_rows", [1, 40, 250])
+def test_a_file_larger_than_a_batch_is_read_in_parts_of_whole_transactions(tmp_path, batch_rows):
+    from olr_buffer.sinks.parquet import compact
+
+    cf = make_changefeed(tmp_path, seed=20, transactions=300)
+    big = tmp_path / "big"
+    compact(str(cf), output=str(big), target_rows=1_000_000, row_group_rows=25, durable=False)
+    (part,) = big.glob("part-*.parquet")
+    import pyarrow.parquet as pq
+
+    assert pq.ParquetFile(part).metadata.num_row_groups > 10
+    target = tmp_path / "mirror"
+    result = mirror(MirrorOptions(str(big), str(target), until_caught_up=True, batch_rows=batch_rows))
+    assert result.transactions == 300 and result.last_tx_seq == 299
+    assert result.commits > (3 if batch_rows < 250 else 0)  # in parts: more than one commit a table
+    assert_mirror_equals_model(big, target)
