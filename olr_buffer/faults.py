@@ -10,10 +10,7 @@ footer yet), ``after_tmp_written`` (a changefeed file is complete under its temp
 ``after_rename`` (published, not yet in the manifest), ``before_checkpoint`` (the sink
 flushed, the dispatcher's checkpoint not yet written), ``during_cleanup`` (between the
 deletion of two segment files), ``before_delta_commit`` and ``after_delta_commit``
-(around the Delta commit of published files); ``mirror_before_commit``,
-``mirror_after_commit`` (around a mirror table's commit), ``mirror_after_history_commit``
-(its history table's commit, before its own) and ``mirror_after_progress``
-(the mirror's progress note written).
+(around the Delta commit of published files).
 """
 
 from __future__ import annotations

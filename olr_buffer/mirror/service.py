@@ -6,6 +6,11 @@ table's own version (the last ``tx_seq`` its commits applied) says what it holds
 mirror's progress note (``TARGET/_olr_buffer/mirror.json``, written after a batch's
 commits) only saves reading again what every table holds already. A note or a table of
 another changefeed, or a table ahead of the changefeed, is refused.
+
+Fault points (:mod:`olr_buffer.faults`, for the tests that kill it): ``mirror_before_commit``
+and ``mirror_after_commit`` (around a mirror table's commit), ``mirror_after_history_commit``
+(its history table's commit, made before its own) and ``mirror_after_progress`` (the
+progress note written).
 """
 
 from __future__ import annotations
