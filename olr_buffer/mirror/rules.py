@@ -132,7 +132,7 @@ class TableRules:
                         break
                     before, after = _loads(c.before), _loads(c.after)
                     if after is None or len(after) < len(d["columns"]):
-                        k = self._key_of(key, state, c, before, after, old=True)
+                        k = self._key_of(key, state, c, before, after)
                         wanted.add(k)
                 elif c.op == "d" and c.version is not None and i + 1 < len(changes):
                     d, n = self.document(c.version), changes[i + 1]
@@ -217,7 +217,7 @@ class TableRules:
                 target[k] = (None, c.tx_seq, c.c_scn)
                 events.append(("close", k, None, c))
             elif c.op == "u":
-                old = self._key_of(state.key, state, c, before, after, old=True)
+                old = self._key_of(state.key, state, c, before, after)
                 was = target.get(old)
                 if was is None and full is None:
                     was = base.get(old)
@@ -309,8 +309,8 @@ class TableRules:
             raise self._no_key(c, key, label)
         return k
 
-    def _key_of(self, key: list[str], state: _State, c: Change, before: dict | None, after: dict | None,
-                old: bool) -> tuple:
+    def _key_of(self, key: list[str], state: _State, c: Change, before: dict | None, after: dict | None) -> tuple:
+        """An update's old key: from ``before``, or (what it lacks) from ``after``."""
         b = self._typed(state, c, {k: before[k] for k in key if k in before} if before else None, "before")
         if all(b.get(k) is not None for k in key):
             return tuple(b[k] for k in key)

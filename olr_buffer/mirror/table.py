@@ -63,8 +63,8 @@ class MirrorTable:
     def failure(self, exc: Exception, doing: str) -> MirrorTargetError:
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         return MirrorTargetError(f"{self.uri}: cannot {doing} the mirror table: {reason}",
-                           hint="run the mirror again once the target is back: it resumes where it stopped",
-                           table=self.name)
+                                 hint="run the mirror again once the target is back: it resumes where it stopped",
+                                 table=self.name)
 
     @property
     def exists(self) -> bool:
