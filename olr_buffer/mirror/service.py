@@ -214,6 +214,9 @@ class Mirror:
         target's or the changefeed's): it says so, waits (0.5 s, doubling up to 30 s) and
         starts again from what the tables hold; the one-shot run stops with the error."""
         stop = stop or threading.Event()
+        cf = self.options.changefeed
+        if not is_remote(cf) and not os.path.isdir(cf):  # before the target is touched
+            raise MirrorError(f"{cf}: no such changefeed directory", path=cf)
         self._lock()
         try:
             delay = None

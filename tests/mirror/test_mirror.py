@@ -429,3 +429,9 @@ def test_a_file_larger_than_a_batch_is_read_in_parts_of_whole_transactions(tmp_p
     assert result.transactions == 300 and result.last_tx_seq == 299
     assert result.commits > (3 if batch_rows < 250 else 0)  # in parts: more than one commit a table
     assert_mirror_equals_model(big, target)
+
+
+def test_a_changefeed_that_is_not_there_is_named_and_the_target_left_alone(tmp_path):
+    with pytest.raises(MirrorError, match=r"nope: no such changefeed directory"):
+        mirror(MirrorOptions(str(tmp_path / "nope"), str(tmp_path / "m"), until_caught_up=True))
+    assert not (tmp_path / "m").exists()
