@@ -29,6 +29,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import pyarrow as pa  # noqa: E402
+from deltalake import DeltaTable  # noqa: E402
+
 from olr_buffer.mirror import Mirror, MirrorOptions, mirror  # noqa: E402
 from olr_buffer.pipeline import PipelineOptions, replay  # noqa: E402
 
@@ -119,9 +122,15 @@ def main() -> None:
                                   batch_rows=args.batch_rows))
     backlog = time.monotonic() - t0
     target_bytes = size(work / "mirror")
+    live_bytes = live_rows = 0
+    for table in (work / "mirror" / "B").iterdir():  # the tables' current files (a VACUUM removes the others)
+        adds = pa.table(DeltaTable(str(table)).get_add_actions(flatten=True)).to_pydict()
+        live_bytes += sum(adds["size_bytes"])
+        live_rows += sum(adds["num_records"])
     print(f"backlog: {result.changes} changes over {args.tables} tables in {backlog:.1f}s: "
           f"{result.changes / backlog:,.0f} changes/s ({result.commits} table commits, batches of "
-          f"{args.batch_rows} rows); changefeed {cf_bytes / 2**20:.1f} MiB, mirror {target_bytes / 2**20:.1f} MiB")
+          f"{args.batch_rows} rows); changefeed {cf_bytes / 2**20:.1f} MiB, mirror tables {live_bytes / 2**20:.1f} MiB "
+          f"({live_rows} rows), {target_bytes / 2**20:.1f} MiB on disk before VACUUM")
 
     times = []
     inp = work / "in"
