@@ -14,12 +14,12 @@ ROOT = Path(olr_buffer.__file__).parent
 
 # a module may import its own package and any layer below its own, never one above or beside
 LAYERS = {
-    "errors": 0, "faults": 0, "pidlock": 0, "fsutil": 0,
+    "errors": 0, "faults": 0, "pidlock": 0, "fsutil": 0, "value_forms": 0,
     "txbuffer": 1, "store": 1,
     "changes": 2, "dead_letters": 2, "olr_protocol": 2,
     "sources": 3, "sinks": 3, "service": 3,
     # the dispatcher calls a sink through the contract sinks/base.py states
-    "dispatcher": 4, "spark_sink": 4, "serve": 4,
+    "dispatcher": 4, "spark_sink": 4, "serve": 4, "mirror": 4,
     "runtime": 5, "status": 5, "simulate": 5, "spark": 5,
     "demo": 6, "cli": 7,
     # what the tests and benchmarks run against (a MemoryQueue): above everything, so no

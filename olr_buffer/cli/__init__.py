@@ -21,7 +21,7 @@ if sys.argv[0] == "-m" or os.path.basename(sys.argv[0]) == "olr-buffer":
 from .group import main, name_environment_variables  # noqa: E402
 
 # the commands: importing a module registers its command on main
-from . import compact, drop_slot, replay, run, serve, simulate, status  # noqa: E402, F401
+from . import compact, drop_slot, mirror, replay, run, serve, simulate, status  # noqa: E402, F401
 
 name_environment_variables()
 

@@ -19,14 +19,24 @@ from .group import main
               help="Changefeed whose serve receivers to show (default: the queue's); alone, only them.")
 @click.option("--serve-state", type=DIR, default=None,
               help="serve's --state directory, if not the changefeed's own.")
+@click.option("--mirror", "mirror_target", default=None,
+              help="With --changefeed: the mirror at this target (`mirror --target`): how far behind, each table.")
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
 @clean_errors
-def status(queue_dir, changefeed_dir, serve_state, as_json) -> None:
+def status(queue_dir, changefeed_dir, serve_state, mirror_target, as_json) -> None:
     """Show what the queue holds: segments, open transactions, readers, watermark,
     last published transaction, what cleanup may free, and the receivers that `serve`
     serves its changefeed to (confirmed position, lag). Safe while a service runs."""
     from ..status import queue_status, render
 
+    if mirror_target:
+        if not changefeed_dir:
+            raise click.UsageError("--mirror TARGET needs --changefeed CHANGEFEED_DIR, the changefeed it mirrors")
+        from ..mirror import mirror_status, render_mirror
+
+        doc = mirror_status(changefeed_dir, mirror_target)
+        click.echo(json.dumps(doc, indent=2) if as_json else "\n".join(printable(line) for line in render_mirror(doc)))
+        return
     if queue_dir:
         doc = queue_status(queue_dir, changefeed=changefeed_dir, serve_state=serve_state)
         click.echo(json.dumps(doc, indent=2) if as_json else render(doc))

@@ -18,6 +18,15 @@ import re
 from typing import TYPE_CHECKING, Any, Sequence, Union
 
 from ..sinks.parquet import ChangefeedReadError, UnknownTableError, read_schema_document
+from ..value_forms import ARRAY as _ARRAY
+from ..value_forms import BOOLEAN as _BOOLEAN
+from ..value_forms import DATE as _DATE
+from ..value_forms import FLOAT as _FLOAT
+from ..value_forms import HEX as _HEX
+from ..value_forms import INTEGER as _INTEGER
+from ..value_forms import NANOS as _NANOS
+from ..value_forms import TIMESTAMP as _TIMESTAMP
+from ..value_forms import TIMESTAMP_NTZ as _TIMESTAMP_NTZ
 from .reading import needs_pyspark, read_changefeed, with_timestamps
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -398,17 +407,7 @@ def snapshot(
 # text: checked against its type (plain digits that fit the decimal, an ISO date or
 # timestamp, hex ...), then cast. A value that does not pass is the row's error.
 
-_INTEGER = r"^[+-]?[0-9]+$"
-_FLOAT = r"^([+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?|NaN|[+-]?Infinity)$"
-_BOOLEAN = r"(?i)^(true|false|t|f)$"
-_DAY = r"[0-9]{4}-[0-9]{2}-[0-9]{2}"
-_TIME = r"[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6}0*)?"  # digits beyond microseconds: zeros only
-_DATE = f"^{_DAY}$"
-_TIMESTAMP_NTZ = f"^{_DAY}([ T]{_TIME})?$"
-_TIMESTAMP = f"^{_DAY}[ T]{_TIME}(Z|[+-][0-9]{{2}}(:[0-9]{{2}}(:[0-9]{{2}})?)?| [A-Za-z][A-Za-z0-9_+/-]*)$"
-_NANOS = r"^-?[0-9]{1,19}$"  # a timestamp as nanoseconds since the epoch
-_HEX = r"^(\\x)?([0-9a-fA-F]{2})*$"
-_ARRAY = r'^\{[^{}"]*\}$'  # one dimension, no quoted element
+# (the forms, _INTEGER ... _ARRAY: olr_buffer.value_forms, shared with the mirror)
 
 
 def _require_variant(spark: "SparkSession", what: str) -> None:

@@ -112,7 +112,7 @@ def test_exit_codes_are_distinct_and_documented(tmp_path):
             assert re.search(rf"^\| `{code}` \|", text, re.MULTILINE), f"{doc}: exit code {code} not in its table"
 
 
-@pytest.mark.parametrize("command", ["simulate", "replay", "compact", "status", "serve"])
+@pytest.mark.parametrize("command", ["simulate", "replay", "compact", "status", "serve", "mirror"])
 def test_every_option_has_help(command):
     cmd = main.commands[command]
     missing = [p.opts[0] for p in cmd.params if isinstance(p, click.Option) and not p.help]

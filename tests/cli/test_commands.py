@@ -22,6 +22,8 @@ COMMANDS = {
                 "--target-rows", "--full-groups-only", "--dry-run", "--no-sync", "--progress", "--progress-interval",
                 "--json"],
     "drop-slot": ["SOURCE", "--slot"],
+    "mirror": ["CHANGEFEED_DIR", "--config", "--target", "--tables", "--until-caught-up", "--history", "--poll-interval",
+               "--batch-rows", "--metrics-port", "--metrics-host", "--log-level", "--log-format"],
     "replay": ["INPUT_DIR", "--config", "--queue", "--changefeed", *_PIPELINE, "--progress", "--progress-interval",
                "--json", "--log-format"],
     "run": ["INPUT_DIR", "--config", "--queue", "--changefeed", "--threads", "--flush-interval", "--poll-interval",
@@ -33,7 +35,7 @@ COMMANDS = {
     "simulate": ["OUT_DIR", "--threads", "--transactions", "--seed", "--records-per-file", "--large-tx-rows",
                  "--no-compress", "--start-time", "--overwrite", "--rolling-restarts", "--close-thread-at",
                  "--progress", "--progress-interval"],
-    "status": ["--config", "--queue", "--changefeed", "--serve-state", "--json"],
+    "status": ["--config", "--queue", "--changefeed", "--serve-state", "--mirror", "--json"],
 }
 
 #: the modules of olr_buffer/cli/ that hold no command
