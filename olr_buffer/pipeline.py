@@ -29,7 +29,7 @@ from .dispatcher.errors import damaged_checkpoint
 from .sinks import KINDS as SINKS
 from .sinks import ChangefeedOwner, Sink
 from .sinks.parquet import DEFAULT_FILE_ROWS, DEFAULT_MODE
-from .sources import Source, SourceSettings, kind_of, open_source
+from .sources import Acknowledgement, SourceRunner, SourceSettings, kind_of, open_source
 from .store import OutageRetry
 from .txbuffer import DEFAULT_SEGMENT_BYTES, LmdbQueue, held_segments
 from .txbuffer.metadata import CHECKPOINT_KEY, QUEUE_ID_KEY
@@ -162,7 +162,7 @@ class Pipeline:
         self.started = time.monotonic()
         self.queue = LmdbQueue(queue_dir, segment_bytes=opts.segment_bytes, durable=opts.durable)
         self.sink: Sink | None = None
-        self.source: Source | None = None
+        self.source: SourceRunner | None = None
         #: an object store that cannot be reached: retried (run), or the run fails (replay)
         self.retry = retry
         try:
@@ -442,7 +442,7 @@ class Pipeline:
 
     def _tell_published(self) -> None:
         """Tell the source what the sink accepted and what it made durable."""
-        self.source.on_published(self.dispatcher.last_key, self.sink.last_commit)
+        self.source.acknowledge(Acknowledgement(self.dispatcher.last_key, self.sink.last_commit))
 
     # -- reporting -----------------------------------------------------------------------
 
