@@ -1,5 +1,4 @@
-"""Running a source's reader in a child process, and the base of the sources of one
-stream: what every source shares and none owns.
+"""Running a source's reader in a child process: what every source shares and none owns.
 
 Python runs one thread at a time per process, and parsing is most of olr-buffer's work.
 A source may run its reader in a child process, on another core than the dispatcher: the
@@ -32,151 +31,14 @@ import time
 import traceback
 from typing import Any, Callable, Mapping, NoReturn, Sequence
 
-from ..changes import CommitKey
 from ..errors import OlrBufferError
 from ..txbuffer import BlockCodec, TxQueue
-from .base import Acknowledgement, Reader, SourceFigures, SourceSettings
 
 #: The multiprocessing context of every source's child processes (and of the values they
 #: share with the parent).
 CONTEXT = mp.get_context("forkserver")
 
 _PR_SET_PDEATHSIG = 1
-
-
-class StreamSource:
-    """The base of a source of one stream (the PostgreSQL and OpenLogReplicator sources):
-    one reader (queue thread 1), in a child process (:class:`StreamProcess`) or a thread,
-    that confirms upstream what the changefeed made durable (``durable``, which
-    :meth:`acknowledge` keeps: the reader, or its child through a
-    :class:`SharedPosition`, reads it at its next status). A subclass gives
-    :meth:`reader_body` and :meth:`reader_figures`."""
-
-    thread_name = "reader"
-
-    def __init__(self, settings: SourceSettings) -> None:
-        self.settings = settings
-        self.durable: CommitKey | None = None  # the changefeed's last durable commit: what may be confirmed
-
-    def reader_body(self) -> Callable[[], None]:
-        raise NotImplementedError
-
-    def reader_figures(self) -> Any:
-        """The reader's figures (its own, or the last its child process sent), with at
-        least ``records``."""
-        raise NotImplementedError
-
-    def readers(self, follow: bool, poll_interval: float) -> list[Reader]:
-        return [Reader(self.thread_name, self.reader_body())]
-
-    def acknowledge(self, ack: Acknowledgement) -> None:
-        if ack.durable is not None:
-            self.durable = ack.durable
-
-    def figures(self) -> SourceFigures:
-        return SourceFigures(records_read=self.reader_figures().records)
-
-
-class SharedPosition:
-    """A position of ``width`` numbers (a first one below 0: none) in shared memory,
-    written by one process and read by another without a lock (a killed process could
-    die holding one): ``[version, *position]``, the version odd while a write is under
-    way, so that a read never mixes two positions."""
-
-    def __init__(self, width: int = 1) -> None:
-        self._none = [-1] + [0] * (width - 1)
-        self._a = CONTEXT.Array("q", [0, *self._none], lock=False)
-
-    def set(self, pos: Sequence[int] | None) -> None:
-        a = self._a
-        a[0] += 1
-        a[1:] = self._none if pos is None else list(pos)
-        a[0] += 1
-
-    def get(self) -> tuple[int, ...] | None:
-        a = self._a
-        while True:
-            v = a[0]
-            if v & 1:
-                continue
-            pos = tuple(a[1:])
-            if a[0] == v:
-                return None if pos[0] < 0 else pos
-
-
-class StreamProcess:
-    """The parent's side of a stream source's reader in a child process: it starts the
-    child (``target(conn, stop_conn, parent_pid, shared, *child_args)``, which ends with
-    :func:`child_main`), appends what it sends (:class:`ChildAppends`), and keeps
-    ``shared`` (:class:`SharedPosition`) at ``published()``, the position the child may
-    confirm, until ``stop``. A subclass sets ``target``, ``name``, ``label``, ``width``
-    and :meth:`died`."""
-
-    target: Callable[..., None]
-    name = "olr-reader"
-    label = "the reader process"
-    width = 1
-
-    def __init__(
-        self,
-        queue: TxQueue,
-        *,
-        figures: Any,
-        published: Callable[[], Sequence[int] | None],
-        on_append: Callable[[], None] | None,
-        stop: threading.Event,
-        options: Mapping,
-    ) -> None:
-        self.appends = ChildAppends(queue, figures, on_append)
-        self.published = published
-        self.stop = stop
-        self.options = dict(options)
-        self.shared = SharedPosition(self.width)
-        self._sent: Sequence[int] | None = None
-
-    def child_args(self) -> tuple:
-        return ()
-
-    def died(self, exitcode: int | None) -> BaseException:
-        raise NotImplementedError
-
-    def handle(self, msg: tuple) -> bool:
-        return self.appends.handle(msg)
-
-    def _update_published(self) -> None:
-        pub = self.published()
-        if pub != self._sent:
-            self.shared.set(pub)
-            self._sent = pub
-
-    def run(self) -> None:
-        """Run the child until ``stop`` (then it stops at a block boundary) or an error."""
-        self._update_published()
-        run_child(
-            type(self).target, (self.shared, *self.child_args()), name=self.name, label=self.label,
-            stop=self.stop, handle=self.handle, died=self.died, tick=self._update_published,
-        )
-
-    @property
-    def figures(self) -> Any:
-        """The figures the child sent last."""
-        return self.appends.figures
-
-
-class FiguresToParent:
-    """A child's reader sends its figures to the parent (for the service's metrics) at
-    most every half second: :meth:`send` from its status step."""
-
-    def __init__(self, conn, figures: Callable[[], object]) -> None:
-        self._conn = conn
-        self._figures = figures
-        self._sent = 0.0
-
-    def send(self) -> None:
-        now = time.monotonic()
-        if now - self._sent >= 0.5:
-            self._sent = now
-            self._conn.send(("figures", self._figures()))
 
 
 def run_child(

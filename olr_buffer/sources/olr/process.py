@@ -19,7 +19,8 @@ from typing import Callable, Mapping
 from ...errors import OlrBufferError
 from ...txbuffer import TxQueue
 from ..base import decode_state
-from ..runner import FiguresToParent, PipeAppender, SharedPosition, StreamProcess, child_main
+from ..runner import PipeAppender, child_main
+from ..stream import FiguresToParent, SharedPosition, StreamProcess
 from .location import parse_location
 from .receiver import OlrReceiver
 from .state import STATE_KEY, OlrState, Position, TableColumns

@@ -10,7 +10,7 @@ from typing import Any, Callable, Mapping
 
 from ...txbuffer import TxQueue
 from ..base import Metric, SourceKind, SourceSettings, SourceUsageError
-from ..runner import StreamSource
+from ..stream import StreamSource
 from .location import parse_location
 from .process import OlrProcess, ReceiverFigures
 from .receiver import MAX_MESSAGE_BYTES, THREAD, OlrReceiver

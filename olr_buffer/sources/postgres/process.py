@@ -25,7 +25,8 @@ from typing import Callable, Mapping
 
 from ...errors import OlrBufferError
 from ...txbuffer import TxQueue
-from ..runner import FiguresToParent, PipeAppender, StreamProcess, child_main
+from ..runner import PipeAppender, child_main
+from ..stream import FiguresToParent, StreamProcess
 from .reader import PostgresReader
 from .state import PostgresState
 

@@ -7,7 +7,7 @@ from typing import Any, Callable, Mapping
 
 from ...txbuffer import TxQueue
 from ..base import Metric, SourceKind, SourceSettings, SourceUsageError
-from ..runner import StreamSource
+from ..stream import StreamSource
 from .connection import redact, safe_uri
 from .process import PostgresProcess, ReaderFigures
 from .reader import THREAD, PostgresReader
