@@ -10,7 +10,7 @@ import threading
 import time
 from typing import Any, Callable, Mapping, Sequence
 
-from ..changes import BlockBuilder, CommitKey
+from ..changes import DEFAULT_BLOCK_BYTES, DEFAULT_BLOCK_RECORDS, BlockBuilder, CommitKey
 from ..txbuffer import TxQueue
 from .base import Acknowledgement, Reader, SourceFigures, SourceSettings
 from .runner import CONTEXT, ChildAppends, run_child
@@ -92,13 +92,19 @@ class StreamProcess:
     def __init__(
         self,
         queue: TxQueue,
+        uri: str,
         *,
+        state: Any,
         figures: Any,
         published: Callable[[], Sequence[int] | None],
         on_append: Callable[[], None] | None,
         stop: threading.Event,
         options: Mapping,
     ) -> None:
+        """``uri``: what the child reads; ``state``: the resume state it starts from;
+        ``figures``: the reader's, until the child sends its own."""
+        self.uri = uri
+        self.state = state
         self.appends = ChildAppends(queue, figures, on_append)
         self.published = published
         self.stop = stop
@@ -168,13 +174,20 @@ class StreamReader:
         queue: Any,
         *,
         thread: int,
-        on_append: Callable[[], None] | None,
-        block_records: int,
-        block_bytes: int,
-        stop: Any,
-        flush_seconds: float,
+        published: Callable[[], Any] = lambda: None,
+        on_append: Callable[[], None] | None = None,
+        block_records: int = DEFAULT_BLOCK_RECORDS,
+        block_bytes: int = DEFAULT_BLOCK_BYTES,
+        stop: Any = None,
+        flush_seconds: float = 0.1,
+        status_interval: float = 1.0,
     ) -> None:
+        """``published``: the changefeed's last durable commit (what may be confirmed
+        upstream), as the subclass reads it; ``status_interval``: seconds between two
+        status messages to the server at most."""
         self.queue = queue
+        self.published = published
+        self.status_interval = status_interval
         self.on_append = on_append
         self.block_records = block_records
         self.block_bytes = block_bytes

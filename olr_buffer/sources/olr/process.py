@@ -12,9 +12,8 @@ memory the parent keeps up to date, and the stop, by closing a pipe.
 from __future__ import annotations
 
 import logging
-import threading
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Any
 
 from ...errors import OlrBufferError
 from ...txbuffer import TxQueue
@@ -55,27 +54,14 @@ class OlrProcess(StreamProcess):
     label = "the OpenLogReplicator receiver process"
     width = 2  # (c_scn, c_idx)
 
-    def __init__(
-        self,
-        queue: TxQueue,
-        uri: str,
-        *,
-        state: OlrState | None,
-        columns: dict[bytes, TableColumns],
-        figures: ReceiverFigures,
-        published: Callable[[], Position | None],
-        on_append: Callable[[], None] | None,
-        stop: threading.Event,
-        options: Mapping,
-    ) -> None:
-        super().__init__(queue, figures=figures, published=published, on_append=on_append, stop=stop,
-                         options=options)
-        self.uri = uri
-        self.state = state
+    def __init__(self, queue: TxQueue, uri: str, *, columns: dict[bytes, TableColumns], **common: Any) -> None:
+        """``common``: :class:`~olr_buffer.sources.stream.StreamProcess`'s (``state``: an
+        :class:`OlrState`; ``published``: a position, ``(c_scn, c_idx)``)."""
+        super().__init__(queue, uri, **common)
         self.columns = columns
         # the idle_confirmed of the last state appended: the child confirms a checkpoint once it is stored
         self._stored = SharedPosition(2)
-        self._stored.set(state.idle_confirmed if state is not None else None)
+        self._stored.set(self.state.idle_confirmed if self.state is not None else None)
 
     def child_args(self) -> tuple:
         return (self.uri, self.state, self.columns, self._stored, self.options)

@@ -48,17 +48,14 @@ from __future__ import annotations
 
 import logging
 import socket
-import threading
 import time
 from collections import deque
-from typing import Callable
+from typing import Any, Callable
 
 from ...changes import (
     BEGIN,
     COMMIT,
     DDL,
-    DEFAULT_BLOCK_BYTES,
-    DEFAULT_BLOCK_RECORDS,
     DELETE,
     INSERT,
     ROLLBACK,
@@ -147,26 +144,19 @@ class OlrReceiver(StreamReader):
         *,
         state: OlrState | None = None,
         columns: dict[bytes, TableColumns] | None = None,
-        published: Callable[[], Position | None] = lambda: None,
         start_scn: int = 0,
-        on_append: Callable[[], None] | None = None,
-        block_records: int = DEFAULT_BLOCK_RECORDS,
-        block_bytes: int = DEFAULT_BLOCK_BYTES,
-        stop: threading.Event | None = None,
-        flush_seconds: float = 0.1,
-        status_interval: float = 1.0,
         connect_timeout: float = 10.0,
         max_message_bytes: int = MAX_MESSAGE_BYTES,
         accept_gap: bool = False,
         stored: Callable[[], Position | None] | None = None,
+        **stream: Any,
     ) -> None:
-        super().__init__(queue, thread=THREAD, on_append=on_append, block_records=block_records,
-                         block_bytes=block_bytes, stop=stop, flush_seconds=flush_seconds)
+        """``stream``: :class:`~olr_buffer.sources.stream.StreamReader`'s (``published``:
+        the position, ``(c_scn, c_idx)``, of the last commit the changefeed made durable)."""
+        super().__init__(queue, thread=THREAD, **stream)
         self.location = location
         self.name = location.uri
-        self.published = published
         self.start_scn = start_scn
-        self.status_interval = status_interval
         self.connect_timeout = connect_timeout
         self.max_message_bytes = max_message_bytes
         self.accept_gap = accept_gap

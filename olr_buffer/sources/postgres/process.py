@@ -19,16 +19,14 @@ service. The child's log records are logged again by the parent.
 from __future__ import annotations
 
 import logging
-import threading
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Any
 
 from ...errors import OlrBufferError
 from ...txbuffer import TxQueue
 from ..runner import PipeAppender, child_main
 from ..stream import FiguresToParent, StreamProcess
 from .reader import PostgresReader
-from .state import PostgresState
 
 
 @dataclass
@@ -58,24 +56,11 @@ class PostgresProcess(StreamProcess):
     label = "the PostgreSQL reader process"
     width = 1  # the commit LSN
 
-    def __init__(
-        self,
-        queue: TxQueue,
-        uri: str,
-        *,
-        source_id: str | None,
-        state: PostgresState | None,
-        figures: ReaderFigures,
-        published: Callable[[], tuple[int] | None],
-        on_append: Callable[[], None] | None,
-        stop: threading.Event,
-        options: Mapping,
-    ) -> None:
-        super().__init__(queue, figures=figures, published=published, on_append=on_append, stop=stop,
-                         options=options)
-        self.uri = uri
+    def __init__(self, queue: TxQueue, uri: str, *, source_id: str | None, **common: Any) -> None:
+        """``common``: :class:`~olr_buffer.sources.stream.StreamProcess`'s (``state``: a
+        :class:`PostgresState`; ``published``: ``(commit LSN,)``)."""
+        super().__init__(queue, uri, **common)
         self.source_id = source_id
-        self.state = state
 
     def child_args(self) -> tuple:
         return (self.uri, self.source_id, self.state, self.options)

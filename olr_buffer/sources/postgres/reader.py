@@ -37,10 +37,9 @@ from __future__ import annotations
 
 import logging
 import struct
-import threading
 from collections import deque
 import time
-from typing import Any, Callable
+from typing import Any
 
 import psycopg2
 
@@ -50,8 +49,6 @@ from ...changes import (
     COMMIT,
     COPY_ROW,
     CUT,
-    DEFAULT_BLOCK_BYTES,
-    DEFAULT_BLOCK_RECORDS,
     DELETE,
     INSERT,
     ROLLBACK,
@@ -139,25 +136,18 @@ class PostgresReader(StreamReader):
         publication: str = "olr_buffer",
         streaming: bool = True,
         initial_copy: bool = True,
-        published: Callable[[], Any] = lambda: None,
-        on_append: Callable[[], None] | None = None,
-        block_records: int = DEFAULT_BLOCK_RECORDS,
-        block_bytes: int = DEFAULT_BLOCK_BYTES,
-        stop: threading.Event | None = None,
-        status_interval: float = 1.0,
-        flush_seconds: float = 0.1,
         slot_wait: float = 5.0,
         socket_reads: bool = True,
+        **stream: Any,
     ) -> None:
-        super().__init__(queue, thread=THREAD, on_append=on_append, block_records=block_records,
-                         block_bytes=block_bytes, stop=stop, flush_seconds=flush_seconds)
+        """``stream``: :class:`~olr_buffer.sources.stream.StreamReader`'s (``published``:
+        the last commit the changefeed made durable, whose ``scn`` is its commit LSN)."""
+        super().__init__(queue, thread=THREAD, **stream)
         self.server = Server(uri)
         self.slot = slot
         self.publication = publication
         self.streaming = streaming
         self.initial_copy = initial_copy
-        self.published = published
-        self.status_interval = status_interval
         self.slot_wait = slot_wait
         self.socket_reads = socket_reads  # read the stream from the socket when not encrypted (else libpq)
         self.reads = ""  # how the stream is read: "socket" or "libpq"
