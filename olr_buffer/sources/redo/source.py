@@ -74,7 +74,7 @@ class RedoSource:
         self.queue = queue
         self.settings = settings
         self.processes = settings.processes  # None: decided by prepare (replay_in_processes)
-        self.readers: dict[int, ThreadReader | ReaderProcess] = {}
+        self.thread_readers: dict[int, ThreadReader | ReaderProcess] = {}
         self._follow = False
         self._poll_interval = 0.1
         self._in_play: list[int] = []
@@ -99,7 +99,7 @@ class RedoSource:
         for thread in sorted(set(found) | set(positions) | set(threads or ())):
             self._add(thread, found.get(thread, {}), positions.get(thread))
             _warn_empty_sequences(found.get(thread, {}), positions.get(thread))
-        self._in_play = sorted(threads) if threads else sorted(self.readers)
+        self._in_play = sorted(threads) if threads else sorted(self.thread_readers)
         return self._in_play
 
     def _add(self, thread: int, files: dict[int, LogFile], position: ReaderPosition | None) -> ThreadReader | ReaderProcess:
@@ -119,15 +119,15 @@ class RedoSource:
                 self.queue, self.input_dir, thread, files, position, dead_letters=self.dead_letters,
                 queue_end=lambda: end.value, **common
             )
-        self.readers[thread] = reader
+        self.thread_readers[thread] = reader
         return reader
 
     def refuse_below(self, threads: Iterable[int], published: CommitKey | None) -> None:
         """The first record of each of ``threads`` (and the first after a ``close``) must lie
         above ``published``, which :meth:`acknowledge` keeps up to date."""
         self.published_scn.value = -1 if published is None else published.scn
-        for t in set(threads) & set(self.readers):
-            self.readers[t].enable_floor(self.published_scn)
+        for t in set(threads) & set(self.thread_readers):
+            self.thread_readers[t].enable_floor(self.published_scn)
 
     def readers(self, follow: bool, poll_interval: float) -> list[Reader]:
         """One reader per redo thread: to the end of the input, or following it."""
@@ -135,11 +135,11 @@ class RedoSource:
             raise _no_threads(self.input_dir)
         self._follow, self._poll_interval = follow, poll_interval
         if follow:
-            waiting = [t for t in self._in_play if not self.readers[t].files and not _has_written(self.readers[t].pos)]
+            waiting = [t for t in self._in_play if not self.thread_readers[t].files and not _has_written(self.thread_readers[t].pos)]
             if waiting:
                 log.warning("waiting for the first records of redo thread(s) %s: nothing is published until each "
                             "thread in play has written", ", ".join(map(str, waiting)))
-        return [self._reader(r) for r in self.readers.values()]
+        return [self._reader(r) for r in self.thread_readers.values()]
 
     def _reader(self, reader: ThreadReader | ReaderProcess) -> Reader:
         poll = self._poll_interval
@@ -149,23 +149,23 @@ class RedoSource:
     def new_readers(self) -> list[Reader]:
         """Follow mode: readers for redo threads whose first files appeared since."""
         return [self._reader(self._add(thread, files, None))
-                for thread, files in scan(self.input_dir).items() if thread not in self.readers]
+                for thread, files in scan(self.input_dir).items() if thread not in self.thread_readers]
 
     def acknowledge(self, ack: Acknowledgement) -> None:
         if ack.published is not None:
             self.published_scn.value = ack.published.scn
 
     def closed_through(self) -> dict[int, int]:
-        return {t: r.closed_through for t, r in self.readers.items() if r.closed_through >= 0}
+        return {t: r.closed_through for t, r in self.thread_readers.items() if r.closed_through >= 0}
 
     def threads(self) -> dict[int, bool]:
-        return {t: r.pos.finished for t, r in self.readers.items()}
+        return {t: r.pos.finished for t, r in self.thread_readers.items()}
 
     # -- figures -------------------------------------------------------------------------
 
     def figures(self) -> SourceFigures:
         return SourceFigures(
-            records_read=sum(r.stats.records for r in self.readers.values()),
+            records_read=sum(r.stats.records for r in self.thread_readers.values()),
             quarantined=self._quarantined(),
         )
 
@@ -174,7 +174,7 @@ class RedoSource:
         its size: offsets count decompressed bytes); and of all the files. A file gone
         while it is looked at (archived to its ``.zst`` in the meantime) counts 0 this once."""
         read = total = 0
-        for r in self.readers.values():
+        for r in self.thread_readers.values():
             pos = r.pos
             for seq, f in list(r.files.items()):
                 size = _size(f.path)
@@ -188,7 +188,7 @@ class RedoSource:
     def _quarantined(self) -> int:
         """Bad records written to the dead-letter file by this run."""
         if self.processes:
-            return sum(r.quarantined for r in self.readers.values() if isinstance(r, ReaderProcess))
+            return sum(r.quarantined for r in self.thread_readers.values() if isinstance(r, ReaderProcess))
         return self.dead_letters.count if self.dead_letters else 0
 
     def close(self) -> None:
