@@ -10,7 +10,13 @@ import threading
 import time
 from typing import Any, Callable, Mapping, Sequence
 
-from ..changes import DEFAULT_BLOCK_BYTES, DEFAULT_BLOCK_RECORDS, BlockBuilder, CommitKey
+from ..changes import (
+    DEFAULT_BLOCK_BYTES,
+    DEFAULT_BLOCK_RECORDS,
+    BlockBuilder,
+    CommitKey,
+)
+from ..errors import OlrBufferError
 from ..txbuffer import TxQueue
 from .base import Acknowledgement, Reader, SourceFigures, SourceSettings
 from .runner import CONTEXT, ChildAppends, run_child
@@ -81,8 +87,8 @@ class StreamProcess:
     child (``target(conn, stop_conn, parent_pid, shared, *child_args)``, which ends with
     :func:`child_main`), appends what it sends (:class:`ChildAppends`), and keeps
     ``shared`` (:class:`SharedPosition`) at ``published()``, the position the child may
-    confirm, until ``stop``. A subclass sets ``target``, ``name``, ``label``, ``width``
-    and :meth:`died`."""
+    confirm, until ``stop``. A subclass sets ``target``, ``name``, ``label``, ``width``,
+    ``died_error`` and ``resumes``."""
 
     target: Callable[..., None]
     name = "olr-reader"
@@ -115,8 +121,16 @@ class StreamProcess:
     def child_args(self) -> tuple:
         return ()
 
-    def died(self, exitcode: int | None) -> BaseException:
-        raise NotImplementedError
+    #: what a child that dies without a word is (an OlrBufferError), and how the same
+    #: command goes on after it
+    died_error: type[OlrBufferError] = OlrBufferError
+    resumes = "it resumes from the queue"
+
+    def died(self, exitcode: int | None) -> OlrBufferError:
+        return self.died_error(
+            f"{self.label} died (exit code {exitcode})",
+            hint=f"look for an out-of-memory kill in the system log; run the same command again ({self.resumes})",
+        )
 
     def handle(self, msg: tuple) -> bool:
         return self.appends.handle(msg)
@@ -157,61 +171,56 @@ class FiguresToParent:
             self._conn.send(("figures", self._figures()))
 
 
-class StreamReader:
-    """The cycle a stream's reader shares: records go to a block (``builder``, of queue
-    thread ``thread``), appended with the reader's state in one write when full, when it
-    has waited ``flush_seconds`` (:meth:`flush_due`), at a status now and then
-    (:meth:`store_state`) and when a connection ends; a lost connection (one of
-    ``connection_lost``) is made again after a backoff that doubles up to ``BACKOFF_MAX``
-    seconds (from 1 s again once one was up: ``connected``). A subclass gives
-    :meth:`state_meta`, :meth:`_session` and :meth:`_reconnecting`."""
+class BlockWriter:
+    """How a reader of one stream writes the queue: records go to the block of the queue
+    thread in use (``builder``; :meth:`_use` switches), appended with the reader's state
+    (``state()`` under ``state_key``, and ``_pending_meta``: what else is not stored yet)
+    in one write when full, when it has waited ``flush_seconds`` (:meth:`flush_due`), now
+    and then for the state alone (:meth:`store_due`) and when a connection ends."""
 
-    BACKOFF_MAX = 30.0  # seconds between two connection attempts at most
-    connection_lost: tuple[type[BaseException], ...] = ()
+    state_key: bytes
 
     def __init__(
         self,
         queue: Any,
         *,
         thread: int,
-        published: Callable[[], Any] = lambda: None,
         on_append: Callable[[], None] | None = None,
         block_records: int = DEFAULT_BLOCK_RECORDS,
         block_bytes: int = DEFAULT_BLOCK_BYTES,
         stop: Any = None,
         flush_seconds: float = 0.1,
-        status_interval: float = 1.0,
     ) -> None:
-        """``published``: the changefeed's last durable commit (what may be confirmed
-        upstream), as the subclass reads it; ``status_interval``: seconds between two
-        status messages to the server at most."""
         self.queue = queue
-        self.published = published
-        self.status_interval = status_interval
         self.on_append = on_append
         self.block_records = block_records
         self.block_bytes = block_bytes
         self.stop = stop or threading.Event()
         self.flush_seconds = flush_seconds
         self.builder = BlockBuilder(thread)
+        self.builders: dict[int, BlockBuilder] = {thread: self.builder}
+        self._pending_meta: dict[bytes, bytes] = {}  # metadata not stored yet: with the next append
         self._pending_since = 0.0  # when the builder's first record came
         self._state_written = 0.0  # when the state was last appended
         self.records = 0  # appended by this process
-        self.reconnects = 0
-        self.connected = False  # this connection was up (the backoff starts again)
 
-    def state_meta(self) -> dict[bytes, bytes]:
-        """The metadata appended with each block: the reader's state as it is now."""
+    def state(self) -> Any:
+        """The reader's resume state as it is now (it has ``encode()``)."""
         raise NotImplementedError
 
     def _appended(self) -> None:
         """After an append: what the state said is stored."""
 
     def _append(self) -> None:
-        """Append what the builder holds, with the state, in one write."""
+        """Append what the builder holds, with the state (and the metadata not stored
+        yet), in one write."""
         b = self.builder
         records = b.build() if b.count else []
-        self.queue.append(records, self.state_meta())
+        meta = {self.state_key: self.state().encode()}
+        if self._pending_meta:
+            meta.update(self._pending_meta)
+        self.queue.append(records, meta)
+        self._pending_meta = {}
         self._appended()
         self._state_written = time.monotonic()
         self.records += b.count
@@ -219,6 +228,17 @@ class StreamReader:
         self._pending_since = 0.0
         if self.on_append and records:
             self.on_append()
+
+    def _use(self, thread: int) -> None:
+        """Make ``thread``'s builder the one records go to: what the other holds is
+        appended first (with the state as it is: the callers change the state after)."""
+        if self.builder.thread != thread:
+            if self.builder.count:
+                self._append()
+            b = self.builders.get(thread)
+            if b is None:
+                b = self.builders[thread] = BlockBuilder(thread)
+            self.builder = b
 
     def _add_record(self, code: int, scn: int, xid: str, seq: int, line: int, payload: list,
                     may_close: bool = True) -> None:
@@ -248,6 +268,35 @@ class StreamReader:
                 self._append()
             except Exception:  # noqa: BLE001 - the queue's own error wins below
                 pass
+
+
+class StreamReader(BlockWriter):
+    """The cycle a stream's reader shares: it writes the queue as a :class:`BlockWriter`,
+    and a lost connection (one of ``connection_lost``) is made again after a backoff that
+    doubles up to ``BACKOFF_MAX`` seconds (from 1 s again once one was up:
+    ``connected``). A subclass gives ``state_key``, :meth:`state`, :meth:`_session` and
+    :meth:`_reconnecting`."""
+
+    BACKOFF_MAX = 30.0  # seconds between two connection attempts at most
+    connection_lost: tuple[type[BaseException], ...] = ()
+
+    def __init__(
+        self,
+        queue: Any,
+        *,
+        thread: int,
+        published: Callable[[], Any] = lambda: None,
+        status_interval: float = 1.0,
+        **writer: Any,
+    ) -> None:
+        """``published``: the changefeed's last durable commit (what may be confirmed
+        upstream), as the subclass reads it; ``status_interval``: seconds between two
+        status messages to the server at most; ``writer``: :class:`BlockWriter`'s."""
+        super().__init__(queue, thread=thread, **writer)
+        self.published = published
+        self.status_interval = status_interval
+        self.reconnects = 0
+        self.connected = False  # this connection was up (the backoff starts again)
 
     def run(self) -> None:
         """Read until ``stop``; connect again with a capped backoff; at the end, the state

@@ -52,6 +52,8 @@ class OlrProcess(StreamProcess):
 
     name = "olr-reader-olr"
     label = "the OpenLogReplicator receiver process"
+    died_error = ReaderProcessDied
+    resumes = "it resumes after the last transaction published"
     width = 2  # (c_scn, c_idx)
 
     def __init__(self, queue: TxQueue, uri: str, *, columns: dict[bytes, TableColumns], **common: Any) -> None:
@@ -74,12 +76,6 @@ class OlrProcess(StreamProcess):
                 self._stored.set(decode_state(OlrState, STATE_KEY, raw, "the receiver's state").idle_confirmed)
         return done
 
-    def died(self, exitcode: int | None) -> ReaderProcessDied:
-        return ReaderProcessDied(
-            f"the OpenLogReplicator receiver process died (exit code {exitcode})",
-            hint="look for an out-of-memory kill in the system log; run the same command again "
-                 "(it resumes after the last transaction published)",
-        )
 
 
 class _ChildReceiver(OlrReceiver):

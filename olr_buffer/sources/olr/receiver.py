@@ -60,11 +60,9 @@ from ...changes import (
     INSERT,
     ROLLBACK,
     UPDATE,
-    BlockBuilder,
     RecordError,
     end_payload,
     row_payload,
-    schema_document,
     schema_fields,
 )
 from ...olr_protocol import (
@@ -88,7 +86,7 @@ from ..stream import StreamReader, StreamStopped
 from .errors import OlrSourceError, OlrStreamError
 from .location import Location
 from .state import STATE_KEY, OlrState, OpenTransaction, Position, TableColumns, columns_key
-from .types import ColumnsError, schema_columns
+from .types import ColumnsError, SchemaDocuments
 
 log = logging.getLogger("olr_buffer.olr")
 
@@ -163,10 +161,8 @@ class OlrReceiver(StreamReader):
         # the idle_confirmed of the last state the queue stored (a child process appends through its parent);
         # None: what this receiver appends is stored when append returns
         self.stored = stored
-        self.builders: dict[int, BlockBuilder] = {THREAD: self.builder}
-        self._pending_meta: dict[bytes, bytes] = {}
         self.columns: dict[bytes, str] = {k: c.columns for k, c in (columns or {}).items()}
-        self._schemas: dict[tuple, tuple[str, str, str]] = {}  # (owner, table) -> (columns, version, document)
+        self._schemas = SchemaDocuments()
         self.skipped = 0  # messages skipped as appended already (this process)
         # state stored with every block
         self.last_commit: Position | None = None
@@ -230,30 +226,10 @@ class OlrReceiver(StreamReader):
             written=time.time(),
         )
 
-    def _builder(self, thread: int) -> BlockBuilder:
-        b = self.builders.get(thread)
-        if b is None:
-            b = self.builders[thread] = BlockBuilder(thread)
-        return b
-
-    def state_meta(self) -> dict[bytes, bytes]:
-        """The state, and the columns not stored yet."""
-        meta = {STATE_KEY: self.state().encode()}
-        if self._pending_meta:
-            meta.update(self._pending_meta)
-        return meta
+    state_key = STATE_KEY  # (and the tables' columns not stored yet, under their keys)
 
     def _appended(self) -> None:
-        self._pending_meta = {}
         self._confirmed_unstored = False
-
-    def _use(self, thread: int) -> None:
-        """Make ``thread``'s builder the one records go to: what the other holds is
-        appended first (with the state as it is: the callers change the state after)."""
-        if self.builder.thread != thread:
-            if self.builder.count:
-                self._append()
-            self.builder = self._builder(thread)
 
     def _add(self, code: int, scn: int, xid: str, line: int, payload: list) -> None:
         """Add a record to the builder in use; a full block is appended, with the state as
@@ -651,23 +627,13 @@ class OlrReceiver(StreamReader):
         the sender gave for it (this run or before, from the queue's metadata); None when
         it gave none."""
         text = self.columns.get(columns_key(owner, table))
-        if text is None:
-            return None
-        known = self._schemas.get((owner, table))
-        if known is None or known[0] != text:
-            known = self._document(owner, table, text, pos)
-        return known[1], known[2]
+        return None if text is None else self._document(owner, table, text, pos)
 
-    def _document(self, owner: str, table: str, text: str, pos: Position) -> tuple[str, str, str]:
+    def _document(self, owner: str, table: str, text: str, pos: Position) -> tuple[str, str]:
         try:
-            columns = schema_columns(text)
+            return self._schemas.of(owner, table, text)
         except ColumnsError as exc:
             raise self._bad(f"{owner}.{table}: {exc}", pos) from None
-        version, document = schema_document("olr", owner, table, columns)
-        if len(self._schemas) > 10_000:
-            self._schemas.clear()
-        known = self._schemas[(owner, table)] = (text, version, document)
-        return known
 
     def _commit(self, m, pos: Position) -> None:
         txn = self.txn

@@ -54,6 +54,8 @@ class PostgresProcess(StreamProcess):
 
     name = "olr-reader-postgres"
     label = "the PostgreSQL reader process"
+    died_error = ReaderProcessDied
+    resumes = "it restarts from the last block in the queue"
     width = 1  # the commit LSN
 
     def __init__(self, queue: TxQueue, uri: str, *, source_id: str | None, **common: Any) -> None:
@@ -65,12 +67,6 @@ class PostgresProcess(StreamProcess):
     def child_args(self) -> tuple:
         return (self.uri, self.source_id, self.state, self.options)
 
-    def died(self, exitcode: int | None) -> ReaderProcessDied:
-        return ReaderProcessDied(
-            f"the PostgreSQL reader process died (exit code {exitcode})",
-            hint="look for an out-of-memory kill in the system log; run the same command again "
-                 "(it restarts from the last block in the queue)",
-        )
 
 
 class _PipeQueue(PipeAppender):

@@ -210,8 +210,7 @@ class PostgresReader(StreamReader):
             written=time.time(),
         )
 
-    def state_meta(self) -> dict[bytes, bytes]:
-        return {STATE_KEY: self.state().encode()}
+    state_key = STATE_KEY
 
     def _add(self, code: int, scn: int, xid: str, payload: list, seq: int = 0, line: int = 0,
              may_close: bool = True) -> None:
