@@ -82,11 +82,11 @@ from ...olr_protocol import (
 )
 from ...olr_protocol.json_messages import OP_BEGIN, OP_CHECKPOINT, OP_COMMIT, OP_DDL, OP_DELETE, OP_INSERT, OP_UPDATE
 from ...txbuffer import BlockAppender
+from ..olr_types import ColumnsError, SchemaDocuments
 from ..stream import StreamReader, StreamStopped
 from .errors import OlrSourceError, OlrStreamError
 from .location import Location
 from .state import STATE_KEY, OlrState, OpenTransaction, Position, TableColumns, columns_key
-from .types import ColumnsError, SchemaDocuments
 
 log = logging.getLogger("olr_buffer.olr")
 
