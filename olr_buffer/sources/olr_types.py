@@ -144,3 +144,8 @@ class SchemaDocuments:
                 self._known.clear()
             known = self._known[(owner, table)] = (text, version, document)
         return known[1], known[2]
+
+
+def position_doc(p: tuple[int, int] | None) -> dict | None:
+    """A position in OpenLogReplicator's stream, ``(c_scn, c_idx)``, as ``status`` shows it."""
+    return None if p is None else {"c_scn": p[0], "c_idx": p[1]}
