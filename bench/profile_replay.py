@@ -159,7 +159,7 @@ def view_readers(inp: str, work: str, top: int) -> dict:
     prof = cProfile.Profile()
     t = time.perf_counter()
     prof.enable()
-    for r in g.readers.values():
+    for r in g.thread_readers.values():
         r.read_to_end()
     prof.disable()
     out["memory_profiled_s"] = time.perf_counter() - t
@@ -168,7 +168,7 @@ def view_readers(inp: str, work: str, top: int) -> dict:
     # b) into memory, sequentially, not profiled
     g = benchlib.redo_source(MemoryQueue(), inp)
     t = time.perf_counter()
-    for r in g.readers.values():
+    for r in g.thread_readers.values():
         r.read_to_end()
     out["memory_s"] = time.perf_counter() - t
     # c) into a durable LmdbQueue, sequentially
@@ -177,10 +177,10 @@ def view_readers(inp: str, work: str, top: int) -> dict:
     try:
         g = benchlib.redo_source(q, inp)
         t = time.perf_counter()
-        for r in g.readers.values():
+        for r in g.thread_readers.values():
             r.read_to_end()
         out["lmdb_s"] = time.perf_counter() - t
-        out["blocks"] = sum(r.stats.blocks for r in g.readers.values())
+        out["blocks"] = sum(r.stats.blocks for r in g.thread_readers.values())
     finally:
         q.close()
     # d) into a durable LmdbQueue, with the reader threads (as replay runs them)

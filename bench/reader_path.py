@@ -32,7 +32,7 @@ def main() -> None:
     c0, w0 = time.process_time(), time.perf_counter()
     if prof:
         prof.enable()
-    for r in g.readers.values():
+    for r in g.thread_readers.values():
         if args.line_by_line:
             r.chunked = False
         r.read_to_end()

@@ -29,8 +29,9 @@ LAYERS = {
 
 # the doors of sources/ and sinks/: what a module outside a source's (a sink's) package may
 # import of it is its package's face, and the shared modules beside the packages
-SHARED = {"olr_buffer.sources", "olr_buffer.sources.base", "olr_buffer.sources.runner", "olr_buffer.sources.olr_types",
-          "olr_buffer.sources.forkserver_signals", "olr_buffer.sinks", "olr_buffer.sinks.base"}
+SHARED = {"olr_buffer.sources", "olr_buffer.sources.base", "olr_buffer.sources.running", "olr_buffer.sources.runner",
+          "olr_buffer.sources.stream", "olr_buffer.sources.olr_types", "olr_buffer.sources.forkserver_signals",
+          "olr_buffer.sinks", "olr_buffer.sinks.base"}
 
 
 def _module_name(path: Path) -> str:

@@ -1,13 +1,14 @@
 """Every call the runtime makes of a source, in one place: the runtime reaches a source
-only through :class:`SourceCalls` (and the checks before a run is made), which speaks the
-Source contract (:mod:`olr_buffer.sources.base`)."""
+only through :class:`SourceCalls` (and the checks before a run is made), through the source's runner
+(:class:`olr_buffer.sources.SourceRunner`, which speaks the Source contract of
+:mod:`olr_buffer.sources.base`)."""
 
 from __future__ import annotations
 
 from typing import Any, Callable, Iterable
 
 from ..changes import CommitKey
-from ..sources import SourceKind, SourceSettings, kind_of, open_source
+from ..sources import Acknowledgement, SourceKind, SourceRunner, SourceSettings, kind_of, open_source
 from ..txbuffer import TxQueue
 
 
@@ -47,7 +48,7 @@ class SourceCalls:
             on_append=on_append,
         )
         self.queue = queue
-        self.source = open_source(location, queue, settings, **(options or {}))
+        self.source: SourceRunner = open_source(location, queue, settings, **(options or {}))
         self.kind: SourceKind = kind_of(location)  # how its positions read in logs
 
     # -- what it is ----------------------------------------------------------------------
@@ -92,7 +93,7 @@ class SourceCalls:
 
     def tell_published(self, accepted: CommitKey | None, durable: CommitKey | None) -> None:
         """What the sink accepted and what it made durable."""
-        self.source.on_published(accepted, durable)
+        self.source.acknowledge(Acknowledgement(accepted, durable))
 
     def closed_through(self) -> dict[int, int]:
         return self.source.closed_through()

@@ -1,6 +1,6 @@
 """sources: what reads a database's changes into the queue, one package per kind behind
 the Source contract (:mod:`.base`), chosen by the scheme of the location ``run`` and
-``replay`` are given (:data:`SCHEMES`)."""
+``replay`` are given (:data:`SCHEMES`), and driven by its runner (:mod:`.running`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import re
 from typing import Any, Mapping
 
 from ..txbuffer import TxQueue
-from .base import Source, SourceKind, SourceSettings, SourceUsageError
+from .base import Acknowledgement, Source, SourceKind, SourceSettings, SourceUsageError
+from .running import SourceRunner
 
 #: URI scheme -> the package (under ``olr_buffer.sources``) whose ``KIND`` reads it; a
 #: location without a scheme is a directory of redo log files. A package is imported
@@ -57,12 +58,12 @@ def kind_of(location: str) -> SourceKind:
     return _kind(package)
 
 
-def open_source(location: str, queue: TxQueue, settings: SourceSettings, **options) -> Source:
-    """The source that reads ``location`` (a directory, ``file://DIR``, a URI), appending
-    to ``queue``. ``options``: the source's own."""
+def open_source(location: str, queue: TxQueue, settings: SourceSettings, **options) -> SourceRunner:
+    """The runner of the source that reads ``location`` (a directory, ``file://DIR``, a
+    URI), appending to ``queue``. ``options``: the source's own."""
     if scheme_of(location) == "file":
         location = location[len("file://"):]
-    return kind_of(location).build(location, queue, settings, **options)
+    return SourceRunner(kind_of(location).build(location, queue, settings, **options), settings)
 
 
 def queue_status(meta: Mapping[bytes, bytes], now: float) -> dict[str, Any]:
@@ -90,8 +91,10 @@ def status_lines(doc: dict[str, Any]) -> list[str]:
 
 __all__ = [
     "SCHEMES",
+    "Acknowledgement",
     "Source",
     "SourceKind",
+    "SourceRunner",
     "SourceSettings",
     "SourceUsageError",
     "UnknownSourceError",

@@ -1,9 +1,9 @@
-"""The Source contract: the only door between the pipeline and a source.
+"""The Source contract: the only door between the runtime and a source.
 
 A source reads a database's changes (redo log files, a PostgreSQL replication slot, ...)
 and appends them to the queue as blocks of change records (:mod:`olr_buffer.changes`),
-from threads or child processes of its own (:mod:`olr_buffer.sources.runner`). The
-pipeline drives it through :class:`Source` and nothing else.
+from readers that its runner (:mod:`olr_buffer.sources.runner`) runs in threads. The
+runtime drives it through that runner and nothing else.
 
 Its **resume state** is its own: a typed, versioned document (:class:`ResumeState`) that
 the source writes in the same queue write as the blocks it covers (so a crash can neither
@@ -18,8 +18,9 @@ one line in the scheme table of :mod:`olr_buffer.sources`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Protocol
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping, Protocol, runtime_checkable
 
 from ..changes import CommitKey
 from ..errors import EXIT_USAGE, OlrBufferError
@@ -44,6 +45,8 @@ class SourceSettings:
     processes: bool | None = True
     dead_letter: str | None = None  # bad records go to this file instead of stopping the run
     on_append: Callable[[], None] = lambda: None  # called after each append: wakes the dispatcher
+    #: the runner's stop: readers stop at a block boundary once it is set
+    stop: threading.Event = field(default_factory=threading.Event)
 
 
 @dataclass
@@ -64,93 +67,129 @@ class Metric:
     value: float
 
 
+@dataclass(frozen=True)
+class Acknowledgement:
+    """How far the changefeed holds the source's commits: what the runner tells every
+    source (:meth:`Source.acknowledge`) after each round of the dispatcher, and once
+    before its readers start (the changefeed's last commit)."""
+
+    #: the last commit the sink accepted: nothing at or below it can be published any more
+    published: CommitKey | None
+    #: the last commit the sink made durable: what may be confirmed upstream (a
+    #: replication slot, an OpenLogReplicator sender), so that the source discards it
+    durable: CommitKey | None
+
+
+@dataclass(frozen=True)
+class Reader:
+    """One reader of a source: ``run()`` reads, appending to the queue, until the input
+    ends (``replay``) or the runner's stop (:attr:`SourceSettings.stop`) is set. The
+    runner runs it in a thread of its own named ``name``; what it raises stops the run."""
+
+    name: str
+    run: Callable[[], None]
+    thread: int = 1  # the queue thread it writes
+
+
 class Source(Protocol):
-    """What the pipeline may call of a source (and what :class:`olr_buffer.pipeline.Pipeline`
-    calls, in this order: ``prepare``, ``refuse_below``, ``start``; then, in its loop,
-    ``errors``, ``alive``, ``on_published``, ``closed_through``, ``new_threads``; at the
-    end ``stop``, ``join``, ``close``)."""
+    """A source, as its runner (:class:`olr_buffer.sources.runner.SourceRunner`) drives it:
+    ``prepare``; ``acknowledge`` the changefeed's position; run each of ``readers`` in a
+    thread; ``acknowledge`` after each round of the dispatcher; ``figures`` for progress
+    and metrics. The runner owns the threads, the stop (``settings.stop``), the errors
+    (what a reader raises) and the order of it all. A reader may run its work in a child
+    process (:func:`~olr_buffer.sources.runner.run_child`).
+
+    Beyond these, a source may have the optional members of :class:`Identified`,
+    :class:`Measured`, :class:`Sized`, :class:`Closes` and :class:`RedoThreads`; the
+    runner uses what it finds. ``docs/examples/lines_source.py`` is a whole one."""
 
     #: What it reads, for logs and errors: a directory, a URI without its password.
     name: str
-    #: The prefix of the queue metadata keys its resume state is stored under.
+    #: The prefix of the queue metadata keys its resume state is stored under (it appends
+    #: its state with the blocks it covers: ``queue.append(records, {key: state})``).
     state_prefix: bytes
-    #: Errors of its readers, for the main thread to raise (the first one).
-    errors: list[BaseException]
-    #: Whether a thread in play that writes nothing holds the watermark back (redo files:
-    #: ``run`` warns about a stalled thread; a replication stream's idle server does not).
-    watches_stalls: bool
 
     def prepare(self, threads: list[int] | None, resume: Mapping[bytes, bytes]) -> list[int]:
         """Look at the input and restore the resume state the runtime read from the queue
-        (``resume``: the keys under ``state_prefix``); return the threads in play, whose
-        progress makes the watermark (``threads``, if the user gave them)."""
+        (``resume``: the keys under ``state_prefix``); return the queue threads in play,
+        whose progress makes the watermark (``threads``, if the user gave them; a source
+        of one stream: ``[1]``)."""
         ...
 
-    @property
-    def source_id(self) -> str | None:
-        """The identity of what it reads, recorded in the changefeed beside the queue's
-        (after :meth:`prepare`); None where the queue's id binds it (files)."""
+    def readers(self, follow: bool, poll_interval: float) -> list[Reader]:
+        """Its readers: to the end of the input (``replay``), or following it until the
+        stop (``run``), looking for more every ``poll_interval`` seconds."""
         ...
 
-    def refuse_below(self, threads: Iterable[int], published: CommitKey | None) -> None:
-        """From now on, a record of ``threads`` at or below ``published`` (the
-        changefeed's last commit) is bad input, refused before it reaches the queue."""
-        ...
-
-    def start(self, follow: bool, poll_interval: float) -> None:
-        """Start reading: to the end of the input (``replay``), or following it until
-        :meth:`stop` (``run``), looking for more every ``poll_interval`` seconds."""
-        ...
-
-    @property
-    def following(self) -> bool:
-        """Whether it follows its input (``run``) rather than reads it to its end."""
-        ...
-
-    def alive(self) -> bool:
-        """Whether any of its readers still runs."""
-        ...
-
-    def on_published(self, accepted: CommitKey | None, durable: CommitKey | None) -> None:
-        """The last commit the sink accepted (nothing at or below it can be published any
-        more) and the last it made durable (what may be confirmed upstream)."""
-        ...
-
-    def closed_through(self) -> dict[int, int]:
-        """The watermark it vouches for beyond the records: per closed thread, the queue
-        index below which its reader confirmed it still closed."""
-        ...
-
-    def new_threads(self) -> list[int]:
-        """Following: threads whose input appeared since the start (not in play), now read."""
-        ...
-
-    def threads(self) -> dict[int, bool]:
-        """Every thread it reads (in play or not), and whether its input was read to its
-        end (``replay``)."""
+    def acknowledge(self, ack: Acknowledgement) -> None:
+        """The changefeed holds every commit up to ``ack`` (called from the runner's
+        thread, while the readers run: keep it cheap, hand the value over)."""
         ...
 
     def figures(self) -> SourceFigures:
         """Its running figures (cheap: the service's metrics ask every second)."""
         ...
 
-    def input_size(self) -> tuple[int, int] | None:
-        """``(bytes read, bytes in all)`` of an input that has a size (files: a replay's
-        progress and ETA); None for a stream."""
+
+@runtime_checkable
+class Identified(Protocol):
+    """Optional: a source whose input has an identity of its own."""
+
+    @property
+    def source_id(self) -> str | None:
+        """The identity of what it reads, recorded in the changefeed beside the queue's
+        (after :meth:`Source.prepare`); without it, the queue's id binds the input."""
         ...
+
+
+@runtime_checkable
+class Measured(Protocol):
+    """Optional: a source with figures of its own for the service's metrics."""
 
     def metrics(self) -> list[Metric]:
-        """Its own figures for the service's metrics."""
         ...
 
-    def stop(self) -> None:
-        """Ask the readers to stop at a block boundary."""
+
+@runtime_checkable
+class Sized(Protocol):
+    """Optional: an input with a size and an end (files)."""
+
+    def input_size(self) -> tuple[int, int] | None:
+        """``(bytes read, bytes in all)``: a replay's progress and ETA."""
         ...
 
-    def join(self) -> None:
+    def threads(self) -> dict[int, bool]:
+        """Every queue thread it reads, and whether its input was read to its end."""
         ...
+
+
+@runtime_checkable
+class Closes(Protocol):
+    """Optional: a source that holds something to release once its readers are done (a
+    dead-letter file)."""
 
     def close(self) -> None:
+        ...
+
+
+@runtime_checkable
+class RedoThreads(Protocol):
+    """Optional: a source of several queue threads whose silence holds the watermark
+    (redo log files): the runner warns about a stalled one, takes the closes its readers
+    vouch for, starts readers for threads that appear, and has late records refused."""
+
+    watches_stalls: bool
+
+    def refuse_below(self, threads: Iterable[int], published: CommitKey | None) -> None:
+        """From now on, a record of ``threads`` at or below ``published`` is bad input."""
+        ...
+
+    def closed_through(self) -> dict[int, int]:
+        """Per closed thread, the queue index below which its reader confirmed it closed."""
+        ...
+
+    def new_readers(self) -> list[Reader]:
+        """Following: readers of threads whose input appeared since the start."""
         ...
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from ..changes import SchemaColumn
+from ..changes import SchemaColumn, schema_document
 
 MAX_PRECISION = 38
 UNCONSTRAINED_NUMBER = "decimal(38,10)"
@@ -122,3 +122,30 @@ def schema_columns(text: str) -> list[SchemaColumn]:
         oracle, spark = column_type(column)
         out.append(SchemaColumn(name, oracle, nullable, spark))
     return out
+
+
+class SchemaDocuments:
+    """The tables' schema documents (:func:`~olr_buffer.changes.schema_document`) from the
+    columns OpenLogReplicator last gave each (``schema.columns``, as JSON text), made once
+    per table and columns, for both of its sources."""
+
+    LIMIT = 10_000  # tables whose documents are kept at most (then it starts again)
+
+    def __init__(self) -> None:
+        self._known: dict[tuple, tuple[str, str, str]] = {}  # (owner, table) -> (columns, version, document)
+
+    def of(self, owner: str, table: str, text: str) -> tuple[str, str]:
+        """``(version, document)`` of ``table`` with the columns ``text``; a
+        :class:`ColumnsError` if they are not columns OpenLogReplicator writes."""
+        known = self._known.get((owner, table))
+        if known is None or known[0] != text:
+            version, document = schema_document("olr", owner, table, schema_columns(text))
+            if len(self._known) > self.LIMIT:
+                self._known.clear()
+            known = self._known[(owner, table)] = (text, version, document)
+        return known[1], known[2]
+
+
+def position_doc(p: tuple[int, int] | None) -> dict | None:
+    """A position in OpenLogReplicator's stream, ``(c_scn, c_idx)``, as ``status`` shows it."""
+    return None if p is None else {"c_scn": p[0], "c_idx": p[1]}

@@ -1,5 +1,4 @@
-"""Running a source's reader in a child process, or in a thread: what every source shares
-and none owns.
+"""Running a source's reader in a child process: what every source shares and none owns.
 
 Python runs one thread at a time per process, and parsing is most of olr-buffer's work.
 A source may run its reader in a child process, on another core than the dispatcher: the
@@ -32,103 +31,14 @@ import time
 import traceback
 from typing import Any, Callable, Mapping, NoReturn, Sequence
 
-from ..errors import EXIT_BAD_INPUT, OlrBufferError
+from ..errors import OlrBufferError
 from ..txbuffer import BlockCodec, TxQueue
-from .base import SourceFigures
 
 #: The multiprocessing context of every source's child processes (and of the values they
 #: share with the parent).
 CONTEXT = mp.get_context("forkserver")
 
 _PR_SET_PDEATHSIG = 1
-
-
-def run_reported(
-    body: Callable[[], None],
-    errors: list[BaseException],
-    stop: threading.Event,
-    on_append: Callable[[], None] | None,
-    *,
-    stop_on_input_error: bool = True,
-) -> None:
-    """Run a reader's ``body`` in its thread: an error is handed to the main thread
-    (appended to ``errors``) and stops the other readers (bad input, exit code 3, only if
-    ``stop_on_input_error``); the main thread is woken (``on_append``) either way."""
-    try:
-        body()
-    except BaseException as exc:
-        errors.append(exc)
-        if stop_on_input_error or getattr(exc, "exit_code", None) != EXIT_BAD_INPUT:
-            stop.set()
-    finally:
-        if on_append:
-            on_append()
-
-
-class StreamSource:
-    """What a source of one stream (one reader, in a child process or a thread of its own:
-    the PostgreSQL and OpenLogReplicator sources) does the same way: it follows its input
-    (a stream has no end), has no thread of its own to confirm closed or to appear later,
-    and is not a redo thread whose silence holds the watermark. A subclass sets
-    ``self.settings`` (:class:`~olr_buffer.sources.base.SourceSettings`) and gives
-    :meth:`reader_body` (what the reader's thread runs) and :meth:`reader_figures`."""
-
-    watches_stalls = False  # an idle database is not a stalled redo thread
-    thread_name = "reader"
-    queue_thread = 1  # the stream's records are one thread of the queue
-
-    def __init__(self) -> None:
-        self.errors: list[BaseException] = []
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    @property
-    def following(self) -> bool:
-        return True  # a stream has no end: the service follows it
-
-    def reader_body(self) -> Callable[[], None]:
-        raise NotImplementedError
-
-    def reader_figures(self) -> Any:
-        """The reader's figures (its own, or the last its child process sent), with at
-        least ``records``."""
-        raise NotImplementedError
-
-    def figures(self) -> SourceFigures:
-        return SourceFigures(records_read=self.reader_figures().records)
-
-    def input_size(self) -> None:
-        return None  # a stream has no size
-
-    def threads(self) -> dict[int, bool]:
-        return {self.queue_thread: False}
-
-    def start(self, follow: bool = True, poll_interval: float = 0.1) -> None:
-        body = self.reader_body()
-        self._thread = threading.Thread(
-            target=run_reported, args=(body, self.errors, self._stop, self.settings.on_append),  # type: ignore[attr-defined]
-            name=self.thread_name, daemon=True,
-        )
-        self._thread.start()
-
-    def closed_through(self) -> dict[int, int]:
-        return {}
-
-    def new_threads(self) -> list[int]:
-        return []
-
-    def alive(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def join(self) -> None:
-        if self._thread is not None:
-            self._thread.join()
-
-    def close(self) -> None:
-        pass
 
 
 def run_child(

@@ -48,26 +48,21 @@ from __future__ import annotations
 
 import logging
 import socket
-import threading
 import time
 from collections import deque
-from typing import Callable
+from typing import Any, Callable
 
 from ...changes import (
     BEGIN,
     COMMIT,
     DDL,
-    DEFAULT_BLOCK_BYTES,
-    DEFAULT_BLOCK_RECORDS,
     DELETE,
     INSERT,
     ROLLBACK,
     UPDATE,
-    BlockBuilder,
     RecordError,
     end_payload,
     row_payload,
-    schema_document,
     schema_fields,
 )
 from ...olr_protocol import (
@@ -87,7 +82,8 @@ from ...olr_protocol import (
 )
 from ...olr_protocol.json_messages import OP_BEGIN, OP_CHECKPOINT, OP_COMMIT, OP_DDL, OP_DELETE, OP_INSERT, OP_UPDATE
 from ...txbuffer import BlockAppender
-from ..olr_types import ColumnsError, schema_columns
+from ..olr_types import ColumnsError, SchemaDocuments
+from ..stream import StreamReader, StreamStopped
 from .errors import OlrSourceError, OlrStreamError
 from .location import Location
 from .state import STATE_KEY, OlrState, OpenTransaction, Position, TableColumns, columns_key
@@ -95,7 +91,6 @@ from .state import STATE_KEY, OlrState, OpenTransaction, Position, TableColumns,
 log = logging.getLogger("olr_buffer.olr")
 
 THREAD = 1  # the queue thread of the commits: the only thread in play
-BACKOFF_MAX = 30.0  # seconds between two connection attempts at most
 LARGE_TRANSACTION_ROWS = 100_000  # the commit of a transaction this large is logged
 #: The largest message taken (a frame): one message per transaction holds a whole one.
 MAX_MESSAGE_BYTES = 1 << 30
@@ -112,10 +107,6 @@ _UNSUPPORTED = ("OpenLogReplicator's format options message 4 and 8 (no begin, n
 
 class ConnectionLost(Exception):
     """The connection failed or was closed: connect again."""
-
-
-class _Stopped(Exception):
-    """``stop`` was set during the handshake."""
 
 
 def _text(p: Position | None) -> str:
@@ -139,7 +130,7 @@ class _Txn:
         self.documented: set[str] = set()  # schema versions whose document a row of it carries
 
 
-class OlrReceiver:
+class OlrReceiver(StreamReader):
     """Reads one sender into the queue; see the module doc. ``state``: the resume state
     stored with the last block appended (None: a new queue); ``published``: the position
     of the last commit the changefeed made durable (what may be confirmed)."""
@@ -151,44 +142,27 @@ class OlrReceiver:
         *,
         state: OlrState | None = None,
         columns: dict[bytes, TableColumns] | None = None,
-        published: Callable[[], Position | None] = lambda: None,
         start_scn: int = 0,
-        on_append: Callable[[], None] | None = None,
-        block_records: int = DEFAULT_BLOCK_RECORDS,
-        block_bytes: int = DEFAULT_BLOCK_BYTES,
-        stop: threading.Event | None = None,
-        flush_seconds: float = 0.1,
-        status_interval: float = 1.0,
         connect_timeout: float = 10.0,
         max_message_bytes: int = MAX_MESSAGE_BYTES,
         accept_gap: bool = False,
         stored: Callable[[], Position | None] | None = None,
+        **stream: Any,
     ) -> None:
-        self.queue = queue
+        """``stream``: :class:`~olr_buffer.sources.stream.StreamReader`'s (``published``:
+        the position, ``(c_scn, c_idx)``, of the last commit the changefeed made durable)."""
+        super().__init__(queue, thread=THREAD, **stream)
         self.location = location
         self.name = location.uri
-        self.published = published
         self.start_scn = start_scn
-        self.on_append = on_append
-        self.block_records = block_records
-        self.block_bytes = block_bytes
-        self.stop = stop or threading.Event()
-        self.flush_seconds = flush_seconds
-        self.status_interval = status_interval
         self.connect_timeout = connect_timeout
         self.max_message_bytes = max_message_bytes
         self.accept_gap = accept_gap
         # the idle_confirmed of the last state the queue stored (a child process appends through its parent);
         # None: what this receiver appends is stored when append returns
         self.stored = stored
-        self.builders: dict[int, BlockBuilder] = {}
-        self.builder = self._builder(THREAD)
-        self._pending_since = 0.0
-        self._state_written = 0.0
-        self._pending_meta: dict[bytes, bytes] = {}
         self.columns: dict[bytes, str] = {k: c.columns for k, c in (columns or {}).items()}
-        self._schemas: dict[tuple, tuple[str, str, str]] = {}  # (owner, table) -> (columns, version, document)
-        self.records = 0  # appended by this process
+        self._schemas = SchemaDocuments()
         self.skipped = 0  # messages skipped as appended already (this process)
         # state stored with every block
         self.last_commit: Position | None = None
@@ -201,7 +175,6 @@ class OlrReceiver:
         self.messages = 0
         self.transactions = 0
         self.checkpoints = 0
-        self.reconnects = 0
         # in memory
         self._held: Position | None = None  # the last commit appended of a transaction with rows: held until published
         self._commits: deque[tuple[Position, int | None]] = deque()  # commits appended, not confirmed: (position, c_tm)
@@ -209,7 +182,6 @@ class OlrReceiver:
         self._last: Position | None = None  # the position of the last message of this connection
         self._frames: deque[bytes] = deque()
         self._confirmed_unstored = False  # a confirm not in the state stored yet (what `status` shows)
-        self.connected = False
         if state is not None:
             self._restore(state)
 
@@ -254,69 +226,29 @@ class OlrReceiver:
             written=time.time(),
         )
 
-    def _builder(self, thread: int) -> BlockBuilder:
-        b = self.builders.get(thread)
-        if b is None:
-            b = self.builders[thread] = BlockBuilder(thread)
-        return b
+    state_key = STATE_KEY  # (and the tables' columns not stored yet, under their keys)
 
-    def _append(self) -> None:
-        """Append what the builder holds, with the state (and columns not stored yet), in
-        one write."""
-        b = self.builder
-        records = b.build() if b.count else []
-        meta = {STATE_KEY: self.state().encode()}
-        if self._pending_meta:
-            meta.update(self._pending_meta)
-        self.queue.append(records, meta)
-        self._pending_meta = {}
+    def _appended(self) -> None:
         self._confirmed_unstored = False
-        self._state_written = time.monotonic()
-        self.records += b.count
-        b.reset()
-        self._pending_since = 0.0
-        if self.on_append and records:
-            self.on_append()
-
-    def _use(self, thread: int) -> None:
-        """Make ``thread``'s builder the one records go to: what the other holds is
-        appended first (with the state as it is: the callers change the state after)."""
-        if self.builder.thread != thread:
-            if self.builder.count:
-                self._append()
-            self.builder = self._builder(thread)
 
     def _add(self, code: int, scn: int, xid: str, line: int, payload: list) -> None:
         """Add a record to the builder in use; a full block is appended, with the state as
         it is now (callers change the state before adding the record that goes with it)."""
-        b = self.builder
-        if not b.count:
-            self._pending_since = time.monotonic()
         try:
-            b.add(code, scn, 0, xid, 0, line, payload)
+            self._add_record(code, scn, xid, 0, line, payload)
         except RecordError as exc:
             raise OlrStreamError(f"{self.name}: message at {_text(self._last)}: {exc}", c_scn=self._last[0],
                                  c_idx=self._last[1]) from None
-        if b.count >= self.block_records or b.nbytes >= self.block_bytes:
-            self._append()
 
     # -- the thread ------------------------------------------------------------------------
 
-    def run(self) -> None:
-        """Receive until ``stop``; reconnect with a capped backoff."""
-        delay = 1.0
-        while not self.stop.is_set():
-            self.connected = False
-            try:
-                self._session()
-            except ConnectionLost as exc:
-                if self.connected:  # it was up: start the backoff again
-                    delay = 1.0
-                self.reconnects += 1
-                log.warning("%s: %s; connecting again in %.0f s", self.name, exc, delay,
-                            extra={"sender": self.location.address, "retry_seconds": delay})
-                self.stop.wait(delay)
-                delay = min(delay * 2, BACKOFF_MAX)
+    connection_lost = (ConnectionLost,)
+
+    def _reconnecting(self, exc: BaseException, delay: float) -> None:
+        log.warning("%s: %s; connecting again in %.0f s", self.name, exc, delay,
+                    extra={"sender": self.location.address, "retry_seconds": delay})
+
+    def _finish(self) -> None:
         self._use(THREAD)
         self._append()  # what it holds, and the state as of the stop, for `status`
 
@@ -327,14 +259,10 @@ class OlrReceiver:
             self._handshake(sock)
             self.connected = True
             self._stream(sock)
-        except _Stopped:
+        except StreamStopped:
             pass
         finally:
-            if self.builder.count:
-                try:
-                    self._append()
-                except Exception:  # the queue's own error wins below
-                    pass
+            self._append_held()
             sock.close()
 
     def _connect(self) -> socket.socket:
@@ -400,7 +328,7 @@ class OlrReceiver:
         told = False
         while not self._frames:
             if self.stop.is_set():
-                raise _Stopped
+                raise StreamStopped
             if not self._read(sock, reader) and not told and time.monotonic() - waited >= 30:
                 told = True
                 log.info("%s: waiting for the sender's reply to %s", self.name, what)
@@ -527,7 +455,7 @@ class OlrReceiver:
             while frames:
                 self._message(frames.popleft(), sock)
             now = time.monotonic()
-            if self.builder.count and now - self._pending_since >= self.flush_seconds:
+            if self.flush_due(now):
                 self._append()
             if now - last_status >= self.status_interval:
                 self._status(sock)
@@ -547,7 +475,7 @@ class OlrReceiver:
                     self.confirmed_tm = tm
         self._confirm_idle(sock)
         now = time.monotonic()
-        if (self._confirmed_unstored and now - self._state_written >= 1.0) or now - self._state_written >= 30.0:
+        if self.store_due(now, self._confirmed_unstored, 1.0):
             self._use(THREAD)
             self._append()
 
@@ -699,23 +627,13 @@ class OlrReceiver:
         the sender gave for it (this run or before, from the queue's metadata); None when
         it gave none."""
         text = self.columns.get(columns_key(owner, table))
-        if text is None:
-            return None
-        known = self._schemas.get((owner, table))
-        if known is None or known[0] != text:
-            known = self._document(owner, table, text, pos)
-        return known[1], known[2]
+        return None if text is None else self._document(owner, table, text, pos)
 
-    def _document(self, owner: str, table: str, text: str, pos: Position) -> tuple[str, str, str]:
+    def _document(self, owner: str, table: str, text: str, pos: Position) -> tuple[str, str]:
         try:
-            columns = schema_columns(text)
+            return self._schemas.of(owner, table, text)
         except ColumnsError as exc:
             raise self._bad(f"{owner}.{table}: {exc}", pos) from None
-        version, document = schema_document("olr", owner, table, columns)
-        if len(self._schemas) > 10_000:
-            self._schemas.clear()
-        known = self._schemas[(owner, table)] = (text, version, document)
-        return known
 
     def _commit(self, m, pos: Position) -> None:
         txn = self.txn

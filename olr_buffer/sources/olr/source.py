@@ -6,21 +6,15 @@ in a child process (``settings.processes``) or a thread."""
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Mapping
 
-from ...changes import CommitKey
 from ...txbuffer import TxQueue
 from ..base import Metric, SourceKind, SourceSettings, SourceUsageError
-from ..runner import StreamSource
+from ..stream import StreamSource
 from .location import parse_location
 from .process import OlrProcess, ReceiverFigures
 from .receiver import MAX_MESSAGE_BYTES, THREAD, OlrReceiver
 from .state import PREFIX, Position, load_columns, load_state, status, status_lines
-
-
-def _position(key: CommitKey | None) -> Position | None:
-    """A commit's position in the stream: its key is ``(c_scn, 1, 0, c_idx)``."""
-    return None if key is None else (key.scn, key.line)
 
 
 class OlrSource(StreamSource):
@@ -32,13 +26,11 @@ class OlrSource(StreamSource):
 
     def __init__(self, uri: str, queue: TxQueue, settings: SourceSettings, **options) -> None:
         self.location = parse_location(uri)
-        super().__init__()
+        super().__init__(settings)
         self.uri = uri
         self.name = self.location.uri
         self.queue = queue
-        self.settings = settings
         self.options = dict(options, block_records=settings.block_records, block_bytes=settings.block_bytes)
-        self._durable: Position | None = None  # the changefeed's last durable commit: what may be confirmed
         self.receiver: OlrReceiver | None = None
         self._process: OlrProcess | None = None
 
@@ -48,26 +40,24 @@ class OlrSource(StreamSource):
         an OpenLogReplicator or a stand-by one, sends them)."""
         return f"olr:{self.location.database}"
 
+    def _published(self) -> Position | None:
+        """What the receiver may confirm: the changefeed's last durable commit, whose key
+        is ``(c_scn, 1, 0, c_idx)``."""
+        key = self.durable
+        return None if key is None else (key.scn, key.line)
+
     def prepare(self, threads: list[int] | None, resume: Mapping[bytes, bytes]) -> list[int]:
         state = load_state(resume)
         columns = load_columns(resume)
+        s = self.settings
         self.receiver = OlrReceiver(self.queue, self.location, state=state, columns=columns,
-                                    published=lambda: self._durable, on_append=self.settings.on_append,
-                                    stop=self._stop, **self.options)
-        if self.settings.processes is not False:
+                                    published=self._published, on_append=s.on_append, stop=s.stop, **self.options)
+        if s.processes is not False:
             self._process = OlrProcess(
                 self.queue, self.uri, state=state, columns=columns, figures=ReceiverFigures.of(self.receiver),
-                published=lambda: self._durable, on_append=self.settings.on_append, stop=self._stop,
-                options=self.options,
+                published=self._published, on_append=s.on_append, stop=s.stop, options=self.options,
             )
         return [THREAD]
-
-    def refuse_below(self, threads: Iterable[int], published: CommitKey | None) -> None:
-        """One stream, in commit order: nothing can arrive below a published commit. The
-        changefeed's last commit is where the receiver continues from."""
-        pos = _position(published)
-        if pos is not None and (self._durable is None or pos > self._durable):
-            self._durable = pos
 
     def reader_body(self) -> Callable[[], None]:
         assert self.receiver is not None
@@ -75,11 +65,6 @@ class OlrSource(StreamSource):
             return self.receiver.run
         self._process.options["log_level"] = logging.getLogger("olr_buffer.olr").getEffectiveLevel()
         return self._process.run
-
-    def on_published(self, accepted: CommitKey | None, durable: CommitKey | None) -> None:
-        pos = _position(durable)
-        if pos is not None:
-            self._durable = pos
 
     def reader_figures(self) -> ReceiverFigures:
         if self._process is not None:
@@ -102,7 +87,6 @@ class OlrSource(StreamSource):
                    r.checkpoints),
             Metric("olr_reconnects_total", "counter", "Connections to the sender made again.", r.reconnects),
         ]
-
 
 
 def build(uri: str, queue: TxQueue, settings: SourceSettings, **options) -> OlrSource:

@@ -9,6 +9,7 @@ from typing import Mapping
 import msgspec
 
 from ..base import ResumeState, decode_state, encode_state
+from ..olr_types import position_doc
 
 #: The prefix of the source's queue metadata keys.
 PREFIX = b"olr/"
@@ -86,10 +87,6 @@ def load_columns(meta: Mapping[bytes, bytes], where: str = "queue") -> dict[byte
     return {k: decode_state(TableColumns, k, v, where) for k, v in meta.items() if k.startswith(COLUMNS_PREFIX)}
 
 
-def _pos(p: Position | None) -> dict | None:
-    return None if p is None else {"c_scn": p[0], "c_idx": p[1]}
-
-
 def status(meta: Mapping[bytes, bytes], now: float) -> dict | None:
     """``olr`` in ``status``: the sender, the position confirmed to it and the lag."""
     st = load_state(meta)
@@ -104,12 +101,12 @@ def status(meta: Mapping[bytes, bytes], now: float) -> dict | None:
     return {
         "sender": st.source,
         "database": st.database,
-        "confirmed": _pos(st.confirmed),
-        "received": _pos(st.received),
-        "last_appended_commit": _pos(st.last_commit),
+        "confirmed": position_doc(st.confirmed),
+        "received": position_doc(st.received),
+        "last_appended_commit": position_doc(st.last_commit),
         "lag_scn": lag_scn,
         "lag_seconds": lag_seconds,
-        "open_transaction": None if st.open is None else {"xid": st.open.xid, "first": _pos(st.open.first),
+        "open_transaction": None if st.open is None else {"xid": st.open.xid, "first": position_doc(st.open.first),
                                                           "rows": st.open.rows},
         "messages": st.messages,
         "transactions": st.transactions,

@@ -50,11 +50,9 @@ from ...changes import (
     DELETE,
     INSERT,
     UPDATE,
-    BlockBuilder,
     RecordError,
     end_payload,
     row_payload,
-    schema_document,
     schema_fields,
 )
 from ...dead_letters import DeadLetterError, DeadLetters
@@ -62,7 +60,8 @@ from ...faults import fault_point
 from ...olr_protocol import MessageError, object_text, raw_text, read_message
 from ...olr_protocol.json_messages import OP_BEGIN, OP_CHECKPOINT, OP_COMMIT, OP_DDL, OP_DELETE, OP_INSERT, OP_UPDATE
 from ...txbuffer import BlockAppender
-from ..olr_types import ColumnsError, schema_columns
+from ..olr_types import ColumnsError, SchemaDocuments
+from ..stream import BlockWriter
 from .errors import LineError, OlrFileError
 from .location import Output
 from .state import STATE_KEY, OlrFileState, OpenTransaction, Position, TableColumns, columns_key
@@ -114,7 +113,7 @@ class _Row:
         self.columns = columns  # schema.columns' JSON text, if the entry gives them
 
 
-class OlrFileReader:
+class OlrFileReader(BlockWriter):
     """Reads the files of ``output`` into ``queue`` from ``state`` (None: from the first
     file's start); see the module doc."""
 
@@ -132,22 +131,13 @@ class OlrFileReader:
         block_bytes: int = DEFAULT_BLOCK_BYTES,
         flush_seconds: float = 0.1,
     ) -> None:
-        self.queue = queue
+        super().__init__(queue, thread=THREAD, on_append=on_append, block_records=block_records,
+                         block_bytes=block_bytes, stop=stop, flush_seconds=flush_seconds)
         self.output = output
         self.name = output.uri
-        self.stop = stop or threading.Event()
         self.dead_letters = dead_letters
-        self.on_append = on_append
-        self.block_records = block_records
-        self.block_bytes = block_bytes
-        self.flush_seconds = flush_seconds
-        self.builders: dict[int, BlockBuilder] = {}
-        self.builder = self._builder(THREAD)
-        self._pending_since = 0.0
-        self.records = 0  # appended by this process
         self.columns: dict[bytes, str] = dict(columns or {})  # the tables' columns as last given, by key
-        self._schemas: dict[tuple, tuple[str, str, str]] = {}  # (owner, table) -> (columns, version, document)
-        self._pending_meta: dict[bytes, bytes] = {}  # columns not stored yet: with the next append
+        self._schemas = SchemaDocuments()
         self.finished = False  # read every file to its end (replay)
         # the state stored with every block
         self.file: str | None = None
@@ -185,47 +175,18 @@ class OlrFileReader:
             finished=self.finished, written=time.time(),
         )
 
-    def _builder(self, thread: int) -> BlockBuilder:
-        b = self.builders.get(thread)
-        if b is None:
-            b = self.builders[thread] = BlockBuilder(thread)
-        return b
+    state_key = STATE_KEY  # (and the tables' columns not stored yet, under their keys)
 
-    def _append(self) -> None:
-        """Append what the builder holds, with the state (and columns not stored yet), in
-        one write."""
-        b = self.builder
-        records = b.build() if b.count else []
-        meta = {STATE_KEY: self.state().encode()}
-        if self._pending_meta:
-            meta.update(self._pending_meta)
-        self.queue.append(records, meta)
-        self._pending_meta = {}
+    def _appended(self) -> None:
         fault_point("after_append")
-        self.records += b.count
-        b.reset()
-        self._pending_since = 0.0
-        if self.on_append and records:
-            self.on_append()
 
     def _maybe_append(self) -> None:
         b = self.builder
         if b.count >= self.block_records or b.nbytes >= self.block_bytes:
             self._append()
 
-    def _use(self, thread: int) -> None:
-        """Make ``thread``'s builder the one records go to: what the other holds is
-        appended first, with the state as it is (between two steps)."""
-        if self.builder.thread != thread:
-            if self.builder.count:
-                self._append()
-            self.builder = self._builder(thread)
-
     def _add(self, code: int, scn: int, xid: str, line: int, payload: list) -> None:
-        b = self.builder
-        if not b.count:
-            self._pending_since = time.monotonic()
-        b.add(code, scn, 0, xid, 0, line, payload)
+        self._add_record(code, scn, xid, 0, line, payload, may_close=False)  # closed between two steps
 
     # -- the files -----------------------------------------------------------------------
 
@@ -304,7 +265,7 @@ class OlrFileReader:
                 if raw[-1:] != b"\n" and not final:
                     return  # still being written: read once its "\n" is there
                 self._line(path, raw)
-                if self.builder.count and not final and time.monotonic() - self._pending_since >= self.flush_seconds:
+                if not final and self.builder.count and self.flush_due(time.monotonic()):
                     self._use(THREAD)
                     self._append()
 
@@ -536,23 +497,13 @@ class OlrFileReader:
         """``(version, document)`` of the table's schema document, from the last columns
         the output gave for it (None: it gave none)."""
         text = self.columns.get(columns_key(owner, table))
-        if text is None:
-            return None
-        known = self._schemas.get((owner, table))
-        if known is None or known[0] != text:
-            known = self._document(owner, table, text)
-        return known[1], known[2]
+        return None if text is None else self._document(owner, table, text)
 
-    def _document(self, owner: str, table: str, text: str) -> tuple[str, str, str]:
+    def _document(self, owner: str, table: str, text: str) -> tuple[str, str]:
         try:
-            columns = schema_columns(text)
+            return self._schemas.of(owner, table, text)
         except ColumnsError as exc:
             raise LineError(f"{owner}.{table}: {exc}") from None
-        version, document = schema_document("olr", owner, table, columns)
-        if len(self._schemas) > 10_000:
-            self._schemas.clear()
-        known = self._schemas[(owner, table)] = (text, version, document)
-        return known
 
     def _commit(self, m, pos: Position) -> None:
         self._use(THREAD)

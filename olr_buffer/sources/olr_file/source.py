@@ -6,14 +6,11 @@
 from __future__ import annotations
 
 import os
-import threading
-from typing import Iterable, Mapping
+from typing import Mapping
 
-from ...changes import CommitKey
 from ...dead_letters import DeadLetters
 from ...txbuffer import TxQueue
-from ..base import Metric, SourceFigures, SourceKind, SourceSettings, SourceUsageError
-from ..runner import run_reported
+from ..base import Acknowledgement, Metric, Reader, SourceFigures, SourceKind, SourceSettings, SourceUsageError
 from .errors import OlrFileError
 from .location import Output, parse_output
 from .reader import THREAD, OlrFileReader
@@ -24,28 +21,14 @@ class OlrFileSource:
     """The files of one OpenLogReplicator ``output``."""
 
     state_prefix = PREFIX
-    watches_stalls = False  # OpenLogReplicator writes nothing while the database is idle
 
     def __init__(self, location: str, queue: TxQueue, settings: SourceSettings) -> None:
         self.output: Output = parse_output(location)
         self.name = self.output.uri
         self.queue = queue
         self.settings = settings
-        self.errors: list[BaseException] = []
         self.reader: OlrFileReader | None = None
         self.dead_letters: DeadLetters | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._follow = False
-
-    @property
-    def source_id(self) -> str | None:
-        """Files have no identity of their own: the queue's id binds them."""
-        return None
-
-    @property
-    def following(self) -> bool:
-        return self._follow
 
     def prepare(self, threads: list[int] | None, resume: Mapping[bytes, bytes]) -> list[int]:
         state = load_state(resume)
@@ -56,37 +39,18 @@ class OlrFileSource:
         if self.settings.dead_letter and self.dead_letters is None:
             self.dead_letters = DeadLetters(self.settings.dead_letter)
         s = self.settings
-        self.reader = OlrFileReader(self.queue, self.output, state=state, columns=load_columns(resume), stop=self._stop,
+        self.reader = OlrFileReader(self.queue, self.output, state=state, columns=load_columns(resume), stop=s.stop,
                                     dead_letters=self.dead_letters, on_append=s.on_append,
                                     block_records=s.block_records, block_bytes=s.block_bytes)
         return [THREAD]
 
-    def refuse_below(self, threads: Iterable[int], published: CommitKey | None) -> None:
-        """One stream in commit order, read from where the queue stopped: nothing can
-        come below a published commit."""
-
-    def start(self, follow: bool = False, poll_interval: float = 0.1) -> None:
-        assert self.reader is not None
-        self._follow = follow
+    def readers(self, follow: bool, poll_interval: float) -> list[Reader]:
         reader = self.reader
-        self._thread = threading.Thread(
-            target=run_reported,
-            args=(lambda: reader.read(follow, poll_interval), self.errors, self._stop, self.settings.on_append),
-            name="reader-olr-file", daemon=True,
-        )
-        self._thread.start()
+        assert reader is not None
+        return [Reader("reader-olr-file", lambda: reader.read(follow, poll_interval))]
 
-    def alive(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
-    def on_published(self, accepted: CommitKey | None, durable: CommitKey | None) -> None:
+    def acknowledge(self, ack: Acknowledgement) -> None:
         pass  # nothing upstream to confirm to
-
-    def closed_through(self) -> dict[int, int]:
-        return {}
-
-    def new_threads(self) -> list[int]:
-        return []
 
     def threads(self) -> dict[int, bool]:
         return {THREAD: self.reader is not None and self.reader.finished}
@@ -127,13 +91,6 @@ class OlrFileSource:
             Metric("olr_file_messages_total", "counter", "Messages read from OpenLogReplicator's output (every run).",
                    r.messages),
         ]
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def join(self) -> None:
-        if self._thread is not None:
-            self._thread.join()
 
     def close(self) -> None:
         if self.dead_letters:

@@ -8,6 +8,7 @@ from typing import Mapping
 import msgspec
 
 from ..base import ResumeState, decode_state, encode_state
+from ..olr_types import position_doc
 
 #: The prefix of the source's queue metadata keys.
 PREFIX = b"olrfile/"
@@ -87,10 +88,6 @@ def load_state(meta: Mapping[bytes, bytes], where: str = "queue") -> OlrFileStat
     return None if raw is None else decode_state(OlrFileState, STATE_KEY, raw, where)
 
 
-def _pos(p: Position | None) -> dict | None:
-    return None if p is None else {"c_scn": p[0], "c_idx": p[1]}
-
-
 def status(meta: Mapping[bytes, bytes], now: float) -> dict | None:
     """``olr_file`` in ``status``: the file and line reached, the last commit taken."""
     st = load_state(meta)
@@ -101,8 +98,8 @@ def status(meta: Mapping[bytes, bytes], now: float) -> dict | None:
         "file": st.file,
         "line": st.line,
         "offset": st.offset,
-        "last_commit": _pos(st.last_commit),
-        "open_transaction": None if st.open is None else {"xid": st.open.xid, "first": _pos(st.open.first),
+        "last_commit": position_doc(st.last_commit),
+        "open_transaction": None if st.open is None else {"xid": st.open.xid, "first": position_doc(st.open.first),
                                                           "rows": st.open.rows},
         "messages": st.messages,
         "transactions": st.transactions,

@@ -9,7 +9,7 @@ compressed in the child, goes to the parent with the reader's state, and the par
 appends both in one LMDB write, as the reader in a thread does. The parent stays the
 only writer of the queue.
 
-What goes the other way: the changefeed's last published commit LSN, in a shared value
+What goes the other way: the changefeed's last durable commit LSN, in a shared value
 the parent keeps up to date (the reader confirms to the server only what is published),
 and the stop, by closing a pipe (no lock a killed process could leave held). The child
 dies with its parent (``PR_SET_PDEATHSIG``); a child that dies is a one-line error of the
@@ -19,16 +19,14 @@ service. The child's log records are logged again by the parent.
 from __future__ import annotations
 
 import logging
-import threading
-import time
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Any
 
 from ...errors import OlrBufferError
 from ...txbuffer import TxQueue
-from ..runner import CONTEXT, ChildAppends, PipeAppender, child_main, run_child
+from ..runner import PipeAppender, child_main
+from ..stream import FiguresToParent, StreamProcess
 from .reader import PostgresReader
-from .state import PostgresState
 
 
 @dataclass
@@ -51,61 +49,24 @@ class ReaderProcessDied(OlrBufferError):
     """The child process of the PostgreSQL reader ended without reporting an error."""
 
 
-class PostgresProcess:
+class PostgresProcess(StreamProcess):
     """The parent's side: starts the child, appends what it sends, until it stops."""
 
-    def __init__(
-        self,
-        queue: TxQueue,
-        uri: str,
-        *,
-        source_id: str | None,
-        state: PostgresState | None,
-        figures: ReaderFigures,
-        published: Callable[[], object],
-        on_append: Callable[[], None] | None,
-        stop: threading.Event,
-        options: Mapping,
-    ) -> None:
-        self.uri = uri
+    name = "olr-reader-postgres"
+    label = "the PostgreSQL reader process"
+    died_error = ReaderProcessDied
+    resumes = "it restarts from the last block in the queue"
+    width = 1  # the commit LSN
+
+    def __init__(self, queue: TxQueue, uri: str, *, source_id: str | None, **common: Any) -> None:
+        """``common``: :class:`~olr_buffer.sources.stream.StreamProcess`'s (``state``: a
+        :class:`PostgresState`; ``published``: ``(commit LSN,)``)."""
+        super().__init__(queue, uri, **common)
         self.source_id = source_id
-        self.state = state
-        self.appends = ChildAppends(queue, figures, on_append)
-        self.published = published
-        self.stop = stop
-        self.options = dict(options)
-        self._published = CONTEXT.Value("q", -1, lock=False)
 
-    def _update_published(self) -> None:
-        pub = self.published()
-        self._published.value = -1 if pub is None else pub.scn
+    def child_args(self) -> tuple:
+        return (self.uri, self.source_id, self.state, self.options)
 
-    def run(self) -> None:
-        """Run the child until ``stop`` (then it stops at a block boundary) or an error."""
-        self._update_published()
-        run_child(
-            _child_main,
-            (self.uri, self.source_id, self.state, self._published, self.options),
-            name="olr-reader-postgres",
-            label="the PostgreSQL reader process",
-            stop=self.stop,
-            handle=self.appends.handle,
-            died=_died,
-            tick=self._update_published,
-        )
-
-    @property
-    def figures(self) -> ReaderFigures:
-        """The figures the child sent last."""
-        return self.appends.figures
-
-
-def _died(exitcode: int | None) -> ReaderProcessDied:
-    return ReaderProcessDied(
-        f"the PostgreSQL reader process died (exit code {exitcode})",
-        hint="look for an out-of-memory kill in the system log; run the same command again "
-             "(it restarts from the last block in the queue)",
-    )
 
 
 class _PipeQueue(PipeAppender):
@@ -125,16 +86,16 @@ class _Published:
         self.scn = scn
 
 
-def _child_main(conn, stop_conn, parent_pid, uri, source_id, state, published, options) -> None:
+def _child_main(conn, stop_conn, parent_pid, shared, uri, source_id, state, options) -> None:
     def published_lsn():
-        v = published.value
-        return None if v < 0 else _Published(v)
+        v = shared.get()
+        return None if v is None else _Published(v[0])
 
     def body(stop) -> None:
         queue = _PipeQueue(conn)
         reader = _ChildReader(queue, uri, state=state, published=published_lsn, stop=stop, **options)
         queue.reader = reader
-        reader.conn = conn
+        reader.figures_to_parent = FiguresToParent(conn, lambda: ReaderFigures.of(reader))
         reader.source_id = source_id
         reader.run()
 
@@ -145,12 +106,11 @@ class _ChildReader(PostgresReader):
     """The reader of the child: also sends its figures with the status updates (at least
     every second), for the service's metrics."""
 
-    conn = None
-    _figures_sent = 0.0
+    figures_to_parent: FiguresToParent
 
     def _status(self, stream, received, idle_lsn=None):
         super()._status(stream, received, idle_lsn)
-        now = time.monotonic()
-        if now - self._figures_sent >= 0.5:
-            self._figures_sent = now
-            self.conn.send(("figures", ReaderFigures.of(self)))
+        self.figures_to_parent.send()
+
+
+PostgresProcess.target = _child_main

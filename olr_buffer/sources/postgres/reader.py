@@ -37,10 +37,9 @@ from __future__ import annotations
 
 import logging
 import struct
-import threading
 from collections import deque
 import time
-from typing import Any, Callable
+from typing import Any
 
 import psycopg2
 
@@ -50,14 +49,11 @@ from ...changes import (
     COMMIT,
     COPY_ROW,
     CUT,
-    DEFAULT_BLOCK_BYTES,
-    DEFAULT_BLOCK_RECORDS,
     DELETE,
     INSERT,
     ROLLBACK,
     TRUNCATE,
     UPDATE,
-    BlockBuilder,
     SchemaColumn,
     cut_payload,
     end_payload,
@@ -77,6 +73,7 @@ from .connection import (
     quote_ident,
     quote_literal,
 )
+from ..stream import StreamReader, StreamStopped
 from .rows import Table
 from .state import STATE_KEY, PostgresState
 from .types import column_type, is_builtin
@@ -85,16 +82,11 @@ log = logging.getLogger("olr_buffer.postgres")
 
 THREAD = 1
 COPY_SEQUENCE = -1  # commit keys of the initial copy: (consistent point, 1, -1, n) sort before every change
-_BACKOFF_MAX = 30.0
 LARGE_TRANSACTION_ROWS = 100_000  # the commit of a transaction this large is logged
 # an XLogData frame of an Insert: data start, WAL end, (send time, 'I'), [xid in a stream block,] relation OID, tuple tag
 _INSERT_FRAME = struct.Struct("!QQ9xIB").unpack_from
 _STREAM_INSERT_FRAME = struct.Struct("!QQ9xIIB").unpack_from
 _DATA = frozenset((p.Insert, p.Update, p.Delete, p.Truncate, p.Relation))  # messages of a transaction
-
-
-class _Stopped(Exception):
-    """``stop`` was set during the initial copy."""
 
 
 class _Txn:
@@ -128,7 +120,7 @@ class _Txn:
 _NOT_CARRIED = (None, -1)
 
 
-class PostgresReader:
+class PostgresReader(StreamReader):
     """Reads one slot into the queue; see the module doc. ``state``: the resume state
     stored with the last block appended (None: a new queue). ``prepare`` checks the set-up
     (errors are raised there, at start); ``run`` (in a thread, or in a child process:
@@ -144,38 +136,21 @@ class PostgresReader:
         publication: str = "olr_buffer",
         streaming: bool = True,
         initial_copy: bool = True,
-        published: Callable[[], Any] = lambda: None,
-        on_append: Callable[[], None] | None = None,
-        block_records: int = DEFAULT_BLOCK_RECORDS,
-        block_bytes: int = DEFAULT_BLOCK_BYTES,
-        stop: threading.Event | None = None,
-        status_interval: float = 1.0,
-        flush_seconds: float = 0.1,
         slot_wait: float = 5.0,
         socket_reads: bool = True,
+        **stream: Any,
     ) -> None:
-        self.queue = queue
+        """``stream``: :class:`~olr_buffer.sources.stream.StreamReader`'s (``published``:
+        the last commit the changefeed made durable, whose ``scn`` is its commit LSN)."""
+        super().__init__(queue, thread=THREAD, **stream)
         self.server = Server(uri)
         self.slot = slot
         self.publication = publication
         self.streaming = streaming
         self.initial_copy = initial_copy
-        self.published = published
-        self.on_append = on_append
-        self.block_records = block_records
-        self.block_bytes = block_bytes
-        self.stop = stop or threading.Event()
-        self.status_interval = status_interval
-        self.flush_seconds = flush_seconds
         self.slot_wait = slot_wait
         self.socket_reads = socket_reads  # read the stream from the socket when not encrypted (else libpq)
         self.reads = ""  # how the stream is read: "socket" or "libpq"
-        self.builder = BlockBuilder(THREAD)
-        self._pending_since = 0.0
-        self._state_written = 0.0
-        self.records = 0
-        self.reconnects = 0
-        self._streamed = False
         self.source_id: str | None = None
         # state stored with every block
         self.last_commit = -1
@@ -235,26 +210,13 @@ class PostgresReader:
             written=time.time(),
         )
 
-    def _append(self) -> None:
-        """Append what the builder holds, with the state, in one write."""
-        records = self.builder.build() if self.builder.count else []
-        self.queue.append(records, {STATE_KEY: self.state().encode()})
-        self._state_written = time.monotonic()
-        self.records += self.builder.count
-        self.builder.reset()
-        self._pending_since = 0.0
-        if self.on_append and records:
-            self.on_append()
+    state_key = STATE_KEY
 
     def _add(self, code: int, scn: int, xid: str, payload: list, seq: int = 0, line: int = 0,
              may_close: bool = True) -> None:
         """Add a record; a full block is appended, with the state as it is now: the
         callers change the state before adding the record that goes with the change."""
-        if not self.builder.count:
-            self._pending_since = time.monotonic()
-        self.builder.add(code, scn, 0, xid, seq, line, payload)
-        if may_close and (self.builder.count >= self.block_records or self.builder.nbytes >= self.block_bytes):
-            self._append()
+        self._add_record(code, scn, xid, seq, line, payload, may_close)
 
     # -- set-up ----------------------------------------------------------------------------
 
@@ -295,23 +257,14 @@ class PostgresReader:
 
     # -- the thread --------------------------------------------------------------------------
 
-    def run(self) -> None:
-        """Copy if needed, then stream until ``stop``; reconnect with a capped backoff."""
-        delay = 1.0
-        while not self.stop.is_set():
-            self._streamed = False
-            try:
-                self._session()
-            except _Stopped:
-                break
-            except ConnectionLostError as exc:
-                self._close_sql()
-                if self._streamed:  # it was up: start the backoff again
-                    delay = 1.0
-                self.reconnects += 1
-                log.warning("%s; reconnecting in %.0f s", exc, delay)
-                self.stop.wait(delay)
-                delay = min(delay * 2, _BACKOFF_MAX)
+    # (run: copy if needed, then stream until ``stop``; reconnect with a capped backoff)
+    connection_lost = (ConnectionLostError,)
+
+    def _reconnecting(self, exc: BaseException, delay: float) -> None:
+        self._close_sql()
+        log.warning("%s; reconnecting in %.0f s", exc, delay)
+
+    def _finish(self) -> None:
         self._append()  # what it holds, and the state as of the stop (confirmed LSN, lag) for `status`
         self._close_sql()
 
@@ -329,11 +282,7 @@ class PostgresReader:
             # are classified in _copy, before it is closed)
             raise self.server.error(exc, "replication", repl, self._sql) from None
         finally:
-            if self.builder.count:
-                try:
-                    self._append()
-                except Exception:  # the queue's own error wins below
-                    pass
+            self._append_held()
             (stream.close() if stream else repl.close())
 
     def _discard_open(self) -> None:
@@ -414,7 +363,7 @@ class PostgresReader:
                 tables = cur.fetchall()
             for oid, schema, name, attnames, rowfilter in tables:
                 if self.stop.is_set():
-                    raise _Stopped()  # the copy starts again from a new slot next time
+                    raise StreamStopped()  # the copy starts again from a new slot next time
                 xids.append(self._copy_table(conn, oid, schema, name, attnames, rowfilter))
             conn.rollback()
         except psycopg2.Error as exc:
@@ -564,7 +513,7 @@ class PostgresReader:
             repl.cursor().start_replication_expert(command, decode=False, status_interval=3600)
             stream = ReplicationStream(self.server, repl)
         self.reads = "socket" if isinstance(stream, SocketStream) else "libpq"
-        self._streamed = True
+        self.connected = True
         log.info("streaming slot %s (publication %s, %s, read %s)", self.slot, self.publication,
                  "protocol 2, streaming" if self.streaming else "protocol 1",
                  "from the socket" if self.reads == "socket" else "through libpq")
@@ -666,7 +615,7 @@ class PostgresReader:
             self.server_lsn = server_lsn
             # once a batch (a socket read: up to 256 KiB, a few thousand messages)
             now = time.monotonic()
-            if builder.count and now - self._pending_since >= self.flush_seconds:
+            if self.flush_due(now):
                 self._append()
             if now - last_status >= self.status_interval:
                 self._status(stream, received, idle_lsn=keepalive_lsn)
@@ -695,7 +644,7 @@ class PostgresReader:
         self.confirmed = flush
         stream.send_status(max(received, flush), flush, reply=False)
         now = time.monotonic()
-        if changed and now - self._state_written >= 5.0 or now - self._state_written >= 30.0:
+        if self.store_due(now, changed, 5.0):
             self._append()  # the state alone: what `status` shows (confirmed LSN, lag)
 
     def _handle(self, msg, lsn: int) -> None:

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Mapping
 
-from ...changes import CommitKey
 from ...txbuffer import TxQueue
 from ..base import Metric, SourceKind, SourceSettings, SourceUsageError
-from ..runner import StreamSource
+from ..stream import StreamSource
 from .connection import redact, safe_uri
 from .process import PostgresProcess, ReaderFigures
 from .reader import THREAD, PostgresReader
@@ -24,13 +23,11 @@ class PostgresSource(StreamSource):
     thread_name = "reader-postgres"
 
     def __init__(self, uri: str, queue: TxQueue, settings: SourceSettings, **options) -> None:
-        super().__init__()
+        super().__init__(settings)
         self.uri = uri
         self.name = safe_uri(uri)
         self.queue = queue
-        self.settings = settings
         self.options = dict(options, block_records=settings.block_records, block_bytes=settings.block_bytes)
-        self._durable: CommitKey | None = None  # the changefeed's last durable commit: what may be confirmed
         self.reader: PostgresReader | None = None
         self._process: PostgresProcess | None = None
 
@@ -41,21 +38,24 @@ class PostgresSource(StreamSource):
 
     def prepare(self, threads: list[int] | None, resume: Mapping[bytes, bytes]) -> list[int]:
         state = load_state(resume)
+        s = self.settings
         self.reader = PostgresReader(
-            self.queue, self.uri, state=state, published=lambda: self._durable, on_append=self.settings.on_append,
-            stop=self._stop, **self.options,
+            self.queue, self.uri, state=state, published=lambda: self.durable, on_append=s.on_append,
+            stop=s.stop, **self.options,
         )
         self.reader.prepare()
-        if self.settings.processes is not False:
+        if s.processes is not False:
             self._process = PostgresProcess(
                 self.queue, self.uri, source_id=self.reader.source_id, state=state,
-                figures=ReaderFigures.of(self.reader), published=lambda: self._durable,
-                on_append=self.settings.on_append, stop=self._stop, options=self.options,
+                figures=ReaderFigures.of(self.reader), published=self._published_lsn,
+                on_append=s.on_append, stop=s.stop, options=self.options,
             )
         return [THREAD]
 
-    def refuse_below(self, threads: Iterable[int], published: CommitKey | None) -> None:
-        """One stream, in commit order: nothing can arrive below a published commit."""
+    def _published_lsn(self) -> tuple[int] | None:
+        """What the child may confirm: the changefeed's last durable commit LSN."""
+        key = self.durable
+        return None if key is None else (key.scn,)
 
     def reader_body(self) -> Callable[[], None]:
         assert self.reader is not None
@@ -63,9 +63,6 @@ class PostgresSource(StreamSource):
             return self.reader.run
         self._process.options["log_level"] = logging.getLogger("olr_buffer.postgres").getEffectiveLevel()
         return self._process.run
-
-    def on_published(self, accepted: CommitKey | None, durable: CommitKey | None) -> None:
-        self._durable = durable
 
     def reader_figures(self) -> ReaderFigures:
         """The reader's figures: its own, or the last its process sent."""
@@ -85,7 +82,6 @@ class PostgresSource(StreamSource):
                    r.streaming),
             Metric("postgres_reconnects_total", "counter", "Reconnections to the server.", r.reconnects),
         ]
-
 
 
 def build(uri: str, queue: TxQueue, settings: SourceSettings, **options) -> PostgresSource:

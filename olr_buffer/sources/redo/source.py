@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 from typing import Iterable, Mapping
 
 from ...changes import CommitKey
 from ...dead_letters import DeadLetters
 from ...txbuffer import TxQueue
-from ..base import Metric, SourceFigures, SourceKind, SourceSettings, SourceUsageError
-from ..runner import CONTEXT, run_reported
+from ..base import Acknowledgement, Reader, SourceFigures, SourceKind, SourceSettings, SourceUsageError
+from ..runner import CONTEXT
 from .files import LogFile, check_contiguous, require_log_files, scan
 from .position import POSITION_PREFIX, ReaderPosition, load_positions, status, status_lines
 from .process import ReaderProcess
@@ -75,10 +74,7 @@ class RedoSource:
         self.queue = queue
         self.settings = settings
         self.processes = settings.processes  # None: decided by prepare (replay_in_processes)
-        self.readers: dict[int, ThreadReader | ReaderProcess] = {}
-        self.errors: list[BaseException] = []
-        self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
+        self.thread_readers: dict[int, ThreadReader | ReaderProcess] = {}
         self._follow = False
         self._poll_interval = 0.1
         self._in_play: list[int] = []
@@ -87,15 +83,6 @@ class RedoSource:
         # and the queue's next index after the last append (see ThreadReader: floor, queue_end)
         self.published_scn = CONTEXT.Value("q", -1, lock=False)
         self.queue_end = CONTEXT.Value("q", self.queue.next_index, lock=False)
-
-    @property
-    def source_id(self) -> str | None:
-        """Redo files have no identity of their own: the queue's id binds them."""
-        return None
-
-    @property
-    def following(self) -> bool:
-        return self._follow
 
     def _appended(self) -> None:
         self.queue_end.value = self.queue.next_index
@@ -112,14 +99,14 @@ class RedoSource:
         for thread in sorted(set(found) | set(positions) | set(threads or ())):
             self._add(thread, found.get(thread, {}), positions.get(thread))
             _warn_empty_sequences(found.get(thread, {}), positions.get(thread))
-        self._in_play = sorted(threads) if threads else sorted(self.readers)
+        self._in_play = sorted(threads) if threads else sorted(self.thread_readers)
         return self._in_play
 
     def _add(self, thread: int, files: dict[int, LogFile], position: ReaderPosition | None) -> ThreadReader | ReaderProcess:
         if files:
             check_contiguous(self.input_dir, thread, files)
         s = self.settings
-        common = dict(block_records=s.block_records, block_bytes=s.block_bytes, on_append=self._appended, stop=self._stop)
+        common = dict(block_records=s.block_records, block_bytes=s.block_bytes, on_append=self._appended, stop=s.stop)
         reader: ThreadReader | ReaderProcess
         if self.processes:
             reader = ReaderProcess(
@@ -132,76 +119,53 @@ class RedoSource:
                 self.queue, self.input_dir, thread, files, position, dead_letters=self.dead_letters,
                 queue_end=lambda: end.value, **common
             )
-        self.readers[thread] = reader
+        self.thread_readers[thread] = reader
         return reader
 
     def refuse_below(self, threads: Iterable[int], published: CommitKey | None) -> None:
         """The first record of each of ``threads`` (and the first after a ``close``) must lie
-        above ``published``, which :meth:`on_published` keeps up to date."""
+        above ``published``, which :meth:`acknowledge` keeps up to date."""
         self.published_scn.value = -1 if published is None else published.scn
-        for t in set(threads) & set(self.readers):
-            self.readers[t].enable_floor(self.published_scn)
+        for t in set(threads) & set(self.thread_readers):
+            self.thread_readers[t].enable_floor(self.published_scn)
 
-    def start(self, follow: bool = False, poll_interval: float = 0.1) -> None:
-        """Start one thread per reader: to the end of the input, or following it."""
+    def readers(self, follow: bool, poll_interval: float) -> list[Reader]:
+        """One reader per redo thread: to the end of the input, or following it."""
         if follow and not self._in_play:
             raise _no_threads(self.input_dir)
         self._follow, self._poll_interval = follow, poll_interval
         if follow:
-            waiting = [t for t in self._in_play if not self.readers[t].files and not _has_written(self.readers[t].pos)]
+            waiting = [t for t in self._in_play if not self.thread_readers[t].files and not _has_written(self.thread_readers[t].pos)]
             if waiting:
                 log.warning("waiting for the first records of redo thread(s) %s: nothing is published until each "
                             "thread in play has written", ", ".join(map(str, waiting)))
-        for reader in self.readers.values():
-            self._start(reader)
+        return [self._reader(r) for r in self.thread_readers.values()]
 
-    def _start(self, reader: ThreadReader | ReaderProcess) -> None:
-        t = threading.Thread(target=self._run, args=(reader,), name=f"reader-{reader.thread}", daemon=True)
-        self._threads.append(t)
-        t.start()
+    def _reader(self, reader: ThreadReader | ReaderProcess) -> Reader:
+        poll = self._poll_interval
+        run = (lambda: reader.follow(poll)) if self._follow else reader.read_to_end
+        return Reader(f"reader-{reader.thread}", run, reader.thread)
 
-    def _run(self, reader: ThreadReader | ReaderProcess) -> None:
-        # Offline, the other threads read on after bad input: their records are accepted,
-        # and what the failing thread's progress allows is published. Following, all stop.
-        run_reported(
-            (lambda: reader.follow(self._poll_interval)) if self._follow else reader.read_to_end,
-            self.errors, self._stop, self.settings.on_append, stop_on_input_error=self._follow,
-        )
+    def new_readers(self) -> list[Reader]:
+        """Follow mode: readers for redo threads whose first files appeared since."""
+        return [self._reader(self._add(thread, files, None))
+                for thread, files in scan(self.input_dir).items() if thread not in self.thread_readers]
 
-    def new_threads(self) -> list[int]:
-        """Follow mode: start readers for redo threads whose first files appeared since."""
-        new = []
-        for thread, files in scan(self.input_dir).items():
-            if thread not in self.readers:
-                self._start(self._add(thread, files, None))
-                new.append(thread)
-        return new
-
-    def on_published(self, accepted: CommitKey | None, durable: CommitKey | None) -> None:
-        if accepted is not None:
-            self.published_scn.value = accepted.scn
+    def acknowledge(self, ack: Acknowledgement) -> None:
+        if ack.published is not None:
+            self.published_scn.value = ack.published.scn
 
     def closed_through(self) -> dict[int, int]:
-        return {t: r.closed_through for t, r in self.readers.items() if r.closed_through >= 0}
+        return {t: r.closed_through for t, r in self.thread_readers.items() if r.closed_through >= 0}
 
     def threads(self) -> dict[int, bool]:
-        return {t: r.pos.finished for t, r in self.readers.items()}
-
-    def alive(self) -> bool:
-        return any(t.is_alive() for t in self._threads)
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def join(self) -> None:
-        for t in self._threads:
-            t.join()
+        return {t: r.pos.finished for t, r in self.thread_readers.items()}
 
     # -- figures -------------------------------------------------------------------------
 
     def figures(self) -> SourceFigures:
         return SourceFigures(
-            records_read=sum(r.stats.records for r in self.readers.values()),
+            records_read=sum(r.stats.records for r in self.thread_readers.values()),
             quarantined=self._quarantined(),
         )
 
@@ -210,7 +174,7 @@ class RedoSource:
         its size: offsets count decompressed bytes); and of all the files. A file gone
         while it is looked at (archived to its ``.zst`` in the meantime) counts 0 this once."""
         read = total = 0
-        for r in self.readers.values():
+        for r in self.thread_readers.values():
             pos = r.pos
             for seq, f in list(r.files.items()):
                 size = _size(f.path)
@@ -224,11 +188,8 @@ class RedoSource:
     def _quarantined(self) -> int:
         """Bad records written to the dead-letter file by this run."""
         if self.processes:
-            return sum(r.quarantined for r in self.readers.values() if isinstance(r, ReaderProcess))
+            return sum(r.quarantined for r in self.thread_readers.values() if isinstance(r, ReaderProcess))
         return self.dead_letters.count if self.dead_letters else 0
-
-    def metrics(self) -> list[Metric]:
-        return []
 
     def close(self) -> None:
         if self.dead_letters:
