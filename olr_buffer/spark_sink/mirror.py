@@ -183,11 +183,6 @@ def mirror_foreach_batch(target: str, *, changefeed: str, tables: Iterable[str] 
         nonlocal queue_id
         DeltaTable = _delta_tables()
         spark = batch.sparkSession
-        if "DeltaSparkSessionExtension" not in spark.conf.get("spark.sql.extensions", ""):
-            raise DeltaSparkMissingError(
-                "olr_buffer.spark.mirror_foreach_batch needs delta-spark's jars in the session: "
-                "spark.sql.extensions io.delta.sql.DeltaSparkSessionExtension and spark.sql.catalog.spark_catalog "
-                "org.apache.spark.sql.delta.catalog.DeltaCatalog (configure_spark_with_delta_pip)", name="delta")
         if queue_id is None:
             queue_id = (read_manifest(Location(changefeed)) or {}).get("queue_id") or "unknown"
         batch = batch.select("owner", "table", *_COLUMNS).persist()
@@ -197,7 +192,15 @@ def mirror_foreach_batch(target: str, *, changefeed: str, tables: Iterable[str] 
                 if wanted is not None and (owner, name) not in wanted:
                     continue
                 path = f"{base}/{owner}/{name}"
-                exists = DeltaTable.isDeltaTable(spark, path)
+                try:
+                    exists = DeltaTable.isDeltaTable(spark, path)
+                except Exception as exc:  # the Python package without its jars: py4j finds no io.delta class
+                    if not any(sign in str(exc) for sign in ("JavaPackage", "io.delta", "ClassNotFound")):
+                        raise
+                    raise DeltaSparkMissingError(
+                        "olr_buffer.spark.mirror_foreach_batch needs delta-spark's jars in the Spark session: "
+                        "configure_spark_with_delta_pip(builder), or --packages io.delta:delta-spark_2.13:VERSION, "
+                        "with spark.sql.extensions io.delta.sql.DeltaSparkSessionExtension", name="delta") from None
                 current = DeltaTable.forPath(spark, path).toDF() if exists else None
                 out, last, key = _decide(batch, owner, name, None, current, document)
                 if out is not None:

@@ -7,13 +7,20 @@ reference for the rules (tests/mirror)."""
 
 from __future__ import annotations
 
+import itertools
+
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from olr_buffer.mirror import MirrorOptions, mirror
-from olr_buffer.spark import DeltaSparkMissingError, mirror_batch_changes, mirror_foreach_batch, read_changefeed
+from olr_buffer.spark import (
+    DeltaSparkMissingError,
+    mirror_batch_changes,
+    mirror_foreach_batch,
+    read_changefeed,
+)
 
 from ..mirror.test_mirror import TABLES, make_changefeed
 
@@ -68,7 +75,7 @@ def test_batches_decided_in_spark_end_as_the_service_mirror(spark, tmp_path, cut
     feed = read_changefeed(spark, str(cf)).cache()
     appliers = {t: Applier(KEYS[t]) for t in TABLES}
     bounds = [-1, *cuts, TRANSACTIONS - 1]
-    for lo, hi in zip(bounds, bounds[1:]):
+    for lo, hi in itertools.pairwise(bounds):
         batch = feed.filter((feed.tx_seq > lo) & (feed.tx_seq <= hi))
         for table, applier in appliers.items():
             out = mirror_batch_changes(batch, changefeed=str(cf), table=f"SHOP.{table}",
