@@ -8,6 +8,7 @@ reference for the rules (tests/mirror)."""
 from __future__ import annotations
 
 import itertools
+import json
 
 import pyarrow as pa
 import pytest
@@ -110,3 +111,45 @@ def test_the_foreach_batch_function_names_delta_spark_when_it_is_missing(spark, 
         mirror_foreach_batch(str(tmp_path / "mirror"), changefeed=str(tmp_path / "cf"))
     message = str(exc.value)
     assert "\n" not in message and "delta-spark" in message and "pip install delta-spark" in message
+
+
+def test_a_truncate_in_a_batch_writes_the_table_again_as_the_service_does(spark, tmp_path):
+    """PostgreSQL's truncate (not in the redo input): rows and changes made by hand, the
+    service's rules and table (``deltalake``) beside the Spark decision, batch by batch."""
+    from olr_buffer.mirror import Change, TableRules
+    from olr_buffer.mirror.table import MirrorTable
+
+    doc = {"format": 1, "source": "postgresql", "owner": "p", "table": "t", "key": ["id"],
+           "columns": [{"name": "id", "type": "integer", "nullable": False, "spark": "int"},
+                       {"name": "v", "type": "text", "nullable": True, "spark": "string"}]}
+    cf = tmp_path / "cf"
+    (cf / "_olr_buffer" / "schemas").mkdir(parents=True)
+    (cf / "_olr_buffer" / "schemas" / "v1.json").write_text(json.dumps(doc))
+    service = MirrorTable(str(tmp_path / "svc"), "p", "t", "app")
+    service.open()
+    rules = TableRules("p", "t", None, None, lambda version: doc)
+    applier = Applier(["id"])
+
+    def change(tx, op, before=None, after=None):
+        return Change(tx, 0, 100 + tx, op, before and json.dumps(before), after and json.dumps(after), "v1")
+
+    batches = [
+        [change(0, "c", after={"id": 1, "v": "a"}), change(1, "c", after={"id": 2, "v": "b"})],
+        [change(2, "u", before={"id": 1}, after={"v": "A"}), change(3, "t"), change(4, "c", after={"id": 3, "v": "c"}),
+         change(5, "u", before={"id": 3}, after={"v": "C"})],
+        [change(6, "u", before={"id": 3}, after={"v": "D"}), change(7, "c", after={"id": 4, "v": "d"})],
+    ]
+    changes = []
+    for batch in batches:
+        service.commit(rules.plan(batch, service.fetch, service.load))
+        df = spark.createDataFrame(
+            [("p", "t", c.tx_seq, c.op_seq, c.c_scn, c.op, c.before, c.after, c.version) for c in batch],
+            "owner string, table string, tx_seq long, op_seq long, c_scn long, op string, before string, "
+            "after string, schema_version string")
+        out = mirror_batch_changes(df, changefeed=str(cf), table="p.t", current=applier.current(spark)).toArrow()
+        changes.append(out.column("_change").to_pylist())
+        applier.apply(out)
+        assert _sorted(applier.rows) == _sorted(DeltaTable(service.uri).to_pyarrow_table().to_pylist())
+    assert changes == [["truncate", "upsert", "upsert"], ["truncate", "upsert"], ["upsert", "upsert"]]
+    assert applier.rows == [{"id": 3, "v": "D", "tx_seq": 6, "c_scn": 106}, {"id": 4, "v": "d", "tx_seq": 7,
+                                                                           "c_scn": 107}]
