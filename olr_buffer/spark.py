@@ -15,11 +15,14 @@ from .spark_sink import (
     TRUNCATES,
     ChangefeedNotFoundError,
     ChangefeedReadError,
+    DeltaSparkMissingError,
     PySparkMissingError,
     UnknownTableError,
     changefeed_schema,
     ddl_columns_of,
     infer_schema,
+    mirror_batch_changes,
+    mirror_foreach_batch,
     read_changefeed,
     read_schema_document,
     snapshot,
@@ -31,9 +34,9 @@ from .spark_sink import (
 )
 
 __all__ = [
-    "CDF_COLUMNS", "ChangefeedNotFoundError", "ChangefeedReadError", "DELTA_STREAM_FORMAT", "PART_GLOB",
+    "CDF_COLUMNS", "ChangefeedNotFoundError", "ChangefeedReadError", "DELTA_STREAM_FORMAT", "DeltaSparkMissingError", "PART_GLOB",
     "PySparkMissingError", "TRUNCATES", "TRUNCATE_CHANGE_TYPE", "UnknownTableError", "changefeed_schema",
-    "ddl_columns_of", "infer_schema", "read_changefeed", "read_schema_document", "snapshot", "spark_path",
+    "ddl_columns_of", "infer_schema", "mirror_batch_changes", "mirror_foreach_batch", "read_changefeed", "read_schema_document", "snapshot", "spark_path",
     "stream_changefeed", "table_changes", "table_schema", "typed",
 ]
 

@@ -19,12 +19,14 @@ LAYERS = {
     "changes": 2, "dead_letters": 2, "olr_protocol": 2,
     "sources": 3, "sinks": 3, "service": 3,
     # the dispatcher calls a sink through the contract sinks/base.py states
-    "dispatcher": 4, "spark_sink": 4, "serve": 4, "mirror": 4,
-    "runtime": 5, "status": 5, "simulate": 5, "spark": 5,
-    "demo": 6, "cli": 7,
+    "dispatcher": 4, "serve": 4, "mirror": 4,
+    # the Spark side applies the mirror's rules (spark_sink/mirror.py)
+    "runtime": 5, "status": 5, "simulate": 5, "spark_sink": 5,
+    "spark": 6,
+    "demo": 7, "cli": 8,
     # what the tests and benchmarks run against (a MemoryQueue): above everything, so no
     # module of the product can import it
-    "testing": 8,
+    "testing": 9,
 }
 
 # the doors of sources/ and sinks/: what a module outside a source's (a sink's) package may

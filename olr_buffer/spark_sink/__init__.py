@@ -3,7 +3,9 @@
 - :mod:`.reading`: the changefeed as a batch DataFrame (:func:`read_changefeed`), its
   schema, and what the helpers share;
 - :mod:`.streaming`: the changefeed as a streaming DataFrame (:func:`stream_changefeed`);
-- :mod:`.tables`: one table: its changes, snapshot, typed rows and schemas.
+- :mod:`.tables`: one table: its changes, snapshot, typed rows and schemas;
+- :mod:`.mirror`: mirror tables with delta-spark (:func:`mirror_foreach_batch`), by the
+  rules of ``olr-buffer mirror``.
 
 Users import these as :mod:`olr_buffer.spark` (docs/spark.md), which gives the same
 objects; this package is where they live. PySpark is an extra, imported only when a
@@ -19,6 +21,7 @@ from .reading import (
     read_changefeed,
     spark_path,
 )
+from .mirror import DeltaSparkMissingError, mirror_batch_changes, mirror_foreach_batch
 from .streaming import DELTA_STREAM_FORMAT, stream_changefeed
 from .tables import (
     CDF_COLUMNS,
@@ -33,9 +36,9 @@ from .tables import (
 )
 
 __all__ = [
-    "CDF_COLUMNS", "ChangefeedNotFoundError", "ChangefeedReadError", "DELTA_STREAM_FORMAT", "PART_GLOB",
+    "CDF_COLUMNS", "ChangefeedNotFoundError", "ChangefeedReadError", "DELTA_STREAM_FORMAT", "DeltaSparkMissingError", "PART_GLOB",
     "PySparkMissingError", "TRUNCATES", "TRUNCATE_CHANGE_TYPE", "UnknownTableError", "changefeed_schema",
-    "ddl_columns_of", "infer_schema", "read_changefeed", "read_schema_document", "snapshot", "spark_path",
+    "ddl_columns_of", "infer_schema", "mirror_batch_changes", "mirror_foreach_batch", "read_changefeed", "read_schema_document", "snapshot", "spark_path",
     "stream_changefeed", "table_changes", "table_schema", "typed",
 ]
 
