@@ -17,7 +17,7 @@ from its own files, the last commit it made durable; the runtime skips what is a
 it when it reads the queue again. Its position document (stored by the runtime in the
 queue with each checkpoint) lets it refuse a directory that lost files since. One queue
 writes it: the first records its id (``_owner``); another queue is refused, unless told to
-adopt the directory (``--adopt-changefeed``).
+adopt the directory (``PipelineOptions(adopt_changefeed=True)``).
 
 docs/architecture.md, "Adding a sink", walks through it, and
 tests/sinks/test_example_sink.py runs ``replay`` through it, also killed and run again. To
