@@ -58,8 +58,11 @@ class MotoServer:
         import boto3
 
         return boto3.client(
-            "s3", endpoint_url=self.endpoint, region_name=REGION,
-            aws_access_key_id=ACCESS_KEY, aws_secret_access_key=SECRET_KEY,
+            "s3",
+            endpoint_url=self.endpoint,
+            region_name=REGION,
+            aws_access_key_id=ACCESS_KEY,
+            aws_secret_access_key=SECRET_KEY,
         )
 
     def new_bucket(self) -> str:
@@ -86,7 +89,9 @@ def start_moto(log_dir: Path, *, extra_env: dict[str, str] | None = None, timeou
         with open(log, "wb") as out:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                stdout=out, stderr=subprocess.STDOUT, env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
             )
         endpoint = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + timeout

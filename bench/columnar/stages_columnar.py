@@ -131,8 +131,11 @@ def main() -> None:
 
     def add(name: str, cpu: float) -> None:
         res.setdefault(name, []).append(cpu / lines * 1e6)
-        print(f"[{time.strftime('%H:%M:%S')}] {name}: {cpu:.2f} s CPU, {cpu / lines * 1e6:.3f} us a line",
-              file=sys.stderr, flush=True)
+        print(
+            f"[{time.strftime('%H:%M:%S')}] {name}: {cpu:.2f} s CPU, {cpu / lines * 1e6:.3f} us a line",
+            file=sys.stderr,
+            flush=True,
+        )
 
     queue_dir = os.path.join(args.work, "columnar-queue")
     out = os.path.join(args.work, "columnar-changefeed")

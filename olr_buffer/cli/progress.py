@@ -12,13 +12,21 @@ import click
 
 def progress_options(fn: Callable) -> Callable:
     """``--progress/--no-progress`` and ``--progress-interval`` (replay, simulate, compact)."""
-    fn = click.option("--progress-interval", type=click.FloatRange(min=0), default=10.0, show_default=True,
-                      help="Seconds between two progress lines when stderr is not a terminal. Given (here, in the "
-                           "environment or in --config), it turns progress on unless --no-progress says otherwise.")(fn)
-    return click.option("--progress/--no-progress", default=None,
-                        help="Progress on stderr (default: when stderr is a terminal or --progress-interval is given). "
-                             "On a terminal one line rewritten in place; to a file or a pipe a plain line every "
-                             "--progress-interval seconds.")(fn)
+    fn = click.option(
+        "--progress-interval",
+        type=click.FloatRange(min=0),
+        default=10.0,
+        show_default=True,
+        help="Seconds between two progress lines when stderr is not a terminal. Given (here, in the "
+        "environment or in --config), it turns progress on unless --no-progress says otherwise.",
+    )(fn)
+    return click.option(
+        "--progress/--no-progress",
+        default=None,
+        help="Progress on stderr (default: when stderr is a terminal or --progress-interval is given). "
+        "On a terminal one line rewritten in place; to a file or a pipe a plain line every "
+        "--progress-interval seconds.",
+    )(fn)
 
 
 def progress_line(progress: bool | None, interval: float, figures: Callable) -> "ProgressLine | None":

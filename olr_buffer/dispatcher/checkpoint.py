@@ -150,7 +150,7 @@ def decode_checkpoint(value: bytes, where: str = "queue") -> Checkpoint:
             f"{where}: the dispatcher checkpoint has format {version!r}; this olr-buffer reads format "
             f"{CHECKPOINT_FORMAT}",
             hint="the queue was written by another version of olr-buffer: use that version to finish it, "
-                 "or replay the input into a new queue directory",
+            "or replay the input into a new queue directory",
         )
     try:
         return msgspec.json.decode(body, type=Checkpoint)

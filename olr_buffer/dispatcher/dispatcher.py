@@ -447,8 +447,12 @@ class Dispatcher:
                 key = _commit_key((scn, thread, seq, line))
                 # a late rollback publishes nothing, so it cannot break commit order (the
                 # PostgreSQL source rolls back, at scn 0, what a reconnect sends again)
-                if code == COMMIT and fresh and last_key is not None and key < last_key and (
-                    txn.end_key is None or key < txn.end_key
+                if (
+                    code == COMMIT
+                    and fresh
+                    and last_key is not None
+                    and key < last_key
+                    and (txn.end_key is None or key < txn.end_key)
                 ):
                     self._late_end(txn, key, first)
                     break
@@ -482,10 +486,18 @@ class Dispatcher:
         self.stats.abandoned_records += count
         if xid not in self._abandoned_seen or ends:
             self._abandoned_seen.add(xid)
-            end = f"; its end came ({'commit' if ends[0][0] == COMMIT else 'rollback'} at scn {ends[0][1]})" if ends else ""
+            end = (
+                f"; its end came ({'commit' if ends[0][0] == COMMIT else 'rollback'} at scn {ends[0][1]})"
+                if ends
+                else ""
+            )
             log.warning(
                 "%d record(s) of abandoned transaction %s (redo thread %d) came after it was abandoned: not "
-                "published%s", count, xid, thread, end,
+                "published%s",
+                count,
+                xid,
+                thread,
+                end,
                 extra={"xid": xid, "redo_thread": thread, "abandoned_records": self.stats.abandoned_records},
             )
 
@@ -520,8 +532,10 @@ class Dispatcher:
                 if start_tm is None:
                     txn.seen_tm = start_tm = clock
                 elif clock - start_tm > limit_ns:
-                    reason = (f"started {(clock - start_tm) / 1e9:.1f}s before the clock, the median tm of the "
-                              f"last {CLOCK_ENDS} ends (limit {seconds:g}s)")
+                    reason = (
+                        f"started {(clock - start_tm) / 1e9:.1f}s before the clock, the median tm of the "
+                        f"last {CLOCK_ENDS} ends (limit {seconds:g}s)"
+                    )
             if reason is not None:
                 out.append(self._abandon(txn, reason, start_tm, ref))
         return out
@@ -561,8 +575,9 @@ class Dispatcher:
                 f"sequence {key.sequence}, line {key.line}) arrived after commit scn {self.last_key.scn} "
                 f"(thread {self.last_key.thread}) was published",
                 hint="the input of a thread in play went back below what was published; nothing out of order "
-                     "was published",
-                index=block, xid=txn.xid,
+                "was published",
+                index=block,
+                xid=txn.xid,
             )
         # a thread not in play: the transaction is late, whole; never published
         if self.open.get(txn.xid) is txn:
@@ -593,7 +608,7 @@ class Dispatcher:
         try:
             return self._act_on(ready)
         except BaseException:
-            pending[:0] = ready[self._acted:]  # not looked at: still pending (as with a heap)
+            pending[:0] = ready[self._acted :]  # not looked at: still pending (as with a heap)
             raise
 
     def _act_on(self, ready: list[tuple[CommitKey, int, OpenTransaction]]) -> int:
@@ -631,14 +646,19 @@ class Dispatcher:
                 elif published_through is not None and key <= published_through:
                     stats.already_published += 1
                     if self.log_skipped:
-                        log.info("skipped as already published: xid %r, commit %s", xid, tuple(key),
-                                 extra={"xid": xid, "c_scn": key.scn})
+                        log.info(
+                            "skipped as already published: xid %r, commit %s",
+                            xid,
+                            tuple(key),
+                            extra={"xid": xid, "c_scn": key.scn},
+                        )
                 elif txn.begin_scn < 0 or txn.begin_scn > key[0]:
                     stats.no_begin += 1
                 elif check_order and key < self.last_key:
                     raise DispatchError(  # the last line of defence: _process keeps such ends out
                         f"commit of {xid} at scn {key.scn} would be published after commit scn {self.last_key.scn}",
-                        hint="this is a bug: nothing out of order was published", xid=xid,
+                        hint="this is a bug: nothing out of order was published",
+                        xid=xid,
                     )
                 elif batching and txn.rows <= _BATCH_TX_MAX_ROWS:
                     self.last_key = key

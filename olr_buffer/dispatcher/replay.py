@@ -178,8 +178,9 @@ class Replayer:
                 if code in ROW_CODES or code & COMPENSATION:
                     yield (rec[scn_], rec[sub_], thread, rec[seq_], rec[line_], rec)
 
-    def _record_chunks(self, txn: OpenTransaction, c_scn: int, count_late: bool = False,
-                       reverse: bool = False) -> Iterator[tuple[int, list[list]]]:
+    def _record_chunks(
+        self, txn: OpenTransaction, c_scn: int, count_late: bool = False, reverse: bool = False
+    ) -> Iterator[tuple[int, list[list]]]:
         """``(thread, records)``, in row order (or reverse row order): of one thread, its
         spans as decoded (other records than rows and compensations included); of several,
         their merged records in runs of one thread."""

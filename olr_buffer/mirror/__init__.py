@@ -9,5 +9,19 @@ from .service import Mirror, MirrorOptions, MirrorResult, mirror
 from .progress import mirror_status, render_mirror
 from .table import app_id, arrow_rows
 
-__all__ = ["Change", "Mirror", "MirrorDataError", "MirrorError", "MirrorMetrics", "MirrorOptions", "MirrorResult", "Plan",
-           "TableRules", "app_id", "arrow_rows", "mirror", "mirror_status", "render_mirror"]
+__all__ = [
+    "Change",
+    "Mirror",
+    "MirrorDataError",
+    "MirrorError",
+    "MirrorMetrics",
+    "MirrorOptions",
+    "MirrorResult",
+    "Plan",
+    "TableRules",
+    "app_id",
+    "arrow_rows",
+    "mirror",
+    "mirror_status",
+    "render_mirror",
+]

@@ -54,13 +54,31 @@ _ARRAY_TEXT = re.compile(forms.ARRAY)
 _DECIMAL_TEXT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)")  # plain digits (the type's figures: below)
 _FRACTION = re.compile(r"\.([0-9]+)")
 _INT_RANGES = {8: 1 << 7, 16: 1 << 15, 32: 1 << 31, 64: 1 << 63}
-_FLOAT_WORDS = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf"),
-                "inf": float("inf"), "-inf": float("-inf")}
+_FLOAT_WORDS = {
+    "NaN": float("nan"),
+    "Infinity": float("inf"),
+    "-Infinity": float("-inf"),
+    "inf": float("inf"),
+    "-inf": float("-inf"),
+}
 _SIMPLE = {
-    "boolean": pa.bool_(), "tinyint": pa.int8(), "byte": pa.int8(), "smallint": pa.int16(), "short": pa.int16(),
-    "int": pa.int32(), "integer": pa.int32(), "bigint": pa.int64(), "long": pa.int64(), "float": pa.float32(),
-    "real": pa.float32(), "double": pa.float64(), "string": pa.string(), "binary": pa.binary(), "date": pa.date32(),
-    "timestamp": pa.timestamp("us", tz="UTC"), "timestamp_ntz": pa.timestamp("us"),
+    "boolean": pa.bool_(),
+    "tinyint": pa.int8(),
+    "byte": pa.int8(),
+    "smallint": pa.int16(),
+    "short": pa.int16(),
+    "int": pa.int32(),
+    "integer": pa.int32(),
+    "bigint": pa.int64(),
+    "long": pa.int64(),
+    "float": pa.float32(),
+    "real": pa.float32(),
+    "double": pa.float64(),
+    "string": pa.string(),
+    "binary": pa.binary(),
+    "date": pa.date32(),
+    "timestamp": pa.timestamp("us", tz="UTC"),
+    "timestamp_ntz": pa.timestamp("us"),
 }
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 
@@ -140,8 +158,12 @@ def value(v: Any, t: pa.DataType) -> Any:
     if pa.types.is_floating(t):
         if isinstance(v, str) and v in _FLOAT_WORDS:
             return _FLOAT_WORDS[v]
-        if isinstance(v, bool) or not isinstance(v, (int, decimal.Decimal, str)) or \
-                isinstance(v, str) and not _FLOAT_TEXT.match(v):
+        if (
+            isinstance(v, bool)
+            or not isinstance(v, (int, decimal.Decimal, str))
+            or isinstance(v, str)
+            and not _FLOAT_TEXT.match(v)
+        ):
             raise Misfit("not a number")
         f = float(v)
         if t.bit_width == 32 and abs(f) != float("inf") and abs(f) > 3.4028234663852886e38:

@@ -124,7 +124,7 @@ _any = msgspec.json.Decoder().decode
 def _not_json(exc: msgspec.DecodeError) -> MessageError:
     reason = str(exc)
     if reason.startswith("JSON is malformed: "):
-        reason = reason[len("JSON is malformed: "):]
+        reason = reason[len("JSON is malformed: ") :]
     return MessageError(f"not valid JSON ({reason})")
 
 
@@ -138,8 +138,17 @@ class Received:
 
     __slots__ = ("scn", "tm", "c_scn", "c_idx", "xid", "rth", "db", "payload")
 
-    def __init__(self, scn: int | None, tm: int | None, c_scn: int | None, c_idx: int | None, xid: str | None,
-                 rth: int | None, db: str | None, payload: list[Entry]) -> None:
+    def __init__(
+        self,
+        scn: int | None,
+        tm: int | None,
+        c_scn: int | None,
+        c_idx: int | None,
+        xid: str | None,
+        rth: int | None,
+        db: str | None,
+        payload: list[Entry],
+    ) -> None:
         self.scn = scn
         self.tm = tm
         self.c_scn = c_scn

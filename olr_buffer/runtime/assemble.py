@@ -106,7 +106,8 @@ class Pipeline:
         try:
             queue_id = self.queue.meta(QUEUE_ID_KEY)
             settings = SinkSettings(
-                durable=opts.durable, retry=retry,
+                durable=opts.durable,
+                retry=retry,
                 # a changefeed on object storage: temporary files in the queue directory (local,
                 # this process's), and the lease recorded as this queue's
                 staging=os.path.join(queue_dir, CHANGEFEED_STAGING),
@@ -115,7 +116,8 @@ class Pipeline:
             self.sink = sink = open_sink(opts.sink, changefeed_dir, settings, opts.sink_flags())
             self.appended = threading.Event()
             self.source = source_calls = SourceCalls(
-                source, self.queue,
+                source,
+                self.queue,
                 block_records=opts.block_records,
                 block_bytes=opts.block_bytes,
                 processes=opts.reader_processes,

@@ -147,8 +147,7 @@ class Sink(TransactionSink, Protocol):
         """Its position document now, for the runtime to store with the checkpoint."""
         ...
 
-    def figures(self) -> SinkFigures:
-        ...
+    def figures(self) -> SinkFigures: ...
 
     def abandon(self) -> None:
         """Drop what is not durable: the next run hands it over again."""

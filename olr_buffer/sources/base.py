@@ -146,8 +146,7 @@ class Identified(Protocol):
 class Measured(Protocol):
     """Optional: a source with figures of its own for the service's metrics."""
 
-    def metrics(self) -> list[Metric]:
-        ...
+    def metrics(self) -> list[Metric]: ...
 
 
 @runtime_checkable
@@ -168,8 +167,7 @@ class Closes(Protocol):
     """Optional: a source that holds something to release once its readers are done (a
     dead-letter file)."""
 
-    def close(self) -> None:
-        ...
+    def close(self) -> None: ...
 
 
 @runtime_checkable

@@ -98,8 +98,11 @@ class SourceRunner:
 
     def _start(self, reader: Reader) -> None:
         t = threading.Thread(
-            target=run_reported, args=(reader.run, self.errors, self._stop, self.settings.on_append),
-            kwargs={"stop_on_input_error": self.following}, name=reader.name, daemon=True,
+            target=run_reported,
+            args=(reader.run, self.errors, self._stop, self.settings.on_append),
+            kwargs={"stop_on_input_error": self.following},
+            name=reader.name,
+            daemon=True,
         )
         self._threads.append(t)
         t.start()

@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
+
 class PySparkMissingError(ModuleNotFoundError):
     """A Spark helper was called where PySpark is not installed (the service and its
     commands run without it)."""
@@ -44,7 +45,9 @@ def needs_pyspark(fn: Callable) -> Callable:
         except ImportError as exc:
             raise PySparkMissingError(
                 f"olr_buffer.spark.{fn.__name__} needs PySpark, which is not installed: "
-                "pip install 'olr-buffer[spark]' (or pyspark>=3.5)", name="pyspark") from exc
+                "pip install 'olr-buffer[spark]' (or pyspark>=3.5)",
+                name="pyspark",
+            ) from exc
         return fn(*args, **kwargs)
 
     return checked
@@ -59,7 +62,7 @@ def _not_found(path: str, waited: float | None) -> ChangefeedNotFoundError:
     return ChangefeedNotFoundError(
         f"{path}: {where}",
         hint=f"start olr-buffer run (or replay) with --changefeed {path} first: it creates the directory"
-             + ("; or give wait_seconds=N to wait for it" if waited == 0 else ""),
+        + ("; or give wait_seconds=N to wait for it" if waited == 0 else ""),
         path=path,
     )
 
@@ -106,9 +109,7 @@ def changefeed_schema() -> "StructType":
     from ..sinks.parquet import ARROW_SCHEMA, TIMESTAMP
 
     spark_type = {"int64": LongType(), "int32": IntegerType(), "string": StringType(), str(TIMESTAMP): TimestampType()}
-    return StructType(
-        [StructField(f.name, spark_type[str(f.type)], nullable=f.nullable) for f in ARROW_SCHEMA]
-    )
+    return StructType([StructField(f.name, spark_type[str(f.type)], nullable=f.nullable) for f in ARROW_SCHEMA])
 
 
 @needs_pyspark
@@ -116,7 +117,7 @@ def spark_path(path: str) -> str:
     """The changefeed's location as Spark's Hadoop filesystems name it: ``s3://`` (as
     olr-buffer and the AWS tools write it) becomes ``s3a://`` (hadoop-aws's S3A connector);
     anything else stays as it is."""
-    return "s3a://" + path[len("s3://"):] if path.startswith("s3://") else path
+    return "s3a://" + path[len("s3://") :] if path.startswith("s3://") else path
 
 
 @needs_pyspark
@@ -179,7 +180,7 @@ def _store_target(path: str) -> str | None:
     path); None for a scheme they do not have (the changefeed cannot be there)."""
     target = path.removeprefix("file://")
     if target.startswith("s3a://"):
-        target = "s3://" + target[len("s3a://"):]
+        target = "s3://" + target[len("s3a://") :]
     if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", target) and not target.startswith("s3://"):
         return None
     return target

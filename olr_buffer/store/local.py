@@ -36,8 +36,9 @@ class LocalStore(Store):
     ``mode`` (0700 by default), files with ``mode`` less the x bits. ``durable=False``
     skips the fsyncs (tests, benchmarks)."""
 
-    def __init__(self, root: str | os.PathLike[str], *, mode: int = 0o700, durable: bool = True,
-                 staging: str = STAGING) -> None:
+    def __init__(
+        self, root: str | os.PathLike[str], *, mode: int = 0o700, durable: bool = True, staging: str = STAGING
+    ) -> None:
         self.root = os.path.abspath(os.fspath(root))
         self.uri = os.fspath(root)
         self.mode = mode
@@ -219,16 +220,19 @@ class LocalStore(Store):
 
     def _staged(self, data: bytes) -> AbstractContextManager[str]:
         """A complete, synced temporary file holding ``data``, removed on leaving."""
-        return self._staging(lambda tmp: write_file(tmp, data, durable=self.durable, mode=self.file_mode,
-                                                    exclusive=True))
+        return self._staging(
+            lambda tmp: write_file(tmp, data, durable=self.durable, mode=self.file_mode, exclusive=True)
+        )
 
     def _staged_copy(self, src: str) -> AbstractContextManager[str]:
         """A complete, synced temporary copy of the file ``src``, removed on leaving."""
+
         def copy(tmp: str) -> None:
             shutil.copyfile(src, tmp)
             os.chmod(tmp, self.file_mode)
             if self.durable:
                 fsync_file(tmp)
+
         return self._staging(copy)
 
     @contextmanager
@@ -333,6 +337,9 @@ def _os_error(exc: OSError, doing: str, path: str) -> StoreError:
             **facts,
         )
     if exc.errno == errno.ENOSPC:
-        return StoreError(f"{path}: cannot {doing}: no space left on device",
-                          hint="free disk space, then run the same command again", **facts)
+        return StoreError(
+            f"{path}: cannot {doing}: no space left on device",
+            hint="free disk space, then run the same command again",
+            **facts,
+        )
     return StoreError(f"{path}: cannot {doing}: {reason}", **facts)

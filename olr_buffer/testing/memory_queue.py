@@ -43,9 +43,7 @@ class MemoryQueue(TxQueue):
             codec = thread_codec()
             value = codec.encode(records)
             block = codec.decode(first, value)
-            if not self._segments or (
-                self._seg_size[-1] >= self.segment_bytes and self._seg_first[-1] != self._next
-            ):
+            if not self._segments or (self._seg_size[-1] >= self.segment_bytes and self._seg_first[-1] != self._next):
                 self._segments.append([])
                 self._seg_first.append(first)
                 self._seg_size.append(0)

@@ -62,9 +62,7 @@ class BlockCodec:
             raise QueueCorruptError(f"queue block {first}{where}: truncated header", index=first)
         version, count, raw_len, crc = _HEADER.unpack_from(value, 0)
         if version != FORMAT_VERSION:
-            raise QueueCorruptError(
-                f"queue block {first}{where}: unknown format version {version}", index=first
-            )
+            raise QueueCorruptError(f"queue block {first}{where}: unknown format version {version}", index=first)
         compressed = bytes(value[HEADER_SIZE:])
         if zlib.crc32(compressed) != crc:
             raise QueueCorruptError(

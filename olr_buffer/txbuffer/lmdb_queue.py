@@ -106,7 +106,9 @@ class LmdbQueue(TxQueue):
         self.path = os.fspath(path)
         if max_open_segments is None:
             limit = _fd_limit()
-            max_open_segments = min(DEFAULT_MAX_OPEN_SEGMENTS, limit // 12) if isinstance(limit, int) else DEFAULT_MAX_OPEN_SEGMENTS
+            max_open_segments = (
+                min(DEFAULT_MAX_OPEN_SEGMENTS, limit // 12) if isinstance(limit, int) else DEFAULT_MAX_OPEN_SEGMENTS
+            )
         self.max_open_segments = max(2, int(max_open_segments))
         self._open: OrderedDict[int, _Segment] = OrderedDict()  # open environments, least recently used first
         self.read_only = read_only
@@ -218,8 +220,11 @@ class LmdbQueue(TxQueue):
                 if _out_of_descriptors(exc):
                     raise self._out_of_files(seg, exc) from exc
                 if not self.read_only and ("No space" in str(exc) or _disk_full(self._seg_dir)):
-                    raise QueueFullError(f"{seg.path}: no space left on device creating the segment",
-                                         hint="free disk space, then run the same command again", path=seg.path) from exc
+                    raise QueueFullError(
+                        f"{seg.path}: no space left on device creating the segment",
+                        hint="free disk space, then run the same command again",
+                        path=seg.path,
+                    ) from exc
                 raise QueueCorruptError(f"{seg.path}: cannot open segment: {exc}", path=seg.path) from exc
             env.reader_check()
             if self.read_only:
@@ -236,9 +241,11 @@ class LmdbQueue(TxQueue):
                 except lmdb.Error as exc:  # creating them is a write: a full disk shows here
                     env.close()
                     if "No space" in str(exc) or _disk_full(self._seg_dir):
-                        raise QueueFullError(f"{seg.path}: no space left on device creating the segment",
-                                             hint="free disk space, then run the same command again",
-                                             path=seg.path) from exc
+                        raise QueueFullError(
+                            f"{seg.path}: no space left on device creating the segment",
+                            hint="free disk space, then run the same command again",
+                            path=seg.path,
+                        ) from exc
                     raise QueueError(f"{seg.path}: cannot create the segment: {exc}", path=seg.path) from exc
             seg.env = env
             self._open[seg.first] = seg
@@ -327,8 +334,11 @@ class LmdbQueue(TxQueue):
                 os.close(fd)
         except OSError as exc:
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise QueueFullError(f"{path}: no space left on device creating the segment's lock file",
-                                     hint="free disk space, then run the same command again", path=path) from None
+                raise QueueFullError(
+                    f"{path}: no space left on device creating the segment's lock file",
+                    hint="free disk space, then run the same command again",
+                    path=path,
+                ) from None
             if exc.errno in (errno.EMFILE, errno.ENFILE):
                 raise  # named by the caller, as LMDB's own failure to open would be
             if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):  # no fallocate here: LMDB's own way
@@ -571,8 +581,10 @@ def _os_failure(exc: OSError, path: str, doing: str) -> QueueError:
     reason = (exc.strerror or str(exc)).splitlines()[0].lower()
     where = exc.filename if isinstance(exc.filename, str) else path
     if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        hint = ("this user must be able to read and write the queue directory (and, to create it, its parent): "
-                "permissions, owner, read-only mount")
+        hint = (
+            "this user must be able to read and write the queue directory (and, to create it, its parent): "
+            "permissions, owner, read-only mount"
+        )
     elif exc.errno in (errno.ENOSPC, errno.EDQUOT):
         hint = "free disk space, then run the same command again"
     else:

@@ -97,7 +97,7 @@ def decode_document(cls: type, key: bytes, value: bytes, where: str = "queue") -
         raise QueueCorruptError(
             f"{where}: the stored {name} has version {version!r}; this olr-buffer reads version {cls.VERSION}",
             hint="the queue was written by another version of olr-buffer: use that version to finish it, "
-                 "or start a new queue",
+            "or start a new queue",
             key=name,
         )
     try:

@@ -114,4 +114,3 @@ def test_a_restart_with_a_thread_new_in_play_counts_its_ends_below_the_published
     q.append(block(1, ("X", 6)))  # thread 1 was in play when A was published: refused
     with pytest.raises(DispatchError, match=r"arrived after commit scn 12"):
         fresh.poll()
-

@@ -46,11 +46,15 @@ OLR_COLUMNS: dict[tuple[str, str], dict[str, Any]] = {
 
 def expected_columns(document: dict) -> list[dict]:
     """``schema.columns`` of a schema document: OpenLogReplicator's columns, in order."""
-    return [{"name": c["name"], **OLR_COLUMNS[(document["source"], c["type"])], "nullable": c["nullable"] is not False}
-            for c in document["columns"]]
+    return [
+        {"name": c["name"], **OLR_COLUMNS[(document["source"], c["type"])], "nullable": c["nullable"] is not False}
+        for c in document["columns"]
+    ]
 
 
-def expected_messages(rows: list[dict[str, Any]], database: str, documents: dict[str, dict] | None = None) -> list[dict]:
+def expected_messages(
+    rows: list[dict[str, Any]], database: str, documents: dict[str, dict] | None = None
+) -> list[dict]:
     """Every message of the stream, in order, as parsed JSON: ``rows`` are the
     changefeed's rows in ``(tx_seq, op_seq)`` order (``load_changefeed``'s);
     ``documents``: the changefeed's schema documents by version (a row that names one

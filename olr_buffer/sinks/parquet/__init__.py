@@ -52,8 +52,14 @@ def build(path: str, settings: SinkSettings, opts: ParquetOptions | None = None)
     """The changefeed writer of ``path``."""
     opts = opts or ParquetOptions()
     return ChangefeedWriter(
-        path, file_rows=opts.file_rows, durable=settings.durable, mode=opts.mode, table_format=opts.table_format,
-        retry=settings.retry, staging=settings.staging, lease_owner=settings.lease_owner,
+        path,
+        file_rows=opts.file_rows,
+        durable=settings.durable,
+        mode=opts.mode,
+        table_format=opts.table_format,
+        retry=settings.retry,
+        staging=settings.staging,
+        lease_owner=settings.lease_owner,
     )
 
 

@@ -104,8 +104,10 @@ TMP_DIR = "tmp"  # under META_DIR
 WRITER_TMP_PREFIX = "part-"
 COMPACT_TMP_PREFIX = "compact-"
 # Only these temporary names are olr-buffer's own: anything else is left alone.
-_OWN_TMP = re.compile(r"part-[0-9]{20}-[0-9]+\.parquet\.tmp|compact-part-[0-9]{20}-[0-9]{20}\.parquet\.tmp"
-                      r"|schema-[0-9a-f]{16}\.json\.tmp")
+_OWN_TMP = re.compile(
+    r"part-[0-9]{20}-[0-9]+\.parquet\.tmp|compact-part-[0-9]{20}-[0-9]{20}\.parquet\.tmp"
+    r"|schema-[0-9a-f]{16}\.json\.tmp"
+)
 # ... and these, at the top level, an earlier version's (before TMP_DIR)
 _OLD_TMP = re.compile(r"\.tmp-part-[0-9]{20}-[0-9]+\.parquet|\.tmp-compact-part-[0-9]{20}-[0-9]{20}\.parquet")
 
@@ -192,8 +194,9 @@ class Location:
     ``mode``, ``durable``: a local directory's mode (files without the x bits) and
     whether writes are fsynced."""
 
-    def __init__(self, target: "str | os.PathLike[str] | Location", *, mode: int = DEFAULT_MODE,
-                 durable: bool = True) -> None:
+    def __init__(
+        self, target: "str | os.PathLike[str] | Location", *, mode: int = DEFAULT_MODE, durable: bool = True
+    ) -> None:
         self.uri = os.fspath(target)
         self.remote = is_remote(self.uri)
         self.mode = mode
@@ -242,16 +245,20 @@ class Location:
         :class:`ChangefeedError` if there is no changefeed."""
         if self.path is not None and not os.path.isdir(self.path):
             if os.path.lexists(self.path):
-                raise os_failure(NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR)), self.path,
-                                 "list the changefeed")
+                raise os_failure(
+                    NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR)), self.path, "list the changefeed"
+                )
             raise ChangefeedError(f"{self.path}: no such changefeed directory", path=self.path)
         try:
             found = self.store.list("", folders=True)
         except StoreError as exc:
             raise self.failure(exc, "", "list the changefeed") from None
         if not found and self.remote:
-            raise ChangefeedError(f"{self.uri}: no such changefeed (nothing under the prefix)",
-                                  hint="check the URI; a changefeed is made by replay or run", uri=self.uri)
+            raise ChangefeedError(
+                f"{self.uri}: no such changefeed (nothing under the prefix)",
+                hint="check the URI; a changefeed is made by replay or run",
+                uri=self.uri,
+            )
         return found
 
     def list(self, prefix: str) -> list[ObjectInfo]:
@@ -307,7 +314,9 @@ class Location:
             where = self.where(name)
             raise ChangefeedError(
                 f"{where}: already exists: a published file is never overwritten",
-                hint="another writer published it: run one writer per changefeed", path=where) from None
+                hint="another writer published it: run one writer per changefeed",
+                path=where,
+            ) from None
         except StoreError as exc:
             raise self.failure(exc, name, "publish a changefeed file") from None
         try:
@@ -547,11 +556,15 @@ def read_footer(cf: "str | Location", name: str) -> PublishedFile:
     schemas: tuple[tuple[str, str, str], ...] = ()
     if META_SCHEMAS in kv:
         try:
-            schemas = tuple((o, t, v) for o, t, v in orjson.loads(kv[META_SCHEMAS])
-                            if isinstance(o, str) and isinstance(t, str) and _VERSION.fullmatch(v))
+            schemas = tuple(
+                (o, t, v)
+                for o, t, v in orjson.loads(kv[META_SCHEMAS])
+                if isinstance(o, str) and isinstance(t, str) and _VERSION.fullmatch(v)
+            )
         except (orjson.JSONDecodeError, TypeError, ValueError):
-            raise ChangefeedCorruptError(f"{full}: its footer's {META_SCHEMAS.decode()} is not readable",
-                                         path=full) from None
+            raise ChangefeedCorruptError(
+                f"{full}: its footer's {META_SCHEMAS.decode()} is not readable", path=full
+            ) from None
     return PublishedFile(name, first, last, rows, CommitKey(scn, thread, seq, line), owner, schemas)
 
 
@@ -603,8 +616,9 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def list_files(cf: "str | Location", *, hint: str | None = None, start: int = 0,
-               names: "set[str] | None" = None) -> list[PublishedFile]:
+def list_files(
+    cf: "str | Location", *, hint: str | None = None, start: int = 0, names: "set[str] | None" = None
+) -> list[PublishedFile]:
     """The ``part-`` files of the changefeed ``cf`` (a path, a URI or a
     :class:`Location`), every footer read and checked: a gapless chain from tx_seq 0
     (from ``start``, the first tx_seq of a file, when given: a reader that follows the
@@ -626,7 +640,8 @@ def list_files(cf: "str | Location", *, hint: str | None = None, start: int = 0,
             full = loc.where(name)
             raise ChangefeedCorruptError(
                 f"{full}: not a file of this changefeed (Spark would read it with the changefeed's files)",
-                hint="move it out of the changefeed" + (" directory" if loc.path is not None else "'s prefix")
+                hint="move it out of the changefeed"
+                + (" directory" if loc.path is not None else "'s prefix")
                 + (" (it is not in the Delta table)" if names is not None else ""),
                 path=full,
             )
@@ -639,8 +654,7 @@ def list_files(cf: "str | Location", *, hint: str | None = None, start: int = 0,
     for first, last, name in parts:
         if first != expected or last < first:
             raise ChangefeedCorruptError(
-                f"{loc.where(name)}: changefeed has a gap or overlap: "
-                f"expected a file starting at tx_seq {expected}",
+                f"{loc.where(name)}: changefeed has a gap or overlap: expected a file starting at tx_seq {expected}",
                 hint=hint or "files were removed or edited by hand",
                 path=loc.where(name),
             )
@@ -653,8 +667,9 @@ def list_files(cf: "str | Location", *, hint: str | None = None, start: int = 0,
             full = loc.where(missing[0])
             raise ChangefeedCorruptError(
                 f"{full}: a file of the Delta table is missing",
-                hint="put it back (from a backup): the table's readers need it, and the queue cannot publish it "
-                "again", path=full)
+                hint="put it back (from a backup): the table's readers need it, and the queue cannot publish it again",
+                path=full,
+            )
     return files
 
 
@@ -666,7 +681,7 @@ def _foreign_table_file(loc: "Location", name: str) -> ChangefeedCorruptError:
         "the table (an append, OPTIMIZE, Z-order, DELETE ...)",
         hint="restore the table to the version before that commit (its history: deltalake's DeltaTable(URI)"
         ".history()), then delete the files it added; moving this file out would break the table "
-        "(docs/failure-scenarios.md, \"Another writer on a Delta changefeed\")",
+        '(docs/failure-scenarios.md, "Another writer on a Delta changefeed")',
         path=full,
     )
 
@@ -766,8 +781,13 @@ def manifest_owner(doc: dict | None) -> ChangefeedOwner | None:
 
 
 def write_manifest(
-    cf: "str | Location", files: int, last: PublishedFile | None, owner: ChangefeedOwner | None, durable: bool,
-    *, table_format: str | None = None,
+    cf: "str | Location",
+    files: int,
+    last: PublishedFile | None,
+    owner: ChangefeedOwner | None,
+    durable: bool,
+    *,
+    table_format: str | None = None,
 ) -> None:
     """Rewrite ``_olr_buffer/manifest.json`` atomically for a changefeed of ``files``
     files ending with ``last``, written by ``owner`` (``table_format``: ``parquet`` or
@@ -862,7 +882,7 @@ def schema_versions(cf: "str | Location") -> set[str]:
         except OSError as exc:
             raise os_failure(exc, folder, "list the schema documents") from None
     else:
-        names = [o.name[len(prefix):] for o in loc.list(prefix)]
+        names = [o.name[len(prefix) :] for o in loc.list(prefix)]
     return {n[:-5] for n in names if n.endswith(".json") and _VERSION.fullmatch(n[:-5])}
 
 

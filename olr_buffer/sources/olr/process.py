@@ -77,7 +77,6 @@ class OlrProcess(StreamProcess):
         return done
 
 
-
 class _ChildReceiver(OlrReceiver):
     """The receiver of the child: also sends its figures now and then, for the metrics."""
 
@@ -92,8 +91,16 @@ def _child_main(conn, stop_conn, parent_pid, shared, uri, state, columns, stored
     def body(stop) -> None:
         receiver = None
         queue = PipeAppender(conn, lambda: ReceiverFigures.of(receiver))
-        receiver = _ChildReceiver(queue, parse_location(uri), state=state, columns=columns, published=shared.get,
-                                  stored=stored.get, stop=stop, **options)
+        receiver = _ChildReceiver(
+            queue,
+            parse_location(uri),
+            state=state,
+            columns=columns,
+            published=shared.get,
+            stored=stored.get,
+            stop=stop,
+            **options,
+        )
         receiver.figures_to_parent = FiguresToParent(conn, lambda: ReceiverFigures.of(receiver))
         receiver.run()
 

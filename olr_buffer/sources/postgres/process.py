@@ -41,8 +41,13 @@ class ReaderFigures:
 
     @classmethod
     def of(cls, reader) -> "ReaderFigures":
-        return cls(reader.records, reader.confirmed, reader.server_lsn, reader.reconnects,
-                   sum(1 for t in reader.txns.values() if t.streamed))
+        return cls(
+            reader.records,
+            reader.confirmed,
+            reader.server_lsn,
+            reader.reconnects,
+            sum(1 for t in reader.txns.values() if t.streamed),
+        )
 
 
 class ReaderProcessDied(OlrBufferError):
@@ -66,7 +71,6 @@ class PostgresProcess(StreamProcess):
 
     def child_args(self) -> tuple:
         return (self.uri, self.source_id, self.state, self.options)
-
 
 
 class _PipeQueue(PipeAppender):

@@ -214,8 +214,20 @@ class StreamAbort:
 
 
 Message = Union[
-    Begin, Commit, Origin, Relation, TypeInfo, Insert, Update, Delete, Truncate, LogicalMessage,
-    StreamStart, StreamStop, StreamCommit, StreamAbort,
+    Begin,
+    Commit,
+    Origin,
+    Relation,
+    TypeInfo,
+    Insert,
+    Update,
+    Delete,
+    Truncate,
+    LogicalMessage,
+    StreamStart,
+    StreamStop,
+    StreamCommit,
+    StreamAbort,
 ]
 
 
@@ -294,7 +306,9 @@ class _Cursor:
 
     def _need(self, n: int, what: str) -> None:
         if self.pos + n > len(self.data):
-            raise PgoutputError(f"message {self.kind!r} ends inside its {what} (at byte {self.pos} of {len(self.data)})")
+            raise PgoutputError(
+                f"message {self.kind!r} ends inside its {what} (at byte {self.pos} of {len(self.data)})"
+            )
 
     def u8(self, what: str) -> int:
         self._need(1, what)

@@ -156,8 +156,8 @@ _COLUMN = """\
 _VALUES = {
     _RAW: "            v{i} = data[pos:end]",
     _STRING: "            v{i} = dumps(data[pos:end].decode())",
-    _NUMBER: "            v{i} = data[pos:end]\n            if v{i} in NOT_NUMBERS:\n                v{i} = b\'\"\' + v{i} + b\'\"\'",
-    _BOOL: "            v{i} = b\"true\" if data[pos:end] in TRUE else b\"false\"",
+    _NUMBER: "            v{i} = data[pos:end]\n            if v{i} in NOT_NUMBERS:\n                v{i} = b'\"' + v{i} + b'\"'",
+    _BOOL: '            v{i} = b"true" if data[pos:end] in TRUE else b"false"',
 }
 
 
@@ -166,8 +166,14 @@ def _images_function(names: list[bytes], categories: list[int], key: tuple[int, 
     JSON of each column's name and its value mapping fixed (a third of the time of a
     loop that looks them up). Names are constants of the function's namespace (``P0``,
     ``K0``...), never part of its source."""
-    ns: dict = {"unpack": _LENGTH, "dumps": _dumps, "join": b"".join, "struct_error": struct.error,
-                "NOT_NUMBERS": _NOT_NUMBERS, "TRUE": frozenset((b"t", b"true"))}
+    ns: dict = {
+        "unpack": _LENGTH,
+        "dumps": _dumps,
+        "join": b"".join,
+        "struct_error": struct.error,
+        "NOT_NUMBERS": _NOT_NUMBERS,
+        "TRUE": frozenset((b"t", b"true")),
+    }
     keys = set(key or ())
     columns = []
     obj = []
@@ -186,12 +192,15 @@ def _images_function(names: list[bytes], categories: list[int], key: tuple[int, 
         for j, i in enumerate(key):
             ns[f"K{j}"] = (b"{" if j == 0 else b",") + names[i]
             parts += [f"K{j}", f"v{i}"]
-        rid = (f"    if null_key:\n        return None, obj\n"
-               f"    return join(({', '.join(parts or ['START'])}, END)).decode(), obj")
+        rid = (
+            f"    if null_key:\n        return None, obj\n"
+            f"    return join(({', '.join(parts or ['START'])}, END)).decode(), obj"
+        )
     columns_src = "".join(columns)
     if key is not None:
         columns_src = "        null_key = False\n" + columns_src
-    source = _ROW.format(hi=len(names) >> 8, lo=len(names) & 0xFF, columns=columns_src,
-                         obj=", ".join(obj) + ",", rid=rid)
+    source = _ROW.format(
+        hi=len(names) >> 8, lo=len(names) & 0xFF, columns=columns_src, obj=", ".join(obj) + ",", rid=rid
+    )
     exec(compile(source, "<Table.images>", "exec"), ns)  # noqa: S102 - our own template, constants by name
     return ns["images"]

@@ -207,8 +207,11 @@ def is_log_file(input_dir: str, path: str) -> bool:
         reason = f"symbolic link to {_link_target(path)}, which does not exist"
     except OSError as exc:  # a loop of links, ...
         why = (exc.strerror or str(exc)).lower()
-        reason = (f"symbolic link to {_link_target(path)}, which cannot be followed: {why}" if os.path.islink(path)
-                  else f"cannot be read: {why}")
+        reason = (
+            f"symbolic link to {_link_target(path)}, which cannot be followed: {why}"
+            if os.path.islink(path)
+            else f"cannot be read: {why}"
+        )
     else:
         if stat.S_ISREG(st.st_mode):
             reason = None

@@ -121,7 +121,9 @@ def _int(d: dict, name: str, lo: int, hi: int, default: Any = _REQUIRED) -> Any:
     v = d.get(name)
     if v is None:
         if default is _REQUIRED:
-            raise RecordError(f"missing field {name!r}" if name not in d else f"field {name!r} must be an integer, not null")
+            raise RecordError(
+                f"missing field {name!r}" if name not in d else f"field {name!r} must be an integer, not null"
+            )
         return default
     if type(v) is not int:
         if v in (math.inf, -math.inf):
@@ -145,7 +147,9 @@ def _object_text(d: dict, name: str, required: bool) -> str | None:
     v = d.get(name)
     if v is None:
         if required:
-            raise RecordError(f"missing field {name!r}" if name not in d else f"field {name!r} must be an object, not null")
+            raise RecordError(
+                f"missing field {name!r}" if name not in d else f"field {name!r} must be an object, not null"
+            )
         return None
     if type(v) is not dict:
         raise RecordError(f"field {name!r} must be an object, not {_json_type(v)}")
@@ -334,11 +338,20 @@ def decode_line(raw: bytes) -> tuple[int, int, int, str | None, list | None]:
                 raise _NotFast
             return code, scn, sub, xid, row_payload(r.tm, owner, table, r.obj, rid, before, after)
         if code == DDL:
-            if r.owner is None or r.table is None or r.sql is None or (r.columns is not None
-                                                                       and bytes(r.columns) != b"null"):
+            if (
+                r.owner is None
+                or r.table is None
+                or r.sql is None
+                or (r.columns is not None and bytes(r.columns) != b"null")
+            ):
                 raise _NotFast
-            return code, scn, sub, xid, row_payload(r.tm, r.owner, r.table, r.obj, r.rid, _text(r.before),
-                                                    _text(r.after), r.sql)
+            return (
+                code,
+                scn,
+                sub,
+                xid,
+                row_payload(r.tm, r.owner, r.table, r.obj, r.rid, _text(r.before), _text(r.after), r.sql),
+            )
         return code, scn, sub, xid, end_payload(r.tm)
     except (_NotFast, msgspec.MsgspecError, ValueError, RecursionError):
         pass

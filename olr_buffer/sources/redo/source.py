@@ -57,8 +57,12 @@ def _warn_empty_sequences(files: dict[int, LogFile], position: ReaderPosition | 
         except OSError:
             continue
         if empty:
-            log.warning("%s: empty (0 bytes), while sequence %d exists: read as a sequence without records "
-                        "(if it was emptied or not copied in full, its records are missing)", lf.path, seq + 1)
+            log.warning(
+                "%s: empty (0 bytes), while sequence %d exists: read as a sequence without records "
+                "(if it was emptied or not copied in full, its records are missing)",
+                lf.path,
+                seq + 1,
+            )
 
 
 class RedoSource:
@@ -102,7 +106,9 @@ class RedoSource:
         self._in_play = sorted(threads) if threads else sorted(self.thread_readers)
         return self._in_play
 
-    def _add(self, thread: int, files: dict[int, LogFile], position: ReaderPosition | None) -> ThreadReader | ReaderProcess:
+    def _add(
+        self, thread: int, files: dict[int, LogFile], position: ReaderPosition | None
+    ) -> ThreadReader | ReaderProcess:
         if files:
             check_contiguous(self.input_dir, thread, files)
         s = self.settings
@@ -110,14 +116,26 @@ class RedoSource:
         reader: ThreadReader | ReaderProcess
         if self.processes:
             reader = ReaderProcess(
-                self.queue, self.input_dir, thread, files, position, dead_letter_path=s.dead_letter,
-                queue_end=self.queue_end, **common
+                self.queue,
+                self.input_dir,
+                thread,
+                files,
+                position,
+                dead_letter_path=s.dead_letter,
+                queue_end=self.queue_end,
+                **common,
             )
         else:
             end = self.queue_end
             reader = ThreadReader(
-                self.queue, self.input_dir, thread, files, position, dead_letters=self.dead_letters,
-                queue_end=lambda: end.value, **common
+                self.queue,
+                self.input_dir,
+                thread,
+                files,
+                position,
+                dead_letters=self.dead_letters,
+                queue_end=lambda: end.value,
+                **common,
             )
         self.thread_readers[thread] = reader
         return reader
@@ -135,10 +153,17 @@ class RedoSource:
             raise _no_threads(self.input_dir)
         self._follow, self._poll_interval = follow, poll_interval
         if follow:
-            waiting = [t for t in self._in_play if not self.thread_readers[t].files and not _has_written(self.thread_readers[t].pos)]
+            waiting = [
+                t
+                for t in self._in_play
+                if not self.thread_readers[t].files and not _has_written(self.thread_readers[t].pos)
+            ]
             if waiting:
-                log.warning("waiting for the first records of redo thread(s) %s: nothing is published until each "
-                            "thread in play has written", ", ".join(map(str, waiting)))
+                log.warning(
+                    "waiting for the first records of redo thread(s) %s: nothing is published until each "
+                    "thread in play has written",
+                    ", ".join(map(str, waiting)),
+                )
         return [self._reader(r) for r in self.thread_readers.values()]
 
     def _reader(self, reader: ThreadReader | ReaderProcess) -> Reader:
@@ -148,8 +173,11 @@ class RedoSource:
 
     def new_readers(self) -> list[Reader]:
         """Follow mode: readers for redo threads whose first files appeared since."""
-        return [self._reader(self._add(thread, files, None))
-                for thread, files in scan(self.input_dir).items() if thread not in self.thread_readers]
+        return [
+            self._reader(self._add(thread, files, None))
+            for thread, files in scan(self.input_dir).items()
+            if thread not in self.thread_readers
+        ]
 
     def acknowledge(self, ack: Acknowledgement) -> None:
         if ack.published is not None:
@@ -201,7 +229,7 @@ def _no_threads(input_dir: str) -> NoThreadsError:
         f"{input_dir}: no redo thread has log files yet and --threads is not given: "
         "nothing would hold back a commit whose other threads' rows are still to come",
         hint="give every redo thread of the database with --threads (e.g. --threads 1,2,3), "
-             "or start the service once the capture process has written its first files",
+        "or start the service once the capture process has written its first files",
     )
 
 

@@ -122,9 +122,17 @@ class StandIn:
     ``state``: a file that keeps the confirmed position across a kill; ``on_confirm``:
     called with the position of each CONFIRM when it arrives."""
 
-    def __init__(self, messages: list[bytes], database: str = "ORCL", host: str = "127.0.0.1", port: int = 0,
-                 state: Path | None = None, rate: float | None = None, hold_at: int | None = None,
-                 on_confirm=None) -> None:
+    def __init__(
+        self,
+        messages: list[bytes],
+        database: str = "ORCL",
+        host: str = "127.0.0.1",
+        port: int = 0,
+        state: Path | None = None,
+        rate: float | None = None,
+        hold_at: int | None = None,
+        on_confirm=None,
+    ) -> None:
         self.messages = list(messages)
         self.positions: list[tuple[int, int]] = []
         for m in self.messages:  # (a message that is not JSON, sent to test a receiver, is where the one before is)

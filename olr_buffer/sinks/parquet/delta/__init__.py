@@ -14,6 +14,12 @@ from .stats import delta_stats
 from .commits import DELTA_LOG, DeltaChangefeed, PartFile
 
 __all__ = [
-    "DELTA_LOG", "DeltaChainError", "DeltaChangefeed", "DeltaChangefeedError", "DeltaConflictError",
-    "DeltaTableMismatchError", "PartFile", "delta_stats",
+    "DELTA_LOG",
+    "DeltaChainError",
+    "DeltaChangefeed",
+    "DeltaChangefeedError",
+    "DeltaConflictError",
+    "DeltaTableMismatchError",
+    "PartFile",
+    "delta_stats",
 ]

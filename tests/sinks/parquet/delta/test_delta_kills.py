@@ -30,8 +30,14 @@ def run(uri: str, *args: str, fault: str | None = None) -> subprocess.Popen:
     env.pop("OLR_BUFFER_FAULT", None)
     if fault:
         env["OLR_BUFFER_FAULT"] = fault
-    return subprocess.Popen([sys.executable, "-m", "tests.sinks.parquet.delta.commit_loop", uri, *args], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.sinks.parquet.delta.commit_loop", uri, *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def finish(proc: subprocess.Popen, timeout: float = 300) -> tuple[int, str, str]:
