@@ -201,7 +201,7 @@ class Measured:
     other_cpu: float = 0.0  # CPU seconds used by other processes of the machine meanwhile
     steal: float = 0.0  # CPU seconds the hypervisor took meanwhile
 
-    def check(self) -> "Measured":
+    def check(self) -> Measured:
         if self.returncode != 0:
             raise RuntimeError(f"{' '.join(self.cmd)} exited {self.returncode}:\n{self.stderr[-4000:]}")
         return self

@@ -71,7 +71,8 @@ def main() -> None:
 
     import pyarrow.parquet as pq
 
-    from olr_buffer.sinks.parquet import schema, writer as writer_mod
+    from olr_buffer.sinks.parquet import schema
+    from olr_buffer.sinks.parquet import writer as writer_mod
     from olr_buffer.sinks.parquet.layout import list_files, verify_pages
 
     rows, txs = rows_and_txs(args.rows, args.image_bytes)

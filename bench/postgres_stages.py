@@ -36,8 +36,8 @@ from bench.postgres_source import insert_in_transactions, new_db, sql  # noqa: E
 from olr_buffer.changes import INFINITE_SCN  # noqa: E402
 from olr_buffer.dispatcher import Dispatcher  # noqa: E402
 from olr_buffer.runtime import quiet_gc  # noqa: E402
-from olr_buffer.sources.postgres import PostgresReader  # noqa: E402
 from olr_buffer.sinks.parquet import ChangefeedWriter  # noqa: E402
+from olr_buffer.sources.postgres import PostgresReader  # noqa: E402
 from olr_buffer.txbuffer import LmdbQueue  # noqa: E402
 from tests.sources.postgres.cluster import create_cluster  # noqa: E402
 

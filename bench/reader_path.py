@@ -18,6 +18,7 @@ import pstats
 import time
 
 import benchlib
+
 from olr_buffer.testing import MemoryQueue
 
 

@@ -6,7 +6,7 @@ import fcntl
 import logging
 import os
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 import orjson
 

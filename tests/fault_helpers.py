@@ -11,15 +11,16 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
 
 from olr_buffer.errors import EXIT_BAD_INPUT
 from olr_buffer.simulate import simulate
-from tests.cli.conftest import Result, log_path, ok, read_log, sequences, write_log
+from tests.cli.conftest import Result, log_path, ok, read_log, write_log
 from tests.contract_model import (
     ModelResult,
     assert_changefeed_equal,

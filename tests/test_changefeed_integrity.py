@@ -21,9 +21,9 @@ import lmdb
 import pyarrow.parquet as pq
 import pytest
 
-from olr_buffer.txbuffer.metadata import QUEUE_ID_KEY
 from olr_buffer.simulate import simulate
 from olr_buffer.txbuffer import LmdbQueue
+from olr_buffer.txbuffer.metadata import QUEUE_ID_KEY
 from tests.cli.conftest import Result, ok
 from tests.contract_model import changefeed_files, expected_changefeed
 from tests.fault_helpers import (

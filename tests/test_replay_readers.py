@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from olr_buffer.runtime import PipelineOptions, replay
-from olr_buffer.sources.redo.source import SMALL_REPLAY_BYTES, ZSTD_RATIO, replay_in_processes
-from olr_buffer.sources.redo.errors import InputError
 from olr_buffer.simulate import simulate
+from olr_buffer.sources.redo.errors import InputError
+from olr_buffer.sources.redo.source import SMALL_REPLAY_BYTES, ZSTD_RATIO, replay_in_processes
 from tests.contract_model import assert_changefeed_equal, expected_changefeed, load_changefeed
 
 

@@ -12,7 +12,6 @@ import pytest
 import zstandard
 
 from olr_buffer.simulate import SimulationStats, simulate
-
 from tests.contract_model import InputRecord, ModelResult, expected_changefeed, load_input
 
 NAME_RE = re.compile(r"^redo_([0-9]+)_([0-9]+)\.jsonl(\.zst)?$")

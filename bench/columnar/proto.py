@@ -33,13 +33,14 @@ import json
 import os
 import struct
 import time
+from collections.abc import Iterator
 from operator import attrgetter
-from typing import Annotated, Iterator
+from typing import Annotated
 
 import msgspec
 import pyarrow as pa
-import zstandard
 import pyarrow.compute as pc
+import zstandard
 
 from olr_buffer.changes import (
     BEGIN,
@@ -394,9 +395,9 @@ def encode_block(parts: list) -> bytes:
     """What ``BlockCodec.encode(parts)`` returns (the queue's block format: header, then
     zstd of the offsets and the parts), written into one buffer: no copy of the parts
     before the compressor reads them."""
-    from itertools import accumulate
-    from array import array
     import zlib
+    from array import array
+    from itertools import accumulate
 
     offsets = array("I", [0])
     offsets.extend(accumulate(map(len, parts)))

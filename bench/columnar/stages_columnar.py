@@ -95,6 +95,7 @@ def stage_sink(runs: list, out: str) -> tuple[float, float, dict]:
 def read_changefeed(path: str):
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
+
     from olr_buffer.sinks.parquet.schema import ARROW_SCHEMA
 
     files = sorted(f for f in os.listdir(path) if f.startswith("part-") and f.endswith(".parquet"))

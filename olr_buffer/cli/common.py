@@ -10,8 +10,9 @@ import re
 import signal
 import sys
 import time
-from datetime import datetime, timezone
-from typing import Any, Callable
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
 
 import click
 
@@ -80,8 +81,8 @@ class StartTime(click.ParamType):
         except ValueError:
             self.fail(f"{value!r} is not 'now', an ISO-8601 time or nanoseconds since the epoch", param, ctx)
         if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=timezone.utc)
-        delta = moment - datetime(1970, 1, 1, tzinfo=timezone.utc)
+            moment = moment.replace(tzinfo=UTC)
+        delta = moment - datetime(1970, 1, 1, tzinfo=UTC)
         return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1000
 
 

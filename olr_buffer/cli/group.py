@@ -7,7 +7,6 @@ import click
 
 from .. import __version__
 
-
 #: Environment variables: ``OLR_BUFFER_<OPTION>`` for the group's options,
 #: ``OLR_BUFFER_<COMMAND>_<OPTION>`` for a command's (``OLR_BUFFER_RUN_QUEUE``).
 ENV_PREFIX = "OLR_BUFFER"

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, Callable
+from typing import Any
 
 import click
 
@@ -29,7 +30,7 @@ def progress_options(fn: Callable) -> Callable:
     )(fn)
 
 
-def progress_line(progress: bool | None, interval: float, figures: Callable) -> "ProgressLine | None":
+def progress_line(progress: bool | None, interval: float, figures: Callable) -> ProgressLine | None:
     """The progress display a command asked for, or None."""
     terminal = sys.stderr.isatty()
     if progress is None:
@@ -94,7 +95,7 @@ class ProgressLine:
             sys.stderr.flush()
 
 
-def with_progress(bar: "ProgressLine | None", work: Callable[[], Any]) -> Any:
+def with_progress(bar: ProgressLine | None, work: Callable[[], Any]) -> Any:
     """``work()`` with its progress display ended as it ends (done, or cut short)."""
     try:
         result = work()

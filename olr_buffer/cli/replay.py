@@ -48,8 +48,8 @@ def replay(input_dir, queue_dir, changefeed_dir, progress, progress_interval, as
     Run again on the same directories after a kill or a crash, it finishes what was left
     undone and publishes no duplicate.
     """
-    from ..runtime import replay as run_replay
     from ..dead_letters import whole_lines_end
+    from ..runtime import replay as run_replay
     from ..service.logs import setup_logging
 
     setup_logging(command_log_level(None, "warning"), log_format)

@@ -177,7 +177,6 @@ def run(
     an OpenLogReplicator (or olr-buffer serve) that sends DATABASE over its network
     protocol (see docs/operations.md)."""
     from ..service.logs import setup_logging
-
     from ..sources import SourceUsageError, kind_of
 
     missing = [

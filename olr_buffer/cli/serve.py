@@ -112,7 +112,6 @@ def serve(
     import threading
 
     from ..service.logs import setup_logging
-
     from ..store import is_remote
 
     if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", changefeed_dir) and not is_remote(changefeed_dir):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import click
 
@@ -115,5 +115,5 @@ def simulate(
 
 def _iso(nanos: int) -> str:
     """Nanoseconds since the epoch as ISO-8601 UTC, to the microsecond."""
-    moment = datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(microseconds=nanos // 1000)
+    moment = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=nanos // 1000)
     return moment.isoformat().replace("+00:00", "Z")

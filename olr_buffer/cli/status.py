@@ -51,7 +51,6 @@ def status(queue_dir, changefeed_dir, serve_state, mirror_target, as_json) -> No
     if not changefeed_dir:
         raise click.UsageError("give --queue QUEUE_DIR, --changefeed CHANGEFEED_DIR, or both")
     from ..serve import receivers_status, render_receivers
-
     from ..store import is_remote
 
     where = changefeed_dir if is_remote(changefeed_dir) else os.path.abspath(changefeed_dir)

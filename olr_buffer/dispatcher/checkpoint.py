@@ -15,8 +15,9 @@ pair ``[in_open, transaction]``; see docs/architecture.md, "Checkpoints and clea
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 import msgspec
 

@@ -32,10 +32,10 @@ import itertools
 import logging
 from array import array
 from collections import OrderedDict, deque
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from operator import itemgetter
-from typing import Iterable, Mapping
 
 from ..changes import (
     CODE,

@@ -23,10 +23,10 @@ from __future__ import annotations
 import bisect
 import heapq
 from collections import OrderedDict
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from itertools import compress
 from operator import itemgetter
-from typing import Iterable, Iterator
 
 from ..changes import (
     CODE,
@@ -203,11 +203,11 @@ class Replayer:
 
     # -- compensation --------------------------------------------------------------------
 
-    def _cancelled(self, txn: OpenTransaction, c_scn: int) -> "Cancelled":
+    def _cancelled(self, txn: OpenTransaction, c_scn: int) -> Cancelled:
         """The row ordinals that compensation and cut records cancel (one backward read)."""
         return self._cancellations(recs for _, recs in self._record_chunks(txn, c_scn, reverse=True))
 
-    def _cancellations(self, backwards: Iterable[list[list]]) -> "Cancelled":
+    def _cancellations(self, backwards: Iterable[list[list]]) -> Cancelled:
         """The row ordinals cancelled among records given in reverse row order (lists of
         them, all at or below the commit SCN): see the module's docstring."""
         cancelled = Cancelled()

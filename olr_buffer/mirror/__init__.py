@@ -4,9 +4,9 @@ it reads the changefeed that :mod:`olr_buffer.sinks.parquet` publishes."""
 
 from .errors import MirrorDataError, MirrorError
 from .metrics import MirrorMetrics
+from .progress import mirror_status, render_mirror
 from .rules import Change, Plan, TableRules
 from .service import Mirror, MirrorOptions, MirrorResult, mirror
-from .progress import mirror_status, render_mirror
 from .table import app_id, arrow_rows
 
 __all__ = [

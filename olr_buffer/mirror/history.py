@@ -39,7 +39,7 @@ _RANGE_TYPES = {
     TO_TS: pa.timestamp("us", tz="UTC"),
     C_SCN: pa.int64(),
 }
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 KIND, CLOSE_TX, CLOSE_TS = "_olr_kind", "_olr_close_tx", "_olr_close_ts"
 
 log = logging.getLogger(__name__)

@@ -25,8 +25,9 @@ from __future__ import annotations
 import decimal
 import json
 from collections import defaultdict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import pyarrow as pa
 

@@ -31,9 +31,9 @@ from ..faults import fault_point
 from ..store import Lease, ObjectNotFoundError, StoreError, is_remote, open_store
 from .errors import MirrorError, MirrorTargetError
 from .feed import Feed
-from .rules import Change, TableRules
 from .history import SUFFIX as HISTORY_SUFFIX
 from .history import HistoryTable
+from .rules import Change, TableRules
 from .table import MirrorTable, app_id
 
 log = logging.getLogger(__name__)

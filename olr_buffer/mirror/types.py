@@ -32,7 +32,8 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import pyarrow as pa
@@ -80,7 +81,7 @@ _SIMPLE = {
     "timestamp": pa.timestamp("us", tz="UTC"),
     "timestamp_ntz": pa.timestamp("us"),
 }
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 class Misfit(ValueError):
@@ -254,7 +255,7 @@ def _timestamp(v: Any, zoned: bool) -> dt.datetime:
             stamp = stamp.replace(tzinfo=ZoneInfo(region))
     except (ValueError, ZoneInfoNotFoundError):
         raise Misfit("not a timestamp") from None
-    return stamp.astimezone(dt.timezone.utc) if zoned else stamp
+    return stamp.astimezone(dt.UTC) if zoned else stamp
 
 
 def json_text(v: Any) -> str:

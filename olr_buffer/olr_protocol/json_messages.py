@@ -26,7 +26,8 @@ in OpenLogReplicator's form (:mod:`.columns`), from the schema document of the r
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import orjson
 

@@ -14,10 +14,11 @@ import os
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Callable
+from typing import Any
 
-from ..dispatcher import DispatchError, Dispatcher, DispatchStats
+from ..dispatcher import Dispatcher, DispatchError, DispatchStats
 from ..sinks import ChangefeedOwner, Sink, SinkSettings, open_sink
 from ..store import OutageRetry
 from ..txbuffer import LmdbQueue

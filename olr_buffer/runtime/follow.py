@@ -6,8 +6,9 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any
 
 from ..dead_letters import BadRecordLog
 from ..store import OutageRetry

@@ -13,7 +13,6 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 from .. import __version__
 from ..changes import INFINITE_SCN
 
-
 #: ``/health`` answers 503 when the service's loop has not ticked for this many seconds
 #: (``run --health-timeout``).
 HEALTH_STALE_SECONDS = 30.0

@@ -20,9 +20,9 @@ in the table of :mod:`olr_buffer.sinks`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..changes import Commit, CommitKey
 

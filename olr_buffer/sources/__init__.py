@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import importlib
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ..txbuffer import TxQueue
 from .base import Acknowledgement, Source, SourceKind, SourceSettings, SourceUsageError

@@ -19,8 +19,9 @@ one line in the scheme table of :mod:`olr_buffer.sources`.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from ..changes import CommitKey
 from ..errors import EXIT_USAGE, OlrBufferError
@@ -220,7 +221,7 @@ class SourceKind:
     check_location: Callable[[str], None] = lambda location: None
     #: ``run`` on a new queue (none there yet), before it is made: ``(location, threads in
     #: play asked for)``; one it would refuse at start raises here, and leaves nothing behind
-    check_new_run: Callable[[str, "list[int] | None"], None] = lambda location, threads: None
+    check_new_run: Callable[[str, list[int] | None], None] = lambda location, threads: None
     #: how its positions (the watermark, progress, a commit's ``c_scn``) read in ``status``
     #: and logs: their name, and their text (redo: ``scn`` and the number; PostgreSQL:
     #: ``LSN`` and ``X/Y``)

@@ -6,7 +6,7 @@ works in a child process uses :mod:`olr_buffer.sources.runner`."""
 from __future__ import annotations
 
 import threading
-from typing import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from ..changes import CommitKey
 from ..errors import EXIT_BAD_INPUT

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from ..changes import (
     DEFAULT_BLOCK_BYTES,

@@ -18,7 +18,8 @@ it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -63,13 +64,13 @@ def _split(table: str) -> tuple[str, str]:
 
 
 def _decide(
-    df: "DataFrame",
+    df: DataFrame,
     owner: str,
     name: str,
     key: list[str] | None,
-    current: "DataFrame | None",
+    current: DataFrame | None,
     document: Callable[[str], dict],
-) -> tuple["DataFrame | None", int, list[str]]:
+) -> tuple[DataFrame | None, int, list[str]]:
     """The rows of :func:`mirror_batch_changes`, the last ``tx_seq`` they apply and the
     table's key columns (None, -1, []: the batch has nothing for the table)."""
     from pyspark.sql import functions as F
@@ -127,7 +128,7 @@ def _decide(
     return _frame(spark, arrow_rows(columns, out, f"{owner}.{name}")), plan.last_tx_seq, plan.key
 
 
-def _frame(spark: Any, table: pa.Table) -> "DataFrame":
+def _frame(spark: Any, table: pa.Table) -> DataFrame:
     """``table`` as a DataFrame of its types (an Arrow timestamp without a time zone is a
     ``timestamp_ntz``)."""
     from pyspark.sql.pandas.types import from_arrow_schema
@@ -137,13 +138,13 @@ def _frame(spark: Any, table: pa.Table) -> "DataFrame":
 
 @needs_pyspark
 def mirror_batch_changes(
-    df: "DataFrame",
+    df: DataFrame,
     *,
     changefeed: str,
     table: str,
     key: Iterable[str] | None = None,
-    current: "DataFrame | None" = None,
-) -> "DataFrame | None":
+    current: DataFrame | None = None,
+) -> DataFrame | None:
     """What the changefeed rows in ``df`` (a batch of whole transactions, as
     :func:`read_changefeed` or a micro-batch of :func:`stream_changefeed` gives them) do to
     the mirror table of ``table`` (``OWNER.TABLE``), by the rules of ``olr-buffer mirror``.
@@ -184,7 +185,7 @@ def _delta_tables() -> Any:
 @needs_pyspark
 def mirror_foreach_batch(
     target: str, *, changefeed: str, tables: Iterable[str] | None = None, queue_id: str | None = None
-) -> Callable[["DataFrame", int], None]:
+) -> Callable[[DataFrame, int], None]:
     """The function to give ``writeStream.foreachBatch`` over
     ``stream_changefeed(spark, changefeed)``: each micro-batch's changes applied to the
     mirror tables under ``target`` (``TARGET/OWNER/TABLE``, Delta tables written with
@@ -207,7 +208,7 @@ def mirror_foreach_batch(
     document = _documents(changefeed)
     base = target.rstrip("/")
 
-    def apply(batch: "DataFrame", batch_id: int) -> None:
+    def apply(batch: DataFrame, batch_id: int) -> None:
         nonlocal queue_id
         DeltaTable = _delta_tables()
         spark = batch.sparkSession
@@ -249,8 +250,8 @@ def _commit(
     spark: Any,
     DeltaTable: Any,
     path: str,
-    out: "DataFrame",
-    current: "DataFrame | None",
+    out: DataFrame,
+    current: DataFrame | None,
     key: list[str],
     app: str,
     version: int,

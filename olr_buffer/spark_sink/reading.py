@@ -20,7 +20,8 @@ import functools
 import re
 import time
 import warnings
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from ..sinks.parquet import ChangefeedReadError
 
@@ -79,7 +80,7 @@ def _path_not_found(exc: Exception) -> bool:
     return condition == "PATH_NOT_FOUND" or "Path does not exist" in str(exc)
 
 
-def load_waiting(load: Callable[[], "DataFrame"], path: str, wait_seconds: float | None) -> "DataFrame":
+def load_waiting(load: Callable[[], DataFrame], path: str, wait_seconds: float | None) -> DataFrame:
     """``load()``, which Spark refuses while ``path`` does not exist: tried again every second
     for ``wait_seconds`` (None: a batch read, which does not wait), then
     :class:`ChangefeedNotFoundError`."""
@@ -102,7 +103,7 @@ PART_GLOB = "part-*.parquet"
 
 
 @needs_pyspark
-def changefeed_schema() -> "StructType":
+def changefeed_schema() -> StructType:
     """The changefeed's columns (contract §2) as a Spark ``StructType``."""
     from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
@@ -121,7 +122,7 @@ def spark_path(path: str) -> str:
 
 
 @needs_pyspark
-def read_changefeed(spark: "SparkSession", path: str) -> "DataFrame":
+def read_changefeed(spark: SparkSession, path: str) -> DataFrame:
     """The whole changefeed as a DataFrame (Spark skips ``_olr_buffer/`` and temporary files).
 
     The files listed when the query runs hold a gapless prefix of the changefeed, in whole
@@ -144,7 +145,7 @@ def read_changefeed(spark: "SparkSession", path: str) -> "DataFrame":
     return with_timestamps(spark.read.schema(schema).parquet(*files))
 
 
-def _delta_files(spark: "SparkSession", path: str) -> list[str] | None:
+def _delta_files(spark: SparkSession, path: str) -> list[str] | None:
     """The files of the Delta changefeed at ``path``, in ``tx_seq`` order, as Spark names
     them: its table's (the snapshot's active files, read from the Delta log) and those
     published after them, not yet committed; None if ``path`` holds no Delta changefeed."""
@@ -158,7 +159,7 @@ def _delta_files(spark: "SparkSession", path: str) -> list[str] | None:
     return None if ranges is None else [spark_path(loc.where(name)) for _, _, name in ranges]
 
 
-def delta_target(spark: "SparkSession", path: str) -> str | None:
+def delta_target(spark: SparkSession, path: str) -> str | None:
     """``path`` as olr-buffer's stores name it (:func:`_store_target`), if it may hold a
     Delta changefeed. On S3, Spark's own filesystem (S3A, with its settings) says first
     whether there is a ``_delta_log/``, so that a plain changefeed is read as before with
@@ -198,7 +199,7 @@ def delta_ranges(path: str) -> list[tuple[int, int, str]] | None:
     return sorted((*(parse_part_name(n) or (-1, -1)), n) for n in names)
 
 
-def with_timestamps(df: "DataFrame") -> "DataFrame":
+def with_timestamps(df: DataFrame) -> DataFrame:
     """``c_ts``/``ts`` from ``c_tm``/``tm`` where a file (written before they existed) lacks them."""
     from pyspark.sql import functions as F
 

@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 @needs_pyspark
-def stream_changefeed(spark: "SparkSession", path: str, *, wait_seconds: float = 0.0, **options: Any) -> "DataFrame":
+def stream_changefeed(spark: SparkSession, path: str, *, wait_seconds: float = 0.0, **options: Any) -> DataFrame:
     """The changefeed as a streaming DataFrame: Spark's file source, format parquet, with
     the changefeed's fixed schema.
 
@@ -61,7 +61,7 @@ DELTA_STREAM_FORMAT = "olr_buffer_delta_changefeed"
 _DELTA_STREAM_OPTIONS = ("maxFilesPerTrigger",)
 
 
-def _stream_delta(spark: "SparkSession", path: str, options: dict[str, Any]) -> "DataFrame":
+def _stream_delta(spark: SparkSession, path: str, options: dict[str, Any]) -> DataFrame:
     """The Delta changefeed at ``path`` as a streaming DataFrame (see :func:`stream_changefeed`)."""
     unknown = sorted(set(options) - set(_DELTA_STREAM_OPTIONS))
     if unknown:
@@ -84,7 +84,7 @@ def _stream_delta(spark: "SparkSession", path: str, options: dict[str, Any]) -> 
     return with_timestamps(reader.load())
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _delta_stream_source() -> type:
     """The Python data source that streams a Delta changefeed (its classes need PySpark 4,
     so they are made on first use). Offsets are ``{"tx_seq": next}``; a partition is one

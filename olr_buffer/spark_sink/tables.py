@@ -15,7 +15,8 @@ DataFrame with the changefeed's columns instead (for example a micro-batch insid
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any, Sequence, Union
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Union
 
 from ..sinks.parquet import ChangefeedReadError, UnknownTableError, read_schema_document
 from ..value_forms import ARRAY as _ARRAY
@@ -48,11 +49,11 @@ TRUNCATES = ("error", "include")
 
 @needs_pyspark
 def table_changes(
-    spark: "SparkSession",
-    path: "Source",
+    spark: SparkSession,
+    path: Source,
     owner: str,
     table: str,
-    schema: "StructType | str | None" = None,
+    schema: StructType | str | None = None,
     *,
     starting_tx_seq: int | None = None,
     ending_tx_seq: int | None = None,
@@ -60,7 +61,7 @@ def table_changes(
     truncates: str = "error",
     json_options: dict[str, str] | None = None,
     missing_ok: bool = False,
-) -> "DataFrame":
+) -> DataFrame:
     """The rows of ``owner.table`` with ``before`` and ``after`` parsed by ``schema``.
 
     ``schema`` is a Spark ``StructType`` or a DDL string (``"ID BIGINT, NAME STRING"``)
@@ -126,7 +127,7 @@ def table_changes(
     return _change_data_feed(parsed, struct, truncates)
 
 
-def _change_data_feed(parsed: "DataFrame", struct: "StructType", truncates: str) -> "DataFrame":
+def _change_data_feed(parsed: DataFrame, struct: StructType, truncates: str) -> DataFrame:
     """Delta's change-data-feed view of one table's parsed rows (with ``_key``: the
     ``rid``'s columns, the pre-image of an update that has no ``before``)."""
     from pyspark.sql import functions as F
@@ -153,8 +154,8 @@ def _change_data_feed(parsed: "DataFrame", struct: "StructType", truncates: str)
 
 @needs_pyspark
 def typed(
-    spark: "SparkSession",
-    path: "Source",
+    spark: SparkSession,
+    path: Source,
     owner: str,
     table: str,
     *,
@@ -166,7 +167,7 @@ def typed(
     change_data_feed: bool = False,
     truncates: str = "error",
     missing_ok: bool = False,
-) -> "DataFrame":
+) -> DataFrame:
     """The rows of ``owner.table`` with ``before`` and ``after`` as typed structs, by the
     table's schema document in the changefeed: the columns and types its source stated
     (docs/spark.md, "Types": ``numeric(12,2)`` is ``decimal(12,2)``, ``timestamptz`` a
@@ -219,8 +220,8 @@ def typed(
 
 @needs_pyspark
 def table_schema(
-    spark: "SparkSession", path: str, owner: str, table: str, version: str | None = None
-) -> tuple[dict, "StructType"]:
+    spark: SparkSession, path: str, owner: str, table: str, version: str | None = None
+) -> tuple[dict, StructType]:
     """``(document, struct)``: the schema document of ``owner.table`` in the changefeed at
     ``path`` (``version``, or the version of the table's last row), and its columns as the
     Spark ``StructType`` that :func:`typed` gives ``before`` and ``after``."""
@@ -231,14 +232,14 @@ def table_schema(
 
 @needs_pyspark
 def infer_schema(
-    spark: "SparkSession",
-    path: "Source",
+    spark: SparkSession,
+    path: Source,
     owner: str,
     table: str,
     *,
     sample_rows: int = 1000,
     missing_ok: bool = False,
-) -> "StructType":
+) -> StructType:
     """The columns of ``owner.table``, for :func:`table_changes` and :func:`snapshot`.
 
     Types come from the table's last ``CREATE TABLE`` row and the ``ALTER TABLE … ADD``
@@ -284,16 +285,16 @@ def infer_schema(
 
 @needs_pyspark
 def snapshot(
-    spark: "SparkSession",
-    path: "Source",
+    spark: SparkSession,
+    path: Source,
     owner: str,
     table: str,
-    schema: "StructType | str | None" = None,
+    schema: StructType | str | None = None,
     key: str | Sequence[str] | None = None,
     *,
     json_options: dict[str, str] | None = None,
     missing_ok: bool = False,
-) -> "DataFrame":
+) -> DataFrame:
     """The current state of ``owner.table``: one row per key, from the last change.
 
     What the changefeed captured, not an initial load: a row that no captured change
@@ -413,7 +414,7 @@ def snapshot(
 # (the forms, _INTEGER ... _ARRAY: olr_buffer.value_forms, shared with the mirror)
 
 
-def _require_variant(spark: "SparkSession", what: str) -> None:
+def _require_variant(spark: SparkSession, what: str) -> None:
     major = int(spark.version.split(".")[0])
     if major < 4:
         raise ChangefeedReadError(
@@ -425,9 +426,9 @@ def _require_variant(spark: "SparkSession", what: str) -> None:
 
 
 def _table_document(
-    spark: "SparkSession",
+    spark: SparkSession,
     location: str,
-    rows: "DataFrame",
+    rows: DataFrame,
     owner: str,
     table: str,
     version: str | None,
@@ -481,7 +482,7 @@ def _table_document(
     return _read_document(spark, location, version, owner, table)
 
 
-def _read_document(spark: "SparkSession", location: str, version: str, owner: str, table: str) -> dict:
+def _read_document(spark: SparkSession, location: str, version: str, owner: str, table: str) -> dict:
     """The schema document ``version`` of ``owner.table`` in the changefeed at ``location``."""
     import json
 
@@ -504,7 +505,7 @@ def _read_document(spark: "SparkSession", location: str, version: str, owner: st
 
 
 def _refuse_renames(
-    spark: "SparkSession", location: str, owner: str, table: str, latest: dict, version: str, others: list
+    spark: SparkSession, location: str, owner: str, table: str, latest: dict, version: str, others: list
 ) -> None:
     """Raise :class:`ChangefeedReadError` if an earlier version of the table's rows
     (``others``: rows of ``schema_version``, ``first_tx_seq``, ``last_tx_seq``) lacks a
@@ -554,15 +555,13 @@ def _document_fields(document: dict, types: dict[str, Any] | None) -> list[tuple
     return fields
 
 
-def _struct_of(fields: list[tuple[str, Any]]) -> "StructType":
+def _struct_of(fields: list[tuple[str, Any]]) -> StructType:
     from pyspark.sql.types import StructField, StructType
 
     return StructType([StructField(name, dtype) for name, dtype in fields])
 
 
-def _typed_rows(
-    df: "DataFrame", fields: list[tuple[str, Any]], owner: str, table: str, key: bool = False
-) -> "DataFrame":
+def _typed_rows(df: DataFrame, fields: list[tuple[str, Any]], owner: str, table: str, key: bool = False) -> DataFrame:
     """``df`` (one table's rows) with ``before``/``after`` as structs of ``fields``, every
     value checked: a row with one that does not fit fails the query; ``key``: also
     ``_key``, the ``rid``'s columns when it is a JSON object (PostgreSQL)."""
@@ -588,7 +587,7 @@ def _typed_rows(
     )
 
 
-def _checked_images(df: "DataFrame", fields: list[tuple[str, Any]], key: bool = False) -> "DataFrame":
+def _checked_images(df: DataFrame, fields: list[tuple[str, Any]], key: bool = False) -> DataFrame:
     """``df`` with, per image j (0 ``before``, 1 ``after``, and with ``key`` 2 the ``rid``'s
     JSON), ``_v<j>``: the struct of its values by ``fields`` (null without the image); and
     ``_misfit``: what the first value that does not fit is (null if none).
@@ -607,7 +606,7 @@ def _checked_images(df: "DataFrame", fields: list[tuple[str, Any]], key: bool = 
     numbers = (DecimalType, ByteType, ShortType, IntegerType, LongType)
     images = range(len(texts))
     out = df.withColumns({f"_m{j}": F.parse_json(text).cast("map<string,variant>") for j, text in enumerate(texts)})
-    steps: dict[str, "Column"] = {}
+    steps: dict[str, Column] = {}
     for j in images:
         items = [F.col(f"_m{j}").getItem(name) for name, _ in fields]
         steps[f"_t{j}"] = F.array(*[F.try_variant_get(v, "$", "string") for v in items])
@@ -624,7 +623,7 @@ def _checked_images(df: "DataFrame", fields: list[tuple[str, Any]], key: bool = 
     names = F.array(*[F.lit(json.dumps(name, ensure_ascii=False)) for name, _ in fields])
     types = F.array(*[F.lit(dtype.simpleString()) for _, dtype in fields])
 
-    def typed_image(r: "Column") -> "Column":
+    def typed_image(r: Column) -> Column:
         t, x = r.getField("t"), r.getField("x")
         values = F.struct(*[_typed_value(t[i], dtype)[0].alias(name) for i, (name, dtype) in enumerate(fields)])
         fits = [
@@ -662,8 +661,8 @@ def _checked_images(df: "DataFrame", fields: list[tuple[str, Any]], key: bool = 
 
 
 def _typed_value(
-    t: "Column", dtype: Any, exact: "Column | None" = None, value: "Column | None" = None
-) -> tuple["Column", "Column"]:
+    t: Column, dtype: Any, exact: Column | None = None, value: Column | None = None
+) -> tuple[Column, Column]:
     """``(value, fits)`` of the text ``t`` read as ``dtype`` (see "typed images" above);
     ``exact``: whether a number kept its digits; ``value``: the value computed already."""
     from pyspark.sql import functions as F
@@ -744,7 +743,7 @@ def _typed_value(
 
 
 def _selected_rows(
-    spark: "SparkSession",
+    spark: SparkSession,
     path,
     owner: str,
     table: str,
@@ -752,7 +751,7 @@ def _selected_rows(
     starting_tx_seq: int | None,
     ending_tx_seq: int | None,
     refuse_truncates: bool,
-) -> "DataFrame":
+) -> DataFrame:
     """The table's rows, within the ``tx_seq`` range asked for; a truncate among them fails
     the query when ``refuse_truncates``."""
     from pyspark.sql import functions as F
@@ -767,7 +766,7 @@ def _selected_rows(
     return df
 
 
-def _refuse_truncates(df: "DataFrame", path: "Source", owner: str, table: str) -> "DataFrame":
+def _refuse_truncates(df: DataFrame, path: Source, owner: str, table: str) -> DataFrame:
     """``df`` (one table's rows), refused if it holds a truncate: at once for a batch
     source, when the query reads it for a streaming one."""
     from pyspark.sql import functions as F
@@ -806,7 +805,7 @@ def _refuse_truncates(df: "DataFrame", path: "Source", owner: str, table: str) -
     return df
 
 
-def _after_last_truncate(rows: "DataFrame") -> "DataFrame":
+def _after_last_truncate(rows: DataFrame) -> DataFrame:
     """One table's ``rows`` after its last truncate, which ends every row before it (and
     itself changes no row)."""
     from pyspark.sql import functions as F
@@ -820,13 +819,11 @@ def _after_last_truncate(rows: "DataFrame") -> "DataFrame":
     )
 
 
-def _source(spark: "SparkSession", path: "Source") -> "DataFrame":
+def _source(spark: SparkSession, path: Source) -> DataFrame:
     return read_changefeed(spark, path) if isinstance(path, str) else with_timestamps(path)
 
 
-def _table_rows(
-    spark: "SparkSession", path: "Source", owner: str, table: str, *, missing_ok: bool = True
-) -> "DataFrame":
+def _table_rows(spark: SparkSession, path: Source, owner: str, table: str, *, missing_ok: bool = True) -> DataFrame:
     from pyspark.sql import functions as F
 
     rows = _source(spark, path).where((F.col("owner") == owner) & (F.col("table") == table))
@@ -835,7 +832,7 @@ def _table_rows(
     return rows
 
 
-def _unknown_table(df: "DataFrame", path: str, owner: str, table: str) -> None:
+def _unknown_table(df: DataFrame, path: str, owner: str, table: str) -> None:
     names = sorted(f"{r.owner}.{r.table}" for r in df.select("owner", "table").distinct().collect())
     wanted = f"{owner}.{table}"
     alike = [n for n in names if n.casefold() == wanted.casefold()]
@@ -855,7 +852,7 @@ def _unknown_table(df: "DataFrame", path: str, owner: str, table: str) -> None:
     )
 
 
-def _struct_type(spark: "SparkSession", schema: "StructType | str") -> "StructType":
+def _struct_type(spark: SparkSession, schema: StructType | str) -> StructType:
     from pyspark.sql.types import StructType
 
     if isinstance(schema, StructType):
@@ -947,13 +944,13 @@ def _oracle_type(text: str) -> Any:
     return None
 
 
-def _all_not_null(cols: list["Column"]) -> "Column":
+def _all_not_null(cols: list[Column]) -> Column:
     from functools import reduce
 
     return reduce(lambda x, y: x & y, [c.isNotNull() for c in cols])
 
 
-def _all_equal(left: list["Column"], right: list["Column"]) -> "Column":
+def _all_equal(left: list[Column], right: list[Column]) -> Column:
     from functools import reduce
 
     return reduce(lambda x, y: x & y, [a.eqNullSafe(b) for a, b in zip(left, right)])

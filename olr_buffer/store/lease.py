@@ -43,8 +43,8 @@ import socket
 import threading
 import time
 import uuid
-from datetime import datetime, timezone
-from typing import Callable
+from collections.abc import Callable
+from datetime import UTC, datetime
 
 import orjson
 
@@ -196,7 +196,7 @@ class Lease:
                     holder.get("pid"),
                 )
                 return
-        until = datetime.fromtimestamp(expires, timezone.utc).isoformat(timespec="seconds")
+        until = datetime.fromtimestamp(expires, UTC).isoformat(timespec="seconds")
         raise LeaseHeldError(
             f"{self.store.location(self.name)}: changefeed is written by writer {holder.get('writer')} "
             f"on {holder.get('host')} (pid {holder.get('pid')}), whose lease runs until {until}",

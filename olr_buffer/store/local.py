@@ -15,8 +15,8 @@ import fcntl
 import os
 import shutil
 import uuid
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.fs as pafs

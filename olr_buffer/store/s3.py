@@ -27,8 +27,9 @@ import logging
 import os
 import time
 import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, TypeVar
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import boto3

@@ -8,9 +8,8 @@ so cleanup behaves alike; nothing survives the process.
 from __future__ import annotations
 
 import bisect
-from typing import Mapping, Sequence
-
 import time
+from collections.abc import Mapping, Sequence
 
 from ..txbuffer import Block, QueueError, SegmentInfo, TxQueue, cleanup_candidates
 from ..txbuffer.block import thread_codec

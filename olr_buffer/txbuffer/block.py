@@ -17,9 +17,9 @@ import struct
 import threading
 import zlib
 from array import array
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
-from typing import Iterator, Sequence
 
 import zstandard
 
@@ -57,7 +57,7 @@ class BlockCodec:
         compressed = self._compressor.compress(raw)
         return _HEADER.pack(FORMAT_VERSION, count, len(raw), zlib.crc32(compressed)) + compressed
 
-    def decode(self, first: int, value: bytes | memoryview, where: str = "") -> "Block":
+    def decode(self, first: int, value: bytes | memoryview, where: str = "") -> Block:
         if len(value) < HEADER_SIZE:
             raise QueueCorruptError(f"queue block {first}{where}: truncated header", index=first)
         version, count, raw_len, crc = _HEADER.unpack_from(value, 0)

@@ -29,15 +29,15 @@ import os
 import stat
 import threading
 from collections import OrderedDict
-from typing import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import lmdb
 
 from .. import pidlock
 from ..faults import fault_point
 from ..fsutil import fsync_dir
-from .base import SegmentInfo, TxQueue, cleanup_candidates
 from . import mapped
+from .base import SegmentInfo, TxQueue, cleanup_candidates
 from .block import Block, index_key, key_index, thread_codec
 from .errors import QueueCorruptError, QueueError, QueueFullError, QueueLockedError
 

@@ -8,15 +8,15 @@ import json
 import re
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
 
 from olr_buffer.status import queue_status
-
 from tests.cli.conftest import (
     Result,
     console_script,

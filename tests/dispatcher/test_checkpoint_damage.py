@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from olr_buffer.simulate import simulate
-from olr_buffer.txbuffer import LmdbQueue
 from olr_buffer.sources.redo.position import POSITION_PREFIX
-from olr_buffer.txbuffer.metadata import CHECKPOINT_KEY, load_json, seal
+from olr_buffer.txbuffer import LmdbQueue
 from olr_buffer.txbuffer.errors import QueueCorruptError
+from olr_buffer.txbuffer.metadata import CHECKPOINT_KEY, load_json, seal
 from tests.cli.conftest import olr_buffer
 
 

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from olr_buffer.changes import BEGIN, COMMIT, INSERT, BlockBuilder, read_summary
 from olr_buffer.dispatcher import Dispatcher
 from olr_buffer.dispatcher.errors import DispatchError
-from olr_buffer.changes import BlockBuilder, read_summary
-from olr_buffer.changes import BEGIN, COMMIT, INSERT
 from olr_buffer.testing import MemoryQueue
 from tests.dispatcher.test_dispatcher_model import ListSink
 

@@ -4,7 +4,6 @@ wins does not depend on the order the threads' blocks reach the queue.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,6 @@ from olr_buffer.txbuffer import LmdbQueue
 from tests.cli.conftest import ok
 from tests.contract_model import expected_changefeed
 from tests.fault_helpers import dumps, exact, replay
-
 
 # Semantic oddities: counted, not fatal
 

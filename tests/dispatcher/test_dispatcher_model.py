@@ -14,10 +14,9 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
+from olr_buffer.changes import CHANGEFEED_OP, INFINITE_SCN, Commit, CommitKey
 from olr_buffer.dispatcher import Dispatcher
-from olr_buffer.changes import INFINITE_SCN, Commit, CommitKey
 from olr_buffer.sources.redo.files import scan
-from olr_buffer.changes import CHANGEFEED_OP
 from olr_buffer.sources.redo.thread_reader import ThreadReader
 from olr_buffer.testing import MemoryQueue
 from tests.contract_model import assert_changefeed_equal, expected_changefeed

@@ -45,7 +45,7 @@ def check_history(cf: Path, target: Path) -> None:
                 assert a["valid_from"] < a["valid_to"] <= b["valid_from"]
         # the open versions are the mirror table's rows
         current = sorted(
-            (repr({c: v[c] for c in v if not c.startswith("valid_")}) for v in history if v["valid_to_tx_seq"] is None)
+            repr({c: v[c] for c in v if not c.startswith("valid_")}) for v in history if v["valid_to_tx_seq"] is None
         )
         rows = sorted(repr({**{c: r[c] for c in r if c != "tx_seq"}}) for r in mirror_rows(target, table))
         assert current == rows, table

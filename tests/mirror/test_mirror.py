@@ -177,8 +177,8 @@ def test_a_table_without_schema_documents_is_named(tmp_path):
 
 
 def test_a_foreign_delta_table_is_refused(tmp_path):
-    from deltalake import write_deltalake
     import pyarrow as pa
+    from deltalake import write_deltalake
 
     cf = make_changefeed(tmp_path, seed=8, transactions=20)
     write_deltalake(str(tmp_path / "m" / "SHOP" / "ORDERS"), pa.table({"x": [1]}))

@@ -186,7 +186,7 @@ def test_types_of_the_redo_columns(tmp_path):
     target = tmp_path / "m"
     mirror(MirrorOptions(str(cf), str(target), until_caught_up=True))
     (row,) = _rows(target, "T")
-    assert row["TS"] == dt.datetime(2024, 6, 1, 8, 0, 0, 500000, tzinfo=dt.timezone.utc)
+    assert row["TS"] == dt.datetime(2024, 6, 1, 8, 0, 0, 500000, tzinfo=dt.UTC)
     assert row["R"] == b"\x00\xff" and row["F"] == 1.5
     assert row["N"] == decimal.Decimal("12345678901234567890.0123456789")
     assert row["D"] == dt.datetime(2024, 6, 1, 10, 0)
@@ -246,17 +246,17 @@ def test_a_truncate_ends_every_row_and_every_open_version(tmp_path):
     assert history == [(1, "A", 2, 3), (1, "a", 0, 2), (2, "b", 1, 3), (3, "c", 4, None)]
     assert "MERGE" in [c["operation"] for c in h.dt.history()]
     to = {v["id"]: v["valid_to"] for v in h.load_all()}
-    assert to[2] == dt.datetime.fromtimestamp(1_700_000_003, dt.timezone.utc)
+    assert to[2] == dt.datetime.fromtimestamp(1_700_000_003, dt.UTC)
     assert t.version == h.version == 4
 
 
 @pytest.mark.parametrize(
     "text, zoned, expected",
     [
-        ("2024-06-01 10:00:00+02", True, dt.datetime(2024, 6, 1, 8, tzinfo=dt.timezone.utc)),
+        ("2024-06-01 10:00:00+02", True, dt.datetime(2024, 6, 1, 8, tzinfo=dt.UTC)),
         ("2024-06-01T10:00:00.123456789000Z"[:-4] + "Z", True, None),  # nanoseconds that are not zeros: no
-        ("2024-06-01 10:00:00.123456000Z", True, dt.datetime(2024, 6, 1, 10, 0, 0, 123456, tzinfo=dt.timezone.utc)),
-        ("2024-06-01 10:00:00 Europe/Warsaw", True, dt.datetime(2024, 6, 1, 8, tzinfo=dt.timezone.utc)),
+        ("2024-06-01 10:00:00.123456000Z", True, dt.datetime(2024, 6, 1, 10, 0, 0, 123456, tzinfo=dt.UTC)),
+        ("2024-06-01 10:00:00 Europe/Warsaw", True, dt.datetime(2024, 6, 1, 8, tzinfo=dt.UTC)),
         ("2024-06-01 10:00:00", True, None),  # no zone
         ("2024-06-01 10:00:00+02", False, None),  # a zone where none belongs
         ("2024-06-01", False, dt.datetime(2024, 6, 1)),

@@ -13,9 +13,17 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from olr_buffer.olr_protocol import FrameReader, MessageBuilder, RedoRequest, RedoResponse, RequestCode, ResponseCode
-from olr_buffer.olr_protocol import frame, frame_header
-from olr_buffer.olr_protocol import json_messages
+from olr_buffer.olr_protocol import (
+    FrameReader,
+    MessageBuilder,
+    RedoRequest,
+    RedoResponse,
+    RequestCode,
+    ResponseCode,
+    frame,
+    frame_header,
+    json_messages,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 

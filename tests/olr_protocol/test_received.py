@@ -36,10 +36,10 @@ def test_the_default_form_begin_row_commit():
 
 def test_scns_tms_xidn_rth_num_columns():
     m = read_message(
-        '{"scns":"0x0000008a33ac2263","tms":"2022-05-01T06:00:00.123456789Z","c_scn":5,"c_idx":1,'
-        '"xidn":22158,"rth":2,"db":"ORCL","payload":[{"op":"c","schema":{"owner":"A","table":"T",'
-        '"columns":[{"name":"X","type":"number","precision":38,"scale":2,"nullable":true}]},"num":3,'
-        '"offset":77,"after":{"X":123456789012345678901234567890123456.78,"S":"\\u00e9\\n"}}]}'.encode()
+        b'{"scns":"0x0000008a33ac2263","tms":"2022-05-01T06:00:00.123456789Z","c_scn":5,"c_idx":1,'
+        b'"xidn":22158,"rth":2,"db":"ORCL","payload":[{"op":"c","schema":{"owner":"A","table":"T",'
+        b'"columns":[{"name":"X","type":"number","precision":38,"scale":2,"nullable":true}]},"num":3,'
+        b'"offset":77,"after":{"X":123456789012345678901234567890123456.78,"S":"\\u00e9\\n"}}]}'
     )
     assert m.scn == 0x8A33AC2263 and m.tm == 1651384800123456789 and m.xid == "22158" and m.rth == 2
     assert m.db == "ORCL"

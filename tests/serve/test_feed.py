@@ -14,8 +14,7 @@ from hypothesis import strategies as st
 
 from olr_buffer.olr_protocol import Position
 from olr_buffer.serve.feed import MAX_C_SCN, NO_SCN, Changefeed, MessageStream, continue_position, start_position
-from olr_buffer.sinks.parquet import ChangefeedCorruptError
-from olr_buffer.sinks.parquet import list_files
+from olr_buffer.sinks.parquet import ChangefeedCorruptError, list_files
 from tests.serve.changefeeds import Feed, Row, Tx, random_transactions
 from tests.serve.model import expected_messages, position
 

@@ -5,7 +5,6 @@ changefeed that a real `olr-buffer run` keeps writing."""
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
 import signal

@@ -12,7 +12,6 @@ import pytest
 import olr_buffer.spark_sink.reading as spark_helpers
 from olr_buffer.sinks.parquet import ChangefeedWriter
 from olr_buffer.spark import ChangefeedNotFoundError, read_changefeed, stream_changefeed
-
 from tests.sinks.parquet.workload import publish, transactions
 
 pytestmark = pytest.mark.spark

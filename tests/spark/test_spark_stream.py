@@ -10,7 +10,6 @@ import pytest
 from olr_buffer.sinks.parquet import ChangefeedWriter
 from olr_buffer.spark import CHANGEFEED_SCHEMA, stream_changefeed, table_changes
 from tests.contract_model import assert_changefeed_equal
-
 from tests.sinks.parquet.workload import ORDERS_DDL, OWNER, TABLE, part_files, publish, spark_rows, transactions
 
 pytestmark = pytest.mark.spark

@@ -12,7 +12,6 @@ import pytest
 
 from olr_buffer.spark import snapshot, table_changes
 from tests.contract_model import load_input
-
 from tests.sinks.parquet.workload import ORDERS_DDL, ORDERS_JSON_OPTIONS, OWNER, TABLE, reference_snapshot
 
 pytestmark = pytest.mark.spark

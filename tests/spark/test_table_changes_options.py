@@ -16,7 +16,6 @@ from olr_buffer.spark import (
     stream_changefeed,
     table_changes,
 )
-
 from tests.sinks.parquet.workload import ORDERS_DDL, OWNER, TABLE
 
 FIELDS = [c.split()[0] for c in ORDERS_DDL.split(", ")]

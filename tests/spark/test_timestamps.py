@@ -5,7 +5,7 @@ compacts, with the same values derived."""
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
@@ -16,10 +16,9 @@ from olr_buffer.sinks.parquet import ARROW_SCHEMA, ChangefeedWriter
 from olr_buffer.sinks.parquet.compaction import compact
 from olr_buffer.sinks.parquet.schema import nanos_to_timestamp
 from tests.contract_model import CHANGEFEED_COLUMNS, assert_changefeed_equal, check_changefeed_layout, load_changefeed
+from tests.sinks.parquet.workload import OWNER, TABLE, part_files
 
-from tests.sinks.parquet.workload import OWNER, TABLE, Workload, part_files
-
-EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def as_utc(nanos: int | None) -> datetime | None:

@@ -4,7 +4,6 @@ and a damaged queue block. The run stops cleanly, publishes no wrong row, and re
 
 from __future__ import annotations
 
-import json
 import random
 from pathlib import Path
 
@@ -18,8 +17,8 @@ from tests.contract_model import ModelResult, expected_changefeed
 from tests.fault_helpers import (
     FULL_ARGS,
     ROOT,
-    big_base,
-    big_model,
+    big_base,  # noqa: F401 (a fixture the tests request by name)
+    big_model,  # noqa: F401 (a fixture the tests request by name)
     dumps,
     exact,
     grow,

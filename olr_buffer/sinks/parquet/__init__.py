@@ -1,10 +1,13 @@
 """The Parquet changefeed: schema, atomic publication, recovery, compaction (docs/formats.md,
 "Output"). The Spark helpers that read it are :mod:`olr_buffer.spark`."""
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from ..base import ChangefeedOwner, SinkKind, SinkSettings
+from .compaction import CompactionError, CompactionResult, compact
+from .delta_table import chain_names
 from .errors import (
     ChangefeedCorruptError,
     ChangefeedError,
@@ -13,8 +16,6 @@ from .errors import (
     ChangefeedReadError,
     UnknownTableError,
 )
-from .compaction import CompactionError, CompactionResult, compact
-from .delta_table import chain_names
 from .layout import (
     DEFAULT_MODE,
     META_DIR,

@@ -60,20 +60,20 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Iterator
 
 import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ...errors import EXIT_USAGE
-from ...fsutil import fsync_file
 from ...faults import fault_point
-from .errors import ChangefeedCorruptError, ChangefeedError
+from ...fsutil import fsync_file
 from ...store import Lease, StoreError, is_remote
 from . import delta_table
+from .errors import ChangefeedCorruptError, ChangefeedError
 from .layout import (  # noqa: F401  (read_footer: a public name of this module too)
     DEFAULT_MODE,
     META_DIR,
@@ -183,7 +183,7 @@ class CompactionResult:
 # -- reading a changefeed's files ------------------------------------------------------
 
 
-def published_files(path: "str | Location") -> list[PublishedFile]:
+def published_files(path: str | Location) -> list[PublishedFile]:
     """The ``part-`` files of the changefeed at ``path`` with their footers, checked: a
     gapless chain from tx_seq 0, each footer agreeing with its name. A Delta changefeed:
     the files of its table (and those published after them)."""
@@ -538,7 +538,7 @@ def _finish_swap(loc: Location, intent: dict, durable: bool) -> None:
     loc.delete_meta(INTENT)
 
 
-def recover_in_place(target: "_Target | str", durable: bool = True) -> bool:
+def recover_in_place(target: _Target | str, durable: bool = True) -> bool:
     """Finish or undo an interrupted in-place compaction; True if there was one.
 
     Before the merged file is published the old files are intact: the temporary file is

@@ -72,9 +72,9 @@ import pyarrow.parquet as pq
 
 from ... import fsutil, pidlock
 from ...changes import CommitKey
+from ...errors import OlrBufferError
 from ...store import ObjectExistsError, ObjectInfo, ObjectNotFoundError, Store, StoreError, is_remote, open_store
 from ..base import ChangefeedOwner
-from ...errors import OlrBufferError
 from .errors import ChangefeedCorruptError, ChangefeedError, ChangefeedLockedError
 from .schema import META_FIRST, META_LAST, META_LAST_COMMIT, META_ROWS, parse_part_name, part_name
 
@@ -195,7 +195,7 @@ class Location:
     whether writes are fsynced."""
 
     def __init__(
-        self, target: "str | os.PathLike[str] | Location", *, mode: int = DEFAULT_MODE, durable: bool = True
+        self, target: str | os.PathLike[str] | Location, *, mode: int = DEFAULT_MODE, durable: bool = True
     ) -> None:
         self.uri = os.fspath(target)
         self.remote = is_remote(self.uri)
@@ -343,7 +343,7 @@ class Location:
             raise self.failure(exc, name, "read a changefeed file") from None
 
 
-def as_location(target: "str | os.PathLike[str] | Location", **options) -> Location:
+def as_location(target: str | os.PathLike[str] | Location, **options) -> Location:
     """``target`` as a :class:`Location` (a path or a URI is opened)."""
     return target if isinstance(target, Location) else Location(target, **options)
 
@@ -384,7 +384,7 @@ def prepare_tmp_dir(path: str) -> None:
         raise os_failure(exc, tmp, "create the changefeed's temporary directory") from None
 
 
-def remove_unused(path: str, lock: "ChangefeedLock") -> bool:
+def remove_unused(path: str, lock: ChangefeedLock) -> bool:
     """Remove the changefeed directory ``path``, made by this run and holding no published
     file, and release ``lock`` (its writer's, held by nobody else in this process): a run
     refused before it published anything leaves nothing behind. True if removed.
@@ -515,7 +515,7 @@ def footer_metadata(f: PublishedFile) -> dict[bytes, str]:
     return meta
 
 
-def read_footer(cf: "str | Location", name: str) -> PublishedFile:
+def read_footer(cf: str | Location, name: str) -> PublishedFile:
     """A published file's range, last commit and owner from its name and footer, checked
     against each other and the row count (one ranged read on object storage)."""
     loc = as_location(cf)
@@ -578,7 +578,7 @@ def current_schemas(files: list[PublishedFile]) -> dict[tuple[str, str], str]:
     return current
 
 
-def verify_pages(cf: "str | Location", name: str) -> None:
+def verify_pages(cf: str | Location, name: str) -> None:
     """Read every page of the published file ``name`` with its checksum verified (files
     written before pages had checksums: decoded only). A damaged file raises
     :class:`ChangefeedCorruptError` naming it. Memory: one column chunk at a time."""
@@ -617,7 +617,7 @@ def _first_line(exc: BaseException) -> str:
 
 
 def list_files(
-    cf: "str | Location", *, hint: str | None = None, start: int = 0, names: "set[str] | None" = None
+    cf: str | Location, *, hint: str | None = None, start: int = 0, names: set[str] | None = None
 ) -> list[PublishedFile]:
     """The ``part-`` files of the changefeed ``cf`` (a path, a URI or a
     :class:`Location`), every footer read and checked: a gapless chain from tx_seq 0
@@ -673,7 +673,7 @@ def list_files(
     return files
 
 
-def _foreign_table_file(loc: "Location", name: str) -> ChangefeedCorruptError:
+def _foreign_table_file(loc: Location, name: str) -> ChangefeedCorruptError:
     """The error for a file that the changefeed's Delta table holds and olr-buffer did not write."""
     full = loc.where(name)
     return ChangefeedCorruptError(
@@ -758,7 +758,7 @@ def create_file(path: str, mode: int) -> None:
 # -- manifest and audit log ---------------------------------------------------------------
 
 
-def read_manifest(cf: "str | Location") -> dict | None:
+def read_manifest(cf: str | Location) -> dict | None:
     """``_olr_buffer/manifest.json``, or None if missing or unreadable (it is an index:
     the files are the truth, and it is rebuilt from them)."""
     loc = as_location(cf)
@@ -781,7 +781,7 @@ def manifest_owner(doc: dict | None) -> ChangefeedOwner | None:
 
 
 def write_manifest(
-    cf: "str | Location",
+    cf: str | Location,
     files: int,
     last: PublishedFile | None,
     owner: ChangefeedOwner | None,
@@ -869,7 +869,7 @@ def schema_document_path(path: str, version: str) -> str:
     return os.path.join(path, META_DIR, SCHEMAS_DIR, f"{version}.json")
 
 
-def schema_versions(cf: "str | Location") -> set[str]:
+def schema_versions(cf: str | Location) -> set[str]:
     """The versions whose schema documents the changefeed holds."""
     loc = as_location(cf)
     prefix = f"{META_DIR}/{SCHEMAS_DIR}/"
@@ -886,7 +886,7 @@ def schema_versions(cf: "str | Location") -> set[str]:
     return {n[:-5] for n in names if n.endswith(".json") and _VERSION.fullmatch(n[:-5])}
 
 
-def write_schema_documents(cf: "str | Location", documents: dict[str, str], durable: bool) -> None:
+def write_schema_documents(cf: str | Location, documents: dict[str, str], durable: bool) -> None:
     """Write each ``version -> text`` document that the changefeed does not hold yet, whole,
     so that once this returns, a file whose rows name them may become visible: locally a
     temporary file in ``_olr_buffer/tmp/``, fsynced, renamed into ``_olr_buffer/schemas/``,
@@ -926,7 +926,7 @@ def write_schema_documents(cf: "str | Location", documents: dict[str, str], dura
         raise os_failure(exc, exc.filename or target, "write a schema document") from None
 
 
-def read_schema_document(cf: "str | Location", version: str) -> bytes:
+def read_schema_document(cf: str | Location, version: str) -> bytes:
     """The text of the schema document ``version`` of the changefeed."""
     loc = as_location(cf)
     data = loc.read_meta(f"{SCHEMAS_DIR}/{version}.json", "read a schema document")
@@ -940,7 +940,7 @@ def read_schema_document(cf: "str | Location", version: str) -> bytes:
     return data
 
 
-def copy_schema_documents(src: "str | Location", dst: "str | Location", durable: bool) -> None:
+def copy_schema_documents(src: str | Location, dst: str | Location, durable: bool) -> None:
     """Copy to ``dst`` the schema documents of ``src`` that it lacks (compaction into
     another changefeed: the rows it copies name them)."""
     missing = sorted(schema_versions(src) - schema_versions(dst))
@@ -950,7 +950,7 @@ def copy_schema_documents(src: "str | Location", dst: "str | Location", durable:
 # -- durable file operations --------------------------------------------------------------
 
 
-def publish(cf: "str | Location", tmp_path: str, name: str) -> int:
+def publish(cf: str | Location, tmp_path: str, name: str) -> int:
     """The complete, fsynced local temporary file ``tmp_path`` becomes ``name``, whole and
     never over an existing file (:meth:`Location.publish`); returns its size."""
     return as_location(cf).publish(tmp_path, name)

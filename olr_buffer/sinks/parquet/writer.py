@@ -52,9 +52,9 @@ import threading
 import time
 import uuid
 from collections import deque
+from collections.abc import Iterable
 from itertools import compress, repeat, zip_longest
 from operator import itemgetter
-from typing import Iterable
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -62,12 +62,12 @@ import pyarrow.parquet as pq
 
 from ...changes import CHANGEFEED_OP, ROW_FIELDS, Commit, CommitKey, schema_version
 from ...errors import OlrBufferError
-from ...fsutil import fsync_file
 from ...faults import fault_point
+from ...fsutil import fsync_file
+from ...store import Lease, OutageRetry
 from ..base import ChangefeedOwner, SinkFigures, SinkOpening
-from .errors import ChangefeedCorruptError, ChangefeedError, ChangefeedOwnerError
-from ...store import Lease, OutageRetry, StoreError
 from . import delta_table
+from .errors import ChangefeedCorruptError, ChangefeedError, ChangefeedOwnerError
 from .layout import (  # noqa: F401  (MANIFEST, META_DIR, PUBLISHED_LOG, read_footer: public names)
     DEFAULT_MODE,
     MANIFEST,

@@ -38,7 +38,7 @@ class ReceiverFigures:
     received: Position | None = None
 
     @classmethod
-    def of(cls, r: OlrReceiver) -> "ReceiverFigures":
+    def of(cls, r: OlrReceiver) -> ReceiverFigures:
         return cls(r.records, r.messages, r.transactions, r.checkpoints, r.reconnects, r.confirmed, r.received)
 
 

@@ -50,7 +50,8 @@ import logging
 import socket
 import time
 from collections import deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ...changes import (
     BEGIN,
@@ -326,7 +327,7 @@ class OlrReceiver(StreamReader):
         """Read what the socket has (waiting up to its timeout); False when nothing came."""
         try:
             data = sock.recv(1 << 18)
-        except socket.timeout:
+        except TimeoutError:
             return False
         except OSError as exc:
             raise ConnectionLost(

@@ -4,7 +4,7 @@ appends (under ``olr/position``, in the same write), the tables' columns it was 
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import msgspec
 

@@ -39,7 +39,7 @@ import logging
 import os
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from ...changes import (
     BEGIN,

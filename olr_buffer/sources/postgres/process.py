@@ -40,7 +40,7 @@ class ReaderFigures:
     streaming: int = 0  # in-progress transactions being streamed by the server
 
     @classmethod
-    def of(cls, reader) -> "ReaderFigures":
+    def of(cls, reader) -> ReaderFigures:
         return cls(
             reader.records,
             reader.confirmed,

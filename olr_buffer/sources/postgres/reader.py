@@ -37,13 +37,12 @@ from __future__ import annotations
 
 import logging
 import struct
-from collections import deque
 import time
+from collections import deque
 from typing import Any
 
 import psycopg2
 
-from ...txbuffer import BlockAppender
 from ...changes import (
     BEGIN,
     COMMIT,
@@ -60,20 +59,21 @@ from ...changes import (
     row_payload,
     schema_document,
 )
+from ...txbuffer import BlockAppender
+from ..stream import StreamReader, StreamStopped
 from . import protocol as p
 from .connection import (
     ConnectionLostError,
     PostgresError,
     ReplicationStream,
-    SlotInUseError,
     Server,
+    SlotInUseError,
     SocketStream,
     check_setup,
     encrypted,
     quote_ident,
     quote_literal,
 )
-from ..stream import StreamReader, StreamStopped
 from .rows import Table
 from .state import STATE_KEY, PostgresState
 from .types import column_type, is_builtin

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from ...txbuffer import TxQueue
 from ..base import Metric, SourceKind, SourceSettings, SourceUsageError

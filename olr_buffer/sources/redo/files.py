@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import io
 import os
-import stat
 import re
+import stat
 from dataclasses import dataclass
 from typing import BinaryIO
 

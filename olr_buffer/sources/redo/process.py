@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import threading
 import traceback
-from typing import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from ...dead_letters import DeadLetters
 from ...errors import OlrBufferError

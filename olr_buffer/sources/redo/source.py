@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from ...changes import CommitKey
 from ...dead_letters import DeadLetters

@@ -7,9 +7,10 @@ import functools
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import repeat
-from typing import BinaryIO, Callable
+from typing import BinaryIO
 
 from ...changes import (
     BEGIN,
@@ -651,7 +652,7 @@ class ThreadReader:
             st[0], st[1], st[2], st[3] = line, offset_after(line - line0), last_scn, last_sub
         return status, st[1] - start
 
-    def _slow_line(self, src: "_Chained", lf: LogFile, final: bool, st: list) -> int:
+    def _slow_line(self, src: _Chained, lf: LogFile, final: bool, st: list) -> int:
         """Read one line from ``src`` as the line-by-line reader always did: the path of
         over-long lines, invalid ones (the error, or the dead-letter file) and a last line
         still being written. Returns ``_OK``, ``_BREAK`` (stop reading this file: at its

@@ -4,7 +4,6 @@ stops cleanly with no half-published file, and resumes once there is room.
 
 from __future__ import annotations
 
-import json
 import os
 import random
 from pathlib import Path
@@ -15,13 +14,12 @@ import pytest
 from olr_buffer.changes import INSERT, CommitKey
 from olr_buffer.sinks.parquet.errors import ChangefeedError
 from olr_buffer.sinks.parquet.writer import ChangefeedWriter
-
 from tests.cli.conftest import ok
 from tests.contract_model import ModelResult
 from tests.fault_helpers import (
     FULL_ARGS,
-    big_base,
-    big_model,
+    big_base,  # noqa: F401 (a fixture the tests request by name)
+    big_model,  # noqa: F401 (a fixture the tests request by name)
     exact,
     grow,
     no_tmp_files,

@@ -11,15 +11,15 @@ import json
 import os
 import shutil
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import orjson
 
-from olr_buffer.changes import Commit, CommitKey
+from olr_buffer.changes import DDL, DELETE, INSERT, UPDATE, Commit, CommitKey
 from olr_buffer.runtime import PipelineOptions, replay
-from olr_buffer.changes import DDL, DELETE, INSERT, UPDATE
 from olr_buffer.simulate import simulate
 from olr_buffer.sinks.parquet import ChangefeedWriter
 from tests.contract_model import ModelResult, expected_changefeed
@@ -40,7 +40,7 @@ class Workload:
     changefeed: Path
     expected: ModelResult
 
-    def copy(self, dest: Path) -> "Workload":
+    def copy(self, dest: Path) -> Workload:
         """Input, queue and changefeed copied under ``dest`` (for tests that change them)."""
         shutil.copytree(self.queue, dest / "q")
         shutil.copytree(self.changefeed, dest / "cf")

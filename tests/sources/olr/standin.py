@@ -167,7 +167,7 @@ class StandIn:
     def uri(self) -> str:
         return f"olr://127.0.0.1:{self.port}/{self.database}"
 
-    def start(self) -> "StandIn":
+    def start(self) -> StandIn:
         self._thread = threading.Thread(target=self.serve_forever, name="olr-standin", daemon=True)
         self._thread.start()
         return self
@@ -191,7 +191,7 @@ class StandIn:
             except OSError:
                 pass
 
-    def __enter__(self) -> "StandIn":
+    def __enter__(self) -> StandIn:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -205,7 +205,7 @@ class StandIn:
         while not self._stop.is_set():
             try:
                 conn, _ = self.listener.accept()
-            except socket.timeout:
+            except TimeoutError:
                 continue
             except OSError:
                 return
@@ -233,7 +233,7 @@ class StandIn:
                 if not data:
                     return
                 buf += data
-            except socket.timeout:
+            except TimeoutError:
                 pass
             while len(buf) >= 4:
                 (n,) = struct.unpack_from("<I", buf)

@@ -188,7 +188,7 @@ def _iso(tm: int) -> str:
     import datetime
 
     s, ns = divmod(tm, 1_000_000_000)
-    return datetime.datetime.fromtimestamp(s, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S") + f".{ns:09d}Z"
+    return datetime.datetime.fromtimestamp(s, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S") + f".{ns:09d}Z"
 
 
 def _entry(form: Form, row: Row, num: int, seen: set) -> dict:

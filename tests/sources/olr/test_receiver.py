@@ -245,7 +245,6 @@ def test_columns_are_kept_in_the_queue():
     with StandIn(messages(txs, FORMS["per-transaction"])) as sender, receiving(sender, queue, {}) as box:
         wait_for(lambda: box["receiver"].transactions == 10, what="ten transactions")
     from olr_buffer.sources.olr.state import load_columns
-
     from tests.sources.olr.streams import columns_sent
 
     kept = {(c.owner, c.table): json.loads(c.columns) for c in load_columns(queue.meta_items(b"olr/")).values()}

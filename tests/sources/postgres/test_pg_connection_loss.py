@@ -24,11 +24,11 @@ from olr_buffer.sources.postgres.connection import ConnectionLostError, Postgres
 from olr_buffer.sources.postgres.reader import PostgresReader
 from olr_buffer.testing import MemoryQueue
 from tests.contract_model import load_changefeed
+from tests.processes import reader_processes
 from tests.sources.postgres.conftest import start_service, wait_streaming
 from tests.sources.postgres.test_pg_source import service_log, stop
 from tests.sources.postgres.test_reader_stream import published
 from tests.sources.postgres.workload import changefeed_state
-from tests.processes import reader_processes
 
 pytestmark = pytest.mark.e2e
 

@@ -154,7 +154,7 @@ def test_a_new_users_table_comes_out_of_typed_with_its_types_and_exact_values(pg
     }
     got = {r.id: r for r in snapshot(spark, cf, "public", "orders", key="id").collect()}
     assert sorted(got) == sorted(server) == [1, 2, 3]
-    utc = dt.timezone.utc
+    utc = dt.UTC
     for key, s in server.items():
         g = got[key]
         assert (g.amount, g.price, g.extra) == (s[1], s[2], s[11]) and isinstance(g.amount, Decimal)

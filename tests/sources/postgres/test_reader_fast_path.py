@@ -18,7 +18,6 @@ from tests.sources.postgres.test_protocol import tup
 from tests.sources.postgres.test_reader_model import feed, histories
 from tests.sources.postgres.test_reader_stream import OID, reader
 
-
 VARIANTS = [
     (p.Column("id", 23, True), p.Column("v", 25, False)),
     (p.Column("id", 23, True), p.Column("w", 25, False)),

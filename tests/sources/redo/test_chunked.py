@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from olr_buffer.changes import RecordError
-from olr_buffer.sources.redo import thread_reader
 from olr_buffer.dead_letters import DeadLetters
+from olr_buffer.sources.redo import thread_reader
 from olr_buffer.sources.redo.errors import InputError
 from olr_buffer.sources.redo.files import scan
 from olr_buffer.sources.redo.records import batch_decode, decode_line

@@ -12,8 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from olr_buffer.changes import RecordError, schema_version
-from olr_buffer.sources.redo import InputError
 from olr_buffer.runtime import replay
+from olr_buffer.sources.redo import InputError
 from olr_buffer.sources.redo.records import decode_line, parse_line, validate
 from olr_buffer.sources.redo.types import spark_type
 

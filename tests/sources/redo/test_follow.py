@@ -11,19 +11,20 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import zstandard
 
+from olr_buffer.changes import decode_record
+from olr_buffer.dead_letters import DeadLetters
 from olr_buffer.runtime import PipelineOptions, run_service
 from olr_buffer.sources.redo import files as files_mod
-from olr_buffer.changes import decode_record
 from olr_buffer.sources.redo import thread_reader as thread_reader_mod
 from olr_buffer.sources.redo.errors import InputError, MissingSequenceError
 from olr_buffer.sources.redo.files import scan
-from olr_buffer.dead_letters import DeadLetters
 from olr_buffer.sources.redo.thread_reader import ThreadReader
 from olr_buffer.testing import MemoryQueue
 from tests.contract_model import assert_changefeed_equal, check_changefeed_layout, expected_changefeed, load_changefeed

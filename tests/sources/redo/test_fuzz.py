@@ -26,11 +26,11 @@ import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from olr_buffer.changes import CLOSE, LWN, MARKER_CODES, OP_CODES, BlockBuilder, RecordError, decode_record
 from olr_buffer.errors import OlrBufferError
 from olr_buffer.sources.redo.errors import InputError
 from olr_buffer.sources.redo.files import LogFile, scan
 from olr_buffer.sources.redo.position import load_positions
-from olr_buffer.changes import CLOSE, LWN, MARKER_CODES, OP_CODES, BlockBuilder, RecordError, decode_record
 from olr_buffer.sources.redo.records import decode_line, parse_line, validate
 from olr_buffer.sources.redo.thread_reader import ThreadReader
 from olr_buffer.testing import MemoryQueue

@@ -9,14 +9,14 @@ import json
 import re
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
 from olr_buffer.changes import INSERT, ROW_FIELDS, decode_record
-from olr_buffer.errors import EXIT_BAD_INPUT
 from olr_buffer.dead_letters import DeadLetters
+from olr_buffer.errors import EXIT_BAD_INPUT
 from olr_buffer.sources.redo.errors import InputError
 from olr_buffer.sources.redo.files import scan
 from olr_buffer.sources.redo.position import load_positions
@@ -35,7 +35,7 @@ from tests.fault_helpers import (
     replace_line,
     replay,
     small_base,  # noqa: F401 (a fixture work uses)
-    work,
+    work,  # noqa: F401 (a fixture the tests request by name)
 )
 
 pytestmark = pytest.mark.e2e  # a process or a server: in `make test`, not in `make test-fast`
@@ -386,10 +386,10 @@ def test_dead_letter_file_on_a_full_disk_is_an_environment_error_and_loses_no_re
     the input is fine) naming the dead-letter file; no part of the record stays in it, and
     once there is space the same command quarantines every bad record (some maybe twice,
     none lost) and publishes exactly the input without them."""
+    from olr_buffer.dead_letters import DeadLetterError
     from olr_buffer.errors import EXIT_ERROR
     from olr_buffer.runtime import PipelineOptions
     from olr_buffer.runtime import replay as run_replay
-    from olr_buffer.dead_letters import DeadLetterError
     from tests.fault_helpers import grow, tmpfs
 
     inp = work / "input"

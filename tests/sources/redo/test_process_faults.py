@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from olr_buffer.sources.redo.errors import InputError, MissingSequenceError
 from olr_buffer.simulate import simulate
+from olr_buffer.sources.redo.errors import InputError, MissingSequenceError
 from tests.processes import cmdline, reader_processes, service_processes
 
 pytestmark = pytest.mark.e2e  # a process or a server: in `make test`, not in `make test-fast`

@@ -44,8 +44,9 @@ import logging
 import os
 import re
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence, TypeVar
+from typing import TypeVar
 
 import orjson
 import pyarrow as pa

@@ -16,7 +16,7 @@ row group, merged here; nothing reads the rows.
 from __future__ import annotations
 
 import math
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import orjson
 import pyarrow as pa
@@ -93,5 +93,5 @@ def _text(value) -> str | None:
 
 def _iso_ms(ms: int) -> str:
     whole, frac = divmod(ms, 1000)
-    t = datetime.fromtimestamp(whole, timezone.utc)
+    t = datetime.fromtimestamp(whole, UTC)
     return f"{t:%Y-%m-%dT%H:%M:%S}.{frac:03d}Z"

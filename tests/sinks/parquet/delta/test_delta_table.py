@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import calendar
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import orjson
 import pyarrow as pa
@@ -112,7 +112,7 @@ def test_statistics_bound_the_values(store, tmp_path):
 
 def _micros(iso: str) -> int:
     """``2023-11-14T22:13:20.123Z`` -> microseconds since the epoch."""
-    t = datetime.strptime(iso, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
+    t = datetime.strptime(iso, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
     return (calendar.timegm(t.timetuple()) * 1_000_000) + t.microsecond
 
 
