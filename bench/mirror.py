@@ -54,7 +54,9 @@ def _row(r: random.Random, key: int) -> dict:
         "QTY": r.randrange(10**6),
         "NAME": f"name-{r.randrange(10**6)}",
         "CITY": r.choice(["Kraków", "Lyon", "Osaka", "Lima"]),
-        "CREATED": f"2024-0{r.randrange(1, 10)}-1{r.randrange(10)} 12:{r.randrange(10, 60)}:00.{r.randrange(10**6):06d}",
+        "CREATED": (
+            f"2024-0{r.randrange(1, 10)}-1{r.randrange(10)} 12:{r.randrange(10, 60)}:00.{r.randrange(10**6):06d}"
+        ),
         "RATE": r.random(),
         "NOTE": None if r.random() < 0.5 else "note " * r.randrange(1, 8),
     }

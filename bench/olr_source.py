@@ -65,7 +65,7 @@ def stream(base: int, large: int):
         idx = 0
         yield framed((BEGIN % (scn - 1, 1_700_000_000_000_000_000 + scn, scn, idx, xid)).encode())
         batch = []
-        for r in range(rows):
+        for _ in range(rows):
             idx += 1
             n += 1
             batch.append(framed((ROW % (scn, idx, xid, n, n, n % 1000, n)).encode()))

@@ -398,10 +398,12 @@ def report(r: dict, top: int) -> str:
     w(f"## 2. Reader path alone ({n:,} records, without lwn)\n\n")
     w(f"- into MemoryQueue, sequential, no profiler: {b['memory_s']:.2f}s = {n / b['memory_s']:,.0f} records/s\n")
     w(
-        f"- into durable LmdbQueue, sequential: {b['lmdb_s']:.2f}s = {n / b['lmdb_s']:,.0f} records/s ({b['blocks']} blocks)\n"
+        f"- into durable LmdbQueue, sequential: {b['lmdb_s']:.2f}s = {n / b['lmdb_s']:,.0f} records/s "
+        f"({b['blocks']} blocks)\n"
     )
     w(
-        f"- into durable LmdbQueue, reader threads: {b['lmdb_threads_s']:.2f}s = {n / b['lmdb_threads_s']:,.0f} records/s\n"
+        f"- into durable LmdbQueue, reader threads: {b['lmdb_threads_s']:.2f}s = "
+        f"{n / b['lmdb_threads_s']:,.0f} records/s\n"
     )
     if "lmdb_processes_s" in b:
         w(

@@ -97,7 +97,8 @@ def main() -> None:
         ot = status.get("open_transactions") or {}
         queue_mb = status["segments"]["bytes"] / 1e6
         print(
-            f"killed at {full * args.kill_at:.1f}s: queue {queue_mb:,.1f} MB in {status['segments']['count']} segment(s), "
+            f"killed at {full * args.kill_at:.1f}s: queue {queue_mb:,.1f} MB "
+            f"in {status['segments']['count']} segment(s), "
             f"checkpoint {status['checkpoint']['behind_records']:,} records behind, "
             f"{ot.get('count', 0):,} open transactions (largest {((ot.get('largest') or {}).get('rows') or 0):,} rows)"
         )

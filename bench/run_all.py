@@ -97,7 +97,7 @@ def clean_run(label: str, fn, tries: int, tolerance: float = 0.05) -> dict:
     again rather than reported, and the share of interference is kept with the figure."""
     ncpu = os.cpu_count() or 1
     best = None
-    for attempt in range(1, tries + 1):
+    for attempt in range(1, tries + 1):  # noqa: B007 - read after the loop
         r = fn()
         r["interference"] = r.get("other_cpu", 0.0) / (r["wall"] * ncpu) if r.get("wall") else 0.0
         if best is None or r["interference"] < best["interference"]:

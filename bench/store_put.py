@@ -70,9 +70,9 @@ def main() -> None:
             src.write_bytes(data)
             count = max(2, args.mib_per_size // size)
             cases = {
-                "local, from a file just written": lambda r: _local_file(work, r, data),
-                "local, from bytes (write, fsync, link)": lambda r: _local_bytes(work, r, data),
-                "s3 (moto), from file": lambda r: _s3_file(server, r, src, args.multipart_mib),
+                "local, from a file just written": lambda r, data=data: _local_file(work, r, data),
+                "local, from bytes (write, fsync, link)": lambda r, data=data: _local_bytes(work, r, data),
+                "s3 (moto), from file": lambda r, src=src: _s3_file(server, r, src, args.multipart_mib),
             }
             for name, make in cases.items():
                 runs: list[float] = []

@@ -75,7 +75,8 @@ def main(root: str = "demo-data") -> None:
         n_tx = df.select("tx_seq").distinct().count()
         bounds = df.agg(F.min("tx_seq"), F.max("tx_seq")).first()
         print(
-            f"{df.count():,} rows in {n_tx:,} transactions, tx_seq {bounds[0]}..{bounds[1]} (gapless: {bounds[1] - bounds[0] + 1 == n_tx})"
+            f"{df.count():,} rows in {n_tx:,} transactions, tx_seq {bounds[0]}..{bounds[1]} "
+            f"(gapless: {bounds[1] - bounds[0] + 1 == n_tx})"
         )
         multi = df.groupBy("tx_seq").agg(F.countDistinct("thread").alias("threads")).filter("threads > 1").count()
         print(f"{multi:,} transactions have rows from more than one RAC thread")

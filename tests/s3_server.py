@@ -82,7 +82,7 @@ class MotoServer:
 
 def start_moto(log_dir: Path, *, extra_env: dict[str, str] | None = None, timeout: float = 60.0) -> MotoServer:
     """Start ``moto_server`` on a free port of 127.0.0.1 and wait until it answers."""
-    for attempt in range(3):
+    for _ in range(3):
         port = free_port()
         log = log_dir / f"moto-{port}.log"
         env = {**os.environ, **(extra_env or {})}

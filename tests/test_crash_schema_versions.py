@@ -115,6 +115,9 @@ def test_killed_while_publishing_then_completed_names_the_same_versions(tmp_path
     want = versions(clean / "cf")
     assert versions(tmp_path / "cf") == want
     assert len({v for *_, v in want if v}) == 2 and want[0][2] is None  # rows before the first ddl: none
-    docs = lambda root: {p.name: p.read_bytes() for p in (root / "cf" / "_olr_buffer" / "schemas").iterdir()}
+
+    def docs(root: Path) -> dict[str, bytes]:
+        return {p.name: p.read_bytes() for p in (root / "cf" / "_olr_buffer" / "schemas").iterdir()}
+
     assert docs(tmp_path) == docs(clean)
     assert not list((tmp_path / "cf" / "_olr_buffer" / "tmp").iterdir())

@@ -87,7 +87,8 @@ def main() -> None:
         for name in res:
             o = out[name]
             print(
-                f"{name:10s} CPU {o['cpu_us_median']:6.3f} us a line (runs {o['cpu_us']}), wall {o['wall_median']:.2f} s"
+                f"{name:10s} CPU {o['cpu_us_median']:6.3f} us a line (runs {o['cpu_us']}), "
+                f"wall {o['wall_median']:.2f} s"
                 f" (runs {o['wall']}), {o['lines_per_s_median']:,} lines/s"
             )
         if "same_changefeed" in out:

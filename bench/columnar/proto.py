@@ -939,7 +939,7 @@ def iter_blocks(input_dir: str) -> Iterator[tuple[int, bytes, int, int, dict]]:
     """Every thread's blocks, read one thread after the other (for the stage timings)."""
     for t in sorted(scan(input_dir)):
         out: list = []
-        r = ColumnarReader(input_dir, t, lambda v, c, n, meta: out.append((v, c, n, meta)))
+        r = ColumnarReader(input_dir, t, lambda v, c, n, meta, out=out: out.append((v, c, n, meta)))
         r.read_to_end()
         for v, c, n, meta in out:
             yield t, v, c, n, meta

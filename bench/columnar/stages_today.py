@@ -237,7 +237,7 @@ def main() -> None:
         )
 
     queue_dir = os.path.join(args.work, "today-queue")
-    for run in range(args.runs):
+    for _ in range(args.runs):
         if {"reader", "append", "dispatch", "sink"} & set(stages):
             cpu, blocks = stage_reader(args.input)
             add("reader", cpu)

@@ -628,7 +628,7 @@ class Dispatcher:
         remember_tm = self._clock_tms.append
         i = 0
         try:
-            for i, (key, _, txn) in enumerate(ready):
+            for i, (key, _, txn) in enumerate(ready):  # noqa: B007 - i is read after the loop, in except
                 if txn.end_key is not key and txn.end_key != key:
                     continue  # superseded by an earlier end of the same transaction
                 xid = txn.xid

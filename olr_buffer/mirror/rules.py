@@ -119,7 +119,8 @@ class TableRules:
         if first is None:
             c = changes[0]
             raise MirrorDataError(
-                f"{self.name}: tx_seq {c.tx_seq}: its rows name no schema document, so its columns and key are not known",
+                f"{self.name}: tx_seq {c.tx_seq}: its rows name no schema document, "
+                "so its columns and key are not known",
                 hint="a redo source states them with `columns` on the table's ddl records (docs/formats.md); "
                 "or leave the table out with --tables",
             )

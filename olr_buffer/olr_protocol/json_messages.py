@@ -102,6 +102,9 @@ class Position(NamedTuple):
     c_idx: int
 
 
+_STREAM_START = Position(0, 0)
+
+
 def truncate_sql(owner: str, table: str) -> str:
     """The DDL text of a PostgreSQL TRUNCATE row: ``TRUNCATE TABLE "owner"."table"``."""
     return 'TRUNCATE TABLE "{}"."{}"'.format(owner.replace('"', '""'), table.replace('"', '""'))
@@ -139,7 +142,7 @@ class MessageBuilder:
     it, none does)."""
 
     def __init__(
-        self, database: str, start: Position = Position(0, 0), documents: Callable[[str], bytes | str] | None = None
+        self, database: str, start: Position = _STREAM_START, documents: Callable[[str], bytes | str] | None = None
     ) -> None:
         self._db = _q(database)
         self.start = start

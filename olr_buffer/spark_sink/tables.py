@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any
 
 from ..sinks.parquet import ChangefeedReadError, UnknownTableError, read_schema_document
 from ..value_forms import ARRAY as _ARRAY
@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
-    Source = Union[str, DataFrame]
+    Source = str | DataFrame
 
 
 #: Delta's change types, by changefeed ``op`` (``ddl`` rows have none); a truncate's is

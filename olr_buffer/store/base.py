@@ -134,6 +134,7 @@ class Store(ABC):
     def check_conditional_writes(self) -> None:
         """Raise :class:`StoreAccessError` unless :meth:`create` refuses an existing name
         (a local directory always does)."""
+        return None
 
     def clear_staging(self) -> list[str]:
         """Remove what interrupted writes left behind (temporary files, unfinished

@@ -22,6 +22,7 @@ uploads, so boto3 writes and reads the objects, and ``pyarrow.fs`` serves only
 
 from __future__ import annotations
 
+import functools
 import io
 import logging
 import os
@@ -309,8 +310,13 @@ class S3Store(Store):
                     if not chunk:
                         break
                     etag = self._call(
-                        lambda: self.client.upload_part(
-                            Bucket=self.bucket, Key=key, UploadId=upload, PartNumber=number, Body=chunk
+                        functools.partial(
+                            self.client.upload_part,
+                            Bucket=self.bucket,
+                            Key=key,
+                            UploadId=upload,
+                            PartNumber=number,
+                            Body=chunk,
                         ),
                         "create",
                         name,

@@ -88,9 +88,12 @@ class _PerThreadCodec(threading.local):
         self.codec = BlockCodec(level)
 
 
-def thread_codec(_cache: _PerThreadCodec = _PerThreadCodec()) -> BlockCodec:
+_THREAD_CODECS = _PerThreadCodec()
+
+
+def thread_codec() -> BlockCodec:
     """The calling thread's codec."""
-    return _cache.codec
+    return _THREAD_CODECS.codec
 
 
 @dataclass(frozen=True, slots=True)

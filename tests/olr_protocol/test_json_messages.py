@@ -73,7 +73,10 @@ def unframe(data: bytes) -> list[bytes]:
     return out
 
 
-def build(rows: list[dict], cuts: list[int], *, start=Position(0, 0), max_bytes=1 << 20) -> list[bytes]:
+START = Position(0, 0)
+
+
+def build(rows: list[dict], cuts: list[int], *, start=START, max_bytes=1 << 20) -> list[bytes]:
     """The builder's messages for ``rows`` cut into batches at ``cuts``."""
     b = MessageBuilder("ORCL", start)
     out = b""

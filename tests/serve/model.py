@@ -68,7 +68,7 @@ def expected_messages(
         if c_scn != c_scn_before:
             c_scn_before, idx = c_scn, 0
 
-        def message(scn: int, tm: int | None, payload: dict) -> dict:
+        def message(scn: int, tm: int | None, payload: dict, *, c_scn: int = c_scn, first: dict = first) -> dict:
             nonlocal idx
             m = {"scn": scn}
             if tm is not None:

@@ -37,7 +37,7 @@ def test_a_missing_changefeed_is_one_clear_line(spark, tmp_path):
 
 
 def test_stream_waits_for_the_changefeed_to_appear(spark, workload, tmp_path, monkeypatch):
-    live, out = tmp_path / "live", tmp_path / "out"
+    live = tmp_path / "live"
     txs = transactions(workload.expected.rows)[:5]
     naps: list[float] = []
 

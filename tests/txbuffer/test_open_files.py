@@ -28,7 +28,7 @@ def _fds() -> int:
 def test_at_most_max_open_segments_stay_open(tmp_path: Path):
     q = LmdbQueue(tmp_path / "q", segment_bytes=16 * 1024, max_open_segments=3)
     try:
-        for i in range(400):
+        for _ in range(400):
             q.append([os.urandom(300) for _ in range(8)])
         assert len(q.segments()) > 10
         base = _fds()

@@ -49,8 +49,9 @@ Merged files keep the changefeed's naming (``part-<first>-<last>.parquet``), row
 row groups of up to 65,536 rows and the footer metadata the writer recovers from
 (``olr_buffer.first_tx_seq``, ``last_tx_seq``, ``last_commit`` of the last transaction,
 ``rows``, and ``schemas``: the schema versions that changed in the files it merges), and
-an output directory gets the schema documents its rows name, so :class:`~olr_buffer.sinks.parquet.ChangefeedWriter` reopens the result and
-continues at the same ``next_tx_seq``.
+an output directory gets the schema documents its rows name, so
+:class:`~olr_buffer.sinks.parquet.ChangefeedWriter` reopens the result and continues at the
+same ``next_tx_seq``.
 """
 
 from __future__ import annotations

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Union
 
 from ...errors import OlrBufferError
 
@@ -213,22 +212,22 @@ class StreamAbort:
     subxid: int
 
 
-Message = Union[
-    Begin,
-    Commit,
-    Origin,
-    Relation,
-    TypeInfo,
-    Insert,
-    Update,
-    Delete,
-    Truncate,
-    LogicalMessage,
-    StreamStart,
-    StreamStop,
-    StreamCommit,
-    StreamAbort,
-]
+Message = (
+    Begin
+    | Commit
+    | Origin
+    | Relation
+    | TypeInfo
+    | Insert
+    | Update
+    | Delete
+    | Truncate
+    | LogicalMessage
+    | StreamStart
+    | StreamStop
+    | StreamCommit
+    | StreamAbort
+)
 
 
 def _tuple_data(data: bytes, pos: int, kind: str) -> tuple[Tuple, int]:

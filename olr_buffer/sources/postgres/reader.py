@@ -83,7 +83,8 @@ log = logging.getLogger("olr_buffer.postgres")
 THREAD = 1
 COPY_SEQUENCE = -1  # commit keys of the initial copy: (consistent point, 1, -1, n) sort before every change
 LARGE_TRANSACTION_ROWS = 100_000  # the commit of a transaction this large is logged
-# an XLogData frame of an Insert: data start, WAL end, (send time, 'I'), [xid in a stream block,] relation OID, tuple tag
+# an XLogData frame of an Insert: data start, WAL end, (send time, 'I'), [xid in a stream block,]
+# relation OID, tuple tag
 _INSERT_FRAME = struct.Struct("!QQ9xIB").unpack_from
 _STREAM_INSERT_FRAME = struct.Struct("!QQ9xIIB").unpack_from
 _DATA = frozenset((p.Insert, p.Update, p.Delete, p.Truncate, p.Relation))  # messages of a transaction

@@ -156,7 +156,11 @@ _COLUMN = """\
 _VALUES = {
     _RAW: "            v{i} = data[pos:end]",
     _STRING: "            v{i} = dumps(data[pos:end].decode())",
-    _NUMBER: "            v{i} = data[pos:end]\n            if v{i} in NOT_NUMBERS:\n                v{i} = b'\"' + v{i} + b'\"'",
+    _NUMBER: (
+        "            v{i} = data[pos:end]\n"
+        "            if v{i} in NOT_NUMBERS:\n"
+        "                v{i} = b'\"' + v{i} + b'\"'"
+    ),
     _BOOL: '            v{i} = b"true" if data[pos:end] in TRUE else b"false"',
 }
 

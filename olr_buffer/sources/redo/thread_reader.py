@@ -189,7 +189,8 @@ class ThreadReader:
             raise InputError(
                 os.path.join(self.input_dir, f"redo_{self.thread}_{pos.sequence - 1}.jsonl"),
                 None,
-                f"thread {self.thread} was read up to sequence {pos.sequence - 1}, but the input ends at {max(self.files)}",
+                f"thread {self.thread} was read up to sequence {pos.sequence - 1}, "
+                f"but the input ends at {max(self.files)}",
                 hint="the input directory no longer holds the logs this queue was built from",
             )
         files = check_contiguous(self.input_dir, self.thread, self.files, start=pos.sequence) if self.files else []

@@ -63,7 +63,7 @@ def test_a_row_group_that_fails_in_the_background_stops_the_writer_with_one_line
     cf = tmp_path / "cf"
 
     def tx(scn: int, rows: int) -> tuple[list[list], list[tuple]]:
-        images = ['{"V":"%s"}' % "".join(rnd.choice("abcdefghij") for _ in range(200)) for _ in range(rows)]
+        images = ['{{"V":"{}"}}'.format("".join(rnd.choice("abcdefghij") for _ in range(200))) for _ in range(rows)]
         recs = [
             [INSERT, scn + i, 0, 1, scn + i, None, "O", "T", None, f"R{scn + i}", None, images[i], None]
             for i in range(rows)

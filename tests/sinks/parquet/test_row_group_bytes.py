@@ -12,7 +12,7 @@ from olr_buffer.sinks.parquet.writer import ChangefeedWriter
 
 
 def _row(scn: int, i: int) -> list:
-    return [2, scn, 0, 1, i, None, "O", "T", 7, f'{{"ID":{i}}}', None, '{"ID":%d,"S":"%s"}' % (i, "x" * (i % 97)), None]
+    return [2, scn, 0, 1, i, None, "O", "T", 7, f'{{"ID":{i}}}', None, f'{{"ID":{i},"S":"{"x" * (i % 97)}"}}', None]
 
 
 def _write(cf: Path, **limits) -> None:

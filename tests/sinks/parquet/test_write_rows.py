@@ -18,7 +18,7 @@ from olr_buffer.sinks.parquet.writer import ChangefeedWriter
 
 def _row(scn: int, i: int) -> list:
     code = INSERT if i % 3 else DELETE
-    after = None if code == DELETE else '{"I":%d,"S":"%s"}' % (i, "y" * (i % 11))
+    after = None if code == DELETE else f'{{"I":{i},"S":"{"y" * (i % 11)}"}}'
     return [
         code,
         scn,
@@ -30,7 +30,7 @@ def _row(scn: int, i: int) -> list:
         "T",
         None if i % 5 == 0 else 9,
         f"R{i}",
-        '{"I":%d}' % i if code == DELETE else None,
+        f'{{"I":{i}}}' if code == DELETE else None,
         after,
         None,
     ]

@@ -156,7 +156,9 @@ def test_sigkills_of_run_and_of_the_sender_publish_every_transaction_once(tmp_pa
         for _ in range(8):
             streams += 1  # each kill when the service streams, not while it starts
             wait_for(
-                lambda: service_log(tmp_path).count("streaming ") >= streams or svc.poll() is not None,
+                lambda streams=streams, svc=svc: (
+                    service_log(tmp_path).count("streaming ") >= streams or svc.poll() is not None
+                ),
                 60,
                 "the service streaming",
             )

@@ -170,7 +170,7 @@ def streams(draw):
         used.add(xid["xid"] if "xid" in xid else str(xid.get("xidn")))
         scn = draw(st.integers(1, c_scn)) if 0 < c_scn <= I63 and (v.clean or draw(st.booleans())) else v("int")
 
-        def header(first: bool) -> dict:
+        def header(first: bool, *, scn: int = scn, c_scn: int = c_scn, xid: dict = xid) -> dict:
             nonlocal idx
             h: dict = {}
             if first or draw(st.booleans()):

@@ -127,7 +127,7 @@ def test_a_killed_run_started_again_publishes_every_transaction_once(tmp_path):
                 time.sleep(rng.uniform(0.05, 0.4))
             if written >= len(msgs):
                 wait_for(
-                    lambda: transactions(tmp_path / "cf") >= len(txs) or proc.poll() is not None,
+                    lambda proc=proc: transactions(tmp_path / "cf") >= len(txs) or proc.poll() is not None,
                     120,
                     "every transaction published",
                 )

@@ -107,7 +107,7 @@ def test_sigkill_and_server_restart_under_load_exactly_once(pg_db, pg_cluster, t
             daemon=True,
         )
         load.start()
-        for round_ in range(3):
+        for _ in range(3):
             time.sleep(1.2)
             svc.kill()  # SIGKILL, mid-load
             svc.wait(SERVICE_TIMEOUT)

@@ -78,7 +78,7 @@ class Client(threading.Thread):
             self.outcome.errors.append(exc)
 
     def _txn(self, conn, body, commit: bool = True) -> None:
-        for attempt in range(20):
+        for _ in range(20):
             with conn.cursor() as cur:
                 try:
                     cur.execute("SELECT txid_current()")

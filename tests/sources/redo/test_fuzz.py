@@ -334,7 +334,7 @@ def damaged_files(draw):
         i = draw(st.integers(0, len(lines) - 1))
         lines[i] = draw(damaged_lines()) + b"\n"
     contents = []
-    for n, (ls, comp) in enumerate(zip(seqs, compressed)):
+    for ls, comp in zip(seqs, compressed):
         data = b"".join(ls)
         if comp:
             data = zstandard.ZstdCompressor(level=draw(st.integers(1, 5)), write_checksum=draw(st.booleans())).compress(

@@ -19,6 +19,7 @@ __all__ = [
     "DeltaChangefeed",
     "DeltaChangefeedError",
     "DeltaConflictError",
+    "DeltaForeignCommitError",
     "DeltaTableMismatchError",
     "PartFile",
     "delta_stats",
