@@ -89,8 +89,13 @@ class _ChildReceiver(OlrReceiver):
 
 def _child_main(conn, stop_conn, parent_pid, shared, uri, state, columns, stored, options) -> None:
     def body(stop) -> None:
-        receiver = None
-        queue = PipeAppender(conn, lambda: ReceiverFigures.of(receiver))
+        receiver: _ChildReceiver | None = None
+
+        def figures() -> ReceiverFigures:
+            assert receiver is not None  # the queue appends once the receiver runs
+            return ReceiverFigures.of(receiver)
+
+        queue = PipeAppender(conn, figures)
         receiver = _ChildReceiver(
             queue,
             parse_location(uri),

@@ -112,7 +112,7 @@ class ConnectionLost(Exception):
     """The connection failed or was closed: connect again."""
 
 
-def _text(p: Position | None) -> str:
+def _text(p: Position) -> str:
     return f"c_scn {p[0]} c_idx {p[1]}"
 
 
@@ -241,7 +241,7 @@ class OlrReceiver(StreamReader):
             self._add_record(code, scn, xid, 0, line, payload)
         except RecordError as exc:
             raise OlrStreamError(
-                f"{self.name}: message at {_text(self._last)}: {exc}", c_scn=self._last[0], c_idx=self._last[1]
+                f"{self.name}: message at {self._where()}: {exc}", **self._facts()
             ) from None
 
     # -- the thread ------------------------------------------------------------------------
@@ -564,7 +564,7 @@ class OlrReceiver(StreamReader):
         self._last = self.received = pos
         if m.tm is not None:
             self.received_tm = m.tm
-        if pos <= self._skip_through:
+        if self._skip_through is not None and pos <= self._skip_through:
             self.skipped += 1  # in the queue already: sent again after a reconnect
             return
         checkpoint = False
@@ -596,8 +596,10 @@ class OlrReceiver(StreamReader):
             self._idle_confirm(sock, pos)
 
     def _check_xid(self, m, pos: Position) -> None:
-        if m.xid is not None and m.xid != self.txn.xid:
-            raise self._bad(f"a message of transaction {m.xid} while transaction {self.txn.xid} has no commit yet", pos)
+        txn = self.txn
+        assert txn is not None  # callers check a transaction is open
+        if m.xid is not None and m.xid != txn.xid:
+            raise self._bad(f"a message of transaction {m.xid} while transaction {txn.xid} has no commit yet", pos)
 
     def _open(self, m, pos: Position, whole: bool) -> _Txn:
         if m.xid is None:
@@ -691,6 +693,7 @@ class OlrReceiver(StreamReader):
 
     def _commit(self, m, pos: Position) -> None:
         txn = self.txn
+        assert txn is not None  # callers check a transaction is open
         c_tm = m.tm if m.tm is not None else txn.tm
         self._use(THREAD)
         # the state first: the add may close the block, which stores the state with it

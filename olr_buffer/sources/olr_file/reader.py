@@ -190,7 +190,7 @@ class OlrFileReader(BlockWriter):
         self.messages, self.transactions, self.checkpoints = st.messages, st.transactions, st.checkpoints
         o = st.open
         if o is not None:
-            self.txn = _Txn(o.xid, o.thread, tuple(o.first), o.scn, o.tm, o.whole, o.begun, o.rows, list(o.documented))
+            self.txn = _Txn(o.xid, o.thread, (o.first[0], o.first[1]), o.scn, o.tm, o.whole, o.begun, o.rows, list(o.documented))
 
     def state(self) -> OlrFileState:
         t = self.txn
@@ -293,6 +293,7 @@ class OlrFileReader(BlockWriter):
     def _read_file(self, final: bool) -> None:
         """Read the lines of the current file from the current offset: to its end, or (not
         ``final``) up to a last line still being written (without its ``\\n``)."""
+        assert self.file is not None  # the loop chose a file before reading it
         path = self.output.path(self.file)
         try:
             f = open(path, "rb")
@@ -375,6 +376,7 @@ class OlrFileReader(BlockWriter):
             rows = self._check(m, pos)
             taken = False
         else:  # the line was taken in part before a restart: its checks passed then
+            assert self.last is not None  # the position of the line taken in part
             pos, counted = self.last, False
             rows = self._rows(m)
             taken = True
@@ -572,6 +574,7 @@ class OlrFileReader(BlockWriter):
     def _commit(self, m, pos: Position) -> None:
         self._use(THREAD)
         txn = self.txn
+        assert txn is not None  # _check refused a commit with no transaction open
         c_tm = m.tm if m.tm is not None else txn.tm
         self.txn = None
         self.last_commit = pos

@@ -77,8 +77,12 @@ class _PipeQueue(PipeAppender):
     """The child's queue: appends that go to the parent with the reader's figures."""
 
     def __init__(self, conn) -> None:
-        super().__init__(conn, lambda: ReaderFigures.of(self.reader))
-        self.reader = None
+        super().__init__(conn, self._figures)
+        self.reader: PostgresReader | None = None
+
+    def _figures(self) -> ReaderFigures:
+        assert self.reader is not None  # the queue appends once the reader runs
+        return ReaderFigures.of(self.reader)
 
 
 class _Published:

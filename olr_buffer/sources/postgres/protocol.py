@@ -383,9 +383,9 @@ def decode_message(data: bytes, in_stream: bool = False) -> Message:
     if not data:
         raise PgoutputError("empty pgoutput message")
     if data[0] == 0x49:  # I
-        msg = _insert(data, in_stream)
-        if msg is not None:
-            return msg
+        insert = _insert(data, in_stream)
+        if insert is not None:
+            return insert
     kind = chr(data[0])
     c = _Cursor(data, kind)
     msg: Message
@@ -401,9 +401,9 @@ def decode_message(data: bytes, in_stream: bool = False) -> Message:
     elif kind == "E":
         msg = StreamStop()
     elif kind == "c":
-        xid = c.u32("xid")
+        stream_xid = c.u32("xid")
         c.u8("flags")
-        msg = StreamCommit(xid, c.u64("commit LSN"), c.u64("end LSN"), pg_time_ns(c.i64("commit time")))
+        msg = StreamCommit(stream_xid, c.u64("commit LSN"), c.u64("end LSN"), pg_time_ns(c.i64("commit time")))
     elif kind == "A":
         msg = StreamAbort(c.u32("xid"), c.u32("subtransaction xid"))
     else:

@@ -584,8 +584,9 @@ class PostgresReader(StreamReader):
                             table = got[0] if got is not None else (self.tables.get(rel) or self._last_seen.get(rel))
                             rel_seen = rel if table is not None else -1
                             version = table.version if table is not None else None
-                        images = table.images(data, pos) if rel == rel_seen else None
+                        images = table.images(data, pos) if rel == rel_seen and table is not None else None
                         if images is not None:
+                            assert table is not None  # images come from the table seen
                             if sub is not None and sub != txn.top and sub not in txn.subs:
                                 txn.subs[sub] = txn.rows
                             if not builder.count:

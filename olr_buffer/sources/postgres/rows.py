@@ -10,6 +10,7 @@ values; every other type is a JSON string holding the server's text form.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import orjson
@@ -72,6 +73,8 @@ class Table:
         self._categories = [_category(c.type_oid) for c in self.columns]
         keys = frozenset(self.key or ())
         self._cols = [(n, c, i in keys) for i, (n, c) in enumerate(zip(self._names, self._categories))]
+        #: ``(rid, obj)`` of the TupleData at ``pos``, which ends ``data`` (see :meth:`_first_images`)
+        self.images: Callable[[bytes, int], tuple[str | None, str] | None] = self._first_images
 
     def obj(self, values: tuple, fallback: tuple | None = None, only: tuple[int, ...] | None = None) -> str:
         """The JSON object of a tuple; unchanged TOASTed values are taken from ``fallback``
@@ -106,7 +109,7 @@ class Table:
             parts.append(self._names[i] + _json(self._categories[i], values[i]))
         return (b"{" + b",".join(parts) + b"}").decode()
 
-    def images(self, data: bytes, pos: int) -> tuple[str | None, str] | None:
+    def _first_images(self, data: bytes, pos: int) -> tuple[str | None, str] | None:
         """``(rid, obj)`` of the TupleData at ``pos``, which ends ``data``, read and turned
         into JSON in one pass: the hot path of inserts, the same text as :meth:`rid` and
         :meth:`obj` give. None for anything out of the ordinary (another column count than
