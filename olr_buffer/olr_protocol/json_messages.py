@@ -27,7 +27,7 @@ in OpenLogReplicator's form (:mod:`.columns`), from the schema document of the r
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -172,7 +172,8 @@ class MessageBuilder:
         when all were)."""
         col = batch.column
         names = batch.schema.names
-        cols = [
+        # a column the file lacks is None: only schema_version may be absent (filled below)
+        cols: list[Any] = [
             (col(name).to_pylist() if start_row == 0 else col(name).slice(start_row).to_pylist())
             if name in names
             else None
@@ -317,6 +318,7 @@ class MessageBuilder:
         if text is None:
             if len(self._column_texts) > 10_000:
                 self._column_texts.clear()
+            assert self._documents is not None  # rows name no version without documents (add)
             text = self._column_texts[version] = columns_text(self._documents(version))
         return text
 

@@ -87,7 +87,7 @@ class Schema(msgspec.Struct, gc=False):
     owner: str | None = _f(OWNER)
     table: str | None = _f(TABLE)
     obj: _I64 | None = _f(OBJ)
-    columns: msgspec.Raw = _f(SCHEMA_COLUMNS)  # type: ignore[assignment]
+    columns: msgspec.Raw = _f(SCHEMA_COLUMNS)
 
 
 class Entry(msgspec.Struct, gc=False):
@@ -98,8 +98,8 @@ class Entry(msgspec.Struct, gc=False):
     schema: Schema | None = _f(SCHEMA)
     rid: str | None = _f(RID)
     num: _I64 | None = _f(NUM)
-    before: msgspec.Raw = _f(BEFORE)  # type: ignore[assignment]
-    after: msgspec.Raw = _f(AFTER)  # type: ignore[assignment]
+    before: msgspec.Raw = _f(BEFORE)
+    after: msgspec.Raw = _f(AFTER)
     sql: str | None = _f(SQL)
 
 

@@ -9,7 +9,9 @@ time, and a message stream makes at most about ``max_bytes`` of messages per cal
 from __future__ import annotations
 
 import bisect
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -226,8 +228,8 @@ class MessageStream:
         self.builder = MessageBuilder(database, start, documents=feed.schema_document)
         self.batch_rows = batch_rows
         self._file = feed.first_file_for(start.c_scn) if start.c_scn else 0
-        self._batches = None
-        self._batch = None
+        self._batches: Iterator[Any] | None = None  # of the current file's record batches
+        self._batch: Any = None  # a pyarrow.RecordBatch, or None
         self._row = 0
 
     @property

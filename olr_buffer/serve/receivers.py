@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import time
 from datetime import UTC, datetime
+from typing import TypeGuard
 
 from ..errors import OlrBufferError
 from ..sinks.parquet import Location, read_manifest
@@ -45,8 +46,8 @@ def receivers_status(changefeed: str, state_dir: str | None = None) -> list[dict
         doc["receiver"] = session.get("receiver") if session else None
         connected = session.get("connected_at") if session else None
         doc["connected_since"] = _iso(connected) if isinstance(connected, (int, float)) else None
-        doc["streaming"] = bool(session and session.get("streaming"))
-        started = session.get("streaming_from") if doc["streaming"] else None
+        streaming = doc["streaming"] = bool(session and session.get("streaming"))
+        started = session.get("streaming_from") if session and streaming else None
         doc["streaming_from"] = {"c_scn": started[0], "c_idx": started[1]} if _is_position(started) else None
         try:
             confirmed = read_confirmed(state_dir, db)
@@ -70,7 +71,7 @@ def receivers_status(changefeed: str, state_dir: str | None = None) -> list[dict
         # and the commit time between its last whole one and the changefeed's newest; a
         # receiver that confirmed nothing yet lacks those from where its stream began (a
         # START "from now on" wants none before)
-        from_tx_seq = session.get("streaming_from_tx_seq") if doc["streaming"] else None
+        from_tx_seq = session.get("streaming_from_tx_seq") if session and streaming else None
         have = (
             confirmed.tx_seq
             if confirmed is not None
@@ -130,7 +131,7 @@ def render_receivers(receivers: list[dict]) -> list[str]:
     return lines
 
 
-def _is_position(value) -> bool:
+def _is_position(value: object) -> TypeGuard[list[int]]:
     return isinstance(value, list) and len(value) == 2 and all(isinstance(v, int) for v in value)
 
 

@@ -127,7 +127,7 @@ class _Chunk:
 
     __slots__ = ("start", "end", "last", "data", "scan", "scan_last")
 
-    def __init__(self, start: int, data: bytes, last: Position) -> None:
+    def __init__(self, start: int, data: bytes, last: Position | None) -> None:
         self.start = start
         self.end = start + len(data)
         self.last = last
