@@ -74,7 +74,7 @@ class HistoryTable(MirrorTable):
                 )
                 self.warned = True
             return
-        new: list[dict] = []  # the batch's versions
+        new: list[dict | None] = []  # the batch's versions (None: opened and ended by one transaction)
         open_now: dict[Any, int] = {}  # key -> index in new of its open version
         closes: dict[Any, tuple[int, dt.datetime | None]] = {}  # key -> when the table's open version ends
         truncated: tuple[int, dt.datetime | None] | None = None
@@ -89,15 +89,17 @@ class HistoryTable(MirrorTable):
                 open_now.clear()
                 truncated = truncated or when
                 continue
-            i = open_now.pop(key, None)
-            if i is not None:
-                if new[i][FROM_TX] == c.tx_seq:  # a version of this very transaction: never seen
-                    new[i] = None  # type: ignore[call-overload]
+            at = open_now.pop(key, None)
+            if at is not None:
+                entry = new[at]
+                if entry is not None and entry[FROM_TX] == c.tx_seq:  # a version of this very transaction: never seen
+                    new[at] = None
                 else:
-                    self._end(new, i, when)
+                    self._end(new, at, when)
             elif truncated is None and key not in closes:
                 closes[key] = when
             if kind == "put":
+                assert row is not None  # a put carries its row
                 open_now[key] = len(new)
                 new.append({**row, FROM_TX: c.tx_seq, FROM_TS: when[1], TO_TX: None, TO_TS: None, C_SCN: c.c_scn})
         versions = [v for v in new if v is not None]
@@ -144,6 +146,7 @@ class HistoryTable(MirrorTable):
                 [f"t.{quote(k)} = s.{quote(k)}" for k in plan.key] + [f"t.{TO_TX} IS NULL", f"s.{KIND} = 'close'"]
             )
             names = [n for n, _ in columns]
+            assert self.dt is not None  # the table has a schema, so it exists
             merge = (
                 self.dt.merge(data, match, source_alias="s", target_alias="t", commit_properties=props)
                 .when_matched_update({TO_TX: f"s.{CLOSE_TX}", TO_TS: f"s.{CLOSE_TS}"})

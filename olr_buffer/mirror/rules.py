@@ -124,6 +124,7 @@ class TableRules:
                 hint="a redo source states them with `columns` on the table's ddl records (docs/formats.md); "
                 "or leave the table out with --tables",
             )
+        assert first.version is not None  # found by it
         doc = self.document(first.version)
         key = list(self.table_key) if self.table_key is not None else list(doc["key"])
         columns = dict(self.schema or [])
@@ -241,10 +242,10 @@ class TableRules:
                 events.append(("close", k, None, c))
             elif c.op == "u":
                 old = self._key_of(state.key, state, c, before, after)
-                was = target.get(old)
-                if was is None and full is None:
-                    was = base.get(old)
-                row = self._row(state, c, was[0] if was is not None and was[0] is not None else {}, before, after)
+                held = target.get(old)
+                if held is None and full is None:
+                    held = base.get(old)
+                row = self._row(state, c, held[0] if held is not None and held[0] is not None else {}, before, after)
                 new = self._key(state.key, row, c, "after")
                 if new != old:
                     target[old] = (None, c.tx_seq, c.c_scn)
@@ -263,11 +264,11 @@ class TableRules:
                 "rewrite",
                 columns_out,
                 list(state.key),
-                [v for v in full.values() if v[0] is not None],
+                [(row, tx_seq, c_scn) for row, tx_seq, c_scn in full.values() if row is not None],
                 last,
                 count,
                 events,
-            )  # type: ignore[misc]
+            )
         return Plan("merge", columns_out, list(state.key), rows, last, count, events)
 
     # -- helpers -----------------------------------------------------------------------

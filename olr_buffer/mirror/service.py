@@ -103,7 +103,9 @@ class Mirror:
 
     def _write_progress(self) -> None:
         doc = self._read_progress()
-        scanned = doc.get("scanned") if isinstance(doc.get("scanned"), dict) else {}
+        scanned = doc.get("scanned")
+        if not isinstance(scanned, dict):
+            scanned = {}
         scanned[self._selection] = self.scanned
         self.store.replace(PROGRESS, orjson.dumps({"queue_id": self.queue_id, "scanned": scanned}))
 

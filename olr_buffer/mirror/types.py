@@ -222,9 +222,9 @@ def _decimal(v: Any, precision: int, scale: int) -> decimal.Decimal:
         d = decimal.Decimal(v.strip())
     else:
         raise Misfit("not a number of plain digits")
-    if not d.is_finite():
-        raise Misfit("not a finite number")
     _, digits, exponent = d.as_tuple()
+    if not isinstance(exponent, int):  # "n", "N", "F": a NaN or an infinity
+        raise Misfit("not a finite number")
     n = len(digits)
     while exponent < -scale and n > 1 and digits[n - 1] == 0:  # trailing zeros after the point
         n -= 1

@@ -240,9 +240,7 @@ class OlrReceiver(StreamReader):
         try:
             self._add_record(code, scn, xid, 0, line, payload)
         except RecordError as exc:
-            raise OlrStreamError(
-                f"{self.name}: message at {self._where()}: {exc}", **self._facts()
-            ) from None
+            raise OlrStreamError(f"{self.name}: message at {self._where()}: {exc}", **self._facts()) from None
 
     # -- the thread ------------------------------------------------------------------------
 

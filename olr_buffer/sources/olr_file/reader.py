@@ -190,7 +190,9 @@ class OlrFileReader(BlockWriter):
         self.messages, self.transactions, self.checkpoints = st.messages, st.transactions, st.checkpoints
         o = st.open
         if o is not None:
-            self.txn = _Txn(o.xid, o.thread, (o.first[0], o.first[1]), o.scn, o.tm, o.whole, o.begun, o.rows, list(o.documented))
+            self.txn = _Txn(
+                o.xid, o.thread, (o.first[0], o.first[1]), o.scn, o.tm, o.whole, o.begun, o.rows, list(o.documented)
+            )
 
     def state(self) -> OlrFileState:
         t = self.txn
