@@ -45,6 +45,7 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Literal
 
 import orjson
 
@@ -385,7 +386,7 @@ def _this_process() -> dict | None:
         namespace = os.readlink("/proc/self/ns/pid")
     except OSError:
         return None
-    if not boot or started is None or stat.split(" ", 1)[0] != str(os.getpid()):
+    if not boot or started is None or stat is None or stat.split(" ", 1)[0] != str(os.getpid()):
         return None  # (a /proc of another PID namespace: its pids are not ours)
     return {"boot": boot, "pid_namespace": namespace, "start": started[1]}
 
@@ -404,7 +405,7 @@ def _same_pid_space(holder: dict) -> bool:
     )
 
 
-def _state(pid: int) -> tuple[str, int] | None | bool:
+def _state(pid: int) -> tuple[str, int] | None | Literal[False]:
     """The process ``pid``: False if there is none, (state, start time), or None if it
     exists but cannot be looked at."""
     try:

@@ -10,6 +10,7 @@ held by every conditional writer of the store.
 
 from __future__ import annotations
 
+import builtins
 import errno
 import fcntl
 import os
@@ -17,6 +18,7 @@ import shutil
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -67,7 +69,9 @@ class LocalStore(Store):
         out.sort(key=lambda o: o.name)
         return out
 
-    def _scan(self, folder: str, start: str, recursive: bool, out: list[ObjectInfo], folders: bool = False) -> None:
+    def _scan(
+        self, folder: str, start: str, recursive: bool, out: builtins.list[ObjectInfo], folders: bool = False
+    ) -> None:
         path = os.path.join(self.root, folder) if folder else self.root
         if path == self._staging_dir:
             return
@@ -190,8 +194,8 @@ class LocalStore(Store):
             raise _os_error(exc, "delete", path) from None
         self._sync_folder(os.path.dirname(path))
 
-    def clear_staging(self) -> list[str]:
-        removed = []
+    def clear_staging(self) -> builtins.list[str]:
+        removed: builtins.list[str] = []
         try:
             names = os.listdir(self._staging_dir)
         except FileNotFoundError:
@@ -323,7 +327,7 @@ def _os_error(exc: OSError, doing: str, path: str) -> StoreError:
     can do about it."""
     reason = (exc.strerror or str(exc)).splitlines()[0]
     # errno and reason as facts: a caller may word the error its own way (the changefeed does)
-    facts = {"path": path, "errno": exc.errno, "reason": reason}
+    facts: dict[str, Any] = {"path": path, "errno": exc.errno, "reason": reason}
     if isinstance(exc, (FileNotFoundError, NotADirectoryError)):
         return ObjectNotFoundError(f"{path}: no such object", **facts)
     if isinstance(exc, IsADirectoryError):

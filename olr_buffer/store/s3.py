@@ -22,6 +22,7 @@ uploads, so boto3 writes and reads the objects, and ``pyarrow.fs`` serves only
 
 from __future__ import annotations
 
+import builtins
 import functools
 import io
 import logging
@@ -359,7 +360,7 @@ class S3Store(Store):
     def delete(self, name: str) -> None:
         self._call(lambda: self.client.delete_object(Bucket=self.bucket, Key=self.key(name)), "delete", name)
 
-    def clear_staging(self) -> list[str]:
+    def clear_staging(self) -> builtins.list[str]:
         """Abort the unfinished multipart uploads under the prefix and remove the staging
         objects (the probes of :meth:`check_conditional_writes`)."""
         removed = []
@@ -378,9 +379,9 @@ class S3Store(Store):
             removed.append(obj)
         return removed
 
-    def _staging_objects(self) -> list[str]:
+    def _staging_objects(self) -> builtins.list[str]:
         key_prefix = self.key(self.staging) + "/"
-        names = []
+        names: builtins.list[str] = []
 
         def run() -> None:
             for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=key_prefix):
@@ -581,7 +582,7 @@ class _S3File(io.RawIOBase):
         self._pos = max(0, base + offset)
         return self._pos
 
-    def readinto(self, buffer) -> int:  # type: ignore[override]
+    def readinto(self, buffer) -> int:
         n = min(len(buffer), self._size - self._pos)
         if n <= 0:
             return 0
