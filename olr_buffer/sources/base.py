@@ -21,7 +21,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from ..changes import CommitKey
 from ..errors import EXIT_USAGE, OlrBufferError
@@ -242,6 +242,9 @@ def encode_state(state: ResumeState) -> bytes:
     return encode_document(state)
 
 
-def decode_state(cls: type, key: bytes, value: bytes, where: str = "queue") -> Any:
+_S = TypeVar("_S", bound=ResumeState)
+
+
+def decode_state(cls: type[_S], key: bytes, value: bytes, where: str = "queue") -> _S:
     """The ``cls`` document stored under ``key``, or a one-line error."""
     return decode_document(cls, key, value, where)

@@ -78,8 +78,8 @@ class _Segment:
         self.first = first
         self.path = path
         self.env: lmdb.Environment | None = None
-        self.blocks = None
-        self.meta = None
+        self.blocks: lmdb._Database | None = None
+        self.meta: lmdb._Database | None = None
         self.maps: list[tuple[int, int]] | None = None  # where the environment maps the file
 
 
@@ -288,6 +288,7 @@ class LmdbQueue(TxQueue):
                     self._next = seg.first
                     return
                 continue
+            assert seg.env is not None  # opened by _open_env
             with seg.env.begin(db=seg.blocks) as txn:
                 cur = txn.cursor()
                 if cur.last():
@@ -296,6 +297,7 @@ class LmdbQueue(TxQueue):
                     self._next = block.end
                     self._meta = dict(txn.cursor(db=seg.meta).iternext())
                     return
+            assert seg.env is not None  # opened by _open_env
             with seg.env.begin(db=seg.meta) as txn:
                 meta = dict(txn.cursor().iternext())
             if meta or len(self._segments) == 1:
@@ -365,6 +367,7 @@ class LmdbQueue(TxQueue):
     def _segment_full(self, seg: _Segment) -> bool:
         if seg.first == self._next:
             return False  # nothing in it yet: never roll an empty segment
+        assert seg.env is not None  # opened by _open_env
         info = seg.env.info()
         return (info["last_pgno"] + 1) * seg.env.stat()["psize"] >= self.segment_bytes
 
@@ -403,6 +406,7 @@ class LmdbQueue(TxQueue):
             new_segment = seg.first == self._next and len(self._segments) > 1
             first = self._next
             try:
+                assert seg.env is not None  # opened by _open_env
                 with seg.env.begin(write=True) as txn:
                     if new_segment:
                         for k, v in self._meta.items():
@@ -446,6 +450,7 @@ class LmdbQueue(TxQueue):
             seg = self._open_env(self._segments[pos])
             self._open.move_to_end(seg.first)
             try:
+                assert seg.env is not None  # opened by _open_env
                 with seg.env.begin(db=seg.blocks, buffers=True) as txn:
                     cur = txn.cursor()
                     key = index_key(index)
