@@ -569,11 +569,13 @@ class Dispatcher:
     def _late_end(self, txn: OpenTransaction, key: CommitKey, block: int) -> None:
         """The end of ``txn`` reached the queue after commit ``last_key`` was published:
         publishing it now would break commit order."""
+        last = self.last_key
+        assert last is not None  # an end is late after a published commit
         if key.thread in self.strict:
             raise DispatchError(
                 f"queue block {block}: the end of transaction {txn.xid} at scn {key.scn} (thread {key.thread}, "
-                f"sequence {key.sequence}, line {key.line}) arrived after commit scn {self.last_key.scn} "
-                f"(thread {self.last_key.thread}) was published",
+                f"sequence {key.sequence}, line {key.line}) arrived after commit scn {last.scn} "
+                f"(thread {last.thread}) was published",
                 hint="the input of a thread in play went back below what was published; nothing out of order "
                 "was published",
                 index=block,
@@ -654,7 +656,7 @@ class Dispatcher:
                         )
                 elif txn.begin_scn < 0 or txn.begin_scn > key[0]:
                     stats.no_begin += 1
-                elif check_order and key < self.last_key:
+                elif check_order and self.last_key is not None and key < self.last_key:
                     raise DispatchError(  # the last line of defence: _process keeps such ends out
                         f"commit of {xid} at scn {key.scn} would be published after commit scn {self.last_key.scn}",
                         hint="this is a bug: nothing out of order was published",
@@ -771,9 +773,9 @@ class Dispatcher:
         empty = 0
         for (txn, key), (thread, a, b) in zip(batch, spans):
             if thread is None or txn.compensations:
-                per_thread = a if thread is None else ((thread, a, b),)
-                ra, rb = cum[per_thread[0][1]], cum[per_thread[-1][2]]
-                kept, threads = self.replayer.transaction_rows([(t, recs[x:y]) for t, x, y in per_thread], key[0])
+                thread_spans = a if thread is None else ((thread, a, b),)
+                ra, rb = cum[thread_spans[0][1]], cum[thread_spans[-1][2]]
+                kept, threads = self.replayer.transaction_rows([(t, recs[x:y]) for t, x, y in thread_spans], key[0])
                 pieces.append(rows[done:ra])
                 done = rb
                 if kept:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import bisect
 import heapq
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import compress
 from operator import itemgetter
@@ -160,7 +160,7 @@ class Replayer:
             )
         return [r for r in recs if r[SCN] <= c_scn]
 
-    def _spans(self, locs: list[int], c_scn: int, count_late: bool, reverse: bool) -> Iterator[list[list]]:
+    def _spans(self, locs: Sequence[int], c_scn: int, count_late: bool, reverse: bool) -> Iterator[list[list]]:
         """The records of each span of one thread's locations, at or below ``c_scn``, in
         order (or all in reverse order)."""
         get = self.cache.get
@@ -191,14 +191,16 @@ class Replayer:
             return
         streams = [self._thread_items(t, locs, c_scn, count_late, reverse) for t, locs in sorted(txn.locations.items())]
         run: list[list] = []
-        run_thread = None
+        run_thread: int | None = None
         for item in heapq.merge(*streams, reverse=reverse):
             if item[2] != run_thread or len(run) >= CHUNK_ROWS:
                 if run:
+                    assert run_thread is not None  # set with the run's first item
                     yield run_thread, run
                 run, run_thread = [], item[2]
             run.append(item[5])
         if run:
+            assert run_thread is not None
             yield run_thread, run
 
     # -- compensation --------------------------------------------------------------------
