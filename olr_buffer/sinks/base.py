@@ -139,8 +139,9 @@ class Sink(TransactionSink, Protocol):
         over; None when every one is."""
         ...
 
-    def flush(self) -> None:
-        """Make every transaction handed over durable (publish it)."""
+    def flush(self) -> object:
+        """Make every transaction handed over durable (publish it); what it returns, if
+        anything, is not used."""
         ...
 
     def position(self) -> bytes:

@@ -194,9 +194,7 @@ class Location:
     ``mode``, ``durable``: a local directory's mode (files without the x bits) and
     whether writes are fsynced."""
 
-    def __init__(
-        self, target: str | os.PathLike[str] | Location, *, mode: int = DEFAULT_MODE, durable: bool = True
-    ) -> None:
+    def __init__(self, target: str | os.PathLike[str], *, mode: int = DEFAULT_MODE, durable: bool = True) -> None:
         self.uri = os.fspath(target)
         self.remote = is_remote(self.uri)
         self.mode = mode

@@ -52,9 +52,10 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from itertools import compress, repeat, zip_longest
 from operator import itemgetter
+from typing import TYPE_CHECKING, NoReturn
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -104,6 +105,9 @@ from .position import POSITION_KEY, ChangefeedPosition, load_position
 from .schema import ARROW_SCHEMA, nanos_to_timestamp, parquet_writer, part_name
 
 log = logging.getLogger(__name__)
+
+if TYPE_CHECKING:
+    from .delta import DeltaChangefeed
 
 _ROW_NUMBERS: list[pa.Array] = [pa.array([], pa.int64())]
 
@@ -193,7 +197,7 @@ class ChangefeedWriter:
         self.retry = retry
         self.table_format = "parquet"  # (resolved by _recover)
         self._requested_format = table_format
-        self._table = None  # the Delta table (a Delta changefeed, once opened)
+        self._table: DeltaChangefeed | None = None  # the Delta table (a Delta changefeed, once opened)
         self._table_created = False
         self.next_tx_seq = 0
         self.last_commit: CommitKey | None = None
@@ -555,7 +559,9 @@ class ChangefeedWriter:
             self.write_rows(list(itertools.chain.from_iterable(rows for _, _, rows in items)), txs)
         return out
 
-    def write_rows(self, rows: list[list], txs: list[tuple[str, CommitKey, int | None, int | list[int], int]]) -> None:
+    def write_rows(
+        self, rows: list[list], txs: Sequence[tuple[str, CommitKey, int | None, int | list[int], int]]
+    ) -> None:
         """Many transactions at once, flat: ``txs`` holds ``(xid, key, tm, thread, n)`` for
         each, ``n > 0`` of its rows, which are the next ``n`` of ``rows``; ``thread`` is
         the redo thread of all of them, or a list of each one's. Same result as
@@ -584,7 +590,7 @@ class ChangefeedWriter:
             if self._file_rows >= self.file_rows:
                 self.flush()
 
-    def _append_rows(self, rows: list[list], txs: list[tuple], off: int = 0) -> None:
+    def _append_rows(self, rows: list[list], txs: Sequence[tuple], off: int = 0) -> None:
         """Buffer ``rows`` of the transactions ``txs`` (taking tx_seq from ``next_tx_seq``
         on), writing row groups as they fill. ``off``: rows of the first transaction
         buffered already (its ``n`` counts them; a transaction written in chunks)."""
@@ -734,9 +740,11 @@ class ChangefeedWriter:
                 elif documents is not None and documents[i] is not None:
                     self._introduce(owners[i], tables[i], version, documents[i])
             versions = out
-        else:
+        elif documents is not None:  # (introduced is empty without documents)
             for i in introduced:
-                self._introduce(owners[i], tables[i], versions[i], documents[i])  # type: ignore[index]
+                version = versions[i]
+                assert version is not None  # no row here takes its table's version
+                self._introduce(owners[i], tables[i], version, documents[i])
         unknown = set(versions) - self._known_versions - self._documents.keys()
         unknown.discard(None)
         if unknown:
@@ -776,7 +784,7 @@ class ChangefeedWriter:
         except OSError as exc:
             self._io_failed(exc, "publishing")
 
-    def _io_failed(self, exc: OSError, doing: str) -> None:
+    def _io_failed(self, exc: OSError, doing: str) -> NoReturn:
         where = self._tmp_path or self.path
         self.abandon()
         full = getattr(exc, "errno", None) == errno.ENOSPC or "No space left" in str(exc)
@@ -883,7 +891,9 @@ class ChangefeedWriter:
     def _commit_to_table(self, part) -> None:
         """One Delta commit adding the published file, with the queue's transaction."""
         self._open_table()
-        version = self._store_call(lambda: self._table.commit([part]), f"commit {part.name} to the Delta table")
+        table = self._table
+        assert table is not None  # opened just above
+        version = self._store_call(lambda: table.commit([part]), f"commit {part.name} to the Delta table")
         delta_table.apply_commit_modes(self.location, version)
 
     @property

@@ -46,7 +46,7 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import orjson
 import pyarrow as pa
@@ -323,7 +323,7 @@ class DeltaChangefeed:
         _check_published(files, self.store)
         first, last = files[0].first_tx_seq, files[-1].last_tx_seq
         now = int(time.time() * 1000)
-        actions = [AddAction(f.name, f.size, {}, now, True, f.stats) for f in files]
+        actions: list[AddAction | RemoveAction] = [AddAction(f.name, f.size, {}, now, True, f.stats) for f in files]
         info = self._commit_info(first_tx_seq=first, last_tx_seq=last, files=len(files))
         for _ in range(COMMIT_ATTEMPTS):
             if self._stale:
@@ -401,7 +401,7 @@ class DeltaChangefeed:
     def compact_many(self, merges: Sequence[tuple[Sequence[PartFile], PartFile]]) -> int:
         """One commit for several merges (:meth:`compact`'s ``(removed, added)`` each):
         a compaction of the changefeed is one Delta commit. Returns the new table version."""
-        actions = []
+        actions: list[AddAction | RemoveAction] = []
         now = int(time.time() * 1000)
         removed_all: list[PartFile] = []
         for removed, added in merges:
@@ -459,7 +459,7 @@ class DeltaChangefeed:
     # -- helpers ------------------------------------------------------------------------
 
     def _commit_info(self, **facts) -> dict:
-        info = {f"{META_PREFIX}app_id": self.app_id}
+        info: dict[str, Any] = {f"{META_PREFIX}app_id": self.app_id}
         info.update({f"{META_PREFIX}{k}": v for k, v in self.writer.items()})
         info.update({f"{META_PREFIX}{k}": v for k, v in facts.items()})
         return info
@@ -516,7 +516,7 @@ def _foreign_commit(text: bytes) -> str | None:
     """What the commit whose log entry is ``text`` did, if another writer made it and it
     changes the table; None if olr-buffer made it or it changes nothing (VACUUM)."""
     actions = [orjson.loads(line) for line in text.splitlines() if line.strip()]
-    info = next((a["commitInfo"] for a in actions if isinstance(a.get("commitInfo"), dict)), {})
+    info: dict = next((a["commitInfo"] for a in actions if isinstance(a.get("commitInfo"), dict)), {})
     if f"{META_PREFIX}app_id" in info:
         return None
     counts = {kind: sum(1 for a in actions if kind in a) for kind in _CHANGES}

@@ -34,6 +34,7 @@ def delta_stats(meta: pq.FileMetaData) -> str:
         return orjson.dumps(stats).decode()  # one leaf column per field is all this maps
     mins, maxs, nulls = {}, {}, {}
     for i, field in enumerate(schema):
+        null_count: int | None
         null_count, low, high, bounded = 0, None, None, True
         for g in range(meta.num_row_groups):
             group = meta.row_group(g)
