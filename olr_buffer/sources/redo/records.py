@@ -205,10 +205,10 @@ def validate(d: dict[str, Any]) -> tuple[int, int, int, str | None, list | None]
         table = _str(d, "table")
         sql = _str(d, "sql")
         obj = _int(d, "obj", INT64_MIN, INT64_MAX, None)
-        rid = _str(d, "rid") if d.get("rid") is not None else None
+        ddl_rid = _str(d, "rid") if d.get("rid") is not None else None
         before = _object_text(d, "before", False)
         after = _object_text(d, "after", False)
-        payload = row_payload(tm, owner, table, obj, rid, before, after, sql)
+        payload = row_payload(tm, owner, table, obj, ddl_rid, before, after, sql)
         if d.get("columns") is not None:
             payload += schema_fields(*_schema(owner, table, d["columns"]))
         return code, scn, sub, xid, payload

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from ...changes import CommitKey
 from ...dead_letters import DeadLetters
@@ -112,7 +113,9 @@ class RedoSource:
         if files:
             check_contiguous(self.input_dir, thread, files)
         s = self.settings
-        common = dict(block_records=s.block_records, block_bytes=s.block_bytes, on_append=self._appended, stop=s.stop)
+        common: dict[str, Any] = dict(
+            block_records=s.block_records, block_bytes=s.block_bytes, on_append=self._appended, stop=s.stop
+        )
         reader: ThreadReader | ReaderProcess
         if self.processes:
             reader = ReaderProcess(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import codecs
 import functools
+import io
 import os
 import threading
 import time
@@ -449,7 +450,7 @@ class ThreadReader:
         pos.line, pos.offset, pos.scn, pos.sub = st
         return st[0] - first_line
 
-    def _read_chunks(self, fh: BinaryIO, lf: LogFile, final: bool, st: list) -> int:
+    def _read_chunks(self, fh: io.BufferedReader, lf: LogFile, final: bool, st: list) -> int:
         """The lines of ``fh`` from where it stands, chunk by chunk: ``_BREAK`` at the end
         (or at a line still being written), ``_STOP`` when ``stop`` was set."""
         buf = b""
@@ -728,7 +729,7 @@ class ThreadReader:
         if code not in MARKER_CODES:
             if self._check_floor:
                 self._above_floor(scn)
-            b.add(code, scn, sub, xid, seq, line, payload)  # type: ignore[arg-type]
+            b.add(code, scn, sub, xid, seq, line, payload)
             return scn, sub
         if code == LWN:
             b.heartbeat(scn)
