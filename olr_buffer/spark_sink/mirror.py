@@ -112,9 +112,9 @@ def _decide(
 
     plan = rules.plan(changes, fetch, load)
     columns = plan.columns + _EXTRA + [(CHANGE, pa.string())]
-    if plan.mode == "rewrite":
+    if isinstance(plan.rows, list):  # a rewrite
         out = [{CHANGE: TRUNCATE, "tx_seq": plan.last_tx_seq}]
-        out += [{**r, "tx_seq": t, "c_scn": s, CHANGE: UPSERT} for r, t, s in plan.rows]  # type: ignore[misc]
+        out += [{**r, "tx_seq": t, "c_scn": s, CHANGE: UPSERT} for r, t, s in plan.rows]
     else:
         out = [
             {
@@ -124,7 +124,7 @@ def _decide(
                 CHANGE: UPSERT if r is not None else DELETE,
             }
             for k, (r, t, s) in plan.rows.items()
-        ]  # type: ignore[union-attr]
+        ]
     return _frame(spark, arrow_rows(columns, out, f"{owner}.{name}")), plan.last_tx_seq, plan.key
 
 

@@ -169,6 +169,8 @@ def delta_target(spark: SparkSession, path: str) -> str | None:
         return target
     try:
         jvm = spark._jvm
+        if jvm is None:  # Spark Connect: olr-buffer's store looks
+            return target
         log_dir = jvm.org.apache.hadoop.fs.Path(spark_path(path).rstrip("/") + "/_delta_log")
         found = log_dir.getFileSystem(spark._jsc.hadoopConfiguration()).exists(log_dir)
     except Exception:  # noqa: BLE001 - no S3A here, or Spark Connect: olr-buffer's store looks

@@ -213,6 +213,7 @@ def typed(
         document = _table_document(spark, location, rows, owner, table, None, required=True)
     else:
         document = _table_document(spark, location, df, owner, table, version, required=True)
+    assert document is not None  # required
     fields = _document_fields(document, types)
     parsed = _typed_rows(df, fields, owner, table, key=change_data_feed)
     return _change_data_feed(parsed, _struct_of(fields), truncates) if change_data_feed else parsed
@@ -227,6 +228,7 @@ def table_schema(
     Spark ``StructType`` that :func:`typed` gives ``before`` and ``after``."""
     rows = _table_rows(spark, path, owner, table, missing_ok=version is not None)
     document = _table_document(spark, path, rows, owner, table, version, required=True, renames=False)
+    assert document is not None  # required
     return document, _struct_of(_document_fields(document, None))
 
 
@@ -362,6 +364,7 @@ def snapshot(
         images = _typed_rows(rows, typed_fields, owner, table)
         b, a = F.col("before"), F.col("after")
     else:
+        assert schema is not None  # without a schema nor typed fields, returned above
         struct = _struct_type(spark, schema)
         opts = json_options or {}
         images = rows
@@ -489,7 +492,9 @@ def _read_document(spark: SparkSession, location: str, version: str, owner: str,
     if re.fullmatch(r"[0-9a-f]{16}", version) is None:
         raise ValueError(f"not a schema version: {version!r} (16 hexadecimal digits)")
     if "://" in location and not location.startswith("file:"):
-        text = spark.read.text(f"{location.rstrip('/')}/_olr_buffer/schemas/{version}.json", wholetext=True).first()[0]
+        row = spark.read.text(f"{location.rstrip('/')}/_olr_buffer/schemas/{version}.json", wholetext=True).first()
+        assert row is not None  # wholetext: a row per file, even an empty one
+        text = row[0]
     else:
         text = read_schema_document(location.removeprefix("file://"), version).decode()
     document = json.loads(text)
@@ -791,6 +796,7 @@ def _refuse_truncates(df: DataFrame, path: Source, owner: str, table: str) -> Da
         .agg(F.count(F.lit(1)).alias("n"), F.min(F.struct("tx_seq", "op_seq")).alias("first"))
         .first()
     )
+    assert found is not None  # an aggregate without groups has one row
     if found.n:
         where = f"{path}: " if isinstance(path, str) else ""
         times = f" {found.n} times, first" if found.n > 1 else ""
@@ -861,6 +867,8 @@ def _struct_type(spark: SparkSession, schema: StructType | str) -> StructType:
         parsed = StructType.fromDDL(schema) if hasattr(StructType, "fromDDL") else None
         if parsed is None:  # pragma: no cover - PySpark < 4
             parsed = spark.createDataFrame([], schema).schema
+        if not isinstance(parsed, StructType):
+            raise TypeError(f"schema must be a DDL string of columns, not {schema!r}")
         return parsed
     raise TypeError(f"schema must be a StructType or a DDL string, not {type(schema).__name__}")
 
@@ -892,7 +900,9 @@ def ddl_columns_of(statements: Sequence[str | None]) -> dict[str, Any]:
 
 
 def _top_level_split(text: str) -> list[str]:
-    parts, depth, current = [], 0, []
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
     for ch in text:
         depth += ch == "("
         depth -= ch == ")"
