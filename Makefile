@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 DEMO   ?= demo-data
 
-.PHONY: demo test test-fast venv clean
+.PHONY: demo lint test test-fast venv clean
 
 venv: $(VENV)/.installed
 
@@ -25,7 +25,16 @@ demo: venv
 # TEST_WORKERS=0 runs the suite in one process.
 TEST_WORKERS ?= 4
 
-test: venv
+# ruff (lint and format: olr_buffer, tests, bench) and mypy (the package), configured in
+# pyproject.toml; `make test`, and so CI, runs it before the tests
+LINTED := olr_buffer tests bench
+
+lint: venv
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/ruff format --check $(LINTED)
+	$(BIN)/mypy
+
+test: venv lint
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # the edit-test loop: neither slow nor spark (CI runs the full `make test`)
@@ -33,4 +42,4 @@ test-fast: venv
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup -m 'not slow and not spark and not e2e' $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) $(DEMO) .pytest_cache .hypothesis
+	rm -rf $(VENV) $(DEMO) .pytest_cache .hypothesis .ruff_cache .mypy_cache

@@ -201,11 +201,9 @@ class Measured:
     other_cpu: float = 0.0  # CPU seconds used by other processes of the machine meanwhile
     steal: float = 0.0  # CPU seconds the hypervisor took meanwhile
 
-    def check(self) -> "Measured":
+    def check(self) -> Measured:
         if self.returncode != 0:
-            raise RuntimeError(
-                f"{' '.join(self.cmd)} exited {self.returncode}:\n{self.stderr[-4000:]}"
-            )
+            raise RuntimeError(f"{' '.join(self.cmd)} exited {self.returncode}:\n{self.stderr[-4000:]}")
         return self
 
     def last_json(self) -> dict:
@@ -222,8 +220,14 @@ class Measured:
         raise ValueError(f"no JSON in the output of {' '.join(self.cmd)}")
 
     def figures(self) -> dict:
-        return {"wall": self.wall, "peak_rss": self.peak_rss, "cpu_user": self.user, "cpu_sys": self.sys,
-                "other_cpu": self.other_cpu, "steal": self.steal}
+        return {
+            "wall": self.wall,
+            "peak_rss": self.peak_rss,
+            "cpu_user": self.user,
+            "cpu_sys": self.sys,
+            "other_cpu": self.other_cpu,
+            "steal": self.steal,
+        }
 
 
 # A small launcher between us and the measured program. Linux keeps, in a process's
@@ -281,7 +285,9 @@ def wait_quiet(threshold: float = 0.15, max_wait: float = 600.0, quiet: bool = F
                 print(f"  (machine quiet after {waited:.0f}s, {busy:.0%} busy)", file=sys.stderr, flush=True)
             return waited
         if not said and not quiet:
-            print(f"  (machine {busy:.0%} busy with other work: waiting for it to calm down)", file=sys.stderr, flush=True)
+            print(
+                f"  (machine {busy:.0%} busy with other work: waiting for it to calm down)", file=sys.stderr, flush=True
+            )
             said = True
         time.sleep(2.0)
 
@@ -289,11 +295,15 @@ def wait_quiet(threshold: float = 0.15, max_wait: float = 600.0, quiet: bool = F
 def run_measured(cmd: list[str], *, cwd: str | None = None, env: dict | None = None) -> Measured:
     """Run ``cmd``; wall time from fork to exit, the child's own peak RSS and CPU time, and
     the CPU time the rest of the machine used meanwhile (a sign of interference)."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
-            tempfile.NamedTemporaryFile(suffix=".json") as res:
+    with (
+        tempfile.TemporaryFile() as out,
+        tempfile.TemporaryFile() as err,
+        tempfile.NamedTemporaryFile(suffix=".json") as res,
+    ):
         b0, s0 = _cpu_times()
-        proc = subprocess.run([sys.executable, "-S", "-c", _LAUNCHER, res.name, *cmd],
-                              stdout=out, stderr=err, cwd=cwd, env=env)
+        proc = subprocess.run(
+            [sys.executable, "-S", "-c", _LAUNCHER, res.name, *cmd], stdout=out, stderr=err, cwd=cwd, env=env
+        )
         b1, s1 = _cpu_times()
         out.seek(0)
         err.seek(0)
@@ -324,10 +334,17 @@ def python_cmd(script: str, *args: str) -> list[str]:
 
 def replay_cmd(input_dir: str, work: str, *, durable: bool = True) -> list[str]:
     cmd = [
-        sys.executable, "-m", "olr_buffer.cli", "replay", input_dir,
-        "--queue", os.path.join(work, "queue"),
-        "--changefeed", os.path.join(work, "changefeed"),
-        "--json", "--no-progress",
+        sys.executable,
+        "-m",
+        "olr_buffer.cli",
+        "replay",
+        input_dir,
+        "--queue",
+        os.path.join(work, "queue"),
+        "--changefeed",
+        os.path.join(work, "changefeed"),
+        "--json",
+        "--no-progress",
     ]
     if not durable:
         cmd.append("--no-sync")
@@ -431,6 +448,8 @@ def redo_source(queue, input_dir: str, processes: bool = False):
     from olr_buffer.sources.base import SourceSettings
     from olr_buffer.sources.redo import RedoSource
 
-    source = RedoSource(input_dir, queue, SourceSettings(DEFAULT_BLOCK_RECORDS, DEFAULT_BLOCK_BYTES, processes=processes))
+    source = RedoSource(
+        input_dir, queue, SourceSettings(DEFAULT_BLOCK_RECORDS, DEFAULT_BLOCK_BYTES, processes=processes)
+    )
     source.prepare(None, queue.meta_items(source.state_prefix))
     return source

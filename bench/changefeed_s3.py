@@ -39,9 +39,23 @@ from tests.s3_server import start_moto  # noqa: E402
 
 
 def replay_cmd(input_dir: str, work: str, changefeed: str, table_format: str, file_rows: int) -> list[str]:
-    return [sys.executable, "-m", "olr_buffer.cli", "replay", input_dir, "--queue", os.path.join(work, "queue"),
-            "--changefeed", changefeed, "--table-format", table_format, "--file-rows", str(file_rows),
-            "--json", "--no-progress"]
+    return [
+        sys.executable,
+        "-m",
+        "olr_buffer.cli",
+        "replay",
+        input_dir,
+        "--queue",
+        os.path.join(work, "queue"),
+        "--changefeed",
+        changefeed,
+        "--table-format",
+        table_format,
+        "--file-rows",
+        str(file_rows),
+        "--json",
+        "--no-progress",
+    ]
 
 
 def main() -> None:
@@ -50,8 +64,12 @@ def main() -> None:
     ap.add_argument("--file-rows", type=int, default=100_000, help="rows per published file")
     ap.add_argument("--repeat", type=int, default=3, help="runs of each case (the median is kept)")
     ap.add_argument("--work", default=None, help="folder for the input, queues and local changefeeds")
-    ap.add_argument("--max-wait", type=float, default=60.0,
-                    help="seconds to wait before each run for the machine to be quiet (then measured anyway)")
+    ap.add_argument(
+        "--max-wait",
+        type=float,
+        default=60.0,
+        help="seconds to wait before each run for the machine to be quiet (then measured anyway)",
+    )
     args = ap.parse_args()
     work = Path(args.work or tempfile.mkdtemp(prefix="changefeed-s3-"))
     input_dir = str(work / "input")
@@ -74,24 +92,38 @@ def main() -> None:
                         changefeed = f"s3://{server.new_bucket()}/changefeed"
                     warm_cache(input_dir)
                     wait_quiet(max_wait=args.max_wait, quiet=True)
-                    m = run_measured(replay_cmd(input_dir, run_dir, changefeed, table_format, args.file_rows),
-                                     env=env).check()
+                    m = run_measured(
+                        replay_cmd(input_dir, run_dir, changefeed, table_format, args.file_rows), env=env
+                    ).check()
                     summary = m.last_json()
-                    runs.append({"wall": m.wall, "cpu": m.user + m.sys, "peak_rss_mib": m.peak_rss / 2**20,
-                                 "files": summary["files_published"], "other_cpu": m.other_cpu})
+                    runs.append(
+                        {
+                            "wall": m.wall,
+                            "cpu": m.user + m.sys,
+                            "peak_rss_mib": m.peak_rss / 2**20,
+                            "files": summary["files_published"],
+                            "other_cpu": m.other_cpu,
+                        }
+                    )
                 wall = statistics.median(r["wall"] for r in runs)
                 row = {
-                    "changefeed": where, "table_format": table_format, "seconds": round(wall, 2),
-                    "records_per_s": round(records / wall), "files": runs[0]["files"],
+                    "changefeed": where,
+                    "table_format": table_format,
+                    "seconds": round(wall, 2),
+                    "records_per_s": round(records / wall),
+                    "files": runs[0]["files"],
                     "cpu_seconds": round(statistics.median(r["cpu"] for r in runs), 2),
                     "peak_rss_mib": round(max(r["peak_rss_mib"] for r in runs)),
                     "runs": [round(r["wall"], 2) for r in runs],
                     "other_cpu": [round(r["other_cpu"], 1) for r in runs],
                 }
                 results["cases"].append(row)
-                print(f"{where:10s} {table_format:8s} {row['seconds']:7.2f} s {row['records_per_s']:>9,} records/s "
-                      f"{row['files']:4d} files  cpu {row['cpu_seconds']:.1f} s  rss {row['peak_rss_mib']} MiB",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"{where:10s} {table_format:8s} {row['seconds']:7.2f} s {row['records_per_s']:>9,} records/s "
+                    f"{row['files']:4d} files  cpu {row['cpu_seconds']:.1f} s  rss {row['peak_rss_mib']} MiB",
+                    file=sys.stderr,
+                    flush=True,
+                )
     finally:
         server.stop()
     print_json(results)

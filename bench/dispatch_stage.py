@@ -29,6 +29,7 @@ import time
 
 def fill(inp: str, queue_dir: str) -> None:
     import benchlib
+
     from olr_buffer.txbuffer import LmdbQueue
 
     q = LmdbQueue(queue_dir)
@@ -45,8 +46,8 @@ def fill(inp: str, queue_dir: str) -> None:
 def run_once(queue_dir: str, profile: bool) -> tuple[dict, cProfile.Profile | None]:
     from olr_buffer.dispatcher import Dispatcher
     from olr_buffer.runtime import quiet_gc
-    from olr_buffer.sources.redo.position import POSITION_PREFIX, load_positions
     from olr_buffer.sinks.parquet import ChangefeedWriter
+    from olr_buffer.sources.redo.position import POSITION_PREFIX, load_positions
     from olr_buffer.txbuffer import LmdbQueue
 
     cf = tempfile.mkdtemp(prefix="dispatch-stage-", dir=os.path.dirname(os.path.abspath(queue_dir)))

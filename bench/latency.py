@@ -33,8 +33,12 @@ def main() -> None:
     ap.add_argument("--transactions", type=int, default=4000)
     ap.add_argument("--flush-interval", type=float, default=1.0)
     ap.add_argument("--poll-interval", type=float, default=None, help="the service's --poll-interval (its default)")
-    ap.add_argument("--warmup", type=float, default=2.0,
-                    help="leave out transactions committed in the first seconds of writing (reader processes start)")
+    ap.add_argument(
+        "--warmup",
+        type=float,
+        default=2.0,
+        help="leave out transactions committed in the first seconds of writing (reader processes start)",
+    )
     ap.add_argument("--dump", help="write 'visible_s latency_s' per transaction to this file (to look at the tail)")
     ap.add_argument("service_args", nargs="*", help="more options for `olr-buffer run`, after --")
     args = ap.parse_args()
@@ -44,14 +48,32 @@ def main() -> None:
     work = tempfile.mkdtemp(prefix="olr-latency-")
     try:
         stage, live, cf = (os.path.join(work, d) for d in ("stage", "live", "cf"))
-        stats = simulate(stage, threads=3, transactions=args.transactions, seed=9, compress_archived=False,
-                         lwn_every=8.0)
+        stats = simulate(
+            stage, threads=3, transactions=args.transactions, seed=9, compress_archived=False, lwn_every=8.0
+        )
         os.makedirs(live)
         service = subprocess.Popen(
-            [sys.executable, "-m", "olr_buffer.cli", "run", live, "--queue", os.path.join(work, "q"),
-             "--changefeed", cf, "--threads", "1,2,3", "--flush-interval", str(args.flush_interval),
-             *(("--poll-interval", str(args.poll_interval)) if args.poll_interval is not None else ()),
-             "--log-level", "warning", *args.service_args], cwd=ROOT)
+            [
+                sys.executable,
+                "-m",
+                "olr_buffer.cli",
+                "run",
+                live,
+                "--queue",
+                os.path.join(work, "q"),
+                "--changefeed",
+                cf,
+                "--threads",
+                "1,2,3",
+                "--flush-interval",
+                str(args.flush_interval),
+                *(("--poll-interval", str(args.poll_interval)) if args.poll_interval is not None else ()),
+                "--log-level",
+                "warning",
+                *args.service_args,
+            ],
+            cwd=ROOT,
+        )
         # steady load: the writer starts once the service has opened its changefeed, and
         # the first --warmup seconds of writing (reader processes starting) are left out
         t0 = time.monotonic()
@@ -60,8 +82,9 @@ def main() -> None:
                 raise SystemExit("the service did not start")
             time.sleep(0.01)
         writer_start = time.time_ns()
-        writer = subprocess.Popen([sys.executable, "-m", "tests.live_writer", stage, live, "--rate", str(args.rate),
-                                   "--tm-now"], cwd=ROOT)
+        writer = subprocess.Popen(
+            [sys.executable, "-m", "tests.live_writer", stage, live, "--rate", str(args.rate), "--tm-now"], cwd=ROOT
+        )
         seen: set[str] = set()
         latencies: list[float] = []
         seen_at: list[float] = []
@@ -96,14 +119,20 @@ def main() -> None:
         def q(p: float) -> float:
             return lat[min(len(lat) - 1, int(p * len(lat)))]
 
-        print(f"workload: {stats.records:,} records written at {args.rate:,.0f} records/s by 3 threads; "
-              f"flush interval {args.flush_interval}s, poll interval "
-              f"{'default' if args.poll_interval is None else f'{args.poll_interval}s'}"
-              + (f"; service options {' '.join(args.service_args)}" if args.service_args else ""))
-        print(f"commit-to-visible latency over {len(lat):,} transactions: p50 {q(0.5):.3f}s  p90 {q(0.9):.3f}s  "
-              f"p99 {q(0.99):.3f}s  max {lat[-1]:.3f}s")
-        print(f"left out: {len(warm):,} transactions committed in the first {args.warmup:g}s of writing (warm-up), "
-              f"max {max(warm, default=0.0):.3f}s")
+        print(
+            f"workload: {stats.records:,} records written at {args.rate:,.0f} records/s by 3 threads; "
+            f"flush interval {args.flush_interval}s, poll interval "
+            f"{'default' if args.poll_interval is None else f'{args.poll_interval}s'}"
+            + (f"; service options {' '.join(args.service_args)}" if args.service_args else "")
+        )
+        print(
+            f"commit-to-visible latency over {len(lat):,} transactions: p50 {q(0.5):.3f}s  p90 {q(0.9):.3f}s  "
+            f"p99 {q(0.99):.3f}s  max {lat[-1]:.3f}s"
+        )
+        print(
+            f"left out: {len(warm):,} transactions committed in the first {args.warmup:g}s of writing (warm-up), "
+            f"max {max(warm, default=0.0):.3f}s"
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -45,16 +45,17 @@ CELLS: dict[str, dict] = {}
 for _w in ("narrow", "wide"):
     for _tx in ("tiny", "large"):
         for _t in (2, 3, 8):
-            CELLS[f"{_w}-{_tx}-{_t}t"] = dict(width=_w, tx=_tx, threads=_t, open_txs=16 if _tx == "tiny" else 3,
-                                             compensated=0.0, zst=False)
+            CELLS[f"{_w}-{_tx}-{_t}t"] = dict(
+                width=_w, tx=_tx, threads=_t, open_txs=16 if _tx == "tiny" else 3, compensated=0.0, zst=False
+            )
 CELLS["narrow-tiny-3t-zst"] = dict(width="narrow", tx="tiny", threads=3, open_txs=16, compensated=0.0, zst=True)
 CELLS["wide-large-3t-zst"] = dict(width="wide", tx="large", threads=3, open_txs=3, compensated=0.0, zst=True)
 CELLS["narrow-tiny-3t-comp20"] = dict(width="narrow", tx="tiny", threads=3, open_txs=16, compensated=0.2, zst=False)
 CELLS["narrow-large-3t-comp20"] = dict(width="narrow", tx="large", threads=3, open_txs=3, compensated=0.2, zst=False)
-CELLS["narrow-tiny-3t-open5000"] = dict(width="narrow", tx="tiny", threads=3, open_txs=5000, compensated=0.0,
-                                        zst=False)
-CELLS["narrow-tiny-3t-dist50"] = dict(width="narrow", tx="tiny", threads=3, open_txs=16, compensated=0.0,
-                                      zst=False, distributed=0.5)  # half the transactions on two threads
+CELLS["narrow-tiny-3t-open5000"] = dict(width="narrow", tx="tiny", threads=3, open_txs=5000, compensated=0.0, zst=False)
+CELLS["narrow-tiny-3t-dist50"] = dict(
+    width="narrow", tx="tiny", threads=3, open_txs=16, compensated=0.0, zst=False, distributed=0.5
+)  # half the transactions on two threads
 
 
 def log(msg: str) -> None:
@@ -72,8 +73,11 @@ def run_cell(name: str, shape: dict, work: str, lines: int, repeat: int, tries: 
         log(f"{name}: floor, naive, replay (run {i + 1}) ...")
         floors.append(clean_run("floor", lambda: measure_floor(inp, cell_dir, n), tries))
         naives.append(clean_run("naive", lambda: measure_naive(inp, cell_dir, n), tries))
-        replays.append(clean_run(
-            "replay", lambda: replay_throughput.measure(inp, os.path.join(cell_dir, "replay"), lines=n), tries))
+        replays.append(
+            clean_run(
+                "replay", lambda: replay_throughput.measure(inp, os.path.join(cell_dir, "replay"), lines=n), tries
+            )
+        )
     floor, naive, replay = median_run(floors), median_run(naives), median_run(replays)
     check = compare_changefeeds(os.path.join(cell_dir, "replay", "changefeed"), os.path.join(cell_dir, "naive-out"))
     return {
@@ -93,11 +97,31 @@ def run_cell(name: str, shape: dict, work: str, lines: int, repeat: int, tries: 
 
 
 def print_table(rows: list[dict], markdown: bool) -> None:
-    head = ["cell", "bytes/line", "replay lines/s", "floor lines/s", "naive lines/s", "vs floor", "vs naive",
-            "replay RSS", "same as naive"]
-    body = [[r["cell"], f"{r['bytes_per_line']:.0f}", f"{r['replay']:,.0f}", f"{r['floor']:,.0f}",
-             f"{r['naive']:,.0f}", f"{r['replay_vs_floor']:.2f}x", f"{r['replay_vs_naive']:.2f}x",
-             benchlib.mib(r["replay_peak_rss"]), "yes" if r["same_output_as_naive"] else "NO"] for r in rows]
+    head = [
+        "cell",
+        "bytes/line",
+        "replay lines/s",
+        "floor lines/s",
+        "naive lines/s",
+        "vs floor",
+        "vs naive",
+        "replay RSS",
+        "same as naive",
+    ]
+    body = [
+        [
+            r["cell"],
+            f"{r['bytes_per_line']:.0f}",
+            f"{r['replay']:,.0f}",
+            f"{r['floor']:,.0f}",
+            f"{r['naive']:,.0f}",
+            f"{r['replay_vs_floor']:.2f}x",
+            f"{r['replay_vs_naive']:.2f}x",
+            benchlib.mib(r["replay_peak_rss"]),
+            "yes" if r["same_output_as_naive"] else "NO",
+        ]
+        for r in rows
+    ]
     if markdown:
         print("| " + " | ".join(head) + " |")
         print("|" + "---|" * len(head))

@@ -35,16 +35,31 @@ from deltalake import DeltaTable  # noqa: E402
 from olr_buffer.mirror import Mirror, MirrorOptions, mirror  # noqa: E402
 from olr_buffer.runtime import PipelineOptions, replay  # noqa: E402
 
-COLUMNS = [("ID", "NUMBER(10)", True), ("AMOUNT", "NUMBER(12,2)", False), ("QTY", "NUMBER(9)", False),
-           ("NAME", "VARCHAR2(40)", False), ("CITY", "VARCHAR2(40)", False), ("CREATED", "TIMESTAMP(6)", False),
-           ("RATE", "BINARY_DOUBLE", False), ("NOTE", "VARCHAR2(200)", False)]
+COLUMNS = [
+    ("ID", "NUMBER(10)", True),
+    ("AMOUNT", "NUMBER(12,2)", False),
+    ("QTY", "NUMBER(9)", False),
+    ("NAME", "VARCHAR2(40)", False),
+    ("CITY", "VARCHAR2(40)", False),
+    ("CREATED", "TIMESTAMP(6)", False),
+    ("RATE", "BINARY_DOUBLE", False),
+    ("NOTE", "VARCHAR2(200)", False),
+]
 
 
 def _row(r: random.Random, key: int) -> dict:
-    return {"ID": key, "AMOUNT": f"{r.randrange(10**8) / 100:.2f}", "QTY": r.randrange(10**6),
-            "NAME": f"name-{r.randrange(10**6)}", "CITY": r.choice(["Kraków", "Lyon", "Osaka", "Lima"]),
-            "CREATED": f"2024-0{r.randrange(1, 10)}-1{r.randrange(10)} 12:{r.randrange(10, 60)}:00.{r.randrange(10**6):06d}",
-            "RATE": r.random(), "NOTE": None if r.random() < 0.5 else "note " * r.randrange(1, 8)}
+    return {
+        "ID": key,
+        "AMOUNT": f"{r.randrange(10**8) / 100:.2f}",
+        "QTY": r.randrange(10**6),
+        "NAME": f"name-{r.randrange(10**6)}",
+        "CITY": r.choice(["Kraków", "Lyon", "Osaka", "Lima"]),
+        "CREATED": (
+            f"2024-0{r.randrange(1, 10)}-1{r.randrange(10)} 12:{r.randrange(10, 60)}:00.{r.randrange(10**6):06d}"
+        ),
+        "RATE": r.random(),
+        "NOTE": None if r.random() < 0.5 else "note " * r.randrange(1, 8),
+    }
 
 
 def write_input(out: Path, changes: int, tables: int, seed: int = 1) -> None:
@@ -69,8 +84,16 @@ def write_input(out: Path, changes: int, tables: int, seed: int = 1) -> None:
         emit({"op": "begin", "xid": xid})
         if n == 1:
             for t in range(tables):
-                emit({"op": "ddl", "xid": xid, "owner": "B", "table": f"T{t}", "sql": "--",
-                      "columns": [{"name": c, "type": ty, "key": k} for c, ty, k in COLUMNS]})
+                emit(
+                    {
+                        "op": "ddl",
+                        "xid": xid,
+                        "owner": "B",
+                        "table": f"T{t}",
+                        "sql": "--",
+                        "columns": [{"name": c, "type": ty, "key": k} for c, ty, k in COLUMNS],
+                    }
+                )
         for _ in range(10):
             t = r.randrange(tables)
             what = r.random()
@@ -118,8 +141,9 @@ def main() -> None:
     cf_bytes = sum(p.stat().st_size for p in (work / "cf").glob("part-*.parquet"))
 
     t0 = time.monotonic()
-    result = mirror(MirrorOptions(str(work / "cf"), str(work / "mirror"), until_caught_up=True,
-                                  batch_rows=args.batch_rows))
+    result = mirror(
+        MirrorOptions(str(work / "cf"), str(work / "mirror"), until_caught_up=True, batch_rows=args.batch_rows)
+    )
     backlog = time.monotonic() - t0
     target_bytes = size(work / "mirror")
     live_bytes = live_rows = 0
@@ -127,10 +151,12 @@ def main() -> None:
         adds = pa.table(DeltaTable(str(table)).get_add_actions(flatten=True)).to_pydict()
         live_bytes += sum(adds["size_bytes"])
         live_rows += sum(adds["num_records"])
-    print(f"backlog: {result.changes} changes over {args.tables} tables in {backlog:.1f}s: "
-          f"{result.changes / backlog:,.0f} changes/s ({result.commits} table commits, batches of "
-          f"{args.batch_rows} rows); changefeed {cf_bytes / 2**20:.1f} MiB, mirror tables {live_bytes / 2**20:.1f} MiB "
-          f"({live_rows} rows), {target_bytes / 2**20:.1f} MiB on disk before VACUUM")
+    print(
+        f"backlog: {result.changes} changes over {args.tables} tables in {backlog:.1f}s: "
+        f"{result.changes / backlog:,.0f} changes/s ({result.commits} table commits, batches of "
+        f"{args.batch_rows} rows); changefeed {cf_bytes / 2**20:.1f} MiB, mirror tables {live_bytes / 2**20:.1f} MiB "
+        f"({live_rows} rows), {target_bytes / 2**20:.1f} MiB on disk before VACUUM"
+    )
 
     times = []
     inp = work / "in"
@@ -139,19 +165,31 @@ def main() -> None:
     for i in range(args.commits):
         seq = len(list(inp.glob("redo_1_*.jsonl"))) + 1
         scn = 10**12 + i * 10
-        recs = [{"op": "begin", "scn": scn, "xid": f"one{i}"},
-                {"op": "update", "scn": scn + 1, "xid": f"one{i}", "owner": "B", "table": "T0", "rid": "R",
-                 "before": {"ID": 1 + i}, "after": {"QTY": i}},
-                {"op": "commit", "scn": scn + 2, "xid": f"one{i}"}]
+        recs = [
+            {"op": "begin", "scn": scn, "xid": f"one{i}"},
+            {
+                "op": "update",
+                "scn": scn + 1,
+                "xid": f"one{i}",
+                "owner": "B",
+                "table": "T0",
+                "rid": "R",
+                "before": {"ID": 1 + i},
+                "after": {"QTY": i},
+            },
+            {"op": "commit", "scn": scn + 2, "xid": f"one{i}"},
+        ]
         (inp / f"redo_1_{seq}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in recs))
         replay(str(inp), str(work / "q"), str(work / "cf"), PipelineOptions(durable=False))
         follower.feed.refresh()
         t0 = time.monotonic()
         follower._batch(follower.feed.files_after(follower.scanned))  # what the service does per new file
         times.append(time.monotonic() - t0)
-    print(f"one commit (a transaction of one change to one table, as the following service applies it: "
-          f"read, MERGE, progress note): median {statistics.median(times) * 1000:.0f} ms, "
-          f"min {min(times) * 1000:.0f} ms over {len(times)}")
+    print(
+        f"one commit (a transaction of one change to one table, as the following service applies it: "
+        f"read, MERGE, progress note): median {statistics.median(times) * 1000:.0f} ms, "
+        f"min {min(times) * 1000:.0f} ms over {len(times)}"
+    )
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
 
 

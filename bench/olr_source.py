@@ -46,8 +46,10 @@ from tests.sources.olr.standin import (  # noqa: E402
     framed,
 )
 
-ROW = ('{"c_scn":%d,"c_idx":%d,"xid":"%s","payload":[{"op":"c","schema":{"owner":"BENCH","table":"BIG","obj":9001},'
-       '"rid":"AAAR%014d","after":{"ID":%d,"V":%d,"S":"row %d of a transaction, some text to make it wider"}}]}')
+ROW = (
+    '{"c_scn":%d,"c_idx":%d,"xid":"%s","payload":[{"op":"c","schema":{"owner":"BENCH","table":"BIG","obj":9001},'
+    '"rid":"AAAR%014d","after":{"ID":%d,"V":%d,"S":"row %d of a transaction, some text to make it wider"}}]}'
+)
 BEGIN = '{"scn":%d,"tm":%d,"c_scn":%d,"c_idx":%d,"xid":"%s","payload":[{"op":"begin"}]}'
 COMMIT = '{"c_scn":%d,"c_idx":%d,"xid":"%s","payload":[{"op":"commit"}]}'
 
@@ -63,7 +65,7 @@ def stream(base: int, large: int):
         idx = 0
         yield framed((BEGIN % (scn - 1, 1_700_000_000_000_000_000 + scn, scn, idx, xid)).encode())
         batch = []
-        for r in range(rows):
+        for _ in range(rows):
             idx += 1
             n += 1
             batch.append(framed((ROW % (scn, idx, xid, n, n, n % 1000, n)).encode()))
@@ -96,7 +98,7 @@ class Sender:
                 n = int.from_bytes(buf[:4], "little")
                 if len(buf) < 4 + n:
                     break
-                req, buf = decode_request(buf[4:4 + n]), buf[4 + n:]
+                req, buf = decode_request(buf[4 : 4 + n]), buf[4 + n :]
                 if req["code"] == INFO:
                     conn.sendall(framed(encode_response(READY)))
                 elif req["code"] == START:
@@ -129,8 +131,21 @@ def peak_rss_kib(pid: int) -> int:
 def measure(work: Path, base: int, large: int) -> dict:
     work.mkdir(parents=True)
     sender = Sender(base, large)
-    cmd = [sys.executable, "-m", "olr_buffer.cli", "run", f"olr://127.0.0.1:{sender.port}/BENCH", "--queue",
-           str(work / "q"), "--changefeed", str(work / "cf"), "--flush-interval", "0.5", "--log-level", "info"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "olr_buffer.cli",
+        "run",
+        f"olr://127.0.0.1:{sender.port}/BENCH",
+        "--queue",
+        str(work / "q"),
+        "--changefeed",
+        str(work / "cf"),
+        "--flush-interval",
+        "0.5",
+        "--log-level",
+        "info",
+    ]
     with open(work / "service.log", "wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
     total = base * 10 + large
@@ -145,9 +160,15 @@ def measure(work: Path, base: int, large: int) -> dict:
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(60)
-    return {"large_rows": large, "rows": total, "seconds": round(seconds, 1), "rows_per_s": round(total / seconds),
-            "service_peak_rss_mib": round(service / 1024, 1), "receiver_peak_rss_mib": round(receiver / 1024, 1),
-            "peak_rss_mib": round((service + receiver) / 1024, 1)}
+    return {
+        "large_rows": large,
+        "rows": total,
+        "seconds": round(seconds, 1),
+        "rows_per_s": round(total / seconds),
+        "service_peak_rss_mib": round(service / 1024, 1),
+        "receiver_peak_rss_mib": round(receiver / 1024, 1),
+        "peak_rss_mib": round((service + receiver) / 1024, 1),
+    }
 
 
 def main() -> None:
@@ -163,9 +184,12 @@ def main() -> None:
             r = measure(work / str(n), args.base_transactions, n)
             results.append(r)
             if not args.json:
-                print(f"transaction of {n:>9,} rows: peak RSS {r['peak_rss_mib']:6.1f} MiB (service "
-                      f"{r['service_peak_rss_mib']:.1f}, receiver {r['receiver_peak_rss_mib']:.1f}); "
-                      f"{r['rows']:,} rows in {r['seconds']}s, {r['rows_per_s']:,} rows/s", flush=True)
+                print(
+                    f"transaction of {n:>9,} rows: peak RSS {r['peak_rss_mib']:6.1f} MiB (service "
+                    f"{r['service_peak_rss_mib']:.1f}, receiver {r['receiver_peak_rss_mib']:.1f}); "
+                    f"{r['rows']:,} rows in {r['seconds']}s, {r['rows_per_s']:,} rows/s",
+                    flush=True,
+                )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     ratio = round(results[-1]["peak_rss_mib"] / results[0]["peak_rss_mib"], 3)

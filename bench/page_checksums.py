@@ -39,8 +39,23 @@ def rows_and_txs(n: int, image_bytes: int, seed: int = 1) -> tuple[list[list], l
             after = f'{{"ID":{i + k},"STATUS":"{rng.choice(words)}","TOTAL":{rng.random() * 1e4:.2f},"NOTE":"{note}"}}'
             code = INSERT if k % 3 else UPDATE
             before = f'{{"ID":{i + k},"STATUS":"NEW"}}' if code == UPDATE else None
-            rows.append([code, scn + k, 0, 1, i + k, scn * 1000, "SALES", "ORDERS", 73812, f"AAAR3/AAHAAAACD{i + k:08d}",
-                         before, after, None])
+            rows.append(
+                [
+                    code,
+                    scn + k,
+                    0,
+                    1,
+                    i + k,
+                    scn * 1000,
+                    "SALES",
+                    "ORDERS",
+                    73812,
+                    f"AAAR3/AAHAAAACD{i + k:08d}",
+                    before,
+                    after,
+                    None,
+                ]
+            )
         scn += size + 1
         txs.append((f"0x{i:04x}.001.00000001", CommitKey(scn, 1, 1, i + size), scn * 1000, 1, size))
         i += size
@@ -56,7 +71,8 @@ def main() -> None:
 
     import pyarrow.parquet as pq
 
-    from olr_buffer.sinks.parquet import schema, writer as writer_mod
+    from olr_buffer.sinks.parquet import schema
+    from olr_buffer.sinks.parquet import writer as writer_mod
     from olr_buffer.sinks.parquet.layout import list_files, verify_pages
 
     rows, txs = rows_and_txs(args.rows, args.image_bytes)
@@ -64,11 +80,13 @@ def main() -> None:
     work = tempfile.mkdtemp(prefix="olr-checksums-")
     try:
         for checksums in (False, True):
+
             def make(path, compression, _checksums=checksums):
                 if _checksums:
                     return real(path, compression)
-                return pq.ParquetWriter(path, schema.ARROW_SCHEMA, compression=compression,
-                                        use_dictionary=schema.DICTIONARY_COLUMNS)
+                return pq.ParquetWriter(
+                    path, schema.ARROW_SCHEMA, compression=compression, use_dictionary=schema.DICTIONARY_COLUMNS
+                )
 
             writer_mod.parquet_writer = make
             best_write = best_footer = best_verify = float("inf")
@@ -88,8 +106,10 @@ def main() -> None:
                 size = os.path.getsize(os.path.join(cf, files[-1].name))
                 if r < args.repeat - 1:
                     shutil.rmtree(cf)
-            print(f"checksums {'on ' if checksums else 'off'}: write {best_write:.2f} s, file {size / 2**20:.1f} MiB, "
-                  f"open: footers {best_footer * 1000:.1f} ms, newest file's pages {best_verify:.2f} s")
+            print(
+                f"checksums {'on ' if checksums else 'off'}: write {best_write:.2f} s, file {size / 2**20:.1f} MiB, "
+                f"open: footers {best_footer * 1000:.1f} ms, newest file's pages {best_verify:.2f} s"
+            )
         writer_mod.parquet_writer = real
     finally:
         shutil.rmtree(work, ignore_errors=True)

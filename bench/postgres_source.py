@@ -68,15 +68,32 @@ def new_db(cluster, name: str) -> None:
 
 
 def insert_in_transactions(cluster, db: str, first: int, rows: int, tx_rows: int) -> None:
-    sql(cluster, db,
+    sql(
+        cluster,
+        db,
         f"DO $$ BEGIN FOR i IN 0..{rows // tx_rows - 1} LOOP "
         f"INSERT INTO big SELECT g, g % 1000, 'row ' || g FROM generate_series({first} + i * {tx_rows}, "
-        f"{first} + (i + 1) * {tx_rows} - 1) g; COMMIT; END LOOP; END $$")
+        f"{first} + (i + 1) * {tx_rows} - 1) g; COMMIT; END LOOP; END $$",
+    )
 
 
 def start_service(cluster, db: str, work: Path, *extra: str) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "olr_buffer.cli", "run", cluster.dsn(db), "--queue", str(work / "q"),
-           "--changefeed", str(work / "cf"), "--flush-interval", "0.2", "--log-level", "debug", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "olr_buffer.cli",
+        "run",
+        cluster.dsn(db),
+        "--queue",
+        str(work / "q"),
+        "--changefeed",
+        str(work / "cf"),
+        "--flush-interval",
+        "0.2",
+        "--log-level",
+        "debug",
+        *extra,
+    ]
     with open(work / "service.log", "ab") as log:
         return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
 
@@ -132,9 +149,30 @@ def throughput(cluster, work: Path, rows: int, tx_rows: int) -> dict:
     insert_in_transactions(cluster, "bench_tp", 1, rows, tx_rows)
     (end,) = sql(cluster, "bench_tp", "SELECT pg_current_wal_lsn()::text")[0]
     t0 = time.monotonic()
-    recv = subprocess.Popen([*cluster.as_user, str(cluster.bin / "pg_recvlogical"), "-d", "bench_tp", "-h",
-                             str(cluster.sock), "-U", "postgres", "--slot", "recv", "--start", "--endpos", end, "-f",
-                             "/dev/null", "-o", "proto_version=1", "-o", "publication_names=olr_buffer", "--no-loop"])
+    recv = subprocess.Popen(
+        [
+            *cluster.as_user,
+            str(cluster.bin / "pg_recvlogical"),
+            "-d",
+            "bench_tp",
+            "-h",
+            str(cluster.sock),
+            "-U",
+            "postgres",
+            "--slot",
+            "recv",
+            "--start",
+            "--endpos",
+            end,
+            "-f",
+            "/dev/null",
+            "-o",
+            "proto_version=1",
+            "-o",
+            "publication_names=olr_buffer",
+            "--no-loop",
+        ]
+    )
     recv_cpu = 0.0
     while recv.poll() is None:  # the walsender's CPU, as of its last look before it ends
         pids = sql(cluster, "bench_tp", "SELECT pid FROM pg_stat_replication WHERE application_name = 'pg_recvlogical'")
@@ -148,7 +186,9 @@ def throughput(cluster, work: Path, rows: int, tx_rows: int) -> dict:
         wait_log(work, "streaming slot", proc)
         t1 = time.monotonic()
         pids = [proc.pid, *spawned_children(proc.pid)]
-        ((ws,),) = sql(cluster, "bench_tp", "SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'olr_buffer'")
+        ((ws,),) = sql(
+            cluster, "bench_tp", "SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'olr_buffer'"
+        )
         cpu0 = [cpu_seconds(pid) for pid in pids], cpu_seconds(ws)
         done = wait_rows(work, rows, proc)
         cpu1 = [cpu_seconds(pid) for pid in pids], cpu_seconds(ws)
@@ -158,12 +198,21 @@ def throughput(cluster, work: Path, rows: int, tx_rows: int) -> dict:
             sql(cluster, "bench_tp", "SELECT pg_drop_replication_slot(%s)", (slot,))
     ours = done - t1
     us = [round((b - a) / rows * 1e6, 2) for a, b in zip(cpu0[0], cpu1[0])]
-    return {"rows": rows, "tx_rows": tx_rows, "server_rows_per_s": round(rows / server),
-            "olr_buffer_rows_per_s": round(rows / ours), "ratio": round(server / ours, 3), "target": 0.5,
-            # CPU microseconds a row (user + system), steadier than rows/s on a shared machine
-            "cpu_us_per_row": {"pg_recvlogical_walsender": round(recv_cpu / rows * 1e6, 2),
-                               "olr_buffer_walsender": round((cpu1[1] - cpu0[1]) / rows * 1e6, 2),
-                               "service": us[0], "reader_process": sum(us[1:])}}
+    return {
+        "rows": rows,
+        "tx_rows": tx_rows,
+        "server_rows_per_s": round(rows / server),
+        "olr_buffer_rows_per_s": round(rows / ours),
+        "ratio": round(server / ours, 3),
+        "target": 0.5,
+        # CPU microseconds a row (user + system), steadier than rows/s on a shared machine
+        "cpu_us_per_row": {
+            "pg_recvlogical_walsender": round(recv_cpu / rows * 1e6, 2),
+            "olr_buffer_walsender": round((cpu1[1] - cpu0[1]) / rows * 1e6, 2),
+            "service": us[0],
+            "reader_process": sum(us[1:]),
+        },
+    }
 
 
 def server_latency(cluster, rows: int) -> dict:
@@ -173,9 +222,30 @@ def server_latency(cluster, rows: int) -> dict:
     db = "bench_lat_server"
     new_db(cluster, db)
     sql(cluster, db, "SELECT pg_create_logical_replication_slot('recv', 'pgoutput')")
-    recv = subprocess.Popen([*cluster.as_user, str(cluster.bin / "pg_recvlogical"), "-d", db, "-h", str(cluster.sock),
-                             "-U", "postgres", "--slot", "recv", "--start", "-f", "/dev/null", "-o", "proto_version=2",
-                             "-o", "streaming=on", "-o", "publication_names=olr_buffer", "--no-loop"])
+    recv = subprocess.Popen(
+        [
+            *cluster.as_user,
+            str(cluster.bin / "pg_recvlogical"),
+            "-d",
+            db,
+            "-h",
+            str(cluster.sock),
+            "-U",
+            "postgres",
+            "--slot",
+            "recv",
+            "--start",
+            "-f",
+            "/dev/null",
+            "-o",
+            "proto_version=2",
+            "-o",
+            "streaming=on",
+            "-o",
+            "publication_names=olr_buffer",
+            "--no-loop",
+        ]
+    )
     try:
         deadline = time.monotonic() + 60
         while not sql(cluster, db, "SELECT 1 FROM pg_stat_replication WHERE application_name = 'pg_recvlogical'"):
@@ -186,8 +256,12 @@ def server_latency(cluster, rows: int) -> dict:
         sql(cluster, db, "INSERT INTO big SELECT g, g %% 1000, 'row ' || g FROM generate_series(1, %s) g", (rows,))
         committed = time.time()
         (end,) = sql(cluster, db, "SELECT pg_current_wal_lsn()::text")[0]
-        while not sql(cluster, db, "SELECT 1 FROM pg_stat_replication WHERE application_name = 'pg_recvlogical' "
-                                   "AND sent_lsn >= %s::pg_lsn", (end,)):
+        while not sql(
+            cluster,
+            db,
+            "SELECT 1 FROM pg_stat_replication WHERE application_name = 'pg_recvlogical' AND sent_lsn >= %s::pg_lsn",
+            (end,),
+        ):
             time.sleep(0.01)
         sent = time.time()
     finally:
@@ -213,8 +287,11 @@ def latency(cluster, work: Path, rows: int) -> dict:
             visible = wait_rows(w, rows, proc, clock=time.time)
         finally:
             stop(proc)
-        spill, stream = sql(cluster, db, "SELECT spill_bytes, stream_bytes FROM pg_stat_replication_slots "
-                                         "WHERE slot_name = 'olr_buffer'")[0]
+        spill, stream = sql(
+            cluster,
+            db,
+            "SELECT spill_bytes, stream_bytes FROM pg_stat_replication_slots WHERE slot_name = 'olr_buffer'",
+        )[0]
         sql(cluster, db, "SELECT pg_drop_replication_slot('olr_buffer')")
         in_queue, published = log_times(w, rows)
         out[label] = {
@@ -225,7 +302,8 @@ def latency(cluster, work: Path, rows: int) -> dict:
             "commit_to_in_queue_s": round(in_queue - committed, 3),
             "in_queue_to_published_s": round(published - in_queue, 3),
             "read_back_rows_per_s": round(rows / (published - in_queue)) if published > in_queue else None,
-            "spill_bytes": spill, "stream_bytes": stream,
+            "spill_bytes": spill,
+            "stream_bytes": stream,
         }
     out["targets"] = {"streaming_commit_to_visible_s": 2.0, "streaming_spill_bytes": 0}
     return {"rows": rows, **out}

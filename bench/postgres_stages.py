@@ -36,8 +36,8 @@ from bench.postgres_source import insert_in_transactions, new_db, sql  # noqa: E
 from olr_buffer.changes import INFINITE_SCN  # noqa: E402
 from olr_buffer.dispatcher import Dispatcher  # noqa: E402
 from olr_buffer.runtime import quiet_gc  # noqa: E402
-from olr_buffer.sources.postgres import PostgresReader  # noqa: E402
 from olr_buffer.sinks.parquet import ChangefeedWriter  # noqa: E402
+from olr_buffer.sources.postgres import PostgresReader  # noqa: E402
 from olr_buffer.txbuffer import LmdbQueue  # noqa: E402
 from tests.sources.postgres.cluster import create_cluster  # noqa: E402
 
@@ -115,8 +115,12 @@ def main() -> None:
         new_db(cluster, "stages")
         sql(cluster, "stages", "SELECT pg_create_logical_replication_slot('olr_buffer', 'pgoutput')")
         if args.large:
-            sql(cluster, "stages", "INSERT INTO big SELECT g, g %% 1000, 'row ' || g FROM generate_series(1, %s) g",
-                (args.rows,))
+            sql(
+                cluster,
+                "stages",
+                "INSERT INTO big SELECT g, g %% 1000, 'row ' || g FROM generate_series(1, %s) g",
+                (args.rows,),
+            )
             txns = 1
         else:
             insert_in_transactions(cluster, "stages", 1, args.rows, args.tx_rows)
@@ -125,13 +129,23 @@ def main() -> None:
         profs = [cProfile.Profile(), cProfile.Profile()] if args.profile else [None, None]
         read_s, read_cpu, n_read = read_stage(cluster.dsn("stages"), work / "q", records, profs[0])
         pub_s, pub_cpu, n_pub = publish_stage(work / "q", work / "cf", profs[1])
-        print(json.dumps({
-            "rows": args.rows, "transactions": txns, "records_read": n_read,
-            "read_s": round(read_s, 2), "read_rows_per_s": round(args.rows / read_s),
-            "read_cpu_s": round(read_cpu, 2), "read_rows_per_cpu_s": round(args.rows / read_cpu),
-            "publish_s": round(pub_s, 2), "rows_published": n_pub, "publish_rows_per_s": round(n_pub / pub_s),
-            "publish_cpu_s": round(pub_cpu, 2),
-        }))
+        print(
+            json.dumps(
+                {
+                    "rows": args.rows,
+                    "transactions": txns,
+                    "records_read": n_read,
+                    "read_s": round(read_s, 2),
+                    "read_rows_per_s": round(args.rows / read_s),
+                    "read_cpu_s": round(read_cpu, 2),
+                    "read_rows_per_cpu_s": round(args.rows / read_cpu),
+                    "publish_s": round(pub_s, 2),
+                    "rows_published": n_pub,
+                    "publish_rows_per_s": round(n_pub / pub_s),
+                    "publish_cpu_s": round(pub_cpu, 2),
+                }
+            )
+        )
         if args.profile:
             Path(args.profile).write_text(_report(profs[0], "read") + _report(profs[1], "publish"))
     finally:

@@ -100,9 +100,9 @@ def profile_summary(prof: cProfile.Profile, top: int) -> dict:
         {"func": _fname(func), "calls": nc, "tottime": tt, "cumtime": ct, "share": tt / total if total else 0}
         for func, (_cc, nc, tt, ct, _c) in rows
     ]
-    rows = sorted(
-        ((f, v) for f, v in st.stats.items() if "olr_buffer" in f[0]), key=lambda kv: kv[1][3], reverse=True
-    )[:top]
+    rows = sorted(((f, v) for f, v in st.stats.items() if "olr_buffer" in f[0]), key=lambda kv: kv[1][3], reverse=True)[
+        :top
+    ]
     by_cumtime = [
         {"func": _fname(func), "calls": nc, "tottime": tt, "cumtime": ct, "share": ct / total if total else 0}
         for func, (_cc, nc, tt, ct, _c) in rows
@@ -264,7 +264,19 @@ def view_py_spy(inp: str, work: str, gil: bool, rate: int = 200) -> dict | None:
     raw = os.path.join(d, "samples.txt")
     benchlib.warm_cache(inp)
     benchlib.wait_quiet()
-    cmd = [spy, "record", "--format", "raw", "--threads", "--subprocesses", "--nolineno", "--rate", str(rate), "-o", raw]
+    cmd = [
+        spy,
+        "record",
+        "--format",
+        "raw",
+        "--threads",
+        "--subprocesses",
+        "--nolineno",
+        "--rate",
+        str(rate),
+        "-o",
+        raw,
+    ]
     if gil:
         cmd.append("--gil")
     cmd += ["--", *benchlib.replay_cmd(inp, d)]
@@ -315,8 +327,7 @@ def summarize_raw(path: str, wall: float, rate: int, gil: bool, top: int = 15) -
         "groups": {g: n / total for g, n in per_group.most_common()},
         "self": {g: [(f, n / total) for f, n in c.most_common(top)] for g, c in self_by_group.items()},
         "inclusive": {
-            g: [(f, n / total) for f, n in c.most_common(top) if "olr_buffer" in f]
-            for g, c in incl_by_group.items()
+            g: [(f, n / total) for f, n in c.most_common(top) if "olr_buffer" in f] for g, c in incl_by_group.items()
         },
     }
 
@@ -374,8 +385,10 @@ def report(r: dict, top: int) -> str:
     w(f"input: {inp['lines']:,} records ({inp['bytes'] / 1e6:.0f} MB), 3 threads, plain .jsonl; durable\n\n")
 
     a = r["replay"]
-    w(f"## 1. cProfile of replay, main thread only: {a['wall']:.1f}s wall under the profiler, "
-      f"{a['total_s']:.1f}s of main-thread time accounted\n\n")
+    w(
+        f"## 1. cProfile of replay, main thread only: {a['wall']:.1f}s wall under the profiler, "
+        f"{a['total_s']:.1f}s of main-thread time accounted\n\n"
+    )
     w(_areas(a))
     w(_table(a["by_tottime"][:top], "self time"))
     w(_table(a["by_cumtime"][:top], "cumulative (olr_buffer functions)"))
@@ -384,19 +397,29 @@ def report(r: dict, top: int) -> str:
     n = b["records"]
     w(f"## 2. Reader path alone ({n:,} records, without lwn)\n\n")
     w(f"- into MemoryQueue, sequential, no profiler: {b['memory_s']:.2f}s = {n / b['memory_s']:,.0f} records/s\n")
-    w(f"- into durable LmdbQueue, sequential: {b['lmdb_s']:.2f}s = {n / b['lmdb_s']:,.0f} records/s ({b['blocks']} blocks)\n")
-    w(f"- into durable LmdbQueue, reader threads: {b['lmdb_threads_s']:.2f}s = {n / b['lmdb_threads_s']:,.0f} records/s\n")
+    w(
+        f"- into durable LmdbQueue, sequential: {b['lmdb_s']:.2f}s = {n / b['lmdb_s']:,.0f} records/s "
+        f"({b['blocks']} blocks)\n"
+    )
+    w(
+        f"- into durable LmdbQueue, reader threads: {b['lmdb_threads_s']:.2f}s = "
+        f"{n / b['lmdb_threads_s']:,.0f} records/s\n"
+    )
     if "lmdb_processes_s" in b:
-        w(f"- into durable LmdbQueue, reader processes: {b['lmdb_processes_s']:.2f}s = "
-          f"{n / b['lmdb_processes_s']:,.0f} records/s\n")
+        w(
+            f"- into durable LmdbQueue, reader processes: {b['lmdb_processes_s']:.2f}s = "
+            f"{n / b['lmdb_processes_s']:,.0f} records/s\n"
+        )
     w(f"- under cProfile (MemoryQueue): {b['memory_profiled_s']:.2f}s\n\n")
     w(_areas(b["profile"]))
     w(_table(b["profile"]["by_tottime"][:top], "self time"))
 
     c = r.get("dispatcher")
     if c and "error" not in c:
-        w(f"## 3. Dispatcher and sink alone, on the filled queue: {c['unprofiled_s']:.2f}s without profiler "
-          f"({n / c['unprofiled_s']:,.0f} records/s), {c['wall']:.2f}s under cProfile\n\n")
+        w(
+            f"## 3. Dispatcher and sink alone, on the filled queue: {c['unprofiled_s']:.2f}s without profiler "
+            f"({n / c['unprofiled_s']:,.0f} records/s), {c['wall']:.2f}s under cProfile\n\n"
+        )
         w(_areas(c))
         w(_table(c["by_tottime"][:top], "self time"))
         w(_table(c["by_cumtime"][:top], "cumulative (olr_buffer functions)"))
@@ -410,8 +433,10 @@ def report(r: dict, top: int) -> str:
         if "error" in s:
             w(f"## 4. {title}: failed: {s['error']}\n\n")
             continue
-        w(f"## 4. {title}: {s['wall']:.1f}s wall, {s['samples']:,} samples at {s['rate']}/s "
-          f"= {s['busy_share_of_wall']:.2f} threads busy on average\n\n")
+        w(
+            f"## 4. {title}: {s['wall']:.1f}s wall, {s['samples']:,} samples at {s['rate']}/s "
+            f"= {s['busy_share_of_wall']:.2f} threads busy on average\n\n"
+        )
         for g, share in s["groups"].items():
             w(f"- {g}: {share:.0%} of the samples\n")
         w("\n")

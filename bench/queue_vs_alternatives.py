@@ -46,8 +46,23 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchlib  # noqa: E402
 
 _WORDS = (
-    "Kraków", "München", "São Paulo", "Zürich", "NEW", "PAID", "SHIPPED", "Müller", "García",
-    "Nowak", "O'Brien", "Smith", "Dubois", "Rossi", "Silva", "fragile", "gift wrap",
+    "Kraków",
+    "München",
+    "São Paulo",
+    "Zürich",
+    "NEW",
+    "PAID",
+    "SHIPPED",
+    "Müller",
+    "García",
+    "Nowak",
+    "O'Brien",
+    "Smith",
+    "Dubois",
+    "Rossi",
+    "Silva",
+    "fragile",
+    "gift wrap",
 )
 
 
@@ -68,10 +83,22 @@ def make_records(n: int, size: int = 200, seed: int = 7, pool: int = 65_536) -> 
             "TOTAL": round(rng.uniform(5, 5000), 2),
             "NOTE": "".join(rng.choice("abcdefghijklmnopqrstuvwxyz ") for _ in range(rng.randrange(1, 12))),
         }
-        rec = orjson.dumps([
-            2, 5_000_000_000 + i, 0, 1 + i // 5000, 1 + i % 5000, 1_717_200_000_000_000_000 + i * 1_000_000,
-            "SALES", "ORDERS", 73215, f"AAAR3/AAHAAA{rng.randrange(64**6):08x}", None, orjson.dumps(after).decode(),
-        ])
+        rec = orjson.dumps(
+            [
+                2,
+                5_000_000_000 + i,
+                0,
+                1 + i // 5000,
+                1 + i % 5000,
+                1_717_200_000_000_000_000 + i * 1_000_000,
+                "SALES",
+                "ORDERS",
+                73215,
+                f"AAAR3/AAHAAA{rng.randrange(64**6):08x}",
+                None,
+                orjson.dumps(after).decode(),
+            ]
+        )
         if len(rec) < size:
             rec = rec[:-1] + b',"' + b"x" * max(0, size - len(rec) - 3) + b'"]'
         recs.append(rec)
@@ -228,7 +255,8 @@ def run(args) -> dict:
             f"  {name}: {row['appended']:,} appended at {row['append_per_s']:,.0f}/s, "
             f"{row['tailed']:,} tailed at {row['tail_per_s']:,.0f}/s, "
             f"append+tail {row['combined_per_s']:,.0f}/s ({row['note']})",
-            file=sys.stderr, flush=True,
+            file=sys.stderr,
+            flush=True,
         )
 
     try:

@@ -18,6 +18,7 @@ import pstats
 import time
 
 import benchlib
+
 from olr_buffer.testing import MemoryQueue
 
 
@@ -40,7 +41,9 @@ def main() -> None:
         prof.disable()
     cpu, wall = time.process_time() - c0, time.perf_counter() - w0
     n = g.figures().records_read
-    print(f"{n} records: CPU {cpu:.2f} s ({1e6 * cpu / n:.2f} us a record, {n / cpu:,.0f} records/s), wall {wall:.2f} s")
+    print(
+        f"{n} records: CPU {cpu:.2f} s ({1e6 * cpu / n:.2f} us a record, {n / cpu:,.0f} records/s), wall {wall:.2f} s"
+    )
     if prof:
         pstats.Stats(prof).sort_stats("tottime").print_stats(25)
 

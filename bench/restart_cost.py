@@ -46,15 +46,35 @@ def main() -> None:
     work = tempfile.mkdtemp(prefix="olr-restart-")
     try:
         inp = os.path.join(work, "in")
-        stats = simulate(inp, threads=3, transactions=args.transactions, seed=3, concurrency=args.concurrency,
-                         large_tx_rows=args.large_tx_rows, compress_archived=False)
-        print(f"workload: {stats.records:,} records, {args.concurrency:,} transactions open at once, "
-              f"one of {args.large_tx_rows:,} rows")
+        stats = simulate(
+            inp,
+            threads=3,
+            transactions=args.transactions,
+            seed=3,
+            concurrency=args.concurrency,
+            large_tx_rows=args.large_tx_rows,
+            compress_archived=False,
+        )
+        print(
+            f"workload: {stats.records:,} records, {args.concurrency:,} transactions open at once, "
+            f"one of {args.large_tx_rows:,} rows"
+        )
 
         def replay_args(tag: str) -> list[str]:
-            return cli("replay", inp, "--queue", os.path.join(work, tag, "q"), "--changefeed",
-                       os.path.join(work, tag, "cf"), "--file-rows", "2000", "--checkpoint-interval", "2",
-                       "--no-progress", "--json")
+            return cli(
+                "replay",
+                inp,
+                "--queue",
+                os.path.join(work, tag, "q"),
+                "--changefeed",
+                os.path.join(work, tag, "cf"),
+                "--file-rows",
+                "2000",
+                "--checkpoint-interval",
+                "2",
+                "--no-progress",
+                "--json",
+            )
 
         t = time.monotonic()
         subprocess.run(replay_args("full"), check=True, capture_output=True)
@@ -66,13 +86,22 @@ def main() -> None:
         time.sleep(full * args.kill_at)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
-        status = json.loads(subprocess.run(cli("status", "--queue", os.path.join(work, "run", "q"), "--json"),
-                                           check=True, capture_output=True, text=True).stdout)
+        status = json.loads(
+            subprocess.run(
+                cli("status", "--queue", os.path.join(work, "run", "q"), "--json"),
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
+        )
         ot = status.get("open_transactions") or {}
         queue_mb = status["segments"]["bytes"] / 1e6
-        print(f"killed at {full * args.kill_at:.1f}s: queue {queue_mb:,.1f} MB in {status['segments']['count']} segment(s), "
-              f"checkpoint {status['checkpoint']['behind_records']:,} records behind, "
-              f"{ot.get('count', 0):,} open transactions (largest {((ot.get('largest') or {}).get('rows') or 0):,} rows)")
+        print(
+            f"killed at {full * args.kill_at:.1f}s: queue {queue_mb:,.1f} MB "
+            f"in {status['segments']['count']} segment(s), "
+            f"checkpoint {status['checkpoint']['behind_records']:,} records behind, "
+            f"{ot.get('count', 0):,} open transactions (largest {((ot.get('largest') or {}).get('rows') or 0):,} rows)"
+        )
 
         t = time.monotonic()
         subprocess.run(cli("--help"), check=True, capture_output=True)
@@ -91,8 +120,10 @@ def main() -> None:
         total = time.monotonic() - t
         if first is None and part_files(cf) - before:
             first = total
-        print(f"restart: first new publication after {first:.2f}s (interpreter start-up and imports: {startup:.2f}s); "
-              f"the restarted run finished in {total:.1f}s")
+        print(
+            f"restart: first new publication after {first:.2f}s (interpreter start-up and imports: {startup:.2f}s); "
+            f"the restarted run finished in {total:.1f}s"
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -43,8 +43,19 @@ def sample(pid: int) -> dict[str, int]:
 def measure(input_dir: str, interval: float) -> dict:
     work = tempfile.mkdtemp(prefix="olr-rss-")
     try:
-        cmd = [sys.executable, "-m", "olr_buffer.cli", "replay", input_dir, "--queue", os.path.join(work, "q"),
-               "--changefeed", os.path.join(work, "cf"), "--json", "--no-progress"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "olr_buffer.cli",
+            "replay",
+            input_dir,
+            "--queue",
+            os.path.join(work, "q"),
+            "--changefeed",
+            os.path.join(work, "cf"),
+            "--json",
+            "--no-progress",
+        ]
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
         peaks = dict.fromkeys(FIELDS, 0)
         samples = 0
@@ -71,8 +82,10 @@ def main() -> None:
         print(json.dumps(r))
         return
     mib = lambda b: f"{b / 2**20:,.0f} MiB"  # noqa: E731
-    print(f"replay of {args.input}: peak VmRSS {mib(r['peak_VmRSS'])}, of which at most "
-          f"{mib(r['peak_RssAnon'])} anonymous and {mib(r['peak_RssFile'])} mapped files ({r['samples']} samples)")
+    print(
+        f"replay of {args.input}: peak VmRSS {mib(r['peak_VmRSS'])}, of which at most "
+        f"{mib(r['peak_RssAnon'])} anonymous and {mib(r['peak_RssFile'])} mapped files ({r['samples']} samples)"
+    )
 
 
 if __name__ == "__main__":

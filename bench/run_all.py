@@ -68,8 +68,12 @@ def measure_floor(inp: str, work: str, lines: int) -> dict:
     benchlib.warm_cache(inp)
     benchlib.wait_quiet()
     m, r = run_child("floor.py", inp, "--json", "--out", os.path.join(work, "floor-out"))
-    return {**r, **m.figures(), "records_per_s": benchlib.rate(lines, m.wall),
-            "records_per_s_in_process": r["records_per_s"]}
+    return {
+        **r,
+        **m.figures(),
+        "records_per_s": benchlib.rate(lines, m.wall),
+        "records_per_s_in_process": r["records_per_s"],
+    }
 
 
 def measure_naive(inp: str, work: str, lines: int, quiet_gc: bool = False, out: str = "naive-out") -> dict:
@@ -77,8 +81,12 @@ def measure_naive(inp: str, work: str, lines: int, quiet_gc: bool = False, out: 
     benchlib.wait_quiet()
     extra = ["--quiet-gc"] if quiet_gc else []
     m, r = run_child("naive_buffer.py", inp, "--json", "--out", os.path.join(work, out), *extra)
-    return {**r, **m.figures(), "records_per_s": benchlib.rate(lines, m.wall),
-            "records_per_s_in_process": r["records_per_s"]}
+    return {
+        **r,
+        **m.figures(),
+        "records_per_s": benchlib.rate(lines, m.wall),
+        "records_per_s_in_process": r["records_per_s"],
+    }
 
 
 def clean_run(label: str, fn, tries: int, tolerance: float = 0.05) -> dict:
@@ -89,7 +97,7 @@ def clean_run(label: str, fn, tries: int, tolerance: float = 0.05) -> dict:
     again rather than reported, and the share of interference is kept with the figure."""
     ncpu = os.cpu_count() or 1
     best = None
-    for attempt in range(1, tries + 1):
+    for attempt in range(1, tries + 1):  # noqa: B007 - read after the loop
         r = fn()
         r["interference"] = r.get("other_cpu", 0.0) / (r["wall"] * ncpu) if r.get("wall") else 0.0
         if best is None or r["interference"] < best["interference"]:
@@ -151,12 +159,21 @@ def build_table(res: dict) -> list[dict]:
             status = "met" if ok else "NOT met"
             if key == "replay_vs_floor" and ok and ratio < 0.8:
                 status = "met (aim 0.8x not yet)"
-        rows.append({"figure": figure, "value": value, "target": target,
-                     "ratio": "" if ratio is None else f"{ratio:.2f}x", "status": status, "info": info})
+        rows.append(
+            {
+                "figure": figure,
+                "value": value,
+                "target": target,
+                "ratio": "" if ratio is None else f"{ratio:.2f}x",
+                "status": status,
+                "info": info,
+            }
+        )
 
     f, n, r = res.get("floor"), res.get("naive"), res.get("replay")
+
     def speed(x):
-        return (f"{x['records_per_s']:,.0f} records/s ({x['wall']:.1f}s, peak RSS {benchlib.mib(x['peak_rss'])})")
+        return f"{x['records_per_s']:,.0f} records/s ({x['wall']:.1f}s, peak RSS {benchlib.mib(x['peak_rss'])})"
 
     if f:
         add("floor: pyarrow json -> Parquet", speed(f))
@@ -178,26 +195,44 @@ def build_table(res: dict) -> list[dict]:
         add("replay vs naive buffer", "", TARGETS["replay_vs_naive"][1], x, "replay_vs_naive")
     m = res.get("memory")
     if m:
-        add(f"replay peak RSS, +1 tx of {m['large_rows']:,} rows vs without",
+        add(
+            f"replay peak RSS, +1 tx of {m['large_rows']:,} rows vs without",
             f"{benchlib.mib(m['large']['peak_rss'])} vs {benchlib.mib(m['base']['peak_rss'])}",
-            TARGETS["memory_ratio"][1], m["ratio"], "memory_ratio")
+            TARGETS["memory_ratio"][1],
+            m["ratio"],
+            "memory_ratio",
+        )
         if "naive_large" in m:
-            add("naive buffer peak RSS, same two inputs",
+            add(
+                "naive buffer peak RSS, same two inputs",
                 f"{benchlib.mib(m['naive_large']['peak_rss'])} vs {benchlib.mib(m['naive_base']['peak_rss'])}",
-                "", m["naive_ratio"], info=True)
+                "",
+                m["naive_ratio"],
+                info=True,
+            )
     q = res.get("queue")
     if q:
         byname = {row["name"]: row for row in q["rows"]}
         lm = next((row for row in q["rows"] if row["name"].startswith("LmdbQueue blocks")), None)
         for row in q["rows"]:
             note = f"{row['appended']:,} records" + ("" if row["target"] else f"; {row['note']}")
-            add(f"queue: {row['name']}", f"{row['combined_per_s']:,.0f} records/s append+tail ({note})",
-                info=not row["target"])
-        for name, key in (("diskcache.Deque durable", "queue_vs_diskcache"),
-                          ("persistqueue.SQLiteQueue", "queue_vs_persistqueue")):
+            add(
+                f"queue: {row['name']}",
+                f"{row['combined_per_s']:,.0f} records/s append+tail ({note})",
+                info=not row["target"],
+            )
+        for name, key in (
+            ("diskcache.Deque durable", "queue_vs_diskcache"),
+            ("persistqueue.SQLiteQueue", "queue_vs_persistqueue"),
+        ):
             if lm and name in byname:
-                add(f"LmdbQueue vs {name}", "", TARGETS[key][1],
-                    lm["combined_per_s"] / byname[name]["combined_per_s"], key)
+                add(
+                    f"LmdbQueue vs {name}",
+                    "",
+                    TARGETS[key][1],
+                    lm["combined_per_s"] / byname[name]["combined_per_s"],
+                    key,
+                )
     return rows
 
 
@@ -223,8 +258,12 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=benchlib.DEFAULT_SEED)
     ap.add_argument("--large-rows", type=int, default=benchlib.LARGE_TX_ROWS)
     ap.add_argument("--repeat", type=int, default=1, help="runs of each throughput contender (median reported)")
-    ap.add_argument("--tries", type=int, default=4,
-                    help="measure a run again (up to this many times) when other processes disturbed it")
+    ap.add_argument(
+        "--tries",
+        type=int,
+        default=4,
+        help="measure a run again (up to this many times) when other processes disturbed it",
+    )
     ap.add_argument("--skip", default="", help="comma list of floor,naive,replay,memory,queue,info")
     ap.add_argument("--queue-records", type=int, default=1_000_000)
     ap.add_argument("--alt-records", type=int, default=100_000)
@@ -255,8 +294,13 @@ def main() -> None:
             naives.append(clean_run("naive", lambda: measure_naive(inp, args.work, lines), tries))
         if "replay" not in skip:
             log(f"olr-buffer replay (run {i + 1}) ...")
-            replays.append(clean_run(
-                "replay", lambda: replay_throughput.measure(inp, os.path.join(args.work, "replay"), lines=lines), tries))
+            replays.append(
+                clean_run(
+                    "replay",
+                    lambda: replay_throughput.measure(inp, os.path.join(args.work, "replay"), lines=lines),
+                    tries,
+                )
+            )
     if floors:
         res["floor"] = median_run(floors)
     if naives:
@@ -267,21 +311,33 @@ def main() -> None:
         if "naive" not in skip:
             log("naive buffer, GC quieted (info) ...")
             res["naive_quiet_gc"] = clean_run(
-                "naive --quiet-gc", lambda: measure_naive(inp, args.work, lines, quiet_gc=True, out="naive-out-gc"), tries)
+                "naive --quiet-gc",
+                lambda: measure_naive(inp, args.work, lines, quiet_gc=True, out="naive-out-gc"),
+                tries,
+            )
         if "replay" not in skip:
             log("olr-buffer replay --no-sync (info) ...")
-            res["replay_nosync"] = clean_run("replay --no-sync", lambda: replay_throughput.measure(
-                inp, os.path.join(args.work, "replay-nosync"), durable=False, lines=lines), tries)
+            res["replay_nosync"] = clean_run(
+                "replay --no-sync",
+                lambda: replay_throughput.measure(
+                    inp, os.path.join(args.work, "replay-nosync"), durable=False, lines=lines
+                ),
+                tries,
+            )
         if "replay" not in skip:
             zst = os.path.join(args.work, "input-zst")
             zdesc = benchlib.prepare_input(zst, compress=True, **common)
             log("olr-buffer replay on zstd-compressed archived logs (info) ...")
-            res["replay_zst"] = clean_run("replay zst", lambda: replay_throughput.measure(
-                zst, os.path.join(args.work, "replay-zst"), lines=zdesc["lines"]), tries)
+            res["replay_zst"] = clean_run(
+                "replay zst",
+                lambda: replay_throughput.measure(zst, os.path.join(args.work, "replay-zst"), lines=zdesc["lines"]),
+                tries,
+            )
     if "naive" not in skip and "replay" not in skip:
         log("comparing the naive buffer's output with replay's changefeed ...")
-        res["check"] = compare_changefeeds(os.path.join(args.work, "replay", "changefeed"),
-                                           os.path.join(args.work, "naive-out"))
+        res["check"] = compare_changefeeds(
+            os.path.join(args.work, "replay", "changefeed"), os.path.join(args.work, "naive-out")
+        )
 
     if "memory" not in skip:
         large_in = os.path.join(args.work, "input-large")
@@ -291,11 +347,13 @@ def main() -> None:
             mem["base"] = res["replay"]
         else:
             log("memory: replay without the large transaction ...")
-            mem["base"] = clean_run("replay", lambda: replay_throughput.measure(
-                inp, os.path.join(args.work, "replay"), lines=lines), tries)
+            mem["base"] = clean_run(
+                "replay", lambda: replay_throughput.measure(inp, os.path.join(args.work, "replay"), lines=lines), tries
+            )
         log("memory: replay with the large transaction ...")
-        mem["large"] = clean_run("replay large", lambda: replay_throughput.measure(
-            large_in, os.path.join(args.work, "replay-large")), tries)
+        mem["large"] = clean_run(
+            "replay large", lambda: replay_throughput.measure(large_in, os.path.join(args.work, "replay-large")), tries
+        )
         mem["ratio"] = mem["large"]["peak_rss"] / mem["base"]["peak_rss"]
         if "info" not in skip and "naive" not in skip:
             log("memory: naive buffer with the large transaction (info) ...")
@@ -307,8 +365,17 @@ def main() -> None:
 
     if "queue" not in skip:
         log("queue alone vs diskcache and persist-queue ...")
-        qargs = ["--json", "--work", os.path.join(args.work, "queue"), "--records", str(args.queue_records),
-                 "--alt-records", str(args.alt_records), "--budget", str(args.queue_budget)]
+        qargs = [
+            "--json",
+            "--work",
+            os.path.join(args.work, "queue"),
+            "--records",
+            str(args.queue_records),
+            "--alt-records",
+            str(args.alt_records),
+            "--budget",
+            str(args.queue_budget),
+        ]
         if "info" in skip:
             qargs.append("--no-extra")
         mq, res["queue"] = run_child("queue_vs_alternatives.py", *qargs)
@@ -323,18 +390,27 @@ def main() -> None:
         json.dump(res, fh, indent=2, default=str)
 
     m = res["machine"]
-    print(f"\nmachine: {m['nproc']} CPUs ({m.get('cpu')}), {m.get('ram_gib')} GiB RAM, "
-          f"disk {m.get('disk', {}).get('device')} ({m.get('disk', {}).get('fs')}), fsync {m.get('fsync_ms')} ms; "
-          f"Python {m['python']}")
-    print(f"input: {lines:,} records ({desc['bytes'] / 1e6:,.0f} MB plain JSON Lines), {args.threads} threads, "
-          f"seed {args.seed}, {args.transactions:,} transactions; durable everywhere unless marked")
+    print(
+        f"\nmachine: {m['nproc']} CPUs ({m.get('cpu')}), {m.get('ram_gib')} GiB RAM, "
+        f"disk {m.get('disk', {}).get('device')} ({m.get('disk', {}).get('fs')}), fsync {m.get('fsync_ms')} ms; "
+        f"Python {m['python']}"
+    )
+    print(
+        f"input: {lines:,} records ({desc['bytes'] / 1e6:,.0f} MB plain JSON Lines), {args.threads} threads, "
+        f"seed {args.seed}, {args.transactions:,} transactions; durable everywhere unless marked"
+    )
     if "check" in res:
         c = res["check"]
-        print(f"check: naive vs replay: {c['transactions'][0]:,} vs {c['transactions'][1]:,} transactions, "
-              f"{c['rows'][0]:,} vs {c['rows'][1]:,} rows, same transactions and rows: "
-              f"{c['same_transactions_and_rows']}, commits in a different position: {c['order_differences']}")
-    dist = [f"{k} {res[k]['interference']:.0%}" for k in ("floor", "naive", "replay", "naive_quiet_gc", "replay_nosync", "replay_zst")
-            if k in res and "interference" in res[k]]
+        print(
+            f"check: naive vs replay: {c['transactions'][0]:,} vs {c['transactions'][1]:,} transactions, "
+            f"{c['rows'][0]:,} vs {c['rows'][1]:,} rows, same transactions and rows: "
+            f"{c['same_transactions_and_rows']}, commits in a different position: {c['order_differences']}"
+        )
+    dist = [
+        f"{k} {res[k]['interference']:.0%}"
+        for k in ("floor", "naive", "replay", "naive_quiet_gc", "replay_nosync", "replay_zst")
+        if k in res and "interference" in res[k]
+    ]
     if "memory" in res:
         dist += [f"memory {k} {res['memory'][k].get('interference', 0):.0%}" for k in ("base", "large")]
     if dist:

@@ -57,12 +57,46 @@ def prepare(work: Path, lines: int) -> dict:
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     print(f"making a changefeed of {lines:,} narrow input lines ...", flush=True)
-    subprocess.run([sys.executable, str(BENCH / "shapes.py"), str(work / "in"), "--lines", str(lines), "--threads", "2",
-                    "--width", "narrow", "--tx", "tiny", "--open", "16", "--compensated", "0.0", "--seed", "1"],
-                   check=True, stdout=subprocess.DEVNULL)
-    subprocess.run([sys.executable, "-m", "olr_buffer.cli", "replay", str(work / "in"), "--queue", str(work / "q"),
-                    "--changefeed", str(work / "cf"), "--no-sync"], check=True, stdout=subprocess.DEVNULL,
-                   cwd=BENCH.parent)
+    subprocess.run(
+        [
+            sys.executable,
+            str(BENCH / "shapes.py"),
+            str(work / "in"),
+            "--lines",
+            str(lines),
+            "--threads",
+            "2",
+            "--width",
+            "narrow",
+            "--tx",
+            "tiny",
+            "--open",
+            "16",
+            "--compensated",
+            "0.0",
+            "--seed",
+            "1",
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "olr_buffer.cli",
+            "replay",
+            str(work / "in"),
+            "--queue",
+            str(work / "q"),
+            "--changefeed",
+            str(work / "cf"),
+            "--no-sync",
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        cwd=BENCH.parent,
+    )
     shutil.rmtree(work / "in")
     shutil.rmtree(work / "q")
     import pyarrow.parquet as pq
@@ -70,8 +104,14 @@ def prepare(work: Path, lines: int) -> dict:
     files = sorted(p for p in (work / "cf").iterdir() if p.name.startswith("part-"))
     rows = sum(pq.read_metadata(p).num_rows for p in files)
     transactions = int(files[-1].name.split("-")[2].split(".")[0]) + 1
-    desc = {"params": params, "files": len(files), "rows": rows, "transactions": transactions,
-            "messages": rows + 2 * transactions, "bytes": sum(p.stat().st_size for p in files)}
+    desc = {
+        "params": params,
+        "files": len(files),
+        "rows": rows,
+        "transactions": transactions,
+        "messages": rows + 2 * transactions,
+        "bytes": sum(p.stat().st_size for p in files),
+    }
     marker.write_text(json.dumps(desc, indent=2))
     return desc
 
@@ -95,8 +135,9 @@ print(json.dumps({"rows": n, "wall": time.perf_counter() - t0, "cpu": time.proce
 
 def measure_pyarrow(cf: Path, mode: str) -> dict:
     """Timed inside a fresh process, from the first read to the last (no start-up, no import)."""
-    out = subprocess.run([sys.executable, "-c", PYARROW, str(cf), ",".join(COLUMNS), mode], capture_output=True,
-                         text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", PYARROW, str(cf), ",".join(COLUMNS), mode], capture_output=True, text=True, check=True
+    ).stdout
     doc = json.loads(out)
     return {"wall": doc["wall"], "cpu": doc["cpu"]}
 
@@ -126,9 +167,26 @@ def measure_serve(cf: Path, state: Path, messages: int, confirm_every: int) -> d
     import shutil
 
     shutil.rmtree(state, ignore_errors=True)
-    proc = subprocess.Popen([sys.executable, "-m", "olr_buffer.cli", "serve", str(cf), "--listen", "127.0.0.1:0",
-                             "--database", "BENCH", "--state", str(state), "--log-format", "json"],
-                            stderr=subprocess.PIPE, text=True, cwd=BENCH.parent)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "olr_buffer.cli",
+            "serve",
+            str(cf),
+            "--listen",
+            "127.0.0.1:0",
+            "--database",
+            "BENCH",
+            "--state",
+            str(state),
+            "--log-format",
+            "json",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=BENCH.parent,
+    )
     port = None
     for line in proc.stderr:
         doc = json.loads(line)
@@ -176,7 +234,11 @@ def measure_serve(cf: Path, state: Path, messages: int, confirm_every: int) -> d
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)
-    return {"wall": wall, "cpu": serve_cpu, "receiver_cpu": (me1.ru_utime - me0.ru_utime) + (me1.ru_stime - me0.ru_stime)}
+    return {
+        "wall": wall,
+        "cpu": serve_cpu,
+        "receiver_cpu": (me1.ru_utime - me0.ru_utime) + (me1.ru_stime - me0.ru_stime),
+    }
 
 
 def main() -> None:
@@ -190,8 +252,11 @@ def main() -> None:
     work = Path(a.work)
     desc = prepare(work, a.lines)
     n = desc["messages"]
-    print(f"changefeed: {desc['files']} file(s), {desc['rows']:,} rows, {desc['transactions']:,} transactions, "
-          f"{n:,} messages, {desc['bytes'] / 1e6:,.1f} MB of Parquet", flush=True)
+    print(
+        f"changefeed: {desc['files']} file(s), {desc['rows']:,} rows, {desc['transactions']:,} transactions, "
+        f"{n:,} messages, {desc['bytes'] / 1e6:,.1f} MB of Parquet",
+        flush=True,
+    )
     runs: dict[str, list[dict]] = {"pyarrow read": [], "pyarrow read + to_pylist": [], "serve to a receiver": []}
     for i in range(a.runs):
         wait_quiet(threshold=0.5, max_wait=30, quiet=True)
@@ -199,8 +264,11 @@ def main() -> None:
         runs["pyarrow read + to_pylist"].append(measure_pyarrow(work / "cf", "pylist"))
         runs["serve to a receiver"].append(measure_serve(work / "cf", work / "state", n, a.confirm_every))
         s = runs["serve to a receiver"][-1]
-        print(f"run {i + 1}: serve {s['wall']:.2f}s wall, {s['cpu']:.2f}s CPU ({n / s['wall']:,.0f} messages/s); "
-              f"receiver {s['receiver_cpu']:.2f}s CPU", flush=True)
+        print(
+            f"run {i + 1}: serve {s['wall']:.2f}s wall, {s['cpu']:.2f}s CPU ({n / s['wall']:,.0f} messages/s); "
+            f"receiver {s['receiver_cpu']:.2f}s CPU",
+            flush=True,
+        )
     print(f"\nmedian of {a.runs} runs ({desc['rows']:,} rows = {n:,} messages):")
     print(f"{'':28} {'wall s':>8} {'CPU s':>8} {'per wall s':>14} {'per CPU s':>14}")
     result = {"changefeed": desc, "runs": runs, "machine": machine_info(str(work)), "median": {}}
@@ -209,7 +277,12 @@ def main() -> None:
         cpu = statistics.median(r["cpu"] for r in rs)
         unit = "rows" if name.startswith("pyarrow") else "messages"
         count = desc["rows"] if unit == "rows" else n
-        result["median"][name] = {"wall": wall, "cpu": cpu, f"{unit}_per_s": count / wall, f"{unit}_per_cpu_s": count / cpu}
+        result["median"][name] = {
+            "wall": wall,
+            "cpu": cpu,
+            f"{unit}_per_s": count / wall,
+            f"{unit}_per_cpu_s": count / cpu,
+        }
         print(f"{name:28} {wall:8.2f} {cpu:8.2f} {count / wall:>10,.0f} {unit[:4]} {count / cpu:>10,.0f} {unit[:4]}")
     recv = statistics.median(r["receiver_cpu"] for r in runs["serve to a receiver"])
     print(f"(the receiver: {recv:.2f}s CPU to read the frames)")

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import shutil
 import sys
@@ -76,9 +75,20 @@ class _Tx:
         self.others = others
 
 
-def generate(out_dir: str, *, lines: int, threads: int, width: str, tx: str, open_txs: int,
-             compensated: float, zst: bool, seed: int = 1, records_per_file: int = 20_000,
-             distributed: float = 0.02) -> dict:
+def generate(
+    out_dir: str,
+    *,
+    lines: int,
+    threads: int,
+    width: str,
+    tx: str,
+    open_txs: int,
+    compensated: float,
+    zst: bool,
+    seed: int = 1,
+    records_per_file: int = 20_000,
+    distributed: float = 0.02,
+) -> dict:
     out = Path(out_dir)
     if out.exists():
         shutil.rmtree(out)
@@ -106,8 +116,14 @@ def generate(out_dir: str, *, lines: int, threads: int, width: str, tx: str, ope
         else:
             rows = max(1, lines // 10)
         end = "rollback" if rng.random() < 0.03 else "commit"
-        return _Tx(f"0x{n_tx >> 20:04x}.{(n_tx >> 12) & 0xFF:03x}.{n_tx & 0xFFF:08x}", home, rows,
-                   f"T{rng.randrange(8)}", end, others)
+        return _Tx(
+            f"0x{n_tx >> 20:04x}.{(n_tx >> 12) & 0xFF:03x}.{n_tx & 0xFFF:08x}",
+            home,
+            rows,
+            f"T{rng.randrange(8)}",
+            end,
+            others,
+        )
 
     def image(key: int) -> bytes:
         k = rng.randint(*ncols)
@@ -150,14 +166,21 @@ def generate(out_dir: str, *, lines: int, threads: int, width: str, tx: str, ope
             thread = t.thread if len(t.others) == 1 or rng.random() < 0.5 else t.others[1]
             rid = f"AAAR{key:014d}".encode()
             head = b'{"op":"insert","scn":%d,"xid":"%s","owner":"BENCH","table":"%s","rid":"%s","after":' % (
-                scn, t.xid.encode(), t.table.encode(), rid)
+                scn,
+                t.xid.encode(),
+                t.table.encode(),
+                rid,
+            )
             img = image(key)
             emit(thread, head + img + b"}\n")
             stats["row_records"] += 1
             if compensated and rng.random() < compensated:
                 scn += 1
-                emit(thread, b'{"op":"delete","scn":%d,"xid":"%s","owner":"BENCH","table":"%s","rid":"%s",'
-                             b'"rollback":true,"before":%s}\n' % (scn, t.xid.encode(), t.table.encode(), rid, img))
+                emit(
+                    thread,
+                    b'{"op":"delete","scn":%d,"xid":"%s","owner":"BENCH","table":"%s","rid":"%s",'
+                    b'"rollback":true,"before":%s}\n' % (scn, t.xid.encode(), t.table.encode(), rid, img),
+                )
                 stats["compensations"] += 1
             continue
         emit(t.thread, b'{"op":"%s","scn":%d,"xid":"%s"}\n' % (t.end.encode(), scn, t.xid.encode()))
@@ -171,10 +194,22 @@ def generate(out_dir: str, *, lines: int, threads: int, width: str, tx: str, ope
         if lg.buf or lg.lines == 0:
             lg.flush(archived=False)
     total = sum(p.stat().st_size for p in out.iterdir())
-    desc = {"params": {"lines": lines, "threads": threads, "width": width, "tx": tx, "open": open_txs,
-                       "compensated": compensated, "zst": zst, "seed": seed,
-                       **({"distributed": distributed} if distributed != 0.02 else {})},
-            "lines": written, "bytes": total, "stats": stats}
+    desc = {
+        "params": {
+            "lines": lines,
+            "threads": threads,
+            "width": width,
+            "tx": tx,
+            "open": open_txs,
+            "compensated": compensated,
+            "zst": zst,
+            "seed": seed,
+            **({"distributed": distributed} if distributed != 0.02 else {}),
+        },
+        "lines": written,
+        "bytes": total,
+        "stats": stats,
+    }
     (out / MARKER).write_text(json.dumps(desc, indent=2))
     return desc
 
@@ -202,13 +237,23 @@ def main() -> None:
     ap.add_argument("--open", type=int, default=16, dest="open_txs")
     ap.add_argument("--compensated", type=float, default=0.0)
     ap.add_argument("--zst", action="store_true")
-    ap.add_argument("--distributed", type=float, default=0.02,
-                    help="share of transactions that write rows on a second thread too")
+    ap.add_argument(
+        "--distributed", type=float, default=0.02, help="share of transactions that write rows on a second thread too"
+    )
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()
-    desc = generate(args.out_dir, lines=args.lines, threads=args.threads, width=args.width, tx=args.tx,
-                    open_txs=args.open_txs, compensated=args.compensated, zst=args.zst, seed=args.seed,
-                    distributed=args.distributed)
+    desc = generate(
+        args.out_dir,
+        lines=args.lines,
+        threads=args.threads,
+        width=args.width,
+        tx=args.tx,
+        open_txs=args.open_txs,
+        compensated=args.compensated,
+        zst=args.zst,
+        seed=args.seed,
+        distributed=args.distributed,
+    )
     print(json.dumps({k: desc[k] for k in ("lines", "bytes", "stats")}), file=sys.stdout)
 
 

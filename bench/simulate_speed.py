@@ -36,8 +36,11 @@ def main() -> None:
             wall = time.perf_counter() - t0
             cpu1 = resource.getrusage(resource.RUSAGE_SELF)
             cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
-            print(f"run {run}: {stats.records:,} records in {wall:.1f} s wall, {cpu:.1f} s CPU: "
-                  f"{stats.records / wall:,.0f} records/s", flush=True)
+            print(
+                f"run {run}: {stats.records:,} records in {wall:.1f} s wall, {cpu:.1f} s CPU: "
+                f"{stats.records / wall:,.0f} records/s",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -51,8 +51,12 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="runs of each case (the median is kept)")
     ap.add_argument("--multipart-mib", type=int, default=5 * 1024, help="S3: multipart upload above this size")
     ap.add_argument("--work", default=None, help="folder for the local store and the source files")
-    ap.add_argument("--max-wait", type=float, default=30.0,
-                    help="seconds to wait before each run for the machine to be quiet (then measured anyway)")
+    ap.add_argument(
+        "--max-wait",
+        type=float,
+        default=30.0,
+        help="seconds to wait before each run for the machine to be quiet (then measured anyway)",
+    )
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     work = Path(tempfile.mkdtemp(prefix="store-put-", dir=args.work))
@@ -66,9 +70,9 @@ def main() -> None:
             src.write_bytes(data)
             count = max(2, args.mib_per_size // size)
             cases = {
-                "local, from a file just written": lambda r: _local_file(work, r, data),
-                "local, from bytes (write, fsync, link)": lambda r: _local_bytes(work, r, data),
-                "s3 (moto), from file": lambda r: _s3_file(server, r, src, args.multipart_mib),
+                "local, from a file just written": lambda r, data=data: _local_file(work, r, data),
+                "local, from bytes (write, fsync, link)": lambda r, data=data: _local_bytes(work, r, data),
+                "s3 (moto), from file": lambda r, src=src: _s3_file(server, r, src, args.multipart_mib),
             }
             for name, make in cases.items():
                 runs: list[float] = []
@@ -80,13 +84,22 @@ def main() -> None:
                     runs.append(measure(put, count))
                 seconds = statistics.median(runs)
                 row = {
-                    "case": name, "object_mib": size, "objects": count, "seconds": round(seconds, 3),
-                    "mib_per_s": round(count * size / seconds, 1), "objects_per_s": round(count / seconds, 1),
-                    "runs": [round(x, 3) for x in runs], "cpu_busy_before": [round(b, 2) for b in busy],
+                    "case": name,
+                    "object_mib": size,
+                    "objects": count,
+                    "seconds": round(seconds, 3),
+                    "mib_per_s": round(count * size / seconds, 1),
+                    "objects_per_s": round(count / seconds, 1),
+                    "runs": [round(x, 3) for x in runs],
+                    "cpu_busy_before": [round(b, 2) for b in busy],
                 }
                 results["cases"].append(row)
-                print(f"{name:40s} {size:4d} MiB x {count:4d}: {row['mib_per_s']:8.1f} MiB/s "
-                      f"{row['objects_per_s']:7.1f} objects/s", file=sys.stderr, flush=True)
+                print(
+                    f"{name:40s} {size:4d} MiB x {count:4d}: {row['mib_per_s']:8.1f} MiB/s "
+                    f"{row['objects_per_s']:7.1f} objects/s",
+                    file=sys.stderr,
+                    flush=True,
+                )
             src.unlink()
     finally:
         server.stop()

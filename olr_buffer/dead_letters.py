@@ -6,7 +6,7 @@ import fcntl
 import logging
 import os
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 import orjson
 
@@ -54,8 +54,10 @@ class DeadLetters:
             pass  # another user's file: its owner chose its mode
 
     def put(self, file: str, line: int, reason: str, raw: bytes) -> None:
-        self.put_doc({"file": file, "line": line, "reason": reason, "raw": raw.decode("utf-8", errors="backslashreplace")},
-                     what=f"the bad record of {file}:{line}")
+        self.put_doc(
+            {"file": file, "line": line, "reason": reason, "raw": raw.decode("utf-8", errors="backslashreplace")},
+            what=f"the bad record of {file}:{line}",
+        )
 
     def put_doc(self, doc: dict, what: str = "a record") -> None:
         """One JSON line (an abandoned transaction: ``"kind": "abandoned_transaction"``),
@@ -118,9 +120,19 @@ class BadRecordLog:
                 self._window = now
             if self._logged < self.per_minute:
                 self._logged += 1
-                log.warning("%s:%s: bad record set aside in %s: %s", doc.get("file"), doc.get("line"), self.path,
-                            doc.get("reason"), extra={"file": doc.get("file"), "line": doc.get("line"),
-                                                      "reason": doc.get("reason"), "dead_letter": self.path})
+                log.warning(
+                    "%s:%s: bad record set aside in %s: %s",
+                    doc.get("file"),
+                    doc.get("line"),
+                    self.path,
+                    doc.get("reason"),
+                    extra={
+                        "file": doc.get("file"),
+                        "line": doc.get("line"),
+                        "reason": doc.get("reason"),
+                        "dead_letter": self.path,
+                    },
+                )
             else:
                 self._more += 1
         if final or now - self._window >= 60.0:
@@ -128,9 +140,14 @@ class BadRecordLog:
 
     def _close_window(self) -> None:
         if self._more:
-            log.warning("%d more bad record(s) set aside in %s within a minute, not logged one by one "
-                        "(%d in all since the start)", self._more, self.path, self.count,
-                        extra={"bad_records": self._more, "dead_letter": self.path, "total": self.count})
+            log.warning(
+                "%d more bad record(s) set aside in %s within a minute, not logged one by one "
+                "(%d in all since the start)",
+                self._more,
+                self.path,
+                self.count,
+                extra={"bad_records": self._more, "dead_letter": self.path, "total": self.count},
+            )
         self._logged = self._more = 0
 
     def _new_lines(self) -> list[dict]:
@@ -164,9 +181,13 @@ def drop_torn_tail(fd: int, path: str) -> int:
         return size
     keep = whole_lines_end_fd(fd, size)
     os.ftruncate(fd, keep)
-    log.warning("%s: cut off a last line of %d bytes without its end (a write cut short by a full disk or a kill); "
-                "the run that resumes writes its record again", path, size - keep,
-                extra={"dead_letter": path, "bytes": size - keep})
+    log.warning(
+        "%s: cut off a last line of %d bytes without its end (a write cut short by a full disk or a kill); "
+        "the run that resumes writes its record again",
+        path,
+        size - keep,
+        extra={"dead_letter": path, "bytes": size - keep},
+    )
     return keep
 
 
@@ -202,6 +223,6 @@ def _error(path: str, doing: str, exc: OSError) -> DeadLetterError:
     return DeadLetterError(
         f"{path}: {doing}: {reason}",
         hint="free space on its disk, or fix its permissions (or give another --dead-letter file); nothing is lost: "
-             "the same command resumes and writes it again",
+        "the same command resumes and writes it again",
         path=path,
     )

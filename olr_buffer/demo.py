@@ -35,8 +35,10 @@ def simulate_and_replay(root: str, transactions: int = 5000) -> str:
 
     _banner("2. replay it through the disk-backed queue into the changefeed")
     _olr_buffer("replay", inp, "--queue", queue, "--changefeed", cf)
-    print("(replay's records are simulate's begins, rows and ends: the lwn heartbeats, which belong to no "
-          "transaction, are not counted; it published the transactions simulate said the changefeed must hold)")
+    print(
+        "(replay's records are simulate's begins, rows and ends: the lwn heartbeats, which belong to no "
+        "transaction, are not counted; it published the transactions simulate said the changefeed must hold)"
+    )
     _olr_buffer("replay", inp, "--queue", queue, "--changefeed", cf)
     print("(the second replay published nothing: exactly once)")
     return cf
@@ -72,7 +74,10 @@ def main(root: str = "demo-data") -> None:
         df.groupBy("owner", "table").count().orderBy(F.desc("count")).show(10, truncate=False)
         n_tx = df.select("tx_seq").distinct().count()
         bounds = df.agg(F.min("tx_seq"), F.max("tx_seq")).first()
-        print(f"{df.count():,} rows in {n_tx:,} transactions, tx_seq {bounds[0]}..{bounds[1]} (gapless: {bounds[1] - bounds[0] + 1 == n_tx})")
+        print(
+            f"{df.count():,} rows in {n_tx:,} transactions, tx_seq {bounds[0]}..{bounds[1]} "
+            f"(gapless: {bounds[1] - bounds[0] + 1 == n_tx})"
+        )
         multi = df.groupBy("tx_seq").agg(F.countDistinct("thread").alias("threads")).filter("threads > 1").count()
         print(f"{multi:,} transactions have rows from more than one RAC thread")
     finally:

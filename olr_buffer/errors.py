@@ -69,7 +69,7 @@ class OlrBufferError(Exception):
         return _restore_error, (type(self), self.args, self.__dict__)
 
 
-def _restore_error(cls: type, args: tuple, state: dict) -> OlrBufferError:
+def _restore_error(cls: type[OlrBufferError], args: tuple, state: dict) -> OlrBufferError:
     exc = cls.__new__(cls)
     Exception.__init__(exc, *args)
     exc.__dict__.update(state)

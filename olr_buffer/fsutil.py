@@ -38,7 +38,7 @@ def write_all(fd: int, data: bytes | memoryview) -> None:
     """Write all of ``data`` to the descriptor ``fd`` (``os.write`` may write less)."""
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 def open_with_mode(path: str, flags: int, mode: int) -> int:

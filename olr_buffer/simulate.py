@@ -41,9 +41,10 @@ import os
 import random
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 import orjson
 import zstandard
@@ -64,22 +65,67 @@ _STEPS = (0, 0, 1, 1, 1, 1, 1, 2, 3, 5)
 _B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 
 _FIRST_NAMES = (
-    "Anna", "José", "Zoë", "Łukasz", "Søren", "Ярослав", "美咲", "Olivia", "Noah",
-    "Chloé", "Jürgen", "Siobhán", "İlkay", "Priya", "Kofi", "Mateus", "Ōta", "Ngozi",
+    "Anna",
+    "José",
+    "Zoë",
+    "Łukasz",
+    "Søren",
+    "Ярослав",
+    "美咲",
+    "Olivia",
+    "Noah",
+    "Chloé",
+    "Jürgen",
+    "Siobhán",
+    "İlkay",
+    "Priya",
+    "Kofi",
+    "Mateus",
+    "Ōta",
+    "Ngozi",
 )
 _LAST_NAMES = (
-    "Müller", "García", "Nowak", "O'Brien", "Smith", "Dubois", "Иванова", "山田",
-    "Kowalczyk", "Rossi", "Ødegaard", "Nguyễn", "Silva", "Andersson", "Öztürk",
+    "Müller",
+    "García",
+    "Nowak",
+    "O'Brien",
+    "Smith",
+    "Dubois",
+    "Иванова",
+    "山田",
+    "Kowalczyk",
+    "Rossi",
+    "Ødegaard",
+    "Nguyễn",
+    "Silva",
+    "Andersson",
+    "Öztürk",
 )
 _CITIES = (
-    "Kraków", "München", "São Paulo", "Zürich", "Reykjavík", "東京", "Москва", "Paris",
-    "Lisboa", "Oslo", "Genève", "Malmö",
+    "Kraków",
+    "München",
+    "São Paulo",
+    "Zürich",
+    "Reykjavík",
+    "東京",
+    "Москва",
+    "Paris",
+    "Lisboa",
+    "Oslo",
+    "Genève",
+    "Malmö",
 )
 _STATUSES = ("NEW", "PAID", "SHIPPED", "DELIVERED", "CANCELLED")
 _NOTES = (
-    "Lieferung an Büro — 2. Stock", "call before delivery", "fragile ☂",
-    "Zahlung per Überweisung", "gift wrap 🎁", "entrega rápida", "請求書を同封",
-    'quote "urgent"', "back\\slash and tab\tinside",
+    "Lieferung an Büro — 2. Stock",
+    "call before delivery",
+    "fragile ☂",
+    "Zahlung per Überweisung",
+    "gift wrap 🎁",
+    "entrega rápida",
+    "請求書を同封",
+    'quote "urgent"',
+    "back\\slash and tab\tinside",
 )
 _WAREHOUSES = ("WAW1", "FRA2", "GRU1", "NRT3", "OSL1")
 _DDL_TEMPLATES = (
@@ -327,28 +373,56 @@ def _stock(r: random.Random, key: int) -> Row:
 def _make_tables() -> tuple[list[_Table], list[float]]:
     """The simulated schema and the cumulative weights of picking each table."""
     tables = [
-        _Table("SALES", "ORDERS", 73215, 7, _order, (
-            ("STATUS", lambda r: r.choice(_STATUSES)),
-            ("TOTAL", lambda r: round(r.uniform(5, 5000), 2)),
-            ("NOTE", lambda r: _maybe(r, r.choice(_NOTES), 0.5)),
-            ("CITY", lambda r: r.choice(_CITIES)),
-        )),
-        _Table("SALES", "ORDER_ITEMS", 73216, 7, _order_item, (
-            ("QTY", lambda r: r.randint(1, 20)),
-            ("UNIT_PRICE", lambda r: round(r.uniform(0.5, 900), 2)),
-            ("DISCOUNT", lambda r: _maybe(r, round(r.random() * 0.25, 3), 0.5)),
-        )),
-        _Table("INV", "STOCK", 74002, 9, _stock, (
-            ("QTY", lambda r: r.randint(0, 5000)),
-            ("RESERVED", lambda r: r.randint(0, 50)),
-            ("UPDATED_AT", _timestamp),
-        )),
-        _Table("HR", "EMPLOYEES", 73101, 4, _employee, (
-            ("SALARY", lambda r: round(r.uniform(2500, 15000), 2)),
-            ("DEPARTMENT_ID", lambda r: r.randrange(10, 120, 10)),
-            ("COMMISSION_PCT", lambda r: _maybe(r, round(r.random() * 0.3, 2), 0.5)),
-            ("LAST_NAME", lambda r: r.choice(_LAST_NAMES)),
-        )),
+        _Table(
+            "SALES",
+            "ORDERS",
+            73215,
+            7,
+            _order,
+            (
+                ("STATUS", lambda r: r.choice(_STATUSES)),
+                ("TOTAL", lambda r: round(r.uniform(5, 5000), 2)),
+                ("NOTE", lambda r: _maybe(r, r.choice(_NOTES), 0.5)),
+                ("CITY", lambda r: r.choice(_CITIES)),
+            ),
+        ),
+        _Table(
+            "SALES",
+            "ORDER_ITEMS",
+            73216,
+            7,
+            _order_item,
+            (
+                ("QTY", lambda r: r.randint(1, 20)),
+                ("UNIT_PRICE", lambda r: round(r.uniform(0.5, 900), 2)),
+                ("DISCOUNT", lambda r: _maybe(r, round(r.random() * 0.25, 3), 0.5)),
+            ),
+        ),
+        _Table(
+            "INV",
+            "STOCK",
+            74002,
+            9,
+            _stock,
+            (
+                ("QTY", lambda r: r.randint(0, 5000)),
+                ("RESERVED", lambda r: r.randint(0, 50)),
+                ("UPDATED_AT", _timestamp),
+            ),
+        ),
+        _Table(
+            "HR",
+            "EMPLOYEES",
+            73101,
+            4,
+            _employee,
+            (
+                ("SALARY", lambda r: round(r.uniform(2500, 15000), 2)),
+                ("DEPARTMENT_ID", lambda r: r.randrange(10, 120, 10)),
+                ("COMMISSION_PCT", lambda r: _maybe(r, round(r.random() * 0.3, 2), 0.5)),
+                ("LAST_NAME", lambda r: r.choice(_LAST_NAMES)),
+            ),
+        ),
     ]
     return tables, [0.35, 0.70, 0.85, 1.0]
 
@@ -410,8 +484,15 @@ class _Tx:
 
 
 _FORCED_KINDS = (
-    "rollback", "savepoint", "full_comp", "distributed", "ddl", "long", "large",
-    "rollback_comp", "distributed_savepoint",
+    "rollback",
+    "savepoint",
+    "full_comp",
+    "distributed",
+    "ddl",
+    "long",
+    "large",
+    "rollback_comp",
+    "distributed_savepoint",
 )
 
 
@@ -422,8 +503,9 @@ _FORCED_KINDS = (
 class _ThreadLog:
     """The log files of one redo thread: buffers a sequence, switches every N records."""
 
-    def __init__(self, out_dir: Path, thread: int, cfg: _Config, stats: SimulationStats,
-                 compressor: zstandard.ZstdCompressor) -> None:
+    def __init__(
+        self, out_dir: Path, thread: int, cfg: _Config, stats: SimulationStats, compressor: zstandard.ZstdCompressor
+    ) -> None:
         self.thread = thread
         self.seq = 1
         self.last_scn = -1
@@ -470,10 +552,7 @@ class _Simulator:
         self._rng = random.Random(cfg.seed)
         self._stats = SimulationStats(first_scn=cfg.start_scn)
         compressor = zstandard.ZstdCompressor(level=cfg.zstd_level)
-        self._logs = {
-            t: _ThreadLog(out_dir, t, cfg, self._stats, compressor)
-            for t in range(1, cfg.threads + 1)
-        }
+        self._logs = {t: _ThreadLog(out_dir, t, cfg, self._stats, compressor) for t in range(1, cfg.threads + 1)}
         self._tables, self._table_weights = _make_tables()
         self._clock = cfg.start_scn
         self._min_step = 0
@@ -493,14 +572,13 @@ class _Simulator:
         self._closed: set[int] = set()
         self._stats.idle_thread = self._idle_thread
         expected_records = max(7 * self._n_regular, 100)
-        self._long_gap = max(
-            20.0, min(cfg.records_per_file * cfg.threads / 3.0, expected_records / 6.0)
-        )
+        self._long_gap = max(20.0, min(cfg.records_per_file * cfg.threads / 3.0, expected_records / 6.0))
 
     # -- driver -------------------------------------------------------------------------
 
-    def run(self, on_progress: Callable[[SimulationProgress], None] | None = None,
-            progress_every: float = 0.5) -> SimulationStats:
+    def run(
+        self, on_progress: Callable[[SimulationProgress], None] | None = None, progress_every: float = 0.5
+    ) -> SimulationStats:
         """Run the whole workload, write every file, return the statistics; call
         ``on_progress`` every ``progress_every`` seconds and once at the end."""
         steps, last_report = 0, time.monotonic()
@@ -539,8 +617,9 @@ class _Simulator:
 
     def _progress(self) -> SimulationProgress:
         st, cfg = self._stats, self._cfg
-        return SimulationProgress(st.committed + st.rolled_back, self._n_regular + cfg.no_begin - cfg.open_at_end,
-                                  st.records)
+        return SimulationProgress(
+            st.committed + st.rolled_back, self._n_regular + cfg.no_begin - cfg.open_at_end, st.records
+        )
 
     def _push(self, due: float, item: _Tx | int) -> None:
         self._heap_seq += 1
@@ -676,9 +755,14 @@ class _Simulator:
     def _random_kind(self) -> str:
         r = self._rng.random()
         for bound, kind in (
-            (0.05, "rollback"), (0.11, "savepoint"), (0.12, "full_comp"),
-            (0.16, "distributed"), (0.175, "distributed_savepoint"), (0.185, "ddl"),
-            (0.195, "long"), (0.199, "large"),
+            (0.05, "rollback"),
+            (0.11, "savepoint"),
+            (0.12, "full_comp"),
+            (0.16, "distributed"),
+            (0.175, "distributed_savepoint"),
+            (0.185, "ddl"),
+            (0.195, "long"),
+            (0.199, "large"),
         ):
             if r < bound:
                 return kind
@@ -698,8 +782,16 @@ class _Simulator:
 
     # -- records ------------------------------------------------------------------------
 
-    def _record(self, thread: int, op: str, xid: str | None, fields: dict[str, Any] | None,
-                *, advance: bool = True, min_step: int = 0) -> None:
+    def _record(
+        self,
+        thread: int,
+        op: str,
+        xid: str | None,
+        fields: dict[str, Any] | None,
+        *,
+        advance: bool = True,
+        min_step: int = 0,
+    ) -> None:
         """Write one record on ``thread`` at the clock (advanced first unless told not)."""
         if advance:
             step = _STEPS[int(self._rng.random() * len(_STEPS))]
@@ -720,8 +812,7 @@ class _Simulator:
             rec.update(fields)
         log.write(orjson.dumps(rec))
 
-    def _record_tx(self, tx: _Tx, thread: int, op: str, fields: dict[str, Any] | None,
-                   *, advance: bool = True) -> None:
+    def _record_tx(self, tx: _Tx, thread: int, op: str, fields: dict[str, Any] | None, *, advance: bool = True) -> None:
         """Write a record of ``tx``; its records on two threads never share an SCN
         out of row-key order (a switch of thread at an equal SCN advances the clock)."""
         thread = self._route(thread)
@@ -843,8 +934,17 @@ class _Simulator:
         tx.live_rows += 1
         self._stats.rows += 1
 
-    def _write_dml(self, tx: _Tx, thread: int, op: str, key: tuple[_Table, str],
-                   before: Row | None, after: Row | None, *, compensation: bool) -> None:
+    def _write_dml(
+        self,
+        tx: _Tx,
+        thread: int,
+        op: str,
+        key: tuple[_Table, str],
+        before: Row | None,
+        after: Row | None,
+        *,
+        compensation: bool,
+    ) -> None:
         table, rid = key
         fields: dict[str, Any] = {"owner": table.owner, "table": table.name, "obj": table.obj, "rid": rid}
         if before is not None:
@@ -863,8 +963,7 @@ class _Simulator:
             key = (change.table, change.rid)
             # The undo of a change swaps its images: an insert is undone by a delete.
             thread = tx.home if self._is_idle(change.thread) else change.thread
-            self._write_dml(tx, thread, undo[change.op], key,
-                            change.after, change.before, compensation=True)
+            self._write_dml(tx, thread, undo[change.op], key, change.after, change.before, compensation=True)
             tx.current[key] = change.before
             tx.live_rows -= 1
             self._stats.compensations += 1
@@ -998,12 +1097,23 @@ def simulate(
     if not 0 <= start_scn < 2**62:
         raise ValueError("start_scn out of range")
     cfg = _Config(
-        threads=threads, transactions=transactions, seed=seed,
-        records_per_file=records_per_file, compress_archived=compress_archived,
-        large_tx_rows=large_tx_rows, concurrency=concurrency, no_begin=no_begin,
-        open_at_end=min(open_at_end, transactions), lwn_every=lwn_every, idle=idle_thread,
-        rolling_restarts=rolling_restarts, close_thread_at=close_thread_at,
-        start_scn=start_scn, start_tm=start_tm, ns_per_scn=ns_per_scn, zstd_level=zstd_level,
+        threads=threads,
+        transactions=transactions,
+        seed=seed,
+        records_per_file=records_per_file,
+        compress_archived=compress_archived,
+        large_tx_rows=large_tx_rows,
+        concurrency=concurrency,
+        no_begin=no_begin,
+        open_at_end=min(open_at_end, transactions),
+        lwn_every=lwn_every,
+        idle=idle_thread,
+        rolling_restarts=rolling_restarts,
+        close_thread_at=close_thread_at,
+        start_scn=start_scn,
+        start_tm=start_tm,
+        ns_per_scn=ns_per_scn,
+        zstd_level=zstd_level,
     )
     path = Path(out_dir)
     _prepare_dir(path, overwrite)

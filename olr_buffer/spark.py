@@ -34,10 +34,29 @@ from .spark_sink import (
 )
 
 __all__ = [
-    "CDF_COLUMNS", "ChangefeedNotFoundError", "ChangefeedReadError", "DELTA_STREAM_FORMAT", "DeltaSparkMissingError", "PART_GLOB",
-    "PySparkMissingError", "TRUNCATES", "TRUNCATE_CHANGE_TYPE", "UnknownTableError", "changefeed_schema",
-    "ddl_columns_of", "infer_schema", "mirror_batch_changes", "mirror_foreach_batch", "read_changefeed", "read_schema_document", "snapshot", "spark_path",
-    "stream_changefeed", "table_changes", "table_schema", "typed",
+    "CDF_COLUMNS",
+    "ChangefeedNotFoundError",
+    "ChangefeedReadError",
+    "DELTA_STREAM_FORMAT",
+    "DeltaSparkMissingError",
+    "PART_GLOB",
+    "PySparkMissingError",
+    "TRUNCATES",
+    "TRUNCATE_CHANGE_TYPE",
+    "UnknownTableError",
+    "changefeed_schema",
+    "ddl_columns_of",
+    "infer_schema",
+    "mirror_batch_changes",
+    "mirror_foreach_batch",
+    "read_changefeed",
+    "read_schema_document",
+    "snapshot",
+    "spark_path",
+    "stream_changefeed",
+    "table_changes",
+    "table_schema",
+    "typed",
 ]
 
 

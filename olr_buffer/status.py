@@ -72,8 +72,18 @@ def _queue_status(queue_dir: str) -> dict:
     raw = meta.get(CHECKPOINT_KEY)
     if raw is None:
         # before the first checkpoint: the same keys, as null, for scripts that read them
-        doc.update(checkpoint=None, watermark=None, progress={}, threads_in_play=[], waiting_for=[],
-                   thread_states={}, open_transactions=None, changefeed=None, cleanup=None, totals=None)
+        doc.update(
+            checkpoint=None,
+            watermark=None,
+            progress={},
+            threads_in_play=[],
+            waiting_for=[],
+            thread_states={},
+            open_transactions=None,
+            changefeed=None,
+            cleanup=None,
+            totals=None,
+        )
         return doc
     cp = decode_checkpoint(raw, queue_dir)
     threads = cp.threads_in_play()
@@ -95,8 +105,13 @@ def _queue_status(queue_dir: str) -> dict:
     doc["waiting_for"] = [t for t in threads if cp.progress.get(t, -1) < 0 and t not in cp.closed]
     finished = {int(t) for t, r in doc["readers"].items() if r["finished"]}
     doc["thread_states"] = {
-        str(t): "closed" if t in cp.closed else "finished" if t in finished
-        else "waiting" if t in doc["waiting_for"] else "open"
+        str(t): "closed"
+        if t in cp.closed
+        else "finished"
+        if t in finished
+        else "waiting"
+        if t in doc["waiting_for"]
+        else "open"
         for t in sorted(set(threads) | set(cp.other_progress) | set(cp.closed) | {int(t) for t in doc["readers"]})
     }
     doc["open_transactions"] = {
@@ -168,23 +183,30 @@ def _lines(doc: dict) -> list[str]:
     seg = doc["segments"]
     lines = [
         f"queue {doc['queue']}: {doc['state']}"
-        + (f" (pid {doc['owner']['pid']})" if doc["owner"]["pid"] else "") + f", as of {doc['as_of']}",
+        + (f" (pid {doc['owner']['pid']})" if doc["owner"]["pid"] else "")
+        + f", as of {doc['as_of']}",
         f"segments: {seg['count']}, {seg['bytes'] / 1e6:,.1f} MB, "
-        + (f"indexes {seg['first_index']}..{seg['next_index'] - 1}" if seg["next_index"] > seg["first_index"]
-           else "no record"),
+        + (
+            f"indexes {seg['first_index']}..{seg['next_index'] - 1}"
+            if seg["next_index"] > seg["first_index"]
+            else "no record"
+        ),
     ]
     if doc["failure"]:
         f = doc["failure"]
         if f.get("killed"):
-            lines.append(f"the run started at {f.get('time')} (pid {f.get('pid')}) ended without a clean stop: "
-                         f"{f.get('error')}")
+            lines.append(
+                f"the run started at {f.get('time')} (pid {f.get('pid')}) ended without a clean stop: {f.get('error')}"
+            )
         else:
             lines.append(f"failed at {f.get('time')} (pid {f.get('pid')}, exit {f.get('exit_code')}): {f.get('error')}")
     lines.extend(source_lines(doc))
     cp = doc.get("checkpoint")
     if cp is None:
-        lines.append("no dispatcher checkpoint yet: the dispatcher's figures and the changefeed's path are not "
-                     "known (a run that stopped before its first checkpoint may have published files)")
+        lines.append(
+            "no dispatcher checkpoint yet: the dispatcher's figures and the changefeed's path are not "
+            "known (a run that stopped before its first checkpoint may have published files)"
+        )
         return lines
     lines.append(
         f"checkpoint: queue index {cp['position']} ({cp['behind_records']:,} records behind the queue's end), "
@@ -195,36 +217,54 @@ def _lines(doc: dict) -> list[str]:
         if doc["waiting_for"]:
             lines.append("waiting for the first records of the source: nothing is published until then")
     else:
-        lines.append(f"watermark: {at(doc['watermark'])}  progress: "
-                     + (", ".join(f"{t}={at(p)}" for t, p in doc["progress"].items()) or "none yet"))
-        lines.append("threads: " + ", ".join(
-            f"{t} {'waiting for its first record' if state == 'waiting' else state}"
-            f"{'' if int(t) in doc['threads_in_play'] else ' (not in play)'}"
-            for t, state in doc["thread_states"].items()))
+        lines.append(
+            f"watermark: {at(doc['watermark'])}  progress: "
+            + (", ".join(f"{t}={at(p)}" for t, p in doc["progress"].items()) or "none yet")
+        )
+        lines.append(
+            "threads: "
+            + ", ".join(
+                f"{t} {'waiting for its first record' if state == 'waiting' else state}"
+                f"{'' if int(t) in doc['threads_in_play'] else ' (not in play)'}"
+                for t, state in doc["thread_states"].items()
+            )
+        )
         if doc["waiting_for"]:
-            lines.append("waiting for the first records of thread(s) " + ", ".join(map(str, doc["waiting_for"]))
-                         + ": nothing is published until then")
+            lines.append(
+                "waiting for the first records of thread(s) "
+                + ", ".join(map(str, doc["waiting_for"]))
+                + ": nothing is published until then"
+            )
     totals = doc.get("totals", {})
     if totals.get("late_records"):
-        lines.append(f"late records: {totals['late_records']:,} (in {totals.get('late_transactions', 0):,} whole "
-                     "transaction(s) and rows of published ones), not published")
+        lines.append(
+            f"late records: {totals['late_records']:,} (in {totals.get('late_transactions', 0):,} whole "
+            "transaction(s) and rows of published ones), not published"
+        )
     if totals.get("abandoned_transactions") or totals.get("abandoned_records"):
-        lines.append(f"abandoned by the retention limit: {totals['abandoned_transactions']:,} transaction(s), "
-                     f"{totals['abandoned_rows']:,} rows, not published; {totals['abandoned_records']:,} record(s) "
-                     "of them came later")
+        lines.append(
+            f"abandoned by the retention limit: {totals['abandoned_transactions']:,} transaction(s), "
+            f"{totals['abandoned_rows']:,} rows, not published; {totals['abandoned_records']:,} record(s) "
+            "of them came later"
+        )
     ot = doc["open_transactions"]
-    lines.append(f"open transactions: {ot['count']:,} ({ot['ended_waiting_for_watermark']:,} ended, waiting for the watermark)")
+    lines.append(
+        f"open transactions: {ot['count']:,} ({ot['ended_waiting_for_watermark']:,} ended, waiting for the watermark)"
+    )
     if ot["oldest"]:
         o = ot["oldest"]
-        lines.append(f"  oldest: {o['xid']} from {kind.position_name} {at(o['first_scn'])}, age {_age(o)}, "
-                     f"{o['rows']:,} rows")
+        lines.append(
+            f"  oldest: {o['xid']} from {kind.position_name} {at(o['first_scn'])}, age {_age(o)}, {o['rows']:,} rows"
+        )
         lg = ot["largest"]
         lines.append(f"  largest: {lg['xid']} with {lg['rows']:,} rows in {lg['blocks']:,} blocks")
     cf = doc["changefeed"]
     if isinstance(cf.get("last_c_scn"), int) and at(cf["last_c_scn"]) != str(cf["last_c_scn"]):
         cf = {**cf, "last_c_scn": f"{cf['last_c_scn']} ({kind.position_name} {at(cf['last_c_scn'])})"}
-    lines.append(SINKS["parquet"].status_line(cf)
-                 + (f" (updated {cf['updated']})" if cf["updated"] else " (as of the checkpoint)"))
+    lines.append(
+        SINKS["parquet"].status_line(cf)
+        + (f" (updated {cf['updated']})" if cf["updated"] else " (as of the checkpoint)")
+    )
     c = doc["cleanup"]
     lines.append(
         f"cleanup: needed from index {c['needed_from_index']}; {c['segments_freeable']} segment(s), "

@@ -36,9 +36,10 @@ from __future__ import annotations
 import json
 import re
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import pyarrow.parquet as pq
 import zstandard
@@ -57,8 +58,23 @@ __all__ = [
 ]
 
 CHANGEFEED_COLUMNS = (
-    "tx_seq", "op_seq", "c_scn", "c_tm", "xid", "op", "scn", "sub", "tm", "thread",
-    "owner", "table", "obj", "rid", "before", "after", "sql",
+    "tx_seq",
+    "op_seq",
+    "c_scn",
+    "c_tm",
+    "xid",
+    "op",
+    "scn",
+    "sub",
+    "tm",
+    "thread",
+    "owner",
+    "table",
+    "obj",
+    "rid",
+    "before",
+    "after",
+    "sql",
 )
 
 _NAME_RE = re.compile(r"^redo_([0-9]+)_([0-9]+)\.jsonl(\.zst)?$")
@@ -111,7 +127,7 @@ class ModelResult:
     @property
     def transactions(self) -> int:
         """Number of transactions (distinct xids) in the input."""
-        return (self.committed + self.rolled_back + self.no_begin + self.empty + self.open)
+        return self.committed + self.rolled_back + self.no_begin + self.empty + self.open
 
 
 # ---------------------------------------------------------------------------------------
@@ -270,7 +286,8 @@ def check_close_rule(records_in_write_order: Iterable[InputRecord]) -> None:
 def changefeed_files(changefeed_dir: str | Path) -> list[Path]:
     """The Parquet files that are part of the changefeed, by name."""
     return sorted(
-        path for path in Path(changefeed_dir).iterdir()
+        path
+        for path in Path(changefeed_dir).iterdir()
         if path.is_file() and path.name.startswith("part-") and path.name.endswith(".parquet")
     )
 
@@ -319,9 +336,7 @@ def check_changefeed_layout(changefeed_dir: str | Path) -> None:
                     f"{path.name}: row (tx_seq={tx_seq}, op_seq={op_seq}) out of order"
                 )
                 expected_tx, expected_op = tx_seq, 0
-            assert op_seq == expected_op, (
-                f"{path.name}: tx_seq={tx_seq} has op_seq {op_seq}, expected {expected_op}"
-            )
+            assert op_seq == expected_op, f"{path.name}: tx_seq={tx_seq} has op_seq {op_seq}, expected {expected_op}"
             expected_op += 1
         assert expected_tx == last, f"{path.name}: last tx_seq {expected_tx}, name says {last}"
         next_tx = last + 1

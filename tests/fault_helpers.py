@@ -11,15 +11,16 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
 
 from olr_buffer.errors import EXIT_BAD_INPUT
 from olr_buffer.simulate import simulate
-from tests.cli.conftest import Result, log_path, ok, read_log, sequences, write_log
+from tests.cli.conftest import Result, log_path, ok, read_log, write_log
 from tests.contract_model import (
     ModelResult,
     assert_changefeed_equal,
@@ -42,8 +43,14 @@ def cli(*args: Any, umask: int | None = None) -> Result:
     argv = [os.fspath(a) for a in args]
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONWARNINGS", "OLR_BUFFER_FAULT")}
     proc = subprocess.run(
-        [sys.executable, "-m", "olr_buffer.cli", *argv], stdin=subprocess.DEVNULL, capture_output=True, text=True,
-        timeout=TIMEOUT, cwd=ROOT, env=env, preexec_fn=(lambda: os.umask(umask)) if umask is not None else None,
+        [sys.executable, "-m", "olr_buffer.cli", *argv],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        cwd=ROOT,
+        env=env,
+        preexec_fn=(lambda: os.umask(umask)) if umask is not None else None,
     )
     return Result(argv, proc.returncode, proc.stdout, proc.stderr)
 
@@ -131,8 +138,14 @@ def dumps(rec: dict[str, Any]) -> bytes:
     return json.dumps(rec, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
 
 
-def replace_line(input_dir: Path, thread: int, seq: int, make_bad: Callable[[dict, bytes], bytes],
-                 wanted: Callable[[dict], bool] = lambda r: True, near: float = 0.5) -> tuple[Path, int, bytes, bytes]:
+def replace_line(
+    input_dir: Path,
+    thread: int,
+    seq: int,
+    make_bad: Callable[[dict, bytes], bytes],
+    wanted: Callable[[dict], bool] = lambda r: True,
+    near: float = 0.5,
+) -> tuple[Path, int, bytes, bytes]:
     """Replace the line of ``thread``/``seq`` nearest ``near`` (a fraction of the file)
     that ``wanted`` accepts by ``make_bad(record, raw)``. Returns (path, line number,
     the file's original content, the bad line)."""
@@ -143,7 +156,7 @@ def replace_line(input_dir: Path, thread: int, seq: int, make_bad: Callable[[dic
     index = next(i for i in sorted(range(len(lines)), key=lambda i: abs(i - mid)) if wanted(json.loads(lines[i])))
     bad = make_bad(json.loads(lines[index]), lines[index])
     assert bad.endswith(b"\n") and bad != lines[index]
-    write_log(path, b"".join(lines[:index] + [bad] + lines[index + 1:]))
+    write_log(path, b"".join(lines[:index] + [bad] + lines[index + 1 :]))
     return path, index + 1, original, bad
 
 
@@ -155,8 +168,9 @@ def is_dml(rec: dict) -> bool:
     return rec["op"] in ("insert", "update", "delete") and not rec.get("rollback")
 
 
-def fail_then_fix(root: Path, fix: Callable[[], None], *parts: str, code: int = EXIT_BAD_INPUT,
-                  extra: tuple[str, ...] = ()) -> str:
+def fail_then_fix(
+    root: Path, fix: Callable[[], None], *parts: str, code: int = EXIT_BAD_INPUT, extra: tuple[str, ...] = ()
+) -> str:
     """Replay: one-line error; what was published is the model's start; fix; replay
     again: exactly the model, the files of the failed run untouched."""
     inp, q, cf = root / "input", root / "queue", root / "changefeed"
@@ -199,8 +213,9 @@ def tmpfs(path: Path, size: str) -> Iterator[Path]:
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root")
     path.mkdir(parents=True, exist_ok=True)
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(path)],
-                             capture_output=True, text=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(path)], capture_output=True, text=True
+    )
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs on {path}: {mounted.stderr.strip()}")
     try:

@@ -74,7 +74,7 @@ def play(staged: str, live: str, rate: float, seed: int, tm_now: bool = False) -
         ahead = (n + 1) / rate - (time.monotonic() - start)
         if ahead > 0:
             time.sleep(ahead)
-    for t, (s, fh) in handles.items():
+    for _, fh in handles.values():
         fh.write(json.dumps({"op": "lwn", "scn": max_scn}).encode() + b"\n")
         fh.close()
 

@@ -58,8 +58,11 @@ class MotoServer:
         import boto3
 
         return boto3.client(
-            "s3", endpoint_url=self.endpoint, region_name=REGION,
-            aws_access_key_id=ACCESS_KEY, aws_secret_access_key=SECRET_KEY,
+            "s3",
+            endpoint_url=self.endpoint,
+            region_name=REGION,
+            aws_access_key_id=ACCESS_KEY,
+            aws_secret_access_key=SECRET_KEY,
         )
 
     def new_bucket(self) -> str:
@@ -79,14 +82,16 @@ class MotoServer:
 
 def start_moto(log_dir: Path, *, extra_env: dict[str, str] | None = None, timeout: float = 60.0) -> MotoServer:
     """Start ``moto_server`` on a free port of 127.0.0.1 and wait until it answers."""
-    for attempt in range(3):
+    for _ in range(3):
         port = free_port()
         log = log_dir / f"moto-{port}.log"
         env = {**os.environ, **(extra_env or {})}
         with open(log, "wb") as out:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                stdout=out, stderr=subprocess.STDOUT, env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
             )
         endpoint = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + timeout

@@ -21,9 +21,9 @@ import lmdb
 import pyarrow.parquet as pq
 import pytest
 
-from olr_buffer.txbuffer.metadata import QUEUE_ID_KEY
 from olr_buffer.simulate import simulate
 from olr_buffer.txbuffer import LmdbQueue
+from olr_buffer.txbuffer.metadata import QUEUE_ID_KEY
 from tests.cli.conftest import Result, ok
 from tests.contract_model import changefeed_files, expected_changefeed
 from tests.fault_helpers import (
@@ -53,8 +53,14 @@ def cli(*args: Any, fault: str | None = None, umask: int | None = None) -> Resul
     if fault:
         env["OLR_BUFFER_FAULT"] = fault
     proc = subprocess.run(
-        [sys.executable, "-m", "olr_buffer.cli", *argv], stdin=subprocess.DEVNULL, capture_output=True, text=True,
-        timeout=TIMEOUT, cwd=ROOT, env=env, preexec_fn=(lambda: os.umask(umask)) if umask is not None else None,
+        [sys.executable, "-m", "olr_buffer.cli", *argv],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        cwd=ROOT,
+        env=env,
+        preexec_fn=(lambda: os.umask(umask)) if umask is not None else None,
     )
     return Result(argv, proc.returncode, proc.stdout, proc.stderr)
 
@@ -99,9 +105,27 @@ def work(bases: tuple[Path, Path], tmp_path: Path) -> Path:
 
 def _start_service(inp: Path, q: Path, cf: Path) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "olr_buffer.cli", "run", str(inp), "--queue", str(q), "--changefeed", str(cf),
-         *FILE_ROWS, "--poll-interval", "0.02", "--flush-interval", "0.1"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        [
+            sys.executable,
+            "-m",
+            "olr_buffer.cli",
+            "run",
+            str(inp),
+            "--queue",
+            str(q),
+            "--changefeed",
+            str(cf),
+            *FILE_ROWS,
+            "--poll-interval",
+            "0.02",
+            "--flush-interval",
+            "0.1",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
 
 
 def test_a_second_writer_and_an_in_place_compaction_are_refused_while_one_writes(work: Path) -> None:
@@ -137,8 +161,11 @@ def test_a_fresh_queue_on_a_written_changefeed_is_refused(work: Path) -> None:
     assert all(pq.read_metadata(p).metadata[b"olr_buffer.queue_id"].decode() == owner for p in changefeed_files(cf))
     before = part_bytes(cf)
     ids = set()
-    for inp, q, cmd in ((work / "in2", work / "q2", "replay"), (work / "in", work / "q3", "replay"),
-                        (work / "in2", work / "q4", "run")):
+    for inp, q, cmd in (
+        (work / "in2", work / "q2", "replay"),
+        (work / "in", work / "q3", "replay"),
+        (work / "in2", work / "q4", "run"),
+    ):
         result = cli(cmd, inp, "--queue", q, "--changefeed", cf)
         line = one_line_error(result, code=1)
         m = re.fullmatch(
@@ -187,8 +214,21 @@ def test_adopting_logs_each_skipped_transaction(work: Path) -> None:
     killed = replay(inp, q, cf, fault="after_rename:2")
     assert killed.returncode == -signal.SIGKILL, killed.describe()
     shutil.rmtree(q)
-    adopted = ok(cli("--log-level", "info", "replay", inp, "--queue", q, "--changefeed", cf, *FILE_ROWS,
-                     "--adopt-changefeed", "--json"))
+    adopted = ok(
+        cli(
+            "--log-level",
+            "info",
+            "replay",
+            inp,
+            "--queue",
+            q,
+            "--changefeed",
+            cf,
+            *FILE_ROWS,
+            "--adopt-changefeed",
+            "--json",
+        )
+    )
     skipped = [line for line in adopted.stderr_lines if "skipped as already published: xid " in line]
     assert len(skipped) == adopted.json()["already_published"] > 0
 
@@ -201,8 +241,11 @@ def _strip_owner(q: Path, cf: Path) -> None:
             txn.delete(QUEUE_ID_KEY, db=env.open_db(b"meta", txn=txn))
         env.close()
     for path in changefeed_files(cf):
-        meta = {k: v for k, v in pq.read_metadata(path).metadata.items()
-                if k.startswith(b"olr_buffer.") and k != b"olr_buffer.queue_id"}
+        meta = {
+            k: v
+            for k, v in pq.read_metadata(path).metadata.items()
+            if k.startswith(b"olr_buffer.") and k != b"olr_buffer.queue_id"
+        }
         pq.write_table(pq.read_table(path).replace_schema_metadata(meta), path)
         assert b"olr_buffer.queue_id" not in pq.read_metadata(path).metadata
     doc = manifest(cf)
@@ -215,9 +258,11 @@ def test_a_changefeed_without_owner_is_adopted_by_its_queue_only(work: Path) -> 
     ok(replay(inp, q, cf))
     _strip_owner(q, cf)
     assert "queue_id" not in manifest(cf)
-    one_line_error(replay(work / "in2", work / "q2", cf),
-                   f"{cf}: changefeed was written by a queue that did not record its id; {work / 'q2'} is queue ",
-                   code=1)
+    one_line_error(
+        replay(work / "in2", work / "q2", cf),
+        f"{cf}: changefeed was written by a queue that did not record its id; {work / 'q2'} is queue ",
+        code=1,
+    )
     assert ok(replay(inp, q, cf, "--json")).json()["transactions_published"] == 0
     assert manifest(cf)["queue_id"] == queue_id(q)
     exact(cf, expected_changefeed(inp))
@@ -247,11 +292,19 @@ def test_a_changefeed_missing_files_is_refused(work: Path, case: str) -> None:
     for cmd in ("replay", "run"):
         result = cli(cmd, inp, "--queue", q, "--changefeed", cf)
         if case == "newest-file":
-            one_line_error(result, f"{cf}: published files are missing: the manifest records tx_seq 0..{n - 1}, "
-                                   f"the files hold {holds} (hint: put the missing files back", code=1)
+            one_line_error(
+                result,
+                f"{cf}: published files are missing: the manifest records tx_seq 0..{n - 1}, "
+                f"the files hold {holds} (hint: put the missing files back",
+                code=1,
+            )
         else:
-            one_line_error(result, f"{cf}: changefeed is behind its queue: it holds {holds}, the queue {q} "
-                                   f"has published tx_seq 0..{n - 1} to it (hint: ", code=1)
+            one_line_error(
+                result,
+                f"{cf}: changefeed is behind its queue: it holds {holds}, the queue {q} "
+                f"has published tx_seq 0..{n - 1} to it (hint: ",
+                code=1,
+            )
         assert part_bytes(cf) == before, "a refused run published"
 
 
@@ -329,8 +382,9 @@ def test_full_disk_while_recovering_the_changefeed_is_one_line(work: Path) -> No
                     fh.flush()
             except OSError:
                 pass
-        line = one_line_error(replay(inp, q, cf), "cannot write it: no space left on device (hint: free disk space",
-                              code=1)
+        line = one_line_error(
+            replay(inp, q, cf), "cannot write it: no space left on device (hint: free disk space", code=1
+        )
         assert line.startswith(f"olr-buffer: error: {cf}/_olr_buffer/"), line
         assert ".tmp" not in line, line
         filler.unlink()
@@ -346,8 +400,12 @@ def test_immutable_metadata_directory_is_one_line(work: Path) -> None:
     if subprocess.run(["chattr", "+i", str(meta)], capture_output=True).returncode != 0:
         pytest.skip("chattr +i is not available here")
     try:
-        one_line_error(replay(inp, q, cf), f"{meta}/manifest.json: cannot write it: Operation not permitted "
-                                           "(hint: make the changefeed directory writable", code=1)
+        one_line_error(
+            replay(inp, q, cf),
+            f"{meta}/manifest.json: cannot write it: Operation not permitted "
+            "(hint: make the changefeed directory writable",
+            code=1,
+        )
     finally:
         subprocess.run(["chattr", "-i", str(meta)], check=True)
     ok(replay(inp, q, cf))
@@ -360,8 +418,9 @@ def test_read_only_changefeed_says_what_failed(work: Path) -> None:
         killed = replay(inp, q, cf, fault="after_rename:2")
         assert killed.returncode == -signal.SIGKILL, killed.describe()
         subprocess.run(["mount", "-o", "remount,ro", str(cf)], check=True, capture_output=True)
-        line = one_line_error(replay(inp, q, cf), "Read-only file system (hint: make the changefeed directory writable",
-                              code=1)
+        line = one_line_error(
+            replay(inp, q, cf), "Read-only file system (hint: make the changefeed directory writable", code=1
+        )
         assert "cannot create the changefeed directory" not in line, line
         subprocess.run(["mount", "-o", "remount,rw", str(cf)], check=True, capture_output=True)
         ok(replay(inp, q, cf))
@@ -375,10 +434,18 @@ def test_only_own_temporary_files_are_deleted(work: Path) -> None:
     own = tmp_files(cf)
     assert len(own) == 1 and re.fullmatch(r"_olr_buffer/tmp/part-[0-9]{20}-[0-9]+\.parquet\.tmp", own[0]), own
     # what a version before _olr_buffer/tmp/ left at the top level is olr-buffer's too
-    old = [".tmp-part-00000000000000000004-4242.parquet", ".tmp-compact-part-00000000000000000000-00000000000000000003.parquet"]
+    old = [
+        ".tmp-part-00000000000000000004-4242.parquet",
+        ".tmp-compact-part-00000000000000000000-00000000000000000003.parquet",
+    ]
     for name in old:
         shutil.copyfile(cf / own[0], cf / name)
-    foreign = [".tmp-notes", ".tmp-part-backup.parquet", ".tmp-compact-part-x.parquet", "_olr_buffer/tmp/notes.parquet.tmp"]
+    foreign = [
+        ".tmp-notes",
+        ".tmp-part-backup.parquet",
+        ".tmp-compact-part-x.parquet",
+        "_olr_buffer/tmp/notes.parquet.tmp",
+    ]
     for name in foreign:
         (cf / name).write_text("not olr-buffer's")
     ok(replay(inp, q, cf))
@@ -425,18 +492,24 @@ def test_files_of_the_metadata_directory_are_owner_only_whatever_the_umask(work:
     killed = replay(inp, q, cf, "--changefeed-mode", "0750", fault="after_rename:2", umask=0o002)
     assert killed.returncode == -signal.SIGKILL, killed.describe()
     assert {n: _mode(meta / n) for n in ("manifest.json", "published.jsonl")} == {
-        "manifest.json": 0o600, "published.jsonl": 0o600}
+        "manifest.json": 0o600,
+        "published.jsonl": 0o600,
+    }
     for name in ("manifest.json", "published.jsonl"):
         (meta / name).chmod(0o664)  # as an earlier version left them
     ok(replay(inp, q, cf, "--changefeed-mode", "0750", umask=0o002))
     assert {n: _mode(meta / n) for n in ("manifest.json", "published.jsonl")} == {
-        "manifest.json": 0o600, "published.jsonl": 0o600}
+        "manifest.json": 0o600,
+        "published.jsonl": 0o600,
+    }
     assert (_mode(cf), _mode(meta), {_mode(p) for p in changefeed_files(cf)}) == (0o750, 0o700, {0o640})
-    compacted = cli("compact", cf, "--in-place", "--i-know-no-reader-is-running", "--target-rows", "1000",
-                    umask=0o002)
+    compacted = cli("compact", cf, "--in-place", "--i-know-no-reader-is-running", "--target-rows", "1000", umask=0o002)
     ok(compacted)
     assert {n: _mode(meta / n) for n in ("manifest.json", "published.jsonl", "compactions.jsonl")} == {
-        "manifest.json": 0o600, "published.jsonl": 0o600, "compactions.jsonl": 0o600}
+        "manifest.json": 0o600,
+        "published.jsonl": 0o600,
+        "compactions.jsonl": 0o600,
+    }
     assert {_mode(p) for p in changefeed_files(cf)} == {0o640}
 
 
@@ -450,7 +523,12 @@ def test_a_damaged_newest_file_is_refused_at_start(work: Path) -> None:
     with pq.ParquetFile(newest, page_checksum_verification=True) as pf:
         pf.read()  # intact before the flip
     flip_a_data_byte(newest)
-    line = one_line_error(replay(inp, q, cf), f"{newest}: damaged data: ", "CRC checksum verification failed",
-                          "(hint: the file changed after it was published", code=1)
+    line = one_line_error(
+        replay(inp, q, cf),
+        f"{newest}: damaged data: ",
+        "CRC checksum verification failed",
+        "(hint: the file changed after it was published",
+        code=1,
+    )
     assert "Traceback" not in line
     assert changefeed_files(cf)[-1] == newest  # nothing published after it

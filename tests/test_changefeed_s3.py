@@ -47,8 +47,15 @@ def cli(*args: Any, fault: str | None = None, env: dict[str, str] | None = None)
     if fault:
         environ["OLR_BUFFER_FAULT"] = fault
     argv = [os.fspath(a) for a in args]
-    proc = subprocess.run([sys.executable, "-m", "olr_buffer.cli", *argv], stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=TIMEOUT, cwd=ROOT, env=environ)
+    proc = subprocess.run(
+        [sys.executable, "-m", "olr_buffer.cli", *argv],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        cwd=ROOT,
+        env=environ,
+    )
     return Result(argv, proc.returncode, proc.stdout, proc.stderr)
 
 
@@ -154,8 +161,19 @@ def paths(staged: Path, tmp_path: Path, s3_uri: str) -> dict[str, Any]:
 
 
 def replay(p: dict, *extra: Any, fault: str | None = None, env: dict[str, str] | None = None) -> Result:
-    return cli("replay", p["input"], "--queue", p["queue"], "--changefeed", p["cf"], "--no-progress", *SMALL, *extra,
-               fault=fault, env=env)
+    return cli(
+        "replay",
+        p["input"],
+        "--queue",
+        p["queue"],
+        "--changefeed",
+        p["cf"],
+        "--no-progress",
+        *SMALL,
+        *extra,
+        fault=fault,
+        env=env,
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -163,19 +181,25 @@ def replay(p: dict, *extra: Any, fault: str | None = None, env: dict[str, str] |
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("faults", [
-    ("after_rename:2", "before_delta_commit:2"),  # between the file's PUT and its commit; inside the commit
-    ("after_delta_commit:2", "after_tmp_written:3"),  # committed, manifest not written; file complete, not PUT
-    ("after_row_group:3", "before_checkpoint:2"),  # a file being written; published, checkpoint not written
-], ids=["put-commit", "commit-manifest", "write-checkpoint"])
+@pytest.mark.parametrize(
+    "faults",
+    [
+        ("after_rename:2", "before_delta_commit:2"),  # between the file's PUT and its commit; inside the commit
+        ("after_delta_commit:2", "after_tmp_written:3"),  # committed, manifest not written; file complete, not PUT
+        ("after_row_group:3", "before_checkpoint:2"),  # a file being written; published, checkpoint not written
+    ],
+    ids=["put-commit", "commit-manifest", "write-checkpoint"],
+)
 def test_replay_to_s3_delta_killed_at_each_step_is_exact(paths, model, faults):
     for i, fault in enumerate(faults):
         killed = replay(paths, "--table-format", "delta", fault=fault)
         assert killed.returncode == -signal.SIGKILL, (fault, killed.describe())
         if i == 0 and fault.startswith("after_rename"):
             # the window: a file on S3 that no Delta commit adds yet
-            assert len(part_names(paths["cf"])) == len({a["add"]["path"] for a in delta_log(paths["cf"])
-                                                        if "add" in a}) + 1
+            assert (
+                len(part_names(paths["cf"]))
+                == len({a["add"]["path"] for a in delta_log(paths["cf"]) if "add" in a}) + 1
+            )
     done = replay(paths, "--json")  # no flag: the changefeed is a Delta changefeed, and goes on as one
     assert done.returncode == 0, done.describe()
     assert done.json()["next_tx_seq"] == model.committed
@@ -237,9 +261,15 @@ class Service:
         environ.update(env or {})
         if fault:
             environ["OLR_BUFFER_FAULT"] = fault
-        self.proc = subprocess.Popen([sys.executable, "-m", "olr_buffer.cli", "run", *map(os.fspath, args)],
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                     text=True, cwd=ROOT, env=environ)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "olr_buffer.cli", "run", *map(os.fspath, args)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+            env=environ,
+        )
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -268,16 +298,35 @@ class Service:
 
 
 def run_args(p: dict, live: Path, *extra: Any) -> list[Any]:
-    return [live, "--queue", p["queue"], "--changefeed", p["cf"], "--flush-interval", "0.2", "--poll-interval", "0.02",
-            "--checkpoint-interval", "0.5", "--file-rows", "150", "--segment-size", "64KiB", "--log-level", "info",
-            *extra]
+    return [
+        live,
+        "--queue",
+        p["queue"],
+        "--changefeed",
+        p["cf"],
+        "--flush-interval",
+        "0.2",
+        "--poll-interval",
+        "0.02",
+        "--checkpoint-interval",
+        "0.5",
+        "--file-rows",
+        "150",
+        "--segment-size",
+        "64KiB",
+        "--log-level",
+        "info",
+        *extra,
+    ]
 
 
 def live_input(staged: Path, live: Path, rate: float | None = None) -> subprocess.Popen:
     """The staged workload written into ``live`` as a capture process would (an ``lwn``
     on every thread at the end: everything can be published)."""
-    return subprocess.Popen([sys.executable, "-m", "tests.live_writer", str(staged), str(live),
-                             "--rate", str(rate or 1e9), "--seed", "5"], cwd=ROOT)
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.live_writer", str(staged), str(live), "--rate", str(rate or 1e9), "--seed", "5"],
+        cwd=ROOT,
+    )
 
 
 def manifest_next(uri: str) -> int:
@@ -323,8 +372,11 @@ def test_a_second_writer_of_a_changefeed_on_s3_is_refused(paths, staged, staged_
     try:
         wait_published(paths["cf"], 1)
         other = cli("replay", staged, "--queue", tmp_path / "other-queue", "--changefeed", paths["cf"])
-        one_line(other, f"{paths['cf']}/_olr_buffer/lease.json: changefeed is written by writer ",
-                 f"(pid {service.proc.pid}), whose lease runs until ")
+        one_line(
+            other,
+            f"{paths['cf']}/_olr_buffer/lease.json: changefeed is written by writer ",
+            f"(pid {service.proc.pid}), whose lease runs until ",
+        )
         assert not (tmp_path / "other-queue").exists()  # the refused run leaves nothing behind
     finally:
         assert service.stop() == 0, "\n".join(service.lines[-20:])
@@ -342,8 +394,9 @@ def test_run_rides_out_an_unreachable_store_and_says_so(paths, staged_plain, tmp
     live = tmp_path / "live"
     env = {"AWS_ENDPOINT_URL": proxy.endpoint}
     writer = live_input(staged_plain, live, rate=1500)
-    service = Service(*run_args(paths, live, "--table-format", "delta", "--metrics-port", "0", "--threads", "1,2"),
-                      env=env)
+    service = Service(
+        *run_args(paths, live, "--table-format", "delta", "--metrics-port", "0", "--threads", "1,2"), env=env
+    )
     try:
         port = int(service.wait_line(r"metrics on http://127\.0\.0\.1:(\d+)/metrics").group(1))
         wait_published(paths["cf"], 1)
@@ -399,17 +452,32 @@ def test_run_reports_a_store_that_does_not_answer(paths, staged_plain, tmp_path,
     writer = live_input(staged_plain, live, rate=1500)
     # a store timeout of 3 s: on a loaded machine an answered call of moto's may take over a
     # second, which is an outage too (said and counted), before the endpoint hangs
-    service = Service(*run_args(paths, live, "--table-format", "delta", "--metrics-port", "0", "--threads", "1,2",
-                                "--store-timeout", "3", "--health-timeout", "5"),
-                      env={"AWS_ENDPOINT_URL": proxy.endpoint})
+    service = Service(
+        *run_args(
+            paths,
+            live,
+            "--table-format",
+            "delta",
+            "--metrics-port",
+            "0",
+            "--threads",
+            "1,2",
+            "--store-timeout",
+            "3",
+            "--health-timeout",
+            "5",
+        ),
+        env={"AWS_ENDPOINT_URL": proxy.endpoint},
+    )
     try:
         port = int(service.wait_line(r"metrics on http://127\.0\.0\.1:(\d+)/metrics").group(1))
         wait_published(paths["cf"], 1)
         seen = len(service.lines)
         outages = metric(port, "store_outages_total")
         proxy.hang()
-        service.wait_line(r"the changefeed's store cannot be reached \(no answer to .+ for [\d.]+ s\); retrying to ",
-                          since=seen)
+        service.wait_line(
+            r"the changefeed's store cannot be reached \(no answer to .+ for [\d.]+ s\); retrying to ", since=seen
+        )
         assert metric(port, "store_outages_total") >= outages + 1  # while the call still waits
         assert metric(port, "store_outage_seconds") > 0
         stalled = wait_health(port, 503)
@@ -449,15 +517,24 @@ def test_replay_fails_with_one_line_when_the_store_is_unreachable_then_resumes(p
 def test_a_missing_bucket_is_one_line(paths, tmp_path):
     paths = {**paths, "cf": "s3://no-such-bucket-olr/cf"}
     failed = replay(paths)
-    one_line(failed, "s3://no-such-bucket-olr/cf", "bucket no-such-bucket-olr does not exist at http://127.0.0.1:",
-             "(hint: create the bucket")
+    one_line(
+        failed,
+        "s3://no-such-bucket-olr/cf",
+        "bucket no-such-bucket-olr does not exist at http://127.0.0.1:",
+        "(hint: create the bucket",
+    )
     assert not paths["queue"].exists()
 
 
 def test_bad_credentials_are_one_line(paths, s3_auth_server):
     failed = replay({**paths, "cf": "s3://some-bucket/cf"}, env={"AWS_ENDPOINT_URL": s3_auth_server.endpoint})
-    line = one_line(failed, "s3://some-bucket/cf", "access denied by http://127.0.0.1:", "InvalidAccessKeyId",
-                    "(hint: check AWS_ACCESS_KEY_ID")
+    line = one_line(
+        failed,
+        "s3://some-bucket/cf",
+        "access denied by http://127.0.0.1:",
+        "InvalidAccessKeyId",
+        "(hint: check AWS_ACCESS_KEY_ID",
+    )
     assert "testing-secret-key" not in line
     assert not paths["queue"].exists()
 
@@ -465,8 +542,11 @@ def test_bad_credentials_are_one_line(paths, s3_auth_server):
 def test_a_prefix_that_holds_something_else_is_one_line(paths, s3_env):
     store = open_store(paths["cf"])
     store.create("notes/readme.txt", b"not a changefeed")
-    one_line(replay(paths), f"{paths['cf']}/notes: not a file of this changefeed",
-             "(hint: move it out of the changefeed's prefix)")
+    one_line(
+        replay(paths),
+        f"{paths['cf']}/notes: not a file of this changefeed",
+        "(hint: move it out of the changefeed's prefix)",
+    )
     store.delete("notes/readme.txt")
     store.create("report.csv", b"a,b\n")
     one_line(replay(paths), f"{paths['cf']}/report.csv: not a file of this changefeed")
@@ -497,7 +577,8 @@ def test_compact_a_local_changefeed_into_one_on_s3(staged, model, tmp_path, s3_u
     out = cli("compact", local, "--output", s3_uri, "--target-rows", "1000", "--json")
     assert out.returncode == 0, out.describe()
     assert out.json()["next_tx_seq"] == model.committed and 1 < out.json()["files_after"] < len(
-        list(local.glob("part-*.parquet")))
+        list(local.glob("part-*.parquet"))
+    )
     assert_exact(s3_uri, model, delta=False)
     again = cli("compact", local, "--output", s3_uri, "--target-rows", "1000", "--json")
     assert again.returncode == 0 and again.json()["files_written"] == 0
@@ -515,8 +596,10 @@ def test_a_changefeed_on_s3_stays_bound_to_its_queue(paths, model, tmp_path):
     newest = part_names(paths["cf"])[-1]
     data = store.read(newest)
     store.delete(newest)
-    one_line(replay(paths), f"{paths['cf']}: published files are missing: the manifest records tx_seq "
-                            f"0..{model.committed - 1}")
+    one_line(
+        replay(paths),
+        f"{paths['cf']}: published files are missing: the manifest records tx_seq 0..{model.committed - 1}",
+    )
     one_line(replay(paths, "--adopt-changefeed"), "published files are missing")
     store.create(newest, data)
     assert replay(paths, "--table-format", "delta").returncode == 0
@@ -551,8 +634,24 @@ def test_a_file_whose_put_went_in_unanswered_is_published_once(s3_uri, s3_env, m
     try:
         writer = ChangefeedWriter(s3_uri, file_rows=4, durable=False, retry=OutageRetry(first=0.05))
         for k in range(4):
-            rows = [[INSERT, 100 + 10 * k + i, 0, 1, 100 + 10 * k + i, None, "O", "T", None, f"R{k}{i}", None,
-                     '{"A":1}', None] for i in range(2)]
+            rows = [
+                [
+                    INSERT,
+                    100 + 10 * k + i,
+                    0,
+                    1,
+                    100 + 10 * k + i,
+                    None,
+                    "O",
+                    "T",
+                    None,
+                    f"R{k}{i}",
+                    None,
+                    '{"A":1}',
+                    None,
+                ]
+                for i in range(2)
+            ]
             writer.write_rows(rows, [(f"X{k}", CommitKey(109 + 10 * k, 1, 1, 109 + 10 * k), None, 1, 2)])
         writer.close()
     finally:
@@ -560,8 +659,10 @@ def test_a_file_whose_put_went_in_unanswered_is_published_once(s3_uri, s3_env, m
         monkeypatch.setenv("AWS_ENDPOINT_URL", s3_env.endpoint)
         monkeypatch.delenv("AWS_MAX_ATTEMPTS")
     assert lost and writer.retry.outages == 1
-    assert part_names(s3_uri) == ["part-00000000000000000000-00000000000000000001.parquet",
-                                  "part-00000000000000000002-00000000000000000003.parquet"]
+    assert part_names(s3_uri) == [
+        "part-00000000000000000000-00000000000000000001.parquet",
+        "part-00000000000000000002-00000000000000000003.parquet",
+    ]
     assert [r["tx_seq"] for r in plain_rows(s3_uri)] == [0, 0, 1, 1, 2, 2, 3, 3]
 
 
@@ -584,10 +685,12 @@ def test_run_takes_over_at_once_the_lease_of_a_killed_compact(paths, staged_plai
     try:
         taken = service.wait_line(r"lease taken over from writer (\w+) on \S+ \(pid (\d+), ")
         assert taken.groups() == (lease["writer"], str(lease["pid"]))
-        assert any(f"taking over the lease of pid {lease['pid']} on this host, which is gone" in line
-                   for line in service.lines)
-        assert json.loads(open_store(paths["cf"]).read("_olr_buffer/lease.json"))["generation"] == \
-            lease["generation"] + 1  # taken once, at the first try
+        assert any(
+            f"taking over the lease of pid {lease['pid']} on this host, which is gone" in line for line in service.lines
+        )
+        assert (
+            json.loads(open_store(paths["cf"]).read("_olr_buffer/lease.json"))["generation"] == lease["generation"] + 1
+        )  # taken once, at the first try
     finally:
         assert service.stop() == 0, "\n".join(service.lines[-20:])
     done = cli("compact", paths["cf"], "--in-place", "--target-rows", "100000")

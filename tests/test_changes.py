@@ -53,8 +53,21 @@ def test_the_builders_put_each_field_where_the_consumers_read_it():
     row = record(UPDATE, 10, 2, 3, 4, row_payload(5, "O", "T", 6, "r1", '{"a":1}', '{"a":2}', "sql"))
     assert len(row) == SCHEMA_VERSION  # the schema fields are optional
     named = dict(zip(ROW_FIELDS, row))
-    assert named == {"code": UPDATE, "scn": 10, "sub": 2, "sequence": 3, "line": 4, "tm": 5, "owner": "O",
-                     "table": "T", "obj": 6, "rid": "r1", "before": '{"a":1}', "after": '{"a":2}', "sql": "sql"}
+    assert named == {
+        "code": UPDATE,
+        "scn": 10,
+        "sub": 2,
+        "sequence": 3,
+        "line": 4,
+        "tm": 5,
+        "owner": "O",
+        "table": "T",
+        "obj": 6,
+        "rid": "r1",
+        "before": '{"a":1}',
+        "after": '{"a":2}',
+        "sql": "sql",
+    }
     version, text = schema_document("redo", "O", "T", [SchemaColumn("A", "NUMBER(5)", False, "decimal(5,0)")])
     typed_row = row + schema_fields(version, text)
     assert len(typed_row) == len(ROW_FIELDS)
@@ -63,7 +76,15 @@ def test_the_builders_put_each_field_where_the_consumers_read_it():
     assert row + schema_fields(version) == typed_row[:SCHEMA_DOCUMENT]
     assert (row[CODE], row[SCN], row[SUB], row[SEQUENCE], row[LINE]) == (UPDATE, 10, 2, 3, 4)
     assert (row[TM], row[OWNER], row[TABLE], row[OBJ], row[RID], row[BEFORE], row[AFTER], row[SQL]) == (
-        5, "O", "T", 6, "r1", '{"a":1}', '{"a":2}', "sql")
+        5,
+        "O",
+        "T",
+        6,
+        "r1",
+        '{"a":1}',
+        '{"a":2}',
+        "sql",
+    )
     assert record(INSERT | COMPENSATION, 1, 0, 1, 1, compensation_payload("r9"))[COMPENSATED_RID] == "r9"
     cut = record(CUT, 0, 0, 0, 0, cut_payload(3, 7))
     assert (cut[CUT_FIRST], cut[CUT_END]) == (3, 7)
@@ -80,10 +101,28 @@ def test_the_redo_readers_fast_loop_stores_what_the_builders_build(tmp_path):
     kind of line it takes, the record the builders make of the validated line."""
     lines = [
         {"op": "begin", "scn": 1, "xid": "x1", "tm": 100},
-        {"op": "insert", "scn": 2, "xid": "x1", "owner": "O", "table": "T", "obj": 7, "rid": "r1",
-         "after": {"a": 1}, "tm": 101},
-        {"op": "update", "scn": 3, "sub": 1, "xid": "x1", "owner": "O", "table": "T", "rid": "r1",
-         "before": {"a": 1}, "after": {"a": 2}},
+        {
+            "op": "insert",
+            "scn": 2,
+            "xid": "x1",
+            "owner": "O",
+            "table": "T",
+            "obj": 7,
+            "rid": "r1",
+            "after": {"a": 1},
+            "tm": 101,
+        },
+        {
+            "op": "update",
+            "scn": 3,
+            "sub": 1,
+            "xid": "x1",
+            "owner": "O",
+            "table": "T",
+            "rid": "r1",
+            "before": {"a": 1},
+            "after": {"a": 2},
+        },
         {"op": "delete", "scn": 4, "xid": "x1", "owner": "O", "table": "T", "rid": "r1", "before": {"a": 2}},
         {"op": "delete", "scn": 5, "xid": "x1", "owner": "O", "table": "T", "rid": "r1", "rollback": True},
         {"op": "ddl", "scn": 6, "xid": "x1", "owner": "O", "table": "T", "sql": "alter table t add c int"},
@@ -109,17 +148,28 @@ def test_a_schema_document_is_canonical_and_its_version_is_its_hash():
     version, text = schema_document("postgresql", "public", "orders", cols, key=["id"])
     assert (version, text) == schema_document("postgresql", "public", "orders", list(cols), key=("id",))
     assert orjson.loads(text) == {
-        "format": 1, "source": "postgresql", "owner": "public", "table": "orders", "key": ["id"],
-        "columns": [{"name": "id", "type": "integer", "nullable": False, "spark": "int"},
-                    {"name": "amount", "type": "numeric(12,2)", "nullable": True, "spark": "decimal(12,2)"}],
+        "format": 1,
+        "source": "postgresql",
+        "owner": "public",
+        "table": "orders",
+        "key": ["id"],
+        "columns": [
+            {"name": "id", "type": "integer", "nullable": False, "spark": "int"},
+            {"name": "amount", "type": "numeric(12,2)", "nullable": True, "spark": "decimal(12,2)"},
+        ],
     }
     assert len(version) == 16 and int(version, 16) >= 0
     others = {
         schema_document("postgresql", "public", "orders2", cols, key=["id"])[0],
         schema_document("postgresql", "public", "orders", cols[:1], key=["id"])[0],
         schema_document("postgresql", "public", "orders", cols)[0],
-        schema_document("postgresql", "public", "orders",
-                        [cols[0], SchemaColumn("amount", "numeric(14,2)", True, "decimal(14,2)")], key=["id"])[0],
+        schema_document(
+            "postgresql",
+            "public",
+            "orders",
+            [cols[0], SchemaColumn("amount", "numeric(14,2)", True, "decimal(14,2)")],
+            key=["id"],
+        )[0],
     }
     assert version not in others and len(others) == 4
 

@@ -36,10 +36,31 @@ def write_long_and_short(root: Path, *, long_open: bool) -> None:
         scn += 1
         x = f"S{i}"
         per[t].append({"op": "begin", "scn": scn, "xid": x})
-        per[t].append({"op": "insert", "scn": scn, "sub": 1, "xid": x, "owner": "A", "table": "T", "rid": f"r{i}", "after": {"i": i, "pad": "x" * 80}})
+        per[t].append(
+            {
+                "op": "insert",
+                "scn": scn,
+                "sub": 1,
+                "xid": x,
+                "owner": "A",
+                "table": "T",
+                "rid": f"r{i}",
+                "after": {"i": i, "pad": "x" * 80},
+            }
+        )
         per[t].append({"op": "commit", "scn": scn, "sub": 2, "xid": x})
         if i % 25 == 0:
-            per[1].append({"op": "insert", "scn": scn + 1, "xid": "L", "owner": "A", "table": "L", "rid": f"l{i}", "after": {"i": i}})
+            per[1].append(
+                {
+                    "op": "insert",
+                    "scn": scn + 1,
+                    "xid": "L",
+                    "owner": "A",
+                    "table": "L",
+                    "rid": f"l{i}",
+                    "after": {"i": i},
+                }
+            )
             scn += 1
     scn += 1
     if long_open:
@@ -85,7 +106,9 @@ def test_open_transaction_pins_its_segments_and_status_shows_it(tmp_path: Path):
     assert set(doc["readers"]) == {"1", "2"} and all(r["finished"] for r in doc["readers"].values())
     text = subprocess.run(
         [sys.executable, "-m", "olr_buffer.cli", "status", "--queue", str(tmp_path / "q")],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     assert "open transactions: 1 " in text and "oldest: L" in text and "last tx_seq 1499" in text
 
@@ -98,28 +121,51 @@ def test_retention_keeps_segments_cleanup_could_delete(tmp_path: Path):
     assert s.queue_segments == 4  # the current one and three retained
     doc = queue_status(str(tmp_path / "q"))
     assert doc["cleanup"]["segments_freeable"] == 3  # what a run without retention would free
-    s2 = replay(str(tmp_path / "in"), str(tmp_path / "q"), str(tmp_path / "cf"), PipelineOptions(**SMALL, retain_seconds=3600))
+    s2 = replay(
+        str(tmp_path / "in"), str(tmp_path / "q"), str(tmp_path / "cf"), PipelineOptions(**SMALL, retain_seconds=3600)
+    )
     assert s2.queue_segments == 4 and s2.transactions_published == 0
 
 
 def test_status_of_a_missing_queue_is_a_clean_error(tmp_path: Path):
     r = subprocess.run(
         [sys.executable, "-m", "olr_buffer.cli", "status", "--queue", str(tmp_path / "nope")],
-        capture_output=True, text=True,
+        capture_output=True,
+        text=True,
     )
     assert r.returncode == 1 and r.stderr.strip().endswith("no queue here (hint: check --queue)")
 
 
 def _status(queue: Path, *extra: str) -> str:
-    r = subprocess.run([sys.executable, "-m", "olr_buffer.cli", "status", "--queue", str(queue), *extra],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "olr_buffer.cli", "status", "--queue", str(queue), *extra],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr
     return r.stdout
 
 
-STATUS_KEYS = {"queue", "state", "failure", "as_of", "owner", "segments", "readers", "checkpoint", "watermark",
-               "progress", "threads_in_play", "waiting_for", "thread_states", "open_transactions", "changefeed",
-               "cleanup", "totals", "receivers"}
+STATUS_KEYS = {
+    "queue",
+    "state",
+    "failure",
+    "as_of",
+    "owner",
+    "segments",
+    "readers",
+    "checkpoint",
+    "watermark",
+    "progress",
+    "threads_in_play",
+    "waiting_for",
+    "thread_states",
+    "open_transactions",
+    "changefeed",
+    "cleanup",
+    "totals",
+    "receivers",
+}
 
 
 def test_status_before_anything_was_dispatched_has_every_key_and_no_made_up_numbers(tmp_path: Path):
@@ -139,7 +185,8 @@ def test_status_before_anything_was_dispatched_has_every_key_and_no_made_up_numb
     inp.mkdir()
     (inp / "redo_1_1.jsonl").write_text(
         '{"op":"begin","scn":5,"xid":"X"}\n{"op":"insert","scn":6,"xid":"X","owner":"A","table":"T","rid":"r",'
-        '"after":{"a":1}}\n')
+        '"after":{"a":1}}\n'
+    )
     s = replay(str(inp), str(tmp_path / "q"), str(tmp_path / "cf"), PipelineOptions(**SMALL))
     assert s.transactions_published == 0
     doc = json.loads(_status(tmp_path / "q", "--json"))
@@ -163,9 +210,19 @@ def test_status_running_follows_the_lock_not_the_pid_left_in_its_file(tmp_path: 
     doc = queue_status(str(tmp_path / "q"))
     assert doc["state"] == "stopped" and doc["owner"] == {"pid": None, "running": False}
 
-    child = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from olr_buffer.txbuffer import LmdbQueue; q = LmdbQueue(sys.argv[1]); "
-        "print('open', flush=True); time.sleep(60)"), str(tmp_path / "q")], stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import sys, time; from olr_buffer.txbuffer import LmdbQueue; q = LmdbQueue(sys.argv[1]); "
+                "print('open', flush=True); time.sleep(60)"
+            ),
+            str(tmp_path / "q"),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert child.stdout.readline().strip() == "open"
         assert queue_status(str(tmp_path / "q"))["owner"] == {"pid": child.pid, "running": True}
@@ -182,10 +239,29 @@ def run_until_logged(input_dir: Path, queue: Path, changefeed: Path, text: str, 
     log_path = queue.parent / "run.log"
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "olr_buffer.cli", "run", str(input_dir), "--queue", str(queue),
-             "--changefeed", str(changefeed), "--segment-size", "32KiB", "--block-records", "64",
-             "--checkpoint-interval", "0.2", "--poll-interval", "0.05", "--log-level", "warning"],
-            stdout=subprocess.DEVNULL, stderr=log,
+            [
+                sys.executable,
+                "-m",
+                "olr_buffer.cli",
+                "run",
+                str(input_dir),
+                "--queue",
+                str(queue),
+                "--changefeed",
+                str(changefeed),
+                "--segment-size",
+                "32KiB",
+                "--block-records",
+                "64",
+                "--checkpoint-interval",
+                "0.2",
+                "--poll-interval",
+                "0.05",
+                "--log-level",
+                "warning",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=log,
         )
         try:
             deadline = time.monotonic() + timeout
@@ -218,7 +294,10 @@ def test_a_transaction_that_never_ends_is_named_by_status_and_warned_once(tmp_pa
     assert c["bytes_held"] == sum(s["bytes"] for s in doc["segments"]["list"][:-1])
     text = subprocess.run(
         [sys.executable, "-m", "olr_buffer.cli", "status", "--queue", str(tmp_path / "q")],
-        capture_output=True, text=True, check=True, timeout=60,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
     ).stdout
     assert "held by transaction L (from scn 100, " in text and f"keeps {c['segments_held']} segment(s)" in text, text
 

@@ -27,9 +27,20 @@ pytestmark = pytest.mark.slow
 
 def replay_cmd(root: Path, inp: Path | None = None) -> list[str]:
     return [
-        sys.executable, "-m", "olr_buffer.cli", "replay", str(inp or root / "in"),
-        "--queue", str(root / "q"), "--changefeed", str(root / "cf"),
-        "--segment-size", "256KiB", "--file-rows", "300", "--no-progress",
+        sys.executable,
+        "-m",
+        "olr_buffer.cli",
+        "replay",
+        str(inp or root / "in"),
+        "--queue",
+        str(root / "q"),
+        "--changefeed",
+        str(root / "cf"),
+        "--segment-size",
+        "256KiB",
+        "--file-rows",
+        "300",
+        "--no-progress",
     ]
 
 
@@ -75,8 +86,9 @@ def test_replay_stopped_by_a_signal_says_so_and_resumes_exact(tmp_path: Path, si
     simulate(tmp_path / "in", threads=3, transactions=12000, seed=3, records_per_file=3000)
     cmd = replay_cmd(tmp_path)
     cmd[cmd.index("--no-progress")] = "--progress"
-    proc = subprocess.Popen([*cmd, "--progress-interval", "0.05"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [*cmd, "--progress-interval", "0.05"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     first = proc.stderr.readline()  # the first progress line: the replay is under way
     assert first.startswith("progress: "), first
     proc.send_signal(sig)

@@ -20,8 +20,11 @@ pytestmark = pytest.mark.slow
 
 SHAPES = [
     [{"name": "ID", "type": "NUMBER(10)", "key": True}, {"name": "V", "type": "VARCHAR2(20)"}],
-    [{"name": "ID", "type": "NUMBER(10)", "key": True}, {"name": "V", "type": "VARCHAR2(20)"},
-     {"name": "AMOUNT", "type": "NUMBER(12,2)"}],
+    [
+        {"name": "ID", "type": "NUMBER(10)", "key": True},
+        {"name": "V", "type": "VARCHAR2(20)"},
+        {"name": "AMOUNT", "type": "NUMBER(12,2)"},
+    ],
 ]
 
 
@@ -37,21 +40,55 @@ def write_input(root: Path) -> None:
         xid = f"x{k}"
         rows = []
         if thread == 1 and k % 40 == 20:
-            rows.append({"op": "ddl", "scn": s + 1, "xid": xid, "owner": "O", "table": "T", "sql": f"alter {k}",
-                         "columns": SHAPES[(k // 40) % 2]})
-        rows += [{"op": "insert", "scn": s + 2 + i, "xid": xid, "owner": "O", "table": "T", "rid": f"R{k}.{i}",
-                  "after": {"ID": k, "V": "v", "AMOUNT": "1.50"}} for i in range(3)]
+            rows.append(
+                {
+                    "op": "ddl",
+                    "scn": s + 1,
+                    "xid": xid,
+                    "owner": "O",
+                    "table": "T",
+                    "sql": f"alter {k}",
+                    "columns": SHAPES[(k // 40) % 2],
+                }
+            )
+        rows += [
+            {
+                "op": "insert",
+                "scn": s + 2 + i,
+                "xid": xid,
+                "owner": "O",
+                "table": "T",
+                "rid": f"R{k}.{i}",
+                "after": {"ID": k, "V": "v", "AMOUNT": "1.50"},
+            }
+            for i in range(3)
+        ]
         lines[thread] += [{"op": "begin", "scn": s, "xid": xid}, *rows, {"op": "commit", "scn": s + 8, "xid": xid}]
     for thread, records in lines.items():
         for seq in range(2):
-            part = records[seq * len(records) // 2:(seq + 1) * len(records) // 2]
+            part = records[seq * len(records) // 2 : (seq + 1) * len(records) // 2]
             (root / f"redo_{thread}_{seq + 1}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in part))
 
 
 def replay(root: Path, env=None) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "olr_buffer.cli", "replay", str(root / "in"), "--queue", str(root / "q"),
-           "--changefeed", str(root / "cf"), "--file-rows", "40", "--block-records", "50",
-           "--checkpoint-interval", "0", "--no-progress"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "olr_buffer.cli",
+        "replay",
+        str(root / "in"),
+        "--queue",
+        str(root / "q"),
+        "--changefeed",
+        str(root / "cf"),
+        "--file-rows",
+        "40",
+        "--block-records",
+        "50",
+        "--checkpoint-interval",
+        "0",
+        "--no-progress",
+    ]
     return subprocess.run(cmd, env=env, capture_output=True, text=True)
 
 
@@ -78,6 +115,9 @@ def test_killed_while_publishing_then_completed_names_the_same_versions(tmp_path
     want = versions(clean / "cf")
     assert versions(tmp_path / "cf") == want
     assert len({v for *_, v in want if v}) == 2 and want[0][2] is None  # rows before the first ddl: none
-    docs = lambda root: {p.name: p.read_bytes() for p in (root / "cf" / "_olr_buffer" / "schemas").iterdir()}
+
+    def docs(root: Path) -> dict[str, bytes]:
+        return {p.name: p.read_bytes() for p in (root / "cf" / "_olr_buffer" / "schemas").iterdir()}
+
     assert docs(tmp_path) == docs(clean)
     assert not list((tmp_path / "cf" / "_olr_buffer" / "tmp").iterdir())

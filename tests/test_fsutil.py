@@ -122,8 +122,23 @@ def test_a_durable_replace_fsyncs_the_file_then_renames_then_fsyncs_the_director
     path = folder / "doc.json"
     trace = tmp_path / "trace"
     script = f"from olr_buffer import fsutil; fsutil.atomic_write({str(path)!r}, b'new', durable=True)"
-    out = subprocess.run([strace, "-f", "-y", "-o", str(trace), "-e", "trace=fsync,rename,renameat,renameat2",
-                          sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [
+            strace,
+            "-f",
+            "-y",
+            "-o",
+            str(trace),
+            "-e",
+            "trace=fsync,rename,renameat,renameat2",
+            sys.executable,
+            "-c",
+            script,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     calls = [line.split(None, 1)[1] for line in trace.read_text().splitlines() if str(folder) in line]
     steps = []
@@ -144,8 +159,12 @@ def test_without_durable_nothing_is_fsynced(tmp_path):
     path = tmp_path / "doc"
     trace = tmp_path / "trace"
     script = f"from olr_buffer import fsutil; fsutil.atomic_write({str(path)!r}, b'new', durable=False)"
-    out = subprocess.run([strace, "-f", "-y", "-o", str(trace), "-e", "trace=fsync,fdatasync",
-                          sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [strace, "-f", "-y", "-o", str(trace), "-e", "trace=fsync,fdatasync", sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert not [line for line in trace.read_text().splitlines() if str(tmp_path) in line]
     assert path.read_bytes() == b"new"

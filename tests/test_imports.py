@@ -14,16 +14,31 @@ ROOT = Path(olr_buffer.__file__).parent
 
 # a module may import its own package and any layer below its own, never one above or beside
 LAYERS = {
-    "errors": 0, "faults": 0, "pidlock": 0, "fsutil": 0, "value_forms": 0,
-    "txbuffer": 1, "store": 1,
-    "changes": 2, "dead_letters": 2, "olr_protocol": 2,
-    "sources": 3, "sinks": 3, "service": 3,
+    "errors": 0,
+    "faults": 0,
+    "pidlock": 0,
+    "fsutil": 0,
+    "value_forms": 0,
+    "txbuffer": 1,
+    "store": 1,
+    "changes": 2,
+    "dead_letters": 2,
+    "olr_protocol": 2,
+    "sources": 3,
+    "sinks": 3,
+    "service": 3,
     # the dispatcher calls a sink through the contract sinks/base.py states
-    "dispatcher": 4, "serve": 4, "mirror": 4,
+    "dispatcher": 4,
+    "serve": 4,
+    "mirror": 4,
     # the Spark side applies the mirror's rules (spark_sink/mirror.py)
-    "runtime": 5, "status": 5, "simulate": 5, "spark_sink": 5,
+    "runtime": 5,
+    "status": 5,
+    "simulate": 5,
+    "spark_sink": 5,
     "spark": 6,
-    "demo": 7, "cli": 8,
+    "demo": 7,
+    "cli": 8,
     # what the tests and benchmarks run against (a MemoryQueue): above everything, so no
     # module of the product can import it
     "testing": 9,
@@ -31,9 +46,17 @@ LAYERS = {
 
 # the doors of sources/ and sinks/: what a module outside a source's (a sink's) package may
 # import of it is its package's face, and the shared modules beside the packages
-SHARED = {"olr_buffer.sources", "olr_buffer.sources.base", "olr_buffer.sources.running", "olr_buffer.sources.runner",
-          "olr_buffer.sources.stream", "olr_buffer.sources.olr_types", "olr_buffer.sources.forkserver_signals",
-          "olr_buffer.sinks", "olr_buffer.sinks.base"}
+SHARED = {
+    "olr_buffer.sources",
+    "olr_buffer.sources.base",
+    "olr_buffer.sources.running",
+    "olr_buffer.sources.runner",
+    "olr_buffer.sources.stream",
+    "olr_buffer.sources.olr_types",
+    "olr_buffer.sources.forkserver_signals",
+    "olr_buffer.sinks",
+    "olr_buffer.sinks.base",
+}
 
 
 def _module_name(path: Path) -> str:
@@ -125,8 +148,12 @@ def test_the_change_format_package_is_a_face_over_modules_of_the_format_only():
     """``changes/__init__.py`` defines nothing (it re-exports), and no module of it states
     a consumer's contract (a ``Protocol``: the dispatcher's sink is in ``sinks/base.py``)."""
     face = ast.parse((ROOT / "changes" / "__init__.py").read_text())
-    defined = [n for n in face.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))
-               or (isinstance(n, ast.Assign) and [t.id for t in n.targets if isinstance(t, ast.Name)] != ["__all__"])]
+    defined = [
+        n
+        for n in face.body
+        if isinstance(n, (ast.FunctionDef, ast.ClassDef))
+        or (isinstance(n, ast.Assign) and [t.id for t in n.targets if isinstance(t, ast.Name)] != ["__all__"])
+    ]
     assert not defined, [getattr(n, "name", None) or ast.unparse(n)[:60] for n in defined]
     protocols = []
     for path in (ROOT / "changes").glob("*.py"):
@@ -182,7 +209,7 @@ def test_no_import_cycle():
         path.append(m)
         for d in sorted(graph.get(m, ())):
             if state.get(d) == 1:
-                cycle = path[path.index(d):] + [d]
+                cycle = path[path.index(d) :] + [d]
                 # a module importing its own package's __init__ (which imports it back) is
                 # how packages are built, not a cycle between modules
                 if not (len(cycle) == 3 and cycle[1].startswith(cycle[0] + ".")):
@@ -200,7 +227,9 @@ def test_no_import_cycle():
 def test_a_command_of_the_cli_imports_no_other_command():
     """``olr_buffer/cli/``: one module a command, standing on what the commands share
     (the group, the shared options, progress, signals), never on another command."""
-    shared = {f"olr_buffer.cli.{m}" for m in ("common", "group", "progress", "signals", "__main__")} | {"olr_buffer.cli"}
+    shared = {f"olr_buffer.cli.{m}" for m in ("common", "group", "progress", "signals", "__main__")} | {
+        "olr_buffer.cli"
+    }
     graph = _imports()
     commands = {m for m in graph if m.startswith("olr_buffer.cli.") and m not in shared}
     assert commands, "no command module under olr_buffer/cli/"

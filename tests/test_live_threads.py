@@ -86,15 +86,25 @@ def service_cmd(tmp: Path, processes: bool, threads: str = "") -> list[str]:
 
 
 def status(tmp: Path) -> dict:
-    r = subprocess.run([sys.executable, "-m", "olr_buffer.cli", "status", "--queue", str(tmp / "q"), "--json"],
-                       capture_output=True, text=True, timeout=60, cwd=ROOT)
+    r = subprocess.run(
+        [sys.executable, "-m", "olr_buffer.cli", "status", "--queue", str(tmp / "q"), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
 
 
 def status_text(tmp: Path) -> str:
-    r = subprocess.run([sys.executable, "-m", "olr_buffer.cli", "status", "--queue", str(tmp / "q")],
-                       capture_output=True, text=True, timeout=60, cwd=ROOT)
+    r = subprocess.run(
+        [sys.executable, "-m", "olr_buffer.cli", "status", "--queue", str(tmp / "q")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
     assert r.returncode == 0, r.stderr
     return r.stdout
 
@@ -219,10 +229,12 @@ def test_thread_appearing_later_not_in_play_is_late_warned_counted(tmp_path: Pat
         assert port, "no metrics address logged"
         wait_for_rows(tmp_path / "cf", 1, timeout=20)
         # thread 3 appears: a whole transaction below the published commit 12, and a row of A
-        (live / "redo_3_1.jsonl").write_text(lines(
-            *tx("B", 5, "r2"),
-            {"op": "insert", "scn": 11, "xid": "A", "owner": "O", "table": "T", "rid": "r3", "after": {"ID": "r3"}},
-        ))
+        (live / "redo_3_1.jsonl").write_text(
+            lines(
+                *tx("B", 5, "r2"),
+                {"op": "insert", "scn": 11, "xid": "A", "owner": "O", "table": "T", "rid": "r3", "after": {"ID": "r3"}},
+            )
+        )
         wait_until(lambda: (status(tmp_path).get("totals") or {}).get("late_records") == 4, "4 late records in status")
         time.sleep(1.2)
         metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
@@ -250,22 +262,36 @@ def test_input_below_what_a_complete_replay_published_is_an_error(tmp_path: Path
     for t in (1, 2, 3):
         for s in (1, 2):
             shutil.copy(tmp_path / "full" / f"redo_{t}_{s}.jsonl", h)
-    cmd = [sys.executable, "-m", "olr_buffer.cli", "replay", str(h), "--queue", str(tmp_path / "q"),
-           "--changefeed", str(tmp_path / "cf")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "olr_buffer.cli",
+        "replay",
+        str(h),
+        "--queue",
+        str(tmp_path / "q"),
+        "--changefeed",
+        str(tmp_path / "cf"),
+    ]
     first = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert first.returncode == 0, first.stderr
     rows = load_changefeed(tmp_path / "cf")
     c = max(r["c_scn"] for r in rows)
     for t in (1, 2, 3):
         shutil.copy(tmp_path / "full" / f"redo_{t}_3.jsonl", h)
-    below = [(r.thread, r.line, r.scn) for r in load_input(h)
-             if r.sequence == 3 and r.line == 1 and r.scn <= c and r.op not in ("lwn", "close")]
+    below = [
+        (r.thread, r.line, r.scn)
+        for r in load_input(h)
+        if r.sequence == 3 and r.line == 1 and r.scn <= c and r.op not in ("lwn", "close")
+    ]
     assert below, "the workload must put a sequence 3 below the published commit"
     second = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert second.returncode == 3, second.stdout + second.stderr
     err = [ln for ln in second.stderr.splitlines() if ln.strip()]
     assert len(err) == 1, second.stderr
-    m = re.search(r"redo_(\d)_3\.jsonl:1: record at scn (\d+) is at or below commit scn (\d+), already published", err[0])
+    m = re.search(
+        r"redo_(\d)_3\.jsonl:1: record at scn (\d+) is at or below commit scn (\d+), already published", err[0]
+    )
     assert m, err[0]
     assert (int(m.group(1)), 1, int(m.group(2))) in below and int(m.group(3)) == c
     # not a bad line to fix and run again: say what can be done instead
@@ -292,15 +318,27 @@ def test_a_thread_a_later_replay_brings_below_what_was_published_is_refused(tmp_
     for f in (tmp_path / "full").glob("redo_3_*.jsonl"):
         shutil.copy(f, h)
     if processes:  # the CLI, as a user runs it: the error as printed, the exit code
-        cmd = [sys.executable, "-m", "olr_buffer.cli", "replay", str(h), "--queue", str(tmp_path / "q"),
-               "--changefeed", str(tmp_path / "cf")]
+        cmd = [
+            sys.executable,
+            "-m",
+            "olr_buffer.cli",
+            "replay",
+            str(h),
+            "--queue",
+            str(tmp_path / "q"),
+            "--changefeed",
+            str(tmp_path / "cf"),
+        ]
         for _ in range(2):  # and the same again: still refused, nothing published
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
             assert done.returncode == 3, done.stdout + done.stderr
             err = [ln for ln in done.stderr.splitlines() if ln.strip()]
             assert len(err) == 1, done.stderr
-            assert re.search(r"redo_3_1\.jsonl:1: record at scn \d+ is at or below commit scn \d+, already "
-                             r"published \(redo thread 3 is new to this queue", err[0]), err[0]
+            assert re.search(
+                r"redo_3_1\.jsonl:1: record at scn \d+ is at or below commit scn \d+, already "
+                r"published \(redo thread 3 is new to this queue",
+                err[0],
+            ), err[0]
             assert "replay the logs of every thread together into a new queue and changefeed" in err[0], err[0]
     else:
         with pytest.raises(OlrBufferError, match="redo thread 3 is new to this queue") as caught:
@@ -340,18 +378,22 @@ def test_close_does_not_stall_the_others_and_survives_sigkill(tmp_path: Path, pr
     live = tmp_path / "live"
     live.mkdir()
     t1, t2 = live / "redo_1_1.jsonl", live / "redo_2_1.jsonl"
-    t1.write_text(lines(
-        *tx("A", 10, "a"),
-        {"op": "insert", "scn": 21, "xid": "D", "owner": "O", "table": "T", "rid": "d1", "after": {"ID": "d1"}},
-        {"op": "close", "scn": 22},
-    ))
-    t2.write_text(lines(
-        {"op": "begin", "scn": 20, "xid": "D"},
-        {"op": "insert", "scn": 23, "xid": "D", "owner": "O", "table": "T", "rid": "d2", "after": {"ID": "d2"}},
-        {"op": "commit", "scn": 24, "xid": "D"},
-        *tx("B", 30, "b"),
-        {"op": "lwn", "scn": 40},
-    ))
+    t1.write_text(
+        lines(
+            *tx("A", 10, "a"),
+            {"op": "insert", "scn": 21, "xid": "D", "owner": "O", "table": "T", "rid": "d1", "after": {"ID": "d1"}},
+            {"op": "close", "scn": 22},
+        )
+    )
+    t2.write_text(
+        lines(
+            {"op": "begin", "scn": 20, "xid": "D"},
+            {"op": "insert", "scn": 23, "xid": "D", "owner": "O", "table": "T", "rid": "d2", "after": {"ID": "d2"}},
+            {"op": "commit", "scn": 24, "xid": "D"},
+            *tx("B", 30, "b"),
+            {"op": "lwn", "scn": 40},
+        )
+    )
     cmd = service_cmd(tmp_path, processes, "1,2")
     service = start(cmd)
     try:
@@ -403,14 +445,33 @@ def test_record_after_close_below_what_was_published_is_bad_input(tmp_path: Path
 
 
 def test_rolling_restart_during_run_publishes_the_contract_changefeed(tmp_path: Path):
-    stats = simulate(tmp_path / "stage", threads=3, transactions=500, seed=14, records_per_file=400,
-                     compress_archived=False, rolling_restarts=True)
+    stats = simulate(
+        tmp_path / "stage",
+        threads=3,
+        transactions=500,
+        seed=14,
+        records_per_file=400,
+        compress_archived=False,
+        rolling_restarts=True,
+    )
     assert stats.closes == 3 and stats.reopens == 3
     check_close_rule(sorted(load_input(tmp_path / "stage"), key=lambda r: (r.scn, r.data.get("sub", 0))))
     (tmp_path / "live").mkdir()
     service = start(run_cmd(tmp_path, "--threads", "1,2,3"))
-    writer = subprocess.Popen([sys.executable, "-m", "tests.live_writer", str(tmp_path / "stage"), str(tmp_path / "live"),
-                               "--rate", "3000", "--seed", "14"], cwd=ROOT)
+    writer = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.live_writer",
+            str(tmp_path / "stage"),
+            str(tmp_path / "live"),
+            "--rate",
+            "3000",
+            "--seed",
+            "14",
+        ],
+        cwd=ROOT,
+    )
     try:
         assert writer.wait(timeout=120) == 0
         expected = expected_changefeed(tmp_path / "live")
@@ -425,8 +486,15 @@ def test_rolling_restart_during_run_publishes_the_contract_changefeed(tmp_path: 
 
 
 def test_replay_of_rolling_restarts_and_a_thread_closed_for_good_is_exact(tmp_path: Path):
-    simulate(tmp_path / "in", threads=3, transactions=600, seed=41, records_per_file=300,
-             rolling_restarts=True, close_thread_at=0.7)
+    simulate(
+        tmp_path / "in",
+        threads=3,
+        transactions=600,
+        seed=41,
+        records_per_file=300,
+        rolling_restarts=True,
+        close_thread_at=0.7,
+    )
     assert [r.op for r in load_input(tmp_path / "in") if r.thread == 3][-1] == "close"
     opts = PipelineOptions(checkpoint_seconds=0.0, block_records=64)
     replay(str(tmp_path / "in"), str(tmp_path / "q"), str(tmp_path / "cf"), opts)

@@ -31,14 +31,22 @@ def tx(xid: str, scn: int, rid: str, tm: int | None = None) -> list[dict]:
     commit = {"op": "commit", "scn": scn + 2, "xid": xid}
     if tm is not None:
         commit["tm"] = tm
-    return [{"op": "begin", "scn": scn, "xid": xid},
-            {"op": "insert", "scn": scn + 1, "xid": xid, "owner": "O", "table": "T", "rid": rid, "after": {"ID": rid}},
-            commit]
+    return [
+        {"op": "begin", "scn": scn, "xid": xid},
+        {"op": "insert", "scn": scn + 1, "xid": xid, "owner": "O", "table": "T", "rid": rid, "after": {"ID": rid}},
+        commit,
+    ]
 
 
 def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "olr_buffer.cli", *args], capture_output=True, text=True,
-                          cwd=ROOT, timeout=60, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "olr_buffer.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def status_json(tmp: Path) -> dict:
@@ -71,8 +79,9 @@ def test_metrics_health_status_state_while_a_commit_waits(tmp_path: Path):
     live.mkdir()
     now = time.time_ns()
     # A is published; B (commit tm 100 s ago) waits for thread 2, which is silent at scn 20
-    (live / "redo_1_1.jsonl").write_text(lines(*tx("A", 10, "r1", now), *tx("B", 30, "r2", now - 100 * 10**9),
-                                               {"op": "lwn", "scn": 50}))
+    (live / "redo_1_1.jsonl").write_text(
+        lines(*tx("A", 10, "r1", now), *tx("B", 30, "r2", now - 100 * 10**9), {"op": "lwn", "scn": 50})
+    )
     (live / "redo_2_1.jsonl").write_text(lines({"op": "lwn", "scn": 20}))
     proc = start(run_cmd(tmp_path, "--metrics-port", "0", "--log-level", "info", "--threads", "1,2"))
     try:
@@ -91,8 +100,12 @@ def test_metrics_health_status_state_while_a_commit_waits(tmp_path: Path):
     assert m["olr_buffer_publish_latency_seconds_count"] == 1
     assert 0 <= m["olr_buffer_publish_latency_seconds_sum"] < 30
     assert m["olr_buffer_seconds_behind_source"] >= 100  # B's commit waits for the watermark
-    for name in ("late_records_total", "dead_letters_total", "transactions_rolled_back_total",
-                 "unmatched_compensations_total"):
+    for name in (
+        "late_records_total",
+        "dead_letters_total",
+        "transactions_rolled_back_total",
+        "unmatched_compensations_total",
+    ):
         assert m[f"olr_buffer_{name}"] == 0, name
     assert any(k.startswith("olr_buffer_build_info{") and 'version="' in k for k in m)
     assert health.status == 200 and health_doc["status"] == "ok"
@@ -139,9 +152,13 @@ def test_failed_run_is_failed_in_status_and_json_logs(tmp_path: Path):
     live = tmp_path / "live"
     live.mkdir()
     (live / "redo_1_1.jsonl").write_text(lines(*tx("A", 10, "r1"), {"op": "lwn", "scn": 20}) + "{not json\n")
-    env = {"OLR_BUFFER_RUN_QUEUE": str(tmp_path / "q"), "OLR_BUFFER_RUN_CHANGEFEED": str(tmp_path / "cf"),
-           "OLR_BUFFER_RUN_LOG_FORMAT": "json", "OLR_BUFFER_RUN_POLL_INTERVAL": "0.02",
-           "OLR_BUFFER_RUN_FLUSH_INTERVAL": "0.2"}
+    env = {
+        "OLR_BUFFER_RUN_QUEUE": str(tmp_path / "q"),
+        "OLR_BUFFER_RUN_CHANGEFEED": str(tmp_path / "cf"),
+        "OLR_BUFFER_RUN_LOG_FORMAT": "json",
+        "OLR_BUFFER_RUN_POLL_INTERVAL": "0.02",
+        "OLR_BUFFER_RUN_FLUSH_INTERVAL": "0.2",
+    }
     r = cli("--log-level", "debug", "run", str(live), env=env)
     assert r.returncode == 3, r.stderr
     docs = [json.loads(ln) for ln in r.stderr.splitlines()]  # every line, the fatal error too, is JSON
@@ -191,8 +208,21 @@ def test_a_killed_run_is_failed_in_status_until_a_run_stops_cleanly(tmp_path: Pa
 
 def test_group_log_level_and_environment(tmp_path: Path):
     live = one_transaction(tmp_path)
-    cmd = [sys.executable, "-m", "olr_buffer.cli", "--log-level", "error", "run", str(live), "--queue",
-           str(tmp_path / "q"), "--changefeed", str(tmp_path / "cf"), "--flush-interval", "0.2"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "olr_buffer.cli",
+        "--log-level",
+        "error",
+        "run",
+        str(live),
+        "--queue",
+        str(tmp_path / "q"),
+        "--changefeed",
+        str(tmp_path / "cf"),
+        "--flush-interval",
+        "0.2",
+    ]
     proc = start(cmd)
     try:
         wait_for_rows(tmp_path / "cf", 1, timeout=20)
@@ -214,8 +244,10 @@ def test_config_on_status_ignores_other_commands_keys(tmp_path: Path):
     # replay takes the same file: run's keys (threads, flush_interval) are ignored
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "redo_1_1.jsonl").write_text(lines(*tx("A", 10, "r1")))
-    cfg.write_text(f'input = "unused"\nqueue = "{tmp_path / "q"}"\nchangefeed = "{tmp_path / "cf"}"\n'
-                   'threads = [1]\nflush_interval = 1.0\n')
+    cfg.write_text(
+        f'input = "unused"\nqueue = "{tmp_path / "q"}"\nchangefeed = "{tmp_path / "cf"}"\n'
+        "threads = [1]\nflush_interval = 1.0\n"
+    )
     r = cli("replay", str(tmp_path / "in"), "--config", str(cfg))
     assert r.returncode == 0 and "published 1 transactions" in r.stdout, r.stderr
     cfg.write_text('queue = "q"\nflush_intervall = 1\n')
@@ -275,8 +307,9 @@ def test_publish_latency_is_never_negative_when_the_source_clock_is_ahead(tmp_pa
     live = tmp_path / "live"
     live.mkdir()
     now = time.time_ns()
-    (live / "redo_1_1.jsonl").write_text(lines(*tx("A", 10, "r1", now - 10**9), *tx("B", 30, "r2", now + 3600 * 10**9),
-                                               {"op": "lwn", "scn": 50}))
+    (live / "redo_1_1.jsonl").write_text(
+        lines(*tx("A", 10, "r1", now - 10**9), *tx("B", 30, "r2", now + 3600 * 10**9), {"op": "lwn", "scn": 50})
+    )
     proc = start(run_cmd(tmp_path, "--metrics-port", "0", "--log-level", "info"))
     try:
         port = metrics_port(proc)

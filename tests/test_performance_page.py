@@ -25,21 +25,32 @@ def test_the_page_is_short_and_the_history_is_kept():
 def test_every_figure_says_when_it_was_measured():
     text = PAGE.read_text()
     sections = re.split(r"^## ", text, flags=re.M)[1:]
-    undated = [s.splitlines()[0] for s in sections
-               if s.splitlines()[0] not in ("Reproduce", "The machine") and not DATE.search(s)]
+    undated = [
+        s.splitlines()[0]
+        for s in sections
+        if s.splitlines()[0] not in ("Reproduce", "The machine") and not DATE.search(s)
+    ]
     assert not undated, undated
     # the code figures name their commit, as the history does
     for title in ("The matrix", "Memory with a large transaction"):
         (section,) = [s for s in sections if s.startswith(title)]
         assert re.search(r"`[0-9a-f]{7}`", section.splitlines()[0]), section.splitlines()[0]
     # the targets table: a date on every row
-    rows = [line for line in text.splitlines() if line.startswith("| ") and "target" not in line
-            and not line.startswith("|---")]
+    rows = [
+        line
+        for line in text.splitlines()
+        if line.startswith("| ") and "target" not in line and not line.startswith("|---")
+    ]
     targets = rows[: rows.index(next(r for r in rows if r.startswith("| cell")))]
     assert targets and all(DATE.search(r) for r in targets), targets
     # a figure of the page is the history's (the matrix's worst and best cells)
-    for figure in ("| narrow-tiny-3t-open5000 | 135 | 175,681 |", "| narrow-large-3t | 190 | 297,393 |",
-                   "**169 MiB**", "**0.82 s**", "0.224 s"):
+    for figure in (
+        "| narrow-tiny-3t-open5000 | 135 | 175,681 |",
+        "| narrow-large-3t | 190 | 297,393 |",
+        "**169 MiB**",
+        "**0.82 s**",
+        "0.224 s",
+    ):
         assert figure in text and figure.strip("*") in HISTORY.read_text(), figure
 
 
@@ -50,8 +61,9 @@ def test_the_commands_name_programs_and_options_that_exist():
     for words in commands:
         script = ROOT / words[1]
         assert words[0] == ".venv/bin/python" and script.is_file(), words
-        helptext = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True,
-                                  cwd=ROOT, timeout=60).stdout
+        helptext = subprocess.run(
+            [sys.executable, str(script), "--help"], capture_output=True, text=True, cwd=ROOT, timeout=60
+        ).stdout
         for word in words[2:]:
             if word.startswith("--"):
                 assert word in helptext, f"{words[1]} takes no {word}"

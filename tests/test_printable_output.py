@@ -16,11 +16,14 @@ def _write(path: Path, records: list[dict]) -> None:
 
 def test_status_escapes_an_xid_with_control_characters(tmp_path: Path):
     (tmp_path / "in").mkdir()
-    _write(tmp_path / "in" / "redo_1_1.jsonl", [
-        {"op": "begin", "scn": 100, "xid": FORGED},
-        {"op": "insert", "scn": 101, "xid": FORGED, "owner": "S", "table": "T", "rid": "r1", "after": {"ID": 1}},
-        {"op": "lwn", "scn": 200},
-    ])
+    _write(
+        tmp_path / "in" / "redo_1_1.jsonl",
+        [
+            {"op": "begin", "scn": 100, "xid": FORGED},
+            {"op": "insert", "scn": 101, "xid": FORGED, "owner": "S", "table": "T", "rid": "r1", "after": {"ID": 1}},
+            {"op": "lwn", "scn": 200},
+        ],
+    )
     r = olr_buffer("replay", tmp_path / "in", "--queue", tmp_path / "q", "--changefeed", tmp_path / "cf")
     assert r.returncode == 0, r.describe()
     st = olr_buffer("status", "--queue", tmp_path / "q")
@@ -29,7 +32,9 @@ def test_status_escapes_an_xid_with_control_characters(tmp_path: Path):
     assert not any(line.startswith("queue /forged") for line in st.stdout.splitlines()), st.describe()
     assert "0x1\\nqueue /forged" in st.stdout and "\\x1b[2J\\u202e" in st.stdout, st.describe()
     # the JSON output keeps the XID exact
-    assert olr_buffer("status", "--queue", tmp_path / "q", "--json").json()["open_transactions"]["oldest"]["xid"] == FORGED
+    assert (
+        olr_buffer("status", "--queue", tmp_path / "q", "--json").json()["open_transactions"]["oldest"]["xid"] == FORGED
+    )
 
 
 def test_an_error_line_escapes_control_characters(tmp_path: Path):

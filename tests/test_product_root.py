@@ -60,6 +60,9 @@ def test_names_say_one_thing():
                 classes.setdefault(node.name, []).append(path.relative_to(ROOT).as_posix())
     assert classes["Server"] == ["sources/postgres/connection.py"]
     assert classes["StreamServer"] == ["serve/server.py"]
-    stutters = [f"{p.parent.parent.relative_to(ROOT)}/{p.parent.name}_{p.name}" for p in ROOT.rglob("*.py")
-                if (p.parent.parent / f"{p.parent.name}_{p.name}").exists()]
+    stutters = [
+        f"{p.parent.parent.relative_to(ROOT)}/{p.parent.name}_{p.name}"
+        for p in ROOT.rglob("*.py")
+        if (p.parent.parent / f"{p.parent.name}_{p.name}").exists()
+    ]
     assert not stutters, stutters

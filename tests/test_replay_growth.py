@@ -15,7 +15,9 @@ from tests.contract_model import assert_changefeed_equal, expected_changefeed, l
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_replay_then_more_input_then_replay_is_exact(tmp_path: Path, seed: int):
-    simulate(tmp_path / "full", threads=3, transactions=600, seed=seed, records_per_file=100_000, compress_archived=False)
+    simulate(
+        tmp_path / "full", threads=3, transactions=600, seed=seed, records_per_file=100_000, compress_archived=False
+    )
     records = load_input(tmp_path / "full")
     scns = sorted(r.scn for r in records)
     cut = scns[len(scns) // 2]

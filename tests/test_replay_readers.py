@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from olr_buffer.runtime import PipelineOptions, replay
-from olr_buffer.sources.redo.source import SMALL_REPLAY_BYTES, ZSTD_RATIO, replay_in_processes
-from olr_buffer.sources.redo.errors import InputError
 from olr_buffer.simulate import simulate
+from olr_buffer.sources.redo.errors import InputError
+from olr_buffer.sources.redo.source import SMALL_REPLAY_BYTES, ZSTD_RATIO, replay_in_processes
 from tests.contract_model import assert_changefeed_equal, expected_changefeed, load_changefeed
 
 
@@ -45,7 +45,9 @@ def test_bad_line_stops_with_the_same_error_then_resumes_exactly(tmp_path: Path)
     for processes in (True, False):
         out = tmp_path / ("p" if processes else "t")
         with pytest.raises(InputError) as err:
-            replay(str(inp), str(out / "q"), str(out / "cf"), PipelineOptions(durable=False, reader_processes=processes))
+            replay(
+                str(inp), str(out / "q"), str(out / "cf"), PipelineOptions(durable=False, reader_processes=processes)
+            )
         errors.append(str(err.value))
     assert errors[0] == errors[1]
     assert errors[0].startswith(f"{bad}:{lineno}: field 'scn' must be an integer, not a string"), errors[0]
@@ -54,7 +56,9 @@ def test_bad_line_stops_with_the_same_error_then_resumes_exactly(tmp_path: Path)
     bad.write_bytes(b"".join(lines))
     for processes in (True, False):
         out = tmp_path / ("p" if processes else "t")
-        summary = replay(str(inp), str(out / "q"), str(out / "cf"), PipelineOptions(durable=False, reader_processes=processes))
+        summary = replay(
+            str(inp), str(out / "q"), str(out / "cf"), PipelineOptions(durable=False, reader_processes=processes)
+        )
         assert summary.next_tx_seq == model.committed
         assert_changefeed_equal(load_changefeed(out / "cf"), model.rows)
 
@@ -69,7 +73,8 @@ def test_dead_letters_and_changefeed_are_the_same_in_processes_and_threads(tmp_p
         opts = PipelineOptions(durable=False, reader_processes=processes, dead_letter=str(out / "dead.jsonl"))
         summary = replay(str(inp), str(out / "q"), str(out / "cf"), opts)
         letters = sorted(
-            (d["file"], d["line"], d["reason"], d["raw"]) for d in map(json.loads, (out / "dead.jsonl").read_text().splitlines())
+            (d["file"], d["line"], d["reason"], d["raw"])
+            for d in map(json.loads, (out / "dead.jsonl").read_text().splitlines())
         )
         results.append((summary.quarantined, letters, load_changefeed(out / "cf")))
     assert results[0][0] == 2 and len(results[0][1]) == 2

@@ -32,10 +32,32 @@ SEGMENT = 64 * 1024
 
 def run_cmd(tmp: Path, *extra: str) -> list[str]:
     return [
-        sys.executable, "-m", "olr_buffer.cli", "run", str(tmp / "live"), "--queue", str(tmp / "q"),
-        "--changefeed", str(tmp / "cf"), "--threads", "1", "--flush-interval", "0.1", "--poll-interval", "0.02",
-        "--checkpoint-interval", "0.2", "--segment-size", f"{SEGMENT // 1024}KiB", "--block-records", "64",
-        "--dead-letter", str(tmp / "dead.jsonl"), "--log-level", "warning", *extra,
+        sys.executable,
+        "-m",
+        "olr_buffer.cli",
+        "run",
+        str(tmp / "live"),
+        "--queue",
+        str(tmp / "q"),
+        "--changefeed",
+        str(tmp / "cf"),
+        "--threads",
+        "1",
+        "--flush-interval",
+        "0.1",
+        "--poll-interval",
+        "0.02",
+        "--checkpoint-interval",
+        "0.2",
+        "--segment-size",
+        f"{SEGMENT // 1024}KiB",
+        "--block-records",
+        "64",
+        "--dead-letter",
+        str(tmp / "dead.jsonl"),
+        "--log-level",
+        "warning",
+        *extra,
     ]
 
 
@@ -92,8 +114,10 @@ def wait_until(what: str, cond, proc: subprocess.Popen, timeout: float = 90.0):
         if value:
             return value
         if proc.poll() is not None:
-            raise AssertionError(f"the service stopped (exit {proc.returncode}) waiting for {what}: "
-                                 f"{proc.stderr.read() if proc.stderr else ''}")
+            raise AssertionError(
+                f"the service stopped (exit {proc.returncode}) waiting for {what}: "
+                f"{proc.stderr.read() if proc.stderr else ''}"
+            )
         time.sleep(0.05)
     raise AssertionError(f"still waiting for {what} after {timeout}s")
 
@@ -102,8 +126,11 @@ def settled_queue_bytes(tmp: Path, rows: int, proc: subprocess.Popen) -> dict:
     """The queue's status once ``rows`` rows are published and two checkpoints were
     written after that (the first one's cleanup is then done)."""
     cf = tmp / "cf"
-    wait_until(f"{rows} rows in the changefeed",
-               lambda: cf.is_dir() and any(cf.glob("part-*")) and len(load_changefeed(cf)) >= rows, proc)
+    wait_until(
+        f"{rows} rows in the changefeed",
+        lambda: cf.is_dir() and any(cf.glob("part-*")) and len(load_changefeed(cf)) >= rows,
+        proc,
+    )
     seen: list[str] = []
 
     def two_checkpoints():
@@ -145,8 +172,13 @@ def test_a_transaction_that_never_ends_leaves_disk_flat_with_retention(tmp_path:
                 assert code == 0, err
                 err_text += err
                 service = start(run_cmd(tmp_path, *extra))
-        status = subprocess.run([sys.executable, "-m", "olr_buffer.cli", "status", "--queue", str(tmp_path / "q")],
-                                capture_output=True, text=True, cwd=ROOT, timeout=60)
+        status = subprocess.run(
+            [sys.executable, "-m", "olr_buffer.cli", "status", "--queue", str(tmp_path / "q")],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=60,
+        )
     finally:
         code, err = stop(service)
         err_text += err
@@ -166,18 +198,25 @@ def test_a_transaction_that_never_ends_leaves_disk_flat_with_retention(tmp_path:
         (line,) = (tmp_path / "dead.jsonl").read_text().splitlines()
         dead = json.loads(line)
         assert dead["kind"] == "abandoned_transaction" and (dead["xid"], dead["rows"], dead["begin_tm"]) == (
-            "STUCK", 3, T0)
+            "STUCK",
+            3,
+            T0,
+        )
         assert "abandoned by the retention limit: 1 transaction(s), 3 rows, not published; 2 record(s)" in status.stdout
         expected = expected_changefeed(live)
         kept = [r for r in expected.rows if r["xid"] != "STUCK"]
         renumber = {tx: n for n, tx in enumerate(dict.fromkeys(r["tx_seq"] for r in kept))}
-        assert_changefeed_equal(load_changefeed(tmp_path / "cf"), [{**r, "tx_seq": renumber[r["tx_seq"]]} for r in kept])
+        assert_changefeed_equal(
+            load_changefeed(tmp_path / "cf"), [{**r, "tx_seq": renumber[r["tx_seq"]]} for r in kept]
+        )
     else:
         # STUCK pins every segment from its first block: the queue grows with the load
         assert all(b > a for a, b in zip(sizes[:-2], sizes[1:-1])), f"queue MiB per 5 minutes: {mib}"
         assert sizes[-2] > 5 * 4 * SEGMENT, f"queue MiB per 5 minutes: {mib}"
         # status names the transaction that pins cleanup, and what it keeps
-        assert "held by transaction STUCK (from scn 1001, age" in held_text and "3 rows, not ended): it keeps" in held_text
+        assert (
+            "held by transaction STUCK (from scn 1001, age" in held_text and "3 rows, not ended): it keeps" in held_text
+        )
         assert "held by transaction STUCK" not in status.stdout  # it ended in the last file: nothing held
         assert not (tmp_path / "dead.jsonl").exists() or not (tmp_path / "dead.jsonl").read_text()
 
@@ -199,7 +238,10 @@ def test_the_metrics_count_what_was_abandoned(tmp_path: Path):
     finally:
         p.close()
     assert (summary.abandoned_transactions, summary.abandoned_rows, summary.transactions_published) == (
-        1, 3, 2 * TX_PER_CHUNK)
+        1,
+        3,
+        2 * TX_PER_CHUNK,
+    )
     assert "olr_buffer_abandoned_transactions_total 1.0" in text
     assert "olr_buffer_abandoned_rows_total 3.0" in text
     assert "olr_buffer_abandoned_records_total 0.0" in text

@@ -26,10 +26,30 @@ def start_run(tmp: Path, *extra: str) -> tuple[subprocess.Popen, Path]:
     log = tmp / "run.log"
     with open(log, "wb") as fh:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "olr_buffer.cli", "run", str(tmp / "live"), "--queue", str(tmp / "q"),
-             "--changefeed", str(tmp / "cf"), "--flush-interval", "0.2", "--poll-interval", "0.02",
-             "--checkpoint-interval", "0.5", "--log-format", "json", *extra],
-            stdout=subprocess.DEVNULL, stderr=fh, cwd=ROOT)
+            [
+                sys.executable,
+                "-m",
+                "olr_buffer.cli",
+                "run",
+                str(tmp / "live"),
+                "--queue",
+                str(tmp / "q"),
+                "--changefeed",
+                str(tmp / "cf"),
+                "--flush-interval",
+                "0.2",
+                "--poll-interval",
+                "0.02",
+                "--checkpoint-interval",
+                "0.5",
+                "--log-format",
+                "json",
+                *extra,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=fh,
+            cwd=ROOT,
+        )
     return proc, log
 
 
@@ -58,8 +78,9 @@ def test_run_logs_a_summary_per_interval_and_each_file_at_debug(tmp_path: Path):
     live = tmp_path / "live"
     live.mkdir()
     now = time.time_ns()
-    (live / "redo_1_1.jsonl").write_text(lines(*(r for i in range(6) for r in tx(f"X{i}", 10 + 10 * i, f"r{i}", now)),
-                                               {"op": "lwn", "scn": 100}))
+    (live / "redo_1_1.jsonl").write_text(
+        lines(*(r for i in range(6) for r in tx(f"X{i}", 10 + 10 * i, f"r{i}", now)), {"op": "lwn", "scn": 100})
+    )
     proc, log = start_run(tmp_path, "--log-level", "info", "--file-rows", "2", "--log-summary-interval", "1")
     try:
         wait_for_rows(tmp_path / "cf", 6, timeout=30)
@@ -81,11 +102,30 @@ def test_run_logs_a_summary_per_interval_and_each_file_at_debug(tmp_path: Path):
 
     # at DEBUG, each published file has its line (with its facts)
     proc = subprocess.run(
-        [sys.executable, "-m", "olr_buffer.cli", "--log-level", "debug", "replay", str(live), "--queue",
-         str(tmp_path / "q2"), "--changefeed", str(tmp_path / "cf2"), "--file-rows", "2"],
-        capture_output=True, text=True, cwd=ROOT, timeout=60)
+        [
+            sys.executable,
+            "-m",
+            "olr_buffer.cli",
+            "--log-level",
+            "debug",
+            "replay",
+            str(live),
+            "--queue",
+            str(tmp_path / "q2"),
+            "--changefeed",
+            str(tmp_path / "cf2"),
+            "--file-rows",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
-    per_file = [ln for ln in proc.stderr.splitlines() if " DEBUG olr_buffer.sinks.parquet.writer: published part-" in ln]
+    per_file = [
+        ln for ln in proc.stderr.splitlines() if " DEBUG olr_buffer.sinks.parquet.writer: published part-" in ln
+    ]
     assert len(per_file) == 3, proc.stderr
 
 
@@ -123,8 +163,10 @@ def test_run_logs_and_counts_each_bad_record_set_aside(tmp_path: Path):
     each = [d for d in docs if "bad record set aside in" in d["msg"]]
     assert len(each) == 10, each  # the first ten of the minute, one by one
     assert [d["line"] for d in each] == list(range(4, 14))
-    assert all(d["level"] == "warning" and d["file"].endswith("redo_1_1.jsonl") and "'scn' must be an integer"
-               in d["reason"] for d in each)
+    assert all(
+        d["level"] == "warning" and d["file"].endswith("redo_1_1.jsonl") and "'scn' must be an integer" in d["reason"]
+        for d in each
+    )
     assert each[0]["msg"].startswith(f"{live / 'redo_1_1.jsonl'}:4: bad record set aside in {dead}: ")
     more = [d for d in docs if "more bad record(s) set aside" in d["msg"]]
     assert [(d["bad_records"], d["total"]) for d in more] == [(16, 26)], more  # then how many more, once
@@ -144,10 +186,31 @@ def test_the_summary_line_counts_the_transactions_of_the_files_it_counts(tmp_pat
     log = tmp_path / "run.log"
     with open(log, "wb") as fh:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "olr_buffer.cli", "run", str(live), "--queue", str(tmp_path / "q"),
-             "--changefeed", str(tmp_path / "cf"), "--flush-interval", "4", "--poll-interval", "0.02",
-             "--checkpoint-interval", "60", "--log-summary-interval", "0.5", "--log-format", "json"],
-            stdout=subprocess.DEVNULL, stderr=fh, cwd=ROOT)
+            [
+                sys.executable,
+                "-m",
+                "olr_buffer.cli",
+                "run",
+                str(live),
+                "--queue",
+                str(tmp_path / "q"),
+                "--changefeed",
+                str(tmp_path / "cf"),
+                "--flush-interval",
+                "4",
+                "--poll-interval",
+                "0.02",
+                "--checkpoint-interval",
+                "60",
+                "--log-summary-interval",
+                "0.5",
+                "--log-format",
+                "json",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=fh,
+            cwd=ROOT,
+        )
     try:
         found = wait_for_log(proc, log, lambda d: d["msg"].startswith("published "), "summary line")
     finally:

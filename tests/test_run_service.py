@@ -22,9 +22,26 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def run_cmd(tmp: Path, *extra: str) -> list[str]:
     return [
-        sys.executable, "-m", "olr_buffer.cli", "run", str(tmp / "live"), "--queue", str(tmp / "q"),
-        "--changefeed", str(tmp / "cf"), "--flush-interval", "0.3", "--poll-interval", "0.02",
-        "--checkpoint-interval", "0.5", "--segment-size", "128KiB", "--log-level", "warning", *extra,
+        sys.executable,
+        "-m",
+        "olr_buffer.cli",
+        "run",
+        str(tmp / "live"),
+        "--queue",
+        str(tmp / "q"),
+        "--changefeed",
+        str(tmp / "cf"),
+        "--flush-interval",
+        "0.3",
+        "--poll-interval",
+        "0.02",
+        "--checkpoint-interval",
+        "0.5",
+        "--segment-size",
+        "128KiB",
+        "--log-level",
+        "warning",
+        *extra,
     ]
 
 
@@ -69,8 +86,20 @@ def test_live_writer_kill_and_restart_then_sigterm(tmp_path: Path):
     (tmp_path / "live").mkdir()
     # the service starts before any log exists: threads in play given explicitly
     service = start(run_cmd(tmp_path, "--threads", "1,2,3"))
-    writer = subprocess.Popen([sys.executable, "-m", "tests.live_writer", str(tmp_path / "stage"), str(tmp_path / "live"),
-                               "--rate", "4000", "--seed", "3"], cwd=ROOT)
+    writer = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.live_writer",
+            str(tmp_path / "stage"),
+            str(tmp_path / "live"),
+            "--rate",
+            "4000",
+            "--seed",
+            "3",
+        ],
+        cwd=ROOT,
+    )
     time.sleep(1.5)
     assert service.poll() is None
     os.kill(service.pid, signal.SIGKILL)
@@ -116,8 +145,9 @@ def test_a_signal_to_the_whole_process_group_is_a_clean_stop(tmp_path: Path, sig
     process of the service: its reader processes and their fork server too. The service
     stops cleanly (exit 0), not with 'the reader process ... failed/died' (exit 1)."""
     simulate(tmp_path / "live", threads=2, transactions=300, seed=4, records_per_file=400, compress_archived=False)
-    service = subprocess.Popen(run_cmd(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-                               start_new_session=True)
+    service = subprocess.Popen(
+        run_cmd(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, start_new_session=True
+    )
     try:
         expected = expected_changefeed(tmp_path / "live")
         wait_for_rows(tmp_path / "cf", len(expected.rows))
@@ -131,8 +161,12 @@ def test_a_signal_to_the_whole_process_group_is_a_clean_stop(tmp_path: Path, sig
     assert service.returncode == 0, err
     assert "Traceback" not in err and "reader process" not in err, err
     assert_changefeed_equal(load_changefeed(tmp_path / "cf"), expected.rows)
-    status = subprocess.run([sys.executable, "-m", "olr_buffer.cli", "status", "--queue", str(tmp_path / "q"), "--json"],
-                            capture_output=True, text=True, cwd=ROOT)
+    status = subprocess.run(
+        [sys.executable, "-m", "olr_buffer.cli", "status", "--queue", str(tmp_path / "q"), "--json"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert json.loads(status.stdout)["state"] == "stopped", status.stdout
 
 
@@ -152,9 +186,21 @@ def test_a_sigterm_while_the_command_starts_is_not_lost(tmp_path: Path, command:
     no log line. From the moment the process can catch it (its first import), `run` stops
     cleanly (exit 0, logged), `replay` ends as terminated (exit 143, one line)."""
     simulate(tmp_path / "live", threads=2, transactions=50, seed=5, records_per_file=400, compress_archived=False)
-    cmd = run_cmd(tmp_path, "--log-level", "info") if command == "run" else [
-        sys.executable, "-m", "olr_buffer.cli", "replay", str(tmp_path / "live"), "--queue", str(tmp_path / "q"),
-        "--changefeed", str(tmp_path / "cf")]
+    cmd = (
+        run_cmd(tmp_path, "--log-level", "info")
+        if command == "run"
+        else [
+            sys.executable,
+            "-m",
+            "olr_buffer.cli",
+            "replay",
+            str(tmp_path / "live"),
+            "--queue",
+            str(tmp_path / "q"),
+            "--changefeed",
+            str(tmp_path / "cf"),
+        ]
+    )
     proc = start(cmd)
     deadline = time.monotonic() + 60
     while not _catches_sigterm(proc.pid):
@@ -168,7 +214,8 @@ def test_a_sigterm_while_the_command_starts_is_not_lost(tmp_path: Path, command:
     else:
         assert code == 143, err
         assert [ln for ln in err.splitlines() if ln.strip()] == [
-            "olr-buffer: terminated (SIGTERM); run the same command again: it resumes"], err
+            "olr-buffer: terminated (SIGTERM); run the same command again: it resumes"
+        ], err
 
 
 def test_sequences_archived_right_after_their_log_switch(tmp_path: Path):
@@ -182,10 +229,20 @@ def test_sequences_archived_right_after_their_log_switch(tmp_path: Path):
 
     def tx(i: int) -> str:
         scn = 100 * i
-        recs = [{"op": "begin", "scn": scn, "xid": f"X{i}"},
-                {"op": "insert", "scn": scn + 1, "xid": f"X{i}", "owner": "O", "table": "T", "rid": f"r{i}",
-                 "after": {"i": i}},
-                {"op": "commit", "scn": scn + 2, "xid": f"X{i}", "tm": scn}, {"op": "lwn", "scn": scn + 2}]
+        recs = [
+            {"op": "begin", "scn": scn, "xid": f"X{i}"},
+            {
+                "op": "insert",
+                "scn": scn + 1,
+                "xid": f"X{i}",
+                "owner": "O",
+                "table": "T",
+                "rid": f"r{i}",
+                "after": {"i": i},
+            },
+            {"op": "commit", "scn": scn + 2, "xid": f"X{i}", "tm": scn},
+            {"op": "lwn", "scn": scn + 2},
+        ]
         return "".join(json.dumps(r) + "\n" for r in recs)
 
     (live / "redo_1_1.jsonl").write_text(tx(1))
@@ -234,7 +291,9 @@ def test_config_file_gives_defaults_and_flags_win(tmp_path: Path):
         f'input = "{live}"\nqueue = "{tmp_path / "q"}"\nchangefeed = "{tmp_path / "wrong"}"\n'
         'threads = [1]\nflush_interval = 0.2\nlog_level = "warning"\n'
     )
-    proc = start([sys.executable, "-m", "olr_buffer.cli", "run", "--config", str(cfg), "--changefeed", str(tmp_path / "cf")])
+    proc = start(
+        [sys.executable, "-m", "olr_buffer.cli", "run", "--config", str(cfg), "--changefeed", str(tmp_path / "cf")]
+    )
     try:
         wait_started(proc, tmp_path / "cf")
     finally:
@@ -243,7 +302,9 @@ def test_config_file_gives_defaults_and_flags_win(tmp_path: Path):
     assert (tmp_path / "cf" / "_olr_buffer").is_dir() and not (tmp_path / "wrong").exists()
     bad = tmp_path / "bad.toml"
     bad.write_text('queue = "q"\nflush_intervall = 1\n')
-    r = subprocess.run([sys.executable, "-m", "olr_buffer.cli", "run", "--config", str(bad)], capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "olr_buffer.cli", "run", "--config", str(bad)], capture_output=True, text=True
+    )
     assert r.returncode == 2 and "unknown key(s) flush_intervall" in r.stderr
 
 
@@ -252,9 +313,12 @@ def test_metrics_on_loopback(tmp_path: Path):
 
     live = tmp_path / "live"
     live.mkdir()
-    recs = [{"op": "begin", "scn": 10, "xid": "A"},
-            {"op": "insert", "scn": 11, "xid": "A", "owner": "O", "table": "T", "rid": "r1", "after": {"x": 1}},
-            {"op": "commit", "scn": 12, "xid": "A", "tm": time.time_ns()}, {"op": "lwn", "scn": 20}]
+    recs = [
+        {"op": "begin", "scn": 10, "xid": "A"},
+        {"op": "insert", "scn": 11, "xid": "A", "owner": "O", "table": "T", "rid": "r1", "after": {"x": 1}},
+        {"op": "commit", "scn": 12, "xid": "A", "tm": time.time_ns()},
+        {"op": "lwn", "scn": 20},
+    ]
     (live / "redo_1_1.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     proc = start(run_cmd(tmp_path, "--metrics-port", "0", "--log-level", "info"))
     try:

@@ -12,7 +12,6 @@ import pytest
 import zstandard
 
 from olr_buffer.simulate import SimulationStats, simulate
-
 from tests.contract_model import InputRecord, ModelResult, expected_changefeed, load_input
 
 NAME_RE = re.compile(r"^redo_([0-9]+)_([0-9]+)\.jsonl(\.zst)?$")
@@ -40,8 +39,9 @@ class Workload:
 @pytest.fixture(scope="module")
 def workload(tmp_path_factory: pytest.TempPathFactory) -> Workload:
     directory = tmp_path_factory.mktemp("sim")
-    stats = simulate(directory, threads=3, transactions=400, seed=7, records_per_file=300,
-                     large_tx_rows=LARGE_ROWS, open_at_end=2)
+    stats = simulate(
+        directory, threads=3, transactions=400, seed=7, records_per_file=300, large_tx_rows=LARGE_ROWS, open_at_end=2
+    )
     return Workload(directory, stats)
 
 
@@ -63,8 +63,7 @@ def decoded_lines(path: Path) -> list[bytes]:
 
 
 def test_same_seed_gives_byte_identical_files(tmp_path: Path) -> None:
-    kwargs: dict[str, Any] = dict(threads=2, transactions=150, records_per_file=200,
-                                  large_tx_rows=100)
+    kwargs: dict[str, Any] = dict(threads=2, transactions=150, records_per_file=200, large_tx_rows=100)
     first = simulate(tmp_path / "a", seed=11, **kwargs)
     second = simulate(tmp_path / "b", seed=11, **kwargs)
     other = simulate(tmp_path / "c", seed=12, **kwargs)
@@ -255,9 +254,7 @@ def test_workload_has_every_feature(workload: Workload) -> None:
     model, by_xid, emitted = workload.model, workload.by_xid, workload.emitted_xids
     assert model.committed > 100 and model.rolled_back > 0 and model.empty > 0
     # Partial rollback: an emitted transaction with compensation records.
-    assert any(
-        any(rec.data.get("rollback") for rec in by_xid[xid]) for xid in emitted
-    ), "no partial rollback"
+    assert any(any(rec.data.get("rollback") for rec in by_xid[xid]) for xid in emitted), "no partial rollback"
     # Distributed: an emitted transaction with rows on two threads.
     threads_of = {xid: {rec.thread for rec in by_xid[xid]} for xid in emitted}
     assert any(len(threads) > 1 for threads in threads_of.values()), "no distributed transaction"
@@ -281,9 +278,7 @@ def test_workload_has_long_large_and_idle_parts(workload: Workload) -> None:
     rows_per_xid = collections.Counter(row["xid"] for row in workload.model.rows)
     assert max(rows_per_xid.values()) >= LARGE_ROWS, "no large transaction"
     assert sum(count >= 200 for count in rows_per_xid.values()) >= 2
-    spans = [
-        len({(rec.thread, rec.sequence) for rec in recs}) for recs in workload.by_xid.values()
-    ]
+    spans = [len({(rec.thread, rec.sequence) for rec in recs}) for recs in workload.by_xid.values()]
     assert max(spans) >= 4, "no transaction open across several log switches"
     assert idle_stretch(workload.records) >= 100, "no thread idle while the others work"
 
@@ -301,10 +296,7 @@ def idle_stretch(records: list[InputRecord]) -> int:
                 end += 1
             if end - start >= 5:
                 low, high = own[start].scn, own[end - 1].scn
-                busy = sum(
-                    1 for rec in records
-                    if rec.thread != thread and rec.op != "lwn" and low <= rec.scn <= high
-                )
+                busy = sum(1 for rec in records if rec.thread != thread and rec.op != "lwn" and low <= rec.scn <= high)
                 best = max(best, busy)
             start = end + 1
     return best
@@ -313,10 +305,16 @@ def idle_stretch(records: list[InputRecord]) -> int:
 @pytest.mark.parametrize(
     ("threads", "seed", "records_per_file"), [(1, 0, 50), (2, 1, 120), (4, 2, 400), (5, 3, 10_000)]
 )
-def test_other_shapes_keep_the_rules(tmp_path: Path, threads: int, seed: int,
-                                     records_per_file: int) -> None:
-    stats = simulate(tmp_path, threads=threads, transactions=120, seed=seed,
-                     records_per_file=records_per_file, concurrency=5, lwn_every=10.0)
+def test_other_shapes_keep_the_rules(tmp_path: Path, threads: int, seed: int, records_per_file: int) -> None:
+    stats = simulate(
+        tmp_path,
+        threads=threads,
+        transactions=120,
+        seed=seed,
+        records_per_file=records_per_file,
+        concurrency=5,
+        lwn_every=10.0,
+    )
     work = Workload(tmp_path, stats)
     test_scn_and_sub_never_decrease_within_a_thread(work)
     test_lwn_promise_holds(work)
@@ -331,8 +329,15 @@ def test_other_shapes_keep_the_rules(tmp_path: Path, threads: int, seed: int,
 def test_rolling_restarts_close_each_thread_in_turn(tmp_path: Path) -> None:
     from tests.contract_model import check_close_rule
 
-    stats = simulate(tmp_path / "w", threads=3, transactions=400, seed=9, records_per_file=200, rolling_restarts=True,
-                     close_thread_at=0.9)
+    stats = simulate(
+        tmp_path / "w",
+        threads=3,
+        transactions=400,
+        seed=9,
+        records_per_file=200,
+        rolling_restarts=True,
+        close_thread_at=0.9,
+    )
     records = load_input(tmp_path / "w")
     assert (stats.closes, stats.reopens) == (4, 3)
     for t in (1, 2, 3):

@@ -28,8 +28,15 @@ def test_olr_buffer_spark_gives_every_public_name_of_spark_sink_without_a_warnin
 def test_the_spark_helpers_live_in_spark_sink():
     import olr_buffer.spark as face
 
-    homes = {"read_changefeed": "reading", "changefeed_schema": "reading", "stream_changefeed": "streaming",
-             "table_changes": "tables", "snapshot": "tables", "typed": "tables", "table_schema": "tables",
-             "infer_schema": "tables"}
+    homes = {
+        "read_changefeed": "reading",
+        "changefeed_schema": "reading",
+        "stream_changefeed": "streaming",
+        "table_changes": "tables",
+        "snapshot": "tables",
+        "typed": "tables",
+        "table_schema": "tables",
+        "infer_schema": "tables",
+    }
     for name, module in homes.items():
         assert getattr(face, name).__module__ == f"olr_buffer.spark_sink.{module}", name

@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
 ROOT = Path(__file__).resolve().parent.parent
 
-BLOCKER = '''
+BLOCKER = """
 import os, sys
 
 class _NoPySpark:
@@ -39,7 +39,7 @@ class _NoPySpark:
         return None
 
 sys.meta_path.insert(0, _NoPySpark())
-'''
+"""
 
 
 @pytest.fixture
@@ -48,13 +48,17 @@ def no_pyspark(tmp_path: Path) -> dict[str, str]:
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(BLOCKER)
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)]),
-            "PYSPARK_ATTEMPTS": str(tmp_path / "pyspark-attempts.txt")}
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)]),
+        "PYSPARK_ATTEMPTS": str(tmp_path / "pyspark-attempts.txt"),
+    }
 
 
 def olr(env: dict, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "olr_buffer.cli", *args], capture_output=True, text=True,
-                          env=env, cwd=ROOT, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "olr_buffer.cli", *args], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120
+    )
 
 
 def attempts(env: dict) -> str:
@@ -70,8 +74,19 @@ def test_the_blocker_blocks(no_pyspark):
 
 def test_commands_run_without_pyspark(tmp_path: Path, no_pyspark):
     inp, q, cf = tmp_path / "in", tmp_path / "q", tmp_path / "cf"
-    r = olr(no_pyspark, "simulate", str(inp), "--threads", "2", "--transactions", "80", "--seed", "3",
-            "--start-time", "2024-06-01T00:00:00Z")
+    r = olr(
+        no_pyspark,
+        "simulate",
+        str(inp),
+        "--threads",
+        "2",
+        "--transactions",
+        "80",
+        "--seed",
+        "3",
+        "--start-time",
+        "2024-06-01T00:00:00Z",
+    )
     assert r.returncode == 0, r.stderr
     r = olr(no_pyspark, "replay", str(inp), "--queue", str(q), "--changefeed", str(cf), "--json")
     assert r.returncode == 0, r.stderr
@@ -86,9 +101,27 @@ def test_commands_run_without_pyspark(tmp_path: Path, no_pyspark):
 
     # the service, with its reader processes, follows a second queue's input until SIGTERM
     proc = subprocess.Popen(
-        [sys.executable, "-m", "olr_buffer.cli", "run", str(inp), "--queue", str(tmp_path / "q2"),
-         "--changefeed", str(tmp_path / "cf2"), "--flush-interval", "0.2", "--checkpoint-interval", "0.5"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=no_pyspark, cwd=ROOT)
+        [
+            sys.executable,
+            "-m",
+            "olr_buffer.cli",
+            "run",
+            str(inp),
+            "--queue",
+            str(tmp_path / "q2"),
+            "--changefeed",
+            str(tmp_path / "cf2"),
+            "--flush-interval",
+            "0.2",
+            "--checkpoint-interval",
+            "0.5",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=no_pyspark,
+        cwd=ROOT,
+    )
     try:
         deadline = time.monotonic() + 60
         while not (tmp_path / "cf2").is_dir() or not list((tmp_path / "cf2").glob("part-*.parquet")):
@@ -115,14 +148,18 @@ def test_a_spark_helper_says_what_to_install(tmp_path: Path, no_pyspark):
         "        assert isinstance(exc, ImportError) and exc.name == 'pyspark'\n"
         "        print(name, '->', exc)\n"
     )
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=no_pyspark, cwd=ROOT,
-                       timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=no_pyspark, cwd=ROOT, timeout=60
+    )
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert len(lines) == 7, r.stdout
     for line in lines:
-        assert re.fullmatch(r"\S+ -> olr_buffer\.spark\.\w+ needs PySpark, which is not installed: "
-                            r"pip install 'olr-buffer\[spark\]' \(or pyspark>=3\.5\)", line), line
+        assert re.fullmatch(
+            r"\S+ -> olr_buffer\.spark\.\w+ needs PySpark, which is not installed: "
+            r"pip install 'olr-buffer\[spark\]' \(or pyspark>=3\.5\)",
+            line,
+        ), line
 
 
 def test_pyspark_is_an_extra_and_the_service_image_leaves_it_out():
@@ -135,7 +172,8 @@ def test_pyspark_is_an_extra_and_the_service_image_leaves_it_out():
     # the installed distribution's metadata says the same
     requires = importlib.metadata.requires("olr-buffer") or []
     assert [r for r in requires if r.startswith("pyspark")] and all(
-        "extra ==" in r for r in requires if r.startswith("pyspark"))
+        "extra ==" in r for r in requires if r.startswith("pyspark")
+    )
     # the service's container image installs the package without its spark extra
     containerfile = (ROOT / "docs" / "examples" / "Containerfile").read_text()
     installs = [line for line in containerfile.splitlines() if "pip install" in line]

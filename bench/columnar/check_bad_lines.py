@@ -32,19 +32,41 @@ CASES = [
     ("scn negative", lambda cur, prev: b'{"op":"begin","scn":-5,"xid":"0x1"}'),
     ("missing xid", lambda cur, prev: b'{"op":"begin","scn":%d}' % (prev["scn"] + 1)),
     ("empty xid", lambda cur, prev: b'{"op":"commit","scn":%d,"xid":""}' % (prev["scn"] + 1)),
-    ("insert without rid", lambda cur, prev: b'{"op":"insert","scn":%d,"xid":"0x1","owner":"A","table":"T",'
-                                            b'"after":{"a":1}}' % (prev["scn"] + 1)),
-    ("update without before", lambda cur, prev: b'{"op":"update","scn":%d,"xid":"0x1","owner":"A","table":"T",'
-                                               b'"rid":"R","after":{"a":1}}' % (prev["scn"] + 1)),
-    ("after is an array", lambda cur, prev: b'{"op":"insert","scn":%d,"xid":"0x1","owner":"A","table":"T",'
-                                           b'"rid":"R","after":[1]}' % (prev["scn"] + 1)),
-    ("tm beyond int64", lambda cur, prev: b'{"op":"begin","scn":%d,"xid":"0x1","tm":9223372036854775808}'
-     % (prev["scn"] + 1)),
-    ("invalid UTF-8 in an unknown field", lambda cur, prev: b'{"op":"begin","scn":%d,"xid":"0x1","x":"\xff"}'
-     % (prev["scn"] + 1)),
+    (
+        "insert without rid",
+        lambda cur, prev: (
+            b'{"op":"insert","scn":%d,"xid":"0x1","owner":"A","table":"T","after":{"a":1}}' % (prev["scn"] + 1)
+        ),
+    ),
+    (
+        "update without before",
+        lambda cur, prev: (
+            b'{"op":"update","scn":%d,"xid":"0x1","owner":"A","table":"T",'
+            b'"rid":"R","after":{"a":1}}' % (prev["scn"] + 1)
+        ),
+    ),
+    (
+        "after is an array",
+        lambda cur, prev: (
+            b'{"op":"insert","scn":%d,"xid":"0x1","owner":"A","table":"T","rid":"R","after":[1]}' % (prev["scn"] + 1)
+        ),
+    ),
+    (
+        "tm beyond int64",
+        lambda cur, prev: b'{"op":"begin","scn":%d,"xid":"0x1","tm":9223372036854775808}' % (prev["scn"] + 1),
+    ),
+    (
+        "invalid UTF-8 in an unknown field",
+        lambda cur, prev: b'{"op":"begin","scn":%d,"xid":"0x1","x":"\xff"}' % (prev["scn"] + 1),
+    ),
     ("record at an lwn's scn", None),  # two lines: see below
-    ("ddl (not an error)", lambda cur, prev: b'{"op":"ddl","scn":%d,"xid":"0x1","owner":"A","table":"T",'
-                                            b'"sql":"create table t (a int)"}' % (prev["scn"] + 1)),
+    (
+        "ddl (not an error)",
+        lambda cur, prev: (
+            b'{"op":"ddl","scn":%d,"xid":"0x1","owner":"A","table":"T",'
+            b'"sql":"create table t (a int)"}' % (prev["scn"] + 1)
+        ),
+    ),
 ]
 
 

@@ -40,9 +40,15 @@ def main() -> None:
     col_dir = os.path.join(args.work, "cmp-columnar")
     contenders = {
         "today": lambda: benchlib.replay_cmd(args.input, today_dir),
-        "columnar": lambda: [sys.executable, os.path.join(HERE, "replay_columnar.py"), args.input,
-                             "--queue", os.path.join(col_dir, "queue"), "--changefeed",
-                             os.path.join(col_dir, "changefeed")],
+        "columnar": lambda: [
+            sys.executable,
+            os.path.join(HERE, "replay_columnar.py"),
+            args.input,
+            "--queue",
+            os.path.join(col_dir, "queue"),
+            "--changefeed",
+            os.path.join(col_dir, "changefeed"),
+        ],
         "floor": lambda: benchlib.python_cmd("floor.py", args.input, "--json"),
     }
     for name in filter(None, args.skip.split(",")):
@@ -51,7 +57,7 @@ def main() -> None:
     res: dict[str, dict[str, list]] = {k: {"cpu_us": [], "wall": [], "load": []} for k in contenders}
     names = list(contenders)
     for run in range(args.runs):
-        for name in names[run % len(names):] + names[: run % len(names)]:
+        for name in names[run % len(names) :] + names[: run % len(names)]:
             benchlib.fresh_dir(today_dir if name == "today" else col_dir) if name != "floor" else None
             load = os.getloadavg()[0]
             m = benchlib.run_measured(contenders[name](), env=env).check()
@@ -59,12 +65,20 @@ def main() -> None:
             res[name]["cpu_us"].append(round(cpu, 3))
             res[name]["wall"].append(round(m.wall, 2))
             res[name]["load"].append(round(load, 1))
-            print(f"[{time.strftime('%H:%M:%S')}] {name}: CPU {cpu:.3f} us a line ({m.user + m.sys:.2f} s), "
-                  f"wall {m.wall:.2f} s, load {load:.1f}", file=sys.stderr, flush=True)
+            print(
+                f"[{time.strftime('%H:%M:%S')}] {name}: CPU {cpu:.3f} us a line ({m.user + m.sys:.2f} s), "
+                f"wall {m.wall:.2f} s, load {load:.1f}",
+                file=sys.stderr,
+                flush=True,
+            )
     out: dict = {"input": args.input, "lines": lines}
     for name, r in res.items():
-        out[name] = {"cpu_us_median": statistics.median(r["cpu_us"]), "wall_median": statistics.median(r["wall"]),
-                     "lines_per_s_median": round(lines / statistics.median(r["wall"])), **r}
+        out[name] = {
+            "cpu_us_median": statistics.median(r["cpu_us"]),
+            "wall_median": statistics.median(r["wall"]),
+            "lines_per_s_median": round(lines / statistics.median(r["wall"])),
+            **r,
+        }
     if "today" in res and "columnar" in res:
         out["same_changefeed"] = compare(os.path.join(col_dir, "changefeed"), os.path.join(today_dir, "changefeed"))
     if args.json:
@@ -72,8 +86,11 @@ def main() -> None:
     else:
         for name in res:
             o = out[name]
-            print(f"{name:10s} CPU {o['cpu_us_median']:6.3f} us a line (runs {o['cpu_us']}), wall {o['wall_median']:.2f} s"
-                  f" (runs {o['wall']}), {o['lines_per_s_median']:,} lines/s")
+            print(
+                f"{name:10s} CPU {o['cpu_us_median']:6.3f} us a line (runs {o['cpu_us']}), "
+                f"wall {o['wall_median']:.2f} s"
+                f" (runs {o['wall']}), {o['lines_per_s_median']:,} lines/s"
+            )
         if "same_changefeed" in out:
             print(f"same changefeed: {out['same_changefeed']}")
 

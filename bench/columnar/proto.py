@@ -33,13 +33,14 @@ import json
 import os
 import struct
 import time
+from collections.abc import Iterator
 from operator import attrgetter
-from typing import Annotated, Iterator
+from typing import Annotated
 
 import msgspec
 import pyarrow as pa
-import zstandard
 import pyarrow.compute as pc
+import zstandard
 
 from olr_buffer.changes import (
     BEGIN,
@@ -111,10 +112,24 @@ _BRACE = b"{"
 
 # A chunk's records (markers are not records: they move the progress); in a block, the
 # same without ``xid``: its groups and events carry it
-CHUNK_SCHEMA = pa.schema([
-    ("code", I8), ("scn", I64), ("sub", I64), ("seq", I32), ("line", I64), ("xid", STR), ("tm", I64),
-    ("owner", STR), ("table", STR), ("obj", I64), ("rid", STR), ("before", STR), ("after", STR), ("sql", STR),
-])
+CHUNK_SCHEMA = pa.schema(
+    [
+        ("code", I8),
+        ("scn", I64),
+        ("sub", I64),
+        ("seq", I32),
+        ("line", I64),
+        ("xid", STR),
+        ("tm", I64),
+        ("owner", STR),
+        ("table", STR),
+        ("obj", I64),
+        ("rid", STR),
+        ("before", STR),
+        ("after", STR),
+        ("sql", STR),
+    ]
+)
 RECORD_SCHEMA = pa.schema([f for f in CHUNK_SCHEMA if f.name != "xid"])
 
 _ROWNUMS: list[pa.Array] = [pa.array([], I64)]
@@ -161,8 +176,9 @@ def decode_chunk(region: bytes) -> tuple[list[Line], int | None, str | None]:
     if region[:1] == b"{" and region[-1:] == b"}" and region.count(b"}\n{") == n - 1:
         try:
             if not region.isascii():  # the UTF-8 of the fields msgspec skips, in Arrow's validator
-                pa.Array.from_buffers(STR, 1, [None, pa.py_buffer(_OFFSETS.pack(0, len(region))),
-                                               pa.py_buffer(region)]).validate(full=True)
+                pa.Array.from_buffers(
+                    STR, 1, [None, pa.py_buffer(_OFFSETS.pack(0, len(region))), pa.py_buffer(region)]
+                ).validate(full=True)
             out = _decode_lines(region)
             if len(out) == n:
                 return out, None, None
@@ -291,9 +307,20 @@ def chunk_records(region: bytes, seq: int, line0: int, state: ChunkState) -> tup
     if nrec < n and pc.any(pc.and_(marker, pc.is_valid(xid))).as_py():
         xid = pc.if_else(marker, pa.scalar(None, STR), xid)  # an lwn/close with an xid: not a record
     arrays = [
-        code, scn, cols["sub"], pa.repeat(pa.scalar(seq, I32), n), pc.add(rownums(n), line0 + 1), xid,
-        cols["tm"], cols["owner"], cols["table"], cols["obj"], cols["rid"],
-        _image_text(cols["before"], keep), _image_text(cols["after"], keep), cols["sql"],
+        code,
+        scn,
+        cols["sub"],
+        pa.repeat(pa.scalar(seq, I32), n),
+        pc.add(rownums(n), line0 + 1),
+        xid,
+        cols["tm"],
+        cols["owner"],
+        cols["table"],
+        cols["obj"],
+        cols["rid"],
+        _image_text(cols["before"], keep),
+        _image_text(cols["after"], keep),
+        cols["sql"],
     ]
     # lwn/close lines stay in the batch (xid null): build_block drops them in the take it
     # makes anyway, instead of a copy of every chunk that holds one
@@ -302,8 +329,9 @@ def chunk_records(region: bytes, seq: int, line0: int, state: ChunkState) -> tup
 
 # -- blocks --------------------------------------------------------------------------------
 
-GROUP_SCHEMA = pa.schema([("xid", STR), ("start", I32), ("count", I32), ("rows", I64), ("comps", I64),
-                          ("first_scn", I64)])
+GROUP_SCHEMA = pa.schema(
+    [("xid", STR), ("start", I32), ("count", I32), ("rows", I64), ("comps", I64), ("first_scn", I64)]
+)
 EVENT_COLUMNS = ["xid", "code", "scn", "seq", "line", "tm"]
 
 
@@ -345,8 +373,9 @@ def build_block(parts: list[pa.RecordBatch], thread: int, progress: int, closed:
         if pc.any(reuse).as_py():
             raise NotImplementedError("XID reuse inside one block")
     groups = pa.RecordBatch.from_arrays(
-        [enc.dictionary, starts.cast(I32), counts.cast(I32), rows_g, comps_g,
-         b.column("scn").take(starts)], schema=GROUP_SCHEMA)
+        [enc.dictionary, starts.cast(I32), counts.cast(I32), rows_g, comps_g, b.column("scn").take(starts)],
+        schema=GROUP_SCHEMA,
+    )
     meta = json.dumps({"f": RECORD_FORMAT, "t": thread, "p": progress, "c": closed}).encode()
     value = encode_block([meta, _ipc_buffer(groups), _ipc_buffer(ev), _ipc_buffer(b.drop_columns(["xid"]))])
     return value, 4, len(b)
@@ -366,9 +395,9 @@ def encode_block(parts: list) -> bytes:
     """What ``BlockCodec.encode(parts)`` returns (the queue's block format: header, then
     zstd of the offsets and the parts), written into one buffer: no copy of the parts
     before the compressor reads them."""
-    from itertools import accumulate
-    from array import array
     import zlib
+    from array import array
+    from itertools import accumulate
 
     offsets = array("I", [0])
     offsets.extend(accumulate(map(len, parts)))
@@ -437,7 +466,7 @@ class ColumnarReader:
                 line += n
                 offset += end + 1
                 self.lines += n
-                buf = buf[end + 1:]
+                buf = buf[end + 1 :]
                 if batch is not None:
                     self.parts.append(batch)
                     self.nrec += len(batch)  # lwn/close lines included (a few)
@@ -448,8 +477,9 @@ class ColumnarReader:
     def _flush(self, seq: int, offset: int, line: int, force: bool = False) -> None:
         if not self.parts and not force:
             return
-        pos = json.dumps({"t": self.thread, "s": seq, "o": offset, "l": line, "p": self.state.progress,
-                          "c": self.state.closed}).encode()
+        pos = json.dumps(
+            {"t": self.thread, "s": seq, "o": offset, "l": line, "p": self.state.progress, "c": self.state.closed}
+        ).encode()
         if self.parts:
             value, count, nrec = build_block(self.parts, self.thread, self.state.progress, self.state.closed)
             self.emit(value, count, nrec, {b"columnar/reader/%d" % self.thread: pos})
@@ -460,10 +490,12 @@ class ColumnarReader:
 
 # -- the dispatcher --------------------------------------------------------------------------
 
-HELD_GROUP_SCHEMA = pa.schema([("xid", STR), ("block", I64), ("thread", I32), ("start", I32), ("count", I32),
-                               ("comps", I64)])
-HELD_EVENT_SCHEMA = pa.schema([("xid", STR), ("code", I8), ("scn", I64), ("thread", I32), ("seq", I32),
-                               ("line", I64), ("tm", I64)])
+HELD_GROUP_SCHEMA = pa.schema(
+    [("xid", STR), ("block", I64), ("thread", I32), ("start", I32), ("count", I32), ("comps", I64)]
+)
+HELD_EVENT_SCHEMA = pa.schema(
+    [("xid", STR), ("code", I8), ("scn", I64), ("thread", I32), ("seq", I32), ("line", I64), ("tm", I64)]
+)
 
 
 class Published(msgspec.Struct):
@@ -530,13 +562,34 @@ class ColumnarDispatcher:
         g, ev, recs = read_ipc(block.record(1)), read_ipc(block.record(2)), read_ipc(block.record(3))
         self._cache_put(index, recs)
         n = len(g)
-        self.new_groups.append(pa.RecordBatch.from_arrays(
-            [g.column("xid"), pa.repeat(pa.scalar(index, I64), n), pa.repeat(pa.scalar(t, I32), n),
-             g.column("start"), g.column("count"), g.column("comps")], schema=HELD_GROUP_SCHEMA))
+        self.new_groups.append(
+            pa.RecordBatch.from_arrays(
+                [
+                    g.column("xid"),
+                    pa.repeat(pa.scalar(index, I64), n),
+                    pa.repeat(pa.scalar(t, I32), n),
+                    g.column("start"),
+                    g.column("count"),
+                    g.column("comps"),
+                ],
+                schema=HELD_GROUP_SCHEMA,
+            )
+        )
         m = len(ev)
-        self.new_events.append(pa.RecordBatch.from_arrays(
-            [ev.column("xid"), ev.column("code"), ev.column("scn"), pa.repeat(pa.scalar(t, I32), m),
-             ev.column("seq"), ev.column("line"), ev.column("tm")], schema=HELD_EVENT_SCHEMA))
+        self.new_events.append(
+            pa.RecordBatch.from_arrays(
+                [
+                    ev.column("xid"),
+                    ev.column("code"),
+                    ev.column("scn"),
+                    pa.repeat(pa.scalar(t, I32), m),
+                    ev.column("seq"),
+                    ev.column("line"),
+                    ev.column("tm"),
+                ],
+                schema=HELD_EVENT_SCHEMA,
+            )
+        )
         self.stats.blocks += 1
         self.stats.records += len(recs)
 
@@ -571,8 +624,11 @@ class ColumnarDispatcher:
         if not len(ends):
             return 0
         # commit order: (scn, thread, sequence, line); an XID's end is its first in that order
-        ends = ends.take(pc.sort_indices(ends, [("scn", "ascending"), ("thread", "ascending"),
-                                                ("seq", "ascending"), ("line", "ascending")]))
+        ends = ends.take(
+            pc.sort_indices(
+                ends, [("scn", "ascending"), ("thread", "ascending"), ("seq", "ascending"), ("line", "ascending")]
+            )
+        )
         idx = pc.dictionary_encode(col(ends, "xid")).indices
         first = pc.greater(idx, shift(pc.cumulative_max(idx), -1))
         ends = ends.filter(first)
@@ -588,15 +644,21 @@ class ColumnarDispatcher:
         self.held_events = ev.filter(pc.invert(done_events))
         # begins: the lowest begin of each XID, at or below its commit
         begins = events.filter(pc.equal(col(events, "code"), BEGIN))
-        if len(begins) and pc.any(pc.greater(col(begins, "scn"), pc.take(
-                col(ready, "scn"), pc.index_in(col(begins, "xid"), value_set=xids)))).as_py():
+        if (
+            len(begins)
+            and pc.any(
+                pc.greater(
+                    col(begins, "scn"), pc.take(col(ready, "scn"), pc.index_in(col(begins, "xid"), value_set=xids))
+                )
+            ).as_py()
+        ):
             raise NotImplementedError("XID reuse (a begin after its commit) in one publish")
         bpos = pc.index_in(col(ready, "xid"), value_set=col(begins, "xid"))
         has_begin = pc.is_valid(bpos)
         is_commit = pc.equal(col(ready, "code"), COMMIT)
         self.stats.rolled_back += len(ready) - (pc.sum(is_commit).as_py() or 0)
         ok = pc.and_(is_commit, has_begin)
-        self.stats.no_begin += (pc.sum(pc.and_(is_commit, pc.invert(has_begin))).as_py() or 0)
+        self.stats.no_begin += pc.sum(pc.and_(is_commit, pc.invert(has_begin))).as_py() or 0
         commits = ready.filter(ok).select(["xid", "scn", "tm"]).rename_columns(["xid", "c_scn", "c_tm"])
         commits = commits.combine_chunks()
         self.stats.committed += len(commits)
@@ -608,8 +670,11 @@ class ColumnarDispatcher:
         cx = col(commits, "xid")
         rank = pc.index_in(col(groups, "xid"), value_set=cx)
         groups = groups.append_column("rank", rank).filter(pc.is_valid(rank))
-        groups = groups.take(pc.sort_indices(groups, [("rank", "ascending"), ("thread", "ascending"),
-                                                      ("block", "ascending"), ("start", "ascending")]))
+        groups = groups.take(
+            pc.sort_indices(
+                groups, [("rank", "ascending"), ("thread", "ascending"), ("block", "ascending"), ("start", "ascending")]
+            )
+        )
         counts = col(groups, "count")
         run_ends = pc.cumulative_sum(counts.cast(I64))
         total = run_ends[-1].as_py()
@@ -623,8 +688,12 @@ class ColumnarDispatcher:
             # few, large groups (large transactions): each a zero-copy slice of its block's
             # batch (a group is contiguous there): a table of them, no copy (the Parquet
             # writer reads the chunks where they are)
-            parts = [self._batch_of(b).slice(st, n) for b, st, n in
-                     zip(col(groups, "block").to_pylist(), col(groups, "start").to_pylist(), counts.to_pylist())]
+            parts = [
+                self._batch_of(b).slice(st, n)
+                for b, st, n in zip(
+                    col(groups, "block").to_pylist(), col(groups, "start").to_pylist(), counts.to_pylist()
+                )
+            ]
             recs = pa.Table.from_batches(parts)
         else:
             # many small groups: one take from the blocks they are in
@@ -735,9 +804,16 @@ def _row_order(recs, rank_r, thread_r, multi):
     putting them back in the same places orders everything."""
     mask = pc.is_in(rank_r, value_set=multi)
     where = pc.indices_nonzero(mask)
-    sub = pa.table({"rank": rank_r.filter(mask), "scn": recs.column("scn").filter(mask),
-                    "sub": recs.column("sub").filter(mask), "thread": thread_r.filter(mask),
-                    "seq": recs.column("seq").filter(mask), "line": recs.column("line").filter(mask)})
+    sub = pa.table(
+        {
+            "rank": rank_r.filter(mask),
+            "scn": recs.column("scn").filter(mask),
+            "sub": recs.column("sub").filter(mask),
+            "thread": thread_r.filter(mask),
+            "seq": recs.column("seq").filter(mask),
+            "line": recs.column("line").filter(mask),
+        }
+    )
     order = pc.sort_indices(sub, [(k, "ascending") for k in ("rank", "scn", "sub", "thread", "seq", "line")])
     perm = pc.replace_with_mask(rownums(len(recs)), mask, pc.take(where, order).cast(I64))
     return recs.take(perm), rank_r.take(perm), thread_r.take(perm)
@@ -752,8 +828,9 @@ class ColumnarSink:
     """The changefeed from :class:`Published` runs: files of about ``file_rows`` rows cut
     at transaction boundaries, row groups of ``row_group_rows``."""
 
-    def __init__(self, path: str, file_rows: int = 1_000_000, row_group_rows: int = 65_536,
-                 durable: bool = True) -> None:
+    def __init__(
+        self, path: str, file_rows: int = 1_000_000, row_group_rows: int = 65_536, durable: bool = True
+    ) -> None:
         self.path = path
         os.makedirs(path, exist_ok=True)
         self.file_rows = file_rows
@@ -783,10 +860,19 @@ class ColumnarSink:
         c_tm = pc.take(c.column("c_tm"), rank)
         tm = p.rows.column("tm")
         arrays = [
-            tx_seq, op_seq, pc.take(c.column("c_scn"), rank), c_tm, pc.take(c.column("xid"), rank),
-            pc.take(_OP_NAMES, p.rows.column("code")), p.rows.column("scn"), p.rows.column("sub"), tm, p.thread,
+            tx_seq,
+            op_seq,
+            pc.take(c.column("c_scn"), rank),
+            c_tm,
+            pc.take(c.column("xid"), rank),
+            pc.take(_OP_NAMES, p.rows.column("code")),
+            p.rows.column("scn"),
+            p.rows.column("sub"),
+            tm,
+            p.thread,
             *(p.rows.column(k) for k in ("owner", "table", "obj", "rid", "before", "after", "sql")),
-            nanos_to_timestamp(c_tm), nanos_to_timestamp(tm),
+            nanos_to_timestamp(c_tm),
+            nanos_to_timestamp(tm),
         ]
         batch = pa.Table.from_arrays(arrays, schema=ARROW_SCHEMA)  # the rows' own chunks, not copied
         ntx = txno[-1].as_py() + 1
@@ -825,9 +911,14 @@ class ColumnarSink:
             return
         self._row_groups(final=True)
         first, last = self.file_first, self.next_tx_seq - 1
-        self.writer.add_key_value_metadata({
-            META_FIRST: str(first), META_LAST: str(last), META_ROWS: str(self.file_rows_now),
-            META_LAST_COMMIT: json.dumps(self.last_commit)})
+        self.writer.add_key_value_metadata(
+            {
+                META_FIRST: str(first),
+                META_LAST: str(last),
+                META_ROWS: str(self.file_rows_now),
+                META_LAST_COMMIT: json.dumps(self.last_commit),
+            }
+        )
         self.writer.close()
         self.writer = None
         if self.durable:
@@ -848,7 +939,7 @@ def iter_blocks(input_dir: str) -> Iterator[tuple[int, bytes, int, int, dict]]:
     """Every thread's blocks, read one thread after the other (for the stage timings)."""
     for t in sorted(scan(input_dir)):
         out: list = []
-        r = ColumnarReader(input_dir, t, lambda v, c, n, meta: out.append((v, c, n, meta)))
+        r = ColumnarReader(input_dir, t, lambda v, c, n, meta, out=out: out.append((v, c, n, meta)))
         r.read_to_end()
         for v, c, n, meta in out:
             yield t, v, c, n, meta

@@ -103,8 +103,15 @@ def replay(input_dir: str, queue_dir: str, changefeed: str, durable: bool = True
     for _, p, _ in children:
         p.join()
     queue.close()
-    return {"lines": sum(done.values()), "rows": sink.rows, "transactions": sink.next_tx_seq, "files": sink.files,
-            "blocks": d.stats.blocks, "block_reads": d.stats.block_reads, "wall_after_start": time.perf_counter() - t0}
+    return {
+        "lines": sum(done.values()),
+        "rows": sink.rows,
+        "transactions": sink.next_tx_seq,
+        "files": sink.files,
+        "blocks": d.stats.blocks,
+        "block_reads": d.stats.block_reads,
+        "wall_after_start": time.perf_counter() - t0,
+    }
 
 
 def main() -> None:

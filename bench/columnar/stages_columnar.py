@@ -95,6 +95,7 @@ def stage_sink(runs: list, out: str) -> tuple[float, float, dict]:
 def read_changefeed(path: str):
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
+
     from olr_buffer.sinks.parquet.schema import ARROW_SCHEMA
 
     files = sorted(f for f in os.listdir(path) if f.startswith("part-") and f.endswith(".parquet"))
@@ -131,8 +132,11 @@ def main() -> None:
 
     def add(name: str, cpu: float) -> None:
         res.setdefault(name, []).append(cpu / lines * 1e6)
-        print(f"[{time.strftime('%H:%M:%S')}] {name}: {cpu:.2f} s CPU, {cpu / lines * 1e6:.3f} us a line",
-              file=sys.stderr, flush=True)
+        print(
+            f"[{time.strftime('%H:%M:%S')}] {name}: {cpu:.2f} s CPU, {cpu / lines * 1e6:.3f} us a line",
+            file=sys.stderr,
+            flush=True,
+        )
 
     queue_dir = os.path.join(args.work, "columnar-queue")
     out = os.path.join(args.work, "columnar-changefeed")

@@ -230,11 +230,14 @@ def main() -> None:
 
     def add(name: str, cpu: float) -> None:
         res.setdefault(name, []).append(cpu / lines * 1e6)
-        print(f"[{time.strftime('%H:%M:%S')}] {name}: {cpu:.2f} s CPU, {cpu / lines * 1e6:.3f} us a line",
-              file=sys.stderr, flush=True)
+        print(
+            f"[{time.strftime('%H:%M:%S')}] {name}: {cpu:.2f} s CPU, {cpu / lines * 1e6:.3f} us a line",
+            file=sys.stderr,
+            flush=True,
+        )
 
     queue_dir = os.path.join(args.work, "today-queue")
-    for run in range(args.runs):
+    for _ in range(args.runs):
         if {"reader", "append", "dispatch", "sink"} & set(stages):
             cpu, blocks = stage_reader(args.input)
             add("reader", cpu)

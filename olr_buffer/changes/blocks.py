@@ -176,6 +176,6 @@ def read_summary(record0: bytes) -> BlockSummary:
             f"the queue holds records of format {fmt}; this olr-buffer reads formats "
             f"{' and '.join(map(str, READABLE_FORMATS))}",
             hint="the queue was written by another version of olr-buffer: use that version to finish it, "
-                 "or replay the input into a new queue directory",
+            "or replay the input into a new queue directory",
         )
     return BlockSummary(d["t"], d["p"], d["g"], d.get("c", False))

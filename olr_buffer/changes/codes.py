@@ -31,8 +31,23 @@ CHANGEFEED_OP = {INSERT: "c", UPDATE: "u", DELETE: "d", DDL: "ddl", TRUNCATE: "t
 
 CODE, SCN, SUB, SEQUENCE, LINE = 0, 1, 2, 3, 4
 # a row
-ROW_FIELDS = ("code", "scn", "sub", "sequence", "line", "tm", "owner", "table", "obj", "rid", "before", "after", "sql",
-              "schema_version", "schema_document")
+ROW_FIELDS = (
+    "code",
+    "scn",
+    "sub",
+    "sequence",
+    "line",
+    "tm",
+    "owner",
+    "table",
+    "obj",
+    "rid",
+    "before",
+    "after",
+    "sql",
+    "schema_version",
+    "schema_document",
+)
 TM, OWNER, TABLE, OBJ, RID, BEFORE, AFTER, SQL = range(5, 13)
 SCHEMA_VERSION, SCHEMA_DOCUMENT = 13, 14  # optional (a row may end after SQL or SCHEMA_VERSION)
 COMPENSATED_RID = 5  # a compensation: the rid of the row it cancels

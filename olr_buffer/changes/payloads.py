@@ -10,8 +10,16 @@ import msgspec
 # same lists inline; the tests hold them to these: tests/test_changes.py.)
 
 
-def row_payload(tm: int | None, owner: str, table: str, obj: int | None, rid: str | None,
-                before: str | None, after: str | None, sql: str | None = None) -> list:
+def row_payload(
+    tm: int | None,
+    owner: str,
+    table: str,
+    obj: int | None,
+    rid: str | None,
+    before: str | None,
+    after: str | None,
+    sql: str | None = None,
+) -> list:
     """A row's payload (insert, update, delete, ddl, truncate, a row of the initial copy):
     ``before``/``after`` are JSON text."""
     return [tm, owner, table, obj, rid, before, after, sql]

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 import orjson
 
@@ -31,8 +31,9 @@ class SchemaColumn:
     spark: str
 
 
-def schema_document(source: str, owner: str, table: str, columns: Iterable[SchemaColumn],
-                    key: Iterable[str] = ()) -> tuple[str, str]:
+def schema_document(
+    source: str, owner: str, table: str, columns: Iterable[SchemaColumn], key: Iterable[str] = ()
+) -> tuple[str, str]:
     """``(version, text)`` of the schema document of ``owner.table`` (``source``: the kind
     of source that states it, ``postgresql`` or ``redo``; ``key``: its key columns, in key
     order)."""

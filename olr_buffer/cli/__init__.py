@@ -18,10 +18,9 @@ from .signals import keep_early_sigterm
 if sys.argv[0] == "-m" or os.path.basename(sys.argv[0]) == "olr-buffer":
     keep_early_sigterm()
 
-from .group import main, name_environment_variables  # noqa: E402
-
 # the commands: importing a module registers its command on main
 from . import compact, drop_slot, mirror, replay, run, serve, simulate, status  # noqa: E402, F401
+from .group import main, name_environment_variables  # noqa: E402
 
 name_environment_variables()
 

@@ -10,8 +10,9 @@ import re
 import signal
 import sys
 import time
-from datetime import datetime, timezone
-from typing import Any, Callable
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
 
 import click
 
@@ -80,8 +81,8 @@ class StartTime(click.ParamType):
         except ValueError:
             self.fail(f"{value!r} is not 'now', an ISO-8601 time or nanoseconds since the epoch", param, ctx)
         if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=timezone.utc)
-        delta = moment - datetime(1970, 1, 1, tzinfo=timezone.utc)
+            moment = moment.replace(tzinfo=UTC)
+        delta = moment - datetime(1970, 1, 1, tzinfo=UTC)
         return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1000
 
 
@@ -103,16 +104,20 @@ def clean_errors(fn: Callable) -> Callable:
             ctx = click.get_current_context(silent=True)
             if ctx is not None and ctx.meta.get(LOG_FORMAT) == "json":
                 logging.getLogger("olr_buffer").critical(
-                    "error: %s", exc, extra={**exc.facts, "error": type(exc).__name__, "hint": exc.hint,
-                                            "exit_code": exc.exit_code})
+                    "error: %s",
+                    exc,
+                    extra={**exc.facts, "error": type(exc).__name__, "hint": exc.hint, "exit_code": exc.exit_code},
+                )
             else:
                 click.echo(f"olr-buffer: error: {exc}", err=True)
             sys.exit(exc.exit_code)
         except Terminated:
             ctx = click.get_current_context(silent=True)
             resumes = ctx is not None and ctx.info_name in ("replay", "compact")
-            click.echo("olr-buffer: terminated (SIGTERM)" + ("; run the same command again: it resumes" if resumes else ""),
-                       err=True)
+            click.echo(
+                "olr-buffer: terminated (SIGTERM)" + ("; run the same command again: it resumes" if resumes else ""),
+                err=True,
+            )
             sys.exit(EXIT_TERMINATED)
         except KeyboardInterrupt:
             click.echo("olr-buffer: interrupted", err=True)
@@ -172,53 +177,110 @@ def _check_config_values(ctx: click.Context, path: str, cfg: dict[str, Any]) -> 
                 if param.callback is not None:
                     param.callback(ctx, param, checked)
             except click.BadParameter as exc:
-                raise click.UsageError(f"{path}: key '{keys.get(param.name, param.name)}': {exc.message}",
-                                       ctx=ctx) from None
+                raise click.UsageError(
+                    f"{path}: key '{keys.get(param.name, param.name)}': {exc.message}", ctx=ctx
+                ) from None
 
 
 def config_option(fn: Callable) -> Callable:
     """``--config FILE``: a TOML file with any of the command's options."""
     return click.option(
-        "--config", type=click.Path(dir_okay=False), is_eager=True, expose_value=False, callback=_load_config,
+        "--config",
+        type=click.Path(dir_okay=False),
+        is_eager=True,
+        expose_value=False,
+        callback=_load_config,
         help="TOML file with any of these options (input, queue, changefeed, threads, flush_interval, ...); "
-             "the command line and OLR_BUFFER_* environment variables win.",
+        "the command line and OLR_BUFFER_* environment variables win.",
     )(fn)
 
 
 _PIPELINE_OPTIONS = [
-    click.option("--segment-size", type=ByteSize(), default="64MiB", show_default=True,
-                 help="Queue segment size (roll point)."),
-    click.option("--file-rows", type=click.IntRange(min=1), default=1_000_000, show_default=True,
-                 help="Publish a changefeed file once it holds this many rows (never splitting a transaction)."),
-    click.option("--block-records", type=click.IntRange(min=1), default=4096, show_default=True,
-                 help="Records per queue block (the unit of I/O and compression)."),
-    click.option("--checkpoint-interval", type=click.FloatRange(min=0), default=5.0, show_default=True,
-                 help="Seconds between checkpoints (publish, store the dispatcher's state, clean up segments)."),
-    click.option("--retain-segments", type=click.IntRange(min=0), default=0, show_default=True,
-                 help="Keep this many segments that cleanup could delete (audit, re-derivation)."),
-    click.option("--retain-age", type=click.FloatRange(min=0), default=0.0, show_default=True,
-                 help="Keep segments written within this many seconds, even when nobody needs them."),
-    click.option("--dead-letter", type=click.Path(dir_okay=False, readable=False), default=None,
-                 help="Write bad records to this JSON Lines file and go on, instead of stopping (off by default)."),
-    click.option("--transaction-retention", type=click.FloatRange(min=0, min_open=True), default=None,
-                 help="DATA LOSS BY CHOICE: abandon a transaction without an end (not published; its queue segments "
-                      "freed) once it began more than this many seconds before the source's clock: the median tm of the "
-                      "last 5 commits and rollbacks (off by "
-                      "default; like Debezium's log.mining.transaction.retention.ms, in seconds)."),
-    click.option("--transaction-retention-scn", type=click.IntRange(min=1), default=None,
-                 help="DATA LOSS BY CHOICE: abandon a transaction without an end once it began more than this many "
-                      "SCNs below the watermark (off by default)."),
-    click.option("--changefeed-mode", type=DirMode(), default="0700", show_default=True,
-                 help="Mode of the changefeed directory; its files get it without the x bits (0750: a lake group "
-                      "reads them)."),
-    click.option("--table-format", type=click.Choice(["parquet", "delta"]), default=None,
-                 help="delta: the changefeed is also a Delta Lake table, each published file added by a Delta commit "
-                      "(default: the changefeed's own format, recorded in it; parquet for a new one)."),
-    click.option("--adopt-changefeed", is_flag=True,
-                 help="RECOVERY: let this queue take over a changefeed written by another queue (a lost queue "
-                      "rebuilt from the same input); commits already in it are skipped (docs/failure-scenarios.md)."),
-    click.option("--no-sync", is_flag=True,
-                 help="DURABILITY TRADE-OFF: skip fsync of queue and changefeed; a machine crash may lose recent work."),
+    click.option(
+        "--segment-size", type=ByteSize(), default="64MiB", show_default=True, help="Queue segment size (roll point)."
+    ),
+    click.option(
+        "--file-rows",
+        type=click.IntRange(min=1),
+        default=1_000_000,
+        show_default=True,
+        help="Publish a changefeed file once it holds this many rows (never splitting a transaction).",
+    ),
+    click.option(
+        "--block-records",
+        type=click.IntRange(min=1),
+        default=4096,
+        show_default=True,
+        help="Records per queue block (the unit of I/O and compression).",
+    ),
+    click.option(
+        "--checkpoint-interval",
+        type=click.FloatRange(min=0),
+        default=5.0,
+        show_default=True,
+        help="Seconds between checkpoints (publish, store the dispatcher's state, clean up segments).",
+    ),
+    click.option(
+        "--retain-segments",
+        type=click.IntRange(min=0),
+        default=0,
+        show_default=True,
+        help="Keep this many segments that cleanup could delete (audit, re-derivation).",
+    ),
+    click.option(
+        "--retain-age",
+        type=click.FloatRange(min=0),
+        default=0.0,
+        show_default=True,
+        help="Keep segments written within this many seconds, even when nobody needs them.",
+    ),
+    click.option(
+        "--dead-letter",
+        type=click.Path(dir_okay=False, readable=False),
+        default=None,
+        help="Write bad records to this JSON Lines file and go on, instead of stopping (off by default).",
+    ),
+    click.option(
+        "--transaction-retention",
+        type=click.FloatRange(min=0, min_open=True),
+        default=None,
+        help="DATA LOSS BY CHOICE: abandon a transaction without an end (not published; its queue segments "
+        "freed) once it began more than this many seconds before the source's clock: the median tm of the "
+        "last 5 commits and rollbacks (off by "
+        "default; like Debezium's log.mining.transaction.retention.ms, in seconds).",
+    ),
+    click.option(
+        "--transaction-retention-scn",
+        type=click.IntRange(min=1),
+        default=None,
+        help="DATA LOSS BY CHOICE: abandon a transaction without an end once it began more than this many "
+        "SCNs below the watermark (off by default).",
+    ),
+    click.option(
+        "--changefeed-mode",
+        type=DirMode(),
+        default="0700",
+        show_default=True,
+        help="Mode of the changefeed directory; its files get it without the x bits (0750: a lake group reads them).",
+    ),
+    click.option(
+        "--table-format",
+        type=click.Choice(["parquet", "delta"]),
+        default=None,
+        help="delta: the changefeed is also a Delta Lake table, each published file added by a Delta commit "
+        "(default: the changefeed's own format, recorded in it; parquet for a new one).",
+    ),
+    click.option(
+        "--adopt-changefeed",
+        is_flag=True,
+        help="RECOVERY: let this queue take over a changefeed written by another queue (a lost queue "
+        "rebuilt from the same input); commits already in it are skipped (docs/failure-scenarios.md).",
+    ),
+    click.option(
+        "--no-sync",
+        is_flag=True,
+        help="DURABILITY TRADE-OFF: skip fsync of queue and changefeed; a machine crash may lose recent work.",
+    ),
 ]
 
 
@@ -229,9 +291,23 @@ def pipeline_options(fn: Callable) -> Callable:
     return fn
 
 
-def pipeline_settings(*, segment_size, file_rows, block_records, checkpoint_interval, retain_segments, retain_age,
-             dead_letter, transaction_retention, transaction_retention_scn, changefeed_mode, table_format,
-             adopt_changefeed, no_sync, **service):
+def pipeline_settings(
+    *,
+    segment_size,
+    file_rows,
+    block_records,
+    checkpoint_interval,
+    retain_segments,
+    retain_age,
+    dead_letter,
+    transaction_retention,
+    transaction_retention_scn,
+    changefeed_mode,
+    table_format,
+    adopt_changefeed,
+    no_sync,
+    **service,
+):
     from ..runtime import PipelineOptions
 
     return PipelineOptions(
@@ -275,6 +351,10 @@ def run_recording_failure(queue_dir: str, serve: Callable[[], Any]) -> Any:
             record_failure(queue_dir, exc, EXIT_ERROR)
         if click.get_current_context().meta.get(LOG_FORMAT) != "json":
             raise
-        logging.getLogger("olr_buffer").critical("stopped by an unexpected error: %s", exc, exc_info=True,
-                                                 extra={"error": type(exc).__name__, "exit_code": EXIT_ERROR})
+        logging.getLogger("olr_buffer").critical(
+            "stopped by an unexpected error: %s",
+            exc,
+            exc_info=True,
+            extra={"error": type(exc).__name__, "exit_code": EXIT_ERROR},
+        )
         sys.exit(EXIT_ERROR)

@@ -12,30 +12,60 @@ from .progress import progress_line, progress_options, with_progress
 
 
 def _compact_figures(p, elapsed: float) -> tuple[int, int, str]:
-    return p.rows_done, p.rows_total, (f"{p.files_done:,} of {p.files_total:,} files written  "
-                                       f"{p.rows_done:,} rows ({p.rows_done / elapsed:,.0f}/s)")
+    return (
+        p.rows_done,
+        p.rows_total,
+        (f"{p.files_done:,} of {p.files_total:,} files written  {p.rows_done:,} rows ({p.rows_done / elapsed:,.0f}/s)"),
+    )
 
 
 @main.command()
 @click.argument("changefeed_dir", type=DIR)
 @config_option
-@click.option("--output", "output_dir", type=DIR,
-              help="Write the compacted changefeed to this directory (safe while readers run; run again to catch up).")
+@click.option(
+    "--output",
+    "output_dir",
+    type=DIR,
+    help="Write the compacted changefeed to this directory (safe while readers run; run again to catch up).",
+)
 @click.option("--in-place", is_flag=True, help="Replace the files in CHANGEFEED_DIR itself (no reader may run).")
-@click.option("--i-know-no-reader-is-running", "no_reader_running", is_flag=True,
-              help="Required by --in-place (but on a Delta changefeed): no Spark query or stream and no producer "
-                   "uses CHANGEFEED_DIR, and no streaming checkpoint over it will be resumed.")
-@click.option("--target-rows", type=click.IntRange(min=1), default=1_000_000, show_default=True,
-              help="Merge neighbouring files into files of at most this many rows.")
-@click.option("--full-groups-only", is_flag=True,
-              help="With --output: leave a last run of files below --target-rows for a later run.")
+@click.option(
+    "--i-know-no-reader-is-running",
+    "no_reader_running",
+    is_flag=True,
+    help="Required by --in-place (but on a Delta changefeed): no Spark query or stream and no producer "
+    "uses CHANGEFEED_DIR, and no streaming checkpoint over it will be resumed.",
+)
+@click.option(
+    "--target-rows",
+    type=click.IntRange(min=1),
+    default=1_000_000,
+    show_default=True,
+    help="Merge neighbouring files into files of at most this many rows.",
+)
+@click.option(
+    "--full-groups-only",
+    is_flag=True,
+    help="With --output: leave a last run of files below --target-rows for a later run.",
+)
 @click.option("--dry-run", is_flag=True, help="Print what would be merged, change nothing.")
 @click.option("--no-sync", is_flag=True, help="DURABILITY TRADE-OFF: skip fsync.")
 @progress_options
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @clean_errors
-def compact(changefeed_dir, output_dir, in_place, no_reader_running, target_rows, full_groups_only, dry_run,
-            no_sync, progress, progress_interval, as_json) -> None:
+def compact(
+    changefeed_dir,
+    output_dir,
+    in_place,
+    no_reader_running,
+    target_rows,
+    full_groups_only,
+    dry_run,
+    no_sync,
+    progress,
+    progress_interval,
+    as_json,
+) -> None:
     """Merge small files of CHANGEFEED_DIR (a directory or s3://BUCKET/PREFIX) into larger
     ones (see docs/spark.md).
 
@@ -47,16 +77,28 @@ def compact(changefeed_dir, output_dir, in_place, no_reader_running, target_rows
     from ..sinks.parquet import compact as run_compact
 
     if output_dir is None and not in_place:
-        raise click.UsageError("say where the compacted files go: --output DIR (safe with readers running) or --in-place")
+        raise click.UsageError(
+            "say where the compacted files go: --output DIR (safe with readers running) or --in-place"
+        )
     if output_dir is not None and in_place:
         raise click.UsageError("--output and --in-place exclude each other")
     if full_groups_only and in_place:
         raise click.UsageError("--full-groups-only goes with --output")
     bar = None if dry_run else progress_line(progress, progress_interval, _compact_figures)
-    r = with_progress(bar, lambda: run_compact(
-        changefeed_dir, output=output_dir, in_place=in_place, no_reader_running=no_reader_running,
-        target_rows=target_rows, full_groups_only=full_groups_only, durable=not no_sync, dry_run=dry_run,
-        on_progress=bar))
+    r = with_progress(
+        bar,
+        lambda: run_compact(
+            changefeed_dir,
+            output=output_dir,
+            in_place=in_place,
+            no_reader_running=no_reader_running,
+            target_rows=target_rows,
+            full_groups_only=full_groups_only,
+            durable=not no_sync,
+            dry_run=dry_run,
+            on_progress=bar,
+        ),
+    )
     if as_json:
         click.echo(json.dumps(r.as_dict(), indent=2))
         return

@@ -7,7 +7,6 @@ import click
 
 from .. import __version__
 
-
 #: Environment variables: ``OLR_BUFFER_<OPTION>`` for the group's options,
 #: ``OLR_BUFFER_<COMMAND>_<OPTION>`` for a command's (``OLR_BUFFER_RUN_QUEUE``).
 ENV_PREFIX = "OLR_BUFFER"
@@ -16,9 +15,12 @@ LOG_LEVELS = click.Choice(["debug", "info", "warning", "error"], case_sensitive=
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": ENV_PREFIX})
 @click.version_option(__version__, prog_name="olr-buffer", allow_from_autoenv=False)
-@click.option("--log-level", type=LOG_LEVELS, default=None,
-              help="Log level of every command (default: info for run, warning otherwise); a command's own "
-                   "--log-level wins.")
+@click.option(
+    "--log-level",
+    type=LOG_LEVELS,
+    default=None,
+    help="Log level of every command (default: info for run, warning otherwise); a command's own --log-level wins.",
+)
 @click.pass_context
 def main(ctx: click.Context, log_level: str | None) -> None:
     """olr-buffer: a disk-backed transaction buffer for Oracle change data capture.

@@ -4,24 +4,33 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, Callable
+from typing import Any
 
 import click
 
 
 def progress_options(fn: Callable) -> Callable:
     """``--progress/--no-progress`` and ``--progress-interval`` (replay, simulate, compact)."""
-    fn = click.option("--progress-interval", type=click.FloatRange(min=0), default=10.0, show_default=True,
-                      help="Seconds between two progress lines when stderr is not a terminal. Given (here, in the "
-                           "environment or in --config), it turns progress on unless --no-progress says otherwise.")(fn)
-    return click.option("--progress/--no-progress", default=None,
-                        help="Progress on stderr (default: when stderr is a terminal or --progress-interval is given). "
-                             "On a terminal one line rewritten in place; to a file or a pipe a plain line every "
-                             "--progress-interval seconds.")(fn)
+    fn = click.option(
+        "--progress-interval",
+        type=click.FloatRange(min=0),
+        default=10.0,
+        show_default=True,
+        help="Seconds between two progress lines when stderr is not a terminal. Given (here, in the "
+        "environment or in --config), it turns progress on unless --no-progress says otherwise.",
+    )(fn)
+    return click.option(
+        "--progress/--no-progress",
+        default=None,
+        help="Progress on stderr (default: when stderr is a terminal or --progress-interval is given). "
+        "On a terminal one line rewritten in place; to a file or a pipe a plain line every "
+        "--progress-interval seconds.",
+    )(fn)
 
 
-def progress_line(progress: bool | None, interval: float, figures: Callable) -> "ProgressLine | None":
+def progress_line(progress: bool | None, interval: float, figures: Callable) -> ProgressLine | None:
     """The progress display a command asked for, or None."""
     terminal = sys.stderr.isatty()
     if progress is None:
@@ -86,7 +95,7 @@ class ProgressLine:
             sys.stderr.flush()
 
 
-def with_progress(bar: "ProgressLine | None", work: Callable[[], Any]) -> Any:
+def with_progress(bar: ProgressLine | None, work: Callable[[], Any]) -> Any:
     """``work()`` with its progress display ended as it ends (done, or cut short)."""
     try:
         result = work()

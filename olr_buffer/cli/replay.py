@@ -6,8 +6,16 @@ import json
 
 import click
 
-from .common import (DIR, LOG_FORMAT, clean_errors, command_log_level, config_option, pipeline_options, pipeline_settings,
-                     run_recording_failure)
+from .common import (
+    DIR,
+    LOG_FORMAT,
+    clean_errors,
+    command_log_level,
+    config_option,
+    pipeline_options,
+    pipeline_settings,
+    run_recording_failure,
+)
 from .group import main
 from .progress import progress_line, progress_options, with_progress
 
@@ -16,14 +24,23 @@ from .progress import progress_line, progress_options, with_progress
 @click.argument("input_dir", type=DIR)
 @config_option
 @click.option("--queue", "queue_dir", required=True, type=DIR, help="Queue directory.")
-@click.option("--changefeed", "changefeed_dir", required=True, type=DIR,
-              help="Changefeed directory, or s3://BUCKET/PREFIX (AWS variables: docs/operations.md).")
+@click.option(
+    "--changefeed",
+    "changefeed_dir",
+    required=True,
+    type=DIR,
+    help="Changefeed directory, or s3://BUCKET/PREFIX (AWS variables: docs/operations.md).",
+)
 @pipeline_options
 @progress_options
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
-              help="json: one object per line (ts ISO-8601, level, logger, msg, and facts as fields), the fatal "
-                   "error too.")
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="json: one object per line (ts ISO-8601, level, logger, msg, and facts as fields), the fatal error too.",
+)
 @clean_errors
 def replay(input_dir, queue_dir, changefeed_dir, progress, progress_interval, as_json, log_format, **pipeline) -> None:
     """Replay archived redo logs of INPUT_DIR into the changefeed, offline, then exit.
@@ -31,8 +48,8 @@ def replay(input_dir, queue_dir, changefeed_dir, progress, progress_interval, as
     Run again on the same directories after a kill or a crash, it finishes what was left
     undone and publishes no duplicate.
     """
-    from ..runtime import replay as run_replay
     from ..dead_letters import whole_lines_end
+    from ..runtime import replay as run_replay
     from ..service.logs import setup_logging
 
     setup_logging(command_log_level(None, "warning"), log_format)
@@ -42,8 +59,12 @@ def replay(input_dir, queue_dir, changefeed_dir, progress, progress_interval, as
     bar = progress_line(progress, progress_interval, _replay_figures)
     dead_letter_start = whole_lines_end(dead_letter)
     # status: the state of this queue is that of this replay (failed, or not)
-    summary = with_progress(bar, lambda: run_recording_failure(
-        queue_dir, lambda: run_replay(input_dir, queue_dir, changefeed_dir, opts, on_progress=bar)))
+    summary = with_progress(
+        bar,
+        lambda: run_recording_failure(
+            queue_dir, lambda: run_replay(input_dir, queue_dir, changefeed_dir, opts, on_progress=bar)
+        ),
+    )
     bad_lines = _dead_letters_since(dead_letter, dead_letter_start) if summary.quarantined else []
     if as_json:
         click.echo(json.dumps({**summary.as_dict(), "quarantined_lines": bad_lines}, indent=2))
@@ -60,8 +81,12 @@ def replay(input_dir, queue_dir, changefeed_dir, progress, progress_interval, as
         f"({s.unmatched_compensations:,} matched nothing); already published before {s.already_published:,}\n"
         f"late records ignored {s.late_records:,}; extra end records {s.extra_end_records:,}; "
         f"still open {s.open_transactions:,}\n"
-        + (f"abandoned by the retention limit {s.abandoned_transactions:,} ({s.abandoned_rows:,} rows not published); "
-           f"their later records {s.abandoned_records:,}\n" if s.abandoned_transactions or s.abandoned_records else "")
+        + (
+            f"abandoned by the retention limit {s.abandoned_transactions:,} ({s.abandoned_rows:,} rows not published); "
+            f"their later records {s.abandoned_records:,}\n"
+            if s.abandoned_transactions or s.abandoned_records
+            else ""
+        )
         + f"queue {s.queue_segments} segment(s), {s.queue_bytes / 1e6:,.1f} MB; "
         f"{s.checkpoints} checkpoint(s), {s.segments_deleted} segment(s) cleaned up"
         + (f"\nquarantined {s.quarantined:,} bad record(s) in {dead_letter}:" if s.quarantined else "")
@@ -82,5 +107,11 @@ def _dead_letters_since(path: str, offset: int) -> list[dict]:
 
 
 def _replay_figures(p, elapsed: float) -> tuple[int, int, str]:
-    return p.bytes_read, p.bytes_total, (f"{p.records:,} records ({p.records / elapsed:,.0f}/s)  "
-                                         f"{p.published:,} transactions published  {p.open_transactions:,} open")
+    return (
+        p.bytes_read,
+        p.bytes_total,
+        (
+            f"{p.records:,} records ({p.records / elapsed:,.0f}/s)  "
+            f"{p.published:,} transactions published  {p.open_transactions:,} open"
+        ),
+    )

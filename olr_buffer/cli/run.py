@@ -7,8 +7,17 @@ import signal
 
 import click
 
-from .common import (DIR, LOG_FORMAT, ByteSize, clean_errors, command_log_level, config_option, pipeline_options,
-                     pipeline_settings, run_recording_failure)
+from .common import (
+    DIR,
+    LOG_FORMAT,
+    ByteSize,
+    clean_errors,
+    command_log_level,
+    config_option,
+    pipeline_options,
+    pipeline_settings,
+    run_recording_failure,
+)
 from .group import ENV_PREFIX, LOG_LEVELS, main
 from .signals import EARLY_SIGTERM
 
@@ -29,52 +38,136 @@ def _threads(ctx, param, value):
 @click.argument("input_dir", required=False, type=DIR, envvar=f"{ENV_PREFIX}_RUN_INPUT")
 @config_option
 @click.option("--queue", "queue_dir", type=DIR, help="Queue directory.")
-@click.option("--changefeed", "changefeed_dir", type=DIR,
-              help="Changefeed directory, or s3://BUCKET/PREFIX (AWS variables: docs/operations.md).")
-@click.option("--threads", callback=_threads, help="Redo threads in play, e.g. 1,2 (default: those with files at start).")
-@click.option("--flush-interval", type=click.FloatRange(min=0), default=1.0, show_default=True,
-              help="Publish safe transactions at least this often (seconds): the latency a Spark stream sees.")
-@click.option("--poll-interval", type=click.FloatRange(min=0.001), default=0.1, show_default=True,
-              help="How often an idle reader looks for new lines and files (seconds); at most half of "
-                   "--flush-interval (but not below 0.01).")
-@click.option("--stall-warning", type=click.FloatRange(min=0), default=60.0, show_default=True,
-              help="Warn once about a thread in play that wrote nothing for this many seconds and is not closed, "
-                   "while a commit waits for it.")
+@click.option(
+    "--changefeed",
+    "changefeed_dir",
+    type=DIR,
+    help="Changefeed directory, or s3://BUCKET/PREFIX (AWS variables: docs/operations.md).",
+)
+@click.option(
+    "--threads", callback=_threads, help="Redo threads in play, e.g. 1,2 (default: those with files at start)."
+)
+@click.option(
+    "--flush-interval",
+    type=click.FloatRange(min=0),
+    default=1.0,
+    show_default=True,
+    help="Publish safe transactions at least this often (seconds): the latency a Spark stream sees.",
+)
+@click.option(
+    "--poll-interval",
+    type=click.FloatRange(min=0.001),
+    default=0.1,
+    show_default=True,
+    help="How often an idle reader looks for new lines and files (seconds); at most half of "
+    "--flush-interval (but not below 0.01).",
+)
+@click.option(
+    "--stall-warning",
+    type=click.FloatRange(min=0),
+    default=60.0,
+    show_default=True,
+    help="Warn once about a thread in play that wrote nothing for this many seconds and is not closed, "
+    "while a commit waits for it.",
+)
 @pipeline_options
-@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
-              help="Serve Prometheus metrics on this port (off by default).")
-@click.option("--metrics-host", default="127.0.0.1", show_default=True, help="Address for the metrics (loopback by default).")
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Serve Prometheus metrics on this port (off by default).",
+)
+@click.option(
+    "--metrics-host", default="127.0.0.1", show_default=True, help="Address for the metrics (loopback by default)."
+)
 @click.option("--log-level", type=LOG_LEVELS, default=None, help="Log level (default: the group's, else info).")
-@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
-              help="json: one object per line (ts ISO-8601, level, logger, msg, and facts as fields), the fatal "
-                   "error too.")
-@click.option("--log-summary-interval", type=click.FloatRange(min=0), default=60.0, show_default=True,
-              help="Seconds between two INFO lines of what was published (files, transactions, rows, the "
-                   "changefeed's position, the lag), when something was; 0: none. Each file is a DEBUG line.")
-@click.option("--store-timeout", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True,
-              help="A call to the changefeed's store (S3) that has not returned after this many seconds counts as "
-                   "an outage: logged and in the metrics at once, like a refused connection.")
-@click.option("--health-timeout", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True,
-              help="/health answers 503 once the service's loop has not turned for this many seconds.")
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="json: one object per line (ts ISO-8601, level, logger, msg, and facts as fields), the fatal error too.",
+)
+@click.option(
+    "--log-summary-interval",
+    type=click.FloatRange(min=0),
+    default=60.0,
+    show_default=True,
+    help="Seconds between two INFO lines of what was published (files, transactions, rows, the "
+    "changefeed's position, the lag), when something was; 0: none. Each file is a DEBUG line.",
+)
+@click.option(
+    "--store-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=30.0,
+    show_default=True,
+    help="A call to the changefeed's store (S3) that has not returned after this many seconds counts as "
+    "an outage: logged and in the metrics at once, like a refused connection.",
+)
+@click.option(
+    "--health-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=30.0,
+    show_default=True,
+    help="/health answers 503 once the service's loop has not turned for this many seconds.",
+)
 @click.option("--slot", default="olr_buffer", show_default=True, help="PostgreSQL source: the replication slot.")
 @click.option("--publication", default="olr_buffer", show_default=True, help="PostgreSQL source: the publication.")
-@click.option("--no-initial-copy", is_flag=True, help="PostgreSQL source: do not copy the tables when the slot is created.")
-@click.option("--no-streaming", is_flag=True,
-              help="PostgreSQL source: protocol 1, the server sends transactions only at commit (and spills large ones).")
-@click.option("--start-scn", type=click.IntRange(min=0), default=0, show_default=True,
-              help="OpenLogReplicator source (olr://): the SCN a new queue asks the sender to START at (0: "
-                   "OpenLogReplicator starts now, olr-buffer serve at the start of its changefeed).")
-@click.option("--max-message-size", type=ByteSize(), default=None,
-              help="OpenLogReplicator source (olr://): the largest message taken (default 1GiB; one message per "
-                   "transaction holds a whole one).")
-@click.option("--accept-gap", is_flag=True,
-              help="OpenLogReplicator source (olr://): when the sender's confirmed position is ahead of what the "
-                   "queue holds (it will not send the transactions between again), publish on from there, without "
-                   "them, instead of stopping.")
+@click.option(
+    "--no-initial-copy", is_flag=True, help="PostgreSQL source: do not copy the tables when the slot is created."
+)
+@click.option(
+    "--no-streaming",
+    is_flag=True,
+    help="PostgreSQL source: protocol 1, the server sends transactions only at commit (and spills large ones).",
+)
+@click.option(
+    "--start-scn",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="OpenLogReplicator source (olr://): the SCN a new queue asks the sender to START at (0: "
+    "OpenLogReplicator starts now, olr-buffer serve at the start of its changefeed).",
+)
+@click.option(
+    "--max-message-size",
+    type=ByteSize(),
+    default=None,
+    help="OpenLogReplicator source (olr://): the largest message taken (default 1GiB; one message per "
+    "transaction holds a whole one).",
+)
+@click.option(
+    "--accept-gap",
+    is_flag=True,
+    help="OpenLogReplicator source (olr://): when the sender's confirmed position is ahead of what the "
+    "queue holds (it will not send the transactions between again), publish on from there, without "
+    "them, instead of stopping.",
+)
 @clean_errors
-def run(input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_interval, stall_warning, metrics_port,
-        metrics_host, log_level, log_format, log_summary_interval, store_timeout, health_timeout, slot, publication,
-        no_initial_copy, no_streaming, start_scn, max_message_size, accept_gap, **pipeline) -> None:
+def run(
+    input_dir,
+    queue_dir,
+    changefeed_dir,
+    threads,
+    flush_interval,
+    poll_interval,
+    stall_warning,
+    metrics_port,
+    metrics_host,
+    log_level,
+    log_format,
+    log_summary_interval,
+    store_timeout,
+    health_timeout,
+    slot,
+    publication,
+    no_initial_copy,
+    no_streaming,
+    start_scn,
+    max_message_size,
+    accept_gap,
+    **pipeline,
+) -> None:
     """The service: follow the redo logs of INPUT_DIR as they grow and switch, publish each
     transaction once the watermark allows. SIGTERM or SIGINT stops it cleanly (exit 0);
     restarted on the same directories, it resumes from the queue.
@@ -84,10 +177,11 @@ def run(input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_inte
     an OpenLogReplicator (or olr-buffer serve) that sends DATABASE over its network
     protocol (see docs/operations.md)."""
     from ..service.logs import setup_logging
-
     from ..sources import SourceUsageError, kind_of
 
-    missing = [n for n, v in (("INPUT_DIR", input_dir), ("--queue", queue_dir), ("--changefeed", changefeed_dir)) if not v]
+    missing = [
+        n for n, v in (("INPUT_DIR", input_dir), ("--queue", queue_dir), ("--changefeed", changefeed_dir)) if not v
+    ]
     if missing:
         raise click.UsageError(f"missing {', '.join(missing)} (on the command line, in the environment or in --config)")
     try:  # an unknown scheme, a URI that cannot be parsed: before any directory is made or any server tried
@@ -97,17 +191,50 @@ def run(input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_inte
     setup_logging(command_log_level(log_level, "info"), log_format)
     click.get_current_context().meta[LOG_FORMAT] = log_format
     # the source's own flags (each kind of source takes those it knows: sources/base.py, SourceKind.options)
-    source_flags = dict(slot=slot, publication=publication, no_initial_copy=no_initial_copy, no_streaming=no_streaming,
-                        start_scn=start_scn, max_message_size=max_message_size, accept_gap=accept_gap)
+    source_flags = dict(
+        slot=slot,
+        publication=publication,
+        no_initial_copy=no_initial_copy,
+        no_streaming=no_streaming,
+        start_scn=start_scn,
+        max_message_size=max_message_size,
+        accept_gap=accept_gap,
+    )
     pipeline["log_summary_seconds"] = log_summary_interval
     pipeline["store_timeout_seconds"] = store_timeout
-    run_recording_failure(queue_dir, lambda: _serve(
-        input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_interval, stall_warning, metrics_port,
-        metrics_host, source_flags, pipeline, health_timeout))
+    run_recording_failure(
+        queue_dir,
+        lambda: _serve(
+            input_dir,
+            queue_dir,
+            changefeed_dir,
+            threads,
+            flush_interval,
+            poll_interval,
+            stall_warning,
+            metrics_port,
+            metrics_host,
+            source_flags,
+            pipeline,
+            health_timeout,
+        ),
+    )
 
 
-def _serve(input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_interval, stall_warning, metrics_port,
-           metrics_host, source_flags, pipeline, health_timeout) -> None:
+def _serve(
+    input_dir,
+    queue_dir,
+    changefeed_dir,
+    threads,
+    flush_interval,
+    poll_interval,
+    stall_warning,
+    metrics_port,
+    metrics_host,
+    source_flags,
+    pipeline,
+    health_timeout,
+) -> None:
     import threading
 
     stop = threading.Event()
@@ -126,14 +253,24 @@ def _serve(input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_i
     from ..runtime import changefeed_at, run_service
     from ..service.metrics import Metrics
     from ..service.metrics_http import serve_metrics
+
     metrics = None
     if metrics_port is not None:
         metrics = Metrics(stale_after=health_timeout)
         server = serve_metrics(metrics, metrics_host, metrics_port)
-        logging.getLogger("olr_buffer").info("metrics on http://%s:%d/metrics", metrics_host, server.server_address[1],
-                                             extra={"metrics_port": server.server_address[1]})
-    opts = pipeline_settings(**pipeline, threads=threads, flush_seconds=flush_interval, poll_seconds=poll_interval,
-                    stall_seconds=stall_warning)
+        logging.getLogger("olr_buffer").info(
+            "metrics on http://%s:%d/metrics",
+            metrics_host,
+            server.server_address[1],
+            extra={"metrics_port": server.server_address[1]},
+        )
+    opts = pipeline_settings(
+        **pipeline,
+        threads=threads,
+        flush_seconds=flush_interval,
+        poll_seconds=poll_interval,
+        stall_seconds=stall_warning,
+    )
     from ..service.failure import record_running
 
     started: list[bool] = []
@@ -148,12 +285,17 @@ def _serve(input_dir, queue_dir, changefeed_dir, threads, flush_interval, poll_i
     from ..sources import kind_of
 
     source_options = kind_of(input_dir).options(source_flags)
-    summary = run_service(input_dir, queue_dir, changefeed_dir, opts, stop, on_tick=on_tick,
-                          source_options=source_options)
+    summary = run_service(
+        input_dir, queue_dir, changefeed_dir, opts, stop, on_tick=on_tick, source_options=source_options
+    )
     logging.getLogger("olr_buffer").info(
         "stopped cleanly: %d records read (lwn heartbeats aside), %d transactions published this run, %s",
-        summary.records_read, summary.transactions_published,
+        summary.records_read,
+        summary.transactions_published,
         changefeed_at(summary.next_tx_seq),
-        extra={"records": summary.records_read, "transactions": summary.transactions_published,
-               "last_tx_seq": summary.next_tx_seq - 1},
+        extra={
+            "records": summary.records_read,
+            "transactions": summary.transactions_published,
+            "last_tx_seq": summary.next_tx_seq - 1,
+        },
     )

@@ -25,31 +25,85 @@ def _listen_address(ctx, param, value):
 @main.command()
 @click.argument("changefeed_dir", type=click.Path(file_okay=False))
 @config_option
-@click.option("--listen", "listen", required=True, callback=_listen_address,
-              help="HOST:PORT to listen on for the receiver (0.0.0.0:9000 on every IPv4 address).")
-@click.option("--database", required=True,
-              help="The database name receivers ask for (their database_name); also the messages' db.")
-@click.option("--state", "state_dir", type=click.Path(file_okay=False), default=None,
-              help="Directory of the receiver's confirmed position (default: CHANGEFEED/_olr_buffer/serve).")
-@click.option("--poll-interval", type=click.FloatRange(min=0.01), default=0.2, show_default=True,
-              help="Seconds between two looks for newly published files once the receiver has everything.")
-@click.option("--stall-timeout", type=click.FloatRange(min=1), default=60.0, show_default=True,
-              help="Close the connection of a receiver whose machine takes no byte of the stream for this many "
-                   "seconds while some wait for it (a slow but steady reader is kept).")
-@click.option("--takeover-after", type=click.FloatRange(min=0), default=60.0, show_default=True,
-              help="A new connection takes over from the connected receiver when that one has made no progress "
-                   "(no request, no byte of the stream taken) for this many seconds; before, it is refused.")
-@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
-              help="Serve Prometheus metrics on this port (off by default).")
-@click.option("--metrics-host", default="127.0.0.1", show_default=True, help="Address for the metrics (loopback by default).")
+@click.option(
+    "--listen",
+    "listen",
+    required=True,
+    callback=_listen_address,
+    help="HOST:PORT to listen on for the receiver (0.0.0.0:9000 on every IPv4 address).",
+)
+@click.option(
+    "--database",
+    required=True,
+    help="The database name receivers ask for (their database_name); also the messages' db.",
+)
+@click.option(
+    "--state",
+    "state_dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Directory of the receiver's confirmed position (default: CHANGEFEED/_olr_buffer/serve).",
+)
+@click.option(
+    "--poll-interval",
+    type=click.FloatRange(min=0.01),
+    default=0.2,
+    show_default=True,
+    help="Seconds between two looks for newly published files once the receiver has everything.",
+)
+@click.option(
+    "--stall-timeout",
+    type=click.FloatRange(min=1),
+    default=60.0,
+    show_default=True,
+    help="Close the connection of a receiver whose machine takes no byte of the stream for this many "
+    "seconds while some wait for it (a slow but steady reader is kept).",
+)
+@click.option(
+    "--takeover-after",
+    type=click.FloatRange(min=0),
+    default=60.0,
+    show_default=True,
+    help="A new connection takes over from the connected receiver when that one has made no progress "
+    "(no request, no byte of the stream taken) for this many seconds; before, it is refused.",
+)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Serve Prometheus metrics on this port (off by default).",
+)
+@click.option(
+    "--metrics-host", default="127.0.0.1", show_default=True, help="Address for the metrics (loopback by default)."
+)
 @click.option("--log-level", type=LOG_LEVELS, default=None, help="Log level (default: the group's, else info).")
-@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
-              help="json: one object per line (ts ISO-8601, level, logger, msg, and facts as fields).")
-@click.option("--no-sync", is_flag=True,
-              help="DURABILITY TRADE-OFF: store confirmed positions without fsync; a machine crash may lose the last.")
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="json: one object per line (ts ISO-8601, level, logger, msg, and facts as fields).",
+)
+@click.option(
+    "--no-sync",
+    is_flag=True,
+    help="DURABILITY TRADE-OFF: store confirmed positions without fsync; a machine crash may lose the last.",
+)
 @clean_errors
-def serve(changefeed_dir, listen, database, state_dir, poll_interval, stall_timeout, takeover_after, metrics_port,
-          metrics_host, log_level, log_format, no_sync) -> None:
+def serve(
+    changefeed_dir,
+    listen,
+    database,
+    state_dir,
+    poll_interval,
+    stall_timeout,
+    takeover_after,
+    metrics_port,
+    metrics_host,
+    log_level,
+    log_format,
+    no_sync,
+) -> None:
     """Serve CHANGEFEED_DIR over OpenLogReplicator's network protocol: a receiver written for
     OpenLogReplicator (SynchDB, Debezium's OpenLogReplicator adapter) reads its committed
     transactions, confirms positions, and resumes after its last one. Follows the changefeed
@@ -58,14 +112,17 @@ def serve(changefeed_dir, listen, database, state_dir, poll_interval, stall_time
     import threading
 
     from ..service.logs import setup_logging
-
     from ..store import is_remote
 
     if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", changefeed_dir) and not is_remote(changefeed_dir):
-        raise click.BadParameter("serve reads a changefeed directory or s3://BUCKET/PREFIX", param_hint="CHANGEFEED_DIR")
+        raise click.BadParameter(
+            "serve reads a changefeed directory or s3://BUCKET/PREFIX", param_hint="CHANGEFEED_DIR"
+        )
     if is_remote(changefeed_dir) and state_dir is None:
-        raise click.UsageError("serve keeps the receiver's confirmed position in a local changefeed directory: "
-                               "with s3://BUCKET/PREFIX give --state DIR, a local directory for it")
+        raise click.UsageError(
+            "serve keeps the receiver's confirmed position in a local changefeed directory: "
+            "with s3://BUCKET/PREFIX give --state DIR, a local directory for it"
+        )
     setup_logging(command_log_level(log_level, "info"), log_format)
     click.get_current_context().meta[LOG_FORMAT] = log_format
     stop = threading.Event()
@@ -78,14 +135,28 @@ def serve(changefeed_dir, listen, database, state_dir, poll_interval, stall_time
     signal.signal(signal.SIGINT, on_signal)
     from ..serve import ServeOptions, StreamServer
 
-    server = StreamServer(ServeOptions(changefeed_dir, listen[0], listen[1], database, state_dir=state_dir,
-                                 poll_seconds=poll_interval, stall_seconds=stall_timeout,
-                                 takeover_seconds=takeover_after, durable=not no_sync))
+    server = StreamServer(
+        ServeOptions(
+            changefeed_dir,
+            listen[0],
+            listen[1],
+            database,
+            state_dir=state_dir,
+            poll_seconds=poll_interval,
+            stall_seconds=stall_timeout,
+            takeover_seconds=takeover_after,
+            durable=not no_sync,
+        )
+    )
     if metrics_port is not None:
         from ..serve.metrics import ServeMetrics
         from ..service.metrics_http import serve_metrics
 
         http = serve_metrics(ServeMetrics(server), metrics_host, metrics_port)
-        logging.getLogger("olr_buffer.serve").info("metrics on http://%s:%d/metrics", metrics_host,
-                                                   http.server_address[1], extra={"metrics_port": http.server_address[1]})
+        logging.getLogger("olr_buffer.serve").info(
+            "metrics on http://%s:%d/metrics",
+            metrics_host,
+            http.server_address[1],
+            extra={"metrics_port": http.server_address[1]},
+        )
     server.run(stop)

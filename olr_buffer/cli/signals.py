@@ -7,7 +7,6 @@ from typing import Any
 
 from ..errors import Terminated
 
-
 #: SIGTERMs received while the command started (its imports take 0.1-0.3 s): see keep_early_sigterm.
 EARLY_SIGTERM: list[int] = []
 #: Commands that SIGTERM stops cleanly (exit 0): their own handler is installed by the command (run.py).

@@ -15,12 +15,19 @@ from .group import main
 @main.command()
 @config_option
 @click.option("--queue", "queue_dir", type=DIR, help="Queue directory.")
-@click.option("--changefeed", "changefeed_dir", type=DIR,
-              help="Changefeed whose serve receivers to show (default: the queue's); alone, only them.")
-@click.option("--serve-state", type=DIR, default=None,
-              help="serve's --state directory, if not the changefeed's own.")
-@click.option("--mirror", "mirror_target", default=None,
-              help="With --changefeed: the mirror at this target (`mirror --target`): how far behind, each table.")
+@click.option(
+    "--changefeed",
+    "changefeed_dir",
+    type=DIR,
+    help="Changefeed whose serve receivers to show (default: the queue's); alone, only them.",
+)
+@click.option("--serve-state", type=DIR, default=None, help="serve's --state directory, if not the changefeed's own.")
+@click.option(
+    "--mirror",
+    "mirror_target",
+    default=None,
+    help="With --changefeed: the mirror at this target (`mirror --target`): how far behind, each table.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
 @clean_errors
 def status(queue_dir, changefeed_dir, serve_state, mirror_target, as_json) -> None:
@@ -44,7 +51,6 @@ def status(queue_dir, changefeed_dir, serve_state, mirror_target, as_json) -> No
     if not changefeed_dir:
         raise click.UsageError("give --queue QUEUE_DIR, --changefeed CHANGEFEED_DIR, or both")
     from ..serve import receivers_status, render_receivers
-
     from ..store import is_remote
 
     where = changefeed_dir if is_remote(changefeed_dir) else os.path.abspath(changefeed_dir)

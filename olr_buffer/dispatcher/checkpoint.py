@@ -15,8 +15,9 @@ pair ``[in_open, transaction]``; see docs/architecture.md, "Checkpoints and clea
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 import msgspec
 
@@ -150,7 +151,7 @@ def decode_checkpoint(value: bytes, where: str = "queue") -> Checkpoint:
             f"{where}: the dispatcher checkpoint has format {version!r}; this olr-buffer reads format "
             f"{CHECKPOINT_FORMAT}",
             hint="the queue was written by another version of olr-buffer: use that version to finish it, "
-                 "or replay the input into a new queue directory",
+            "or replay the input into a new queue directory",
         )
     try:
         return msgspec.json.decode(body, type=Checkpoint)

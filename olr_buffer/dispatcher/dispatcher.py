@@ -32,10 +32,10 @@ import itertools
 import logging
 from array import array
 from collections import OrderedDict, deque
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from operator import itemgetter
-from typing import Iterable, Mapping
 
 from ..changes import (
     CODE,
@@ -447,8 +447,12 @@ class Dispatcher:
                 key = _commit_key((scn, thread, seq, line))
                 # a late rollback publishes nothing, so it cannot break commit order (the
                 # PostgreSQL source rolls back, at scn 0, what a reconnect sends again)
-                if code == COMMIT and fresh and last_key is not None and key < last_key and (
-                    txn.end_key is None or key < txn.end_key
+                if (
+                    code == COMMIT
+                    and fresh
+                    and last_key is not None
+                    and key < last_key
+                    and (txn.end_key is None or key < txn.end_key)
                 ):
                     self._late_end(txn, key, first)
                     break
@@ -482,10 +486,18 @@ class Dispatcher:
         self.stats.abandoned_records += count
         if xid not in self._abandoned_seen or ends:
             self._abandoned_seen.add(xid)
-            end = f"; its end came ({'commit' if ends[0][0] == COMMIT else 'rollback'} at scn {ends[0][1]})" if ends else ""
+            end = (
+                f"; its end came ({'commit' if ends[0][0] == COMMIT else 'rollback'} at scn {ends[0][1]})"
+                if ends
+                else ""
+            )
             log.warning(
                 "%d record(s) of abandoned transaction %s (redo thread %d) came after it was abandoned: not "
-                "published%s", count, xid, thread, end,
+                "published%s",
+                count,
+                xid,
+                thread,
+                end,
                 extra={"xid": xid, "redo_thread": thread, "abandoned_records": self.stats.abandoned_records},
             )
 
@@ -520,8 +532,10 @@ class Dispatcher:
                 if start_tm is None:
                     txn.seen_tm = start_tm = clock
                 elif clock - start_tm > limit_ns:
-                    reason = (f"started {(clock - start_tm) / 1e9:.1f}s before the clock, the median tm of the "
-                              f"last {CLOCK_ENDS} ends (limit {seconds:g}s)")
+                    reason = (
+                        f"started {(clock - start_tm) / 1e9:.1f}s before the clock, the median tm of the "
+                        f"last {CLOCK_ENDS} ends (limit {seconds:g}s)"
+                    )
             if reason is not None:
                 out.append(self._abandon(txn, reason, start_tm, ref))
         return out
@@ -555,14 +569,17 @@ class Dispatcher:
     def _late_end(self, txn: OpenTransaction, key: CommitKey, block: int) -> None:
         """The end of ``txn`` reached the queue after commit ``last_key`` was published:
         publishing it now would break commit order."""
+        last = self.last_key
+        assert last is not None  # an end is late after a published commit
         if key.thread in self.strict:
             raise DispatchError(
                 f"queue block {block}: the end of transaction {txn.xid} at scn {key.scn} (thread {key.thread}, "
-                f"sequence {key.sequence}, line {key.line}) arrived after commit scn {self.last_key.scn} "
-                f"(thread {self.last_key.thread}) was published",
+                f"sequence {key.sequence}, line {key.line}) arrived after commit scn {last.scn} "
+                f"(thread {last.thread}) was published",
                 hint="the input of a thread in play went back below what was published; nothing out of order "
-                     "was published",
-                index=block, xid=txn.xid,
+                "was published",
+                index=block,
+                xid=txn.xid,
             )
         # a thread not in play: the transaction is late, whole; never published
         if self.open.get(txn.xid) is txn:
@@ -593,7 +610,7 @@ class Dispatcher:
         try:
             return self._act_on(ready)
         except BaseException:
-            pending[:0] = ready[self._acted:]  # not looked at: still pending (as with a heap)
+            pending[:0] = ready[self._acted :]  # not looked at: still pending (as with a heap)
             raise
 
     def _act_on(self, ready: list[tuple[CommitKey, int, OpenTransaction]]) -> int:
@@ -613,7 +630,7 @@ class Dispatcher:
         remember_tm = self._clock_tms.append
         i = 0
         try:
-            for i, (key, _, txn) in enumerate(ready):
+            for i, (key, _, txn) in enumerate(ready):  # noqa: B007 - i is read after the loop, in except
                 if txn.end_key is not key and txn.end_key != key:
                     continue  # superseded by an earlier end of the same transaction
                 xid = txn.xid
@@ -631,14 +648,19 @@ class Dispatcher:
                 elif published_through is not None and key <= published_through:
                     stats.already_published += 1
                     if self.log_skipped:
-                        log.info("skipped as already published: xid %r, commit %s", xid, tuple(key),
-                                 extra={"xid": xid, "c_scn": key.scn})
+                        log.info(
+                            "skipped as already published: xid %r, commit %s",
+                            xid,
+                            tuple(key),
+                            extra={"xid": xid, "c_scn": key.scn},
+                        )
                 elif txn.begin_scn < 0 or txn.begin_scn > key[0]:
                     stats.no_begin += 1
-                elif check_order and key < self.last_key:
+                elif check_order and self.last_key is not None and key < self.last_key:
                     raise DispatchError(  # the last line of defence: _process keeps such ends out
                         f"commit of {xid} at scn {key.scn} would be published after commit scn {self.last_key.scn}",
-                        hint="this is a bug: nothing out of order was published", xid=xid,
+                        hint="this is a bug: nothing out of order was published",
+                        xid=xid,
                     )
                 elif batching and txn.rows <= _BATCH_TX_MAX_ROWS:
                     self.last_key = key
@@ -751,9 +773,9 @@ class Dispatcher:
         empty = 0
         for (txn, key), (thread, a, b) in zip(batch, spans):
             if thread is None or txn.compensations:
-                per_thread = a if thread is None else ((thread, a, b),)
-                ra, rb = cum[per_thread[0][1]], cum[per_thread[-1][2]]
-                kept, threads = self.replayer.transaction_rows([(t, recs[x:y]) for t, x, y in per_thread], key[0])
+                thread_spans = a if thread is None else ((thread, a, b),)
+                ra, rb = cum[thread_spans[0][1]], cum[thread_spans[-1][2]]
+                kept, threads = self.replayer.transaction_rows([(t, recs[x:y]) for t, x, y in thread_spans], key[0])
                 pieces.append(rows[done:ra])
                 done = rb
                 if kept:

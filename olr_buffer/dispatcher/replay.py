@@ -23,10 +23,10 @@ from __future__ import annotations
 import bisect
 import heapq
 from collections import OrderedDict
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import compress
 from operator import itemgetter
-from typing import Iterable, Iterator
 
 from ..changes import (
     CODE,
@@ -160,7 +160,7 @@ class Replayer:
             )
         return [r for r in recs if r[SCN] <= c_scn]
 
-    def _spans(self, locs: list[int], c_scn: int, count_late: bool, reverse: bool) -> Iterator[list[list]]:
+    def _spans(self, locs: Sequence[int], c_scn: int, count_late: bool, reverse: bool) -> Iterator[list[list]]:
         """The records of each span of one thread's locations, at or below ``c_scn``, in
         order (or all in reverse order)."""
         get = self.cache.get
@@ -178,8 +178,9 @@ class Replayer:
                 if code in ROW_CODES or code & COMPENSATION:
                     yield (rec[scn_], rec[sub_], thread, rec[seq_], rec[line_], rec)
 
-    def _record_chunks(self, txn: OpenTransaction, c_scn: int, count_late: bool = False,
-                       reverse: bool = False) -> Iterator[tuple[int, list[list]]]:
+    def _record_chunks(
+        self, txn: OpenTransaction, c_scn: int, count_late: bool = False, reverse: bool = False
+    ) -> Iterator[tuple[int, list[list]]]:
         """``(thread, records)``, in row order (or reverse row order): of one thread, its
         spans as decoded (other records than rows and compensations included); of several,
         their merged records in runs of one thread."""
@@ -190,23 +191,25 @@ class Replayer:
             return
         streams = [self._thread_items(t, locs, c_scn, count_late, reverse) for t, locs in sorted(txn.locations.items())]
         run: list[list] = []
-        run_thread = None
+        run_thread: int | None = None
         for item in heapq.merge(*streams, reverse=reverse):
             if item[2] != run_thread or len(run) >= CHUNK_ROWS:
                 if run:
+                    assert run_thread is not None  # set with the run's first item
                     yield run_thread, run
                 run, run_thread = [], item[2]
             run.append(item[5])
         if run:
+            assert run_thread is not None
             yield run_thread, run
 
     # -- compensation --------------------------------------------------------------------
 
-    def _cancelled(self, txn: OpenTransaction, c_scn: int) -> "Cancelled":
+    def _cancelled(self, txn: OpenTransaction, c_scn: int) -> Cancelled:
         """The row ordinals that compensation and cut records cancel (one backward read)."""
         return self._cancellations(recs for _, recs in self._record_chunks(txn, c_scn, reverse=True))
 
-    def _cancellations(self, backwards: Iterable[list[list]]) -> "Cancelled":
+    def _cancellations(self, backwards: Iterable[list[list]]) -> Cancelled:
         """The row ordinals cancelled among records given in reverse row order (lists of
         them, all at or below the commit SCN): see the module's docstring."""
         cancelled = Cancelled()

@@ -69,7 +69,7 @@ class OpenTransaction(msgspec.Struct, gc=False, eq=False):
         )
 
     @classmethod
-    def from_state(cls, state: TransactionState) -> "OpenTransaction":
+    def from_state(cls, state: TransactionState) -> OpenTransaction:
         txn = cls(state.xid, state.first_block, state.first_scn)
         txn.begin_scn, txn.begin_tm = state.begin_scn, state.begin_tm
         txn.rows, txn.compensations = state.rows, state.compensations

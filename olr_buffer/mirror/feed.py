@@ -91,8 +91,9 @@ class Feed:
             rows = pq.read_table(fh, columns=COLUMNS)
         return _selected(rows, tables)
 
-    def read_part(self, f: PublishedFile, tables: set[tuple[str, str]] | None, after: int,
-                  rows: int) -> tuple[pa.Table, int]:
+    def read_part(
+        self, f: PublishedFile, tables: set[tuple[str, str]] | None, after: int, rows: int
+    ) -> tuple[pa.Table, int]:
         """Of a file too large for one batch: its rows after ``after`` in whole
         transactions, about ``rows`` of them (more when one transaction has more), read a
         row group at a time (their ``tx_seq`` statistics skip those before); and the last

@@ -32,9 +32,14 @@ from .table import MirrorTable, arrow_rows, quote
 SUFFIX = "__history"
 FROM_TX, TO_TX, FROM_TS, TO_TS = "valid_from_tx_seq", "valid_to_tx_seq", "valid_from", "valid_to"
 RANGE = (FROM_TX, TO_TX, FROM_TS, TO_TS, C_SCN)
-_RANGE_TYPES = {FROM_TX: pa.int64(), TO_TX: pa.int64(), FROM_TS: pa.timestamp("us", tz="UTC"),
-                TO_TS: pa.timestamp("us", tz="UTC"), C_SCN: pa.int64()}
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_RANGE_TYPES = {
+    FROM_TX: pa.int64(),
+    TO_TX: pa.int64(),
+    FROM_TS: pa.timestamp("us", tz="UTC"),
+    TO_TS: pa.timestamp("us", tz="UTC"),
+    C_SCN: pa.int64(),
+}
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 KIND, CLOSE_TX, CLOSE_TS = "_olr_kind", "_olr_close_tx", "_olr_close_ts"
 
 log = logging.getLogger(__name__)
@@ -64,11 +69,12 @@ class HistoryTable(MirrorTable):
     def _commit_history(self, plan: Plan, mirror: MirrorTable) -> None:
         if not plan.key:
             if not self.warned:
-                log.warning("%s: has no key: no history is kept of it (a version of a row is known by its key)",
-                            self.name)
+                log.warning(
+                    "%s: has no key: no history is kept of it (a version of a row is known by its key)", self.name
+                )
                 self.warned = True
             return
-        new: list[dict] = []  # the batch's versions
+        new: list[dict | None] = []  # the batch's versions (None: opened and ended by one transaction)
         open_now: dict[Any, int] = {}  # key -> index in new of its open version
         closes: dict[Any, tuple[int, dt.datetime | None]] = {}  # key -> when the table's open version ends
         truncated: tuple[int, dt.datetime | None] | None = None
@@ -83,27 +89,34 @@ class HistoryTable(MirrorTable):
                 open_now.clear()
                 truncated = truncated or when
                 continue
-            i = open_now.pop(key, None)
-            if i is not None:
-                if new[i][FROM_TX] == c.tx_seq:  # a version of this very transaction: never seen
-                    new[i] = None  # type: ignore[call-overload]
+            at = open_now.pop(key, None)
+            if at is not None:
+                entry = new[at]
+                if entry is not None and entry[FROM_TX] == c.tx_seq:  # a version of this very transaction: never seen
+                    new[at] = None
                 else:
-                    self._end(new, i, when)
+                    self._end(new, at, when)
             elif truncated is None and key not in closes:
                 closes[key] = when
             if kind == "put":
+                assert row is not None  # a put carries its row
                 open_now[key] = len(new)
                 new.append({**row, FROM_TX: c.tx_seq, FROM_TS: when[1], TO_TX: None, TO_TS: None, C_SCN: c.c_scn})
         versions = [v for v in new if v is not None]
         columns = list(plan.columns) + [(n, _RANGE_TYPES[n]) for n in RANGE]
         props = CommitProperties(app_transactions=[Transaction(self.app, plan.last_tx_seq)])
         old = self.schema(extra=())
-        if old is None or [n for n, _ in old] != [n for n, _ in columns] or any(
-                a != b for (_, a), (_, b) in zip(old, columns)):
+        if (
+            old is None
+            or [n for n, _ in old] != [n for n, _ in columns]
+            or any(a != b for (_, a), (_, b) in zip(old, columns))
+        ):
             rows = self.load_all()
             if self.dt is None:
-                rows = [{**r, FROM_TX: tx, FROM_TS: None, TO_TX: None, TO_TS: None, C_SCN: scn}
-                        for r, tx, scn in mirror.load()]
+                rows = [
+                    {**r, FROM_TX: tx, FROM_TS: None, TO_TX: None, TO_TS: None, C_SCN: scn}
+                    for r, tx, scn in mirror.load()
+                ]
             for r in rows:
                 if r[TO_TX] is None:
                     k = tuple(r.get(n) for n in plan.key)
@@ -111,24 +124,39 @@ class HistoryTable(MirrorTable):
                     if end is not None:
                         r[TO_TX], r[TO_TS] = end
             data = arrow_rows(columns, rows + versions, self.name)
-            write_deltalake(self.uri, data, mode="overwrite", schema_mode=None if old is None else "overwrite",
-                            storage_options=self.options or None, commit_properties=props)
+            write_deltalake(
+                self.uri,
+                data,
+                mode="overwrite",
+                schema_mode=None if old is None else "overwrite",
+                storage_options=self.options or None,
+                commit_properties=props,
+            )
         else:
-            close_rows = [{**dict(zip(plan.key, k)), KIND: "close", CLOSE_TX: t, CLOSE_TS: ts}
-                          for k, (t, ts) in closes.items()]
+            close_rows = [
+                {**dict(zip(plan.key, k)), KIND: "close", CLOSE_TX: t, CLOSE_TS: ts} for k, (t, ts) in closes.items()
+            ]
             new_rows = [{**v, KIND: "new", CLOSE_TX: None, CLOSE_TS: None} for v in versions]
-            data = arrow_rows(columns + [(KIND, pa.string()), (CLOSE_TX, pa.int64()),
-                                         (CLOSE_TS, pa.timestamp("us", tz="UTC"))], close_rows + new_rows, self.name)
-            match = " AND ".join([f"t.{quote(k)} = s.{quote(k)}" for k in plan.key]
-                                 + [f"t.{TO_TX} IS NULL", f"s.{KIND} = 'close'"])
+            data = arrow_rows(
+                columns + [(KIND, pa.string()), (CLOSE_TX, pa.int64()), (CLOSE_TS, pa.timestamp("us", tz="UTC"))],
+                close_rows + new_rows,
+                self.name,
+            )
+            match = " AND ".join(
+                [f"t.{quote(k)} = s.{quote(k)}" for k in plan.key] + [f"t.{TO_TX} IS NULL", f"s.{KIND} = 'close'"]
+            )
             names = [n for n, _ in columns]
-            merge = (self.dt.merge(data, match, source_alias="s", target_alias="t", commit_properties=props)
-                     .when_matched_update({TO_TX: f"s.{CLOSE_TX}", TO_TS: f"s.{CLOSE_TS}"})
-                     .when_not_matched_insert({quote(n): f"s.{quote(n)}" for n in names}, f"s.{KIND} = 'new'"))
+            assert self.dt is not None  # the table has a schema, so it exists
+            merge = (
+                self.dt.merge(data, match, source_alias="s", target_alias="t", commit_properties=props)
+                .when_matched_update({TO_TX: f"s.{CLOSE_TX}", TO_TS: f"s.{CLOSE_TS}"})
+                .when_not_matched_insert({quote(n): f"s.{quote(n)}" for n in names}, f"s.{KIND} = 'new'")
+            )
             if truncated is not None:
                 ts = "NULL" if truncated[1] is None else f"TIMESTAMP '{truncated[1].isoformat()}'"
-                merge = merge.when_not_matched_by_source_update({TO_TX: str(truncated[0]), TO_TS: ts},
-                                                                f"t.{TO_TX} IS NULL")
+                merge = merge.when_not_matched_by_source_update(
+                    {TO_TX: str(truncated[0]), TO_TS: ts}, f"t.{TO_TX} IS NULL"
+                )
             merge.execute()
         self.open()
 

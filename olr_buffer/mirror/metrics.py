@@ -43,14 +43,23 @@ class MirrorMetrics:
             fam.add_metric([], value)
             return fam
 
-        yield InfoMetricFamily("olr_buffer_build", "Version of olr-buffer and of Python.",
-                               value={"version": __version__, "python": platform.python_version()})
-        yield family("last_tx_seq", "gauge", "Every table holds every change up to this tx_seq (-1: none yet).",
-                     m.scanned)
-        yield family("changefeed_last_tx_seq", "gauge", "The changefeed's last tx_seq, as last listed.",
-                     m.feed.last_tx_seq)
-        yield family("transactions_behind", "gauge", "Transactions of the changefeed the mirror has not read yet.",
-                     max(0, m.feed.last_tx_seq - m.scanned))
+        yield InfoMetricFamily(
+            "olr_buffer_build",
+            "Version of olr-buffer and of Python.",
+            value={"version": __version__, "python": platform.python_version()},
+        )
+        yield family(
+            "last_tx_seq", "gauge", "Every table holds every change up to this tx_seq (-1: none yet).", m.scanned
+        )
+        yield family(
+            "changefeed_last_tx_seq", "gauge", "The changefeed's last tx_seq, as last listed.", m.feed.last_tx_seq
+        )
+        yield family(
+            "transactions_behind",
+            "gauge",
+            "Transactions of the changefeed the mirror has not read yet.",
+            max(0, m.feed.last_tx_seq - m.scanned),
+        )
         yield family("transactions_total", "counter", "Transactions read.", r.transactions)
         yield family("changes_total", "counter", "Changes applied to mirror tables.", r.changes)
         yield family("commits_total", "counter", "Commits to mirror tables.", r.commits)

@@ -58,6 +58,8 @@ def render_mirror(doc: dict) -> list[str]:
     if not doc["selections"]:
         lines.append("  nothing mirrored yet")
     for t in doc["tables"]:
-        state = f"last change applied at tx_seq {t['tx_seq']}" if t["ours"] else "not written by this changefeed's mirror"
+        state = (
+            f"last change applied at tx_seq {t['tx_seq']}" if t["ours"] else "not written by this changefeed's mirror"
+        )
         lines.append(f"  {t['table']}: {state}")
     return lines

@@ -25,8 +25,9 @@ from __future__ import annotations
 import decimal
 import json
 from collections import defaultdict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import pyarrow as pa
 
@@ -93,8 +94,14 @@ class TableRules:
     the table with those keys (key tuple -> (row, tx_seq, c_scn)); ``load()``: all its rows.
     ``document(version)``: a schema document."""
 
-    def __init__(self, owner: str, table: str, schema: list[tuple[str, pa.DataType]] | None, key: list[str] | None,
-                 document: Callable[[str], dict]) -> None:
+    def __init__(
+        self,
+        owner: str,
+        table: str,
+        schema: list[tuple[str, pa.DataType]] | None,
+        key: list[str] | None,
+        document: Callable[[str], dict],
+    ) -> None:
         self.owner, self.table = owner, table
         self.name = f"{owner}.{table}"
         self.schema = schema
@@ -102,15 +109,22 @@ class TableRules:
         self.document = document
         self._converters: dict[tuple[str, pa.DataType], Callable[[Any], Any]] = {}
 
-    def plan(self, changes: list[Change], fetch: Callable[[list[str], set], dict],
-             load: Callable[[], list[tuple[dict, int, int]]]) -> Plan:
+    def plan(
+        self,
+        changes: list[Change],
+        fetch: Callable[[list[str], set], dict],
+        load: Callable[[], list[tuple[dict, int, int]]],
+    ) -> Plan:
         first = next((c for c in changes if c.version is not None), None)
         if first is None:
             c = changes[0]
             raise MirrorDataError(
-                f"{self.name}: tx_seq {c.tx_seq}: its rows name no schema document, so its columns and key are not known",
+                f"{self.name}: tx_seq {c.tx_seq}: its rows name no schema document, "
+                "so its columns and key are not known",
                 hint="a redo source states them with `columns` on the table's ddl records (docs/formats.md); "
-                     "or leave the table out with --tables")
+                "or leave the table out with --tables",
+            )
+        assert first.version is not None  # found by it
         doc = self.document(first.version)
         key = list(self.table_key) if self.table_key is not None else list(doc["key"])
         columns = dict(self.schema or [])
@@ -138,8 +152,12 @@ class TableRules:
                     d, n = self.document(c.version), changes[i + 1]
                     if d["key"] != key:
                         break
-                    if (n.op == "c" and (n.tx_seq, n.op_seq) == (c.tx_seq, c.op_seq + 1) and d["source"] == "postgresql"
-                            and len(_loads(n.after) or {}) < len(d["columns"])):
+                    if (
+                        n.op == "c"
+                        and (n.tx_seq, n.op_seq) == (c.tx_seq, c.op_seq + 1)
+                        and d["source"] == "postgresql"
+                        and len(_loads(n.after) or {}) < len(d["columns"])
+                    ):
                         wanted.add(self._key(key, self._typed(state, c, _loads(c.before), "before"), c, "before"))
             base = fetch(key, wanted) if wanted else {}
         else:
@@ -201,8 +219,14 @@ class TableRules:
             if c.op in ("c", "r"):
                 # an update that changed the key, as PostgreSQL publishes it: the delete of
                 # the old key, then the new row, whose unchanged TOASTed values it lacks
-                was = removed[0] if removed is not None and removed[1:] == (c.tx_seq, c.op_seq - 1) \
-                    and c.version is not None and self.document(c.version)["source"] == "postgresql" else {}
+                was = (
+                    removed[0]
+                    if removed is not None
+                    and removed[1:] == (c.tx_seq, c.op_seq - 1)
+                    and c.version is not None
+                    and self.document(c.version)["source"] == "postgresql"
+                    else {}
+                )
                 row = self._row(state, c, was, None, after)
                 k = self._key(state.key, row, c, "after")
                 target[k] = (row, c.tx_seq, c.c_scn)
@@ -218,10 +242,10 @@ class TableRules:
                 events.append(("close", k, None, c))
             elif c.op == "u":
                 old = self._key_of(state.key, state, c, before, after)
-                was = target.get(old)
-                if was is None and full is None:
-                    was = base.get(old)
-                row = self._row(state, c, was[0] if was is not None and was[0] is not None else {}, before, after)
+                held = target.get(old)
+                if held is None and full is None:
+                    held = base.get(old)
+                row = self._row(state, c, held[0] if held is not None and held[0] is not None else {}, before, after)
                 new = self._key(state.key, row, c, "after")
                 if new != old:
                     target[old] = (None, c.tx_seq, c.c_scn)
@@ -236,15 +260,24 @@ class TableRules:
             flat = [v for group in keyless.values() for v in group]
             return Plan("rewrite", columns_out, [], flat, last, count, events)
         if full is not None:
-            return Plan("rewrite", columns_out, list(state.key),
-                        [v for v in full.values() if v[0] is not None], last, count, events)  # type: ignore[misc]
+            return Plan(
+                "rewrite",
+                columns_out,
+                list(state.key),
+                [(row, tx_seq, c_scn) for row, tx_seq, c_scn in full.values() if row is not None],
+                last,
+                count,
+                events,
+            )
         return Plan("merge", columns_out, list(state.key), rows, last, count, events)
 
     # -- helpers -----------------------------------------------------------------------
 
     def _changes_schema(self, state: _State, doc: dict) -> bool:
-        return any(c["name"] not in state.columns or not same_type(state.columns[c["name"]], arrow_type(c["spark"]))
-                   for c in doc["columns"])
+        return any(
+            c["name"] not in state.columns or not same_type(state.columns[c["name"]], arrow_type(c["spark"]))
+            for c in doc["columns"]
+        )
 
     def _adopt(self, state: _State, doc: dict) -> bool:
         """Make ``doc``'s columns the table's (added ones appended, retyped ones take the
@@ -255,7 +288,8 @@ class TableRules:
             if name in EXTRA:
                 raise MirrorDataError(
                     f"{self.name}: has a column named {name}, which the mirror table adds itself",
-                    hint="leave the table out with --tables")
+                    hint="leave the table out with --tables",
+                )
             t = arrow_type(c["spark"])
             if name not in state.columns:
                 state.columns[name] = t
@@ -294,7 +328,8 @@ class TableRules:
                 raise MirrorDataError(
                     f"{self.name}: tx_seq {c.tx_seq}, op_seq {c.op_seq}: {label} column {json.dumps(name)} = "
                     f"'{text[:100]}' does not fit {t} ({exc})",
-                    hint="the schema document states the column's type: the source sent a value of another") from None
+                    hint="the schema document states the column's type: the source sent a value of another",
+                ) from None
         return out
 
     def _row(self, state: _State, c: Change, was: dict, before: dict | None, after: dict | None) -> dict:
@@ -325,7 +360,8 @@ class TableRules:
             f"{self.name}: tx_seq {c.tx_seq}, op_seq {c.op_seq}: a {c.op!r} change without its key column(s) "
             f"{', '.join(key)} in {label}",
             hint="the source must log the key columns with every change (Oracle: ADD SUPPLEMENTAL LOG DATA "
-                 "(PRIMARY KEY) COLUMNS)")
+            "(PRIMARY KEY) COLUMNS)",
+        )
 
     def _keyless(self, keyless, state: _State, c: Change, before: dict | None, after: dict | None) -> None:
         if c.op in ("u", "d"):
@@ -334,7 +370,8 @@ class TableRules:
                     f"{self.name}: has no key, and its {c.op!r} change at tx_seq {c.tx_seq}, op_seq {c.op_seq} "
                     "does not carry the whole row in before",
                     hint="give the table a primary key, or have the source log whole rows: PostgreSQL ALTER TABLE "
-                         f"{self.name} REPLICA IDENTITY FULL; Oracle ADD SUPPLEMENTAL LOG DATA (ALL) COLUMNS")
+                    f"{self.name} REPLICA IDENTITY FULL; Oracle ADD SUPPLEMENTAL LOG DATA (ALL) COLUMNS",
+                )
             old = self._row(state, c, {}, before, None)
             group = keyless.get(_whole(old, state.columns))
             if group:

@@ -31,9 +31,9 @@ from ..faults import fault_point
 from ..store import Lease, ObjectNotFoundError, StoreError, is_remote, open_store
 from .errors import MirrorError, MirrorTargetError
 from .feed import Feed
-from .rules import Change, TableRules
 from .history import SUFFIX as HISTORY_SUFFIX
 from .history import HistoryTable
+from .rules import Change, TableRules
 from .table import MirrorTable, app_id
 
 log = logging.getLogger(__name__)
@@ -103,7 +103,9 @@ class Mirror:
 
     def _write_progress(self) -> None:
         doc = self._read_progress()
-        scanned = doc.get("scanned") if isinstance(doc.get("scanned"), dict) else {}
+        scanned = doc.get("scanned")
+        if not isinstance(scanned, dict):
+            scanned = {}
         scanned[self._selection] = self.scanned
         self.store.replace(PROGRESS, orjson.dumps({"queue_id": self.queue_id, "scanned": scanned}))
 
@@ -118,13 +120,17 @@ class Mirror:
                 if held and max(held) >= 0:
                     raise self._ahead(self.options.target, max(held))
                 return  # nothing published yet: the changefeed's id comes with its first file
-            raise MirrorError(f"{self.feed.location.uri}: the changefeed's files name no queue id",
-                              hint="mirror needs a changefeed written by olr-buffer")
+            raise MirrorError(
+                f"{self.feed.location.uri}: the changefeed's files name no queue id",
+                hint="mirror needs a changefeed written by olr-buffer",
+            )
         doc = self._read_progress()
         if doc and doc.get("queue_id") not in (None, self.queue_id):
             raise MirrorError(
                 f"{self.options.target}: holds the mirror of another changefeed (queue {doc.get('queue_id')}, "
-                f"not {self.queue_id})", hint="give another --target")
+                f"not {self.queue_id})",
+                hint="give another --target",
+            )
         scanned = doc.get("scanned", {}).get(self._selection) if isinstance(doc.get("scanned"), dict) else None
         self.scanned = scanned if isinstance(scanned, int) else -1
         if self.scanned > self.feed.last_tx_seq:
@@ -144,7 +150,8 @@ class Mirror:
         return MirrorError(
             f"{where}: holds transactions up to tx_seq {tx_seq}, and the changefeed {self.feed.location.uri} ends "
             f"at tx_seq {self.feed.last_tx_seq}: the target is ahead of it",
-            hint="a target mirrors one changefeed: give a new --target for a changefeed that was made again")
+            hint="a target mirrors one changefeed: give a new --target for a changefeed that was made again",
+        )
 
     def _table(self, owner: str, name: str) -> MirrorTable:
         t = self.tables.get((owner, name))
@@ -161,7 +168,8 @@ class Mirror:
                     raise MirrorError(
                         f"{where}{HISTORY_SUFFIX}: holds transactions up to tx_seq {h.version}, its mirror table up "
                         f"to {t.version}: the history is behind it",
-                        hint="move the history table away: a new one starts from the mirror table's rows")
+                        hint="move the history table away: a new one starts from the mirror table's rows",
+                    )
                 self.histories[(owner, name)] = h
             self.tables[(owner, name)] = t
             self.rules[(owner, name)] = TableRules(owner, name, t.schema(), None, self.feed.document)
@@ -170,8 +178,9 @@ class Mirror:
     def _check(self, t: MirrorTable, where: str) -> None:
         if t.exists and t.version is None:
             raise MirrorError(
-                f"{where}: a Delta table that the mirror of this changefeed (queue {self.queue_id}) did not "
-                "write", hint="give another --target, or move the table away")
+                f"{where}: a Delta table that the mirror of this changefeed (queue {self.queue_id}) did not write",
+                hint="give another --target, or move the table away",
+            )
         if t.version is not None and t.version > self.feed.last_tx_seq:
             raise self._ahead(where, t.version)
 
@@ -193,8 +202,10 @@ class Mirror:
         try:
             self._fd = pidlock.acquire(path)
         except pidlock.LockHeldError as exc:
-            raise MirrorError(f"{target}: another mirror (pid {exc.pid}) writes this target",
-                              hint="one mirror per target: stop the other one first") from None
+            raise MirrorError(
+                f"{target}: another mirror (pid {exc.pid}) writes this target",
+                hint="one mirror per target: stop the other one first",
+            ) from None
         if is_remote(target):
             self._lease = Lease(self.store, LEASE, owner="olr-buffer-mirror")
             self._lease.acquire()
@@ -284,9 +295,18 @@ class Mirror:
                 if tx_seq <= self.scanned:
                     continue
                 key = (cols["owner"][i], cols["table"][i])
-                by_table.setdefault(key, []).append(Change(
-                    tx_seq, cols["op_seq"][i], cols["c_scn"][i], cols["op"][i], cols["before"][i], cols["after"][i],
-                    cols["schema_version"][i], cols["c_tm"][i]))
+                by_table.setdefault(key, []).append(
+                    Change(
+                        tx_seq,
+                        cols["op_seq"][i],
+                        cols["c_scn"][i],
+                        cols["op"][i],
+                        cols["before"][i],
+                        cols["after"][i],
+                        cols["schema_version"][i],
+                        cols["c_tm"][i],
+                    )
+                )
         plans = []
         for key, table_changes in by_table.items():
             t = self._table(*key)
@@ -316,10 +336,16 @@ class Mirror:
         self.result.changes += changes
         self.result.commits += commits
         self.result.last_tx_seq = last
-        log.info("mirrored tx_seq %d..%d: %d change(s), %d table commit(s) in %.2fs; the changefeed ends at %d",
-                 first, last, changes, commits, time.monotonic() - started, self.feed.last_tx_seq,
-                 extra={"last_tx_seq": last, "changes": changes, "commits": commits,
-                        "behind": self.feed.last_tx_seq - last})
+        log.info(
+            "mirrored tx_seq %d..%d: %d change(s), %d table commit(s) in %.2fs; the changefeed ends at %d",
+            first,
+            last,
+            changes,
+            commits,
+            time.monotonic() - started,
+            self.feed.last_tx_seq,
+            extra={"last_tx_seq": last, "changes": changes, "commits": commits, "behind": self.feed.last_tx_seq - last},
+        )
 
 
 def _wait(stop: threading.Event, seconds: float, m: Mirror) -> bool:

@@ -62,9 +62,11 @@ class MirrorTable:
 
     def failure(self, exc: Exception, doing: str) -> MirrorTargetError:
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        return MirrorTargetError(f"{self.uri}: cannot {doing} the mirror table: {reason}",
-                                 hint="run the mirror again once the target is back: it resumes where it stopped",
-                                 table=self.name)
+        return MirrorTargetError(
+            f"{self.uri}: cannot {doing} the mirror table: {reason}",
+            hint="run the mirror again once the target is back: it resumes where it stopped",
+            table=self.name,
+        )
 
     @property
     def exists(self) -> bool:
@@ -113,15 +115,26 @@ class MirrorTable:
         self.open()
 
     def _commit(self, plan: Plan) -> None:
-        props = CommitProperties(app_transactions=[Transaction(self.app, plan.last_tx_seq)],
-                                 custom_metadata={"olr_buffer.mirror.changes": str(plan.changes)})
+        props = CommitProperties(
+            app_transactions=[Transaction(self.app, plan.last_tx_seq)],
+            custom_metadata={"olr_buffer.mirror.changes": str(plan.changes)},
+        )
         if plan.mode == "rewrite":
             data = _arrow(plan.columns, plan.rows, self.name)  # type: ignore[arg-type]
             old = self.schema()
-            same = old is not None and [n for n, _ in old] == [n for n, _ in plan.columns] and all(
-                a == b for (_, a), (_, b) in zip(old, plan.columns))
-            write_deltalake(self.uri, data, mode="overwrite", schema_mode=None if same or old is None else "overwrite",
-                            storage_options=self.options or None, commit_properties=props)
+            same = (
+                old is not None
+                and [n for n, _ in old] == [n for n, _ in plan.columns]
+                and all(a == b for (_, a), (_, b) in zip(old, plan.columns))
+            )
+            write_deltalake(
+                self.uri,
+                data,
+                mode="overwrite",
+                schema_mode=None if same or old is None else "overwrite",
+                storage_options=self.options or None,
+                commit_properties=props,
+            )
         else:
             entries = plan.rows.items()  # type: ignore[union-attr]
             rows = []
@@ -134,16 +147,21 @@ class MirrorTable:
             setting = {quote(n): f"s.{quote(n)}" for n in names}
             predicate = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in plan.key)
             assert self.dt is not None
-            (self.dt.merge(data, predicate, source_alias="s", target_alias="t", commit_properties=props)
-             .when_matched_delete(f"s.{DELETED}")
-             .when_matched_update(setting)
-             .when_not_matched_insert(setting, f"NOT s.{DELETED}")
-             .execute())
+            (
+                self.dt.merge(data, predicate, source_alias="s", target_alias="t", commit_properties=props)
+                .when_matched_delete(f"s.{DELETED}")
+                .when_matched_update(setting)
+                .when_not_matched_insert(setting, f"NOT s.{DELETED}")
+                .execute()
+            )
 
 
 def _arrow(columns: list[tuple[str, pa.DataType]], rows: list[tuple[dict, int, int]], name: str) -> pa.Table:
-    return arrow_rows(columns + [(TX_SEQ, pa.int64()), (C_SCN, pa.int64())],
-                      [{**r, TX_SEQ: tx, C_SCN: scn} for r, tx, scn in rows], name)
+    return arrow_rows(
+        columns + [(TX_SEQ, pa.int64()), (C_SCN, pa.int64())],
+        [{**r, TX_SEQ: tx, C_SCN: scn} for r, tx, scn in rows],
+        name,
+    )
 
 
 def arrow_rows(columns: list[tuple[str, pa.DataType]], rows: list[dict], name: str) -> pa.Table:
@@ -171,4 +189,5 @@ def _recast(v: Any, t: pa.DataType, name: str, column: str) -> Any:
     except (Misfit, pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
         raise MirrorDataError(
             f"{name}: column {column!r} is now of type {t}, and a row's value {str(v)[:100]!r} does not fit it ({exc})",
-            hint="the source changed the column's type: the mirror casts every value to the new one") from None
+            hint="the source changed the column's type: the mirror casts every value to the new one",
+        ) from None

@@ -32,7 +32,8 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import pyarrow as pa
@@ -54,15 +55,33 @@ _ARRAY_TEXT = re.compile(forms.ARRAY)
 _DECIMAL_TEXT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)")  # plain digits (the type's figures: below)
 _FRACTION = re.compile(r"\.([0-9]+)")
 _INT_RANGES = {8: 1 << 7, 16: 1 << 15, 32: 1 << 31, 64: 1 << 63}
-_FLOAT_WORDS = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf"),
-                "inf": float("inf"), "-inf": float("-inf")}
-_SIMPLE = {
-    "boolean": pa.bool_(), "tinyint": pa.int8(), "byte": pa.int8(), "smallint": pa.int16(), "short": pa.int16(),
-    "int": pa.int32(), "integer": pa.int32(), "bigint": pa.int64(), "long": pa.int64(), "float": pa.float32(),
-    "real": pa.float32(), "double": pa.float64(), "string": pa.string(), "binary": pa.binary(), "date": pa.date32(),
-    "timestamp": pa.timestamp("us", tz="UTC"), "timestamp_ntz": pa.timestamp("us"),
+_FLOAT_WORDS = {
+    "NaN": float("nan"),
+    "Infinity": float("inf"),
+    "-Infinity": float("-inf"),
+    "inf": float("inf"),
+    "-inf": float("-inf"),
 }
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_SIMPLE = {
+    "boolean": pa.bool_(),
+    "tinyint": pa.int8(),
+    "byte": pa.int8(),
+    "smallint": pa.int16(),
+    "short": pa.int16(),
+    "int": pa.int32(),
+    "integer": pa.int32(),
+    "bigint": pa.int64(),
+    "long": pa.int64(),
+    "float": pa.float32(),
+    "real": pa.float32(),
+    "double": pa.float64(),
+    "string": pa.string(),
+    "binary": pa.binary(),
+    "date": pa.date32(),
+    "timestamp": pa.timestamp("us", tz="UTC"),
+    "timestamp_ntz": pa.timestamp("us"),
+}
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 class Misfit(ValueError):
@@ -140,8 +159,12 @@ def value(v: Any, t: pa.DataType) -> Any:
     if pa.types.is_floating(t):
         if isinstance(v, str) and v in _FLOAT_WORDS:
             return _FLOAT_WORDS[v]
-        if isinstance(v, bool) or not isinstance(v, (int, decimal.Decimal, str)) or \
-                isinstance(v, str) and not _FLOAT_TEXT.match(v):
+        if (
+            isinstance(v, bool)
+            or not isinstance(v, (int, decimal.Decimal, str))
+            or isinstance(v, str)
+            and not _FLOAT_TEXT.match(v)
+        ):
             raise Misfit("not a number")
         f = float(v)
         if t.bit_width == 32 and abs(f) != float("inf") and abs(f) > 3.4028234663852886e38:
@@ -199,9 +222,9 @@ def _decimal(v: Any, precision: int, scale: int) -> decimal.Decimal:
         d = decimal.Decimal(v.strip())
     else:
         raise Misfit("not a number of plain digits")
-    if not d.is_finite():
-        raise Misfit("not a finite number")
     _, digits, exponent = d.as_tuple()
+    if not isinstance(exponent, int):  # "n", "N", "F": a NaN or an infinity
+        raise Misfit("not a finite number")
     n = len(digits)
     while exponent < -scale and n > 1 and digits[n - 1] == 0:  # trailing zeros after the point
         n -= 1
@@ -232,7 +255,7 @@ def _timestamp(v: Any, zoned: bool) -> dt.datetime:
             stamp = stamp.replace(tzinfo=ZoneInfo(region))
     except (ValueError, ZoneInfoNotFoundError):
         raise Misfit("not a timestamp") from None
-    return stamp.astimezone(dt.timezone.utc) if zoned else stamp
+    return stamp.astimezone(dt.UTC) if zoned else stamp
 
 
 def json_text(v: Any) -> str:

@@ -46,8 +46,16 @@ _CHAR = re.compile(r"(?:NATIONAL )?(?:CHAR|CHARACTER|NCHAR)(?:\((\d+)(?: ?(?:BYT
 _TIMESTAMP = re.compile(r"TIMESTAMP(?:\(\d+\))?( WITH(?: (LOCAL))? TIME ZONE)?")
 _INTERVAL = re.compile(r"INTERVAL (YEAR|DAY)(?:\(\d+\))? TO (?:MONTH|SECOND(?:\(\d+\))?)")
 _SIZED = re.compile(r"(RAW|UROWID)(?:\((\d+)\))?")
-_PLAIN = {"DATE": "date", "BINARY_FLOAT": "binary_float", "BINARY_DOUBLE": "binary_double", "CLOB": "clob",
-          "NCLOB": "clob", "BLOB": "blob", "LONG": "long", "LONG RAW": "long raw"}
+_PLAIN = {
+    "DATE": "date",
+    "BINARY_FLOAT": "binary_float",
+    "BINARY_DOUBLE": "binary_double",
+    "CLOB": "clob",
+    "NCLOB": "clob",
+    "BLOB": "blob",
+    "LONG": "long",
+    "LONG RAW": "long raw",
+}
 _INTEGER = ("INTEGER", "INT", "SMALLINT")
 _FLOATS = {"REAL": 63, "DOUBLE PRECISION": 126}
 _INSIDE = re.compile(r"\s*([(,])\s*|\s*(?=\))")
@@ -67,8 +75,13 @@ def oracle_column(name: str, type_text: str, nullable: bool | None) -> dict[str,
         if precision is None:
             col.update({TYPE: "number", PRECISION: -1, SCALE: -1})
         else:
-            col.update({TYPE: "number", PRECISION: -1 if precision == "*" else int(precision),
-                        SCALE: int(scale) if scale is not None else (-1 if precision == "*" else 0)})
+            col.update(
+                {
+                    TYPE: "number",
+                    PRECISION: -1 if precision == "*" else int(precision),
+                    SCALE: int(scale) if scale is not None else (-1 if precision == "*" else 0),
+                }
+            )
     elif text in _INTEGER:
         col.update({TYPE: "number", PRECISION: -1, SCALE: 0})
     elif (m := _FLOAT.fullmatch(text)) is not None or text in _FLOATS:

@@ -18,4 +18,5 @@ class MalformedMessageError(ProtocolError):
 
 
 class StreamError(OlrBufferError):
-    """The changefeed's rows cannot be streamed as the protocol says: a commit SCN that goes back, an op it cannot carry."""
+    """The changefeed's rows cannot be streamed as the protocol says: a commit SCN that goes
+    back, an op it cannot carry."""

@@ -57,7 +57,7 @@ class FrameReader:
     def feed(self, data: bytes) -> list[bytes]:
         buf = self._buf
         buf += data
-        frames = []
+        frames: list[bytes] = []
         pos = 0
         end = len(buf)
         while end - pos >= 4:

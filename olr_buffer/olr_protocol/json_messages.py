@@ -26,7 +26,8 @@ in OpenLogReplicator's form (:mod:`.columns`), from the schema document of the r
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -74,8 +75,23 @@ ROW_OPS = (OP_INSERT, OP_UPDATE, OP_DELETE, OP_DDL)
 #: insert, its TRUNCATE (``t``) a DDL statement.
 CHANGEFEED_OPS = {"c": OP_INSERT, "u": OP_UPDATE, "d": OP_DELETE, "ddl": OP_DDL, "r": OP_INSERT, "t": OP_DDL}
 #: The changefeed's columns a builder reads (``schema_version`` where the file has it).
-COLUMNS = ("tx_seq", "c_scn", "c_tm", "xid", "op", "scn", "tm", "owner", "table", "obj", "rid", "before", "after", "sql",
-           "schema_version")
+COLUMNS = (
+    "tx_seq",
+    "c_scn",
+    "c_tm",
+    "xid",
+    "op",
+    "scn",
+    "tm",
+    "owner",
+    "table",
+    "obj",
+    "rid",
+    "before",
+    "after",
+    "sql",
+    "schema_version",
+)
 _VERSION = COLUMNS.index("schema_version")
 
 
@@ -84,6 +100,9 @@ class Position(NamedTuple):
 
     c_scn: int
     c_idx: int
+
+
+_STREAM_START = Position(0, 0)
 
 
 def truncate_sql(owner: str, table: str) -> str:
@@ -122,8 +141,9 @@ class MessageBuilder:
     the schema document of a version (rows that name one get ``schema.columns``; without
     it, none does)."""
 
-    def __init__(self, database: str, start: Position = Position(0, 0),
-                 documents: Callable[[str], bytes | str] | None = None) -> None:
+    def __init__(
+        self, database: str, start: Position = _STREAM_START, documents: Callable[[str], bytes | str] | None = None
+    ) -> None:
         self._db = _q(database)
         self.start = start
         self.skipping = start > Position(0, 0)
@@ -152,8 +172,13 @@ class MessageBuilder:
         when all were)."""
         col = batch.column
         names = batch.schema.names
-        cols = [(col(name).to_pylist() if start_row == 0 else col(name).slice(start_row).to_pylist())
-                if name in names else None for name in COLUMNS]
+        # a column the file lacks is None: only schema_version may be absent (filled below)
+        cols: list[Any] = [
+            (col(name).to_pylist() if start_row == 0 else col(name).slice(start_row).to_pylist())
+            if name in names
+            else None
+            for name in COLUMNS
+        ]
         if cols[_VERSION] is None or self._documents is None:  # a file written before schema_version
             cols[_VERSION] = [None] * (batch.num_rows - start_row)
         txs, c_scns, c_tms, xids, ops, scns, tms, owners, tables, objs, rids, befores, afters, sqls, versions = cols
@@ -165,7 +190,14 @@ class MessageBuilder:
         i = 0
         # the state, in locals for the loop (written back below)
         skipping, start, db, schemas = self.skipping, self.start, self._db, self._schemas
-        tx_open, c_scn, c_tm_text, xid_text, idx, last = self._tx, self._c_scn, self._c_tm, self._xid, self._idx, self._last
+        tx_open, c_scn, c_tm_text, xid_text, idx, last = (
+            self._tx,
+            self._c_scn,
+            self._c_tm,
+            self._xid,
+            self._idx,
+            self._last,
+        )
         try:
             while i < n:
                 tx = txs[i]
@@ -189,7 +221,9 @@ class MessageBuilder:
                             raise StreamError(
                                 f"transaction tx_seq {tx} has c_scn {tx_c_scn}, below the c_scn {c_scn} before it: "
                                 "the changefeed is not in commit order",
-                                tx_seq=tx, c_scn=tx_c_scn)
+                                tx_seq=tx,
+                                c_scn=tx_c_scn,
+                            )
                         c_scn = tx_c_scn
                         idx = 0
                     tx_open = tx
@@ -230,11 +264,16 @@ class MessageBuilder:
                 op = ops[i]
                 op_text = _OP_TEXT.get(op)
                 if op_text is None:
-                    raise StreamError(f"transaction tx_seq {tx}: op {op!r} is not one the protocol can carry",
-                                      tx_seq=tx)
+                    raise StreamError(
+                        f"transaction tx_seq {tx}: op {op!r} is not one the protocol can carry", tx_seq=tx
+                    )
                 tm = tms[i]
-                parts = [_HEAD % (scns[i], c_tm_text if tm is None else _TM % tm, c_scn, idx, xid_text),
-                         op_text, _SCHEMA, schema]
+                parts = [
+                    _HEAD % (scns[i], c_tm_text if tm is None else _TM % tm, c_scn, idx, xid_text),
+                    op_text,
+                    _SCHEMA,
+                    schema,
+                ]
                 value = rids[i]
                 if value is not None:
                     parts += (_RID, dumps(value).decode())
@@ -260,7 +299,14 @@ class MessageBuilder:
                     break
         finally:
             self.skipping, self._tx, self._c_scn, self._c_tm, self._xid, self._idx, self._last = (
-                skipping, tx_open, c_scn, c_tm_text, xid_text, idx, last)
+                skipping,
+                tx_open,
+                c_scn,
+                c_tm_text,
+                xid_text,
+                idx,
+                last,
+            )
             self.messages += made
             self.transactions += transactions
             self.bytes += size
@@ -272,6 +318,7 @@ class MessageBuilder:
         if text is None:
             if len(self._column_texts) > 10_000:
                 self._column_texts.clear()
+            assert self._documents is not None  # rows name no version without documents (add)
             text = self._column_texts[version] = columns_text(self._documents(version))
         return text
 

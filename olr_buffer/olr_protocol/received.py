@@ -87,7 +87,7 @@ class Schema(msgspec.Struct, gc=False):
     owner: str | None = _f(OWNER)
     table: str | None = _f(TABLE)
     obj: _I64 | None = _f(OBJ)
-    columns: msgspec.Raw = _f(SCHEMA_COLUMNS)  # type: ignore[assignment]
+    columns: msgspec.Raw = _f(SCHEMA_COLUMNS)
 
 
 class Entry(msgspec.Struct, gc=False):
@@ -98,8 +98,8 @@ class Entry(msgspec.Struct, gc=False):
     schema: Schema | None = _f(SCHEMA)
     rid: str | None = _f(RID)
     num: _I64 | None = _f(NUM)
-    before: msgspec.Raw = _f(BEFORE)  # type: ignore[assignment]
-    after: msgspec.Raw = _f(AFTER)  # type: ignore[assignment]
+    before: msgspec.Raw = _f(BEFORE)
+    after: msgspec.Raw = _f(AFTER)
     sql: str | None = _f(SQL)
 
 
@@ -124,7 +124,7 @@ _any = msgspec.json.Decoder().decode
 def _not_json(exc: msgspec.DecodeError) -> MessageError:
     reason = str(exc)
     if reason.startswith("JSON is malformed: "):
-        reason = reason[len("JSON is malformed: "):]
+        reason = reason[len("JSON is malformed: ") :]
     return MessageError(f"not valid JSON ({reason})")
 
 
@@ -138,8 +138,17 @@ class Received:
 
     __slots__ = ("scn", "tm", "c_scn", "c_idx", "xid", "rth", "db", "payload")
 
-    def __init__(self, scn: int | None, tm: int | None, c_scn: int | None, c_idx: int | None, xid: str | None,
-                 rth: int | None, db: str | None, payload: list[Entry]) -> None:
+    def __init__(
+        self,
+        scn: int | None,
+        tm: int | None,
+        c_scn: int | None,
+        c_idx: int | None,
+        xid: str | None,
+        rth: int | None,
+        db: str | None,
+        payload: list[Entry],
+    ) -> None:
         self.scn = scn
         self.tm = tm
         self.c_scn = c_scn

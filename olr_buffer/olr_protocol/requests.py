@@ -211,6 +211,7 @@ def _fields(data: bytes):
     while pos < end:
         key, pos = _read_varint(data, pos)
         field, wire = key >> 3, key & 7
+        value: int | bytes | None
         if field == 0:
             raise MalformedMessageError("field number 0")
         if wire == _VARINT:

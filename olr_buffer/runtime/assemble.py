@@ -14,10 +14,11 @@ import os
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Callable
+from typing import Any
 
-from ..dispatcher import DispatchError, Dispatcher, DispatchStats
+from ..dispatcher import Dispatcher, DispatchError, DispatchStats
 from ..sinks import ChangefeedOwner, Sink, SinkSettings, open_sink
 from ..store import OutageRetry
 from ..txbuffer import LmdbQueue
@@ -106,7 +107,8 @@ class Pipeline:
         try:
             queue_id = self.queue.meta(QUEUE_ID_KEY)
             settings = SinkSettings(
-                durable=opts.durable, retry=retry,
+                durable=opts.durable,
+                retry=retry,
                 # a changefeed on object storage: temporary files in the queue directory (local,
                 # this process's), and the lease recorded as this queue's
                 staging=os.path.join(queue_dir, CHANGEFEED_STAGING),
@@ -115,7 +117,8 @@ class Pipeline:
             self.sink = sink = open_sink(opts.sink, changefeed_dir, settings, opts.sink_flags())
             self.appended = threading.Event()
             self.source = source_calls = SourceCalls(
-                source, self.queue,
+                source,
+                self.queue,
                 block_records=opts.block_records,
                 block_bytes=opts.block_bytes,
                 processes=opts.reader_processes,

@@ -94,8 +94,12 @@ class Checkpointer:
             retain_seconds=self.retain_seconds,
         )
         if deleted:
-            log.info("cleanup: deleted %d segment(s), queue now starts at index %d", len(deleted), self.queue.first_index,
-                     extra={"segments_deleted": len(deleted), "first_index": self.queue.first_index})
+            log.info(
+                "cleanup: deleted %d segment(s), queue now starts at index %d",
+                len(deleted),
+                self.queue.first_index,
+                extra={"segments_deleted": len(deleted), "first_index": self.queue.first_index},
+            )
         self.segments_deleted += len(deleted)
         self.count += 1
         self._last = time.monotonic()
@@ -108,7 +112,10 @@ class Checkpointer:
         for a in gone:
             log.warning(
                 "transaction %s abandoned by the retention limit: %s; %d row(s) (%d record(s)) dropped, not published",
-                a.xid, a.reason, a.rows, a.records,
+                a.xid,
+                a.reason,
+                a.rows,
+                a.records,
                 extra={"xid": a.xid, "rows": a.rows, "records": a.records, "first_scn": a.first_scn},
             )
             if self.dead_letter:
@@ -132,7 +139,10 @@ class Checkpointer:
             log.warning(
                 "transaction %s (from scn %d) has not ended and keeps %d queue segment(s), %.1f MB, from cleanup; "
                 "olr-buffer status shows what it holds",
-                txn.xid, txn.first_scn, len(held), sum(s.bytes for s in held) / 1e6,
+                txn.xid,
+                txn.first_scn,
+                len(held),
+                sum(s.bytes for s in held) / 1e6,
                 extra={"xid": txn.xid, "first_scn": txn.first_scn, "segments_held": len(held)},
             )
 

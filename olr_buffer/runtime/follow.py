@@ -6,8 +6,9 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any
 
 from ..dead_letters import BadRecordLog
 from ..store import OutageRetry
@@ -36,8 +37,14 @@ def run_service(
     if not os.path.exists(queue_dir):  # a run the source would refuse leaves nothing behind
         check_new_run(source, opts.threads)
     # a store that cannot be reached is waited for (until stopped), not a reason to stop
-    pipeline = Pipeline(source, queue_dir, changefeed_dir, opts, source_options,
-                        retry=OutageRetry(stop, timeout=opts.store_timeout_seconds))
+    pipeline = Pipeline(
+        source,
+        queue_dir,
+        changefeed_dir,
+        opts,
+        source_options,
+        retry=OutageRetry(stop, timeout=opts.store_timeout_seconds),
+    )
     return pipeline.run(follow, stop, on_tick)
 
 
@@ -54,9 +61,13 @@ def follow(pipeline: Pipeline, stop: threading.Event, on_tick: Callable[[Pipelin
     watch = _ThreadWatch(p, opts.stall_seconds) if source.watches_stalls else None
     bad_records = BadRecordLog(opts.dead_letter) if opts.dead_letter else None
     with running(p, follow=True):
-        log.info("following %s: %squeue index %d", source.name,
-                 f"threads in play {p.threads}, " if source.kind.shows_threads else "", dispatcher.position,
-                 extra={"input": source.name, "threads": p.threads, "queue_index": dispatcher.position})
+        log.info(
+            "following %s: %squeue index %d",
+            source.name,
+            f"threads in play {p.threads}, " if source.kind.shows_threads else "",
+            dispatcher.position,
+            extra={"input": source.name, "threads": p.threads, "queue_index": dispatcher.position},
+        )
         last_scan = time.monotonic()
         published_log = _PublishedLog(p, opts.log_summary_seconds, last_scan)
         while not stop.is_set() and source.error() is None:
@@ -74,8 +85,10 @@ def follow(pipeline: Pipeline, stop: threading.Event, on_tick: Callable[[Pipelin
                     log.warning(
                         "redo thread %d appeared after the start and is not in play: it does not hold the "
                         "watermark, so its rows of transactions already published are counted as late "
-                        "records and not published (give every thread with --threads)", t,
-                        extra={"redo_thread": t})
+                        "records and not published (give every thread with --threads)",
+                        t,
+                        extra={"redo_thread": t},
+                    )
                 if watch:
                     watch.check(now)
                 published_log.check(now)
@@ -120,10 +133,14 @@ class _ThreadWatch:
             seen, when = self._late_logged.get(t, (0, -1e9))
             if n > seen and now - when >= 60.0:
                 self._late_logged[t] = (n, now)
-                log.warning("redo thread %d: %d late record(s) so far: rows of transactions already published "
-                            "(or ends below them), not published; the thread is %s", t, n,
-                            "in play" if t in d.progress else "not in play for the watermark",
-                            extra={"redo_thread": t, "late_records": n})
+                log.warning(
+                    "redo thread %d: %d late record(s) so far: rows of transactions already published "
+                    "(or ends below them), not published; the thread is %s",
+                    t,
+                    n,
+                    "in play" if t in d.progress else "not in play for the watermark",
+                    extra={"redo_thread": t, "late_records": n},
+                )
         for t in self.pipeline.threads:
             p = d.progress.get(t, -1)
             if t in d.closed:
@@ -137,9 +154,14 @@ class _ThreadWatch:
             elif now - last[1] >= self.stall_seconds and t not in self._stalled and d.ends_waiting:
                 # (an idle source, nothing waiting: a silent thread holds nothing back)
                 self._stalled.add(t)
-                log.warning("redo thread %d has written nothing for %.0fs and is not closed (progress %s): it holds "
-                            "the watermark, so nothing above it is published", t, now - last[1],
-                            p if p >= 0 else "none yet", extra={"redo_thread": t, "progress": p})
+                log.warning(
+                    "redo thread %d has written nothing for %.0fs and is not closed (progress %s): it holds "
+                    "the watermark, so nothing above it is published",
+                    t,
+                    now - last[1],
+                    p if p >= 0 else "none yet",
+                    extra={"redo_thread": t, "progress": p},
+                )
 
 
 class _PublishedLog:
@@ -172,14 +194,28 @@ class _PublishedLog:
         p, kind = self.pipeline, self.pipeline.source.kind
         commit = p.sink.last_commit
         behind = seconds_behind_source(p, time.time_ns())
-        log.info("published %d file(s), %d transaction(s), %d row(s) in the last %.0fs; %s, last commit at %s %s; "
-                 "%.1fs behind the source", files, transactions, rows, seconds, changefeed_at(p.sink.next_tx_seq),
-                 kind.position_name, kind.format_position(commit.scn) if commit else "-", behind,
-                 extra={"files": files, "transactions": transactions, "rows": rows,
-                        "interval_seconds": round(seconds, 3),
-                        "last_tx_seq": p.sink.next_tx_seq - 1, "c_scn": commit.scn if commit else None,
-                        "position": kind.format_position(commit.scn) if commit else None,
-                        "seconds_behind_source": round(behind, 3)})
+        log.info(
+            "published %d file(s), %d transaction(s), %d row(s) in the last %.0fs; %s, last commit at %s %s; "
+            "%.1fs behind the source",
+            files,
+            transactions,
+            rows,
+            seconds,
+            changefeed_at(p.sink.next_tx_seq),
+            kind.position_name,
+            kind.format_position(commit.scn) if commit else "-",
+            behind,
+            extra={
+                "files": files,
+                "transactions": transactions,
+                "rows": rows,
+                "interval_seconds": round(seconds, 3),
+                "last_tx_seq": p.sink.next_tx_seq - 1,
+                "c_scn": commit.scn if commit else None,
+                "position": kind.format_position(commit.scn) if commit else None,
+                "seconds_behind_source": round(behind, 3),
+            },
+        )
 
 
 def changefeed_at(next_tx_seq: int) -> str:

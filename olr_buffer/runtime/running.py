@@ -4,8 +4,9 @@ started with the garbage collector quiet, and stopped on any error."""
 from __future__ import annotations
 
 import gc
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
 from .options import reader_poll_seconds
 
@@ -28,7 +29,7 @@ def quiet_gc() -> Iterator[None]:
 
 
 @contextmanager
-def running(pipeline: "Pipeline", follow: bool) -> Iterator[None]:
+def running(pipeline: Pipeline, follow: bool) -> Iterator[None]:
     """The source started (to the end of the input, or following it) with the garbage
     collector quiet; on any error the source is stopped and joined and the sink's
     unpublished file dropped (the next run publishes it again) before it goes on."""

@@ -5,7 +5,8 @@ only through :class:`SourceCalls` (and the checks before a run is made), through
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from ..changes import CommitKey
 from ..sources import Acknowledgement, SourceKind, SourceRunner, SourceSettings, kind_of, open_source

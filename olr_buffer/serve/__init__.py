@@ -3,9 +3,17 @@
 from them."""
 
 from .errors import ServeError, ServeLockedError, ServeStateError
+from .receivers import receivers_status, render_receivers
 from .server import ServeOptions, StreamServer
 from .state import default_state_dir
-from .receivers import receivers_status, render_receivers
 
-__all__ = ["ServeError", "ServeLockedError", "ServeOptions", "ServeStateError", "StreamServer", "default_state_dir",
-           "receivers_status", "render_receivers"]
+__all__ = [
+    "ServeError",
+    "ServeLockedError",
+    "ServeOptions",
+    "ServeStateError",
+    "StreamServer",
+    "default_state_dir",
+    "receivers_status",
+    "render_receivers",
+]

@@ -9,7 +9,9 @@ time, and a message stream makes at most about ``max_bytes`` of messages per cal
 from __future__ import annotations
 
 import bisect
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -47,8 +49,12 @@ class Changefeed:
 
     def refresh(self) -> int:
         """List the files published since the last call; returns how many there are."""
-        new = list_files(self.location, start=self.next_tx_seq, names=chain_names(self.location),
-                         hint="files were removed, or the changefeed was compacted in place while served")
+        new = list_files(
+            self.location,
+            start=self.next_tx_seq,
+            names=chain_names(self.location),
+            hint="files were removed, or the changefeed was compacted in place while served",
+        )
         self.files.extend(new)
         self._last_scns.extend(f.last_commit.scn for f in new)
         return len(new)
@@ -73,7 +79,7 @@ class Changefeed:
             return None
         c_scn = self._last_scns[-1]
         messages = 0
-        for f in self.files[self.first_file_for(c_scn):]:
+        for f in self.files[self.first_file_for(c_scn) :]:
             t = self._tx_table(f)
             lo, hi = bisect.bisect_left(t.c_scn, c_scn), bisect.bisect_right(t.c_scn, c_scn)
             messages += sum(t.rows[lo:hi]) + 2 * (hi - lo)  # a begin, the rows, a commit
@@ -158,8 +164,12 @@ class _TxTable:
         ends = runs.run_ends.to_pylist()
         starts = pa.array([0] + ends[:-1], pa.int64())
         rows = [e - s for s, e in zip([0] + ends[:-1], ends)]
-        return cls(runs.values.to_pylist(), pc.take(table.column("c_scn"), starts).to_pylist(),
-                   pc.take(table.column("c_tm"), starts).to_pylist(), rows)
+        return cls(
+            runs.values.to_pylist(),
+            pc.take(table.column("c_scn"), starts).to_pylist(),
+            pc.take(table.column("c_tm"), starts).to_pylist(),
+            rows,
+        )
 
 
 def max_c_tm(location: Location, name: str) -> int | None:
@@ -189,8 +199,9 @@ def start_position(feed: Changefeed, scn: int) -> Position:
     return Position(scn, 0)
 
 
-def continue_position(c_scn: int | None, c_idx: int | None,
-                      confirmed: Position | None) -> tuple[Position, Position | None]:
+def continue_position(
+    c_scn: int | None, c_idx: int | None, confirmed: Position | None
+) -> tuple[Position, Position | None]:
     """Where the stream of a ``CONTINUE(c_scn, c_idx)`` begins, and the position it goes
     on after (None: none). ``c_scn`` 0 (or absent) and :data:`NO_SCN` (as
     OpenLogReplicator reads it, whatever ``c_idx``): after the ``confirmed`` position (the
@@ -217,8 +228,8 @@ class MessageStream:
         self.builder = MessageBuilder(database, start, documents=feed.schema_document)
         self.batch_rows = batch_rows
         self._file = feed.first_file_for(start.c_scn) if start.c_scn else 0
-        self._batches = None
-        self._batch = None
+        self._batches: Iterator[Any] | None = None  # of the current file's record batches
+        self._batch: Any = None  # a pyarrow.RecordBatch, or None
         self._row = 0
 
     @property
@@ -240,7 +251,8 @@ class MessageStream:
                         continue
                     f = self.feed.files[self._file]
                     self._batches = pq.ParquetFile(self.feed.open_file(f)).iter_batches(
-                        batch_size=self.batch_rows, columns=list(COLUMNS))
+                        batch_size=self.batch_rows, columns=list(COLUMNS)
+                    )
                 batch = next(self._batches, None)
                 if batch is None:
                     data = b.end_of_file()

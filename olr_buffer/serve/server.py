@@ -127,7 +127,7 @@ class _Chunk:
 
     __slots__ = ("start", "end", "last", "data", "scan", "scan_last")
 
-    def __init__(self, start: int, data: bytes, last: Position) -> None:
+    def __init__(self, start: int, data: bytes, last: Position | None) -> None:
         self.start = start
         self.end = start + len(data)
         self.last = last
@@ -154,16 +154,40 @@ class _Chunk:
             off += head + n
         self.scan = off
         if whole is not None:
-            doc = json.loads(data[whole[0]:whole[1]])
+            doc = json.loads(data[whole[0] : whole[1]])
             self.scan_last = Position(doc["c_scn"], doc["c_idx"])
         return self.scan_last
 
 
 class _Connection:
-    __slots__ = ("sock", "peer", "reader", "inbox", "out", "out_pos", "queued", "sent", "acked", "in_flight",
-                 "acked_pos", "replies_from", "stream", "connected", "last_request", "active", "ack_wait",
-                 "caught_up", "next_poll", "pending_confirm", "stored_at", "bad", "interest", "beyond_warned",
-                 "started_from", "started_tx_seq")
+    __slots__ = (
+        "sock",
+        "peer",
+        "reader",
+        "inbox",
+        "out",
+        "out_pos",
+        "queued",
+        "sent",
+        "acked",
+        "in_flight",
+        "acked_pos",
+        "replies_from",
+        "stream",
+        "connected",
+        "last_request",
+        "active",
+        "ack_wait",
+        "caught_up",
+        "next_poll",
+        "pending_confirm",
+        "stored_at",
+        "bad",
+        "interest",
+        "beyond_warned",
+        "started_from",
+        "started_tx_seq",
+    )
 
     def __init__(self, sock: socket.socket, peer: str, now: float) -> None:
         self.sock = sock
@@ -280,10 +304,16 @@ class StreamServer:
         if threading.current_thread() is threading.main_thread():
             previous_wakeup = signal.set_wakeup_fd(self._wake_w.fileno(), warn_on_full_buffer=False)
         pos = self.confirmed.position if self.confirmed else None
-        log.info("serving %s as database %r on %s (state %s); confirmed position %s; changefeed holds tx_seq 0..%d",
-                 self.opts.changefeed, self.opts.database, self.listen, self.state_dir,
-                 f"c_scn {pos[0]} c_idx {pos[1]}" if pos else "none", self.feed.next_tx_seq - 1,
-                 extra={"listen": self.listen, "database": self.opts.database})
+        log.info(
+            "serving %s as database %r on %s (state %s); confirmed position %s; changefeed holds tx_seq 0..%d",
+            self.opts.changefeed,
+            self.opts.database,
+            self.listen,
+            self.state_dir,
+            f"c_scn {pos[0]} c_idx {pos[1]}" if pos else "none",
+            self.feed.next_tx_seq - 1,
+            extra={"listen": self.listen, "database": self.opts.database},
+        )
         self._session()
         try:
             while not stop.is_set():
@@ -304,8 +334,11 @@ class StreamServer:
                             self._flush(self.conn)
                 if self.conn is not None:
                     self._step(self.conn)
-                if self.conn is not None and self.conn.pending_confirm is not None \
-                        and time.monotonic() - self.conn.stored_at >= CONFIRM_STORE_SECONDS:
+                if (
+                    self.conn is not None
+                    and self.conn.pending_confirm is not None
+                    and time.monotonic() - self.conn.stored_at >= CONFIRM_STORE_SECONDS
+                ):
                     self._store_confirm(self.conn)
         finally:
             if previous_wakeup is not None:
@@ -336,16 +369,25 @@ class StreamServer:
             idle = now - self.conn.active
             if idle < self.opts.takeover_seconds:
                 self.stats.refused += 1
-                log.warning("%s: connection refused: the receiver at %s is connected (one receiver per changefeed "
-                            "and database name; it made progress %.0fs ago, a new connection takes over after "
-                            "%gs without)", peer, self.conn.peer, idle, self.opts.takeover_seconds,
-                            extra={"peer": peer})
+                log.warning(
+                    "%s: connection refused: the receiver at %s is connected (one receiver per changefeed "
+                    "and database name; it made progress %.0fs ago, a new connection takes over after "
+                    "%gs without)",
+                    peer,
+                    self.conn.peer,
+                    idle,
+                    self.opts.takeover_seconds,
+                    extra={"peer": peer},
+                )
                 sock.close()
                 return
             self.stats.taken_over += 1
-            self._close(self.conn, f"taken over by a new connection from {peer}: no request and no byte of the stream "
-                                   f"taken for {idle:.0f}s (--takeover-after {self.opts.takeover_seconds:g})",
-                        level=logging.WARNING)
+            self._close(
+                self.conn,
+                f"taken over by a new connection from {peer}: no request and no byte of the stream "
+                f"taken for {idle:.0f}s (--takeover-after {self.opts.takeover_seconds:g})",
+                level=logging.WARNING,
+            )
         sock.setblocking(False)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
@@ -373,8 +415,11 @@ class StreamServer:
             conn.sock.close()
             if conn.stream is not None:
                 conn.stream.close()
-            sent = f"; {conn.stream.builder.messages:,} messages ({conn.stream.builder.transactions:,} transactions) " \
-                   f"sent" if conn.stream else ""
+            sent = (
+                f"; {conn.stream.builder.messages:,} messages ({conn.stream.builder.transactions:,} transactions) sent"
+                if conn.stream
+                else ""
+            )
             log.log(level, "%s: connection closed: %s%s", conn.peer, why, sent, extra={"peer": conn.peer})
             self._session()
 
@@ -394,8 +439,9 @@ class StreamServer:
         except FrameTooLargeError as exc:
             self.stats.bad_requests += 1
             conn.inbox.extend(exc.facts.get("frames") or ())  # sent before it: their CONFIRMs are taken
-            self._close(conn, f"bad request: {exc} (a request is at most {MAX_REQUEST_BYTES} bytes)",
-                        level=logging.WARNING)
+            self._close(
+                conn, f"bad request: {exc} (a request is at most {MAX_REQUEST_BYTES} bytes)", level=logging.WARNING
+            )
             return
         while conn.inbox and self.conn is conn:
             self._request(conn, conn.inbox.popleft())
@@ -429,7 +475,7 @@ class StreamServer:
         if not conn.pending:
             return
         try:
-            sent = conn.sock.send(memoryview(conn.out)[conn.out_pos:])
+            sent = conn.sock.send(memoryview(conn.out)[conn.out_pos :])
         except (BlockingIOError, InterruptedError):
             sent = 0
         except OSError as exc:
@@ -466,8 +512,9 @@ class StreamServer:
         self._flush(conn)
         unread = conn.queued - max(conn.sent, conn.replies_from)  # the messages of a stream stopped before aside
         if self.conn is conn and conn.stream is None and unread > MAX_UNREAD_REPLIES:
-            self._close(conn, f"the receiver reads none of its replies ({unread:,} bytes waiting)",
-                        level=logging.WARNING)
+            self._close(
+                conn, f"the receiver reads none of its replies ({unread:,} bytes waiting)", level=logging.WARNING
+            )
 
     # -- the stream ----------------------------------------------------------------------
 
@@ -475,14 +522,19 @@ class StreamServer:
         now = time.monotonic()
         if conn.stream is None:
             if now - conn.last_request > self.opts.handshake_seconds:
-                self._close(conn, f"no request for {self.opts.handshake_seconds:g}s before streaming",
-                            level=logging.WARNING)
+                self._close(
+                    conn, f"no request for {self.opts.handshake_seconds:g}s before streaming", level=logging.WARNING
+                )
             return
         if conn.outstanding:
             conn.acknowledged(now)
             if conn.outstanding and now - conn.ack_wait > self.opts.stall_seconds:
-                self._close(conn, f"the receiver took no byte of the stream for {self.opts.stall_seconds:g}s "
-                                  f"({conn.outstanding:,} bytes wait for it)", level=logging.WARNING)
+                self._close(
+                    conn,
+                    f"the receiver took no byte of the stream for {self.opts.stall_seconds:g}s "
+                    f"({conn.outstanding:,} bytes wait for it)",
+                    level=logging.WARNING,
+                )
                 return
         chunk = self.opts.chunk_bytes
         if conn.pending >= chunk or (conn.caught_up and now < conn.next_poll):
@@ -547,8 +599,9 @@ class StreamServer:
         except (OlrBufferError, OSError, ValueError) as exc:  # ValueError: pyarrow's ArrowInvalid
             self.feed.reset()
             self._reply(conn, ResponseCode.FAILED_START)
-            self._close(conn, f"cannot read the changefeed: {getattr(exc, 'strerror', None) or exc}",
-                        level=logging.ERROR)
+            self._close(
+                conn, f"cannot read the changefeed: {getattr(exc, 'strerror', None) or exc}", level=logging.ERROR
+            )
             return
         self.stats.next_tx_seq = self.feed.next_tx_seq
         conn.forget_stream()
@@ -558,10 +611,18 @@ class StreamServer:
         conn.next_poll = time.monotonic() + self.opts.poll_seconds
         self._queue(conn, frame(reply.encode()))
         self._flush(conn)
-        log.info("%s: streaming from c_scn %d c_idx %d%s", conn.peer, start.c_scn, start.c_idx,
-                 " (from now on: the first message published after the request)" if now else
-                 " (above any commit SCN a changefeed holds: nothing will come)" if start.c_scn > MAX_C_SCN else "",
-                 extra={"peer": conn.peer, "c_scn": start.c_scn, "c_idx": start.c_idx})
+        log.info(
+            "%s: streaming from c_scn %d c_idx %d%s",
+            conn.peer,
+            start.c_scn,
+            start.c_idx,
+            " (from now on: the first message published after the request)"
+            if now
+            else " (above any commit SCN a changefeed holds: nothing will come)"
+            if start.c_scn > MAX_C_SCN
+            else "",
+            extra={"peer": conn.peer, "c_scn": start.c_scn, "c_idx": start.c_idx},
+        )
         self._session()
 
     # -- requests ------------------------------------------------------------------------
@@ -578,15 +639,22 @@ class StreamServer:
             if conn.stream is None:
                 self._bad(conn, "CONFIRM before streaming")
             elif req.database_name != self.opts.database:
-                log.warning("%s: CONFIRM for database %r ignored: this is %r", conn.peer, req.database_name,
-                            self.opts.database, extra={"peer": conn.peer})
+                log.warning(
+                    "%s: CONFIRM for database %r ignored: this is %r",
+                    conn.peer,
+                    req.database_name,
+                    self.opts.database,
+                    extra={"peer": conn.peer},
+                )
             elif req.c_scn is None:
                 self._bad(conn, "CONFIRM without c_scn")
             else:
                 self._confirm(conn, req)
             return
         self._store_confirm(conn)
-        log.info("%s: %s", conn.peer, req.describe(), extra={"peer": conn.peer, "request": code_name(code, RequestCode)})
+        log.info(
+            "%s: %s", conn.peer, req.describe(), extra={"peer": conn.peer, "request": code_name(code, RequestCode)}
+        )
         if code not in (RequestCode.INFO, RequestCode.START, RequestCode.CONTINUE):
             self._bad(conn, f"unknown request code {code}")
             return
@@ -601,8 +669,14 @@ class StreamServer:
             self._session()
         if req.database_name != self.opts.database:
             self.stats.bad_requests += 1
-            log.warning("%s: %s for database %r: this is %r, answered INVALID_DATABASE", conn.peer,
-                        code_name(code, RequestCode), req.database_name, self.opts.database, extra={"peer": conn.peer})
+            log.warning(
+                "%s: %s for database %r: this is %r, answered INVALID_DATABASE",
+                conn.peer,
+                code_name(code, RequestCode),
+                req.database_name,
+                self.opts.database,
+                extra={"peer": conn.peer},
+            )
             self._reply(conn, ResponseCode.INVALID_DATABASE)
             return
         confirmed = self.confirmed.position if self.confirmed else None
@@ -612,16 +686,23 @@ class StreamServer:
             if confirmed:
                 self._reply(conn, ResponseCode.ALREADY_STARTED, confirmed)
             elif req.tms is not None or req.tm_rel is not None:
-                log.warning("%s: START from a time is not supported (give an SCN): answered FAILED_START", conn.peer,
-                            extra={"peer": conn.peer})
+                log.warning(
+                    "%s: START from a time is not supported (give an SCN): answered FAILED_START",
+                    conn.peer,
+                    extra={"peer": conn.peer},
+                )
                 self._reply(conn, ResponseCode.FAILED_START)
             else:  # scn NO_SCN: from now on (resolved with the changefeed listed again)
                 self._start_stream(conn, req.scn or 0, RedoResponse(ResponseCode.REPLICATE))
         else:  # CONTINUE: after (c_scn, c_idx); c_scn 0 or NO_SCN: after the confirmed position
             start, after = continue_position(req.c_scn, req.c_idx, Position(*confirmed) if confirmed else None)
             if req.c_scn and req.c_scn != NO_SCN and confirmed and start <= confirmed:
-                log.info("%s: CONTINUE from before the confirmed position (c_scn %d c_idx %d): streaming from there",
-                         conn.peer, *confirmed, extra={"peer": conn.peer})
+                log.info(
+                    "%s: CONTINUE from before the confirmed position (c_scn %d c_idx %d): streaming from there",
+                    conn.peer,
+                    *confirmed,
+                    extra={"peer": conn.peer},
+                )
             reply = RedoResponse(ResponseCode.REPLICATE)
             if after is not None:
                 reply.c_scn, reply.c_idx = after
@@ -643,11 +724,18 @@ class StreamServer:
             if received is None or pos > received:
                 if not conn.beyond_warned:
                     conn.beyond_warned = True
-                    log.warning("%s: CONFIRM of c_scn %d c_idx %d, beyond the last message the receiver can have "
-                                "received (%s; its machine acknowledged %s of the %s bytes of this connection "
-                                "serve queued): taken as that message", conn.peer, pos.c_scn, pos.c_idx,
-                                f"c_scn {received.c_scn} c_idx {received.c_idx}" if received else "none yet",
-                                f"{conn.acked:,}", f"{conn.queued:,}", extra={"peer": conn.peer})
+                    log.warning(
+                        "%s: CONFIRM of c_scn %d c_idx %d, beyond the last message the receiver can have "
+                        "received (%s; its machine acknowledged %s of the %s bytes of this connection "
+                        "serve queued): taken as that message",
+                        conn.peer,
+                        pos.c_scn,
+                        pos.c_idx,
+                        f"c_scn {received.c_scn} c_idx {received.c_idx}" if received else "none yet",
+                        f"{conn.acked:,}",
+                        f"{conn.queued:,}",
+                        extra={"peer": conn.peer},
+                    )
                 if received is None:
                     return
                 pos = received
@@ -669,25 +757,34 @@ class StreamServer:
         except Exception as exc:  # the changefeed could not be read: the position is stored all the same
             log.warning("cannot tell which transaction c_scn %d c_idx %d ends in: %s", pos.c_scn, pos.c_idx, exc)
             tx_seq, c_tm = None, None
-        confirmed = Confirmed(self.opts.database, pos.c_scn, pos.c_idx, tx_seq, c_tm, time.time(), conn.peer,
-                              self._changefeed_shown())
+        confirmed = Confirmed(
+            self.opts.database, pos.c_scn, pos.c_idx, tx_seq, c_tm, time.time(), conn.peer, self._changefeed_shown()
+        )
         self.store.save(confirmed)  # a failure stops serve (exit 1): a position it cannot keep is not confirmed
         self.confirmed = confirmed
-        log.debug("%s: confirmed c_scn %d c_idx %d (tx_seq %s)", conn.peer, pos.c_scn, pos.c_idx, tx_seq,
-                  extra={"peer": conn.peer, "c_scn": pos.c_scn, "c_idx": pos.c_idx})
+        log.debug(
+            "%s: confirmed c_scn %d c_idx %d (tx_seq %s)",
+            conn.peer,
+            pos.c_scn,
+            pos.c_idx,
+            tx_seq,
+            extra={"peer": conn.peer, "c_scn": pos.c_scn, "c_idx": pos.c_idx},
+        )
 
     def _session(self) -> None:
         conn = self.conn
-        self.store.save_session({
-            "database": self.opts.database,
-            "changefeed": self._changefeed_shown(),
-            "listen": self.listen,
-            "receiver": conn.peer if conn else None,
-            "connected_at": time.time() - (time.monotonic() - conn.connected) if conn else None,
-            "streaming": bool(conn and conn.stream),
-            "streaming_from": list(conn.started_from) if conn and conn.stream and conn.started_from else None,
-            "streaming_from_tx_seq": conn.started_tx_seq if conn and conn.stream else None,
-        })
+        self.store.save_session(
+            {
+                "database": self.opts.database,
+                "changefeed": self._changefeed_shown(),
+                "listen": self.listen,
+                "receiver": conn.peer if conn else None,
+                "connected_at": time.time() - (time.monotonic() - conn.connected) if conn else None,
+                "streaming": bool(conn and conn.stream),
+                "streaming_from": list(conn.started_from) if conn and conn.stream and conn.started_from else None,
+                "streaming_from_tx_seq": conn.started_tx_seq if conn and conn.stream else None,
+            }
+        )
 
 
 @dataclass(slots=True)
@@ -713,8 +810,11 @@ def _listen(host: str, port: int) -> socket.socket:
     except socket.gaierror as exc:
         raise ServeError(f"cannot listen on {host}:{port}: {exc.strerror}", hint="check --listen HOST:PORT") from None
     except OSError as exc:
-        hint = "another process listens there: choose another port" if exc.errno == errno.EADDRINUSE else \
-            "check --listen HOST:PORT"
+        hint = (
+            "another process listens there: choose another port"
+            if exc.errno == errno.EADDRINUSE
+            else "check --listen HOST:PORT"
+        )
         raise ServeError(f"cannot listen on {host}:{port}: {exc.strerror}", hint=hint) from None
     sock.setblocking(False)
     return sock

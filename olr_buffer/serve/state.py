@@ -97,8 +97,12 @@ def read_confirmed(state_dir: str, database: str) -> Confirmed | None:
         if doc.get("format") != STATE_FORMAT:
             raise ValueError(f"format {doc.get('format')!r}")
         confirmed = Confirmed(**{k: doc[k] for k in Confirmed.__dataclass_fields__ if k in doc})
-        if not (isinstance(confirmed.c_scn, int) and isinstance(confirmed.c_idx, int)
-                and 0 <= confirmed.c_scn < _U64_LIMIT and 0 <= confirmed.c_idx < _U64_LIMIT):
+        if not (
+            isinstance(confirmed.c_scn, int)
+            and isinstance(confirmed.c_idx, int)
+            and 0 <= confirmed.c_scn < _U64_LIMIT
+            and 0 <= confirmed.c_idx < _U64_LIMIT
+        ):
             raise ValueError("c_scn and c_idx are not positions (uint64)")
     except (AttributeError, TypeError, ValueError) as exc:
         raise ServeStateError(
@@ -160,7 +164,8 @@ class StateStore:
             raise ServeLockedError(
                 f"{state_dir}: database {database!r} is served by another process (pid {held.pid})",
                 hint="one serve per changefeed and database name: stop the other one first",
-                path=state_dir, pid=held.pid,
+                path=state_dir,
+                pid=held.pid,
             ) from None
         except OSError as exc:
             raise _failure(exc, state_dir, "create the serve state directory") from None
@@ -194,6 +199,9 @@ class StateStore:
 
 def _failure(exc: OSError, path: str, doing: str) -> ServeStateError:
     reason = "no space left on device" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
-    hint = ("give serve a state directory it can write: --state DIR"
-            if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM) else "check the state directory")
+    hint = (
+        "give serve a state directory it can write: --state DIR"
+        if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM)
+        else "check the state directory"
+    )
     return ServeStateError(f"{path}: cannot {doing}: {reason}", hint=hint, path=path)

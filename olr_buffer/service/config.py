@@ -22,4 +22,3 @@ def load_config(path: str) -> dict[str, Any]:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     return {k.replace("-", "_"): v for k, v in doc.items()}
-

@@ -14,22 +14,27 @@ from .logs import iso_now
 FAILURE_FILE = "service-failure.json"
 
 #: The error of the record a running service leaves, for ``status`` once it is gone.
-KILLED = ("the service did not stop cleanly: killed (SIGKILL, out of memory) or its machine stopped "
-          "while it ran; run it again: it resumes")
+KILLED = (
+    "the service did not stop cleanly: killed (SIGKILL, out of memory) or its machine stopped "
+    "while it ran; run it again: it resumes"
+)
 
 
 def record_failure(queue_dir: str, exc: BaseException, exit_code: int) -> None:
     """Leave a record of the error that stopped ``run`` in ``queue_dir`` (if it exists),
     for ``status``: its ``state`` is then ``failed``."""
-    _write_failure(queue_dir, {"time": iso_now(), "pid": os.getpid(), "exit_code": exit_code,
-                               "error": str(exc) or type(exc).__name__})
+    _write_failure(
+        queue_dir,
+        {"time": iso_now(), "pid": os.getpid(), "exit_code": exit_code, "error": str(exc) or type(exc).__name__},
+    )
 
 
 def record_running(queue_dir: str) -> None:
     """Leave, once ``run`` owns the queue, the record ``status`` shows if it never stops
     cleanly (a clean stop removes it, an error replaces it): ``killed``, since ``time``."""
-    _write_failure(queue_dir, {"time": iso_now(), "pid": os.getpid(), "exit_code": None, "error": KILLED,
-                               "killed": True})
+    _write_failure(
+        queue_dir, {"time": iso_now(), "pid": os.getpid(), "exit_code": None, "error": KILLED, "killed": True}
+    )
 
 
 #: A record is padded to this size with spaces (JSON allows them): the record a running
@@ -80,4 +85,3 @@ def read_failure(queue_dir: str) -> dict | None:
     except (OSError, ValueError):
         return None
     return doc if isinstance(doc, dict) else None
-

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from ..errors import printable
 
@@ -17,7 +17,7 @@ def iso_now() -> str:
 
 def iso_time(seconds: float) -> str:
     """Seconds since the epoch as ISO-8601 UTC, to the millisecond."""
-    return datetime.fromtimestamp(seconds, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 # -- logs ------------------------------------------------------------------------------
@@ -60,4 +60,3 @@ def setup_logging(level: str, fmt: str) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-

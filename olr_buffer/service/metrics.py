@@ -13,7 +13,6 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 from .. import __version__
 from ..changes import INFINITE_SCN
 
-
 #: ``/health`` answers 503 when the service's loop has not ticked for this many seconds
 #: (``run --health-timeout``).
 HEALTH_STALE_SECONDS = 30.0
@@ -51,11 +50,15 @@ class Metrics:
         if families is None:
             return b"# no data yet\n"
         if retry is not None:  # (numbers other threads may read at any time)
-            fresh = {"olr_buffer_store_outages": retry.outages, "olr_buffer_store_retries": retry.retries,
-                     "olr_buffer_store_outage_seconds": round(retry.outage_seconds(), 3)}
+            fresh = {
+                "olr_buffer_store_outages": retry.outages,
+                "olr_buffer_store_retries": retry.retries,
+                "olr_buffer_store_outage_seconds": round(retry.outage_seconds(), 3),
+            }
             families = [
                 _family(f.name.removeprefix("olr_buffer_"), f.type, f.documentation, [((), fresh[f.name])])
-                if f.name in fresh else f
+                if f.name in fresh
+                else f
                 for f in families
             ]
         return _render(families)
@@ -134,69 +137,156 @@ def _families(p):
     def one(value):
         return [((), value)]
 
-    build = InfoMetricFamily("olr_buffer_build", "Version of olr-buffer and of Python.",
-                             value={"version": __version__, "python": platform.python_version()})
+    build = InfoMetricFamily(
+        "olr_buffer_build",
+        "Version of olr-buffer and of Python.",
+        value={"version": __version__, "python": platform.python_version()},
+    )
     yield build
-    yield _family("records_appended_total", "counter", "Redo records appended to the queue by this process.",
-                  one(figures.records_read))
+    yield _family(
+        "records_appended_total",
+        "counter",
+        "Redo records appended to the queue by this process.",
+        one(figures.records_read),
+    )
     yield _family("queue_bytes", "gauge", "Bytes of the queue's segment files.", one(sum(s.bytes for s in segments)))
     yield _family("queue_segments", "gauge", "Segments in the queue.", one(len(segments)))
     yield _family("open_transactions", "gauge", "Transactions held by the dispatcher.", one(len(d.open)))
-    yield _family("oldest_open_age_seconds", "gauge", "Age of the oldest open transaction (from its begin's tm).",
-                  one(round(oldest_age, 3)))
-    yield _family("thread_progress_scn", "gauge", "Progress P(t) of each redo thread.",
-                  [((str(t),), v) for t, v in sorted(progress.items())], ("thread",))
-    yield _family("thread_state", "gauge", "State of each redo thread: open, closed (by a close record) or finished "
-                  "(input read to the end); 1 for the thread's state.",
-                  [((str(t), s), int(s == state)) for t, state in p.thread_states().items()
-                   for s in ("open", "closed", "finished")], ("thread", "state"))
-    yield _family("threads_waiting", "gauge", "Threads in play that have not written a record yet (nothing is "
-                  "published).", one(len(p.waiting_for())))
+    yield _family(
+        "oldest_open_age_seconds",
+        "gauge",
+        "Age of the oldest open transaction (from its begin's tm).",
+        one(round(oldest_age, 3)),
+    )
+    yield _family(
+        "thread_progress_scn",
+        "gauge",
+        "Progress P(t) of each redo thread.",
+        [((str(t),), v) for t, v in sorted(progress.items())],
+        ("thread",),
+    )
+    yield _family(
+        "thread_state",
+        "gauge",
+        "State of each redo thread: open, closed (by a close record) or finished "
+        "(input read to the end); 1 for the thread's state.",
+        [
+            ((str(t), s), int(s == state))
+            for t, state in p.thread_states().items()
+            for s in ("open", "closed", "finished")
+        ],
+        ("thread", "state"),
+    )
+    yield _family(
+        "threads_waiting",
+        "gauge",
+        "Threads in play that have not written a record yet (nothing is published).",
+        one(len(p.waiting_for())),
+    )
     yield _family("watermark_scn", "gauge", "min P(t) over the threads in play.", one(watermark))
-    yield _family("watermark_lag_scn", "gauge", "How far the watermark is behind the most advanced thread, in SCN.",
-                  one((max(finite) - watermark) if finite and watermark < INFINITE_SCN else 0))
-    yield _family("seconds_behind_source", "gauge", "Like Debezium's MilliSecondsBehindSource, in seconds: now minus "
-                  "the tm of the oldest commit waiting for the watermark, else the delay of the last published "
-                  "commit.", one(round(seconds_behind_source(p, now_ns), 3)))
-    yield _family("late_records_total", "counter", "Records not published because they came after their "
-                  "transaction, or a later commit, was published (threads not in play).", one(totals.late_records))
-    yield _family("abandoned_transactions_total", "counter", "Transactions without an end abandoned by the "
-                  "retention limit (--transaction-retention[-scn]): never published.", one(totals.abandoned_transactions))
-    yield _family("abandoned_rows_total", "counter", "Rows of the abandoned transactions, not published.",
-                  one(totals.abandoned_rows))
-    yield _family("abandoned_records_total", "counter", "Records of abandoned transactions that came after they "
-                  "were abandoned (their end among them), not published.", one(totals.abandoned_records))
-    yield _family("dead_letters_total", "counter",
-                  "Bad records written to the --dead-letter file by this run (its reader processes).",
-                  one(figures.quarantined))
-    yield _family("transactions_rolled_back_total", "counter", "Transactions ended by a rollback (not published).",
-                  one(totals.rolled_back))
-    yield _family("unmatched_compensations_total", "counter", "Compensating records (rollback: true) that matched "
-                  "no row of their transaction.", one(totals.unmatched_compensations))
-    yield _family("transactions_published_total", "counter", "Transactions published to the changefeed.",
-                  one(totals.published))
+    yield _family(
+        "watermark_lag_scn",
+        "gauge",
+        "How far the watermark is behind the most advanced thread, in SCN.",
+        one((max(finite) - watermark) if finite and watermark < INFINITE_SCN else 0),
+    )
+    yield _family(
+        "seconds_behind_source",
+        "gauge",
+        "Like Debezium's MilliSecondsBehindSource, in seconds: now minus "
+        "the tm of the oldest commit waiting for the watermark, else the delay of the last published "
+        "commit.",
+        one(round(seconds_behind_source(p, now_ns), 3)),
+    )
+    yield _family(
+        "late_records_total",
+        "counter",
+        "Records not published because they came after their "
+        "transaction, or a later commit, was published (threads not in play).",
+        one(totals.late_records),
+    )
+    yield _family(
+        "abandoned_transactions_total",
+        "counter",
+        "Transactions without an end abandoned by the "
+        "retention limit (--transaction-retention[-scn]): never published.",
+        one(totals.abandoned_transactions),
+    )
+    yield _family(
+        "abandoned_rows_total",
+        "counter",
+        "Rows of the abandoned transactions, not published.",
+        one(totals.abandoned_rows),
+    )
+    yield _family(
+        "abandoned_records_total",
+        "counter",
+        "Records of abandoned transactions that came after they were abandoned (their end among them), not published.",
+        one(totals.abandoned_records),
+    )
+    yield _family(
+        "dead_letters_total",
+        "counter",
+        "Bad records written to the --dead-letter file by this run (its reader processes).",
+        one(figures.quarantined),
+    )
+    yield _family(
+        "transactions_rolled_back_total",
+        "counter",
+        "Transactions ended by a rollback (not published).",
+        one(totals.rolled_back),
+    )
+    yield _family(
+        "unmatched_compensations_total",
+        "counter",
+        "Compensating records (rollback: true) that matched no row of their transaction.",
+        one(totals.unmatched_compensations),
+    )
+    yield _family(
+        "transactions_published_total", "counter", "Transactions published to the changefeed.", one(totals.published)
+    )
     yield _family("rows_published_total", "counter", "Rows published to the changefeed.", one(totals.rows))
-    yield _family("changefeed_next_tx_seq", "gauge", "The tx_seq the next transaction will get.",
-                  one(sink.next_tx_seq))
+    yield _family("changefeed_next_tx_seq", "gauge", "The tx_seq the next transaction will get.", one(sink.next_tx_seq))
     sf = sink.figures()
-    yield _family("store_outages_total", "counter", "Times the changefeed's object store could not be reached "
-                  "(each outage once; run retries until it answers).", one(sf.store_outages))
-    yield _family("store_retries_total", "counter", "Calls to the changefeed's object store tried again because it "
-                  "could not be reached.", one(sf.store_retries))
-    yield _family("store_outage_seconds", "gauge", "How long the changefeed's object store has been unreachable "
-                  "(0 while it answers).", one(round(sf.store_outage_seconds, 3)))
+    yield _family(
+        "store_outages_total",
+        "counter",
+        "Times the changefeed's object store could not be reached (each outage once; run retries until it answers).",
+        one(sf.store_outages),
+    )
+    yield _family(
+        "store_retries_total",
+        "counter",
+        "Calls to the changefeed's object store tried again because it could not be reached.",
+        one(sf.store_retries),
+    )
+    yield _family(
+        "store_outage_seconds",
+        "gauge",
+        "How long the changefeed's object store has been unreachable (0 while it answers).",
+        one(round(sf.store_outage_seconds, 3)),
+    )
     for m in source.metrics():  # the source's own (PostgreSQL: slot, lag), without labels
         yield _family(m.name, m.kind, m.help, one(m.value))
-    yield _family("publish_latency_clock_ahead_total", "counter", "Published transactions whose commit tm was later "
-                  "than their publication (the source's clock ahead of this machine's): left out of "
-                  "olr_buffer_publish_latency_seconds.", one(sink.figures().clock_ahead))
+    yield _family(
+        "publish_latency_clock_ahead_total",
+        "counter",
+        "Published transactions whose commit tm was later "
+        "than their publication (the source's clock ahead of this machine's): left out of "
+        "olr_buffer_publish_latency_seconds.",
+        one(sink.figures().clock_ahead),
+    )
     latency = SummaryMetricFamily(
         "olr_buffer_publish_latency_seconds",
         "Commit-to-visible latency of recent transactions (publication time minus the commit's tm; those whose tm "
         "is later than their publication are left out, see olr_buffer_publish_latency_clock_ahead_total).",
-        count_value=len(lat), sum_value=round(sum(lat), 4),
+        count_value=len(lat),
+        sum_value=round(sum(lat), 4),
     )
     for q in (0.5, 0.9, 0.99) if lat else ():
-        latency.add_sample("olr_buffer_publish_latency_seconds", {"quantile": str(q)},
-                           round(lat[min(len(lat) - 1, int(q * len(lat)))], 4))
+        latency.add_sample(
+            "olr_buffer_publish_latency_seconds",
+            {"quantile": str(q)},
+            round(lat[min(len(lat) - 1, int(q * len(lat)))], 4),
+        )
     yield latency

@@ -48,8 +48,9 @@ def serve_metrics(metrics: Figures, host: str, port: int) -> ThreadingHTTPServer
     try:
         server = ThreadingHTTPServer((host, port), Handler)
     except OSError as exc:
-        raise ConfigError(f"cannot listen on {host}:{port} for metrics: {exc.strerror}",
-                          hint="choose another --metrics-port") from None
+        raise ConfigError(
+            f"cannot listen on {host}:{port} for metrics: {exc.strerror}", hint="choose another --metrics-port"
+        ) from None
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
     return server

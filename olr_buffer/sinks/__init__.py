@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ..errors import EXIT_USAGE, OlrBufferError
 from .base import ChangefeedOwner, Sink, SinkFigures, SinkKind, SinkOpening, SinkSettings, TransactionSink

@@ -20,9 +20,9 @@ in the table of :mod:`olr_buffer.sinks`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..changes import Commit, CommitKey
 
@@ -139,16 +139,16 @@ class Sink(TransactionSink, Protocol):
         over; None when every one is."""
         ...
 
-    def flush(self) -> None:
-        """Make every transaction handed over durable (publish it)."""
+    def flush(self) -> object:
+        """Make every transaction handed over durable (publish it); what it returns, if
+        anything, is not used."""
         ...
 
     def position(self) -> bytes:
         """Its position document now, for the runtime to store with the checkpoint."""
         ...
 
-    def figures(self) -> SinkFigures:
-        ...
+    def figures(self) -> SinkFigures: ...
 
     def abandon(self) -> None:
         """Drop what is not durable: the next run hands it over again."""

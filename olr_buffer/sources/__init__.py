@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import importlib
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ..txbuffer import TxQueue
 from .base import Acknowledgement, Source, SourceKind, SourceSettings, SourceUsageError
@@ -62,7 +63,7 @@ def open_source(location: str, queue: TxQueue, settings: SourceSettings, **optio
     """The runner of the source that reads ``location`` (a directory, ``file://DIR``, a
     URI), appending to ``queue``. ``options``: the source's own."""
     if scheme_of(location) == "file":
-        location = location[len("file://"):]
+        location = location[len("file://") :]
     return SourceRunner(kind_of(location).build(location, queue, settings, **options), settings)
 
 

@@ -19,8 +19,9 @@ one line in the scheme table of :mod:`olr_buffer.sources`.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from ..changes import CommitKey
 from ..errors import EXIT_USAGE, OlrBufferError
@@ -146,8 +147,7 @@ class Identified(Protocol):
 class Measured(Protocol):
     """Optional: a source with figures of its own for the service's metrics."""
 
-    def metrics(self) -> list[Metric]:
-        ...
+    def metrics(self) -> list[Metric]: ...
 
 
 @runtime_checkable
@@ -168,8 +168,7 @@ class Closes(Protocol):
     """Optional: a source that holds something to release once its readers are done (a
     dead-letter file)."""
 
-    def close(self) -> None:
-        ...
+    def close(self) -> None: ...
 
 
 @runtime_checkable
@@ -222,7 +221,7 @@ class SourceKind:
     check_location: Callable[[str], None] = lambda location: None
     #: ``run`` on a new queue (none there yet), before it is made: ``(location, threads in
     #: play asked for)``; one it would refuse at start raises here, and leaves nothing behind
-    check_new_run: Callable[[str, "list[int] | None"], None] = lambda location, threads: None
+    check_new_run: Callable[[str, list[int] | None], None] = lambda location, threads: None
     #: how its positions (the watermark, progress, a commit's ``c_scn``) read in ``status``
     #: and logs: their name, and their text (redo: ``scn`` and the number; PostgreSQL:
     #: ``LSN`` and ``X/Y``)
@@ -243,6 +242,9 @@ def encode_state(state: ResumeState) -> bytes:
     return encode_document(state)
 
 
-def decode_state(cls: type, key: bytes, value: bytes, where: str = "queue") -> Any:
+_S = TypeVar("_S", bound=ResumeState)
+
+
+def decode_state(cls: type[_S], key: bytes, value: bytes, where: str = "queue") -> _S:
     """The ``cls`` document stored under ``key``, or a one-line error."""
     return decode_document(cls, key, value, where)

@@ -29,7 +29,8 @@ import signal
 import threading
 import time
 import traceback
-from typing import Any, Callable, Mapping, NoReturn, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NoReturn
 
 from ..errors import OlrBufferError
 from ..txbuffer import BlockCodec, TxQueue

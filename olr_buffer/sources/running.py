@@ -6,7 +6,7 @@ works in a child process uses :mod:`olr_buffer.sources.runner`."""
 from __future__ import annotations
 
 import threading
-from typing import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from ..changes import CommitKey
 from ..errors import EXIT_BAD_INPUT
@@ -98,8 +98,11 @@ class SourceRunner:
 
     def _start(self, reader: Reader) -> None:
         t = threading.Thread(
-            target=run_reported, args=(reader.run, self.errors, self._stop, self.settings.on_append),
-            kwargs={"stop_on_input_error": self.following}, name=reader.name, daemon=True,
+            target=run_reported,
+            args=(reader.run, self.errors, self._stop, self.settings.on_append),
+            kwargs={"stop_on_input_error": self.following},
+            name=reader.name,
+            daemon=True,
         )
         self._threads.append(t)
         t.start()

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from ..changes import (
     DEFAULT_BLOCK_BYTES,
@@ -145,8 +146,14 @@ class StreamProcess:
         """Run the child until ``stop`` (then it stops at a block boundary) or an error."""
         self._update_published()
         run_child(
-            type(self).target, (self.shared, *self.child_args()), name=self.name, label=self.label,
-            stop=self.stop, handle=self.handle, died=self.died, tick=self._update_published,
+            type(self).target,
+            (self.shared, *self.child_args()),
+            name=self.name,
+            label=self.label,
+            stop=self.stop,
+            handle=self.handle,
+            died=self.died,
+            tick=self._update_published,
         )
 
     @property
@@ -240,8 +247,9 @@ class BlockWriter:
                 b = self.builders[thread] = BlockBuilder(thread)
             self.builder = b
 
-    def _add_record(self, code: int, scn: int, xid: str, seq: int, line: int, payload: list,
-                    may_close: bool = True) -> None:
+    def _add_record(
+        self, code: int, scn: int, xid: str, seq: int, line: int, payload: list, may_close: bool = True
+    ) -> None:
         """Add a record; a full block is appended, with the state as it is now: the
         callers change the state before adding the record that goes with the change."""
         b = self.builder

@@ -13,6 +13,7 @@ helper is called: without it, a helper raises :class:`PySparkMissingError`.
 """
 
 from ..sinks.parquet import ChangefeedReadError, UnknownTableError, read_schema_document
+from .mirror import DeltaSparkMissingError, mirror_batch_changes, mirror_foreach_batch
 from .reading import (
     PART_GLOB,
     ChangefeedNotFoundError,
@@ -21,7 +22,6 @@ from .reading import (
     read_changefeed,
     spark_path,
 )
-from .mirror import DeltaSparkMissingError, mirror_batch_changes, mirror_foreach_batch
 from .streaming import DELTA_STREAM_FORMAT, stream_changefeed
 from .tables import (
     CDF_COLUMNS,
@@ -36,10 +36,29 @@ from .tables import (
 )
 
 __all__ = [
-    "CDF_COLUMNS", "ChangefeedNotFoundError", "ChangefeedReadError", "DELTA_STREAM_FORMAT", "DeltaSparkMissingError", "PART_GLOB",
-    "PySparkMissingError", "TRUNCATES", "TRUNCATE_CHANGE_TYPE", "UnknownTableError", "changefeed_schema",
-    "ddl_columns_of", "infer_schema", "mirror_batch_changes", "mirror_foreach_batch", "read_changefeed", "read_schema_document", "snapshot", "spark_path",
-    "stream_changefeed", "table_changes", "table_schema", "typed",
+    "CDF_COLUMNS",
+    "ChangefeedNotFoundError",
+    "ChangefeedReadError",
+    "DELTA_STREAM_FORMAT",
+    "DeltaSparkMissingError",
+    "PART_GLOB",
+    "PySparkMissingError",
+    "TRUNCATES",
+    "TRUNCATE_CHANGE_TYPE",
+    "UnknownTableError",
+    "changefeed_schema",
+    "ddl_columns_of",
+    "infer_schema",
+    "mirror_batch_changes",
+    "mirror_foreach_batch",
+    "read_changefeed",
+    "read_schema_document",
+    "snapshot",
+    "spark_path",
+    "stream_changefeed",
+    "table_changes",
+    "table_schema",
+    "typed",
 ]
 
 

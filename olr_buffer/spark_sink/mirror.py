@@ -18,7 +18,8 @@ it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -62,17 +63,30 @@ def _split(table: str) -> tuple[str, str]:
     return owner, name
 
 
-def _decide(df: "DataFrame", owner: str, name: str, key: list[str] | None, current: "DataFrame | None",
-            document: Callable[[str], dict]) -> tuple["DataFrame | None", int, list[str]]:
+def _decide(
+    df: DataFrame,
+    owner: str,
+    name: str,
+    key: list[str] | None,
+    current: DataFrame | None,
+    document: Callable[[str], dict],
+) -> tuple[DataFrame | None, int, list[str]]:
     """The rows of :func:`mirror_batch_changes`, the last ``tx_seq`` they apply and the
     table's key columns (None, -1, []: the batch has nothing for the table)."""
     from pyspark.sql import functions as F
 
     spark = df.sparkSession
-    rows = (df.filter((F.col("owner") == owner) & (F.col("table") == name)).select(*_COLUMNS)
-            .orderBy("tx_seq", "op_seq").toArrow().to_pylist())
-    changes = [Change(r["tx_seq"], r["op_seq"], r["c_scn"], r["op"], r["before"], r["after"], r["schema_version"])
-               for r in rows]
+    rows = (
+        df.filter((F.col("owner") == owner) & (F.col("table") == name))
+        .select(*_COLUMNS)
+        .orderBy("tx_seq", "op_seq")
+        .toArrow()
+        .to_pylist()
+    )
+    changes = [
+        Change(r["tx_seq"], r["op_seq"], r["c_scn"], r["op"], r["before"], r["after"], r["schema_version"])
+        for r in rows
+    ]
     if not any(c.op != "ddl" or c.version is not None for c in changes):
         return None, -1, []
     schema = None
@@ -85,8 +99,9 @@ def _decide(df: "DataFrame", owner: str, name: str, key: list[str] | None, curre
         if current is None or not keys:
             return {}
         types = dict(schema or [])
-        wanted = pa.Table.from_arrays([pa.array([k[i] for k in keys], type=types[c]) for i, c in enumerate(key_columns)],
-                                      names=key_columns)
+        wanted = pa.Table.from_arrays(
+            [pa.array([k[i] for k in keys], type=types[c]) for i, c in enumerate(key_columns)], names=key_columns
+        )
         found = current.join(_frame(spark, wanted), key_columns, "left_semi").toArrow().to_pylist()
         return {tuple(r[c] for c in key_columns): (r, r.pop("tx_seq"), r.pop("c_scn")) for r in found}
 
@@ -97,17 +112,23 @@ def _decide(df: "DataFrame", owner: str, name: str, key: list[str] | None, curre
 
     plan = rules.plan(changes, fetch, load)
     columns = plan.columns + _EXTRA + [(CHANGE, pa.string())]
-    if plan.mode == "rewrite":
+    if isinstance(plan.rows, list):  # a rewrite
         out = [{CHANGE: TRUNCATE, "tx_seq": plan.last_tx_seq}]
-        out += [{**r, "tx_seq": t, "c_scn": s, CHANGE: UPSERT} for r, t, s in plan.rows]  # type: ignore[misc]
+        out += [{**r, "tx_seq": t, "c_scn": s, CHANGE: UPSERT} for r, t, s in plan.rows]
     else:
-        out = [{**(r if r is not None else dict(zip(plan.key, k))), "tx_seq": t, "c_scn": s,
-                CHANGE: UPSERT if r is not None else DELETE}
-               for k, (r, t, s) in plan.rows.items()]  # type: ignore[union-attr]
+        out = [
+            {
+                **(r if r is not None else dict(zip(plan.key, k))),
+                "tx_seq": t,
+                "c_scn": s,
+                CHANGE: UPSERT if r is not None else DELETE,
+            }
+            for k, (r, t, s) in plan.rows.items()
+        ]
     return _frame(spark, arrow_rows(columns, out, f"{owner}.{name}")), plan.last_tx_seq, plan.key
 
 
-def _frame(spark: Any, table: pa.Table) -> "DataFrame":
+def _frame(spark: Any, table: pa.Table) -> DataFrame:
     """``table`` as a DataFrame of its types (an Arrow timestamp without a time zone is a
     ``timestamp_ntz``)."""
     from pyspark.sql.pandas.types import from_arrow_schema
@@ -116,8 +137,14 @@ def _frame(spark: Any, table: pa.Table) -> "DataFrame":
 
 
 @needs_pyspark
-def mirror_batch_changes(df: "DataFrame", *, changefeed: str, table: str, key: Iterable[str] | None = None,
-                         current: "DataFrame | None" = None) -> "DataFrame | None":
+def mirror_batch_changes(
+    df: DataFrame,
+    *,
+    changefeed: str,
+    table: str,
+    key: Iterable[str] | None = None,
+    current: DataFrame | None = None,
+) -> DataFrame | None:
     """What the changefeed rows in ``df`` (a batch of whole transactions, as
     :func:`read_changefeed` or a micro-batch of :func:`stream_changefeed` gives them) do to
     the mirror table of ``table`` (``OWNER.TABLE``), by the rules of ``olr-buffer mirror``.
@@ -150,13 +177,15 @@ def _delta_tables() -> Any:
             "olr_buffer.spark.mirror_foreach_batch needs delta-spark, which is not installed: pip install "
             "delta-spark (the version of your Spark: 3.x for Spark 3.5, 4.x for Spark 4), and its jars in the "
             "session (configure_spark_with_delta_pip, or --packages io.delta:delta-spark_2.13:VERSION)",
-            name="delta") from exc
+            name="delta",
+        ) from exc
     return DeltaTable
 
 
 @needs_pyspark
-def mirror_foreach_batch(target: str, *, changefeed: str, tables: Iterable[str] | None = None,
-                         queue_id: str | None = None) -> Callable[["DataFrame", int], None]:
+def mirror_foreach_batch(
+    target: str, *, changefeed: str, tables: Iterable[str] | None = None, queue_id: str | None = None
+) -> Callable[[DataFrame, int], None]:
     """The function to give ``writeStream.foreachBatch`` over
     ``stream_changefeed(spark, changefeed)``: each micro-batch's changes applied to the
     mirror tables under ``target`` (``TARGET/OWNER/TABLE``, Delta tables written with
@@ -179,7 +208,7 @@ def mirror_foreach_batch(target: str, *, changefeed: str, tables: Iterable[str] 
     document = _documents(changefeed)
     base = target.rstrip("/")
 
-    def apply(batch: "DataFrame", batch_id: int) -> None:
+    def apply(batch: DataFrame, batch_id: int) -> None:
         nonlocal queue_id
         DeltaTable = _delta_tables()
         spark = batch.sparkSession
@@ -200,7 +229,9 @@ def mirror_foreach_batch(target: str, *, changefeed: str, tables: Iterable[str] 
                     raise DeltaSparkMissingError(
                         "olr_buffer.spark.mirror_foreach_batch needs delta-spark's jars in the Spark session: "
                         "configure_spark_with_delta_pip(builder), or --packages io.delta:delta-spark_2.13:VERSION, "
-                        "with spark.sql.extensions io.delta.sql.DeltaSparkSessionExtension", name="delta") from None
+                        "with spark.sql.extensions io.delta.sql.DeltaSparkSessionExtension",
+                        name="delta",
+                    ) from None
                 current = DeltaTable.forPath(spark, path).toDF() if exists else None
                 out, last, key = _decide(batch, owner, name, None, current, document)
                 if out is not None:
@@ -215,33 +246,52 @@ def _quote(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def _commit(spark: Any, DeltaTable: Any, path: str, out: "DataFrame", current: "DataFrame | None", key: list[str],
-            app: str, version: int) -> None:
+def _commit(
+    spark: Any,
+    DeltaTable: Any,
+    path: str,
+    out: DataFrame,
+    current: DataFrame | None,
+    key: list[str],
+    app: str,
+    version: int,
+) -> None:
     """``out`` applied to the Delta table at ``path`` in one commit with ``txn(app, version)``
     (delta-spark; not run by the tests, which have no Delta jars)."""
     from pyspark.sql import functions as F
 
     rows = out.filter(F.col(CHANGE) != TRUNCATE)
     if current is None or out.filter(F.col(CHANGE) == TRUNCATE).limit(1).count():
-        (rows.drop(CHANGE).write.format("delta").mode("overwrite").option("overwriteSchema", "true")
-         .option("txnAppId", app).option("txnVersion", str(version)).save(path))
+        (
+            rows.drop(CHANGE)
+            .write.format("delta")
+            .mode("overwrite")
+            .option("overwriteSchema", "true")
+            .option("txnAppId", app)
+            .option("txnVersion", str(version))
+            .save(path)
+        )
         return
     have = set(current.columns)
     added = [f for f in out.schema.fields if f.name != CHANGE and f.name not in have]
     if added:  # a column a new schema version adds (null in the rows no change wrote since)
-        spark.sql(f"ALTER TABLE delta.{_quote(path)} ADD COLUMNS "
-                  f"({', '.join(f'{_quote(f.name)} {f.dataType.simpleString()}' for f in added)})")
+        spark.sql(
+            f"ALTER TABLE delta.{_quote(path)} ADD COLUMNS "
+            f"({', '.join(f'{_quote(f.name)} {f.dataType.simpleString()}' for f in added)})"
+        )
     setting = {_quote(c): f"s.{_quote(c)}" for c in out.columns if c != CHANGE}
     spark.conf.set("spark.databricks.delta.write.txnAppId", app)
     spark.conf.set("spark.databricks.delta.write.txnVersion", str(version))
     try:
-        (DeltaTable.forPath(spark, path).alias("t")
-         .merge(rows.alias("s"), " AND ".join(f"t.{_quote(k)} = s.{_quote(k)}" for k in key))
-         .whenMatchedDelete(f"s.{CHANGE} = '{DELETE}'")
-         .whenMatchedUpdate(f"s.{CHANGE} = '{UPSERT}'", setting)
-         .whenNotMatchedInsert(f"s.{CHANGE} = '{UPSERT}'", setting)
-         .execute())
+        (
+            DeltaTable.forPath(spark, path)
+            .alias("t")
+            .merge(rows.alias("s"), " AND ".join(f"t.{_quote(k)} = s.{_quote(k)}" for k in key))
+            .whenMatchedDelete(f"s.{CHANGE} = '{DELETE}'")
+            .whenMatchedUpdate(f"s.{CHANGE} = '{UPSERT}'", setting)
+            .whenNotMatchedInsert(f"s.{CHANGE} = '{UPSERT}'", setting)
+            .execute()
+        )
     finally:
         spark.conf.unset("spark.databricks.delta.write.txnAppId")
         spark.conf.unset("spark.databricks.delta.write.txnVersion")
-

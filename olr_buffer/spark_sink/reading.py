@@ -20,13 +20,15 @@ import functools
 import re
 import time
 import warnings
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from ..sinks.parquet import ChangefeedReadError
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
+
 
 class PySparkMissingError(ModuleNotFoundError):
     """A Spark helper was called where PySpark is not installed (the service and its
@@ -44,7 +46,9 @@ def needs_pyspark(fn: Callable) -> Callable:
         except ImportError as exc:
             raise PySparkMissingError(
                 f"olr_buffer.spark.{fn.__name__} needs PySpark, which is not installed: "
-                "pip install 'olr-buffer[spark]' (or pyspark>=3.5)", name="pyspark") from exc
+                "pip install 'olr-buffer[spark]' (or pyspark>=3.5)",
+                name="pyspark",
+            ) from exc
         return fn(*args, **kwargs)
 
     return checked
@@ -59,7 +63,7 @@ def _not_found(path: str, waited: float | None) -> ChangefeedNotFoundError:
     return ChangefeedNotFoundError(
         f"{path}: {where}",
         hint=f"start olr-buffer run (or replay) with --changefeed {path} first: it creates the directory"
-             + ("; or give wait_seconds=N to wait for it" if waited == 0 else ""),
+        + ("; or give wait_seconds=N to wait for it" if waited == 0 else ""),
         path=path,
     )
 
@@ -76,7 +80,7 @@ def _path_not_found(exc: Exception) -> bool:
     return condition == "PATH_NOT_FOUND" or "Path does not exist" in str(exc)
 
 
-def load_waiting(load: Callable[[], "DataFrame"], path: str, wait_seconds: float | None) -> "DataFrame":
+def load_waiting(load: Callable[[], DataFrame], path: str, wait_seconds: float | None) -> DataFrame:
     """``load()``, which Spark refuses while ``path`` does not exist: tried again every second
     for ``wait_seconds`` (None: a batch read, which does not wait), then
     :class:`ChangefeedNotFoundError`."""
@@ -99,16 +103,14 @@ PART_GLOB = "part-*.parquet"
 
 
 @needs_pyspark
-def changefeed_schema() -> "StructType":
+def changefeed_schema() -> StructType:
     """The changefeed's columns (contract §2) as a Spark ``StructType``."""
     from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
     from ..sinks.parquet import ARROW_SCHEMA, TIMESTAMP
 
     spark_type = {"int64": LongType(), "int32": IntegerType(), "string": StringType(), str(TIMESTAMP): TimestampType()}
-    return StructType(
-        [StructField(f.name, spark_type[str(f.type)], nullable=f.nullable) for f in ARROW_SCHEMA]
-    )
+    return StructType([StructField(f.name, spark_type[str(f.type)], nullable=f.nullable) for f in ARROW_SCHEMA])
 
 
 @needs_pyspark
@@ -116,11 +118,11 @@ def spark_path(path: str) -> str:
     """The changefeed's location as Spark's Hadoop filesystems name it: ``s3://`` (as
     olr-buffer and the AWS tools write it) becomes ``s3a://`` (hadoop-aws's S3A connector);
     anything else stays as it is."""
-    return "s3a://" + path[len("s3://"):] if path.startswith("s3://") else path
+    return "s3a://" + path[len("s3://") :] if path.startswith("s3://") else path
 
 
 @needs_pyspark
-def read_changefeed(spark: "SparkSession", path: str) -> "DataFrame":
+def read_changefeed(spark: SparkSession, path: str) -> DataFrame:
     """The whole changefeed as a DataFrame (Spark skips ``_olr_buffer/`` and temporary files).
 
     The files listed when the query runs hold a gapless prefix of the changefeed, in whole
@@ -143,7 +145,7 @@ def read_changefeed(spark: "SparkSession", path: str) -> "DataFrame":
     return with_timestamps(spark.read.schema(schema).parquet(*files))
 
 
-def _delta_files(spark: "SparkSession", path: str) -> list[str] | None:
+def _delta_files(spark: SparkSession, path: str) -> list[str] | None:
     """The files of the Delta changefeed at ``path``, in ``tx_seq`` order, as Spark names
     them: its table's (the snapshot's active files, read from the Delta log) and those
     published after them, not yet committed; None if ``path`` holds no Delta changefeed."""
@@ -157,7 +159,7 @@ def _delta_files(spark: "SparkSession", path: str) -> list[str] | None:
     return None if ranges is None else [spark_path(loc.where(name)) for _, _, name in ranges]
 
 
-def delta_target(spark: "SparkSession", path: str) -> str | None:
+def delta_target(spark: SparkSession, path: str) -> str | None:
     """``path`` as olr-buffer's stores name it (:func:`_store_target`), if it may hold a
     Delta changefeed. On S3, Spark's own filesystem (S3A, with its settings) says first
     whether there is a ``_delta_log/``, so that a plain changefeed is read as before with
@@ -167,6 +169,8 @@ def delta_target(spark: "SparkSession", path: str) -> str | None:
         return target
     try:
         jvm = spark._jvm
+        if jvm is None:  # Spark Connect: olr-buffer's store looks
+            return target
         log_dir = jvm.org.apache.hadoop.fs.Path(spark_path(path).rstrip("/") + "/_delta_log")
         found = log_dir.getFileSystem(spark._jsc.hadoopConfiguration()).exists(log_dir)
     except Exception:  # noqa: BLE001 - no S3A here, or Spark Connect: olr-buffer's store looks
@@ -179,7 +183,7 @@ def _store_target(path: str) -> str | None:
     path); None for a scheme they do not have (the changefeed cannot be there)."""
     target = path.removeprefix("file://")
     if target.startswith("s3a://"):
-        target = "s3://" + target[len("s3a://"):]
+        target = "s3://" + target[len("s3a://") :]
     if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", target) and not target.startswith("s3://"):
         return None
     return target
@@ -197,7 +201,7 @@ def delta_ranges(path: str) -> list[tuple[int, int, str]] | None:
     return sorted((*(parse_part_name(n) or (-1, -1)), n) for n in names)
 
 
-def with_timestamps(df: "DataFrame") -> "DataFrame":
+def with_timestamps(df: DataFrame) -> DataFrame:
     """``c_ts``/``ts`` from ``c_tm``/``tm`` where a file (written before they existed) lacks them."""
     from pyspark.sql import functions as F
 

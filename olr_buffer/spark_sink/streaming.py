@@ -25,8 +25,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 @needs_pyspark
-def stream_changefeed(spark: "SparkSession", path: str, *, wait_seconds: float = 0.0,
-                      **options: Any) -> "DataFrame":
+def stream_changefeed(spark: SparkSession, path: str, *, wait_seconds: float = 0.0, **options: Any) -> DataFrame:
     """The changefeed as a streaming DataFrame: Spark's file source, format parquet, with
     the changefeed's fixed schema.
 
@@ -62,18 +61,22 @@ DELTA_STREAM_FORMAT = "olr_buffer_delta_changefeed"
 _DELTA_STREAM_OPTIONS = ("maxFilesPerTrigger",)
 
 
-def _stream_delta(spark: "SparkSession", path: str, options: dict[str, Any]) -> "DataFrame":
+def _stream_delta(spark: SparkSession, path: str, options: dict[str, Any]) -> DataFrame:
     """The Delta changefeed at ``path`` as a streaming DataFrame (see :func:`stream_changefeed`)."""
     unknown = sorted(set(options) - set(_DELTA_STREAM_OPTIONS))
     if unknown:
         raise ChangefeedReadError(
             f"{path}: a Delta changefeed is streamed through its log, which takes no option {', '.join(unknown)}",
-            hint=f"its options: {', '.join(_DELTA_STREAM_OPTIONS)}", path=path)
+            hint=f"its options: {', '.join(_DELTA_STREAM_OPTIONS)}",
+            path=path,
+        )
     if int(spark.version.split(".")[0]) < 4:
         raise ChangefeedReadError(
             f"{path}: streaming a Delta changefeed needs Spark 4 or later (a Python data source); this is Spark "
             f"{spark.version}",
-            hint='or read it with Delta\'s own source: spark.readStream.format("delta") (docs/spark.md)', path=path)
+            hint='or read it with Delta\'s own source: spark.readStream.format("delta") (docs/spark.md)',
+            path=path,
+        )
     spark.dataSource.register(_delta_stream_source())
     reader = spark.readStream.format(DELTA_STREAM_FORMAT).schema(changefeed_schema()).option("path", path)
     for key, value in options.items():
@@ -81,7 +84,7 @@ def _stream_delta(spark: "SparkSession", path: str, options: dict[str, Any]) -> 
     return with_timestamps(reader.load())
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _delta_stream_source() -> type:
     """The Python data source that streams a Delta changefeed (its classes need PySpark 4,
     so they are made on first use). Offsets are ``{"tx_seq": next}``; a partition is one
@@ -115,8 +118,11 @@ def _delta_stream_source() -> type:
 
         def partitions(self, start: dict, end: dict) -> list:
             lo, hi = start["tx_seq"], end["tx_seq"]
-            return [FileRange(name, max(first, lo), min(last + 1, hi))
-                    for first, last, name in delta_ranges(self.path) or [] if last >= lo and first < hi]
+            return [
+                FileRange(name, max(first, lo), min(last + 1, hi))
+                for first, last, name in delta_ranges(self.path) or []
+                if last >= lo and first < hi
+            ]
 
         def read(self, partition):
             yield from _delta_batches(self.path, partition.name, partition.start, partition.end)
@@ -154,6 +160,8 @@ def _delta_batches(path: str, name: str, start: int, end: int):
             tx = batch.column("tx_seq")
             batch = batch.filter(pc.and_(pc.greater_equal(tx, start), pc.less(tx, end)))
             if batch.num_rows:
-                columns = [batch.column(f.name).cast(f.type) if f.name in present
-                           else pa.nulls(batch.num_rows, f.type) for f in schema]
+                columns = [
+                    batch.column(f.name).cast(f.type) if f.name in present else pa.nulls(batch.num_rows, f.type)
+                    for f in schema
+                ]
                 yield pa.RecordBatch.from_arrays(columns, schema=schema)

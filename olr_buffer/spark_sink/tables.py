@@ -15,7 +15,8 @@ DataFrame with the changefeed's columns instead (for example a micro-batch insid
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any, Sequence, Union
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..sinks.parquet import ChangefeedReadError, UnknownTableError, read_schema_document
 from ..value_forms import ARRAY as _ARRAY
@@ -33,7 +34,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
-    Source = Union[str, DataFrame]
+    Source = str | DataFrame
 
 
 #: Delta's change types, by changefeed ``op`` (``ddl`` rows have none); a truncate's is
@@ -48,11 +49,11 @@ TRUNCATES = ("error", "include")
 
 @needs_pyspark
 def table_changes(
-    spark: "SparkSession",
-    path: "Source",
+    spark: SparkSession,
+    path: Source,
     owner: str,
     table: str,
-    schema: "StructType | str | None" = None,
+    schema: StructType | str | None = None,
     *,
     starting_tx_seq: int | None = None,
     ending_tx_seq: int | None = None,
@@ -60,7 +61,7 @@ def table_changes(
     truncates: str = "error",
     json_options: dict[str, str] | None = None,
     missing_ok: bool = False,
-) -> "DataFrame":
+) -> DataFrame:
     """The rows of ``owner.table`` with ``before`` and ``after`` parsed by ``schema``.
 
     ``schema`` is a Spark ``StructType`` or a DDL string (``"ID BIGINT, NAME STRING"``)
@@ -101,8 +102,9 @@ def table_changes(
 
     if truncates not in TRUNCATES:
         raise ValueError(f"table_changes: truncates must be one of {TRUNCATES}, not {truncates!r}")
-    df = _selected_rows(spark, path, owner, table, missing_ok, starting_tx_seq, ending_tx_seq,
-                        change_data_feed and truncates == "error")
+    df = _selected_rows(
+        spark, path, owner, table, missing_ok, starting_tx_seq, ending_tx_seq, change_data_feed and truncates == "error"
+    )
     if schema is None and isinstance(path, str):
         document = _table_document(spark, path, df, owner, table, None, required=False)
         if document is not None:
@@ -113,26 +115,30 @@ def table_changes(
     struct = infer_schema(spark, df, owner, table) if schema is None else _struct_type(spark, schema)
     opts = json_options or {}
     parsed = df.select(
-        *[
-            F.from_json(F.col(c), struct, opts).alias(c) if c in ("before", "after") else F.col(c)
-            for c in df.columns
-        ],
-        *([F.when(F.col("rid").startswith("{"), F.from_json("rid", struct, opts)).alias("_key")]
-          if change_data_feed else []),
+        *[F.from_json(F.col(c), struct, opts).alias(c) if c in ("before", "after") else F.col(c) for c in df.columns],
+        *(
+            [F.when(F.col("rid").startswith("{"), F.from_json("rid", struct, opts)).alias("_key")]
+            if change_data_feed
+            else []
+        ),
     )
     if not change_data_feed:
         return parsed
     return _change_data_feed(parsed, struct, truncates)
 
 
-def _change_data_feed(parsed: "DataFrame", struct: "StructType", truncates: str) -> "DataFrame":
+def _change_data_feed(parsed: DataFrame, struct: StructType, truncates: str) -> DataFrame:
     """Delta's change-data-feed view of one table's parsed rows (with ``_key``: the
     ``rid``'s columns, the pre-image of an update that has no ``before``)."""
     from pyspark.sql import functions as F
 
-    image = {"insert": F.col("after"), "update_preimage": F.coalesce(F.col("before"), F.col("_key")),
-             "update_postimage": F.col("after"), "delete": F.col("before"),
-             TRUNCATE_CHANGE_TYPE: F.lit(None).cast(struct)}
+    image = {
+        "insert": F.col("after"),
+        "update_preimage": F.coalesce(F.col("before"), F.col("_key")),
+        "update_postimage": F.col("after"),
+        "delete": F.col("before"),
+        TRUNCATE_CHANGE_TYPE: F.lit(None).cast(struct),
+    }
     change_types = {**_CHANGE_TYPES, "t": [TRUNCATE_CHANGE_TYPE]} if truncates == "include" else _CHANGE_TYPES
     changes = F.lit(None)
     for op, kinds in change_types.items():
@@ -148,8 +154,8 @@ def _change_data_feed(parsed: "DataFrame", struct: "StructType", truncates: str)
 
 @needs_pyspark
 def typed(
-    spark: "SparkSession",
-    path: "Source",
+    spark: SparkSession,
+    path: Source,
     owner: str,
     table: str,
     *,
@@ -161,7 +167,7 @@ def typed(
     change_data_feed: bool = False,
     truncates: str = "error",
     missing_ok: bool = False,
-) -> "DataFrame":
+) -> DataFrame:
     """The rows of ``owner.table`` with ``before`` and ``after`` as typed structs, by the
     table's schema document in the changefeed: the columns and types its source stated
     (docs/spark.md, "Types": ``numeric(12,2)`` is ``decimal(12,2)``, ``timestamptz`` a
@@ -195,8 +201,9 @@ def typed(
             "typed: given a DataFrame, it needs the changefeed's directory for the schema documents",
             hint="typed(spark, df, owner, table, changefeed=PATH)",
         )
-    df = _selected_rows(spark, path, owner, table, missing_ok, starting_tx_seq, ending_tx_seq,
-                        change_data_feed and truncates == "error")
+    df = _selected_rows(
+        spark, path, owner, table, missing_ok, starting_tx_seq, ending_tx_seq, change_data_feed and truncates == "error"
+    )
     if version is None and not isinstance(path, str):
         rows = _table_rows(spark, location, owner, table)
         if starting_tx_seq is not None:
@@ -206,6 +213,7 @@ def typed(
         document = _table_document(spark, location, rows, owner, table, None, required=True)
     else:
         document = _table_document(spark, location, df, owner, table, version, required=True)
+    assert document is not None  # required
     fields = _document_fields(document, types)
     parsed = _typed_rows(df, fields, owner, table, key=change_data_feed)
     return _change_data_feed(parsed, _struct_of(fields), truncates) if change_data_feed else parsed
@@ -213,26 +221,27 @@ def typed(
 
 @needs_pyspark
 def table_schema(
-    spark: "SparkSession", path: str, owner: str, table: str, version: str | None = None
-) -> tuple[dict, "StructType"]:
+    spark: SparkSession, path: str, owner: str, table: str, version: str | None = None
+) -> tuple[dict, StructType]:
     """``(document, struct)``: the schema document of ``owner.table`` in the changefeed at
     ``path`` (``version``, or the version of the table's last row), and its columns as the
     Spark ``StructType`` that :func:`typed` gives ``before`` and ``after``."""
     rows = _table_rows(spark, path, owner, table, missing_ok=version is not None)
     document = _table_document(spark, path, rows, owner, table, version, required=True, renames=False)
+    assert document is not None  # required
     return document, _struct_of(_document_fields(document, None))
 
 
 @needs_pyspark
 def infer_schema(
-    spark: "SparkSession",
-    path: "Source",
+    spark: SparkSession,
+    path: Source,
     owner: str,
     table: str,
     *,
     sample_rows: int = 1000,
     missing_ok: bool = False,
-) -> "StructType":
+) -> StructType:
     """The columns of ``owner.table``, for :func:`table_changes` and :func:`snapshot`.
 
     Types come from the table's last ``CREATE TABLE`` row and the ``ALTER TABLE … ADD``
@@ -254,8 +263,9 @@ def infer_schema(
             hint="give the schema, or infer it from the changefeed's path: infer_schema(spark, PATH, owner, table)",
         )
     rows = _table_rows(spark, path, owner, table, missing_ok=missing_ok)
-    ddl_columns = ddl_columns_of([r.sql for r in rows.where(F.col("op") == "ddl").orderBy("tx_seq", "op_seq")
-                               .select("sql").collect()])
+    ddl_columns = ddl_columns_of(
+        [r.sql for r in rows.where(F.col("op") == "ddl").orderBy("tx_seq", "op_seq").select("sql").collect()]
+    )
     sample = (
         rows.where(F.col("op") != "ddl")
         .orderBy(F.desc("tx_seq"), F.desc("op_seq"))
@@ -277,16 +287,16 @@ def infer_schema(
 
 @needs_pyspark
 def snapshot(
-    spark: "SparkSession",
-    path: "Source",
+    spark: SparkSession,
+    path: Source,
     owner: str,
     table: str,
-    schema: "StructType | str | None" = None,
+    schema: StructType | str | None = None,
     key: str | Sequence[str] | None = None,
     *,
     json_options: dict[str, str] | None = None,
     missing_ok: bool = False,
-) -> "DataFrame":
+) -> DataFrame:
     """The current state of ``owner.table``: one row per key, from the last change.
 
     What the changefeed captured, not an initial load: a row that no captured change
@@ -354,6 +364,7 @@ def snapshot(
         images = _typed_rows(rows, typed_fields, owner, table)
         b, a = F.col("before"), F.col("after")
     else:
+        assert schema is not None  # without a schema nor typed fields, returned above
         struct = _struct_type(spark, schema)
         opts = json_options or {}
         images = rows
@@ -381,11 +392,7 @@ def snapshot(
         .alias("k"),
         "a",
     )
-    moved = parsed.where(
-        ~F.col("deleted")
-        & _all_not_null(before_key)
-        & ~_all_equal(before_key, upsert_key)
-    ).select(
+    moved = parsed.where(~F.col("deleted") & _all_not_null(before_key) & ~_all_equal(before_key, upsert_key)).select(
         "tx_seq",
         "op_seq",
         F.lit(True).alias("deleted"),
@@ -410,7 +417,7 @@ def snapshot(
 # (the forms, _INTEGER ... _ARRAY: olr_buffer.value_forms, shared with the mirror)
 
 
-def _require_variant(spark: "SparkSession", what: str) -> None:
+def _require_variant(spark: SparkSession, what: str) -> None:
     major = int(spark.version.split(".")[0])
     if major < 4:
         raise ChangefeedReadError(
@@ -421,8 +428,17 @@ def _require_variant(spark: "SparkSession", what: str) -> None:
         )
 
 
-def _table_document(spark: "SparkSession", location: str, rows: "DataFrame", owner: str, table: str,
-                    version: str | None, *, required: bool, renames: bool = True) -> dict | None:
+def _table_document(
+    spark: SparkSession,
+    location: str,
+    rows: DataFrame,
+    owner: str,
+    table: str,
+    version: str | None,
+    *,
+    required: bool,
+    renames: bool = True,
+) -> dict | None:
     """The schema document ``version`` of the changefeed at ``location``, or the one the
     last of ``rows`` (one table's rows) names; None if they name none and not ``required``.
     Without ``version``, ``renames``: refused if the rows name a version that may have had
@@ -432,9 +448,16 @@ def _table_document(spark: "SparkSession", location: str, rows: "DataFrame", own
     if version is None:
         versions = []
         if "schema_version" in rows.columns:
-            versions = rows.where(F.col("schema_version").isNotNull()).groupBy("schema_version").agg(
-                F.max(F.struct("tx_seq", "op_seq")).alias("last"), F.min("tx_seq").alias("first_tx_seq"),
-                F.max("tx_seq").alias("last_tx_seq")).collect()
+            versions = (
+                rows.where(F.col("schema_version").isNotNull())
+                .groupBy("schema_version")
+                .agg(
+                    F.max(F.struct("tx_seq", "op_seq")).alias("last"),
+                    F.min("tx_seq").alias("first_tx_seq"),
+                    F.max("tx_seq").alias("last_tx_seq"),
+                )
+                .collect()
+            )
         if not versions:
             if not required:
                 return None
@@ -442,38 +465,53 @@ def _table_document(spark: "SparkSession", location: str, rows: "DataFrame", own
                 f"{location}: no row of {owner}.{table} names a schema version: its types are not in the changefeed",
                 hint="the PostgreSQL source records them; for redo files, give the table's ddl records columns "
                 "(docs/formats.md); or give table_changes a schema",
-                path=location, owner=owner, table=table,
+                path=location,
+                owner=owner,
+                table=table,
             )
         latest = max(versions, key=lambda v: (v.last.tx_seq, v.last.op_seq))
         document = _read_document(spark, location, latest.schema_version, owner, table)
         if renames:
-            _refuse_renames(spark, location, owner, table, document, latest.schema_version,
-                            [v for v in versions if v.schema_version != latest.schema_version])
+            _refuse_renames(
+                spark,
+                location,
+                owner,
+                table,
+                document,
+                latest.schema_version,
+                [v for v in versions if v.schema_version != latest.schema_version],
+            )
         return document
     return _read_document(spark, location, version, owner, table)
 
 
-def _read_document(spark: "SparkSession", location: str, version: str, owner: str, table: str) -> dict:
+def _read_document(spark: SparkSession, location: str, version: str, owner: str, table: str) -> dict:
     """The schema document ``version`` of ``owner.table`` in the changefeed at ``location``."""
     import json
 
     if re.fullmatch(r"[0-9a-f]{16}", version) is None:
         raise ValueError(f"not a schema version: {version!r} (16 hexadecimal digits)")
     if "://" in location and not location.startswith("file:"):
-        text = spark.read.text(f"{location.rstrip('/')}/_olr_buffer/schemas/{version}.json", wholetext=True).first()[0]
+        row = spark.read.text(f"{location.rstrip('/')}/_olr_buffer/schemas/{version}.json", wholetext=True).first()
+        assert row is not None  # wholetext: a row per file, even an empty one
+        text = row[0]
     else:
         text = read_schema_document(location.removeprefix("file://"), version).decode()
     document = json.loads(text)
     if (document.get("owner"), document.get("table")) != (owner, table):
         raise ChangefeedReadError(
             f"{location}: schema version {version} is of {document.get('owner')}.{document.get('table')}, "
-            f"not of {owner}.{table}", path=location, owner=owner, table=table,
+            f"not of {owner}.{table}",
+            path=location,
+            owner=owner,
+            table=table,
         )
     return document
 
 
-def _refuse_renames(spark: "SparkSession", location: str, owner: str, table: str, latest: dict, version: str,
-                    others: list) -> None:
+def _refuse_renames(
+    spark: SparkSession, location: str, owner: str, table: str, latest: dict, version: str, others: list
+) -> None:
     """Raise :class:`ChangefeedReadError` if an earlier version of the table's rows
     (``others``: rows of ``schema_version``, ``first_tx_seq``, ``last_tx_seq``) lacks a
     column of ``latest`` (version ``version``) and has one that ``latest`` lacks: a
@@ -494,8 +532,12 @@ def _refuse_renames(spark: "SparkSession", location: str, owner: str, table: str
                 f"by {b}, those rows would have {', '.join(new)} null and {', '.join(gone)} gone",
                 hint=f"read those rows by their own version (version='{a}', ending_tx_seq={last}) and the later "
                 f"ones by {b} (version='{b}', starting_tx_seq={last + 1}); or give version='{b}' to read every row "
-                "by it (docs/spark.md, \"Renamed columns\")",
-                path=location, owner=owner, table=table, version=a, latest=b,
+                'by it (docs/spark.md, "Renamed columns")',
+                path=location,
+                owner=owner,
+                table=table,
+                version=a,
+                latest=b,
             )
 
 
@@ -507,8 +549,10 @@ def _document_fields(document: dict, types: dict[str, Any] | None) -> list[tuple
     names = [c["name"] for c in document["columns"]]
     unknown = sorted(set(overrides) - set(names))
     if unknown:
-        raise ValueError(f"typed: types for column(s) {unknown} that {document['owner']}.{document['table']} "
-                         f"does not have (it has {names})")
+        raise ValueError(
+            f"typed: types for column(s) {unknown} that {document['owner']}.{document['table']} "
+            f"does not have (it has {names})"
+        )
     fields = []
     for column in document["columns"]:
         given = overrides.get(column["name"], column["spark"])
@@ -516,14 +560,13 @@ def _document_fields(document: dict, types: dict[str, Any] | None) -> list[tuple
     return fields
 
 
-def _struct_of(fields: list[tuple[str, Any]]) -> "StructType":
+def _struct_of(fields: list[tuple[str, Any]]) -> StructType:
     from pyspark.sql.types import StructField, StructType
 
     return StructType([StructField(name, dtype) for name, dtype in fields])
 
 
-def _typed_rows(df: "DataFrame", fields: list[tuple[str, Any]], owner: str, table: str,
-                key: bool = False) -> "DataFrame":
+def _typed_rows(df: DataFrame, fields: list[tuple[str, Any]], owner: str, table: str, key: bool = False) -> DataFrame:
     """``df`` (one table's rows) with ``before``/``after`` as structs of ``fields``, every
     value checked: a row with one that does not fit fails the query; ``key``: also
     ``_key``, the ``rid``'s columns when it is a JSON object (PostgreSQL)."""
@@ -531,19 +574,25 @@ def _typed_rows(df: "DataFrame", fields: list[tuple[str, Any]], owner: str, tabl
 
     # rand(): a projection Spark does not push the filter below, by inlining every step of
     # _misfit into its condition (code beyond the JVM's 64 KB a method, and each step again)
-    checked = _checked_images(df, fields, key).withColumn(
-        "_misfit", F.when(F.rand(0) < 2, F.col("_misfit")))
-    message = F.concat(F.lit(f"{owner}.{table}: tx_seq "), F.col("tx_seq").cast("string"), F.lit(", op_seq "),
-                       F.col("op_seq").cast("string"), F.lit(": "), F.col("_misfit"),
-                       F.lit(" (hint: typed(..., types={column: type}) reads a column as another type, "
-                             "'string' as its text)"))
+    checked = _checked_images(df, fields, key).withColumn("_misfit", F.when(F.rand(0) < 2, F.col("_misfit")))
+    message = F.concat(
+        F.lit(f"{owner}.{table}: tx_seq "),
+        F.col("tx_seq").cast("string"),
+        F.lit(", op_seq "),
+        F.col("op_seq").cast("string"),
+        F.lit(": "),
+        F.col("_misfit"),
+        F.lit(" (hint: typed(..., types={column: type}) reads a column as another type, 'string' as its text)"),
+    )
     checked = checked.where(F.when(F.col("_misfit").isNotNull(), F.raise_error(message)).otherwise(F.lit(True)))
     images = {"before": "_v0", "after": "_v1", "_key": "_v2"}
-    return checked.select(*[F.col(images[c]).alias(c) if c in images else F.col(c) for c in df.columns],
-                          *([F.col("_v2").alias("_key")] if key else []))
+    return checked.select(
+        *[F.col(images[c]).alias(c) if c in images else F.col(c) for c in df.columns],
+        *([F.col("_v2").alias("_key")] if key else []),
+    )
 
 
-def _checked_images(df: "DataFrame", fields: list[tuple[str, Any]], key: bool = False) -> "DataFrame":
+def _checked_images(df: DataFrame, fields: list[tuple[str, Any]], key: bool = False) -> DataFrame:
     """``df`` with, per image j (0 ``before``, 1 ``after``, and with ``key`` 2 the ``rid``'s
     JSON), ``_v<j>``: the struct of its values by ``fields`` (null without the image); and
     ``_misfit``: what the first value that does not fit is (null if none).
@@ -562,12 +611,16 @@ def _checked_images(df: "DataFrame", fields: list[tuple[str, Any]], key: bool = 
     numbers = (DecimalType, ByteType, ShortType, IntegerType, LongType)
     images = range(len(texts))
     out = df.withColumns({f"_m{j}": F.parse_json(text).cast("map<string,variant>") for j, text in enumerate(texts)})
-    steps: dict[str, "Column"] = {}
+    steps: dict[str, Column] = {}
     for j in images:
         items = [F.col(f"_m{j}").getItem(name) for name, _ in fields]
         steps[f"_t{j}"] = F.array(*[F.try_variant_get(v, "$", "string") for v in items])
-        steps[f"_x{j}"] = F.array(*[F.schema_of_variant(v) != "DOUBLE" if isinstance(dtype, numbers) else F.lit(True)
-                                    for v, (_, dtype) in zip(items, fields)])
+        steps[f"_x{j}"] = F.array(
+            *[
+                F.schema_of_variant(v) != "DOUBLE" if isinstance(dtype, numbers) else F.lit(True)
+                for v, (_, dtype) in zip(items, fields)
+            ]
+        )
     out = out.withColumns(steps)
     # The values and their checks, in a higher-order function: Spark interprets its body
     # rather than generate code for it, which for a table of many columns would pass the
@@ -575,34 +628,64 @@ def _checked_images(df: "DataFrame", fields: list[tuple[str, Any]], key: bool = 
     names = F.array(*[F.lit(json.dumps(name, ensure_ascii=False)) for name, _ in fields])
     types = F.array(*[F.lit(dtype.simpleString()) for _, dtype in fields])
 
-    def typed_image(r: "Column") -> "Column":
+    def typed_image(r: Column) -> Column:
         t, x = r.getField("t"), r.getField("x")
         values = F.struct(*[_typed_value(t[i], dtype)[0].alias(name) for i, (name, dtype) in enumerate(fields)])
-        fits = [F.lit(True) if isinstance(dtype, StringType) else t[i].isNull() | _typed_value(t[i], dtype, x[i])[1]
-                for i, (_, dtype) in enumerate(fields)]
+        fits = [
+            F.lit(True) if isinstance(dtype, StringType) else t[i].isNull() | _typed_value(t[i], dtype, x[i])[1]
+            for i, (_, dtype) in enumerate(fields)
+        ]
         return F.struct(values.alias("v"), F.array_position(F.array(*fits), False).cast("int").alias("f"))
 
-    out = out.withColumns({f"_r{j}": F.transform(F.array(F.struct(F.col(f"_t{j}").alias("t"),
-                                                                   F.col(f"_x{j}").alias("x"))), typed_image)[0]
-                           for j in images})
+    out = out.withColumns(
+        {
+            f"_r{j}": F.transform(
+                F.array(F.struct(F.col(f"_t{j}").alias("t"), F.col(f"_x{j}").alias("x"))), typed_image
+            )[0]
+            for j in images
+        }
+    )
     out = out.withColumns({f"_v{j}": F.when(F.col(f"_m{j}").isNotNull(), F.col(f"_r{j}.v")) for j in images})
     misfits = []
     for j in images:
         first, t = F.col(f"_r{j}.f"), F.col(f"_t{j}")
-        misfits.append(F.when(first > 0, F.concat(
-            F.lit(f"{labels[j]} column "), F.element_at(names, first), F.lit(" = '"),
-            F.substring(F.element_at(t, first), 1, 100), F.lit("' does not fit "), F.element_at(types, first))))
+        misfits.append(
+            F.when(
+                first > 0,
+                F.concat(
+                    F.lit(f"{labels[j]} column "),
+                    F.element_at(names, first),
+                    F.lit(" = '"),
+                    F.substring(F.element_at(t, first), 1, 100),
+                    F.lit("' does not fit "),
+                    F.element_at(types, first),
+                ),
+            )
+        )
     return out.withColumn("_misfit", F.coalesce(*misfits) if fields else F.lit(None).cast("string"))
 
 
-def _typed_value(t: "Column", dtype: Any, exact: "Column | None" = None,
-                 value: "Column | None" = None) -> tuple["Column", "Column"]:
+def _typed_value(
+    t: Column, dtype: Any, exact: Column | None = None, value: Column | None = None
+) -> tuple[Column, Column]:
     """``(value, fits)`` of the text ``t`` read as ``dtype`` (see "typed images" above);
     ``exact``: whether a number kept its digits; ``value``: the value computed already."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import (
-        ArrayType, BinaryType, BooleanType, ByteType, DateType, DecimalType, DoubleType, FloatType, IntegerType,
-        LongType, ShortType, StringType, TimestampNTZType, TimestampType,
+        ArrayType,
+        BinaryType,
+        BooleanType,
+        ByteType,
+        DateType,
+        DecimalType,
+        DoubleType,
+        FloatType,
+        IntegerType,
+        LongType,
+        ShortType,
+        StringType,
+        TimestampNTZType,
+        TimestampType,
     )
 
     exact = F.lit(True) if exact is None else exact
@@ -617,8 +700,10 @@ def _typed_value(t: "Column", dtype: Any, exact: "Column | None" = None,
         computed = t.try_cast(dtype)
         # plain digits: at most precision - scale before the point (leading zeros aside), at
         # most scale after it (trailing zeros aside)
-        digits = (rf"^(?=[^.]*[0-9])[+-]?0*[0-9]{{0,{dtype.precision - dtype.scale}}}"
-                  rf"(\.[0-9]{{0,{dtype.scale}}}0*)?$")
+        digits = (
+            rf"^(?=[^.]*[0-9])[+-]?0*[0-9]{{0,{dtype.precision - dtype.scale}}}"
+            rf"(\.[0-9]{{0,{dtype.scale}}}0*)?$"
+        )
         return computed, t.rlike(digits) & (computed if value is None else value).isNotNull() & exact
     if isinstance(dtype, (FloatType, DoubleType)):
         double = t.try_cast("double")
@@ -629,8 +714,9 @@ def _typed_value(t: "Column", dtype: Any, exact: "Column | None" = None,
         infinite = float("inf")
         return single, ok & ((F.abs(single) == infinite) == (F.abs(double) == infinite))  # no overflow
     if isinstance(dtype, (DateType, TimestampType, TimestampNTZType)):
-        pattern = _DATE if isinstance(dtype, DateType) else _TIMESTAMP if isinstance(dtype, TimestampType) \
-            else _TIMESTAMP_NTZ
+        pattern = (
+            _DATE if isinstance(dtype, DateType) else _TIMESTAMP if isinstance(dtype, TimestampType) else _TIMESTAMP_NTZ
+        )
         computed = t.try_cast(dtype)
         if isinstance(dtype, DateType):
             return computed, t.rlike(pattern) & (computed if value is None else value).isNotNull()
@@ -638,8 +724,11 @@ def _typed_value(t: "Column", dtype: Any, exact: "Column | None" = None,
         # whole microseconds; a timestamp_ntz is the time of day it gives in UTC
         nanos = F.when(t.rlike(_NANOS), t.try_cast("long"))
         micros = F.when(nanos % 1000 == 0, (nanos.cast("decimal(20,0)") / 1000).cast("long"))
-        epoch = F.timestamp_micros(micros) if isinstance(dtype, TimestampType) else \
-            F.timestamp_add("MICROSECOND", micros, F.lit("1970-01-01 00:00:00").cast("timestamp_ntz"))
+        epoch = (
+            F.timestamp_micros(micros)
+            if isinstance(dtype, TimestampType)
+            else F.timestamp_add("MICROSECOND", micros, F.lit("1970-01-01 00:00:00").cast("timestamp_ntz"))
+        )
         computed = F.when(t.rlike(_NANOS), epoch).otherwise(computed)
         return computed, (t.rlike(pattern) | t.rlike(_NANOS)) & (computed if value is None else value).isNotNull()
     if isinstance(dtype, BinaryType):
@@ -647,7 +736,8 @@ def _typed_value(t: "Column", dtype: Any, exact: "Column | None" = None,
     if isinstance(dtype, ArrayType):  # PostgreSQL's text form: {1,2,NULL}
         element = dtype.elementType
         parts = F.when(t == "{}", F.array().cast("array<string>")).otherwise(
-            F.split(F.regexp_replace(t, r"^\{|\}$", ""), ","))
+            F.split(F.regexp_replace(t, r"^\{|\}$", ""), ",")
+        )
         computed = F.transform(parts, lambda x: F.when(x != "NULL", _typed_value(x, element)[0]))
         ok = t.rlike(_ARRAY) & F.forall(parts, lambda x: (x == "NULL") | _typed_value(x, element)[1])
         return computed, ok
@@ -657,8 +747,16 @@ def _typed_value(t: "Column", dtype: Any, exact: "Column | None" = None,
 # -- helpers -------------------------------------------------------------------------------
 
 
-def _selected_rows(spark: "SparkSession", path, owner: str, table: str, missing_ok: bool,
-                   starting_tx_seq: int | None, ending_tx_seq: int | None, refuse_truncates: bool) -> "DataFrame":
+def _selected_rows(
+    spark: SparkSession,
+    path,
+    owner: str,
+    table: str,
+    missing_ok: bool,
+    starting_tx_seq: int | None,
+    ending_tx_seq: int | None,
+    refuse_truncates: bool,
+) -> DataFrame:
     """The table's rows, within the ``tx_seq`` range asked for; a truncate among them fails
     the query when ``refuse_truncates``."""
     from pyspark.sql import functions as F
@@ -673,36 +771,47 @@ def _selected_rows(spark: "SparkSession", path, owner: str, table: str, missing_
     return df
 
 
-def _refuse_truncates(df: "DataFrame", path: "Source", owner: str, table: str) -> "DataFrame":
+def _refuse_truncates(df: DataFrame, path: Source, owner: str, table: str) -> DataFrame:
     """``df`` (one table's rows), refused if it holds a truncate: at once for a batch
     source, when the query reads it for a streaming one."""
     from pyspark.sql import functions as F
 
     what = f"{owner}.{table} was truncated"
-    why = ("Delta's change data feed has no change type for a truncate, and a MERGE of the other changes "
-           "would keep the rows it removed")
-    hint = ("truncates='include' gives each truncate as a row with _change_type 'truncate' (drop what the "
-            "target holds of the table from before it: docs/spark.md); snapshot() gives the table's state")
+    why = (
+        "Delta's change data feed has no change type for a truncate, and a MERGE of the other changes "
+        "would keep the rows it removed"
+    )
+    hint = (
+        "truncates='include' gives each truncate as a row with _change_type 'truncate' (drop what the "
+        "target holds of the table from before it: docs/spark.md); snapshot() gives the table's state"
+    )
     is_truncate = F.col("op") == "t"
     if df.isStreaming:
-        message = F.concat(F.lit(f"{what} at tx_seq "), F.col("tx_seq").cast("string"),
-                           F.lit(f": {why} (hint: {hint})"))
+        message = F.concat(
+            F.lit(f"{what} at tx_seq "), F.col("tx_seq").cast("string"), F.lit(f": {why} (hint: {hint})")
+        )
         return df.where(F.when(is_truncate, F.raise_error(message)).otherwise(F.lit(True)))
-    found = df.where(is_truncate).agg(
-        F.count(F.lit(1)).alias("n"), F.min(F.struct("tx_seq", "op_seq")).alias("first")
-    ).first()
+    found = (
+        df.where(is_truncate)
+        .agg(F.count(F.lit(1)).alias("n"), F.min(F.struct("tx_seq", "op_seq")).alias("first"))
+        .first()
+    )
+    assert found is not None  # an aggregate without groups has one row
     if found.n:
         where = f"{path}: " if isinstance(path, str) else ""
         times = f" {found.n} times, first" if found.n > 1 else ""
         raise ChangefeedReadError(
             f"{where}{what}{times} at tx_seq {found.first.tx_seq} (op_seq {found.first.op_seq}): {why}",
-            hint=hint, path=path if isinstance(path, str) else None, owner=owner, table=table,
+            hint=hint,
+            path=path if isinstance(path, str) else None,
+            owner=owner,
+            table=table,
             tx_seq=found.first.tx_seq,
         )
     return df
 
 
-def _after_last_truncate(rows: "DataFrame") -> "DataFrame":
+def _after_last_truncate(rows: DataFrame) -> DataFrame:
     """One table's ``rows`` after its last truncate, which ends every row before it (and
     itself changes no row)."""
     from pyspark.sql import functions as F
@@ -716,13 +825,11 @@ def _after_last_truncate(rows: "DataFrame") -> "DataFrame":
     )
 
 
-def _source(spark: "SparkSession", path: "Source") -> "DataFrame":
+def _source(spark: SparkSession, path: Source) -> DataFrame:
     return read_changefeed(spark, path) if isinstance(path, str) else with_timestamps(path)
 
 
-def _table_rows(
-    spark: "SparkSession", path: "Source", owner: str, table: str, *, missing_ok: bool = True
-) -> "DataFrame":
+def _table_rows(spark: SparkSession, path: Source, owner: str, table: str, *, missing_ok: bool = True) -> DataFrame:
     from pyspark.sql import functions as F
 
     rows = _source(spark, path).where((F.col("owner") == owner) & (F.col("table") == table))
@@ -731,7 +838,7 @@ def _table_rows(
     return rows
 
 
-def _unknown_table(df: "DataFrame", path: str, owner: str, table: str) -> None:
+def _unknown_table(df: DataFrame, path: str, owner: str, table: str) -> None:
     names = sorted(f"{r.owner}.{r.table}" for r in df.select("owner", "table").distinct().collect())
     wanted = f"{owner}.{table}"
     alike = [n for n in names if n.casefold() == wanted.casefold()]
@@ -743,12 +850,15 @@ def _unknown_table(df: "DataFrame", path: str, owner: str, table: str) -> None:
     else:
         hint = "the changefeed holds no rows yet"
     raise UnknownTableError(
-        f"{path}: no row of {wanted} in the changefeed", hint=hint + "; missing_ok=True returns no rows instead",
-        path=path, owner=owner, table=table,
+        f"{path}: no row of {wanted} in the changefeed",
+        hint=hint + "; missing_ok=True returns no rows instead",
+        path=path,
+        owner=owner,
+        table=table,
     )
 
 
-def _struct_type(spark: "SparkSession", schema: "StructType | str") -> "StructType":
+def _struct_type(spark: SparkSession, schema: StructType | str) -> StructType:
     from pyspark.sql.types import StructType
 
     if isinstance(schema, StructType):
@@ -757,6 +867,8 @@ def _struct_type(spark: "SparkSession", schema: "StructType | str") -> "StructTy
         parsed = StructType.fromDDL(schema) if hasattr(StructType, "fromDDL") else None
         if parsed is None:  # pragma: no cover - PySpark < 4
             parsed = spark.createDataFrame([], schema).schema
+        if not isinstance(parsed, StructType):
+            raise TypeError(f"schema must be a DDL string of columns, not {schema!r}")
         return parsed
     raise TypeError(f"schema must be a StructType or a DDL string, not {type(schema).__name__}")
 
@@ -788,7 +900,9 @@ def ddl_columns_of(statements: Sequence[str | None]) -> dict[str, Any]:
 
 
 def _top_level_split(text: str) -> list[str]:
-    parts, depth, current = [], 0, []
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
     for ch in text:
         depth += ch == "("
         depth -= ch == ")"
@@ -819,19 +933,34 @@ def _oracle_type(text: str) -> Any:
         return DecimalType(38, 0)
     if name.startswith(("FLOAT", "BINARY_FLOAT", "BINARY_DOUBLE", "REAL", "DOUBLE PRECISION")):
         return DoubleType()
-    if name.startswith(("VARCHAR", "NVARCHAR", "CHAR", "NCHAR", "CLOB", "NCLOB", "LONG", "ROWID", "UROWID",
-                        "RAW", "DATE", "TIMESTAMP", "INTERVAL")):
+    if name.startswith(
+        (
+            "VARCHAR",
+            "NVARCHAR",
+            "CHAR",
+            "NCHAR",
+            "CLOB",
+            "NCLOB",
+            "LONG",
+            "ROWID",
+            "UROWID",
+            "RAW",
+            "DATE",
+            "TIMESTAMP",
+            "INTERVAL",
+        )
+    ):
         return StringType()  # dates and times: their text form, whose format the capture chooses
     return None
 
 
-def _all_not_null(cols: list["Column"]) -> "Column":
+def _all_not_null(cols: list[Column]) -> Column:
     from functools import reduce
 
     return reduce(lambda x, y: x & y, [c.isNotNull() for c in cols])
 
 
-def _all_equal(left: list["Column"], right: list["Column"]) -> "Column":
+def _all_equal(left: list[Column], right: list[Column]) -> Column:
     from functools import reduce
 
     return reduce(lambda x, y: x & y, [a.eqNullSafe(b) for a, b in zip(left, right)])

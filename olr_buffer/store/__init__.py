@@ -23,9 +23,21 @@ from .lease import Lease, LeaseHeldError, LeaseLostError
 from .retry import OutageRetry
 
 __all__ = [
-    "Lease", "LeaseHeldError", "LeaseLostError", "ObjectChangedError", "ObjectExistsError", "ObjectInfo",
-    "ObjectNotFoundError", "OutageRetry", "Store", "StoreAccessError", "StoreError", "StoreUnreachableError", "Versioned",
-    "is_remote", "open_store",
+    "Lease",
+    "LeaseHeldError",
+    "LeaseLostError",
+    "ObjectChangedError",
+    "ObjectExistsError",
+    "ObjectInfo",
+    "ObjectNotFoundError",
+    "OutageRetry",
+    "Store",
+    "StoreAccessError",
+    "StoreError",
+    "StoreUnreachableError",
+    "Versioned",
+    "is_remote",
+    "open_store",
 ]
 
 #: URI scheme -> the store class ("module:Class", imported when first used: boto3 loads

@@ -15,6 +15,7 @@ Names are relative to the store's root, ``/``-separated (``part-….parquet``,
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import os
 from abc import ABC, abstractmethod
@@ -134,8 +135,9 @@ class Store(ABC):
     def check_conditional_writes(self) -> None:
         """Raise :class:`StoreAccessError` unless :meth:`create` refuses an existing name
         (a local directory always does)."""
+        return None
 
-    def clear_staging(self) -> list[str]:
+    def clear_staging(self) -> builtins.list[str]:
         """Remove what interrupted writes left behind (temporary files, unfinished
         uploads) and return their names. Only the store's single writer may call it."""
         return []

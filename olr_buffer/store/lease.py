@@ -43,8 +43,9 @@ import socket
 import threading
 import time
 import uuid
-from datetime import datetime, timezone
-from typing import Callable
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Literal
 
 import orjson
 
@@ -132,8 +133,12 @@ class Lease:
                     pass
                 else:
                     self._held(doc, written.etag, started, 1)
-                    log.info("%s: lease taken by writer %s (generation %d)", self.store.location(self.name),
-                             self.writer_id, self.generation)
+                    log.info(
+                        "%s: lease taken by writer %s (generation %d)",
+                        self.store.location(self.name),
+                        self.writer_id,
+                        self.generation,
+                    )
                     return
                 try:
                     current = self.store.read_versioned(self.name)
@@ -156,7 +161,10 @@ class Lease:
                 log.log(
                     logging.INFO if holder.get("released") else logging.WARNING,
                     "%s: lease taken over from writer %s on %s (pid %s, %s), generation %d",
-                    self.store.location(self.name), holder.get("writer"), holder.get("host"), holder.get("pid"),
+                    self.store.location(self.name),
+                    holder.get("writer"),
+                    holder.get("host"),
+                    holder.get("pid"),
                     "which released it" if holder.get("released") else "whose lease expired or which stopped",
                     generation,
                 )
@@ -178,16 +186,18 @@ class Lease:
             if holder_is_dead(holder):
                 log.warning(
                     "%s: taking over the lease of pid %s on this host, which is gone (killed, or it crashed)",
-                    self.store.location(self.name), holder.get("pid"),
+                    self.store.location(self.name),
+                    holder.get("pid"),
                 )
                 return
             if self.owner is not None and holder.get("owner") == self.owner and not _alive_elsewhere(holder):
                 log.warning(
                     "%s: taking over the lease of pid %s on this host, a writer of the same queue that stopped",
-                    self.store.location(self.name), holder.get("pid"),
+                    self.store.location(self.name),
+                    holder.get("pid"),
                 )
                 return
-        until = datetime.fromtimestamp(expires, timezone.utc).isoformat(timespec="seconds")
+        until = datetime.fromtimestamp(expires, UTC).isoformat(timespec="seconds")
         raise LeaseHeldError(
             f"{self.store.location(self.name)}: changefeed is written by writer {holder.get('writer')} "
             f"on {holder.get('host')} (pid {holder.get('pid')}), whose lease runs until {until}",
@@ -201,8 +211,9 @@ class Lease:
         if etag is None:  # a create whose answer was lost and retried: read our own version
             current = self.store.read_versioned(self.name)
             if _parse(current.data, self.store.location(self.name)).get("writer") != self.writer_id:
-                raise LeaseLostError(f"{self.store.location(self.name)}: lease taken over at once",
-                                     uri=self.store.location(self.name))
+                raise LeaseLostError(
+                    f"{self.store.location(self.name)}: lease taken over at once", uri=self.store.location(self.name)
+                )
             etag = current.etag
         self._etag = etag
         self.generation = generation
@@ -234,8 +245,11 @@ class Lease:
         except ObjectNotFoundError:
             return False
         holder = _parse(current.data, self.store.location(self.name))
-        if holder.get("writer") != self.writer_id or holder.get("generation") != self.generation or \
-                holder.get("released"):
+        if (
+            holder.get("writer") != self.writer_id
+            or holder.get("generation") != self.generation
+            or holder.get("released")
+        ):
             return False
         self._held(current.data, current.etag, started, self.generation)
         # counted from when that renewal was written (this host's clock), not from now
@@ -269,8 +283,11 @@ class Lease:
             except LeaseLostError:
                 return
             except StoreError as exc:
-                log.log(logging.DEBUG if failing else logging.WARNING,
-                        "cannot renew the changefeed's lease (%s); retrying", exc)
+                log.log(
+                    logging.DEBUG if failing else logging.WARNING,
+                    "cannot renew the changefeed's lease (%s); retrying",
+                    exc,
+                )
                 failing = True
             else:
                 if failing:
@@ -300,11 +317,13 @@ class Lease:
 
     def _check_not_lost(self) -> None:
         if self._etag is None and self._lost is None:
-            raise LeaseLostError(f"{self.store.location(self.name)}: the lease is not held",
-                                 uri=self.store.location(self.name))
+            raise LeaseLostError(
+                f"{self.store.location(self.name)}: the lease is not held", uri=self.store.location(self.name)
+            )
         if self._lost is not None:
-            raise LeaseLostError(f"{self.store.location(self.name)}: lease lost: {self._lost}",
-                                 uri=self.store.location(self.name))
+            raise LeaseLostError(
+                f"{self.store.location(self.name)}: lease lost: {self._lost}", uri=self.store.location(self.name)
+            )
 
     def _lose(self, why: str) -> None:
         self._lost = why
@@ -367,7 +386,7 @@ def _this_process() -> dict | None:
         namespace = os.readlink("/proc/self/ns/pid")
     except OSError:
         return None
-    if not boot or started is None or stat.split(" ", 1)[0] != str(os.getpid()):
+    if not boot or started is None or stat is None or stat.split(" ", 1)[0] != str(os.getpid()):
         return None  # (a /proc of another PID namespace: its pids are not ours)
     return {"boot": boot, "pid_namespace": namespace, "start": started[1]}
 
@@ -377,13 +396,16 @@ def _same_pid_space(holder: dict) -> bool:
     this PID namespace, as this process sees them."""
     theirs, ours = holder.get("process"), _this_process()
     return (
-        ours is not None and isinstance(theirs, dict) and isinstance(holder.get("pid"), int)
+        ours is not None
+        and isinstance(theirs, dict)
+        and isinstance(holder.get("pid"), int)
         and isinstance(theirs.get("start"), int)
-        and theirs.get("boot") == ours["boot"] and theirs.get("pid_namespace") == ours["pid_namespace"]
+        and theirs.get("boot") == ours["boot"]
+        and theirs.get("pid_namespace") == ours["pid_namespace"]
     )
 
 
-def _state(pid: int) -> tuple[str, int] | None | bool:
+def _state(pid: int) -> tuple[str, int] | None | Literal[False]:
     """The process ``pid``: False if there is none, (state, start time), or None if it
     exists but cannot be looked at."""
     try:

@@ -10,13 +10,15 @@ held by every conditional writer of the store.
 
 from __future__ import annotations
 
+import builtins
 import errno
 import fcntl
 import os
 import shutil
 import uuid
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import Callable, Iterator
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -36,8 +38,9 @@ class LocalStore(Store):
     ``mode`` (0700 by default), files with ``mode`` less the x bits. ``durable=False``
     skips the fsyncs (tests, benchmarks)."""
 
-    def __init__(self, root: str | os.PathLike[str], *, mode: int = 0o700, durable: bool = True,
-                 staging: str = STAGING) -> None:
+    def __init__(
+        self, root: str | os.PathLike[str], *, mode: int = 0o700, durable: bool = True, staging: str = STAGING
+    ) -> None:
         self.root = os.path.abspath(os.fspath(root))
         self.uri = os.fspath(root)
         self.mode = mode
@@ -66,7 +69,9 @@ class LocalStore(Store):
         out.sort(key=lambda o: o.name)
         return out
 
-    def _scan(self, folder: str, start: str, recursive: bool, out: list[ObjectInfo], folders: bool = False) -> None:
+    def _scan(
+        self, folder: str, start: str, recursive: bool, out: builtins.list[ObjectInfo], folders: bool = False
+    ) -> None:
         path = os.path.join(self.root, folder) if folder else self.root
         if path == self._staging_dir:
             return
@@ -189,8 +194,8 @@ class LocalStore(Store):
             raise _os_error(exc, "delete", path) from None
         self._sync_folder(os.path.dirname(path))
 
-    def clear_staging(self) -> list[str]:
-        removed = []
+    def clear_staging(self) -> builtins.list[str]:
+        removed: builtins.list[str] = []
         try:
             names = os.listdir(self._staging_dir)
         except FileNotFoundError:
@@ -219,16 +224,19 @@ class LocalStore(Store):
 
     def _staged(self, data: bytes) -> AbstractContextManager[str]:
         """A complete, synced temporary file holding ``data``, removed on leaving."""
-        return self._staging(lambda tmp: write_file(tmp, data, durable=self.durable, mode=self.file_mode,
-                                                    exclusive=True))
+        return self._staging(
+            lambda tmp: write_file(tmp, data, durable=self.durable, mode=self.file_mode, exclusive=True)
+        )
 
     def _staged_copy(self, src: str) -> AbstractContextManager[str]:
         """A complete, synced temporary copy of the file ``src``, removed on leaving."""
+
         def copy(tmp: str) -> None:
             shutil.copyfile(src, tmp)
             os.chmod(tmp, self.file_mode)
             if self.durable:
                 fsync_file(tmp)
+
         return self._staging(copy)
 
     @contextmanager
@@ -319,7 +327,7 @@ def _os_error(exc: OSError, doing: str, path: str) -> StoreError:
     can do about it."""
     reason = (exc.strerror or str(exc)).splitlines()[0]
     # errno and reason as facts: a caller may word the error its own way (the changefeed does)
-    facts = {"path": path, "errno": exc.errno, "reason": reason}
+    facts: dict[str, Any] = {"path": path, "errno": exc.errno, "reason": reason}
     if isinstance(exc, (FileNotFoundError, NotADirectoryError)):
         return ObjectNotFoundError(f"{path}: no such object", **facts)
     if isinstance(exc, IsADirectoryError):
@@ -333,6 +341,9 @@ def _os_error(exc: OSError, doing: str, path: str) -> StoreError:
             **facts,
         )
     if exc.errno == errno.ENOSPC:
-        return StoreError(f"{path}: cannot {doing}: no space left on device",
-                          hint="free disk space, then run the same command again", **facts)
+        return StoreError(
+            f"{path}: cannot {doing}: no space left on device",
+            hint="free disk space, then run the same command again",
+            **facts,
+        )
     return StoreError(f"{path}: cannot {doing}: {reason}", **facts)

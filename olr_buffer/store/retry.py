@@ -23,7 +23,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 from .errors import StoreError
 
@@ -36,9 +37,17 @@ class OutageRetry:
     """See the module doc. ``on_wait`` is called while waiting (at least every second):
     the service's loop is blocked meanwhile, and keeps its metrics and health fresh."""
 
-    def __init__(self, stop: threading.Event | None = None, *, first: float = 0.5, cap: float = 30.0,
-                 log_every: float = 60.0, timeout: float | None = None, on_wait: Callable[[], None] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        stop: threading.Event | None = None,
+        *,
+        first: float = 0.5,
+        cap: float = 30.0,
+        log_every: float = 60.0,
+        timeout: float | None = None,
+        on_wait: Callable[[], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if timeout is not None and timeout <= 0:
             raise ValueError("a store timeout is a number of seconds above 0")
         self.stop = stop or threading.Event()
@@ -92,8 +101,11 @@ class OutageRetry:
             with self._guard:
                 self._calling = outer
                 if self.outage_since is not None and outer is None:
-                    log.info("the changefeed's store answers again after %.1f s (%d retries)", self.outage_seconds(),
-                             self.retries)
+                    log.info(
+                        "the changefeed's store answers again after %.1f s (%d retries)",
+                        self.outage_seconds(),
+                        self.retries,
+                    )
                     self.outage_since = None
             return result
 
@@ -105,15 +117,25 @@ class OutageRetry:
                 self._start_outage(now, f"{exc}", what, extra={"error": str(exc)})
             elif self._last_log is None or now - self._last_log >= self.log_every:
                 self._last_log = now
-                log.warning("the changefeed's store is still unreachable after %.0f s (%d retries): %s",
-                            now - self.outage_since, self.retries, exc, extra={"error": str(exc)})
+                log.warning(
+                    "the changefeed's store is still unreachable after %.0f s (%d retries): %s",
+                    now - self.outage_since,
+                    self.retries,
+                    exc,
+                    extra={"error": str(exc)},
+                )
 
     def _start_outage(self, since: float, why: str, what: str, extra: dict) -> None:
         self.outage_since = since
         self.outages += 1
         self._last_log = self._clock()
-        log.warning("the changefeed's store cannot be reached (%s); retrying to %s, every %g s at most",
-                    why, what, self.cap, extra=extra)
+        log.warning(
+            "the changefeed's store cannot be reached (%s); retrying to %s, every %g s at most",
+            why,
+            what,
+            self.cap,
+            extra=extra,
+        )
 
     def _watch(self) -> None:
         """The watchdog: a call under way for longer than ``timeout`` starts an outage
@@ -130,13 +152,23 @@ class OutageRetry:
                 if waited < self.timeout:
                     continue
                 if self.outage_since is None:
-                    self._start_outage(since, f"no answer to {what} for {waited:.1f} s", what,
-                                       extra={"error": "timeout", "waited_seconds": round(waited, 3)})
+                    self._start_outage(
+                        since,
+                        f"no answer to {what} for {waited:.1f} s",
+                        what,
+                        extra={"error": "timeout", "waited_seconds": round(waited, 3)},
+                    )
                 elif self._last_log is not None and now - self._last_log >= self.log_every:
                     self._last_log = now
-                    log.warning("the changefeed's store is still unreachable after %.0f s (%d retries): no answer "
-                                "to %s for %.1f s", now - self.outage_since, self.retries, what, waited,
-                                extra={"error": "timeout", "waited_seconds": round(waited, 3)})
+                    log.warning(
+                        "the changefeed's store is still unreachable after %.0f s (%d retries): no answer "
+                        "to %s for %.1f s",
+                        now - self.outage_since,
+                        self.retries,
+                        what,
+                        waited,
+                        extra={"error": "timeout", "waited_seconds": round(waited, 3)},
+                    )
 
     def _wait(self, seconds: float) -> bool:
         """Wait ``seconds`` (calling ``on_wait`` at least every second); True if stopped."""

@@ -22,13 +22,16 @@ uploads, so boto3 writes and reads the objects, and ``pyarrow.fs`` serves only
 
 from __future__ import annotations
 
+import builtins
+import functools
 import io
 import logging
 import os
 import time
 import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, TypeVar
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import boto3
@@ -65,14 +68,33 @@ CONNECT_TIMEOUT = 10.0
 READ_TIMEOUT = 30.0
 
 _ACCESS_CODES = {
-    "AccessDenied", "AllAccessDisabled", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken",
-    "InvalidToken", "TokenRefreshRequired", "InvalidSecurity", "AccountProblem", "InvalidObjectState",
-    "NotSignedUp", "UnauthorizedAccess", "Forbidden", "403",
+    "AccessDenied",
+    "AllAccessDisabled",
+    "InvalidAccessKeyId",
+    "SignatureDoesNotMatch",
+    "ExpiredToken",
+    "InvalidToken",
+    "TokenRefreshRequired",
+    "InvalidSecurity",
+    "AccountProblem",
+    "InvalidObjectState",
+    "NotSignedUp",
+    "UnauthorizedAccess",
+    "Forbidden",
+    "403",
 }
 _REGION_CODES = {"PermanentRedirect", "AuthorizationHeaderMalformed", "IllegalLocationConstraintException", "301"}
 _RETRY_CODES = {
-    "SlowDown", "RequestTimeout", "RequestTimeTooSkewed", "InternalError", "ServiceUnavailable",
-    "Throttling", "ThrottlingException", "RequestLimitExceeded", "TooManyRequests", "OperationAborted",
+    "SlowDown",
+    "RequestTimeout",
+    "RequestTimeTooSkewed",
+    "InternalError",
+    "ServiceUnavailable",
+    "Throttling",
+    "ThrottlingException",
+    "RequestLimitExceeded",
+    "TooManyRequests",
+    "OperationAborted",
     "ConditionalRequestConflict",
 }
 _CREDENTIALS_HINT = (
@@ -242,7 +264,9 @@ class S3Store(Store):
             lambda: self.client.put_object(
                 Bucket=self.bucket, Key=self.key(name), Body=data, IfNoneMatch="*", Metadata={TOKEN_KEY: token}
             ),
-            name, token, "create",
+            name,
+            token,
+            "create",
         )
         return ObjectInfo(name, len(data), resp.get("ETag") if resp else None)
 
@@ -256,10 +280,15 @@ class S3Store(Store):
         if size > self.multipart_threshold:
             resp = self._create_multipart(name, src, size, token)
         else:
+
             def put() -> dict:
                 with open(src, "rb") as fh:
                     return self.client.put_object(
-                        Bucket=self.bucket, Key=self.key(name), Body=fh, ContentLength=size, IfNoneMatch="*",
+                        Bucket=self.bucket,
+                        Key=self.key(name),
+                        Body=fh,
+                        ContentLength=size,
+                        IfNoneMatch="*",
                         Metadata={TOKEN_KEY: token},
                     )
 
@@ -270,7 +299,8 @@ class S3Store(Store):
         key = self.key(name)
         upload = self._call(
             lambda: self.client.create_multipart_upload(Bucket=self.bucket, Key=key, Metadata={TOKEN_KEY: token}),
-            "create", name,
+            "create",
+            name,
         )["UploadId"]
         try:
             parts = []
@@ -281,10 +311,16 @@ class S3Store(Store):
                     if not chunk:
                         break
                     etag = self._call(
-                        lambda: self.client.upload_part(
-                            Bucket=self.bucket, Key=key, UploadId=upload, PartNumber=number, Body=chunk
+                        functools.partial(
+                            self.client.upload_part,
+                            Bucket=self.bucket,
+                            Key=key,
+                            UploadId=upload,
+                            PartNumber=number,
+                            Body=chunk,
                         ),
-                        "create", name,
+                        "create",
+                        name,
                     )["ETag"]
                     parts.append({"ETag": etag, "PartNumber": number})
                     number += 1
@@ -292,7 +328,9 @@ class S3Store(Store):
                 lambda: self.client.complete_multipart_upload(
                     Bucket=self.bucket, Key=key, UploadId=upload, MultipartUpload={"Parts": parts}, IfNoneMatch="*"
                 ),
-                name, token, "create",
+                name,
+                token,
+                "create",
             )
         except BaseException:
             try:
@@ -302,8 +340,9 @@ class S3Store(Store):
             raise
 
     def replace(self, name: str, data: bytes) -> ObjectInfo:
-        resp = self._call(lambda: self.client.put_object(Bucket=self.bucket, Key=self.key(name), Body=data),
-                          "write", name)
+        resp = self._call(
+            lambda: self.client.put_object(Bucket=self.bucket, Key=self.key(name), Body=data), "write", name
+        )
         return ObjectInfo(name, len(data), resp.get("ETag"))
 
     def replace_if(self, name: str, data: bytes, etag: str) -> ObjectInfo:
@@ -312,14 +351,16 @@ class S3Store(Store):
             lambda: self.client.put_object(
                 Bucket=self.bucket, Key=self.key(name), Body=data, IfMatch=etag, Metadata={TOKEN_KEY: token}
             ),
-            name, token, "replace",
+            name,
+            token,
+            "replace",
         )
         return ObjectInfo(name, len(data), resp.get("ETag") if resp else None)
 
     def delete(self, name: str) -> None:
         self._call(lambda: self.client.delete_object(Bucket=self.bucket, Key=self.key(name)), "delete", name)
 
-    def clear_staging(self) -> list[str]:
+    def clear_staging(self) -> builtins.list[str]:
         """Abort the unfinished multipart uploads under the prefix and remove the staging
         objects (the probes of :meth:`check_conditional_writes`)."""
         removed = []
@@ -338,9 +379,9 @@ class S3Store(Store):
             removed.append(obj)
         return removed
 
-    def _staging_objects(self) -> list[str]:
+    def _staging_objects(self) -> builtins.list[str]:
         key_prefix = self.key(self.staging) + "/"
-        names = []
+        names: builtins.list[str] = []
 
         def run() -> None:
             for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=key_prefix):
@@ -455,36 +496,49 @@ class S3Store(Store):
             if code == "NoSuchBucket":
                 return StoreAccessError(
                     f"{where}: cannot {doing}: bucket {self.bucket} does not exist at {endpoint}",
-                    hint="create the bucket, or check the bucket name, AWS_ENDPOINT_URL and AWS_REGION", **facts)
+                    hint="create the bucket, or check the bucket name, AWS_ENDPOINT_URL and AWS_REGION",
+                    **facts,
+                )
             if code == "NoSuchUpload":
                 return StoreUnreachableError(f"{where}: cannot {doing}: the upload was aborted", **facts)
             if code in _REGION_CODES:
                 return StoreAccessError(
                     f"{where}: cannot {doing}: bucket {self.bucket} is not in region {self.region}: {reason}",
-                    hint="set AWS_REGION to the bucket's region", **facts)
+                    hint="set AWS_REGION to the bucket's region",
+                    **facts,
+                )
             if code in _ACCESS_CODES or status == 403:
-                return StoreAccessError(f"{where}: cannot {doing}: access denied by {endpoint}: {reason}",
-                                        hint=_CREDENTIALS_HINT, **facts)
+                return StoreAccessError(
+                    f"{where}: cannot {doing}: access denied by {endpoint}: {reason}", hint=_CREDENTIALS_HINT, **facts
+                )
             if code == "InvalidBucketName":
-                return StoreAccessError(f"{where}: cannot {doing}: {self.bucket!r} is not a valid bucket name",
-                                        **facts)
+                return StoreAccessError(f"{where}: cannot {doing}: {self.bucket!r} is not a valid bucket name", **facts)
             if code in ("NotImplemented", "501"):
                 return StoreAccessError(
                     f"{where}: cannot {doing}: the store at {endpoint} does not implement it: {reason}",
                     hint="olr-buffer needs conditional writes (If-None-Match, If-Match): use AWS S3 or a store "
-                    "that supports them", **facts)
+                    "that supports them",
+                    **facts,
+                )
             if code in _RETRY_CODES or status >= 500 or status == 429:
-                return StoreUnreachableError(f"{where}: cannot {doing}: {endpoint} answered {status} {reason}",
-                                             hint="olr-buffer run retries; replay resumes when run again", **facts)
+                return StoreUnreachableError(
+                    f"{where}: cannot {doing}: {endpoint} answered {status} {reason}",
+                    hint="olr-buffer run retries; replay resumes when run again",
+                    **facts,
+                )
             return StoreError(f"{where}: cannot {doing}: {status} {reason}", **facts)
         if isinstance(exc, (bex.NoCredentialsError, bex.PartialCredentialsError, bex.CredentialRetrievalError)):
-            return StoreAccessError(f"{where}: cannot {doing}: no usable AWS credentials ({_first_line(exc)})",
-                                    hint=_CREDENTIALS_HINT, **facts)
+            return StoreAccessError(
+                f"{where}: cannot {doing}: no usable AWS credentials ({_first_line(exc)})",
+                hint=_CREDENTIALS_HINT,
+                **facts,
+            )
         if isinstance(exc, (bex.ConnectionError, bex.HTTPClientError)):  # refused, timeouts, closed, proxy
             return StoreUnreachableError(
                 f"{where}: cannot {doing}: {endpoint} did not answer ({_reason(exc)})",
                 hint="check the network and AWS_ENDPOINT_URL; olr-buffer run retries, replay resumes when run again",
-                **facts)
+                **facts,
+            )
         if isinstance(exc, OSError):  # the local file of create_from_file
             return StoreError(f"{where}: cannot {doing}: {_first_line(exc)}", **facts)
         return exc
@@ -528,7 +582,7 @@ class _S3File(io.RawIOBase):
         self._pos = max(0, base + offset)
         return self._pos
 
-    def readinto(self, buffer) -> int:  # type: ignore[override]
+    def readinto(self, buffer) -> int:
         n = min(len(buffer), self._size - self._pos)
         if n <= 0:
             return 0
@@ -559,10 +613,15 @@ def _first_line(exc: BaseException) -> str:
 def _reason(exc: BaseException) -> str:
     """What went wrong with a connection, short: refused, a timeout, a reset."""
     text = f"{exc} {getattr(exc, 'kwargs', {}).get('error', '')}"
-    for needle, reason in (("refused", "connection refused"), ("Read timeout", "read timed out"),
-                           ("Connect timeout", "connect timed out"), ("reset", "connection reset"),
-                           ("Name or service not known", "unknown host"), ("nodename nor servname", "unknown host"),
-                           ("Temporary failure in name resolution", "unknown host")):
+    for needle, reason in (
+        ("refused", "connection refused"),
+        ("Read timeout", "read timed out"),
+        ("Connect timeout", "connect timed out"),
+        ("reset", "connection reset"),
+        ("Name or service not known", "unknown host"),
+        ("nodename nor servname", "unknown host"),
+        ("Temporary failure in name resolution", "unknown host"),
+    ):
         if needle in text:
             return reason
     if isinstance(exc, bex.EndpointConnectionError):

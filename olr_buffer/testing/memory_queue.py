@@ -8,9 +8,8 @@ so cleanup behaves alike; nothing survives the process.
 from __future__ import annotations
 
 import bisect
-from typing import Mapping, Sequence
-
 import time
+from collections.abc import Mapping, Sequence
 
 from ..txbuffer import Block, QueueError, SegmentInfo, TxQueue, cleanup_candidates
 from ..txbuffer.block import thread_codec
@@ -43,9 +42,7 @@ class MemoryQueue(TxQueue):
             codec = thread_codec()
             value = codec.encode(records)
             block = codec.decode(first, value)
-            if not self._segments or (
-                self._seg_size[-1] >= self.segment_bytes and self._seg_first[-1] != self._next
-            ):
+            if not self._segments or (self._seg_size[-1] >= self.segment_bytes and self._seg_first[-1] != self._next):
                 self._segments.append([])
                 self._seg_first.append(first)
                 self._seg_size.append(0)

@@ -12,10 +12,11 @@ deletes whole segments that nobody needs any more.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-from dataclasses import dataclass
 import time
-from typing import Callable, Iterator, Mapping, Protocol, Sequence
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
 
 from .block import Block
 
@@ -100,11 +101,11 @@ class TxQueue(ABC):
         """The record with queue index ``index``."""
         return self.read_block(index).at(index)
 
-    def tailer(self, start: int | None = None) -> "Tailer":
+    def tailer(self, start: int | None = None) -> Tailer:
         """A reader that walks the blocks from ``start`` (default: the first stored index)."""
         return Tailer(self, self.first_index if start is None else start)
 
-    def __enter__(self) -> "TxQueue":
+    def __enter__(self) -> TxQueue:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -17,9 +17,9 @@ import struct
 import threading
 import zlib
 from array import array
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
-from typing import Iterator, Sequence
 
 import zstandard
 
@@ -57,14 +57,12 @@ class BlockCodec:
         compressed = self._compressor.compress(raw)
         return _HEADER.pack(FORMAT_VERSION, count, len(raw), zlib.crc32(compressed)) + compressed
 
-    def decode(self, first: int, value: bytes | memoryview, where: str = "") -> "Block":
+    def decode(self, first: int, value: bytes | memoryview, where: str = "") -> Block:
         if len(value) < HEADER_SIZE:
             raise QueueCorruptError(f"queue block {first}{where}: truncated header", index=first)
         version, count, raw_len, crc = _HEADER.unpack_from(value, 0)
         if version != FORMAT_VERSION:
-            raise QueueCorruptError(
-                f"queue block {first}{where}: unknown format version {version}", index=first
-            )
+            raise QueueCorruptError(f"queue block {first}{where}: unknown format version {version}", index=first)
         compressed = bytes(value[HEADER_SIZE:])
         if zlib.crc32(compressed) != crc:
             raise QueueCorruptError(
@@ -90,9 +88,12 @@ class _PerThreadCodec(threading.local):
         self.codec = BlockCodec(level)
 
 
-def thread_codec(_cache: _PerThreadCodec = _PerThreadCodec()) -> BlockCodec:
+_THREAD_CODECS = _PerThreadCodec()
+
+
+def thread_codec() -> BlockCodec:
     """The calling thread's codec."""
-    return _cache.codec
+    return _THREAD_CODECS.codec
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,15 +29,15 @@ import os
 import stat
 import threading
 from collections import OrderedDict
-from typing import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import lmdb
 
 from .. import pidlock
 from ..faults import fault_point
 from ..fsutil import fsync_dir
-from .base import SegmentInfo, TxQueue, cleanup_candidates
 from . import mapped
+from .base import SegmentInfo, TxQueue, cleanup_candidates
 from .block import Block, index_key, key_index, thread_codec
 from .errors import QueueCorruptError, QueueError, QueueFullError, QueueLockedError
 
@@ -78,8 +78,8 @@ class _Segment:
         self.first = first
         self.path = path
         self.env: lmdb.Environment | None = None
-        self.blocks = None
-        self.meta = None
+        self.blocks: lmdb._Database | None = None
+        self.meta: lmdb._Database | None = None
         self.maps: list[tuple[int, int]] | None = None  # where the environment maps the file
 
 
@@ -106,7 +106,9 @@ class LmdbQueue(TxQueue):
         self.path = os.fspath(path)
         if max_open_segments is None:
             limit = _fd_limit()
-            max_open_segments = min(DEFAULT_MAX_OPEN_SEGMENTS, limit // 12) if isinstance(limit, int) else DEFAULT_MAX_OPEN_SEGMENTS
+            max_open_segments = (
+                min(DEFAULT_MAX_OPEN_SEGMENTS, limit // 12) if isinstance(limit, int) else DEFAULT_MAX_OPEN_SEGMENTS
+            )
         self.max_open_segments = max(2, int(max_open_segments))
         self._open: OrderedDict[int, _Segment] = OrderedDict()  # open environments, least recently used first
         self.read_only = read_only
@@ -218,8 +220,11 @@ class LmdbQueue(TxQueue):
                 if _out_of_descriptors(exc):
                     raise self._out_of_files(seg, exc) from exc
                 if not self.read_only and ("No space" in str(exc) or _disk_full(self._seg_dir)):
-                    raise QueueFullError(f"{seg.path}: no space left on device creating the segment",
-                                         hint="free disk space, then run the same command again", path=seg.path) from exc
+                    raise QueueFullError(
+                        f"{seg.path}: no space left on device creating the segment",
+                        hint="free disk space, then run the same command again",
+                        path=seg.path,
+                    ) from exc
                 raise QueueCorruptError(f"{seg.path}: cannot open segment: {exc}", path=seg.path) from exc
             env.reader_check()
             if self.read_only:
@@ -236,9 +241,11 @@ class LmdbQueue(TxQueue):
                 except lmdb.Error as exc:  # creating them is a write: a full disk shows here
                     env.close()
                     if "No space" in str(exc) or _disk_full(self._seg_dir):
-                        raise QueueFullError(f"{seg.path}: no space left on device creating the segment",
-                                             hint="free disk space, then run the same command again",
-                                             path=seg.path) from exc
+                        raise QueueFullError(
+                            f"{seg.path}: no space left on device creating the segment",
+                            hint="free disk space, then run the same command again",
+                            path=seg.path,
+                        ) from exc
                     raise QueueError(f"{seg.path}: cannot create the segment: {exc}", path=seg.path) from exc
             seg.env = env
             self._open[seg.first] = seg
@@ -281,6 +288,7 @@ class LmdbQueue(TxQueue):
                     self._next = seg.first
                     return
                 continue
+            assert seg.env is not None  # opened by _open_env
             with seg.env.begin(db=seg.blocks) as txn:
                 cur = txn.cursor()
                 if cur.last():
@@ -289,6 +297,7 @@ class LmdbQueue(TxQueue):
                     self._next = block.end
                     self._meta = dict(txn.cursor(db=seg.meta).iternext())
                     return
+            assert seg.env is not None  # opened by _open_env
             with seg.env.begin(db=seg.meta) as txn:
                 meta = dict(txn.cursor().iternext())
             if meta or len(self._segments) == 1:
@@ -327,8 +336,11 @@ class LmdbQueue(TxQueue):
                 os.close(fd)
         except OSError as exc:
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise QueueFullError(f"{path}: no space left on device creating the segment's lock file",
-                                     hint="free disk space, then run the same command again", path=path) from None
+                raise QueueFullError(
+                    f"{path}: no space left on device creating the segment's lock file",
+                    hint="free disk space, then run the same command again",
+                    path=path,
+                ) from None
             if exc.errno in (errno.EMFILE, errno.ENFILE):
                 raise  # named by the caller, as LMDB's own failure to open would be
             if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):  # no fallocate here: LMDB's own way
@@ -355,6 +367,7 @@ class LmdbQueue(TxQueue):
     def _segment_full(self, seg: _Segment) -> bool:
         if seg.first == self._next:
             return False  # nothing in it yet: never roll an empty segment
+        assert seg.env is not None  # opened by _open_env
         info = seg.env.info()
         return (info["last_pgno"] + 1) * seg.env.stat()["psize"] >= self.segment_bytes
 
@@ -393,6 +406,7 @@ class LmdbQueue(TxQueue):
             new_segment = seg.first == self._next and len(self._segments) > 1
             first = self._next
             try:
+                assert seg.env is not None  # opened by _open_env
                 with seg.env.begin(write=True) as txn:
                     if new_segment:
                         for k, v in self._meta.items():
@@ -436,6 +450,7 @@ class LmdbQueue(TxQueue):
             seg = self._open_env(self._segments[pos])
             self._open.move_to_end(seg.first)
             try:
+                assert seg.env is not None  # opened by _open_env
                 with seg.env.begin(db=seg.blocks, buffers=True) as txn:
                     cur = txn.cursor()
                     key = index_key(index)
@@ -571,8 +586,10 @@ def _os_failure(exc: OSError, path: str, doing: str) -> QueueError:
     reason = (exc.strerror or str(exc)).splitlines()[0].lower()
     where = exc.filename if isinstance(exc.filename, str) else path
     if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        hint = ("this user must be able to read and write the queue directory (and, to create it, its parent): "
-                "permissions, owner, read-only mount")
+        hint = (
+            "this user must be able to read and write the queue directory (and, to create it, its parent): "
+            "permissions, owner, read-only mount"
+        )
     elif exc.errno in (errno.ENOSPC, errno.EDQUOT):
         hint = "free disk space, then run the same command again"
     else:

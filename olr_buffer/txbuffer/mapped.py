@@ -19,14 +19,17 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+from collections.abc import Callable
 
 _MADV_DONTNEED = 4  # Linux
 
+_madvise: Callable[[int, int, int], int] | None
 try:
     _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-    _madvise = _libc.madvise
-    _madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-    _madvise.restype = ctypes.c_int
+    _fn = _libc.madvise
+    _fn.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    _fn.restype = ctypes.c_int
+    _madvise = _fn
 except (OSError, AttributeError):  # not a libc with madvise: release() does nothing
     _madvise = None
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import msgspec
 import orjson
@@ -85,7 +85,10 @@ def encode_document(doc: StoredDocument) -> bytes:
     return seal(msgspec.json.encode(doc))
 
 
-def decode_document(cls: type, key: bytes, value: bytes, where: str = "queue") -> Any:
+_D = TypeVar("_D", bound=StoredDocument)
+
+
+def decode_document(cls: type[_D], key: bytes, value: bytes, where: str = "queue") -> _D:
     """The ``cls`` document stored under ``key`` (a document without ``version`` is of
     version 1), or a one-line :class:`QueueCorruptError`."""
     doc = load_json(key, value, where)
@@ -97,7 +100,7 @@ def decode_document(cls: type, key: bytes, value: bytes, where: str = "queue") -
         raise QueueCorruptError(
             f"{where}: the stored {name} has version {version!r}; this olr-buffer reads version {cls.VERSION}",
             hint="the queue was written by another version of olr-buffer: use that version to finish it, "
-                 "or start a new queue",
+            "or start a new queue",
             key=name,
         )
     try:

@@ -96,8 +96,14 @@ def test_replay_of_a_directory_without_logs_is_an_error(tmp_path, content):
 
 
 def test_exit_codes_are_distinct_and_documented(tmp_path):
-    codes = {"EXIT_OK": 0, "EXIT_ERROR": 1, "EXIT_USAGE": 2, "EXIT_BAD_INPUT": 3, "EXIT_INTERRUPTED": 130,
-             "EXIT_TERMINATED": 143}
+    codes = {
+        "EXIT_OK": 0,
+        "EXIT_ERROR": 1,
+        "EXIT_USAGE": 2,
+        "EXIT_BAD_INPUT": 3,
+        "EXIT_INTERRUPTED": 130,
+        "EXIT_TERMINATED": 143,
+    }
     assert {name: getattr(errors, name) for name in codes} == codes
     usage = olr_buffer("replay", tmp_path, "--queue", tmp_path / "q", "--changefeed", tmp_path / "cf", "--no-such")
     assert usage.returncode == errors.EXIT_USAGE and "No such option" in usage.stderr
@@ -121,13 +127,26 @@ def test_every_option_has_help(command):
 
 def test_progress_to_a_pipe_is_plain_lines_with_rate_and_eta(tmp_path):
     ok(simulate(tmp_path / "in", "--transactions", "600"))
-    result = ok(olr_buffer("replay", tmp_path / "in", "--queue", tmp_path / "q", "--changefeed", tmp_path / "cf",
-                           "--progress", "--progress-interval", "0"))
+    result = ok(
+        olr_buffer(
+            "replay",
+            tmp_path / "in",
+            "--queue",
+            tmp_path / "q",
+            "--changefeed",
+            tmp_path / "cf",
+            "--progress",
+            "--progress-interval",
+            "0",
+        )
+    )
     assert "\r" not in result.stderr and "\x1b" not in result.stderr
     lines = result.stderr.splitlines()
     assert len(lines) >= 2, result.describe()
-    pattern = re.compile(r"^progress: +[0-9.]+%  [0-9,]+ records \([0-9,]+/s\)  [0-9,]+ transactions published  "
-                         r"[0-9,]+ open  (ETA (-|[0-9]+:[0-9]{2}:[0-9]{2})|done in [0-9.]+s)$")
+    pattern = re.compile(
+        r"^progress: +[0-9.]+%  [0-9,]+ records \([0-9,]+/s\)  [0-9,]+ transactions published  "
+        r"[0-9,]+ open  (ETA (-|[0-9]+:[0-9]{2}:[0-9]{2})|done in [0-9.]+s)$"
+    )
     assert all(pattern.match(line) for line in lines), result.describe()
     assert lines[-1].startswith("progress: 100.0%") and "done in" in lines[-1]
     quiet = ok(olr_buffer("replay", tmp_path / "in", "--queue", tmp_path / "q", "--changefeed", tmp_path / "cf"))
@@ -156,13 +175,27 @@ def test_several_bad_lines_reported_at_once(tmp_path):
         assert line.startswith(f"olr-buffer: error: {other}:30: ") and "found no other bad line" in line, line
 
     dl = tmp_path / "dead.jsonl"
-    result = ok(olr_buffer("replay", tmp_path / "in", "--queue", tmp_path / "q2", "--changefeed", tmp_path / "cf2",
-                           "--dead-letter", dl))
+    result = ok(
+        olr_buffer(
+            "replay", tmp_path / "in", "--queue", tmp_path / "q2", "--changefeed", tmp_path / "cf2", "--dead-letter", dl
+        )
+    )
     named = re.findall(r"^  (\S+):([0-9]+): field 'scn' must be an integer", result.stdout, re.MULTILINE)
     assert sorted(named) == sorted([(str(path), n) for n in ("20", "47", "90", "91")] + [(str(other), "30")])
     assert "quarantined 5 bad record(s)" in result.stdout
-    as_json = ok(olr_buffer("replay", tmp_path / "in", "--queue", tmp_path / "q3", "--changefeed", tmp_path / "cf3",
-                            "--dead-letter", dl, "--json")).json()
+    as_json = ok(
+        olr_buffer(
+            "replay",
+            tmp_path / "in",
+            "--queue",
+            tmp_path / "q3",
+            "--changefeed",
+            tmp_path / "cf3",
+            "--dead-letter",
+            dl,
+            "--json",
+        )
+    ).json()
     assert sorted((b["file"], b["line"]) for b in as_json["quarantined_lines"]) == sorted(
         [(str(path), n) for n in (20, 47, 90, 91)] + [(str(other), 30)]
     )
@@ -170,16 +203,22 @@ def test_several_bad_lines_reported_at_once(tmp_path):
 
 def test_run_with_a_uri_of_another_scheme_is_a_usage_error(tmp_path):
     """Not read as a directory that does not exist (exit 3): a usage error naming what is read."""
-    result = olr_buffer("run", "mysql://root@localhost/shop", "--queue", tmp_path / "q", "--changefeed", tmp_path / "cf")
+    result = olr_buffer(
+        "run", "mysql://root@localhost/shop", "--queue", tmp_path / "q", "--changefeed", tmp_path / "cf"
+    )
     assert result.returncode == errors.EXIT_USAGE, result.describe()
     assert "mysql:// is not a source olr-buffer reads" in result.stderr and "postgresql://" in result.stderr
     assert not (tmp_path / "q").exists()
 
 
-@pytest.mark.parametrize("uri, words", [
-    ("postgresql://u:pw@/db?host=/tmp&port=notaport", "port 'notaport' is not a number"),
-    ("postgresql://u:pw@/db?nosuchoption=1", "invalid dsn"),
-], ids=["port", "option"])
+@pytest.mark.parametrize(
+    "uri, words",
+    [
+        ("postgresql://u:pw@/db?host=/tmp&port=notaport", "port 'notaport' is not a number"),
+        ("postgresql://u:pw@/db?nosuchoption=1", "invalid dsn"),
+    ],
+    ids=["port", "option"],
+)
 def test_run_with_a_postgres_uri_that_cannot_be_parsed_is_a_usage_error(tmp_path, uri, words):
     result = olr_buffer("run", uri, "--queue", tmp_path / "q", "--changefeed", tmp_path / "cf")
     assert result.returncode == errors.EXIT_USAGE, result.describe()
@@ -198,16 +237,30 @@ def test_replay_logs_as_json_with_log_format_json(tmp_path):
         assert result.stderr_lines and "Traceback" not in result.stderr, result.describe()
         return [json.loads(line) for line in result.stderr_lines]
 
-    failed = olr_buffer("replay", tmp_path / "in", "--queue", tmp_path / "q", "--changefeed", tmp_path / "cf",
-                        "--log-format", "json")
+    failed = olr_buffer(
+        "replay", tmp_path / "in", "--queue", tmp_path / "q", "--changefeed", tmp_path / "cf", "--log-format", "json"
+    )
     assert failed.returncode == errors.EXIT_BAD_INPUT, failed.describe()
     [error] = json_lines(failed)
     assert error["level"] == "critical" and error["exit_code"] == errors.EXIT_BAD_INPUT, error
     assert error["msg"].startswith(f"error: {path}:30: ") and error["line"] == 30, error
 
-    result = ok(olr_buffer("--log-level", "debug", "replay", tmp_path / "in", "--queue", tmp_path / "q2",
-                           "--changefeed", tmp_path / "cf2", "--dead-letter", tmp_path / "dead.jsonl",
-                           "--log-format", "json"))
+    result = ok(
+        olr_buffer(
+            "--log-level",
+            "debug",
+            "replay",
+            tmp_path / "in",
+            "--queue",
+            tmp_path / "q2",
+            "--changefeed",
+            tmp_path / "cf2",
+            "--dead-letter",
+            tmp_path / "dead.jsonl",
+            "--log-format",
+            "json",
+        )
+    )
     files = [d for d in json_lines(result) if d["msg"].startswith("published part-")]
     assert files and all(d["level"] == "debug" and d["first_tx_seq"] == 0 for d in files), result.describe()
 
@@ -220,8 +273,11 @@ def test_the_demo_s_simulate_and_replay_counts_agree_visibly(tmp_path, capfd):
 
     simulate_and_replay(str(tmp_path), transactions=200)
     out = capfd.readouterr().out
-    written = re.search(r"wrote \S+: \S+ file\(s\), ([0-9,]+) records: ([0-9,]+) begins, rows and ends \(the records "
-                        r"replay counts\) and ([0-9,]+) lwn heartbeat\(s\)", out)
+    written = re.search(
+        r"wrote \S+: \S+ file\(s\), ([0-9,]+) records: ([0-9,]+) begins, rows and ends \(the records "
+        r"replay counts\) and ([0-9,]+) lwn heartbeat\(s\)",
+        out,
+    )
     must = re.search(r"the changefeed must hold ([0-9,]+) of them \(([0-9,]+) rows\)", out)
     replayed = re.findall(r"^replayed ([0-9,]+) records \(lwn heartbeats and close records aside\)", out, re.MULTILINE)
     published = re.findall(r"^published ([0-9,]+) transactions \(([0-9,]+) rows\)", out, re.MULTILINE)

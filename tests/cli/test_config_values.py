@@ -11,19 +11,23 @@ from olr_buffer import errors
 from tests.cli.conftest import olr_buffer
 
 
-@pytest.mark.parametrize("command, text, key, reason", [
-    ("run", 'flush_interval = "soon"', "flush_interval", "'soon' is not a valid float range"),
-    ("run", "flush-interval = -3", "flush_interval", "-3.0 is not in the range x>=0"),
-    ("run", 'threads = ["x"]', "threads", "'x' is not a list of thread numbers like 1,2"),
-    ("replay", 'segment_size = "big"', "segment_size", "'big' is not a size like 64MiB"),
-    ("replay", 'no_sync = "perhaps"', "no_sync", "'perhaps' is not a valid boolean"),
-    ("compact", "target_rows = 0", "target_rows", "0 is not in the range x>=1"),
-])
+@pytest.mark.parametrize(
+    "command, text, key, reason",
+    [
+        ("run", 'flush_interval = "soon"', "flush_interval", "'soon' is not a valid float range"),
+        ("run", "flush-interval = -3", "flush_interval", "-3.0 is not in the range x>=0"),
+        ("run", 'threads = ["x"]', "threads", "'x' is not a list of thread numbers like 1,2"),
+        ("replay", 'segment_size = "big"', "segment_size", "'big' is not a size like 64MiB"),
+        ("replay", 'no_sync = "perhaps"', "no_sync", "'perhaps' is not a valid boolean"),
+        ("compact", "target_rows = 0", "target_rows", "0 is not in the range x>=1"),
+    ],
+)
 def test_a_bad_value_names_the_file_and_key(tmp_path: Path, command: str, text: str, key: str, reason: str):
     cfg = tmp_path / "olr.toml"
     cfg.write_text(f'queue = "{tmp_path / "q"}"\nchangefeed = "{tmp_path / "cf"}"\n{text}\n')
-    target = [str(tmp_path / "cf"), "--output", str(tmp_path / "out")] if command == "compact" else [
-        str(tmp_path / "in")]
+    target = (
+        [str(tmp_path / "cf"), "--output", str(tmp_path / "out")] if command == "compact" else [str(tmp_path / "in")]
+    )
     r = olr_buffer(command, *target, "--config", cfg)
     assert r.returncode == errors.EXIT_USAGE, r.describe()
     error = [line for line in r.stderr_lines if line.startswith("Error:")]

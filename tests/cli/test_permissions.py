@@ -35,8 +35,14 @@ def as_user(*args: Any) -> Result:
         if shutil.which("setpriv") is None:
             pytest.skip("as root, these tests need setpriv (util-linux) to drop CAP_DAC_OVERRIDE")
         prefix = _NO_DAC
-    proc = subprocess.run([*prefix, sys.executable, "-m", "olr_buffer.cli", *argv], stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=TIMEOUT, cwd=ROOT)
+    proc = subprocess.run(
+        [*prefix, sys.executable, "-m", "olr_buffer.cli", *argv],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        cwd=ROOT,
+    )
     return Result(argv, proc.returncode, proc.stdout, proc.stderr)
 
 
@@ -53,9 +59,14 @@ def inp(base: Path, tmp_path: Path) -> Path:
     probe = tmp_path / "probe"
     probe.write_text("x")
     probe.chmod(0)
-    readable = as_user("simulate", "--help").returncode == 0 and subprocess.run(
-        [*(_NO_DAC if os.geteuid() == 0 else []), sys.executable, "-c", f"open({str(probe)!r})"],
-        capture_output=True).returncode == 0
+    readable = (
+        as_user("simulate", "--help").returncode == 0
+        and subprocess.run(
+            [*(_NO_DAC if os.geteuid() == 0 else []), sys.executable, "-c", f"open({str(probe)!r})"],
+            capture_output=True,
+        ).returncode
+        == 0
+    )
     probe.unlink()
     if readable:
         pytest.skip("permission checks are not enforced for this user here")
@@ -84,8 +95,11 @@ def test_an_unreadable_existing_queue_is_exit_1_not_a_usage_error(inp: Path, tmp
         for args in (("replay", inp, "--queue", q, "--changefeed", cf), ("status", "--queue", q)):
             one_line_error(as_user(*args), f"{q}/segments: cannot open the queue directory: permission denied", code=1)
         (q.chmod(0o700), (q / "segments").chmod(0))
-        one_line_error(as_user("replay", inp, "--queue", q, "--changefeed", cf),
-                       f"{q}/segments: cannot read the queue directory: permission denied", code=1)
+        one_line_error(
+            as_user("replay", inp, "--queue", q, "--changefeed", cf),
+            f"{q}/segments: cannot read the queue directory: permission denied",
+            code=1,
+        )
     finally:
         q.chmod(0o700)
         (q / "segments").chmod(0o700)

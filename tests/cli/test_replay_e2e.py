@@ -8,15 +8,15 @@ import json
 import re
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
 
 from olr_buffer.status import queue_status
-
 from tests.cli.conftest import (
     Result,
     console_script,
@@ -55,18 +55,30 @@ class Workload:
 
 WORKLOADS = [
     pytest.param(Workload(threads=1, seed=101, transactions=250, records_per_file=150), id="1-thread"),
-    pytest.param(Workload(threads=2, seed=202, transactions=300, records_per_file=120, file_rows=500),
-                 id="2-threads-file-rows-500"),
+    pytest.param(
+        Workload(threads=2, seed=202, transactions=300, records_per_file=120, file_rows=500),
+        id="2-threads-file-rows-500",
+    ),
     pytest.param(Workload(threads=3, seed=303, transactions=300, records_per_file=100), id="3-threads"),
     pytest.param(Workload(threads=4, seed=404, transactions=350, records_per_file=90), id="4-threads"),
 ]
 
 
 def simulate_cli(out: Path, w: Workload) -> Result:
-    return ok(olr_buffer(
-        "simulate", out, "--threads", str(w.threads), "--transactions", str(w.transactions),
-        "--seed", str(w.seed), "--records-per-file", str(w.records_per_file),
-    ))
+    return ok(
+        olr_buffer(
+            "simulate",
+            out,
+            "--threads",
+            str(w.threads),
+            "--transactions",
+            str(w.transactions),
+            "--seed",
+            str(w.seed),
+            "--records-per-file",
+            str(w.records_per_file),
+        )
+    )
 
 
 def replay_args(input_dir: Path, queue: Path, changefeed: Path, *extra: str) -> list[Any]:
@@ -182,9 +194,18 @@ def test_json_summary_matches_the_model(replayed: Replayed, tmp_path: Path) -> N
 
 
 def test_small_queue_segments_give_the_same_changefeed(replayed: Replayed, tmp_path: Path) -> None:
-    result = ok(olr_buffer(*replay_args(
-        replayed.input_dir, tmp_path / "q", tmp_path / "cf", "--segment-size", "64KiB", "--json",
-    )))
+    result = ok(
+        olr_buffer(
+            *replay_args(
+                replayed.input_dir,
+                tmp_path / "q",
+                tmp_path / "cf",
+                "--segment-size",
+                "64KiB",
+                "--json",
+            )
+        )
+    )
     summary = result.json()
     assert summary["queue_segments"] + summary["segments_deleted"] > 1, summary  # the option took effect
     _check_summary_counts(summary, replayed.model, replayed.workload.threads)
@@ -238,21 +259,35 @@ BadLine = tuple[Callable[[dict], bool], Callable[[dict, bytes, dict], bytes], st
 BAD_LINES: dict[str, BadLine] = {
     "malformed-json": (lambda r: True, lambda r, raw, prev: raw.rstrip(b"\n")[:-1] + b"\n", "malformed JSON"),
     "not-an-object": (lambda r: True, lambda r, raw, prev: b'["op", "insert"]\n', "not a JSON object"),
-    "invalid-utf8": (lambda r: "xid" in r, lambda r, raw, prev: raw.replace(b'"xid":"', b'"xid":"\xff\xfe', 1),
-                     "invalid UTF-8"),
-    "scn-is-a-string": (lambda r: True, lambda r, raw, prev: _dumps({**r, "scn": str(r["scn"])}),
-                        "'scn' must be an integer"),
-    "scn-is-a-float": (lambda r: True, lambda r, raw, prev: _dumps({**r, "scn": r["scn"] + 0.5}),
-                       "'scn' must be an integer"),
+    "invalid-utf8": (
+        lambda r: "xid" in r,
+        lambda r, raw, prev: raw.replace(b'"xid":"', b'"xid":"\xff\xfe', 1),
+        "invalid UTF-8",
+    ),
+    "scn-is-a-string": (
+        lambda r: True,
+        lambda r, raw, prev: _dumps({**r, "scn": str(r["scn"])}),
+        "'scn' must be an integer",
+    ),
+    "scn-is-a-float": (
+        lambda r: True,
+        lambda r, raw, prev: _dumps({**r, "scn": r["scn"] + 0.5}),
+        "'scn' must be an integer",
+    ),
     "xid-is-a-number": (lambda r: "xid" in r, lambda r, raw, prev: _dumps({**r, "xid": 12345}), "'xid'"),
-    "rollback-is-a-string": (_is_dml, lambda r, raw, prev: _dumps({**r, "rollback": "yes"}),
-                             "'rollback' must be a boolean"),
-    "after-is-an-array": (_is_row_image, lambda r, raw, prev: _dumps({**r, "after": [1, 2]}),
-                          "'after' must be an object"),
+    "rollback-is-a-string": (
+        _is_dml,
+        lambda r, raw, prev: _dumps({**r, "rollback": "yes"}),
+        "'rollback' must be a boolean",
+    ),
+    "after-is-an-array": (
+        _is_row_image,
+        lambda r, raw, prev: _dumps({**r, "after": [1, 2]}),
+        "'after' must be an object",
+    ),
     "missing-scn": (lambda r: True, lambda r, raw, prev: _dumps(_drop(r, "scn")), "missing field 'scn'"),
     "unknown-op": (lambda r: True, lambda r, raw, prev: _dumps({**r, "op": "upsert"}), "unknown op"),
-    "scn-goes-back": (lambda r: True, lambda r, raw, prev: _dumps({**r, "scn": prev["scn"] - 1}),
-                      "SCN goes back"),
+    "scn-goes-back": (lambda r: True, lambda r, raw, prev: _dumps({**r, "scn": prev["scn"] - 1}), "SCN goes back"),
 }
 
 
@@ -289,7 +324,7 @@ def damage_line(input_dir: Path, thread: int, sequence: int, case: str, *, middl
         prev = json.loads(log_lines(log_path(input_dir, thread, sequence - 1))[-1])
     bad = make_bad(json.loads(lines[index]), lines[index], prev)
     assert bad != lines[index] and bad.endswith(b"\n")
-    write_log(path, b"".join(lines[:index] + [bad] + lines[index + 1:]))
+    write_log(path, b"".join(lines[:index] + [bad] + lines[index + 1 :]))
     return Damage(path, index + 1, original)
 
 
@@ -314,8 +349,9 @@ def assert_prefix_of(changefeed: Path, model: ModelResult) -> int:
     return rows[-1]["tx_seq"] + 1 if rows else 0
 
 
-def fail_then_fix(workdir: Path, fix: Callable[[], None], *error_parts: str,
-                  min_published: int = 1, extra: tuple[str, ...] = ()) -> str:
+def fail_then_fix(
+    workdir: Path, fix: Callable[[], None], *error_parts: str, min_published: int = 1, extra: tuple[str, ...] = ()
+) -> str:
     """Replay the damaged input: one-line error; fix it, replay again: the model's changefeed."""
     input_dir, queue, cf = workdir / "input", workdir / "queue", workdir / "changefeed"
     args = replay_args(input_dir, queue, cf, *extra)
@@ -341,33 +377,38 @@ def fail_then_fix(workdir: Path, fix: Callable[[], None], *error_parts: str,
 def test_bad_line_stops_the_run_and_resumes_once_fixed(workdir: Path, case: str) -> None:
     """A bad line in the middle of thread 1's second (compressed) file."""
     damage = damage_line(workdir / "input", 1, 2, case)
-    fail_then_fix(workdir, lambda: write_log(damage.path, damage.original),
-                  f"{damage.path}:{damage.line}: ", BAD_LINES[case][2])
+    fail_then_fix(
+        workdir, lambda: write_log(damage.path, damage.original), f"{damage.path}:{damage.line}: ", BAD_LINES[case][2]
+    )
 
 
 def test_bad_line_in_the_last_plain_file(workdir: Path) -> None:
     last = sequences(workdir / "input", 1)[-1]
     damage = damage_line(workdir / "input", 1, last, "malformed-json")
     assert damage.path.name == f"redo_1_{last}.jsonl"
-    fail_then_fix(workdir, lambda: write_log(damage.path, damage.original),
-                  f"{damage.path}:{damage.line}: ", "malformed JSON")
+    fail_then_fix(
+        workdir, lambda: write_log(damage.path, damage.original), f"{damage.path}:{damage.line}: ", "malformed JSON"
+    )
 
 
 def test_scn_going_back_across_a_log_switch(workdir: Path) -> None:
     """The first record of sequence 3 has an SCN below the last of sequence 2."""
     damage = damage_line(workdir / "input", 1, 3, "scn-goes-back", middle=False)
     assert damage.line == 1
-    fail_then_fix(workdir, lambda: write_log(damage.path, damage.original),
-                  f"{damage.path}:1: ", "SCN goes back")
+    fail_then_fix(workdir, lambda: write_log(damage.path, damage.original), f"{damage.path}:1: ", "SCN goes back")
 
 
 def test_bad_line_with_small_segments_and_file_rows(workdir: Path) -> None:
     """The same, with several queue segments and changefeed files published before the
     error: the files of the failed run stay as they are."""
     damage = damage_line(workdir / "input", 2, sequences(workdir / "input", 2)[-2], "unknown-op")
-    fail_then_fix(workdir, lambda: write_log(damage.path, damage.original),
-                  f"{damage.path}:{damage.line}: ", "unknown op",
-                  extra=("--segment-size", "64KiB", "--file-rows", "300"))
+    fail_then_fix(
+        workdir,
+        lambda: write_log(damage.path, damage.original),
+        f"{damage.path}:{damage.line}: ",
+        "unknown op",
+        extra=("--segment-size", "64KiB", "--file-rows", "300"),
+    )
 
 
 def test_two_fixes_in_a_row(workdir: Path) -> None:
@@ -453,14 +494,18 @@ def test_missing_sequence_hand_written(tmp_path: Path) -> None:
     assert result.published() == (3, 3)
     assert_changefeed_equal(load_changefeed(tmp_path / "changefeed"), model.rows)
     assert [r["xid"] for r in load_changefeed(tmp_path / "changefeed")] == [
-        "0x0001.001.00000001", "0x0001.001.00000002", "0x0001.001.00000003"]
+        "0x0001.001.00000001",
+        "0x0001.001.00000002",
+        "0x0001.001.00000003",
+    ]
 
 
 TRUNCATED_ZST_BUG = (
     "BUG olr_buffer/reader/files.py:32 (LogFile.open): zstandard's stream_reader returns "
     "plain EOF on an incomplete frame, so a truncated .jsonl.zst reads as a shorter file; "
     "replay exits 0, the file is recorded as read to its end, and its lost records never "
-    "come back even once the file is restored")
+    "come back even once the file is restored"
+)
 
 
 def test_truncated_zst(workdir: Path) -> None:
@@ -546,8 +591,9 @@ def test_console_script_help() -> None:
     script = console_script()
     assert script.is_file(), script
     for args in ([], ["replay"], ["simulate"]):
-        proc = subprocess.run([str(script), *args, "--help"], capture_output=True, text=True, timeout=60,
-                              stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            [str(script), *args, "--help"], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL
+        )
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.startswith("Usage: olr-buffer"), proc.stdout
 
@@ -565,7 +611,7 @@ def test_a_queue_of_another_record_format_is_refused_with_one_line(tmp_path: Pat
     (input_dir / "redo_1_1.jsonl").write_bytes(b'{"op":"lwn","scn":9}\n')
     q = LmdbQueue(str(queue_dir))
     summary = orjson.dumps({"t": 1, "p": 5, "g": [["x", 1, 2, 1, 0, 3, 3, None, [[6, 5, 1, 2, None]]]]})
-    q.append([summary, b'[1,3,0,1,1,null]\n', b'[6,5,0,1,2,null]\n'])
+    q.append([summary, b"[1,3,0,1,1,null]\n", b"[6,5,0,1,2,null]\n"])
     q.close()
     r = olr_buffer("replay", input_dir, "--queue", queue_dir, "--changefeed", cf)
     assert r.returncode == 1, r.describe()

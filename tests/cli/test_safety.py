@@ -68,10 +68,29 @@ def _inet_sockets(pid: int) -> list[tuple[str, str, str]]:
 
 def _start_service(work: Path, *extra: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "olr_buffer.cli", "run", str(work / "input"), "--queue", str(work / "q"),
-         "--changefeed", str(work / "cf"), "--poll-interval", "0.02", "--flush-interval", "0.1",
-         "--log-level", "info", *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        [
+            sys.executable,
+            "-m",
+            "olr_buffer.cli",
+            "run",
+            str(work / "input"),
+            "--queue",
+            str(work / "q"),
+            "--changefeed",
+            str(work / "cf"),
+            "--poll-interval",
+            "0.02",
+            "--flush-interval",
+            "0.1",
+            "--log-level",
+            "info",
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
 
 
 def _wait_published(cf: Path, proc: subprocess.Popen, timeout: float = 30) -> None:

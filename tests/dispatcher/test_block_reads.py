@@ -30,11 +30,13 @@ def _tiny_transactions(root: Path, threads: int, per_thread: int) -> None:
             for i in range(per_thread):
                 scn = 100 + (i * threads + t - 1) * 3
                 xid = f"0x{t:04x}.{i:03x}.00000001"
-                for k, rec in enumerate((
-                    {"op": "begin", "xid": xid},
-                    {"op": "insert", "xid": xid, "owner": "HR", "table": "EMP", "rid": f"R{i}", "after": {"ID": i}},
-                    {"op": "commit", "xid": xid},
-                )):
+                for k, rec in enumerate(
+                    (
+                        {"op": "begin", "xid": xid},
+                        {"op": "insert", "xid": xid, "owner": "HR", "table": "EMP", "rid": f"R{i}", "after": {"ID": i}},
+                        {"op": "commit", "xid": xid},
+                    )
+                ):
                     fh.write(json.dumps({**rec, "scn": scn + k}) + "\n")
 
 

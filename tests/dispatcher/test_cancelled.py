@@ -72,8 +72,11 @@ def _record(kind: str, scn: int, rid: str | None, cut: tuple[int, int]) -> list:
 
 
 _RECORDS = st.lists(
-    st.tuples(st.sampled_from(["row", "row", "comp", "cut", "begin"]), st.sampled_from(["a", "b", None]),
-              st.tuples(st.integers(0, 12), st.integers(0, 5))),
+    st.tuples(
+        st.sampled_from(["row", "row", "comp", "cut", "begin"]),
+        st.sampled_from(["a", "b", None]),
+        st.tuples(st.integers(0, 12), st.integers(0, 5)),
+    ),
     max_size=40,
 )
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from olr_buffer.simulate import simulate
-from olr_buffer.txbuffer import LmdbQueue
 from olr_buffer.sources.redo.position import POSITION_PREFIX
-from olr_buffer.txbuffer.metadata import CHECKPOINT_KEY, load_json, seal
+from olr_buffer.txbuffer import LmdbQueue
 from olr_buffer.txbuffer.errors import QueueCorruptError
+from olr_buffer.txbuffer.metadata import CHECKPOINT_KEY, load_json, seal
 from tests.cli.conftest import olr_buffer
 
 
@@ -44,13 +44,15 @@ def _digit_changed(value: bytes) -> bytes:
     m = re.search(rb'"position":(\d)', value)
     assert m, value
     digit = m.group(1)[0]
-    return value[: m.start(1)] + bytes([ord("0") + (digit - ord("0") + 3) % 10]) + value[m.end(1):]
+    return value[: m.start(1)] + bytes([ord("0") + (digit - ord("0") + 3) % 10]) + value[m.end(1) :]
 
 
 def test_checkpoint_with_one_digit_changed_is_refused(replayed: Path):
     _rewrite_meta(replayed / "q", CHECKPOINT_KEY, _digit_changed)
-    for args in (("replay", replayed / "in", "--queue", replayed / "q", "--changefeed", replayed / "cf"),
-                 ("status", "--queue", replayed / "q")):
+    for args in (
+        ("replay", replayed / "in", "--queue", replayed / "q", "--changefeed", replayed / "cf"),
+        ("status", "--queue", replayed / "q"),
+    ):
         _one_line_error(olr_buffer(*args), "dispatcher/checkpoint", "damaged")
 
 
@@ -70,8 +72,10 @@ def test_bit_flips_in_stored_metadata_give_one_line(replayed: Path, key: bytes):
             data[at + 17] ^= 0x01
             at = data.find(body[:40], at + 1)
         Path(seg).write_bytes(bytes(data))
-    for args in (("status", "--queue", replayed / "q"),
-                 ("replay", replayed / "in", "--queue", replayed / "q", "--changefeed", replayed / "cf")):
+    for args in (
+        ("status", "--queue", replayed / "q"),
+        ("replay", replayed / "in", "--queue", replayed / "q", "--changefeed", replayed / "cf"),
+    ):
         _one_line_error(olr_buffer(*args), "damaged")
 
 
@@ -103,9 +107,13 @@ def test_envelope_round_trip_and_damage():
 
 def test_a_bare_checkpoint_missing_a_field_is_refused_in_one_line(replayed: Path):
     """Without a checksum (a queue of an earlier version), damage shows as a missing field."""
-    _rewrite_meta(replayed / "q", CHECKPOINT_KEY, lambda v: (v[5:] if v[:1] != b"{" else v).replace(b'"ended"', b'"endex"'))
-    for args in (("replay", replayed / "in", "--queue", replayed / "q", "--changefeed", replayed / "cf"),
-                 ("status", "--queue", replayed / "q")):
+    _rewrite_meta(
+        replayed / "q", CHECKPOINT_KEY, lambda v: (v[5:] if v[:1] != b"{" else v).replace(b'"ended"', b'"endex"')
+    )
+    for args in (
+        ("replay", replayed / "in", "--queue", replayed / "q", "--changefeed", replayed / "cf"),
+        ("status", "--queue", replayed / "q"),
+    ):
         r = olr_buffer(*args)
         if args[0] == "status" and r.returncode == 0:
             continue  # status does not read that field

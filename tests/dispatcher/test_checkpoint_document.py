@@ -60,14 +60,27 @@ DOC = Checkpoint(
     top=17,
     watermark=-1,
     transactions=[
-        HeldTransaction(True, TransactionState("0x1", 12, 5, 5, 1700000000000000000, 3, 1, None, 0, None,
-                                               {1: [12, 1, 4, 20, 1, 2]})),
-        HeldTransaction(False, TransactionState("0x2", 20, 7, -1, None, 1, 0, CommitKey(16, 1, 2, 8), 6, 99,
-                                                {1: [20, 3, 2]}, 1700000000500000000)),
+        HeldTransaction(
+            True, TransactionState("0x1", 12, 5, 5, 1700000000000000000, 3, 1, None, 0, None, {1: [12, 1, 4, 20, 1, 2]})
+        ),
+        HeldTransaction(
+            False,
+            TransactionState(
+                "0x2", 20, 7, -1, None, 1, 0, CommitKey(16, 1, 2, 8), 6, 99, {1: [20, 3, 2]}, 1700000000500000000
+            ),
+        ),
     ],
     ended=["0x0"],
-    stats=DispatchStats(blocks=3, records=9, published=1, rows=2, compensations=1, abandoned_transactions=1,
-                        abandoned_rows=4, abandoned_records=2),
+    stats=DispatchStats(
+        blocks=3,
+        records=9,
+        published=1,
+        rows=2,
+        compensations=1,
+        abandoned_transactions=1,
+        abandoned_rows=4,
+        abandoned_records=2,
+    ),
     threads=[1, 2],
     written=1700000001.5,
     clock_tm=1700000000900000000,
@@ -82,7 +95,7 @@ def test_the_document_encodes_to_the_pinned_bytes():
 
 
 def test_a_document_written_before_the_clock_kept_its_last_ends_decodes_without_them():
-    older = GOLDEN.replace(b',"clock_tms":[1700000000700000000,1700000000900000000,1700000000800000000]', b'')
+    older = GOLDEN.replace(b',"clock_tms":[1700000000700000000,1700000000900000000,1700000000800000000]', b"")
     assert older != GOLDEN
     assert decode_checkpoint(seal(older)) == msgspec.structs.replace(DOC, clock_tms=[])
 
@@ -94,8 +107,9 @@ def test_a_document_written_before_retention_decodes_with_the_defaults():
     assert cp.stats == DispatchStats(blocks=3, records=9, published=1, rows=2, compensations=1)
     before = msgspec.structs.replace(
         DOC,
-        transactions=[HeldTransaction(h.in_open, msgspec.structs.replace(h.transaction, seen_tm=None))
-                      for h in DOC.transactions],
+        transactions=[
+            HeldTransaction(h.in_open, msgspec.structs.replace(h.transaction, seen_tm=None)) for h in DOC.transactions
+        ],
         stats=DispatchStats(blocks=3, records=9, published=1, rows=2, compensations=1),
         changefeed={"path": "/cf", "next_tx_seq": 4, "last_c_scn": 16, "files": 2},
         clock_tm=None,
@@ -103,10 +117,13 @@ def test_a_document_written_before_retention_decodes_with_the_defaults():
         clock_tms=[],
     )
     assert cp == before
-    assert encode_checkpoint(cp).replace(b',null]', b']').replace(
-        b',"clock_tm":null,"abandoned":[],"clock_tms":[]', b'').replace(
-        b',"abandoned_transactions":0,"abandoned_rows":0,"abandoned_records":0,"forgotten_records":0', b''
-    ) == GOLDEN_BEFORE_RETENTION
+    assert (
+        encode_checkpoint(cp)
+        .replace(b",null]", b"]")
+        .replace(b',"clock_tm":null,"abandoned":[],"clock_tms":[]', b"")
+        .replace(b',"abandoned_transactions":0,"abandoned_rows":0,"abandoned_records":0,"forgotten_records":0', b"")
+        == GOLDEN_BEFORE_RETENTION
+    )
 
 
 def test_the_changefeed_position_of_an_older_document_reaches_the_sink():
@@ -131,6 +148,7 @@ class OldTransaction(msgspec.Struct, array_like=True):
     end_code: int
     end_tm: int | None
     locations: dict[int, list[int]]
+
 
 class OldCheckpoint(msgspec.Struct, kw_only=True):
     format: int
@@ -177,12 +195,15 @@ def test_another_format_is_refused_in_one_line_with_a_hint():
     assert info.value.hint and "\n" not in str(info.value)
 
 
-@pytest.mark.parametrize("damage", [
-    lambda b: b.replace(b'"ended":["0x0"],', b""),  # a field missing
-    lambda b: b.replace(b"[true,", b'["yes",'),  # a field of the wrong type
-    lambda b: b.replace(b"[16,1,2,8]", b"[16,1,2]"),  # a commit key short of a field
-    lambda b: b[:-3],  # not JSON
-])
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda b: b.replace(b'"ended":["0x0"],', b""),  # a field missing
+        lambda b: b.replace(b"[true,", b'["yes",'),  # a field of the wrong type
+        lambda b: b.replace(b"[16,1,2,8]", b"[16,1,2]"),  # a commit key short of a field
+        lambda b: b[:-3],  # not JSON
+    ],
+)
 def test_a_damaged_document_is_refused_in_one_line(damage):
     with pytest.raises(OlrBufferError, match="dispatcher/checkpoint is damaged") as info:
         decode_checkpoint(seal(damage(GOLDEN)), "q")

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from olr_buffer.changes import BEGIN, COMMIT, INSERT, BlockBuilder, read_summary
 from olr_buffer.dispatcher import Dispatcher
 from olr_buffer.dispatcher.errors import DispatchError
-from olr_buffer.changes import BlockBuilder, read_summary
-from olr_buffer.changes import BEGIN, COMMIT, INSERT
 from olr_buffer.testing import MemoryQueue
 from tests.dispatcher.test_dispatcher_model import ListSink
 
@@ -114,4 +113,3 @@ def test_a_restart_with_a_thread_new_in_play_counts_its_ends_below_the_published
     q.append(block(1, ("X", 6)))  # thread 1 was in play when A was published: refused
     with pytest.raises(DispatchError, match=r"arrived after commit scn 12"):
         fresh.poll()
-

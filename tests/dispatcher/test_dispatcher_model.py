@@ -14,10 +14,9 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
+from olr_buffer.changes import CHANGEFEED_OP, INFINITE_SCN, Commit, CommitKey
 from olr_buffer.dispatcher import Dispatcher
-from olr_buffer.changes import INFINITE_SCN, Commit, CommitKey
 from olr_buffer.sources.redo.files import scan
-from olr_buffer.changes import CHANGEFEED_OP
 from olr_buffer.sources.redo.thread_reader import ThreadReader
 from olr_buffer.testing import MemoryQueue
 from tests.contract_model import assert_changefeed_equal, expected_changefeed
@@ -63,7 +62,6 @@ class ListSink:
             self.rows.extend(out)
             self.schemas.extend(schemas)
         return len(out)
-
 
     def write_transactions(self, items) -> list[int]:
         return [self.write_transaction(commit, [(thread, rows)]) for commit, thread, rows in items]
@@ -133,8 +131,20 @@ def workloads(draw) -> dict[int, list[dict]]:
             end_thread = home if draw(st.integers(0, 2)) else draw(st.integers(1, n_threads))
             events.append((end_thread, {"op": end, "xid": xid, "tm": 1_700_000_000_000_000_000 + i}))
             if draw(st.integers(0, 4)) == 0:  # a row after the end: late (ignored) unless at the end's SCN
-                events.append((end_thread, {"op": "insert", "xid": xid, "owner": "HR", "table": "EMP",
-                                            "rid": "AAAZ", "obj": 77, "after": {"ID": 9}}))
+                events.append(
+                    (
+                        end_thread,
+                        {
+                            "op": "insert",
+                            "xid": xid,
+                            "owner": "HR",
+                            "table": "EMP",
+                            "rid": "AAAZ",
+                            "obj": 77,
+                            "after": {"ID": 9},
+                        },
+                    )
+                )
         streams.append(events)
     # interleave the transactions, keeping each one's order
     order = []
@@ -184,8 +194,13 @@ def write_input(root: Path, per_thread: dict[int, list[dict]], per_file: int) ->
 _BLOCK_RECORDS = st.one_of(st.integers(1, 4), st.just(64))
 
 
-@given(workload=workloads(), per_file=st.integers(1, 6), block_records=_BLOCK_RECORDS, batches=st.booleans(),
-       data=st.data())
+@given(
+    workload=workloads(),
+    per_file=st.integers(1, 6),
+    block_records=_BLOCK_RECORDS,
+    batches=st.booleans(),
+    data=st.data(),
+)
 def test_dispatcher_matches_model_whatever_the_interleaving(workload, per_file, block_records, batches, data):
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -226,8 +241,13 @@ def test_dispatcher_matches_model_whatever_the_interleaving(workload, per_file, 
             assert sink.batches == 0
 
 
-@given(workload=workloads(), per_file=st.integers(1, 6), block_records=_BLOCK_RECORDS, batches=st.booleans(),
-       data=st.data())
+@given(
+    workload=workloads(),
+    per_file=st.integers(1, 6),
+    block_records=_BLOCK_RECORDS,
+    batches=st.booleans(),
+    data=st.data(),
+)
 def test_retention_drops_exactly_the_abandoned_transactions(workload, per_file, block_records, batches, data):
     """With the retention limit applied at random points (by SCN distance, or by the
     clock of ends' ``tm``), the changefeed is the model's without the abandoned

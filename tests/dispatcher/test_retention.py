@@ -40,8 +40,11 @@ def block(thread: int, *records: tuple, lwn: int | None = None) -> list[bytes]:
 
 def tx(xid: str, scn: int, tm: int, rows: int = 1) -> list[tuple]:
     """A whole transaction: begin, rows, commit, from ``scn`` on, all at ``tm``."""
-    return [("begin", scn, xid, tm), *(("insert", scn + 1 + i, xid, tm) for i in range(rows)),
-            ("commit", scn + 1 + rows, xid, tm)]
+    return [
+        ("begin", scn, xid, tm),
+        *(("insert", scn + 1 + i, xid, tm) for i in range(rows)),
+        ("commit", scn + 1 + rows, xid, tm),
+    ]
 
 
 def txs(prefix: str, scn: int, tm: int, n: int = CLOCK_ENDS) -> list[tuple]:
@@ -98,16 +101,24 @@ def test_one_or_two_ends_with_a_wrong_tm_do_not_move_the_clock(queue):
     d.poll()
     assert d.clock_tm is None  # fewer ends than the clock takes
     year = 365 * 24 * 3600 * SECOND
-    queue.append(block(1, *tx("SKEW1", 100, T0 + year), *txs("B", 110, T0 + 61 * SECOND, n=2),
-                       *tx("SKEW2", 120, T0 + year), lwn=199))
+    queue.append(
+        block(
+            1,
+            *tx("SKEW1", 100, T0 + year),
+            *txs("B", 110, T0 + 61 * SECOND, n=2),
+            *tx("SKEW2", 120, T0 + year),
+            lwn=199,
+        )
+    )
     d.poll()
     assert d.clock_tm == T0 + 61 * SECOND  # median of 60, 61, 61, a year, a year
     assert d.abandon_expired(seconds=600) == []
     queue.append(block(1, *txs("C", 200, T0 + 30 * SECOND), lwn=299))  # older ends: the clock stays
     d.poll()
     assert d.clock_tm == T0 + 61 * SECOND and d.abandon_expired(seconds=600) == []
-    queue.append(block(1, ("insert", 300, "LONG", T0 + 62 * SECOND), ("commit", 301, "LONG", T0 + 62 * SECOND),
-                       lwn=399))
+    queue.append(
+        block(1, ("insert", 300, "LONG", T0 + 62 * SECOND), ("commit", 301, "LONG", T0 + 62 * SECOND), lwn=399)
+    )
     d.poll()
     assert "LONG" in published_xids(sink)
 

@@ -32,17 +32,21 @@ def check_history(cf: Path, target: Path) -> None:
         for v in history:
             versions[tuple(v[k] for k in key)].append(v)
         # every transaction that left a version of a key: one version, once
-        assert {k: sorted(v["valid_from_tx_seq"] for v in vs) for k, vs in versions.items()} == \
-            {k: sorted(txs) for k, txs in puts[table].items() if txs}, table
+        assert {k: sorted(v["valid_from_tx_seq"] for v in vs) for k, vs in versions.items()} == {
+            k: sorted(txs) for k, txs in puts[table].items() if txs
+        }, table
         for k, vs in versions.items():
             vs.sort(key=lambda v: v["valid_from_tx_seq"])
             for a, b in zip(vs, vs[1:]):
-                assert a["valid_to_tx_seq"] is not None and a["valid_from_tx_seq"] < a["valid_to_tx_seq"] \
-                    <= b["valid_from_tx_seq"], (table, k)
+                assert (
+                    a["valid_to_tx_seq"] is not None
+                    and a["valid_from_tx_seq"] < a["valid_to_tx_seq"] <= b["valid_from_tx_seq"]
+                ), (table, k)
                 assert a["valid_from"] < a["valid_to"] <= b["valid_from"]
         # the open versions are the mirror table's rows
-        current = sorted((repr({c: v[c] for c in v if not c.startswith("valid_")}) for v in history
-                          if v["valid_to_tx_seq"] is None))
+        current = sorted(
+            repr({c: v[c] for c in v if not c.startswith("valid_")}) for v in history if v["valid_to_tx_seq"] is None
+        )
         rows = sorted(repr({**{c: r[c] for c in r if c != "tx_seq"}}) for r in mirror_rows(target, table))
         assert current == rows, table
         # a version's start is its transaction's commit time
@@ -64,14 +68,26 @@ def test_history_holds_every_version_once(tmp_path, batch_rows):
 def test_history_killed_at_each_point_then_rerun(tmp_path):
     cf = make_changefeed(tmp_path, seed=22, transactions=300, file_rows=30)
     target = tmp_path / "mirror"
-    cmd = [sys.executable, "-m", "olr_buffer.cli", "mirror", str(cf), "--target", str(target), "--history",
-           "--batch-rows", "40", "--until-caught-up"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "olr_buffer.cli",
+        "mirror",
+        str(cf),
+        "--target",
+        str(target),
+        "--history",
+        "--batch-rows",
+        "40",
+        "--until-caught-up",
+    ]
     env = {**{k: v for k, v in os.environ.items() if k != "OLR_BUFFER_FAULT"}, "PYTHONPATH": os.getcwd()}
     killed = 0
     for point in ("mirror_after_history_commit", "mirror_after_commit"):
         for nth in (1, 2, 5):
-            done = subprocess.run(cmd, capture_output=True, text=True, env={**env, "OLR_BUFFER_FAULT": f"{point}:{nth}"},
-                                  timeout=300)
+            done = subprocess.run(
+                cmd, capture_output=True, text=True, env={**env, "OLR_BUFFER_FAULT": f"{point}:{nth}"}, timeout=300
+            )
             assert done.returncode in (0, -signal.SIGKILL), done.stderr
             killed += done.returncode == -signal.SIGKILL
     assert killed >= 4
@@ -106,6 +122,7 @@ def test_history_started_later_begins_with_the_current_rows(tmp_path):
     seeded = {v["ORDER_ID"]: v for v in history if v["valid_from"] is None}
     assert set(seeded) == set(before)  # every row the mirror held, as its version from its last change
     assert all(v["valid_from_tx_seq"] == before[k]["tx_seq"] < first for k, v in seeded.items())
-    current = sorted(repr({c: v[c] for c in v if not c.startswith("valid_")}) for v in history
-                     if v["valid_to_tx_seq"] is None)
+    current = sorted(
+        repr({c: v[c] for c in v if not c.startswith("valid_")}) for v in history if v["valid_to_tx_seq"] is None
+    )
     assert current == sorted(repr({c: r[c] for c in r if c != "tx_seq"}) for r in mirror_rows(target, "ORDERS"))

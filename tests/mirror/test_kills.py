@@ -26,8 +26,20 @@ pytestmark = pytest.mark.e2e
 
 
 def _mirror_cmd(cf: Path, target: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "olr_buffer.cli", "mirror", str(cf), "--target", str(target), "--batch-rows", "40",
-            "--poll-interval", "0.05", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "olr_buffer.cli",
+        "mirror",
+        str(cf),
+        "--target",
+        str(target),
+        "--batch-rows",
+        "40",
+        "--poll-interval",
+        "0.05",
+        *extra,
+    ]
 
 
 def _env(**more: str) -> dict:
@@ -46,19 +58,26 @@ def test_killed_at_each_fault_point_then_rerun(tmp_path):
     killed = 0
     for point in ("mirror_before_commit", "mirror_after_commit", "mirror_after_progress"):
         for nth in (1, 3, 4):
-            done = subprocess.run(_mirror_cmd(cf, target, "--until-caught-up"), capture_output=True, text=True,
-                                  env=_env(OLR_BUFFER_FAULT=f"{point}:{nth}"), timeout=300)
+            done = subprocess.run(
+                _mirror_cmd(cf, target, "--until-caught-up"),
+                capture_output=True,
+                text=True,
+                env=_env(OLR_BUFFER_FAULT=f"{point}:{nth}"),
+                timeout=300,
+            )
             assert done.returncode in (0, -signal.SIGKILL), done.stderr
             killed += done.returncode == -signal.SIGKILL
     assert killed >= 6
-    done = subprocess.run(_mirror_cmd(cf, target, "--until-caught-up"), capture_output=True, text=True, env=_env(),
-                          timeout=300)
+    done = subprocess.run(
+        _mirror_cmd(cf, target, "--until-caught-up"), capture_output=True, text=True, env=_env(), timeout=300
+    )
     assert done.returncode == 0, done.stderr
     assert_mirror_equals_model(cf, target)
     versions = _versions(target)
     (target / "_olr_buffer" / "mirror.json").unlink()  # everything read again: nothing applied again
-    done = subprocess.run(_mirror_cmd(cf, target, "--until-caught-up"), capture_output=True, text=True, env=_env(),
-                          timeout=300)
+    done = subprocess.run(
+        _mirror_cmd(cf, target, "--until-caught-up"), capture_output=True, text=True, env=_env(), timeout=300
+    )
     assert done.returncode == 0, done.stderr
     assert "0 table commit(s)" in done.stdout
     assert _versions(target) == versions
@@ -70,13 +89,15 @@ def test_killed_at_random_moments_then_rerun(tmp_path):
     target = tmp_path / "mirror"
     r = random.Random(12)
     for _ in range(8):
-        proc = subprocess.Popen(_mirror_cmd(cf, target), env=_env(), stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            _mirror_cmd(cf, target), env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         time.sleep(r.uniform(0.3, 2.5))
         proc.kill()
         proc.wait(timeout=60)
-    done = subprocess.run(_mirror_cmd(cf, target, "--until-caught-up"), capture_output=True, text=True, env=_env(),
-                          timeout=300)
+    done = subprocess.run(
+        _mirror_cmd(cf, target, "--until-caught-up"), capture_output=True, text=True, env=_env(), timeout=300
+    )
     assert done.returncode == 0, done.stderr
     assert_mirror_equals_model(cf, target)
 
@@ -106,8 +127,9 @@ def test_follows_a_changefeed_that_grows_and_stops_on_sigterm(tmp_path):
     opts = PipelineOptions(file_rows=30, durable=False)
     first = replay(str(inp), str(tmp_path / "q"), str(cf), opts).next_tx_seq
     target = tmp_path / "mirror"
-    proc = subprocess.Popen(_mirror_cmd(cf, target), env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(
+        _mirror_cmd(cf, target), env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         _wait(lambda: _scanned(target) == first - 1, "the mirror of the first half")
         for f in files[2:]:

@@ -24,13 +24,19 @@ from .workload import model, write_workload
 TABLES = ("ORDERS", "ITEMS", "LOG")
 
 
-def make_changefeed(tmp_path: Path, seed: int = 1, transactions: int = 300, file_rows: int = 40,
-                    table_format: str = "parquet") -> Path:
+def make_changefeed(
+    tmp_path: Path, seed: int = 1, transactions: int = 300, file_rows: int = 40, table_format: str = "parquet"
+) -> Path:
     write_workload(tmp_path / "in", seed, transactions)
     cf = tmp_path / "cf"
-    replay(str(tmp_path / "in"), str(tmp_path / "q"), str(cf), PipelineOptions(file_rows=file_rows, durable=False,
-                                                                              table_format=table_format)
-           if table_format != "parquet" else PipelineOptions(file_rows=file_rows, durable=False))
+    replay(
+        str(tmp_path / "in"),
+        str(tmp_path / "q"),
+        str(cf),
+        PipelineOptions(file_rows=file_rows, durable=False, table_format=table_format)
+        if table_format != "parquet"
+        else PipelineOptions(file_rows=file_rows, durable=False),
+    )
     return cf
 
 
@@ -110,8 +116,13 @@ def test_only_the_tables_asked_for(tmp_path):
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "olr_buffer.cli", *args], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": os.getcwd()}, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "olr_buffer.cli", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+        timeout=300,
+    )
 
 
 @pytest.mark.e2e
@@ -142,7 +153,7 @@ def test_a_target_ahead_of_the_changefeed_is_refused(tmp_path):
     short = tmp_path / "short"
     shutil.copytree(cf, short)
     parts = sorted(short.glob("part-*.parquet"))
-    for p in parts[len(parts) // 2:]:
+    for p in parts[len(parts) // 2 :]:
         p.unlink()
     (short / "_olr_buffer" / "manifest.json").unlink()
     done = _cli("mirror", str(short), "--target", str(target), "--until-caught-up")
@@ -154,9 +165,11 @@ def test_a_target_ahead_of_the_changefeed_is_refused(tmp_path):
 def test_a_table_without_schema_documents_is_named(tmp_path):
     inp = tmp_path / "in"
     inp.mkdir()
-    recs = [{"op": "begin", "scn": 1, "xid": "x"},
-            {"op": "insert", "scn": 2, "xid": "x", "owner": "O", "table": "T", "rid": "R", "after": {"A": 1}},
-            {"op": "commit", "scn": 3, "xid": "x"}]
+    recs = [
+        {"op": "begin", "scn": 1, "xid": "x"},
+        {"op": "insert", "scn": 2, "xid": "x", "owner": "O", "table": "T", "rid": "R", "after": {"A": 1}},
+        {"op": "commit", "scn": 3, "xid": "x"},
+    ]
     (inp / "redo_1_1.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     replay(str(inp), str(tmp_path / "q"), str(tmp_path / "cf"))
     with pytest.raises(MirrorDataError, match=r"O\.T: tx_seq 0: its rows name no schema document"):
@@ -164,8 +177,8 @@ def test_a_table_without_schema_documents_is_named(tmp_path):
 
 
 def test_a_foreign_delta_table_is_refused(tmp_path):
-    from deltalake import write_deltalake
     import pyarrow as pa
+    from deltalake import write_deltalake
 
     cf = make_changefeed(tmp_path, seed=8, transactions=20)
     write_deltalake(str(tmp_path / "m" / "SHOP" / "ORDERS"), pa.table({"x": [1]}))
@@ -178,7 +191,9 @@ def test_a_foreign_delta_table_is_refused(tmp_path):
 def test_a_changefeed_and_a_target_on_object_storage(tmp_path, s3_uri, table_format):
     write_workload(tmp_path / "in", 9, 120)
     cf = s3_uri
-    options = PipelineOptions(file_rows=40, durable=False, **({"table_format": "delta"} if table_format == "delta" else {}))
+    options = PipelineOptions(
+        file_rows=40, durable=False, **({"table_format": "delta"} if table_format == "delta" else {})
+    )
     replay(str(tmp_path / "in"), str(tmp_path / "q"), cf, options)
     target = s3_uri.rsplit("/", 1)[0] + "/mirror"
     mirror(MirrorOptions(cf, target, until_caught_up=True, batch_rows=50, history=True))
@@ -188,7 +203,12 @@ def test_a_changefeed_and_a_target_on_object_storage(tmp_path, s3_uri, table_for
     doc = mirror_status(cf, target)
     assert doc["selections"] == [{"tables": "*", "scanned": 119, "behind": 0}]
     assert sorted(t["table"] for t in doc["tables"] if t["ours"]) == [
-        "SHOP.ITEMS", "SHOP.ITEMS__history", "SHOP.LOG", "SHOP.ORDERS", "SHOP.ORDERS__history"]
+        "SHOP.ITEMS",
+        "SHOP.ITEMS__history",
+        "SHOP.LOG",
+        "SHOP.ORDERS",
+        "SHOP.ORDERS__history",
+    ]
     # the model reads a local copy of the changefeed; the mirror tables are read from S3
     from olr_buffer.store import open_store
 
@@ -203,8 +223,9 @@ def test_a_changefeed_and_a_target_on_object_storage(tmp_path, s3_uri, table_for
         uri, opts = open_store(f"{target}/SHOP/{table}").delta_location()
         got = DeltaTable(uri, storage_options=opts or None).to_pyarrow_table().to_pylist()
         columns = [c for c in (got[0] if got else {}) if c != "c_scn"]
-        assert sorted(({c: r[c] for c in columns} for r in got), key=repr) == \
-            sorted(({c: r.get(c) for c in columns} for r in expected[table]), key=repr), table
+        assert sorted(({c: r[c] for c in columns} for r in got), key=repr) == sorted(
+            ({c: r.get(c) for c in columns} for r in expected[table]), key=repr
+        ), table
 
 
 @pytest.mark.e2e
@@ -245,7 +266,9 @@ def test_a_changefeed_compacted_in_place_under_the_mirror(tmp_path, table_format
     for f in files[:2]:
         shutil.copy(f, inp)
     cf = tmp_path / "cf"
-    opts = PipelineOptions(file_rows=20, durable=False, **({"table_format": "delta"} if table_format == "delta" else {}))
+    opts = PipelineOptions(
+        file_rows=20, durable=False, **({"table_format": "delta"} if table_format == "delta" else {})
+    )
     replay(str(inp), str(tmp_path / "q"), str(cf), opts)
     target = tmp_path / "mirror"
     m = Mirror(MirrorOptions(str(cf), str(target), until_caught_up=True, batch_rows=30))
@@ -274,8 +297,12 @@ def _versions_of(target: Path) -> dict:
 def test_a_second_mirror_of_a_target_is_refused(tmp_path):
     cf = make_changefeed(tmp_path, seed=15, transactions=40)
     target = tmp_path / "mirror"
-    first = subprocess.Popen([sys.executable, "-m", "olr_buffer.cli", "mirror", str(cf), "--target", str(target)],
-                             env={**os.environ, "PYTHONPATH": os.getcwd()}, stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen(
+        [sys.executable, "-m", "olr_buffer.cli", "mirror", str(cf), "--target", str(target)],
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 120
         while not (target / "_olr_buffer" / "mirror.json").exists():
@@ -285,7 +312,8 @@ def test_a_second_mirror_of_a_target_is_refused(tmp_path):
         assert done.returncode == 1
         assert done.stderr.strip().splitlines() == [
             f"olr-buffer: error: {target}: another mirror (pid {first.pid}) writes this target "
-            "(hint: one mirror per target: stop the other one first)"]
+            "(hint: one mirror per target: stop the other one first)"
+        ]
     finally:
         first.send_signal(signal.SIGTERM)
         first.communicate(timeout=60)
@@ -304,8 +332,9 @@ def test_a_mirror_table_that_cannot_be_read_is_named_in_one_line(tmp_path):
     done = _cli("mirror", str(cf), "--target", str(target), "--until-caught-up")
     assert done.returncode == 1
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"olr-buffer: error: {target / 'SHOP' / 'ORDERS'}: cannot read "
-                                                   "the mirror table: "), done.stderr
+    assert len(lines) == 1 and lines[0].startswith(
+        f"olr-buffer: error: {target / 'SHOP' / 'ORDERS'}: cannot read the mirror table: "
+    ), done.stderr
 
 
 def test_a_target_of_a_changefeed_that_is_empty_now_is_ahead(tmp_path):
@@ -314,7 +343,9 @@ def test_a_target_of_a_changefeed_that_is_empty_now_is_ahead(tmp_path):
     mirror(MirrorOptions(str(cf), str(target), until_caught_up=True))
     empty = tmp_path / "empty"
     empty.mkdir()
-    with pytest.raises(MirrorError, match=r"holds transactions up to tx_seq 19, and the changefeed .* ends at tx_seq -1"):
+    with pytest.raises(
+        MirrorError, match=r"holds transactions up to tx_seq 19, and the changefeed .* ends at tx_seq -1"
+    ):
         mirror(MirrorOptions(str(empty), str(target), until_caught_up=True))
 
 
@@ -342,10 +373,12 @@ def test_the_service_rides_out_a_changefeed_store_that_cannot_be_reached(tmp_pat
 
     log = tmp_path / "mirror.log"
     with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "olr_buffer.cli", "mirror", cf, "--target", str(target),
-                                 "--poll-interval", "0.1"],
-                                env={**os.environ, "PYTHONPATH": os.getcwd(), "AWS_ENDPOINT_URL": proxy.endpoint},
-                                stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "olr_buffer.cli", "mirror", cf, "--target", str(target), "--poll-interval", "0.1"],
+            env={**os.environ, "PYTHONPATH": os.getcwd(), "AWS_ENDPOINT_URL": proxy.endpoint},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     try:
         deadline = time.monotonic() + 120
         while scanned() != first - 1:
@@ -384,9 +417,24 @@ def test_metrics_and_health_of_the_service(tmp_path):
     target = tmp_path / "mirror"
     log = tmp_path / "mirror.log"
     with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "olr_buffer.cli", "mirror", str(cf), "--target", str(target),
-                                 "--metrics-port", "0", "--poll-interval", "0.1"],
-                                env={**os.environ, "PYTHONPATH": os.getcwd()}, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "olr_buffer.cli",
+                "mirror",
+                str(cf),
+                "--target",
+                str(target),
+                "--metrics-port",
+                "0",
+                "--poll-interval",
+                "0.1",
+            ],
+            env={**os.environ, "PYTHONPATH": os.getcwd()},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     try:
         deadline = time.monotonic() + 120
         while not (m := re.search(r"metrics on http://127\.0\.0\.1:(\d+)/metrics", log.read_text())):

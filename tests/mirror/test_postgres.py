@@ -80,10 +80,28 @@ def _wait_confirmed(db, timeout: float = 120.0) -> None:
 def _mirror(tmp, *extra: str, follow: bool = False) -> subprocess.Popen:
     out = open(tmp / "mirror.log", "a") if follow else subprocess.PIPE  # a follower's log: a file, never a full pipe
     try:
-        return subprocess.Popen([sys.executable, "-m", "olr_buffer.cli", "mirror", str(tmp / "cf"), "--target",
-                                 str(tmp / "mirror"), "--batch-rows", "5", "--poll-interval", "0.05", "--history",
-                                 *extra], cwd=ROOT, env={**os.environ, "PYTHONPATH": os.getcwd()},
-                                stdout=out, stderr=subprocess.STDOUT if follow else subprocess.PIPE, text=True)
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "olr_buffer.cli",
+                "mirror",
+                str(tmp / "cf"),
+                "--target",
+                str(tmp / "mirror"),
+                "--batch-rows",
+                "5",
+                "--poll-interval",
+                "0.05",
+                "--history",
+                *extra,
+            ],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": os.getcwd()},
+            stdout=out,
+            stderr=subprocess.STDOUT if follow else subprocess.PIPE,
+            text=True,
+        )
     finally:
         if follow:
             out.close()
@@ -95,13 +113,18 @@ def _load_back(db, tmp) -> None:
     with conn.cursor() as cur:
         for table in TABLES:
             cur.execute(f"CREATE TABLE shadow_{table} (LIKE {table})")
-            cur.execute("SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 "
-                        "AND NOT attisdropped ORDER BY attnum", (table,))
+            cur.execute(
+                "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 "
+                "AND NOT attisdropped ORDER BY attnum",
+                (table,),
+            )
             columns = [r[0] for r in cur.fetchall()]
             rows = DeltaTable(str(tmp / "mirror" / "public" / table)).to_pyarrow_table().to_pylist()
             psycopg2.extras.execute_values(
-                cur, f"INSERT INTO shadow_{table} ({', '.join(columns)}) VALUES %s",
-                [tuple(r[c] for c in columns) for r in rows])
+                cur,
+                f"INSERT INTO shadow_{table} ({', '.join(columns)}) VALUES %s",
+                [tuple(r[c] for c in columns) for r in rows],
+            )
     conn.close()
 
 
@@ -140,8 +163,10 @@ def test_postgres_mirror_equals_the_source(pg_db, tmp_path):
     for table in TABLES:
         for a, b in ((table, f"shadow_{table}"), (f"shadow_{table}", table)):
             (n,) = pg_db.execute(f"SELECT count(*) FROM (SELECT * FROM {a} EXCEPT ALL SELECT * FROM {b}) d")[0]
-            assert n == 0, f"{a} EXCEPT ALL {b}: {n} row(s) " + repr(pg_db.execute(
-                f"SELECT * FROM {a} EXCEPT ALL SELECT * FROM {b} LIMIT 3"))[:3000]
+            assert n == 0, (
+                f"{a} EXCEPT ALL {b}: {n} row(s) "
+                + repr(pg_db.execute(f"SELECT * FROM {a} EXCEPT ALL SELECT * FROM {b} LIMIT 3"))[:3000]
+            )
     assert pg_db.execute("SELECT count(*) FROM shadow_bag")[0][0] == 4  # equal rows are kept as many times
     names = DeltaTable(str(tmp_path / "mirror" / "public" / "orders")).schema().to_arrow().names
     assert "extra" in names and "note" in names  # added; dropped (kept, null where written since)
@@ -151,9 +176,9 @@ def test_postgres_mirror_equals_the_source(pg_db, tmp_path):
     for table, key in (("orders", ["id"]), ("lines", ["order_id", "line"])):
         history = DeltaTable(str(tmp_path / "mirror" / "public" / f"{table}__history")).to_pyarrow_table().to_pylist()
         rows = DeltaTable(str(tmp_path / "mirror" / "public" / table)).to_pyarrow_table().to_pylist()
-        assert sorted(repr({c: v[c] for c in v if not c.startswith("valid_")}) for v in history
-                      if v["valid_to_tx_seq"] is None) == \
-            sorted(repr({c: r[c] for c in r if c != "tx_seq"}) for r in rows), table
+        assert sorted(
+            repr({c: v[c] for c in v if not c.startswith("valid_")}) for v in history if v["valid_to_tx_seq"] is None
+        ) == sorted(repr({c: r[c] for c in r if c != "tx_seq"}) for r in rows), table
         by_key: dict = {}
         for v in history:
             by_key.setdefault(tuple(v[k] for k in key), []).append(v)
@@ -162,6 +187,9 @@ def test_postgres_mirror_equals_the_source(pg_db, tmp_path):
             for a, b in zip(vs, vs[1:]):
                 assert a["valid_from_tx_seq"] < a["valid_to_tx_seq"] <= b["valid_from_tx_seq"]
     lines = DeltaTable(str(tmp_path / "mirror" / "public" / "lines__history")).to_pyarrow_table().to_pylist()
-    truncated = {v["valid_to_tx_seq"] for v in lines if v["valid_from_tx_seq"] < min(
-        r["valid_from_tx_seq"] for r in lines if r["valid_to_tx_seq"] is None)}
+    truncated = {
+        v["valid_to_tx_seq"]
+        for v in lines
+        if v["valid_from_tx_seq"] < min(r["valid_from_tx_seq"] for r in lines if r["valid_to_tx_seq"] is None)
+    }
     assert len(truncated - {None}) >= 1 and None not in truncated

@@ -15,13 +15,21 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-ORDERS = [{"name": "ORDER_ID", "type": "NUMBER(10)", "key": True}, {"name": "TOTAL", "type": "NUMBER(12,2)"},
-          {"name": "CITY", "type": "VARCHAR2(40)"}, {"name": "CREATED", "type": "TIMESTAMP(6)"},
-          {"name": "TAG", "type": "RAW(8)"}]
+ORDERS = [
+    {"name": "ORDER_ID", "type": "NUMBER(10)", "key": True},
+    {"name": "TOTAL", "type": "NUMBER(12,2)"},
+    {"name": "CITY", "type": "VARCHAR2(40)"},
+    {"name": "CREATED", "type": "TIMESTAMP(6)"},
+    {"name": "TAG", "type": "RAW(8)"},
+]
 ORDERS_ADDED = ORDERS + [{"name": "NOTE", "type": "VARCHAR2(100)"}]
-ITEMS = [{"name": "ORDER_ID", "type": "NUMBER(10)", "key": True}, {"name": "LINE_NO", "type": "NUMBER(3)", "key": True},
-         {"name": "QTY", "type": "NUMBER(5)"}, {"name": "PRICE", "type": "BINARY_DOUBLE"},
-         {"name": "SKU", "type": "VARCHAR2(20)"}]
+ITEMS = [
+    {"name": "ORDER_ID", "type": "NUMBER(10)", "key": True},
+    {"name": "LINE_NO", "type": "NUMBER(3)", "key": True},
+    {"name": "QTY", "type": "NUMBER(5)"},
+    {"name": "PRICE", "type": "BINARY_DOUBLE"},
+    {"name": "SKU", "type": "VARCHAR2(20)"},
+]
 ITEMS_DROPPED = [c for c in ITEMS if c["name"] != "SKU"]
 LOG = [{"name": "MSG", "type": "VARCHAR2(100)"}, {"name": "LEVEL", "type": "NUMBER(2)"}]
 CITIES = ["Kraków", "Berlin", "Lyon", "São Paulo", "Osaka", None]
@@ -33,8 +41,9 @@ def _value(r: random.Random, column: str, key: int = 0):
     if column == "CITY":
         return r.choice(CITIES)
     if column == "CREATED":
-        return (dt.datetime(2024, 1, 1) + dt.timedelta(seconds=r.randrange(10**8), microseconds=r.randrange(10**6))
-                ).isoformat(sep=" ")
+        return (
+            dt.datetime(2024, 1, 1) + dt.timedelta(seconds=r.randrange(10**8), microseconds=r.randrange(10**6))
+        ).isoformat(sep=" ")
     if column == "TAG":
         return r.randbytes(r.randrange(0, 8)).hex() if r.random() < 0.9 else None
     if column == "NOTE":
@@ -64,8 +73,15 @@ def write_workload(out: Path, seed: int, transactions: int = 300) -> None:
         return scn[0]
 
     def ddl(xid: str, table: str, columns: list[dict]) -> dict:
-        return {"op": "ddl", "scn": nxt(), "xid": xid, "owner": "SHOP", "table": table, "sql": f"-- {table}",
-                "columns": columns}
+        return {
+            "op": "ddl",
+            "scn": nxt(),
+            "xid": xid,
+            "owner": "SHOP",
+            "table": table,
+            "sql": f"-- {table}",
+            "columns": columns,
+        }
 
     orders: dict[int, dict] = {}
     items: dict[tuple, dict] = {}
@@ -98,8 +114,17 @@ def write_workload(out: Path, seed: int, transactions: int = 300) -> None:
                 row = {c["name"]: _value(r, c["name"]) for c in orders_columns if c["name"] != "ORDER_ID"}
                 row["ORDER_ID"] = key
                 orders[key] = row
-                tx.append({"op": "insert", "scn": nxt(), "xid": xid, "owner": "SHOP", "table": "ORDERS", "rid": rid,
-                           "after": dict(row)})
+                tx.append(
+                    {
+                        "op": "insert",
+                        "scn": nxt(),
+                        "xid": xid,
+                        "owner": "SHOP",
+                        "table": "ORDERS",
+                        "rid": rid,
+                        "after": dict(row),
+                    }
+                )
             elif what < 0.5:
                 key = r.choice(list(orders))
                 row = orders[key]
@@ -114,20 +139,48 @@ def write_workload(out: Path, seed: int, transactions: int = 300) -> None:
                     orders[new] = {**row, **after}
                 else:
                     row.update(after)
-                tx.append({"op": "update", "scn": nxt(), "xid": xid, "owner": "SHOP", "table": "ORDERS", "rid": rid,
-                           "before": before, "after": after})
+                tx.append(
+                    {
+                        "op": "update",
+                        "scn": nxt(),
+                        "xid": xid,
+                        "owner": "SHOP",
+                        "table": "ORDERS",
+                        "rid": rid,
+                        "before": before,
+                        "after": after,
+                    }
+                )
             elif what < 0.58:
                 key = r.choice(list(orders))
                 row = orders.pop(key)
-                tx.append({"op": "delete", "scn": nxt(), "xid": xid, "owner": "SHOP", "table": "ORDERS", "rid": rid,
-                           "before": {"ORDER_ID": key, "TOTAL": row.get("TOTAL")}})
+                tx.append(
+                    {
+                        "op": "delete",
+                        "scn": nxt(),
+                        "xid": xid,
+                        "owner": "SHOP",
+                        "table": "ORDERS",
+                        "rid": rid,
+                        "before": {"ORDER_ID": key, "TOTAL": row.get("TOTAL")},
+                    }
+                )
             elif what < 0.75 or not items:
                 key = (r.choice(list(orders) or [0]), r.randrange(1, 5))
-                row = {c["name"]: _value(r, c["name"]) for c in items_columns if c["name"] not in ("ORDER_ID", "LINE_NO")}
+                row = {
+                    c["name"]: _value(r, c["name"]) for c in items_columns if c["name"] not in ("ORDER_ID", "LINE_NO")
+                }
                 row.update({"ORDER_ID": key[0], "LINE_NO": key[1]})
                 op = "update" if key in items else "insert"
-                rec = {"op": op, "scn": nxt(), "xid": xid, "owner": "SHOP", "table": "ITEMS", "rid": rid,
-                       "after": dict(row)}
+                rec = {
+                    "op": op,
+                    "scn": nxt(),
+                    "xid": xid,
+                    "owner": "SHOP",
+                    "table": "ITEMS",
+                    "rid": rid,
+                    "after": dict(row),
+                }
                 if op == "update":
                     rec["before"] = {"ORDER_ID": key[0], "LINE_NO": key[1]}
                 items[key] = row
@@ -135,28 +188,65 @@ def write_workload(out: Path, seed: int, transactions: int = 300) -> None:
             elif what < 0.85:
                 key = r.choice(list(items))
                 items.pop(key)
-                tx.append({"op": "delete", "scn": nxt(), "xid": xid, "owner": "SHOP", "table": "ITEMS", "rid": rid,
-                           "before": {"ORDER_ID": key[0], "LINE_NO": key[1]}})
+                tx.append(
+                    {
+                        "op": "delete",
+                        "scn": nxt(),
+                        "xid": xid,
+                        "owner": "SHOP",
+                        "table": "ITEMS",
+                        "rid": rid,
+                        "before": {"ORDER_ID": key[0], "LINE_NO": key[1]},
+                    }
+                )
             elif what < 0.95 or not log:
                 row = {"MSG": _value(r, "MSG"), "LEVEL": _value(r, "LEVEL")}
                 log.append(row)
-                tx.append({"op": "insert", "scn": nxt(), "xid": xid, "owner": "SHOP", "table": "LOG", "rid": rid,
-                           "after": row})
+                tx.append(
+                    {
+                        "op": "insert",
+                        "scn": nxt(),
+                        "xid": xid,
+                        "owner": "SHOP",
+                        "table": "LOG",
+                        "rid": rid,
+                        "after": row,
+                    }
+                )
             else:
                 row = log.pop(r.randrange(len(log)))
                 if r.random() < 0.5:
-                    tx.append({"op": "delete", "scn": nxt(), "xid": xid, "owner": "SHOP", "table": "LOG", "rid": rid,
-                               "before": dict(row)})
+                    tx.append(
+                        {
+                            "op": "delete",
+                            "scn": nxt(),
+                            "xid": xid,
+                            "owner": "SHOP",
+                            "table": "LOG",
+                            "rid": rid,
+                            "before": dict(row),
+                        }
+                    )
                 else:
                     new = {**row, "LEVEL": _value(r, "LEVEL")}
                     log.append(new)
-                    tx.append({"op": "update", "scn": nxt(), "xid": xid, "owner": "SHOP", "table": "LOG", "rid": rid,
-                               "before": dict(row), "after": {"LEVEL": new["LEVEL"]}})
+                    tx.append(
+                        {
+                            "op": "update",
+                            "scn": nxt(),
+                            "xid": xid,
+                            "owner": "SHOP",
+                            "table": "LOG",
+                            "rid": rid,
+                            "before": dict(row),
+                            "after": {"LEVEL": new["LEVEL"]},
+                        }
+                    )
         tx.append({"op": "commit", "scn": nxt(), "xid": xid, "tm": 1717200000000000000 + scn[0] * 1000})
         lines += tx
     per_file = max(1, len(lines) // 4)
     for seq, start in enumerate(range(0, len(lines), per_file), start=1):
-        chunk = lines[start:start + per_file]
+        chunk = lines[start : start + per_file]
         (out / f"redo_1_{seq}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in chunk))
 
 
@@ -240,13 +330,16 @@ def model(changefeed: Path, puts: dict | None = None) -> dict[str, list[dict]]:
             if key != old:
                 _unseen(puts, table, old, key_names, types, row["tx_seq"])
         if puts is not None and row["op"] in ("c", "u"):  # the transactions that left a version of the key
-            puts.setdefault(table, {}).setdefault(tuple(_expected(v, types[n]) for v, n in zip(key, key_names)),
-                                                  set()).add(row["tx_seq"])
+            puts.setdefault(table, {}).setdefault(
+                tuple(_expected(v, types[n]) for v, n in zip(key, key_names)), set()
+            ).add(row["tx_seq"])
     out = {}
     for table, rows_of in state.items():
         entries = rows_of.get("bag", []) if not keys[table] else list(rows_of.values())
-        out[table] = sorted(({**{n: _expected(v, types[n]) for n, v in r.items() if n in types}, "tx_seq": tx}
-                             for r, tx in entries), key=repr)
+        out[table] = sorted(
+            ({**{n: _expected(v, types[n]) for n, v in r.items() if n in types}, "tx_seq": tx} for r, tx in entries),
+            key=repr,
+        )
     return out
 
 

@@ -10,11 +10,25 @@ _F = descriptor_pb2.FieldDescriptorProto
 
 
 def _build():
-    fdp = descriptor_pb2.FileDescriptorProto(name="olr_buffer_test_requests.proto", package="OpenLogReplicator.pb",
-                                             syntax="proto3")
-    for name, values in (("RequestCode", ["INFO", "START", "CONTINUE", "CONFIRM"]),
-                         ("ResponseCode", ["READY", "FAILED_START", "STARTING", "ALREADY_STARTED", "REPLICATE",
-                                           "PAYLOAD", "INVALID_DATABASE", "INVALID_COMMAND"])):
+    fdp = descriptor_pb2.FileDescriptorProto(
+        name="olr_buffer_test_requests.proto", package="OpenLogReplicator.pb", syntax="proto3"
+    )
+    for name, values in (
+        ("RequestCode", ["INFO", "START", "CONTINUE", "CONFIRM"]),
+        (
+            "ResponseCode",
+            [
+                "READY",
+                "FAILED_START",
+                "STARTING",
+                "ALREADY_STARTED",
+                "REPLICATE",
+                "PAYLOAD",
+                "INVALID_DATABASE",
+                "INVALID_COMMAND",
+            ],
+        ),
+    ):
         enum = fdp.enum_type.add(name=name)
         for number, value in enumerate(values):
             enum.value.add(name=value, number=number)
@@ -52,8 +66,10 @@ def _build():
 
     pool = descriptor_pool.DescriptorPool()
     pool.Add(fdp)
-    return (message_factory.GetMessageClass(pool.FindMessageTypeByName("OpenLogReplicator.pb.RedoRequest")),
-            message_factory.GetMessageClass(pool.FindMessageTypeByName("OpenLogReplicator.pb.RedoResponse")))
+    return (
+        message_factory.GetMessageClass(pool.FindMessageTypeByName("OpenLogReplicator.pb.RedoRequest")),
+        message_factory.GetMessageClass(pool.FindMessageTypeByName("OpenLogReplicator.pb.RedoResponse")),
+    )
 
 
 RedoRequest, RedoResponse = _build()

@@ -18,21 +18,48 @@ from olr_buffer.olr_protocol import COLUMNS, MessageBuilder, Position, StreamErr
 from tests.serve.changefeeds import random_transactions
 from tests.serve.model import expected_messages, position
 
-SCHEMA = pa.schema([
-    ("tx_seq", pa.int64()), ("c_scn", pa.int64()), ("c_tm", pa.int64()), ("xid", pa.string()), ("op", pa.string()),
-    ("scn", pa.int64()), ("tm", pa.int64()), ("owner", pa.string()), ("table", pa.string()), ("obj", pa.int64()),
-    ("rid", pa.string()), ("before", pa.string()), ("after", pa.string()), ("sql", pa.string()),
-])
+SCHEMA = pa.schema(
+    [
+        ("tx_seq", pa.int64()),
+        ("c_scn", pa.int64()),
+        ("c_tm", pa.int64()),
+        ("xid", pa.string()),
+        ("op", pa.string()),
+        ("scn", pa.int64()),
+        ("tm", pa.int64()),
+        ("owner", pa.string()),
+        ("table", pa.string()),
+        ("obj", pa.int64()),
+        ("rid", pa.string()),
+        ("before", pa.string()),
+        ("after", pa.string()),
+        ("sql", pa.string()),
+    ]
+)
 
 
 def changefeed_rows(seed: int, n: int) -> list[dict]:
     rows = []
     for tx_seq, tx in enumerate(random_transactions(random.Random(seed), n)):
         for r in tx.rows:
-            rows.append({"tx_seq": tx_seq, "c_scn": tx.c_scn, "c_tm": tx.c_tm, "xid": tx.xid, "op": r.op,
-                         "scn": r.scn, "tm": r.tm, "owner": r.owner, "table": r.table, "obj": r.obj, "rid": r.rid,
-                         "before": None if r.before is None else json.dumps(r.before),
-                         "after": None if r.after is None else json.dumps(r.after), "sql": r.sql})
+            rows.append(
+                {
+                    "tx_seq": tx_seq,
+                    "c_scn": tx.c_scn,
+                    "c_tm": tx.c_tm,
+                    "xid": tx.xid,
+                    "op": r.op,
+                    "scn": r.scn,
+                    "tm": r.tm,
+                    "owner": r.owner,
+                    "table": r.table,
+                    "obj": r.obj,
+                    "rid": r.rid,
+                    "before": None if r.before is None else json.dumps(r.before),
+                    "after": None if r.after is None else json.dumps(r.after),
+                    "sql": r.sql,
+                }
+            )
     return rows
 
 
@@ -46,7 +73,10 @@ def unframe(data: bytes) -> list[bytes]:
     return out
 
 
-def build(rows: list[dict], cuts: list[int], *, start=Position(0, 0), max_bytes=1 << 20) -> list[bytes]:
+START = Position(0, 0)
+
+
+def build(rows: list[dict], cuts: list[int], *, start=START, max_bytes=1 << 20) -> list[bytes]:
     """The builder's messages for ``rows`` cut into batches at ``cuts``."""
     b = MessageBuilder("ORCL", start)
     out = b""
@@ -72,8 +102,10 @@ def test_messages_are_those_of_the_contract_however_the_rows_are_cut(seed, n, da
     positions = [position(m) for m in messages]
     assert all(a < b for a, b in zip(positions, positions[1:]))
     # OpenLogReplicator's field order
-    assert all(list(m)[:2] in (["scn", "tm"], ["scn", "c_scn"]) and list(m)[-4:] == ["c_idx", "xid", "db", "payload"]
-               for m in messages)
+    assert all(
+        list(m)[:2] in (["scn", "tm"], ["scn", "c_scn"]) and list(m)[-4:] == ["c_idx", "xid", "db", "payload"]
+        for m in messages
+    )
 
 
 @settings(max_examples=60, deadline=None)
@@ -89,16 +121,45 @@ def test_a_stream_that_resumes_from_any_position_gives_exactly_the_rest(seed, n,
         base = positions[pick - 1] if pick else (0, 0)
         start = Position(base[0], base[1] + 1)
     cuts = data.draw(st.lists(st.integers(1, len(rows)), max_size=4))
-    assert build(rows, cuts, start=start, max_bytes=data.draw(st.sampled_from([1, 1 << 20]))) == \
-        [f for f, p in zip(everything, positions) if p >= start]
+    assert build(rows, cuts, start=start, max_bytes=data.draw(st.sampled_from([1, 1 << 20]))) == [
+        f for f, p in zip(everything, positions) if p >= start
+    ]
 
 
 def test_transactions_sharing_a_commit_scn_number_their_messages_on():
     rows = [
-        {"tx_seq": 0, "c_scn": 50, "c_tm": 9, "xid": "A", "op": "c", "scn": 48, "tm": None, "owner": "O", "table": "T",
-         "obj": None, "rid": "r1", "before": None, "after": '{"X":1}', "sql": None},
-        {"tx_seq": 1, "c_scn": 50, "c_tm": 9, "xid": "B", "op": "t", "scn": 50, "tm": 7, "owner": 'O"x', "table": "T",
-         "obj": 12, "rid": None, "before": None, "after": None, "sql": None},
+        {
+            "tx_seq": 0,
+            "c_scn": 50,
+            "c_tm": 9,
+            "xid": "A",
+            "op": "c",
+            "scn": 48,
+            "tm": None,
+            "owner": "O",
+            "table": "T",
+            "obj": None,
+            "rid": "r1",
+            "before": None,
+            "after": '{"X":1}',
+            "sql": None,
+        },
+        {
+            "tx_seq": 1,
+            "c_scn": 50,
+            "c_tm": 9,
+            "xid": "B",
+            "op": "t",
+            "scn": 50,
+            "tm": 7,
+            "owner": 'O"x',
+            "table": "T",
+            "obj": 12,
+            "rid": None,
+            "before": None,
+            "after": None,
+            "sql": None,
+        },
     ]
     frames = build(rows, [])
     assert frames == [
@@ -139,11 +200,38 @@ def test_a_row_whose_source_named_no_owner_has_no_owner_in_its_schema():
     object it could not name) goes out as OpenLogReplicator sends such a row: ``schema``
     with its ``table`` alone (and ``obj`` when known), no ``owner``."""
     rows = [
-        {"tx_seq": 0, "c_scn": 70, "c_tm": 5, "xid": "A", "op": "c", "scn": 69, "tm": None, "owner": "",
-         "table": "OBJ_87705", "obj": None, "rid": None, "before": None, "after": '{"COL_0":"53544f50"}', "sql": None},
-        {"tx_seq": 0, "c_scn": 70, "c_tm": 5, "xid": "A", "op": "u", "scn": 69, "tm": None, "owner": "",
-         "table": "OBJ_87706", "obj": 87706, "rid": None, "before": '{"COL_0":1}', "after": '{"COL_0":2}',
-         "sql": None},
+        {
+            "tx_seq": 0,
+            "c_scn": 70,
+            "c_tm": 5,
+            "xid": "A",
+            "op": "c",
+            "scn": 69,
+            "tm": None,
+            "owner": "",
+            "table": "OBJ_87705",
+            "obj": None,
+            "rid": None,
+            "before": None,
+            "after": '{"COL_0":"53544f50"}',
+            "sql": None,
+        },
+        {
+            "tx_seq": 0,
+            "c_scn": 70,
+            "c_tm": 5,
+            "xid": "A",
+            "op": "u",
+            "scn": 69,
+            "tm": None,
+            "owner": "",
+            "table": "OBJ_87706",
+            "obj": 87706,
+            "rid": None,
+            "before": '{"COL_0":1}',
+            "after": '{"COL_0":2}',
+            "sql": None,
+        },
     ]
     frames = build(rows, [])
     assert json.loads(frames[1])["payload"][0]["schema"] == {"table": "OBJ_87705"}

@@ -64,18 +64,21 @@ def test_fields_the_decoder_does_not_know_are_skipped():
     assert RedoRequest.decode(data) == RedoRequest(RequestCode.START, "ORCL", scn=9)
 
 
-@pytest.mark.parametrize("data, reason", [
-    (b"\x08", "truncated varint"),
-    (b"\x08\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01", "longer than 10 bytes"),
-    (b"\x08\xff\xff\xff\xff\xff\xff\xff\xff\xff\x7f", "above 64 bits"),
-    (b"\x12\x05ab", "5 bytes announced, 2 left"),
-    (b"\x0a\x01x", "field 1: wire type 2, expected a varint"),
-    (b"\x10\x01", "field 2: wire type 0, expected a string"),
-    (b"\x12\x02\xc3\x28", "not valid UTF-8"),
-    (b"\x0b", "wire type 3"),
-    (b"\x00\x01", "field number 0"),
-    (b"\x79\x01\x02", "truncated fixed-width"),
-])
+@pytest.mark.parametrize(
+    "data, reason",
+    [
+        (b"\x08", "truncated varint"),
+        (b"\x08\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01", "longer than 10 bytes"),
+        (b"\x08\xff\xff\xff\xff\xff\xff\xff\xff\xff\x7f", "above 64 bits"),
+        (b"\x12\x05ab", "5 bytes announced, 2 left"),
+        (b"\x0a\x01x", "field 1: wire type 2, expected a varint"),
+        (b"\x10\x01", "field 2: wire type 0, expected a string"),
+        (b"\x12\x02\xc3\x28", "not valid UTF-8"),
+        (b"\x0b", "wire type 3"),
+        (b"\x00\x01", "field number 0"),
+        (b"\x79\x01\x02", "truncated fixed-width"),
+    ],
+)
 def test_what_is_not_a_request_is_refused_with_the_reason(data, reason):
     with pytest.raises(MalformedMessageError, match=reason):
         RedoRequest.decode(data)

@@ -46,11 +46,15 @@ OLR_COLUMNS: dict[tuple[str, str], dict[str, Any]] = {
 
 def expected_columns(document: dict) -> list[dict]:
     """``schema.columns`` of a schema document: OpenLogReplicator's columns, in order."""
-    return [{"name": c["name"], **OLR_COLUMNS[(document["source"], c["type"])], "nullable": c["nullable"] is not False}
-            for c in document["columns"]]
+    return [
+        {"name": c["name"], **OLR_COLUMNS[(document["source"], c["type"])], "nullable": c["nullable"] is not False}
+        for c in document["columns"]
+    ]
 
 
-def expected_messages(rows: list[dict[str, Any]], database: str, documents: dict[str, dict] | None = None) -> list[dict]:
+def expected_messages(
+    rows: list[dict[str, Any]], database: str, documents: dict[str, dict] | None = None
+) -> list[dict]:
     """Every message of the stream, in order, as parsed JSON: ``rows`` are the
     changefeed's rows in ``(tx_seq, op_seq)`` order (``load_changefeed``'s);
     ``documents``: the changefeed's schema documents by version (a row that names one
@@ -64,7 +68,7 @@ def expected_messages(rows: list[dict[str, Any]], database: str, documents: dict
         if c_scn != c_scn_before:
             c_scn_before, idx = c_scn, 0
 
-        def message(scn: int, tm: int | None, payload: dict) -> dict:
+        def message(scn: int, tm: int | None, payload: dict, *, c_scn: int = c_scn, first: dict = first) -> dict:
             nonlocal idx
             m = {"scn": scn}
             if tm is not None:

@@ -31,9 +31,17 @@ def _varint(value: int) -> bytes:
             return bytes(out)
 
 
-def request(code: int, database: str | None = None, *, scn: int | None = None, tms: str | None = None,
-            tm_rel: int | None = None, c_scn: int | None = None, c_idx: int | None = None,
-            seq: int | None = None) -> bytes:
+def request(
+    code: int,
+    database: str | None = None,
+    *,
+    scn: int | None = None,
+    tms: str | None = None,
+    tm_rel: int | None = None,
+    c_scn: int | None = None,
+    c_idx: int | None = None,
+    seq: int | None = None,
+) -> bytes:
     """A RedoRequest: field 1 code, 2 database_name, 3 scn, 4 tms, 5 tm_rel (int64), 6 seq,
     8 c_scn, 9 c_idx."""
     out = b""
@@ -146,8 +154,11 @@ class Receiver:
             self.send(START, scn=scn)
         else:
             assert info["code"] == REPLICATE, info
-            self.send(CONTINUE, c_scn=info["c_scn"] if c_scn is None else c_scn,
-                      c_idx=info["c_idx"] if c_idx is None else c_idx)
+            self.send(
+                CONTINUE,
+                c_scn=info["c_scn"] if c_scn is None else c_scn,
+                c_idx=info["c_idx"] if c_idx is None else c_idx,
+            )
         reply = self.response()
         assert reply["code"] == REPLICATE, reply
         return info
@@ -206,8 +217,16 @@ class StreamClient(Receiver):
     ``confirm_seconds`` (10 s), ``CONFIRM`` with the ``c_scn`` and ``c_idx`` of the
     message just received."""
 
-    def __init__(self, host: str, port: int, database: str = "ORCL", *, confirm_every: int = 1000,
-                 confirm_seconds: float = 10.0, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        database: str = "ORCL",
+        *,
+        confirm_every: int = 1000,
+        confirm_seconds: float = 10.0,
+        timeout: float = 30.0,
+    ) -> None:
         super().__init__(host, port, database, timeout)
         self.confirm_every = confirm_every
         self.confirm_seconds = confirm_seconds

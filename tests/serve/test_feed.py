@@ -14,8 +14,7 @@ from hypothesis import strategies as st
 
 from olr_buffer.olr_protocol import Position
 from olr_buffer.serve.feed import MAX_C_SCN, NO_SCN, Changefeed, MessageStream, continue_position, start_position
-from olr_buffer.sinks.parquet import ChangefeedCorruptError
-from olr_buffer.sinks.parquet import list_files
+from olr_buffer.sinks.parquet import ChangefeedCorruptError, list_files
 from tests.serve.changefeeds import Feed, Row, Tx, random_transactions
 from tests.serve.model import expected_messages, position
 
@@ -69,8 +68,9 @@ def test_a_stream_from_any_position_gives_the_rest_across_files(five_files, data
     if data.draw(st.booleans()):  # a START from an SCN: (scn, 0)
         start = Position(start.c_scn, 0)
     stream = MessageStream(feed, "ORCL", start, batch_rows=data.draw(st.sampled_from([1, 3, 8192])))
-    assert drain(stream, chunk=data.draw(st.sampled_from([1, 500, 1 << 20]))) == \
-        [m for m in everything if position(m) >= start]
+    assert drain(stream, chunk=data.draw(st.sampled_from([1, 500, 1 << 20]))) == [
+        m for m in everything if position(m) >= start
+    ]
 
 
 def test_the_transaction_a_position_ends_in_is_the_last_whose_commit_is_at_or_below_it(five_files):
@@ -117,7 +117,9 @@ def test_a_run_of_one_commit_scn_through_three_files(tmp_path: Path):
     """PostgreSQL's initial copy: one transaction per table, all at the slot's consistent point."""
     feed = Feed(tmp_path / "cf")
     for t in range(3):
-        feed.publish([Tx(f"copy{t}", 500, [Row(op="r", scn=500, table=f"T{t}", rid=f"{{\"id\":{i}}}") for i in range(2)])])
+        feed.publish(
+            [Tx(f"copy{t}", 500, [Row(op="r", scn=500, table=f"T{t}", rid=f'{{"id":{i}}}') for i in range(2)])]
+        )
     feed.publish([Tx("next", 501, [Row()])])
     rows = feed.rows()
     feed.close()
@@ -155,9 +157,21 @@ def test_now_is_right_after_the_last_message_even_in_a_run_of_one_commit_scn_acr
     assert drain(stream) == everything[12:] and position(everything[12]) == (500, 12)
     assert cf.end() == Position(501, 3) == position(everything[-1])
     # the first transaction a stream from a position sends a message of (status counts from it)
-    assert [cf.transactions_before(Position(*p)) for p in [(0, 0), (500, 0), (500, 4), (500, 5), (500, 12),
-                                                            (500, 14), (500, 15), (501, 0), (501, 4), (NO_SCN, 0)]] \
-        == [0, 0, 1, 1, 3, 3, 4, 4, 5, 5]
+    assert [
+        cf.transactions_before(Position(*p))
+        for p in [
+            (0, 0),
+            (500, 0),
+            (500, 4),
+            (500, 5),
+            (500, 12),
+            (500, 14),
+            (500, 15),
+            (501, 0),
+            (501, 4),
+            (NO_SCN, 0),
+        ]
+    ] == [0, 0, 1, 1, 3, 3, 4, 4, 5, 5]
     assert start_position(cf, 501) == Position(501, 0)
     feed.close()
 
@@ -167,9 +181,15 @@ def test_a_position_above_any_commit_scn_of_a_changefeed_gives_nothing_as_files_
     feed = write_files(tmp_path / "cf", 2, [2])
     cf = Changefeed(str(tmp_path / "cf"))
     cf.refresh()
-    streams = [MessageStream(cf, "db", Position(c_scn, c_idx), batch_rows=b)
-               for c_scn, c_idx, b in [(MAX_C_SCN, 10**6, 1), (MAX_C_SCN + 1, 0, 8192), (NO_SCN, 0, 3),
-                                       (NO_SCN, NO_SCN + 1, 1)]]
+    streams = [
+        MessageStream(cf, "db", Position(c_scn, c_idx), batch_rows=b)
+        for c_scn, c_idx, b in [
+            (MAX_C_SCN, 10**6, 1),
+            (MAX_C_SCN + 1, 0, 8192),
+            (NO_SCN, 0, 3),
+            (NO_SCN, NO_SCN + 1, 1),
+        ]
+    ]
     for i in range(2):
         feed.publish(random_transactions(random.Random(9), 2, c_scn=5000 + 100 * i))
         cf.refresh()
@@ -186,4 +206,7 @@ def test_continue_goes_on_after_the_confirmed_position_for_c_scn_0_and_2_64_minu
     assert continue_position(NO_SCN, 0, None) == (Position(0, 0), None)
     assert continue_position(650, None, confirmed) == (Position(650, 0), None)  # SynchDB: c_scn alone
     assert continue_position(650, 2, confirmed) == (Position(650, 3), Position(650, 2))
-    assert continue_position(NO_SCN - 1, NO_SCN, None) == (Position(NO_SCN - 1, NO_SCN + 1), Position(NO_SCN - 1, NO_SCN))
+    assert continue_position(NO_SCN - 1, NO_SCN, None) == (
+        Position(NO_SCN - 1, NO_SCN + 1),
+        Position(NO_SCN - 1, NO_SCN),
+    )

@@ -33,8 +33,16 @@ def backlog(tmp_path_factory) -> tuple[Path, int]:
     feed = Feed(cf)
     text = {"TEXT": "y" * 1000}
     for f in range(4):
-        feed.publish([Tx(f"b{f}.{i}", 100 + f * 10_000 + i, [Row(scn=100 + f * 10_000 + i, after=text, rid=f"r{j}")
-                                                             for j in range(4)]) for i in range(1500)])
+        feed.publish(
+            [
+                Tx(
+                    f"b{f}.{i}",
+                    100 + f * 10_000 + i,
+                    [Row(scn=100 + f * 10_000 + i, after=text, rid=f"r{j}") for j in range(4)],
+                )
+                for i in range(1500)
+            ]
+        )
     feed.close()
     return cf, 4 * 1500 * 6
 
@@ -116,8 +124,9 @@ def test_a_confirm_sent_after_the_bad_request_that_closes_the_connection_is_stor
         with Receiver(*server.address) as r:
             r.debezium_handshake()
             got = r.messages(12)
-            frames = [request(9, "ORCL")] * 16 + [request(CONFIRM, "ORCL", c_scn=got[11]["c_scn"],
-                                                          c_idx=got[11]["c_idx"])]
+            frames = [request(9, "ORCL")] * 16 + [
+                request(CONFIRM, "ORCL", c_scn=got[11]["c_scn"], c_idx=got[11]["c_idx"])
+            ]
             r.sock.sendall(b"".join(struct.pack("<I", len(f)) + f for f in frames))
             read_until_closed(r)
         assert server.confirmed is not None and server.confirmed.position == position(got[11])
@@ -167,8 +176,9 @@ def test_info_with_much_of_the_stream_queued_stops_the_stream_and_answers(backlo
         with Receiver(*server.address) as r:
             r.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SMALL)
             r.debezium_handshake()
-            wait_for(lambda: server.conn is not None and server.conn.pending > 256 << 10,
-                     what="the stream queued in serve")
+            wait_for(
+                lambda: server.conn is not None and server.conn.pending > 256 << 10, what="the stream queued in serve"
+            )
             r.send(INFO)
             messages = 0
             while (frame := r.read_frame(timeout=30)) is not None and frame.startswith(b"{"):

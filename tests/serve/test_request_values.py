@@ -72,8 +72,14 @@ def serve_thread_alive() -> bool:
     return any(t.name == "serve" and t.is_alive() for t in threading.enumerate())
 
 
-def streamed(r: Receiver, server, growing: Growing, start: tuple[int, int] | None,
-             confirm: tuple[int | None, int | None] | None = None, confirmed: tuple[int, int] | None = None) -> str:
+def streamed(
+    r: Receiver,
+    server,
+    growing: Growing,
+    start: tuple[int, int] | None,
+    confirm: tuple[int | None, int | None] | None = None,
+    confirmed: tuple[int, int] | None = None,
+) -> str:
     """After REPLICATE: two files are published, one after the other; the receiver gets
     exactly the messages at or after ``start`` (None: the ones published after the
     request); serve takes a ``confirm`` of any values (the position it stores is never
@@ -84,7 +90,7 @@ def streamed(r: Receiver, server, growing: Growing, start: tuple[int, int] | Non
         growing.publish(1)
         wait_for(lambda: server.stats.next_tx_seq == growing.transactions, what="serve listing the new file")
     everything = growing.messages()
-    want = everything[len(before):] if start is None else [m for m in everything if position(m) >= start]
+    want = everything[len(before) :] if start is None else [m for m in everything if position(m) >= start]
     assert r.messages(len(want)) == want
     if confirm is not None:
         r.send(CONFIRM, c_scn=confirm[0], c_idx=confirm[1])
@@ -104,13 +110,17 @@ def streamed(r: Receiver, server, growing: Growing, start: tuple[int, int] | Non
     return f"a stream of {'some' if want else 'no'} messages, then INFO answered {info['code']}"
 
 
-@pytest.mark.parametrize("request_fields", [
-    {"code": START, "scn": 1 << 63},
-    {"code": START, "scn": NO_SCN - 1},
-    {"code": CONTINUE, "c_scn": 1 << 63, "c_idx": 0},
-    {"code": CONTINUE, "c_scn": NO_SCN - 1},
-    {"code": CONTINUE, "c_scn": 1, "c_idx": NO_SCN},
-], ids=["START-2^63", "START-2^64-2", "CONTINUE-2^63", "CONTINUE-2^64-2-alone", "CONTINUE-c_idx-2^64-1"])
+@pytest.mark.parametrize(
+    "request_fields",
+    [
+        {"code": START, "scn": 1 << 63},
+        {"code": START, "scn": NO_SCN - 1},
+        {"code": CONTINUE, "c_scn": 1 << 63, "c_idx": 0},
+        {"code": CONTINUE, "c_scn": NO_SCN - 1},
+        {"code": CONTINUE, "c_scn": 1, "c_idx": NO_SCN},
+    ],
+    ids=["START-2^63", "START-2^64-2", "CONTINUE-2^63", "CONTINUE-2^64-2-alone", "CONTINUE-c_idx-2^64-1"],
+)
 def test_a_position_beyond_the_changefeed_waits_and_serve_goes_on_as_files_come(tmp_path: Path, request_fields):
     growing = Growing(tmp_path / "cf")
     fields = dict(request_fields)
@@ -139,7 +149,7 @@ def test_a_receiver_started_from_now_is_behind_by_what_came_after_it_not_by_the_
         for n in (2, 3):
             growing.publish(n)
             wait_for(lambda: server.stats.next_tx_seq == growing.transactions, what="serve listing the new file")
-        new = growing.messages()[len(before):]
+        new = growing.messages()[len(before) :]
         assert r.messages(len(new)) == new
         (status,) = receivers_status(str(tmp_path / "cf"))
         assert status["confirmed"] is None and status["transactions_behind"] == 5
@@ -194,22 +204,30 @@ def exchange(r: Receiver, server, growing: Growing, data) -> None:
         return scns[v[1] % len(scns)] if isinstance(v, tuple) else v
 
     # every value is drawn first, whatever the server answers
-    code = data.draw(st.sampled_from([INFO, START, START, START, CONTINUE, CONTINUE, CONTINUE, CONFIRM, None]),
-                     label="code")
-    unknown = data.draw(st.sampled_from([CONFIRM + 1, 1 << 63, NO_SCN]) | st.integers(CONFIRM + 1, NO_SCN),
-                        label="unknown code")
+    code = data.draw(
+        st.sampled_from([INFO, START, START, START, CONTINUE, CONTINUE, CONTINUE, CONFIRM, None]), label="code"
+    )
+    unknown = data.draw(
+        st.sampled_from([CONFIRM + 1, 1 << 63, NO_SCN]) | st.integers(CONFIRM + 1, NO_SCN), label="unknown code"
+    )
     code = unknown if code is None else code  # None: a code the protocol does not have
     fields: dict = {"database": data.draw(st.sampled_from(["ORCL"] * 6 + ["OTHER", ""]), label="database")}
     which = data.draw(st.sampled_from(["scn", "tms", "tm_rel", None]), label="oneof")
-    oneof = {"scn": value(data.draw(uint64 | near, label="scn")), "tms": data.draw(st.text(max_size=60), label="tms"),
-             "tm_rel": data.draw(int64, label="tm_rel")}
+    oneof = {
+        "scn": value(data.draw(uint64 | near, label="scn")),
+        "tms": data.draw(st.text(max_size=60), label="tms"),
+        "tm_rel": data.draw(int64, label="tm_rel"),
+    }
     if which is not None:
         fields[which] = oneof[which]
     for name in ("seq", "c_scn", "c_idx"):
-        fields[name] = value(data.draw(st.none() | uint64 | (near if name == "c_scn" else st.integers(0, 40)),
-                                       label=name))
-    confirm = (value(data.draw(st.none() | uint64 | near, label="confirm c_scn")),
-               data.draw(st.none() | uint64 | st.integers(0, 40), label="confirm c_idx"))
+        fields[name] = value(
+            data.draw(st.none() | uint64 | (near if name == "c_scn" else st.integers(0, 40)), label=name)
+        )
+    confirm = (
+        value(data.draw(st.none() | uint64 | near, label="confirm c_scn")),
+        data.draw(st.none() | uint64 | st.integers(0, 40), label="confirm c_idx"),
+    )
     r.send(INFO)
     info = r.response()
     confirmed = (info["c_scn"], info["c_idx"]) if info["code"] == REPLICATE else None

@@ -5,7 +5,6 @@ changefeed that a real `olr-buffer run` keeps writing."""
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
 import signal
@@ -34,9 +33,25 @@ class ServeProcess:
 
     def __init__(self, cf: Path, *extra: str, database: str = "ORCL") -> None:
         self.proc = subprocess.Popen(
-            [*CLI, "serve", str(cf), "--listen", "127.0.0.1:0", "--database", database, "--log-format", "json",
-             "--poll-interval", "0.05", *extra],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+            [
+                *CLI,
+                "serve",
+                str(cf),
+                "--listen",
+                "127.0.0.1:0",
+                "--database",
+                database,
+                "--log-format",
+                "json",
+                "--poll-interval",
+                "0.05",
+                *extra,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+        )
         self.lines: list[str] = []
         self._ready = threading.Event()
         self.port: int | None = None
@@ -146,16 +161,19 @@ def test_what_serve_refuses_at_start(changefeed, tmp_path: Path):
         assert second.returncode == 1
         assert "database 'ORCL' is served by another process (pid" in second.stderr
         taken = run_cli("serve", str(cf), "--listen", f"127.0.0.1:{first.port}", "--database", "OTHER")
-        assert taken.returncode == 1 and f"cannot listen on 127.0.0.1:{first.port}: Address already in use" in \
-            taken.stderr
+        assert (
+            taken.returncode == 1 and f"cannot listen on 127.0.0.1:{first.port}: Address already in use" in taken.stderr
+        )
     finally:
         assert first.stop() == 0
     missing = run_cli("serve", str(tmp_path / "nope"), "--listen", "127.0.0.1:0", "--database", "ORCL")
     assert missing.returncode == 1 and "no such changefeed directory" in missing.stderr
     assert not (tmp_path / "nope").exists()
-    for args, message in ((["s3://bucket/cf", "--listen", "127.0.0.1:0", "--database", "X"], "local changefeed"),
-                          ([str(cf), "--listen", "9000", "--database", "X"], "is not HOST:PORT"),
-                          ([str(cf), "--listen", "127.0.0.1:0"], "Missing option '--database'")):
+    for args, message in (
+        (["s3://bucket/cf", "--listen", "127.0.0.1:0", "--database", "X"], "local changefeed"),
+        ([str(cf), "--listen", "9000", "--database", "X"], "is not HOST:PORT"),
+        ([str(cf), "--listen", "127.0.0.1:0"], "Missing option '--database'"),
+    ):
         bad = run_cli("serve", *args)
         assert bad.returncode == 2 and message in bad.stderr, bad.stderr
     (cf / "_olr_buffer" / "serve" / "ORCL.json").write_text("{")
@@ -207,11 +225,44 @@ def test_a_receiver_of_a_changefeed_that_run_keeps_writing(tmp_path: Path):
     (tmp_path / "live").mkdir()
     cf, q = tmp_path / "cf", tmp_path / "q"
     service = subprocess.Popen(
-        [*CLI, "run", str(tmp_path / "live"), "--queue", str(q), "--changefeed", str(cf), "--threads", "1,2",
-         "--flush-interval", "0.2", "--poll-interval", "0.02", "--checkpoint-interval", "0.5", "--log-level", "warning"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
-    writer = subprocess.Popen([sys.executable, "-m", "tests.live_writer", str(tmp_path / "stage"),
-                               str(tmp_path / "live"), "--rate", "800", "--seed", "2"], cwd=ROOT)
+        [
+            *CLI,
+            "run",
+            str(tmp_path / "live"),
+            "--queue",
+            str(q),
+            "--changefeed",
+            str(cf),
+            "--threads",
+            "1,2",
+            "--flush-interval",
+            "0.2",
+            "--poll-interval",
+            "0.02",
+            "--checkpoint-interval",
+            "0.5",
+            "--log-level",
+            "warning",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    writer = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.live_writer",
+            str(tmp_path / "stage"),
+            str(tmp_path / "live"),
+            "--rate",
+            "800",
+            "--seed",
+            "2",
+        ],
+        cwd=ROOT,
+    )
     serve = None
     try:
         deadline = time.monotonic() + 60

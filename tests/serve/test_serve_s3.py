@@ -35,15 +35,20 @@ def test_serve_reads_a_changefeed_on_s3(s3_uri: str, tmp_path: Path) -> None:
             local.publish(txs[30:])  # published while served: followed
             remote.publish(txs[30:])
             everything = expected_messages(local.rows(), "ORCL")
-            assert r.messages(len(everything) - len(first)) == everything[len(first):]
+            assert r.messages(len(everything) - len(first)) == everything[len(first) :]
         assert serve.stop() == 0, serve.log
     finally:
         if serve.proc.poll() is None:
             serve.proc.kill()
         local.close()
         remote.close()
-    status = subprocess.run([*CLI, "status", "--changefeed", s3_uri, "--serve-state", str(tmp_path / "state"),
-                             "--json"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    status = subprocess.run(
+        [*CLI, "status", "--changefeed", s3_uri, "--serve-state", str(tmp_path / "state"), "--json"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert status.returncode == 0, status.stderr
     assert f'"changefeed": "{s3_uri}"' in status.stdout and '"database": "ORCL"' in status.stdout
 

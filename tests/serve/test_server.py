@@ -120,8 +120,11 @@ def test_start_from_an_scn_begins_at_the_first_commit_at_or_above_it(changefeed)
 def test_continue_with_a_c_scn_alone_gives_every_message_of_it_on(changefeed):
     """SynchDB continues with c_scn (its last + 1) and no c_idx."""
     cf, everything = changefeed
-    shared = next(m["c_scn"] for m, n in zip(everything, everything[3:]) if m["c_scn"] == n["c_scn"]
-                  and m["payload"][0]["op"] == "commit")
+    shared = next(
+        m["c_scn"]
+        for m, n in zip(everything, everything[3:])
+        if m["c_scn"] == n["c_scn"] and m["payload"][0]["op"] == "commit"
+    )
     with serving(cf) as server, connect(server) as r:
         r.send(CONTINUE, c_scn=shared)
         assert r.response()["code"] == REPLICATE
@@ -147,7 +150,9 @@ def test_every_transaction_exactly_once_after_the_confirmed_position_through_dro
                     r.debezium_handshake()
                 owed = len(everything) - len(applied)
                 got = r.messages(rng.randint(1, min(owed, 25)))
-                assert got == everything[len(applied) : len(applied) + len(got)], "not right after the confirmed position"
+                assert got == everything[len(applied) : len(applied) + len(got)], (
+                    "not right after the confirmed position"
+                )
                 keep = rng.randint(0, len(got))
                 if keep:
                     r.confirm(*position(got[keep - 1]))
@@ -205,11 +210,15 @@ def test_bad_requests_are_answered_logged_and_the_server_stays_up(changefeed, ca
             r.debezium_handshake()
             assert r.messages(len(everything)) == everything
     log = caplog.text
-    for line in ("for database 'OTHER': this is 'ORCL', answered INVALID_DATABASE", "unknown request code 9",
-                 "malformed request (3 bytes: 0a0178): field 1: wire type 2, expected a varint",
-                 "CONFIRM before streaming", "START while streaming (only CONFIRM and INFO are)",
-                 "CONFIRM for database 'OTHER' ignored",
-                 "connection closed: bad request: a frame of 542,393,671 bytes is announced"):
+    for line in (
+        "for database 'OTHER': this is 'ORCL', answered INVALID_DATABASE",
+        "unknown request code 9",
+        "malformed request (3 bytes: 0a0178): field 1: wire type 2, expected a varint",
+        "CONFIRM before streaming",
+        "START while streaming (only CONFIRM and INFO are)",
+        "CONFIRM for database 'OTHER' ignored",
+        "connection closed: bad request: a frame of 542,393,671 bytes is announced",
+    ):
         assert line in log, line
 
 
@@ -267,8 +276,12 @@ def test_a_receiver_that_stops_reading_gets_nothing_buffered_without_bound_and_i
     feed = Feed(tmp_path / "cf")
     big = {"TEXT": "x" * 2000}
     for f in range(4):  # about 40 MB of messages
-        feed.publish([Tx(f"x{f}.{i}", 100 + f * 10_000 + i, [Row(after=big, rid=f"r{j}") for j in range(4)])
-                      for i in range(1200)])
+        feed.publish(
+            [
+                Tx(f"x{f}.{i}", 100 + f * 10_000 + i, [Row(after=big, rid=f"r{j}") for j in range(4)])
+                for i in range(1200)
+            ]
+        )
     feed.close()
     with serving(tmp_path / "cf", chunk_bytes=256 << 10, stall_seconds=2) as server:
         r = Receiver(*server.address, timeout=30)
@@ -320,8 +333,9 @@ def test_the_stream_follows_files_published_while_it_runs(tmp_path: Path):
 
 def test_metrics_and_status_show_the_receiver_and_its_lag(tmp_path: Path):
     feed = Feed(tmp_path / "cf")
-    txs = [Tx(f"t{i}", 100 + i, [Row(scn=100 + i)], c_tm=1_700_000_000_000_000_000 + i * 1_000_000_000)
-           for i in range(10)]
+    txs = [
+        Tx(f"t{i}", 100 + i, [Row(scn=100 + i)], c_tm=1_700_000_000_000_000_000 + i * 1_000_000_000) for i in range(10)
+    ]
     feed.publish(txs)
     everything = expected_messages(feed.rows(), "ORCL")
     with serving(tmp_path / "cf") as server, connect(server) as r:
@@ -335,10 +349,12 @@ def test_metrics_and_status_show_the_receiver_and_its_lag(tmp_path: Path):
         assert status["confirmed"]["tx_seq"] == 3
         assert status["transactions_behind"] == 6 and status["seconds_behind"] == 6.0
         text = ServeMetrics(server).text().decode()
-        for line in ('olr_buffer_serve_receiver_connected{database="ORCL"} 1.0',
-                     'olr_buffer_serve_transactions_behind{database="ORCL"} 6.0',
-                     f'olr_buffer_serve_messages_sent_total{{database="ORCL"}} {float(len(everything))}',
-                     'olr_buffer_serve_connections_total{database="ORCL"} 1.0'):
+        for line in (
+            'olr_buffer_serve_receiver_connected{database="ORCL"} 1.0',
+            'olr_buffer_serve_transactions_behind{database="ORCL"} 6.0',
+            f'olr_buffer_serve_messages_sent_total{{database="ORCL"}} {float(len(everything))}',
+            'olr_buffer_serve_connections_total{database="ORCL"} 1.0',
+        ):
             assert line in text, line
         feed.publish([Tx("t10", 200, [Row(scn=200)], c_tm=1_700_000_000_000_000_000 + 20 * 1_000_000_000)])
         (status,) = receivers_status(str(tmp_path / "cf"))

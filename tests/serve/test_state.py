@@ -30,9 +30,18 @@ def test_a_position_is_stored_whole_and_read_back(tmp_path: Path):
     assert (tmp_path / "s").stat().st_mode & 0o777 == 0o700
 
 
-@pytest.mark.parametrize("content", [b"", b"{", b'{"format": 1, "c_scn": -1, "c_idx": 0}', b'{"format": 9}', b"[]",
-                                     b'{"format": 1, "database": "ORCL", "c_scn": 5, "c_idx": 18446744073709551616, '
-                                     b'"tx_seq": null, "c_tm": null, "time": 0}'])
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"",
+        b"{",
+        b'{"format": 1, "c_scn": -1, "c_idx": 0}',
+        b'{"format": 9}',
+        b"[]",
+        b'{"format": 1, "database": "ORCL", "c_scn": 5, "c_idx": 18446744073709551616, '
+        b'"tx_seq": null, "c_tm": null, "time": 0}',
+    ],
+)
 def test_a_damaged_position_is_an_error_never_taken_for_nothing(tmp_path: Path, content: bytes):
     (tmp_path / "ORCL.json").write_bytes(content)
     with pytest.raises(ServeStateError, match="ORCL.json.*hint: restore the file, or remove it"):

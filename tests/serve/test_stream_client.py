@@ -37,8 +37,11 @@ def closed(serve: ServeProcess, n: int, timeout: float = 60.0) -> None:
 def later_transactions(last_c_scn: int, n: int, seed: int) -> list[Tx]:
     """``n`` transactions to publish later; the first shares the commit SCN ``last_c_scn``
     of the last one published (its messages' c_idx go on from there)."""
-    first = Tx("0x9999.001.00000001", last_c_scn, [Row(scn=last_c_scn, after={"ID": 9}), Row(op="d", before={"ID": 9},
-                                                                                           after=None)])
+    first = Tx(
+        "0x9999.001.00000001",
+        last_c_scn,
+        [Row(scn=last_c_scn, after={"ID": 9}), Row(op="d", before={"ID": 9}, after=None)],
+    )
     return [first, *random_transactions(random.Random(seed), n - 1, c_scn=last_c_scn)]
 
 
@@ -64,7 +67,7 @@ def test_now_gets_only_what_is_published_after_it_connected(feed):
             feed.publish(more[3:])
             everything = expected_messages(feed.rows(), "ORCL")
             assert everything[: len(before)] == before
-            new = everything[len(before):]
+            new = everything[len(before) :]
             assert r.read(len(new)) == new
             assert new[0]["c_scn"] == before[-1]["c_scn"] and new[0]["c_idx"] == before[-1]["c_idx"] + 1
             # status: behind by the transactions published since it started, not by the changefeed
@@ -74,14 +77,18 @@ def test_now_gets_only_what_is_published_after_it_connected(feed):
             assert (receiver["streaming_from"]["c_scn"], receiver["streaming_from"]["c_idx"]) == position(new[0])
             assert receiver["transactions_behind"] == len(more)
             text = run_cli("status", "--changefeed", str(feed.path)).stdout
-            assert f"nothing confirmed yet, streaming from c_scn {new[0]['c_scn']} c_idx {new[0]['c_idx']}: " \
-                   f"{len(more)} transactions behind the changefeed" in text
+            assert (
+                f"nothing confirmed yet, streaming from c_scn {new[0]['c_scn']} c_idx {new[0]['c_idx']}: "
+                f"{len(more)} transactions behind the changefeed" in text
+            )
             r.confirm(*position(new[-1]))
             assert r.confirmed() == position(new[-1])  # INFO: REPLICATE, the position confirmed
         status = run_cli("status", "--changefeed", str(feed.path), "--json")
         (receiver,) = json.loads(status.stdout)["receivers"]
-        assert (receiver["confirmed"]["c_scn"], receiver["confirmed"]["c_idx"], receiver["transactions_behind"]) == \
-            (*position(new[-1]), 0)
+        assert (receiver["confirmed"]["c_scn"], receiver["confirmed"]["c_idx"], receiver["transactions_behind"]) == (
+            *position(new[-1]),
+            0,
+        )
         assert serve.stop() == 0, serve.log
     finally:
         if serve.proc.poll() is None:
@@ -103,7 +110,7 @@ def test_next_after_a_reconnect_gets_exactly_what_follows_the_confirmed_position
             feed.publish(more[:5])
             feed.publish(more[5:])
             everything = expected_messages(feed.rows(), "ORCL")
-            new = everything[len(before):]
+            new = everything[len(before) :]
             got = r.read(len(new) // 2)  # a CONFIRM after every 8th message; the last ones unconfirmed
             assert got == new[: len(got)] and r.confirms
             confirmed = r.confirms[-1]

@@ -21,13 +21,20 @@ sys.path.insert(0, str(EXAMPLES))
 import lines_source  # noqa: E402  (docs/examples is not a package)
 
 #: ``olr-buffer`` with the example's scheme in the table, as one line in SCHEMES would add it
-MAIN = (f"import sys; sys.path.insert(0, {str(EXAMPLES)!r}); from olr_buffer.sources import SCHEMES; "
-        "SCHEMES['lines'] = 'lines_source'; from olr_buffer.cli import main; sys.exit(main())")
+MAIN = (
+    f"import sys; sys.path.insert(0, {str(EXAMPLES)!r}); from olr_buffer.sources import SCHEMES; "
+    "SCHEMES['lines'] = 'lines_source'; from olr_buffer.cli import main; sys.exit(main())"
+)
 
 
 def olr_buffer(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", MAIN, *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", MAIN, *args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def lines(first_scn: int, transactions: int) -> str:

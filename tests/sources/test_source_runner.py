@@ -62,8 +62,7 @@ def test_the_runner_follows_until_its_stop_and_the_source_is_acknowledged(tmp_pa
         runner.stop()
         runner.join()
         assert not runner.alive() and runner.errors == [] and runner.following
-        assert source.acks == [Acknowledgement(published, published),
-                               Acknowledgement(CommitKey(8, 1, 0, 5), durable)]
+        assert source.acks == [Acknowledgement(published, published), Acknowledgement(CommitKey(8, 1, 0, 5), durable)]
         assert runner.figures().records_read == 5
         # a source without the optional members: one stream, no size, no identity, no metrics
         assert runner.threads() == {1: False} and runner.input_size() is None

@@ -12,7 +12,6 @@ import pytest
 import olr_buffer.spark_sink.reading as spark_helpers
 from olr_buffer.sinks.parquet import ChangefeedWriter
 from olr_buffer.spark import ChangefeedNotFoundError, read_changefeed, stream_changefeed
-
 from tests.sinks.parquet.workload import publish, transactions
 
 pytestmark = pytest.mark.spark
@@ -25,8 +24,10 @@ def test_a_missing_changefeed_is_one_clear_line(spark, tmp_path):
             read()
         text = str(caught.value)
         assert "\n" not in text and "PATH_NOT_FOUND" not in text and "Traceback" not in text
-        assert text.startswith(f"{path}: no changefeed there (yet) (hint: start olr-buffer run (or replay) with "
-                               f"--changefeed {path} first: it creates the directory")
+        assert text.startswith(
+            f"{path}: no changefeed there (yet) (hint: start olr-buffer run (or replay) with "
+            f"--changefeed {path} first: it creates the directory"
+        )
     with pytest.raises(ChangefeedNotFoundError, match="or give wait_seconds=N to wait for it"):
         stream_changefeed(spark, path)
     t0 = time.monotonic()
@@ -36,7 +37,7 @@ def test_a_missing_changefeed_is_one_clear_line(spark, tmp_path):
 
 
 def test_stream_waits_for_the_changefeed_to_appear(spark, workload, tmp_path, monkeypatch):
-    live, out = tmp_path / "live", tmp_path / "out"
+    live = tmp_path / "live"
     txs = transactions(workload.expected.rows)[:5]
     naps: list[float] = []
 
@@ -52,7 +53,7 @@ def test_stream_waits_for_the_changefeed_to_appear(spark, workload, tmp_path, mo
     monkeypatch.setattr(spark_helpers, "time", types.SimpleNamespace(monotonic=time.monotonic, sleep=nap))
     df = stream_changefeed(spark, str(live), wait_seconds=60, maxFilesPerTrigger=1)
     assert len(naps) == 1 and 0 < naps[0] <= 1.0  # refused once, waited, then read
-    query = (df.writeStream.format("memory").queryName("not_yet").trigger(availableNow=True).start())
+    query = df.writeStream.format("memory").queryName("not_yet").trigger(availableNow=True).start()
     query.awaitTermination(120)
     assert query.exception() is None
     got = spark.sql("SELECT tx_seq, op_seq FROM not_yet ORDER BY tx_seq, op_seq").collect()

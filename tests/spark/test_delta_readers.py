@@ -26,8 +26,12 @@ from tests.contract_model import ModelResult, assert_changefeed_equal, expected_
 def delta_changefeed(tmp_path_factory) -> tuple[Path, ModelResult]:
     root = tmp_path_factory.mktemp("delta")
     simulate(root / "in", threads=2, transactions=300, seed=12, records_per_file=300)
-    replay(str(root / "in"), str(root / "q"), str(root / "cf"),
-           PipelineOptions(file_rows=400, table_format="delta", changefeed_mode=0o750))
+    replay(
+        str(root / "in"),
+        str(root / "q"),
+        str(root / "cf"),
+        PipelineOptions(file_rows=400, table_format="delta", changefeed_mode=0o750),
+    )
     return root / "cf", expected_changefeed(root / "in")
 
 
@@ -121,9 +125,14 @@ def test_a_stream_of_a_delta_changefeed_reads_each_row_once_across_a_compaction(
         writer.close()
 
     def stream_all() -> None:
-        query = (stream_changefeed(spark, str(live), maxFilesPerTrigger=2).writeStream.format("parquet")
-                 .option("path", str(out)).option("checkpointLocation", str(checkpoint))
-                 .trigger(availableNow=True).start())
+        query = (
+            stream_changefeed(spark, str(live), maxFilesPerTrigger=2)
+            .writeStream.format("parquet")
+            .option("path", str(out))
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
         query.awaitTermination(120)
         assert query.exception() is None
 

@@ -79,8 +79,7 @@ def test_batches_decided_in_spark_end_as_the_service_mirror(spark, tmp_path, cut
     for lo, hi in itertools.pairwise(bounds):
         batch = feed.filter((feed.tx_seq > lo) & (feed.tx_seq <= hi))
         for table, applier in appliers.items():
-            out = mirror_batch_changes(batch, changefeed=str(cf), table=f"SHOP.{table}",
-                                       current=applier.current(spark))
+            out = mirror_batch_changes(batch, changefeed=str(cf), table=f"SHOP.{table}", current=applier.current(spark))
             if out is not None:
                 applier.apply(out.toArrow())
     feed.unpersist()
@@ -99,8 +98,13 @@ def test_a_batch_names_upserts_deletes_and_the_rewrite_of_a_table_without_a_key(
     assert log[0]["_change"] == "truncate" and {r["_change"] for r in log[1:]} <= {"upsert"}
     orders = Applier(KEYS["ORDERS"])
     orders.apply(mirror_batch_changes(first, changefeed=str(cf), table="SHOP.ORDERS").toArrow())
-    later = mirror_batch_changes(feed.filter(feed.tx_seq > 10), changefeed=str(cf), table="SHOP.ORDERS",
-                                 current=orders.current(spark)).toArrow().to_pylist()
+    later = (
+        mirror_batch_changes(
+            feed.filter(feed.tx_seq > 10), changefeed=str(cf), table="SHOP.ORDERS", current=orders.current(spark)
+        )
+        .toArrow()
+        .to_pylist()
+    )
     assert {r["_change"] for r in later} == {"upsert", "delete"}  # merged by key, no rewrite
     assert mirror_batch_changes(feed.filter(feed.tx_seq > 100), changefeed=str(cf), table="SHOP.ORDERS") is None
 
@@ -119,9 +123,17 @@ def test_a_truncate_in_a_batch_writes_the_table_again_as_the_service_does(spark,
     from olr_buffer.mirror import Change, TableRules
     from olr_buffer.mirror.table import MirrorTable
 
-    doc = {"format": 1, "source": "postgresql", "owner": "p", "table": "t", "key": ["id"],
-           "columns": [{"name": "id", "type": "integer", "nullable": False, "spark": "int"},
-                       {"name": "v", "type": "text", "nullable": True, "spark": "string"}]}
+    doc = {
+        "format": 1,
+        "source": "postgresql",
+        "owner": "p",
+        "table": "t",
+        "key": ["id"],
+        "columns": [
+            {"name": "id", "type": "integer", "nullable": False, "spark": "int"},
+            {"name": "v", "type": "text", "nullable": True, "spark": "string"},
+        ],
+    }
     cf = tmp_path / "cf"
     (cf / "_olr_buffer" / "schemas").mkdir(parents=True)
     (cf / "_olr_buffer" / "schemas" / "v1.json").write_text(json.dumps(doc))
@@ -135,8 +147,12 @@ def test_a_truncate_in_a_batch_writes_the_table_again_as_the_service_does(spark,
 
     batches = [
         [change(0, "c", after={"id": 1, "v": "a"}), change(1, "c", after={"id": 2, "v": "b"})],
-        [change(2, "u", before={"id": 1}, after={"v": "A"}), change(3, "t"), change(4, "c", after={"id": 3, "v": "c"}),
-         change(5, "u", before={"id": 3}, after={"v": "C"})],
+        [
+            change(2, "u", before={"id": 1}, after={"v": "A"}),
+            change(3, "t"),
+            change(4, "c", after={"id": 3, "v": "c"}),
+            change(5, "u", before={"id": 3}, after={"v": "C"}),
+        ],
         [change(6, "u", before={"id": 3}, after={"v": "D"}), change(7, "c", after={"id": 4, "v": "d"})],
     ]
     changes = []
@@ -145,11 +161,14 @@ def test_a_truncate_in_a_batch_writes_the_table_again_as_the_service_does(spark,
         df = spark.createDataFrame(
             [("p", "t", c.tx_seq, c.op_seq, c.c_scn, c.op, c.before, c.after, c.version) for c in batch],
             "owner string, table string, tx_seq long, op_seq long, c_scn long, op string, before string, "
-            "after string, schema_version string")
+            "after string, schema_version string",
+        )
         out = mirror_batch_changes(df, changefeed=str(cf), table="p.t", current=applier.current(spark)).toArrow()
         changes.append(out.column("_change").to_pylist())
         applier.apply(out)
         assert _sorted(applier.rows) == _sorted(DeltaTable(service.uri).to_pyarrow_table().to_pylist())
     assert changes == [["truncate", "upsert", "upsert"], ["truncate", "upsert"], ["upsert", "upsert"]]
-    assert applier.rows == [{"id": 3, "v": "D", "tx_seq": 6, "c_scn": 106}, {"id": 4, "v": "d", "tx_seq": 7,
-                                                                           "c_scn": 107}]
+    assert applier.rows == [
+        {"id": 3, "v": "D", "tx_seq": 6, "c_scn": 106},
+        {"id": 4, "v": "d", "tx_seq": 7, "c_scn": 107},
+    ]

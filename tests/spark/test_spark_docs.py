@@ -37,10 +37,13 @@ def test_the_page_has_the_blocks_it_shows():
 
 def test_every_python_block_runs_as_written(spark, tmp_path):
     # the page's shell commands: simulate, replay, compact --output
-    stats = simulate(tmp_path / "in", threads=2, transactions=60, seed=5, records_per_file=150,
-                     start_tm=1_717_200_000_000_000_000)
+    stats = simulate(
+        tmp_path / "in", threads=2, transactions=60, seed=5, records_per_file=150, start_tm=1_717_200_000_000_000_000
+    )
     assert (stats.emitted, stats.emitted_rows) == (54, 881)
-    replay(str(tmp_path / "in"), str(tmp_path / "q"), str(tmp_path / "cf"), PipelineOptions(file_rows=10, durable=False))
+    replay(
+        str(tmp_path / "in"), str(tmp_path / "q"), str(tmp_path / "cf"), PipelineOptions(file_rows=10, durable=False)
+    )
     compact(str(tmp_path / "cf"), output=str(tmp_path / "cf-compacted"), target_rows=300, durable=False)
     namespace: dict = {"spark": spark}
     out = io.StringIO()

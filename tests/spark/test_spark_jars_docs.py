@@ -26,15 +26,16 @@ def installed() -> tuple[str, str, str]:
 
     jars = os.path.join(os.path.dirname(pyspark.__file__), "jars")
     (scala,) = [re.search(r"scala-library-(\d+\.\d+)\.", p).group(1) for p in glob.glob(f"{jars}/scala-library-*.jar")]
-    (hadoop,) = [re.search(r"hadoop-client-api-([\d.]+)\.jar", p).group(1)
-                 for p in glob.glob(f"{jars}/hadoop-client-api-*.jar")]
+    (hadoop,) = [
+        re.search(r"hadoop-client-api-([\d.]+)\.jar", p).group(1) for p in glob.glob(f"{jars}/hadoop-client-api-*.jar")
+    ]
     return ".".join(pyspark.__version__.split(".")[:2]), scala, hadoop
 
 
 def section() -> str:
     text = DOC.read_text(encoding="utf-8")
     start = text.index("## On S3, and as a Delta table")
-    return text[start:text.index("\n## ", start + 1)]
+    return text[start : text.index("\n## ", start + 1)]
 
 
 def versions_table() -> dict[str, list[str]]:

@@ -97,8 +97,8 @@ def test_spark_verifies_page_checksums_when_told_to(spark, changefeed, tmp_path)
     verifies with ``parquet.page.verify-checksum.enabled``."""
     import shutil
 
-    from pyspark.errors import PySparkException
     from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
 
     from tests.fault_helpers import flip_a_data_byte
 

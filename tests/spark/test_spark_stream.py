@@ -10,7 +10,6 @@ import pytest
 from olr_buffer.sinks.parquet import ChangefeedWriter
 from olr_buffer.spark import CHANGEFEED_SCHEMA, stream_changefeed, table_changes
 from tests.contract_model import assert_changefeed_equal
-
 from tests.sinks.parquet.workload import ORDERS_DDL, OWNER, TABLE, part_files, publish, spark_rows, transactions
 
 pytestmark = pytest.mark.spark
@@ -106,8 +105,25 @@ def test_stream_sees_every_row_once_while_olr_buffer_run_publishes(spark, tmp_pa
     live, cf, out, checkpoint = (tmp_path / d for d in ("live", "cf", "out", "checkpoint"))
     live.mkdir()
     service = subprocess.Popen(
-        [sys.executable, "-m", "olr_buffer.cli", "run", str(live), "--queue", str(tmp_path / "q"), "--changefeed",
-         str(cf), "--threads", "1,2", "--flush-interval", "0.3", "--poll-interval", "0.02", "--log-level", "warning"],
+        [
+            sys.executable,
+            "-m",
+            "olr_buffer.cli",
+            "run",
+            str(live),
+            "--queue",
+            str(tmp_path / "q"),
+            "--changefeed",
+            str(cf),
+            "--threads",
+            "1,2",
+            "--flush-interval",
+            "0.3",
+            "--poll-interval",
+            "0.02",
+            "--log-level",
+            "warning",
+        ],
         cwd=root,
     )
     _wait_for(lambda: (cf / "_olr_buffer").is_dir())

@@ -12,7 +12,6 @@ import pytest
 
 from olr_buffer.spark import snapshot, table_changes
 from tests.contract_model import load_input
-
 from tests.sinks.parquet.workload import ORDERS_DDL, ORDERS_JSON_OPTIONS, OWNER, TABLE, reference_snapshot
 
 pytestmark = pytest.mark.spark
@@ -50,7 +49,8 @@ def test_the_table_has_every_kind_of_change(workload):
     # compensation records in published transactions, from the simulator and by hand
     published = {r["xid"] for r in rows}
     compensations = [
-        rec for rec in load_input(workload.input)
+        rec
+        for rec in load_input(workload.input)
         if rec.data.get("rollback") is True and rec.data.get("table") == TABLE and rec.data["xid"] in published
     ]
     assert len(compensations) >= 5
@@ -61,14 +61,38 @@ def test_the_table_has_every_kind_of_change(workload):
 def test_table_changes_parses_before_and_after(spark, workload):
     df = table_changes(spark, str(workload.changefeed), OWNER, TABLE, ORDERS_DDL, json_options=ORDERS_JSON_OPTIONS)
     assert df.columns == [
-        "tx_seq", "op_seq", "c_scn", "c_tm", "xid", "op", "scn", "sub", "tm", "thread",
-        "owner", "table", "obj", "rid", "before", "after", "sql", "c_ts", "ts", "schema_version",
+        "tx_seq",
+        "op_seq",
+        "c_scn",
+        "c_tm",
+        "xid",
+        "op",
+        "scn",
+        "sub",
+        "tm",
+        "thread",
+        "owner",
+        "table",
+        "obj",
+        "rid",
+        "before",
+        "after",
+        "sql",
+        "c_ts",
+        "ts",
+        "schema_version",
     ]
     assert df.schema["after"].dataType.simpleString().startswith("struct<ORDER_ID:bigint,")
     got = [r.asDict(recursive=True) for r in df.orderBy("tx_seq", "op_seq").collect()]
     want = [
-        {**r, "before": typed(r["before"]), "after": typed(r["after"]), "c_ts": as_ts(r["c_tm"]), "ts": as_ts(r["tm"]),
-         "schema_version": None}
+        {
+            **r,
+            "before": typed(r["before"]),
+            "after": typed(r["after"]),
+            "c_ts": as_ts(r["c_tm"]),
+            "ts": as_ts(r["tm"]),
+            "schema_version": None,
+        }
         for r in workload.expected.rows
         if (r["owner"], r["table"]) == (OWNER, TABLE)
     ]
@@ -95,8 +119,9 @@ def test_snapshot_by_rid_with_schema(spark, workload):
 
 
 def test_snapshot_by_primary_key(spark, workload):
-    df = snapshot(spark, str(workload.changefeed), OWNER, TABLE, ORDERS_DDL, key=["ORDER_ID"],
-                  json_options=ORDERS_JSON_OPTIONS)
+    df = snapshot(
+        spark, str(workload.changefeed), OWNER, TABLE, ORDERS_DDL, key=["ORDER_ID"], json_options=ORDERS_JSON_OPTIONS
+    )
     assert df.columns == FIELDS
     got = {(r.ORDER_ID,): r.asDict() for r in df.collect()}
     reference = reference_snapshot(workload.expected.rows, OWNER, TABLE, ["ORDER_ID"])

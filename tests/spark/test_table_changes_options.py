@@ -8,9 +8,14 @@ import pytest
 
 from olr_buffer.sinks.parquet.errors import ChangefeedReadError, UnknownTableError
 from olr_buffer.spark import (
-    CDF_COLUMNS, ddl_columns_of, infer_schema, read_changefeed, snapshot, stream_changefeed, table_changes,
+    CDF_COLUMNS,
+    ddl_columns_of,
+    infer_schema,
+    read_changefeed,
+    snapshot,
+    stream_changefeed,
+    table_changes,
 )
-
 from tests.sinks.parquet.workload import ORDERS_DDL, OWNER, TABLE
 
 FIELDS = [c.split()[0] for c in ORDERS_DDL.split(", ")]
@@ -23,18 +28,27 @@ def _table_rows(workload):
 def test_ddl_columns_of_oracle_create_and_alter():
     from pyspark.sql.types import DecimalType, DoubleType, LongType, StringType
 
-    columns = ddl_columns_of([
-        "CREATE TABLE SALES.ORDERS (ORDER_ID NUMBER(12) NOT NULL, TOTAL NUMBER(10,2), BIG NUMBER(30), "
-        "NOTE VARCHAR2(400 CHAR), CREATED DATE, AMOUNT NUMBER, RATE BINARY_DOUBLE, "
-        "CONSTRAINT ORDERS_PK PRIMARY KEY (ORDER_ID))",
-        "ALTER TABLE SALES.ORDERS MODIFY (NOTE VARCHAR2(800))",
-        "ALTER TABLE SALES.ORDERS ADD (EXTRA_1 VARCHAR2(40), QTY NUMBER(5,0))",
-        "COMMENT ON TABLE SALES.ORDERS IS 'x'",
-        None,
-    ])
+    columns = ddl_columns_of(
+        [
+            "CREATE TABLE SALES.ORDERS (ORDER_ID NUMBER(12) NOT NULL, TOTAL NUMBER(10,2), BIG NUMBER(30), "
+            "NOTE VARCHAR2(400 CHAR), CREATED DATE, AMOUNT NUMBER, RATE BINARY_DOUBLE, "
+            "CONSTRAINT ORDERS_PK PRIMARY KEY (ORDER_ID))",
+            "ALTER TABLE SALES.ORDERS MODIFY (NOTE VARCHAR2(800))",
+            "ALTER TABLE SALES.ORDERS ADD (EXTRA_1 VARCHAR2(40), QTY NUMBER(5,0))",
+            "COMMENT ON TABLE SALES.ORDERS IS 'x'",
+            None,
+        ]
+    )
     assert columns == {
-        "ORDER_ID": LongType(), "TOTAL": DecimalType(10, 2), "BIG": DecimalType(30, 0), "NOTE": StringType(),
-        "CREATED": StringType(), "AMOUNT": None, "RATE": DoubleType(), "EXTRA_1": StringType(), "QTY": LongType(),
+        "ORDER_ID": LongType(),
+        "TOTAL": DecimalType(10, 2),
+        "BIG": DecimalType(30, 0),
+        "NOTE": StringType(),
+        "CREATED": StringType(),
+        "AMOUNT": None,
+        "RATE": DoubleType(),
+        "EXTRA_1": StringType(),
+        "QTY": LongType(),
     }
     # a later CREATE TABLE (the table dropped and created again) starts afresh
     assert list(ddl_columns_of(["CREATE TABLE T (A NUMBER(3))", "CREATE TABLE T (B VARCHAR2(3))"])) == ["B"]

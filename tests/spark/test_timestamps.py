@@ -5,7 +5,7 @@ compacts, with the same values derived."""
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
@@ -16,10 +16,9 @@ from olr_buffer.sinks.parquet import ARROW_SCHEMA, ChangefeedWriter
 from olr_buffer.sinks.parquet.compaction import compact
 from olr_buffer.sinks.parquet.schema import nanos_to_timestamp
 from tests.contract_model import CHANGEFEED_COLUMNS, assert_changefeed_equal, check_changefeed_layout, load_changefeed
+from tests.sinks.parquet.workload import OWNER, TABLE, part_files
 
-from tests.sinks.parquet.workload import OWNER, TABLE, Workload, part_files
-
-EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def as_utc(nanos: int | None) -> datetime | None:
@@ -42,7 +41,7 @@ def strip_timestamps(cf: Path, every: int = 2) -> list[str]:
 
 def test_columns_follow_the_contract_and_hold_micros_utc(workload):
     assert ARROW_SCHEMA.names[: len(CHANGEFEED_COLUMNS)] == list(CHANGEFEED_COLUMNS)
-    assert ARROW_SCHEMA.names[len(CHANGEFEED_COLUMNS):] == ["c_ts", "ts", "schema_version"]
+    assert ARROW_SCHEMA.names[len(CHANGEFEED_COLUMNS) :] == ["c_ts", "ts", "schema_version"]
     first = workload.changefeed / part_files(workload.changefeed)[0]
     parquet_type = pq.ParquetFile(first).schema.column(ARROW_SCHEMA.get_field_index("c_ts")).logical_type
     logical = json.loads(parquet_type.to_json())
@@ -95,8 +94,12 @@ def test_helpers_derive_the_columns_for_older_files(spark, workload, tmp_path):
     expected = {(r["tx_seq"], r["op_seq"]): (r["c_tm"], r["tm"]) for r in workload.expected.rows}
     got = {
         (r.tx_seq, r.op_seq): (r.c_ts, r.ts)
-        for r in df.select("tx_seq", "op_seq", F.date_format("c_ts", "yyyy-MM-dd HH:mm:ss.SSSSSS").alias("c_ts"),
-                           F.date_format("ts", "yyyy-MM-dd HH:mm:ss.SSSSSS").alias("ts")).collect()
+        for r in df.select(
+            "tx_seq",
+            "op_seq",
+            F.date_format("c_ts", "yyyy-MM-dd HH:mm:ss.SSSSSS").alias("c_ts"),
+            F.date_format("ts", "yyyy-MM-dd HH:mm:ss.SSSSSS").alias("ts"),
+        ).collect()
     }
 
     def text(nanos):
@@ -106,9 +109,13 @@ def test_helpers_derive_the_columns_for_older_files(spark, workload, tmp_path):
 
     out = tmp_path / "stream-out"
     query = (
-        stream_changefeed(spark, cf).select("tx_seq", "op_seq", "c_ts").writeStream.format("parquet")
-        .option("path", str(out)).option("checkpointLocation", str(tmp_path / "chk"))
-        .trigger(availableNow=True).start()
+        stream_changefeed(spark, cf)
+        .select("tx_seq", "op_seq", "c_ts")
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(tmp_path / "chk"))
+        .trigger(availableNow=True)
+        .start()
     )
     query.awaitTermination(timeout=300)
     streamed = spark.read.parquet(str(out))

@@ -18,11 +18,25 @@ pytestmark = pytest.mark.spark
 SCHEMA = "id BIGINT, v STRING"
 
 
-def _row(code: int, lsn: int, table: str, key: int | None = None, before: dict | None = None,
-         after: dict | None = None) -> list:
+def _row(
+    code: int, lsn: int, table: str, key: int | None = None, before: dict | None = None, after: dict | None = None
+) -> list:
     rid = None if key is None else json.dumps({"id": key})
-    return [code, lsn, 0, 1, lsn, None, "public", table, 16384, rid,
-            None if before is None else json.dumps(before), None if after is None else json.dumps(after), None]
+    return [
+        code,
+        lsn,
+        0,
+        1,
+        lsn,
+        None,
+        "public",
+        table,
+        16384,
+        rid,
+        None if before is None else json.dumps(before),
+        None if after is None else json.dumps(after),
+        None,
+    ]
 
 
 def _c(lsn, table, key, v="a"):
@@ -43,13 +57,15 @@ def _t(lsn, table):
 
 #: tx_seq: rows (what a PostgreSQL source publishes for these statements)
 TRANSACTIONS = [
-    [_row(COPY_ROW, 10, "items", 1, after={"id": 1, "v": "a"}),      # 0: initial copy
-     _row(COPY_ROW, 10, "items", 2, after={"id": 2, "v": "b"})],
-    [_c(20, "items", 3), _c(21, "other", 1)],                         # 1
-    [_t(30, "items")],                                                # 2: TRUNCATE items
-    [_c(40, "items", 4, "x"), _u(41, "items", 4, "y")],               # 3
-    [_c(50, "items", 5), _t(51, "items"), _c(52, "items", 6)],        # 4: a reload in one transaction
-    [_c(60, "items", 7), _d(61, "items", 6), _c(62, "other", 2)],     # 5
+    [
+        _row(COPY_ROW, 10, "items", 1, after={"id": 1, "v": "a"}),  # 0: initial copy
+        _row(COPY_ROW, 10, "items", 2, after={"id": 2, "v": "b"}),
+    ],
+    [_c(20, "items", 3), _c(21, "other", 1)],  # 1
+    [_t(30, "items")],  # 2: TRUNCATE items
+    [_c(40, "items", 4, "x"), _u(41, "items", 4, "y")],  # 3
+    [_c(50, "items", 5), _t(51, "items"), _c(52, "items", 6)],  # 4: a reload in one transaction
+    [_c(60, "items", 7), _d(61, "items", 6), _c(62, "other", 2)],  # 5
 ]
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 from decimal import Decimal
-from pathlib import Path
 
 import pytest
 
@@ -35,10 +34,21 @@ COLUMNS = [  # name, source type, Spark type
     ("u", "uuid", "string"),
 ]
 VALUES = {  # column -> its value in the row of every type (JSON text, as the PostgreSQL source writes it)
-    "id": "1", "big": "12345678901234567890123456789.123456789", "price": "999.99",
-    "plain": "-0.000000000000000001", "r": "1.5", "d": '"NaN"', "flag": "true", "day": '"2024-02-29"',
-    "at": '"2024-06-01 12:34:56.789012+05:30"', "local": '"2024-06-01 12:34:56.5"', "raw": '"\\\\x00ff10"',
-    "doc": '{"k":[1,2.50],"a":null}', "tags": '"{1,NULL,-3}"', "prices": '"{}"', "n": "-9223372036854775808",
+    "id": "1",
+    "big": "12345678901234567890123456789.123456789",
+    "price": "999.99",
+    "plain": "-0.000000000000000001",
+    "r": "1.5",
+    "d": '"NaN"',
+    "flag": "true",
+    "day": '"2024-02-29"',
+    "at": '"2024-06-01 12:34:56.789012+05:30"',
+    "local": '"2024-06-01 12:34:56.5"',
+    "raw": '"\\\\x00ff10"',
+    "doc": '{"k":[1,2.50],"a":null}',
+    "tags": '"{1,NULL,-3}"',
+    "prices": '"{}"',
+    "n": "-9223372036854775808",
     "u": '"a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"',
 }
 
@@ -68,13 +78,13 @@ BAD = {
 
 
 def document(columns=COLUMNS, table="t"):
-    return schema_document("postgresql", "public", table, [SchemaColumn(n, t, n != "id", s) for n, t, s in columns],
-                           ["id"])
+    return schema_document(
+        "postgresql", "public", table, [SchemaColumn(n, t, n != "id", s) for n, t, s in columns], ["id"]
+    )
 
 
 def row(code, table, version, doc, rid, before, after):
-    return [code, 1, 0, 0, 0, None, "public", table, 7, rid, before, after, None,
-            *schema_fields(version, doc)]
+    return [code, 1, 0, 0, 0, None, "public", table, 7, rid, before, after, None, *schema_fields(version, doc)]
 
 
 @pytest.fixture(scope="module")
@@ -94,13 +104,17 @@ def cf(tmp_path_factory) -> str:
     tx(row(INSERT, "t", v1, doc1, '{"id":1}', None, GOOD))
     tx(row(UPDATE, "t", v1, doc1, '{"id":1}', None, GOOD.replace('"price":999.99', '"price":5')))
     v2, doc2 = document(COLUMNS + [("note", "text", "string")])
-    tx(row(INSERT, "t", v2, doc2, '{"id":2}', None, '{"id":2,"note":"added"}'),
-       row(DELETE, "t", v2, None, '{"id":2}', '{"id":2}', None))
+    tx(
+        row(INSERT, "t", v2, doc2, '{"id":2}', None, '{"id":2,"note":"added"}'),
+        row(DELETE, "t", v2, None, '{"id":2}', '{"id":2}', None),
+    )
     for column, value in BAD.items():
         v, doc = document(table=f"bad_{column}")
         text = image({**VALUES, column: value})
-        tx(row(INSERT, f"bad_{column}", v, doc, '{"id":1}', None, GOOD),
-           row(UPDATE, f"bad_{column}", v, None, '{"id":1}', GOOD, text))
+        tx(
+            row(INSERT, f"bad_{column}", v, doc, '{"id":1}', None, GOOD),
+            row(UPDATE, f"bad_{column}", v, None, '{"id":1}', GOOD, text),
+        )
     w.close()
     return str(path)
 
@@ -113,12 +127,21 @@ def test_every_type_comes_out_exact(spark, cf):
     assert types == {n: s for n, _, s in COLUMNS}
     first = df.where("tx_seq = 0").first().after.asDict()
     assert first == {
-        "id": 1, "big": Decimal("12345678901234567890123456789.123456789"), "price": Decimal("999.99"),
-        "plain": Decimal("-0.000000000000000001"), "r": 1.5, "d": first["d"], "flag": True,
+        "id": 1,
+        "big": Decimal("12345678901234567890123456789.123456789"),
+        "price": Decimal("999.99"),
+        "plain": Decimal("-0.000000000000000001"),
+        "r": 1.5,
+        "d": first["d"],
+        "flag": True,
         "day": dt.date(2024, 2, 29),
         "at": dt.datetime(2024, 6, 1, 7, 4, 56, 789012),  # the session's time zone is UTC
-        "local": dt.datetime(2024, 6, 1, 12, 34, 56, 500000), "raw": bytearray(b"\x00\xff\x10"),
-        "doc": '{"a":null,"k":[1,2.5]}', "tags": [1, None, -3], "prices": [], "n": -9223372036854775808,
+        "local": dt.datetime(2024, 6, 1, 12, 34, 56, 500000),
+        "raw": bytearray(b"\x00\xff\x10"),
+        "doc": '{"a":null,"k":[1,2.5]}',
+        "tags": [1, None, -3],
+        "prices": [],
+        "n": -9223372036854775808,
         "u": "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",
     }
     assert first["d"] != first["d"]  # NaN
@@ -129,10 +152,20 @@ def test_the_latest_version_reads_every_row(spark, cf):
 
     df = typed(spark, cf, "public", "t")
     assert df.schema["after"].dataType.fieldNames()[-1] == "note"
-    got = {(r.tx_seq, r.op): (r.after.id if r.after else None, r.after.note if r.after else None, r.after.price
-                              if r.after else None) for r in df.collect()}
-    assert got == {(0, "c"): (1, None, Decimal("999.99")), (1, "u"): (1, None, Decimal("5.00")),
-                   (2, "c"): (2, "added", None), (2, "d"): (None, None, None)}
+    got = {
+        (r.tx_seq, r.op): (
+            r.after.id if r.after else None,
+            r.after.note if r.after else None,
+            r.after.price if r.after else None,
+        )
+        for r in df.collect()
+    }
+    assert got == {
+        (0, "c"): (1, None, Decimal("999.99")),
+        (1, "u"): (1, None, Decimal("5.00")),
+        (2, "c"): (2, "added", None),
+        (2, "d"): (None, None, None),
+    }
     document_, struct = table_schema(spark, cf, "public", "t")
     assert document_["columns"][-1] == {"name": "note", "type": "text", "nullable": True, "spark": "string"}
     assert struct == df.schema["after"].dataType
@@ -148,23 +181,43 @@ def test_every_value_that_does_not_fit_is_an_error_and_every_one_that_does_is_no
     from olr_buffer.spark_sink.tables import _checked_images
 
     cases = [(c, VALUES[c], False) for c in VALUES] + [(c, v, True) for c, v in BAD.items()]
-    cases += [("price", "5", False), ("price", "-0.10", False), ("price", '"12.5"', False), ("id", "-7", False),
-              ("at", '"2024-06-01T12:34:56Z"', False), ("at", '"2024-06-01 12:34:56-07"', False),
-              ("at", '"2024-06-01 12:34:56.1234560+00"', False), ("local", '"2024-06-01"', False),
-              ("n", "null", False), ("big", '"NaN"', True), ("price", "99.5e1", True), ("tags", '"{1,x}"', True),
-              ("day", '"2024-06-01 00:00:00"', True), ("at", '"infinity"', True),
-              # nanoseconds since the epoch (OpenLogReplicator's form), in whole microseconds
-              ("local", "1717243496500000000", False), ("at", '"1717243496000000000"', False), ("at", "-1000", False),
-              ("local", "1717243496123456789", True), ("at", "99999999999999999999", True), ("day", "0", True)]
+    cases += [
+        ("price", "5", False),
+        ("price", "-0.10", False),
+        ("price", '"12.5"', False),
+        ("id", "-7", False),
+        ("at", '"2024-06-01T12:34:56Z"', False),
+        ("at", '"2024-06-01 12:34:56-07"', False),
+        ("at", '"2024-06-01 12:34:56.1234560+00"', False),
+        ("local", '"2024-06-01"', False),
+        ("n", "null", False),
+        ("big", '"NaN"', True),
+        ("price", "99.5e1", True),
+        ("tags", '"{1,x}"', True),
+        ("day", '"2024-06-01 00:00:00"', True),
+        ("at", '"infinity"', True),
+        # nanoseconds since the epoch (OpenLogReplicator's form), in whole microseconds
+        ("local", "1717243496500000000", False),
+        ("at", '"1717243496000000000"', False),
+        ("at", "-1000", False),
+        ("local", "1717243496123456789", True),
+        ("at", "99999999999999999999", True),
+        ("day", "0", True),
+    ]
     types = {n: s for n, _, s in COLUMNS}
     fields = [(n, DataType.fromDDL(s)) for n, _, s in COLUMNS]
-    df = spark.createDataFrame([(k, 0, None, image({c: v}), None) for k, (c, v, _) in enumerate(cases)],
-                               "tx_seq long, op_seq long, before string, after string, rid string")
+    df = spark.createDataFrame(
+        [(k, 0, None, image({c: v}), None) for k, (c, v, _) in enumerate(cases)],
+        "tx_seq long, op_seq long, before string, after string, rid string",
+    )
     got = dict(_checked_images(df, fields).select("tx_seq", "_misfit").collect())
     for k, (column, value, bad) in enumerate(cases):
         if bad:
-            assert got[k] is not None and got[k].startswith(f'after column "{column}" = \'') and \
-                got[k].endswith(f"' does not fit {types[column]}"), (column, value, got[k])
+            assert (
+                got[k] is not None
+                and got[k].startswith(f'after column "{column}" = \'')
+                and got[k].endswith(f"' does not fit {types[column]}")
+            ), (column, value, got[k])
         else:
             assert got[k] is None, (column, value, got[k])
 
@@ -181,9 +234,10 @@ def test_a_value_that_does_not_fit_fails_the_query_naming_the_row_and_column(spa
         message = str(info.value)
         tx_seq = 3 + list(BAD).index(column)
         assert "USER_RAISED_EXCEPTION" in message
-        assert (f"public.bad_{column}: tx_seq {tx_seq}, op_seq 1: after column \"{column}\" = "
-                f"'{json.loads(BAD[column]) if BAD[column].startswith(chr(34)) else BAD[column]}' does not fit "
-                ) in message, message
+        assert (
+            f'public.bad_{column}: tx_seq {tx_seq}, op_seq 1: after column "{column}" = '
+            f"'{json.loads(BAD[column]) if BAD[column].startswith(chr(34)) else BAD[column]}' does not fit "
+        ) in message, message
     assert typed(spark, cf, "public", "bad_big", types={"big": "string"}).count() == 2
 
 
@@ -203,8 +257,10 @@ def test_an_update_without_before_has_its_key_as_pre_image(spark, cf):
     the key: the change-data-feed view gives the key columns from ``rid``, the rest null."""
     from olr_buffer.spark import table_changes, typed
 
-    for df in (typed(spark, cf, "public", "t", change_data_feed=True),
-               table_changes(spark, cf, "public", "t", "id INT, price DECIMAL(5,2)", change_data_feed=True)):
+    for df in (
+        typed(spark, cf, "public", "t", change_data_feed=True),
+        table_changes(spark, cf, "public", "t", "id INT, price DECIMAL(5,2)", change_data_feed=True),
+    ):
         pre = df.where("_change_type = 'update_preimage'").collect()
         assert [(r.id, r.price) for r in pre] == [(1, None)]
 
@@ -230,14 +286,22 @@ def test_a_stream_reads_typed_rows(spark, cf, tmp_path):
     from olr_buffer.spark import stream_changefeed, typed
 
     stream = typed(spark, stream_changefeed(spark, cf), "public", "t", changefeed=cf)
-    query = (stream.select("tx_seq", "op", "after.big", "after.note").writeStream.format("memory")
-             .queryName("typed_stream").option("checkpointLocation", str(tmp_path / "chk"))
-             .trigger(availableNow=True).start())
+    query = (
+        stream.select("tx_seq", "op", "after.big", "after.note")
+        .writeStream.format("memory")
+        .queryName("typed_stream")
+        .option("checkpointLocation", str(tmp_path / "chk"))
+        .trigger(availableNow=True)
+        .start()
+    )
     query.awaitTermination()
     got = sorted((r.tx_seq, r.op, r.big, r.note) for r in spark.table("typed_stream").collect())
-    assert got == [(0, "c", Decimal("12345678901234567890123456789.123456789"), None),
-                   (1, "u", Decimal("12345678901234567890123456789.123456789"), None),
-                   (2, "c", None, "added"), (2, "d", None, None)]
+    assert got == [
+        (0, "c", Decimal("12345678901234567890123456789.123456789"), None),
+        (1, "u", Decimal("12345678901234567890123456789.123456789"), None),
+        (2, "c", None, "added"),
+        (2, "d", None, None),
+    ]
 
 
 def test_a_column_renamed_or_dropped_and_added_is_refused_unless_a_version_is_given(spark, tmp_path):
@@ -251,19 +315,27 @@ def test_a_column_renamed_or_dropped_and_added_is_refused_unless_a_version_is_gi
     w = ChangefeedWriter(path, durable=False)
     v1, doc1 = document([("id", "integer", "int"), ("qty", "integer", "int")], table="r")
     v2, doc2 = document([("id", "integer", "int"), ("amount", "integer", "int")], table="r")  # RENAME qty TO amount
-    for k, (v, doc, after) in enumerate([(v1, doc1, '{"id":1,"qty":5}'), (v1, None, '{"id":2,"qty":6}'),
-                                         (v2, doc2, '{"id":3,"amount":7}')]):
-        w.write_transaction(Commit(f"x{k}", CommitKey(100 + k, 1, 0, 0), None),
-                            [(1, [row(INSERT, "r", v, doc, f'{{"id":{k + 1}}}', None, after)])])
+    for k, (v, doc, after) in enumerate(
+        [(v1, doc1, '{"id":1,"qty":5}'), (v1, None, '{"id":2,"qty":6}'), (v2, doc2, '{"id":3,"amount":7}')]
+    ):
+        w.write_transaction(
+            Commit(f"x{k}", CommitKey(100 + k, 1, 0, 0), None),
+            [(1, [row(INSERT, "r", v, doc, f'{{"id":{k + 1}}}', None, after)])],
+        )
     w.close()
     cf = str(path)
-    want = (f"{cf}: public.r: column qty of schema version {v1} (rows of tx_seq 0..1) is not in version {v2}, the "
-            "table's last, which has amount instead: renamed, or dropped and added (the schema documents cannot "
-            f"tell); read by {v2}, those rows would have amount null and qty gone (hint: read those rows by their "
-            f"own version (version='{v1}', ending_tx_seq=1) and the later ones by {v2} (version='{v2}', "
-            f"starting_tx_seq=2); or give version='{v2}' to read every row by it")
-    for read in (lambda: typed(spark, cf, "public", "r"), lambda: table_changes(spark, cf, "public", "r"),
-                 lambda: snapshot(spark, cf, "public", "r", key="id")):
+    want = (
+        f"{cf}: public.r: column qty of schema version {v1} (rows of tx_seq 0..1) is not in version {v2}, the "
+        "table's last, which has amount instead: renamed, or dropped and added (the schema documents cannot "
+        f"tell); read by {v2}, those rows would have amount null and qty gone (hint: read those rows by their "
+        f"own version (version='{v1}', ending_tx_seq=1) and the later ones by {v2} (version='{v2}', "
+        f"starting_tx_seq=2); or give version='{v2}' to read every row by it"
+    )
+    for read in (
+        lambda: typed(spark, cf, "public", "r"),
+        lambda: table_changes(spark, cf, "public", "r"),
+        lambda: snapshot(spark, cf, "public", "r", key="id"),
+    ):
         with pytest.raises(ChangefeedReadError) as info:
             read()
         assert str(info.value).startswith(want), str(info.value)
@@ -285,31 +357,86 @@ def test_a_redo_table_with_ddl_columns_comes_out_typed(spark, tmp_path):
     from olr_buffer.runtime import replay
     from olr_buffer.spark import snapshot, typed
 
-    columns = [{"name": "ID", "type": "NUMBER(10)", "nullable": False, "key": True},
-               {"name": "TOTAL", "type": "NUMBER(12,2)"}, {"name": "RATE", "type": "NUMBER"},
-               {"name": "CREATED", "type": "DATE"}, {"name": "AT", "type": "TIMESTAMP(6) WITH TIME ZONE"},
-               {"name": "TAG", "type": "RAW(4)"}, {"name": "NOTE", "type": "VARCHAR2(20 CHAR)"}]
+    columns = [
+        {"name": "ID", "type": "NUMBER(10)", "nullable": False, "key": True},
+        {"name": "TOTAL", "type": "NUMBER(12,2)"},
+        {"name": "RATE", "type": "NUMBER"},
+        {"name": "CREATED", "type": "DATE"},
+        {"name": "AT", "type": "TIMESTAMP(6) WITH TIME ZONE"},
+        {"name": "TAG", "type": "RAW(4)"},
+        {"name": "NOTE", "type": "VARCHAR2(20 CHAR)"},
+    ]
     inp = tmp_path / "in"
     inp.mkdir()
-    ddl = {"op": "ddl", "scn": 11, "xid": "a", "owner": "SALES", "table": "ORDERS", "sql": "CREATE TABLE ...",
-           "columns": columns}
-    row = {"op": "insert", "scn": 21, "xid": "b", "owner": "SALES", "table": "ORDERS", "rid": "AAAR1",
-           "after": {"ID": 7, "TOTAL": "1234567890.50", "RATE": 0.125, "CREATED": "2024-07-23 11:43:19",
-                     "AT": "2024-07-23T11:43:19.123456+02:00", "TAG": "DEADBEEF", "NOTE": "ünïcode"}}
-    (inp / "redo_1_1.jsonl").write_text("\n".join(json.dumps(r) for r in [
-        {"op": "begin", "scn": 10, "xid": "a"}, ddl, {"op": "commit", "scn": 12, "xid": "a"},
-        {"op": "lwn", "scn": 30}]) + "\n")
-    (inp / "redo_2_1.jsonl").write_text("\n".join(json.dumps(r) for r in [
-        {"op": "begin", "scn": 20, "xid": "b"}, row, {"op": "commit", "scn": 22, "xid": "b"},
-        {"op": "lwn", "scn": 30}]) + "\n")
+    ddl = {
+        "op": "ddl",
+        "scn": 11,
+        "xid": "a",
+        "owner": "SALES",
+        "table": "ORDERS",
+        "sql": "CREATE TABLE ...",
+        "columns": columns,
+    }
+    row = {
+        "op": "insert",
+        "scn": 21,
+        "xid": "b",
+        "owner": "SALES",
+        "table": "ORDERS",
+        "rid": "AAAR1",
+        "after": {
+            "ID": 7,
+            "TOTAL": "1234567890.50",
+            "RATE": 0.125,
+            "CREATED": "2024-07-23 11:43:19",
+            "AT": "2024-07-23T11:43:19.123456+02:00",
+            "TAG": "DEADBEEF",
+            "NOTE": "ünïcode",
+        },
+    }
+    (inp / "redo_1_1.jsonl").write_text(
+        "\n".join(
+            json.dumps(r)
+            for r in [
+                {"op": "begin", "scn": 10, "xid": "a"},
+                ddl,
+                {"op": "commit", "scn": 12, "xid": "a"},
+                {"op": "lwn", "scn": 30},
+            ]
+        )
+        + "\n"
+    )
+    (inp / "redo_2_1.jsonl").write_text(
+        "\n".join(
+            json.dumps(r)
+            for r in [
+                {"op": "begin", "scn": 20, "xid": "b"},
+                row,
+                {"op": "commit", "scn": 22, "xid": "b"},
+                {"op": "lwn", "scn": 30},
+            ]
+        )
+        + "\n"
+    )
     replay(str(inp), str(tmp_path / "q"), str(tmp_path / "cf"))
     df = typed(spark, str(tmp_path / "cf"), "SALES", "ORDERS")
     assert {f.name: f.dataType.simpleString() for f in df.schema["after"].dataType.fields} == {
-        "ID": "decimal(10,0)", "TOTAL": "decimal(12,2)", "RATE": "decimal(38,10)", "CREATED": "timestamp_ntz",
-        "AT": "timestamp", "TAG": "binary", "NOTE": "string"}
+        "ID": "decimal(10,0)",
+        "TOTAL": "decimal(12,2)",
+        "RATE": "decimal(38,10)",
+        "CREATED": "timestamp_ntz",
+        "AT": "timestamp",
+        "TAG": "binary",
+        "NOTE": "string",
+    }
     (got,) = [r.after for r in df.where("op = 'c'").collect()]
-    assert got.asDict() == {"ID": Decimal(7), "TOTAL": Decimal("1234567890.50"), "RATE": Decimal("0.125"),
-                            "CREATED": dt.datetime(2024, 7, 23, 11, 43, 19),
-                            "AT": dt.datetime(2024, 7, 23, 9, 43, 19, 123456), "TAG": bytearray(b"\xde\xad\xbe\xef"),
-                            "NOTE": "ünïcode"}
+    assert got.asDict() == {
+        "ID": Decimal(7),
+        "TOTAL": Decimal("1234567890.50"),
+        "RATE": Decimal("0.125"),
+        "CREATED": dt.datetime(2024, 7, 23, 11, 43, 19),
+        "AT": dt.datetime(2024, 7, 23, 9, 43, 19, 123456),
+        "TAG": bytearray(b"\xde\xad\xbe\xef"),
+        "NOTE": "ünïcode",
+    }
     assert [r.ID for r in snapshot(spark, str(tmp_path / "cf"), "SALES", "ORDERS", key="ID").collect()] == [7]

@@ -1,11 +1,11 @@
 """A writer process for the lease tests, driven line by line on stdin:
 
-    acquire            take the lease (prints "held <generation>" or "refused <message>")
-    publish            ensure the lease, then create ``published/<n>-<writer>`` ("published
-                       <name>" or "lost <message>")
-    release            give the lease up ("released")
+acquire            take the lease (prints "held <generation>" or "refused <message>")
+publish            ensure the lease, then create ``published/<n>-<writer>`` ("published
+                   <name>" or "lost <message>")
+release            give the lease up ("released")
 
-    python -m tests.store.lease_worker STORE_URI TTL SKEW [OWNER]
+python -m tests.store.lease_worker STORE_URI TTL SKEW [OWNER]
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ from olr_buffer.store.lease import Lease
 
 def main() -> None:
     store = open_store(sys.argv[1])
-    lease = Lease(store, ttl=float(sys.argv[2]), skew=float(sys.argv[3]),
-                  owner=sys.argv[4] if len(sys.argv) > 4 else None)
+    lease = Lease(
+        store, ttl=float(sys.argv[2]), skew=float(sys.argv[3]), owner=sys.argv[4] if len(sys.argv) > 4 else None
+    )
     print("ready", lease.writer_id, flush=True)
     n = 0
     for line in sys.stdin:

@@ -170,7 +170,10 @@ class Worker:
     def __init__(self, uri: str, ttl: float, skew: float, owner: str | None = None) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tests.store.lease_worker", uri, str(ttl), str(skew), *([owner] if owner else [])],
-            cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
         )
         ready, self.writer_id = self.read().split()
         assert ready == "ready"

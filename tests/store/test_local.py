@@ -81,8 +81,13 @@ def test_objects_are_whole_after_a_sigkill(store_uri, tmp_path):
     """A writer killed at random points of its creates leaves whole objects or none."""
     env = dict(os.environ)
     for kill in range(3):
-        proc = subprocess.Popen([sys.executable, "-m", "tests.store.create_loop", store_uri], cwd=ROOT, env=env,
-                                stdout=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.store.create_loop", store_uri],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         try:
             for _ in range(2 + 5 * kill):  # created a few: it is in its loop
                 assert proc.stdout.readline(), "the writer stopped"

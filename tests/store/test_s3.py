@@ -25,8 +25,10 @@ def test_create_is_one_conditional_put(s3_uri, s3_env):
     """The refusal comes from the server (412 on If-None-Match), not from a look first."""
     store = S3Store(s3_uri)
     sent = []
-    store.client.meta.events.register("before-send.s3.PutObject", lambda request, **_: sent.append(
-        (request.method, request.headers.get("If-None-Match"))))
+    store.client.meta.events.register(
+        "before-send.s3.PutObject",
+        lambda request, **_: sent.append((request.method, request.headers.get("If-None-Match"))),
+    )
     store.create("part-a.parquet", b"1")
     with pytest.raises(ObjectExistsError, match=r"s3://t-\w+/changefeed/part-a.parquet: already exists"):
         store.create("part-a.parquet", b"2")
@@ -108,19 +110,28 @@ def test_region_and_endpoint_reach_delta_and_arrow(s3_uri, s3_env, monkeypatch):
     assert store.region == "eu-central-1"
     uri, options = store.delta_location()
     assert uri == s3_uri
-    assert options == {"AWS_REGION": "eu-central-1", "AWS_ENDPOINT_URL": s3_env.endpoint,
-                       "AWS_ALLOW_HTTP": "true", "conditional_put": "etag",
-                       "connect_timeout": "10000ms", "timeout": "30000ms", "retry_timeout": "60000ms"}
+    assert options == {
+        "AWS_REGION": "eu-central-1",
+        "AWS_ENDPOINT_URL": s3_env.endpoint,
+        "AWS_ALLOW_HTTP": "true",
+        "conditional_put": "etag",
+        "connect_timeout": "10000ms",
+        "timeout": "30000ms",
+        "retry_timeout": "60000ms",
+    }
     fs, root = store.arrow_filesystem()
     assert fs.region == "eu-central-1" and root == s3_uri.removeprefix("s3://")
 
 
-@pytest.mark.parametrize("uri,expected", [
-    ("s3://bucket", ("bucket", "")),
-    ("s3://bucket/", ("bucket", "")),
-    ("s3://bucket/a/b/", ("bucket", "a/b")),
-    ("s3a://bucket/a", ("bucket", "a")),
-])
+@pytest.mark.parametrize(
+    "uri,expected",
+    [
+        ("s3://bucket", ("bucket", "")),
+        ("s3://bucket/", ("bucket", "")),
+        ("s3://bucket/a/b/", ("bucket", "a/b")),
+        ("s3a://bucket/a", ("bucket", "a")),
+    ],
+)
 def test_uri(uri, expected):
     assert parse_s3_uri(uri) == expected
 

@@ -38,7 +38,9 @@ def test_create_then_read_list_and_stat(store):
     assert [(o.name, o.size) for o in store.list()] == [("part-a.parquet", 5)]
     assert [o.name for o in store.list("_delta_log/")] == ["_delta_log/00000000000000000000.json"]
     assert [o.name for o in store.list(recursive=True)] == [
-        "_delta_log/00000000000000000000.json", "_olr_buffer/manifest.json", "part-a.parquet",
+        "_delta_log/00000000000000000000.json",
+        "_olr_buffer/manifest.json",
+        "part-a.parquet",
     ]
     assert [o.name for o in store.list("part-")] == ["part-a.parquet"]
     assert store.list("nothing-") == []
@@ -163,8 +165,9 @@ def test_arrow_filesystem_reads_the_objects_as_a_dataset(store):
     store.create("part-3.parquet", parquet_bytes(3, 2))
     store.create("_olr_buffer/manifest.json", b"{}")
     fs, root = store.arrow_filesystem()
-    table = ds.dataset(root, filesystem=fs, format="parquet", exclude_invalid_files=False,
-                       ignore_prefixes=["_", "."]).to_table()
+    table = ds.dataset(
+        root, filesystem=fs, format="parquet", exclude_invalid_files=False, ignore_prefixes=["_", "."]
+    ).to_table()
     assert sorted(table.column("tx_seq").to_pylist()) == [0, 1, 2, 3, 4]
 
 

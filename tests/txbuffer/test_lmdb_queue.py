@@ -376,8 +376,16 @@ def _rewrite_value(seg_path: str, first: int, change) -> None:
     "where",
     [0, 1, 4, 5, 8, 9, 12, HEADER_SIZE, HEADER_SIZE + 20, -1],
     ids=[
-        "version", "count-hi", "count-lo", "rawlen-hi", "rawlen-lo",
-        "crc-hi", "crc-lo", "payload-0", "payload-20", "payload-last",
+        "version",
+        "count-hi",
+        "count-lo",
+        "rawlen-hi",
+        "rawlen-lo",
+        "crc-hi",
+        "crc-lo",
+        "payload-0",
+        "payload-20",
+        "payload-last",
     ],
 )
 def test_damaged_block_raises_corrupt_error_naming_the_index(tmp_path: Path, where: int) -> None:
@@ -494,8 +502,9 @@ def _make_first_meta_page_only(path: str) -> None:
         fh.write(first_page)
 
 
-@pytest.mark.parametrize("make", [_make_empty_env, _make_empty_env_with_dbs, _make_zero_byte_file,
-                                  _make_first_meta_page_only])
+@pytest.mark.parametrize(
+    "make", [_make_empty_env, _make_empty_env_with_dbs, _make_zero_byte_file, _make_first_meta_page_only]
+)
 @pytest.mark.parametrize("n_segments", [1, 3])
 def test_reopen_after_crash_left_an_empty_newest_segment(tmp_path: Path, make, n_segments: int) -> None:
     path = tmp_path / "q"

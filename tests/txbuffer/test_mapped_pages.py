@@ -8,9 +8,8 @@ from pathlib import Path
 
 from olr_buffer.dispatcher.replay import BlockCache
 from olr_buffer.testing import MemoryQueue
-from olr_buffer.txbuffer import LmdbQueue
+from olr_buffer.txbuffer import LmdbQueue, mapped
 from olr_buffer.txbuffer import lmdb_queue as lmdb_queue_module
-from olr_buffer.txbuffer import mapped
 
 RECORD = 64 * 1024  # incompressible records: the block on disk is as large as the records
 

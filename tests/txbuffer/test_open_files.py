@@ -28,7 +28,7 @@ def _fds() -> int:
 def test_at_most_max_open_segments_stay_open(tmp_path: Path):
     q = LmdbQueue(tmp_path / "q", segment_bytes=16 * 1024, max_open_segments=3)
     try:
-        for i in range(400):
+        for _ in range(400):
             q.append([os.urandom(300) for _ in range(8)])
         assert len(q.segments()) > 10
         base = _fds()
@@ -45,10 +45,28 @@ def test_at_most_max_open_segments_stay_open(tmp_path: Path):
 def test_replay_of_a_transaction_over_many_segments_under_a_low_fd_limit(tmp_path: Path):
     write_long_and_short(tmp_path / "in", long_open=True)
     r = subprocess.run(
-        [sys.executable, "-m", "olr_buffer.cli", "replay", str(tmp_path / "in"), "--queue", str(tmp_path / "q"),
-         "--changefeed", str(tmp_path / "cf"), "--segment-size", "32KiB", "--block-records", "64",
-         "--checkpoint-interval", "0", "--no-progress"],
-        capture_output=True, text=True, cwd=ROOT, timeout=TIMEOUT,
+        [
+            sys.executable,
+            "-m",
+            "olr_buffer.cli",
+            "replay",
+            str(tmp_path / "in"),
+            "--queue",
+            str(tmp_path / "q"),
+            "--changefeed",
+            str(tmp_path / "cf"),
+            "--segment-size",
+            "32KiB",
+            "--block-records",
+            "64",
+            "--checkpoint-interval",
+            "0",
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=TIMEOUT,
         preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (96, 96)),
     )
     assert r.returncode == 0, r.stderr
@@ -86,7 +104,12 @@ def test_status_while_the_owner_creates_a_segment(tmp_path: Path):
     # the owner has created the next segment's file, not yet its first write
     env = lmdb.open(str(tmp_path / "q" / "segments" / segment_name(nxt)), subdir=False, max_dbs=2)
     env.close()
-    r = subprocess.run([sys.executable, "-m", "olr_buffer.cli", "status", "--queue", str(tmp_path / "q")],
-                       capture_output=True, text=True, cwd=ROOT, timeout=TIMEOUT)
+    r = subprocess.run(
+        [sys.executable, "-m", "olr_buffer.cli", "status", "--queue", str(tmp_path / "q")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=TIMEOUT,
+    )
     assert r.returncode == 0, r.stderr
     assert f"indexes 0..{nxt - 1}" in r.stdout, r.stdout

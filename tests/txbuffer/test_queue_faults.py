@@ -4,7 +4,6 @@ and a damaged queue block. The run stops cleanly, publishes no wrong row, and re
 
 from __future__ import annotations
 
-import json
 import random
 from pathlib import Path
 
@@ -18,8 +17,8 @@ from tests.contract_model import ModelResult, expected_changefeed
 from tests.fault_helpers import (
     FULL_ARGS,
     ROOT,
-    big_base,
-    big_model,
+    big_base,  # noqa: F401 (a fixture the tests request by name)
+    big_model,  # noqa: F401 (a fixture the tests request by name)
     dumps,
     exact,
     grow,
@@ -65,8 +64,10 @@ def test_a_new_segment_on_a_full_disk_is_an_error_not_a_bus_error(tmp_path: Path
     import sys
 
     q = tmp_path / "queue"
-    script = ("import sys; from olr_buffer.txbuffer import LmdbQueue; q = LmdbQueue(sys.argv[1]); "
-              "q.append([b'x' * 100]); print(q.next_index)")
+    script = (
+        "import sys; from olr_buffer.txbuffer import LmdbQueue; q = LmdbQueue(sys.argv[1]); "
+        "q.append([b'x' * 100]); print(q.next_index)"
+    )
     with tmpfs(q, "1m"):
         filler = q / "filler"
         with open(filler, "wb", buffering=0) as fh:  # every block of the file system taken
@@ -103,15 +104,37 @@ def _corruption_input(inp: Path) -> None:
     for i in range(40):
         xid = f"F{i:03d}"
         out.append(dumps({"op": "begin", "scn": scn, "xid": xid}))
-        out.append(dumps({"op": "insert", "scn": scn + 1, "xid": xid, "owner": "APP", "table": "T", "rid": f"f{i}",
-                          "after": {"PAD": _pad(rng)}}))
+        out.append(
+            dumps(
+                {
+                    "op": "insert",
+                    "scn": scn + 1,
+                    "xid": xid,
+                    "owner": "APP",
+                    "table": "T",
+                    "rid": f"f{i}",
+                    "after": {"PAD": _pad(rng)},
+                }
+            )
+        )
         out.append(dumps({"op": "commit", "scn": scn + 2, "xid": xid, "tm": scn}))
         scn += 3
     out.append(dumps({"op": "begin", "scn": scn, "xid": "X"}))
     for i in range(600):
         scn += 1
-        out.append(dumps({"op": "insert", "scn": scn, "xid": "X", "owner": "APP", "table": "T", "rid": f"x{i}",
-                          "after": {"PAD": _pad(rng)}}))
+        out.append(
+            dumps(
+                {
+                    "op": "insert",
+                    "scn": scn,
+                    "xid": "X",
+                    "owner": "APP",
+                    "table": "T",
+                    "rid": f"x{i}",
+                    "after": {"PAD": _pad(rng)},
+                }
+            )
+        )
     out.append(dumps({"op": "lwn", "scn": scn + 5}))
     (inp / "redo_1_1.jsonl").write_bytes(b"".join(out))
 
@@ -120,8 +143,11 @@ def _add_commit(inp: Path) -> None:
     (inp / "redo_1_2.jsonl").write_bytes(
         dumps({"op": "commit", "scn": 10_000, "xid": "X", "tm": 1})
         + dumps({"op": "begin", "scn": 10_001, "xid": "Z"})
-        + dumps({"op": "insert", "scn": 10_002, "xid": "Z", "owner": "APP", "table": "T", "rid": "z", "after": {"A": 1}})
-        + dumps({"op": "commit", "scn": 10_003, "xid": "Z", "tm": 2}))
+        + dumps(
+            {"op": "insert", "scn": 10_002, "xid": "Z", "owner": "APP", "table": "T", "rid": "z", "after": {"A": 1}}
+        )
+        + dumps({"op": "commit", "scn": 10_003, "xid": "Z", "tm": 2})
+    )
 
 
 def _blocks_of(seg: Path, xid: str) -> list[tuple[int, bytes]]:

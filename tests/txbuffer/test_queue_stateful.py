@@ -267,9 +267,7 @@ class QueueMachine(RuleBasedStateMachine):
         n = len(self.records)
         # Segment boundaries (and their neighbours) are where off-by-one bugs live.
         edges = sorted({e for q in self.queues.values() for s in q.segments() for e in (s.first, s.end)})
-        near_edge = (
-            st.sampled_from(edges).flatmap(lambda e: st.integers(max(0, e - 1), e + 1)) if edges else st.just(n)
-        )
+        near_edge = st.sampled_from(edges).flatmap(lambda e: st.integers(max(0, e - 1), e + 1)) if edges else st.just(n)
         index = data.draw(st.one_of(st.integers(0, n + 3), near_edge, st.just(n)), label="index")
         for name, q in self.queues.items():
             before = q.segments()

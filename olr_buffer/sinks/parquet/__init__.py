@@ -1,10 +1,13 @@
 """The Parquet changefeed: schema, atomic publication, recovery, compaction (docs/formats.md,
 "Output"). The Spark helpers that read it are :mod:`olr_buffer.spark`."""
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from ..base import ChangefeedOwner, SinkKind, SinkSettings
+from .compaction import CompactionError, CompactionResult, compact
+from .delta_table import chain_names
 from .errors import (
     ChangefeedCorruptError,
     ChangefeedError,
@@ -13,8 +16,6 @@ from .errors import (
     ChangefeedReadError,
     UnknownTableError,
 )
-from .compaction import CompactionError, CompactionResult, compact
-from .delta_table import chain_names
 from .layout import (
     DEFAULT_MODE,
     META_DIR,
@@ -52,8 +53,14 @@ def build(path: str, settings: SinkSettings, opts: ParquetOptions | None = None)
     """The changefeed writer of ``path``."""
     opts = opts or ParquetOptions()
     return ChangefeedWriter(
-        path, file_rows=opts.file_rows, durable=settings.durable, mode=opts.mode, table_format=opts.table_format,
-        retry=settings.retry, staging=settings.staging, lease_owner=settings.lease_owner,
+        path,
+        file_rows=opts.file_rows,
+        durable=settings.durable,
+        mode=opts.mode,
+        table_format=opts.table_format,
+        retry=settings.retry,
+        staging=settings.staging,
+        lease_owner=settings.lease_owner,
     )
 
 

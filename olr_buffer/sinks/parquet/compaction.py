@@ -49,8 +49,9 @@ Merged files keep the changefeed's naming (``part-<first>-<last>.parquet``), row
 row groups of up to 65,536 rows and the footer metadata the writer recovers from
 (``olr_buffer.first_tx_seq``, ``last_tx_seq``, ``last_commit`` of the last transaction,
 ``rows``, and ``schemas``: the schema versions that changed in the files it merges), and
-an output directory gets the schema documents its rows name, so :class:`~olr_buffer.sinks.parquet.ChangefeedWriter` reopens the result and
-continues at the same ``next_tx_seq``.
+an output directory gets the schema documents its rows name, so
+:class:`~olr_buffer.sinks.parquet.ChangefeedWriter` reopens the result and continues at the
+same ``next_tx_seq``.
 """
 
 from __future__ import annotations
@@ -60,20 +61,20 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Iterator
 
 import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ...errors import EXIT_USAGE
-from ...fsutil import fsync_file
 from ...faults import fault_point
-from .errors import ChangefeedCorruptError, ChangefeedError
+from ...fsutil import fsync_file
 from ...store import Lease, StoreError, is_remote
 from . import delta_table
+from .errors import ChangefeedCorruptError, ChangefeedError
 from .layout import (  # noqa: F401  (read_footer: a public name of this module too)
     DEFAULT_MODE,
     META_DIR,
@@ -183,13 +184,16 @@ class CompactionResult:
 # -- reading a changefeed's files ------------------------------------------------------
 
 
-def published_files(path: "str | Location") -> list[PublishedFile]:
+def published_files(path: str | Location) -> list[PublishedFile]:
     """The ``part-`` files of the changefeed at ``path`` with their footers, checked: a
     gapless chain from tx_seq 0, each footer agreeing with its name. A Delta changefeed:
     the files of its table (and those published after them)."""
     loc = as_location(path)
-    return list_files(loc, hint="if an in-place compaction was interrupted, run it again to finish it",
-                      names=delta_table.chain_names(loc))
+    return list_files(
+        loc,
+        hint="if an in-place compaction was interrupted, run it again to finish it",
+        names=delta_table.chain_names(loc),
+    )
 
 
 # -- planning -----------------------------------------------------------------------------
@@ -261,8 +265,7 @@ def compact(
         result = _compact_in_place(src, target_rows, opts, dry_run, on_progress)
     else:
         assert output is not None
-        result = _compact_to_output(src, os.fspath(output), target_rows, full_groups_only, opts, dry_run,
-                                    on_progress)
+        result = _compact_to_output(src, os.fspath(output), target_rows, full_groups_only, opts, dry_run, on_progress)
     result.seconds = time.monotonic() - t0
     return result
 
@@ -300,7 +303,12 @@ class _WriteOptions:
 
 
 def _compact_to_output(
-    src: str, dst: str, target_rows: int, full_groups_only: bool, opts: _WriteOptions, dry_run: bool,
+    src: str,
+    dst: str,
+    target_rows: int,
+    full_groups_only: bool,
+    opts: _WriteOptions,
+    dry_run: bool,
     on_progress: Callable[[CompactionProgress], None] | None = None,
 ) -> CompactionResult:
     _check_apart(src, dst)
@@ -401,8 +409,13 @@ def _continue_at(src: str, dst: str, files: list[PublishedFile], existing: list[
     return last.last + 1
 
 
-def _compact_in_place(src: str, target_rows: int, opts: _WriteOptions, dry_run: bool,
-                      on_progress: Callable[[CompactionProgress], None] | None = None) -> CompactionResult:
+def _compact_in_place(
+    src: str,
+    target_rows: int,
+    opts: _WriteOptions,
+    dry_run: bool,
+    on_progress: Callable[[CompactionProgress], None] | None = None,
+) -> CompactionResult:
     result = CompactionResult("in-place", src, src, dry_run=dry_run)
     loc = Location(src, durable=opts.durable)
     if loc.path is not None and not os.path.isdir(os.path.join(src, META_DIR)):
@@ -444,8 +457,14 @@ def _compact_in_place(src: str, target_rows: int, opts: _WriteOptions, dry_run: 
             files = published_files(loc)
             manifest = read_manifest(loc)
             owner = manifest_owner(manifest) or files[-1].owner
-            write_manifest(loc, len(files), files[-1], owner, opts.durable,
-                           table_format="delta" if delta else manifest_table_format(manifest))
+            write_manifest(
+                loc,
+                len(files),
+                files[-1],
+                owner,
+                opts.durable,
+                table_format="delta" if delta else manifest_table_format(manifest),
+            )
     return result
 
 
@@ -461,13 +480,21 @@ def _compact_delta(target: _Target, merges: list[list[PublishedFile]], opts: _Wr
     table = delta_table.open_table(loc, app_id=None, writer={"compaction": True, "pid": os.getpid()}, create=False)
     pairs = []
     for group in merges:
-        merged = PublishedFile(part_name(group[0].first, group[-1].last), group[0].first, group[-1].last,
-                               sum(f.rows for f in group), group[-1].last_commit, group[-1].owner)
+        merged = PublishedFile(
+            part_name(group[0].first, group[-1].last),
+            group[0].first,
+            group[-1].last,
+            sum(f.rows for f in group),
+            group[-1].last_commit,
+            group[-1].owner,
+        )
         if loc.size(merged.name) is not None:
             existing = read_footer(loc, merged.name)
             if (existing.first, existing.last, existing.rows) != (merged.first, merged.last, merged.rows):
-                raise ChangefeedCorruptError(f"{loc.where(merged.name)}: is not the merge of "
-                                             f"{group[0].name}..{group[-1].name}", path=loc.where(merged.name))
+                raise ChangefeedCorruptError(
+                    f"{loc.where(merged.name)}: is not the merge of {group[0].name}..{group[-1].name}",
+                    path=loc.where(merged.name),
+                )
             log.info("%s: published by an interrupted compaction, committed as it is", loc.where(merged.name))
         else:
             merged = _write_merged(loc, group, target, opts, fmode)
@@ -476,8 +503,13 @@ def _compact_delta(target: _Target, merges: list[list[PublishedFile]], opts: _Wr
         pairs.append(([delta_table.part_file(loc, f) for f in group], delta_table.part_file(loc, merged)))
     version = table.compact_many(pairs)
     delta_table.apply_log_modes(loc)
-    log.info("%s: compaction committed as Delta version %d: %d files replaced by %d; none deleted", loc.uri, version,
-             sum(len(g) for g in merges), len(merges))
+    log.info(
+        "%s: compaction committed as Delta version %d: %d files replaced by %d; none deleted",
+        loc.uri,
+        version,
+        sum(len(g) for g in merges),
+        len(merges),
+    )
 
 
 def _swap_in(target: _Target, merged: PublishedFile, replaced: list[PublishedFile], opts: _WriteOptions) -> None:
@@ -507,7 +539,7 @@ def _finish_swap(loc: Location, intent: dict, durable: bool) -> None:
     loc.delete_meta(INTENT)
 
 
-def recover_in_place(target: "_Target | str", durable: bool = True) -> bool:
+def recover_in_place(target: _Target | str, durable: bool = True) -> bool:
     """Finish or undo an interrupted in-place compaction; True if there was one.
 
     Before the merged file is published the old files are intact: the temporary file is

@@ -34,12 +34,14 @@ from .schema import ARROW_SCHEMA, parse_part_name
 
 log = logging.getLogger(__name__)
 
+
 def _library() -> Any:
     """The Delta Lake library (:mod:`.delta`), imported with ``deltalake`` only when a
     changefeed is a Delta changefeed."""
     from . import delta
 
     return delta
+
 
 DELTA_LOG = "_delta_log"
 #: The application id of commits of a writer that was given no owner (direct use).
@@ -68,18 +70,26 @@ def resolve_table_format(loc: Location, manifest: dict | None, requested: str | 
         raise TableFormatError(
             f"{loc.uri}: is a Delta changefeed (it has a {DELTA_LOG}/): --table-format parquet would publish files "
             "its Delta table never gets",
-            hint="leave --table-format out, or give --table-format delta", uri=loc.uri)
+            hint="leave --table-format out, or give --table-format delta",
+            uri=loc.uri,
+        )
     if requested == "delta" and recorded == "parquet":
-        log.info("%s: a Parquet changefeed becomes a Delta changefeed: its published files are committed to a new "
-                 "Delta table as they are", loc.uri)
+        log.info(
+            "%s: a Parquet changefeed becomes a Delta changefeed: its published files are committed to a new "
+            "Delta table as they are",
+            loc.uri,
+        )
     return requested
 
 
-def open_table(loc: Location, *, app_id: str | None, writer: dict | None = None, create: bool,
-               modes: bool = True) -> Any:
+def open_table(
+    loc: Location, *, app_id: str | None, writer: dict | None = None, create: bool, modes: bool = True
+) -> Any:
     """The changefeed's Delta table (created if ``create`` and there is none); ``modes``:
     its log's files get the changefeed's modes (a writer's; a reader changes nothing)."""
-    table = _library().DeltaChangefeed(loc.store, ARROW_SCHEMA, app_id=app_id or ANONYMOUS_APP, writer=writer, create=create)
+    table = _library().DeltaChangefeed(
+        loc.store, ARROW_SCHEMA, app_id=app_id or ANONYMOUS_APP, writer=writer, create=create
+    )
     if modes:
         apply_log_modes(loc)
     return table
@@ -122,14 +132,21 @@ def commit_pending(loc: Location, table: Any, files: list[PublishedFile]) -> int
             f"{loc.uri}: published files are missing: the Delta table holds tx_seq 0..{following - 1}, "
             f"the files {'tx_seq 0..' + str(published - 1) if published else 'no transaction'}",
             hint="put the missing files back (from a backup); the queue cannot publish them again, and readers "
-            "may have seen them", uri=loc.uri)
+            "may have seen them",
+            uri=loc.uri,
+        )
     pending = [part_file(loc, f) for f in files if f.last >= following]
     pending = table.uncommitted(pending)
     if pending:
         table.commit(pending)
         apply_log_modes(loc)
-        log.info("%s: committed %d published file(s) the Delta table lacked (tx_seq %d..%d)", loc.uri, len(pending),
-                 pending[0].first_tx_seq, pending[-1].last_tx_seq)
+        log.info(
+            "%s: committed %d published file(s) the Delta table lacked (tx_seq %d..%d)",
+            loc.uri,
+            len(pending),
+            pending[0].first_tx_seq,
+            pending[-1].last_tx_seq,
+        )
     return len(pending)
 
 

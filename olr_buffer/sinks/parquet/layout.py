@@ -72,9 +72,9 @@ import pyarrow.parquet as pq
 
 from ... import fsutil, pidlock
 from ...changes import CommitKey
+from ...errors import OlrBufferError
 from ...store import ObjectExistsError, ObjectInfo, ObjectNotFoundError, Store, StoreError, is_remote, open_store
 from ..base import ChangefeedOwner
-from ...errors import OlrBufferError
 from .errors import ChangefeedCorruptError, ChangefeedError, ChangefeedLockedError
 from .schema import META_FIRST, META_LAST, META_LAST_COMMIT, META_ROWS, parse_part_name, part_name
 
@@ -104,8 +104,10 @@ TMP_DIR = "tmp"  # under META_DIR
 WRITER_TMP_PREFIX = "part-"
 COMPACT_TMP_PREFIX = "compact-"
 # Only these temporary names are olr-buffer's own: anything else is left alone.
-_OWN_TMP = re.compile(r"part-[0-9]{20}-[0-9]+\.parquet\.tmp|compact-part-[0-9]{20}-[0-9]{20}\.parquet\.tmp"
-                      r"|schema-[0-9a-f]{16}\.json\.tmp")
+_OWN_TMP = re.compile(
+    r"part-[0-9]{20}-[0-9]+\.parquet\.tmp|compact-part-[0-9]{20}-[0-9]{20}\.parquet\.tmp"
+    r"|schema-[0-9a-f]{16}\.json\.tmp"
+)
 # ... and these, at the top level, an earlier version's (before TMP_DIR)
 _OLD_TMP = re.compile(r"\.tmp-part-[0-9]{20}-[0-9]+\.parquet|\.tmp-compact-part-[0-9]{20}-[0-9]{20}\.parquet")
 
@@ -192,8 +194,7 @@ class Location:
     ``mode``, ``durable``: a local directory's mode (files without the x bits) and
     whether writes are fsynced."""
 
-    def __init__(self, target: "str | os.PathLike[str] | Location", *, mode: int = DEFAULT_MODE,
-                 durable: bool = True) -> None:
+    def __init__(self, target: str | os.PathLike[str], *, mode: int = DEFAULT_MODE, durable: bool = True) -> None:
         self.uri = os.fspath(target)
         self.remote = is_remote(self.uri)
         self.mode = mode
@@ -242,16 +243,20 @@ class Location:
         :class:`ChangefeedError` if there is no changefeed."""
         if self.path is not None and not os.path.isdir(self.path):
             if os.path.lexists(self.path):
-                raise os_failure(NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR)), self.path,
-                                 "list the changefeed")
+                raise os_failure(
+                    NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR)), self.path, "list the changefeed"
+                )
             raise ChangefeedError(f"{self.path}: no such changefeed directory", path=self.path)
         try:
             found = self.store.list("", folders=True)
         except StoreError as exc:
             raise self.failure(exc, "", "list the changefeed") from None
         if not found and self.remote:
-            raise ChangefeedError(f"{self.uri}: no such changefeed (nothing under the prefix)",
-                                  hint="check the URI; a changefeed is made by replay or run", uri=self.uri)
+            raise ChangefeedError(
+                f"{self.uri}: no such changefeed (nothing under the prefix)",
+                hint="check the URI; a changefeed is made by replay or run",
+                uri=self.uri,
+            )
         return found
 
     def list(self, prefix: str) -> list[ObjectInfo]:
@@ -307,7 +312,9 @@ class Location:
             where = self.where(name)
             raise ChangefeedError(
                 f"{where}: already exists: a published file is never overwritten",
-                hint="another writer published it: run one writer per changefeed", path=where) from None
+                hint="another writer published it: run one writer per changefeed",
+                path=where,
+            ) from None
         except StoreError as exc:
             raise self.failure(exc, name, "publish a changefeed file") from None
         try:
@@ -334,7 +341,7 @@ class Location:
             raise self.failure(exc, name, "read a changefeed file") from None
 
 
-def as_location(target: "str | os.PathLike[str] | Location", **options) -> Location:
+def as_location(target: str | os.PathLike[str] | Location, **options) -> Location:
     """``target`` as a :class:`Location` (a path or a URI is opened)."""
     return target if isinstance(target, Location) else Location(target, **options)
 
@@ -375,7 +382,7 @@ def prepare_tmp_dir(path: str) -> None:
         raise os_failure(exc, tmp, "create the changefeed's temporary directory") from None
 
 
-def remove_unused(path: str, lock: "ChangefeedLock") -> bool:
+def remove_unused(path: str, lock: ChangefeedLock) -> bool:
     """Remove the changefeed directory ``path``, made by this run and holding no published
     file, and release ``lock`` (its writer's, held by nobody else in this process): a run
     refused before it published anything leaves nothing behind. True if removed.
@@ -506,7 +513,7 @@ def footer_metadata(f: PublishedFile) -> dict[bytes, str]:
     return meta
 
 
-def read_footer(cf: "str | Location", name: str) -> PublishedFile:
+def read_footer(cf: str | Location, name: str) -> PublishedFile:
     """A published file's range, last commit and owner from its name and footer, checked
     against each other and the row count (one ranged read on object storage)."""
     loc = as_location(cf)
@@ -547,11 +554,15 @@ def read_footer(cf: "str | Location", name: str) -> PublishedFile:
     schemas: tuple[tuple[str, str, str], ...] = ()
     if META_SCHEMAS in kv:
         try:
-            schemas = tuple((o, t, v) for o, t, v in orjson.loads(kv[META_SCHEMAS])
-                            if isinstance(o, str) and isinstance(t, str) and _VERSION.fullmatch(v))
+            schemas = tuple(
+                (o, t, v)
+                for o, t, v in orjson.loads(kv[META_SCHEMAS])
+                if isinstance(o, str) and isinstance(t, str) and _VERSION.fullmatch(v)
+            )
         except (orjson.JSONDecodeError, TypeError, ValueError):
-            raise ChangefeedCorruptError(f"{full}: its footer's {META_SCHEMAS.decode()} is not readable",
-                                         path=full) from None
+            raise ChangefeedCorruptError(
+                f"{full}: its footer's {META_SCHEMAS.decode()} is not readable", path=full
+            ) from None
     return PublishedFile(name, first, last, rows, CommitKey(scn, thread, seq, line), owner, schemas)
 
 
@@ -565,7 +576,7 @@ def current_schemas(files: list[PublishedFile]) -> dict[tuple[str, str], str]:
     return current
 
 
-def verify_pages(cf: "str | Location", name: str) -> None:
+def verify_pages(cf: str | Location, name: str) -> None:
     """Read every page of the published file ``name`` with its checksum verified (files
     written before pages had checksums: decoded only). A damaged file raises
     :class:`ChangefeedCorruptError` naming it. Memory: one column chunk at a time."""
@@ -603,8 +614,9 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def list_files(cf: "str | Location", *, hint: str | None = None, start: int = 0,
-               names: "set[str] | None" = None) -> list[PublishedFile]:
+def list_files(
+    cf: str | Location, *, hint: str | None = None, start: int = 0, names: set[str] | None = None
+) -> list[PublishedFile]:
     """The ``part-`` files of the changefeed ``cf`` (a path, a URI or a
     :class:`Location`), every footer read and checked: a gapless chain from tx_seq 0
     (from ``start``, the first tx_seq of a file, when given: a reader that follows the
@@ -626,7 +638,8 @@ def list_files(cf: "str | Location", *, hint: str | None = None, start: int = 0,
             full = loc.where(name)
             raise ChangefeedCorruptError(
                 f"{full}: not a file of this changefeed (Spark would read it with the changefeed's files)",
-                hint="move it out of the changefeed" + (" directory" if loc.path is not None else "'s prefix")
+                hint="move it out of the changefeed"
+                + (" directory" if loc.path is not None else "'s prefix")
                 + (" (it is not in the Delta table)" if names is not None else ""),
                 path=full,
             )
@@ -639,8 +652,7 @@ def list_files(cf: "str | Location", *, hint: str | None = None, start: int = 0,
     for first, last, name in parts:
         if first != expected or last < first:
             raise ChangefeedCorruptError(
-                f"{loc.where(name)}: changefeed has a gap or overlap: "
-                f"expected a file starting at tx_seq {expected}",
+                f"{loc.where(name)}: changefeed has a gap or overlap: expected a file starting at tx_seq {expected}",
                 hint=hint or "files were removed or edited by hand",
                 path=loc.where(name),
             )
@@ -653,12 +665,13 @@ def list_files(cf: "str | Location", *, hint: str | None = None, start: int = 0,
             full = loc.where(missing[0])
             raise ChangefeedCorruptError(
                 f"{full}: a file of the Delta table is missing",
-                hint="put it back (from a backup): the table's readers need it, and the queue cannot publish it "
-                "again", path=full)
+                hint="put it back (from a backup): the table's readers need it, and the queue cannot publish it again",
+                path=full,
+            )
     return files
 
 
-def _foreign_table_file(loc: "Location", name: str) -> ChangefeedCorruptError:
+def _foreign_table_file(loc: Location, name: str) -> ChangefeedCorruptError:
     """The error for a file that the changefeed's Delta table holds and olr-buffer did not write."""
     full = loc.where(name)
     return ChangefeedCorruptError(
@@ -666,7 +679,7 @@ def _foreign_table_file(loc: "Location", name: str) -> ChangefeedCorruptError:
         "the table (an append, OPTIMIZE, Z-order, DELETE ...)",
         hint="restore the table to the version before that commit (its history: deltalake's DeltaTable(URI)"
         ".history()), then delete the files it added; moving this file out would break the table "
-        "(docs/failure-scenarios.md, \"Another writer on a Delta changefeed\")",
+        '(docs/failure-scenarios.md, "Another writer on a Delta changefeed")',
         path=full,
     )
 
@@ -743,7 +756,7 @@ def create_file(path: str, mode: int) -> None:
 # -- manifest and audit log ---------------------------------------------------------------
 
 
-def read_manifest(cf: "str | Location") -> dict | None:
+def read_manifest(cf: str | Location) -> dict | None:
     """``_olr_buffer/manifest.json``, or None if missing or unreadable (it is an index:
     the files are the truth, and it is rebuilt from them)."""
     loc = as_location(cf)
@@ -766,8 +779,13 @@ def manifest_owner(doc: dict | None) -> ChangefeedOwner | None:
 
 
 def write_manifest(
-    cf: "str | Location", files: int, last: PublishedFile | None, owner: ChangefeedOwner | None, durable: bool,
-    *, table_format: str | None = None,
+    cf: str | Location,
+    files: int,
+    last: PublishedFile | None,
+    owner: ChangefeedOwner | None,
+    durable: bool,
+    *,
+    table_format: str | None = None,
 ) -> None:
     """Rewrite ``_olr_buffer/manifest.json`` atomically for a changefeed of ``files``
     files ending with ``last``, written by ``owner`` (``table_format``: ``parquet`` or
@@ -849,7 +867,7 @@ def schema_document_path(path: str, version: str) -> str:
     return os.path.join(path, META_DIR, SCHEMAS_DIR, f"{version}.json")
 
 
-def schema_versions(cf: "str | Location") -> set[str]:
+def schema_versions(cf: str | Location) -> set[str]:
     """The versions whose schema documents the changefeed holds."""
     loc = as_location(cf)
     prefix = f"{META_DIR}/{SCHEMAS_DIR}/"
@@ -862,11 +880,11 @@ def schema_versions(cf: "str | Location") -> set[str]:
         except OSError as exc:
             raise os_failure(exc, folder, "list the schema documents") from None
     else:
-        names = [o.name[len(prefix):] for o in loc.list(prefix)]
+        names = [o.name[len(prefix) :] for o in loc.list(prefix)]
     return {n[:-5] for n in names if n.endswith(".json") and _VERSION.fullmatch(n[:-5])}
 
 
-def write_schema_documents(cf: "str | Location", documents: dict[str, str], durable: bool) -> None:
+def write_schema_documents(cf: str | Location, documents: dict[str, str], durable: bool) -> None:
     """Write each ``version -> text`` document that the changefeed does not hold yet, whole,
     so that once this returns, a file whose rows name them may become visible: locally a
     temporary file in ``_olr_buffer/tmp/``, fsynced, renamed into ``_olr_buffer/schemas/``,
@@ -906,7 +924,7 @@ def write_schema_documents(cf: "str | Location", documents: dict[str, str], dura
         raise os_failure(exc, exc.filename or target, "write a schema document") from None
 
 
-def read_schema_document(cf: "str | Location", version: str) -> bytes:
+def read_schema_document(cf: str | Location, version: str) -> bytes:
     """The text of the schema document ``version`` of the changefeed."""
     loc = as_location(cf)
     data = loc.read_meta(f"{SCHEMAS_DIR}/{version}.json", "read a schema document")
@@ -920,7 +938,7 @@ def read_schema_document(cf: "str | Location", version: str) -> bytes:
     return data
 
 
-def copy_schema_documents(src: "str | Location", dst: "str | Location", durable: bool) -> None:
+def copy_schema_documents(src: str | Location, dst: str | Location, durable: bool) -> None:
     """Copy to ``dst`` the schema documents of ``src`` that it lacks (compaction into
     another changefeed: the rows it copies name them)."""
     missing = sorted(schema_versions(src) - schema_versions(dst))
@@ -930,7 +948,7 @@ def copy_schema_documents(src: "str | Location", dst: "str | Location", durable:
 # -- durable file operations --------------------------------------------------------------
 
 
-def publish(cf: "str | Location", tmp_path: str, name: str) -> int:
+def publish(cf: str | Location, tmp_path: str, name: str) -> int:
     """The complete, fsynced local temporary file ``tmp_path`` becomes ``name``, whole and
     never over an existing file (:meth:`Location.publish`); returns its size."""
     return as_location(cf).publish(tmp_path, name)

@@ -64,6 +64,9 @@ def status(stored: bytes | None, legacy: Any, queue_id: str | None) -> dict:
 
 
 def status_line(doc: dict) -> str:
-    held = (f"last tx_seq {doc['last_tx_seq']}, last c_scn {doc['last_c_scn']}, {doc['files']} files"
-            if doc["last_tx_seq"] is not None else "nothing published yet")
+    held = (
+        f"last tx_seq {doc['last_tx_seq']}, last c_scn {doc['last_c_scn']}, {doc['files']} files"
+        if doc["last_tx_seq"] is not None
+        else "nothing published yet"
+    )
     return f"changefeed {doc['path']}: {held}"

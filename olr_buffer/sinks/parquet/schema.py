@@ -46,7 +46,19 @@ DERIVED_TIMESTAMPS = {"c_ts": "c_tm", "ts": "tm"}
 # sets). Row images, row ids and SCNs are mostly distinct: trying a dictionary on them
 # and falling back costs writer time for nothing, and makes files larger
 # (bench/log/2026-11-performance-history.md).
-DICTIONARY_COLUMNS = ["tx_seq", "c_scn", "c_tm", "xid", "op", "sub", "thread", "owner", "table", "obj", "schema_version"]
+DICTIONARY_COLUMNS = [
+    "tx_seq",
+    "c_scn",
+    "c_tm",
+    "xid",
+    "op",
+    "sub",
+    "thread",
+    "owner",
+    "table",
+    "obj",
+    "schema_version",
+]
 
 
 def nanos_to_timestamp(nanos: pa.Array) -> pa.Array:
@@ -64,7 +76,8 @@ def with_timestamps(batch: pa.RecordBatch) -> pa.RecordBatch:
     arrays = [
         batch.column(name)
         if name in names
-        else nanos_to_timestamp(batch.column(DERIVED_TIMESTAMPS[name])) if name in DERIVED_TIMESTAMPS
+        else nanos_to_timestamp(batch.column(DERIVED_TIMESTAMPS[name]))
+        if name in DERIVED_TIMESTAMPS
         else pa.nulls(batch.num_rows, ARROW_SCHEMA.field(name).type)
         for name in ARROW_SCHEMA.names
     ]
@@ -78,6 +91,7 @@ def parquet_writer(path: str, compression: str) -> pq.ParquetWriter:
     return pq.ParquetWriter(
         path, ARROW_SCHEMA, compression=compression, use_dictionary=DICTIONARY_COLUMNS, write_page_checksum=True
     )
+
 
 _PART = re.compile(r"^part-([0-9]{20})-([0-9]{20})\.parquet$")
 

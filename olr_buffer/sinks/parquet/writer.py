@@ -52,9 +52,10 @@ import threading
 import time
 import uuid
 from collections import deque
+from collections.abc import Iterable, Sequence
 from itertools import compress, repeat, zip_longest
 from operator import itemgetter
-from typing import Iterable
+from typing import TYPE_CHECKING, NoReturn
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -62,12 +63,12 @@ import pyarrow.parquet as pq
 
 from ...changes import CHANGEFEED_OP, ROW_FIELDS, Commit, CommitKey, schema_version
 from ...errors import OlrBufferError
-from ...fsutil import fsync_file
 from ...faults import fault_point
+from ...fsutil import fsync_file
+from ...store import Lease, OutageRetry
 from ..base import ChangefeedOwner, SinkFigures, SinkOpening
-from .errors import ChangefeedCorruptError, ChangefeedError, ChangefeedOwnerError
-from ...store import Lease, OutageRetry, StoreError
 from . import delta_table
+from .errors import ChangefeedCorruptError, ChangefeedError, ChangefeedOwnerError
 from .layout import (  # noqa: F401  (MANIFEST, META_DIR, PUBLISHED_LOG, read_footer: public names)
     DEFAULT_MODE,
     MANIFEST,
@@ -105,6 +106,9 @@ from .schema import ARROW_SCHEMA, nanos_to_timestamp, parquet_writer, part_name
 
 log = logging.getLogger(__name__)
 
+if TYPE_CHECKING:
+    from .delta import DeltaChangefeed
+
 _ROW_NUMBERS: list[pa.Array] = [pa.array([], pa.int64())]
 
 
@@ -140,6 +144,7 @@ def _buffered_bytes(recs: list[list]) -> int:
     (One pass in C over the rows: ``filter(None, ...)`` drops the ``None`` images, whose
     length counts 0, as an empty one does.)"""
     return _ROW_OVERHEAD * len(recs) + sum(map(len, filter(None, itertools.chain.from_iterable(map(_IMAGES, recs)))))
+
 
 _CHAIN_HINT = (
     "if an in-place compaction was interrupted, run `olr-buffer compact --in-place "
@@ -192,7 +197,7 @@ class ChangefeedWriter:
         self.retry = retry
         self.table_format = "parquet"  # (resolved by _recover)
         self._requested_format = table_format
-        self._table = None  # the Delta table (a Delta changefeed, once opened)
+        self._table: DeltaChangefeed | None = None  # the Delta table (a Delta changefeed, once opened)
         self._table_created = False
         self.next_tx_seq = 0
         self.last_commit: CommitKey | None = None
@@ -269,7 +274,8 @@ class ChangefeedWriter:
             for name in self._store_call(loc.store.clear_staging, "clear unfinished uploads"):
                 log.info("%s: cleared %s", self.path, name)
         self.table_format = self._store_call(
-            lambda: delta_table.resolve_table_format(loc, manifest, self._requested_format), "look for a Delta log")
+            lambda: delta_table.resolve_table_format(loc, manifest, self._requested_format), "look for a Delta log"
+        )
         names = None  # a Delta changefeed: the files of its table, and those published after them
         if self.table_format == "delta":
             names = self._store_call(lambda: delta_table.chain_names(loc), "read the Delta log")
@@ -339,8 +345,17 @@ class ChangefeedWriter:
         return self.retry.call(call, what)
 
     def _write_manifest(self) -> None:
-        self._store_call(lambda: write_manifest(self.location, self.files_published, self._last_file, self.owner,
-                                                self.durable, table_format=self.table_format), "write the manifest")
+        self._store_call(
+            lambda: write_manifest(
+                self.location,
+                self.files_published,
+                self._last_file,
+                self.owner,
+                self.durable,
+                table_format=self.table_format,
+            ),
+            "write the manifest",
+        )
 
     def _no_changefeed_yet(self) -> bool:
         loc = self.location
@@ -383,8 +398,9 @@ class ChangefeedWriter:
         one) and before it stopped, which its counters lost with a crash."""
         recorded = load_position(stored, legacy)
         since = (recorded.next_tx_seq or 0) if recorded is not None else 0
-        adopting = self.check_owner(owner, queue=queue, queue_next_tx_seq=None if recorded is None else since,
-                                    adopt=adopt)
+        adopting = self.check_owner(
+            owner, queue=queue, queue_next_tx_seq=None if recorded is None else since, adopt=adopt
+        )
         self.bind(owner)
         if self.table_format == "delta":
             self._open_table()
@@ -392,16 +408,22 @@ class ChangefeedWriter:
 
     def position(self) -> bytes:
         where = os.path.abspath(self.path) if self.location.path is not None else self.path
-        return ChangefeedPosition(path=where, next_tx_seq=self.next_tx_seq,
-                                  last_c_scn=self.last_c_scn, files=self.files_published).encode()
+        return ChangefeedPosition(
+            path=where, next_tx_seq=self.next_tx_seq, last_c_scn=self.last_c_scn, files=self.files_published
+        ).encode()
 
     def pending_since(self) -> float | None:
         return self.buffered_since if self._file_rows else None
 
     def figures(self) -> SinkFigures:
         r = self.retry
-        figures = SinkFigures(self.files_published, self.latencies, transactions_published=self.transactions_published,
-                              rows_published=self.rows_published, clock_ahead=self.clock_ahead)
+        figures = SinkFigures(
+            self.files_published,
+            self.latencies,
+            transactions_published=self.transactions_published,
+            rows_published=self.rows_published,
+            clock_ahead=self.clock_ahead,
+        )
         if r is not None:
             figures.store_outages, figures.store_retries = r.outages, r.retries
             figures.store_outage_seconds = r.outage_seconds()
@@ -420,11 +442,14 @@ class ChangefeedWriter:
             writer.update(writer=self._lock.writer_id, lease_generation=self._lock.generation)
         app_id = self.owner.queue_id if self.owner else None
         existed = self._store_call(lambda: delta_table.has_table(loc), "look for a Delta log")
-        self._table = self._store_call(lambda: delta_table.open_table(loc, app_id=app_id, writer=writer, create=True),
-                                       "open the Delta table")
+        self._table = self._store_call(
+            lambda: delta_table.open_table(loc, app_id=app_id, writer=writer, create=True), "open the Delta table"
+        )
         self._table_created = not existed
-        self._store_call(lambda: delta_table.commit_pending(loc, self._table, self._published),
-                         "commit published files to the Delta table")
+        self._store_call(
+            lambda: delta_table.commit_pending(loc, self._table, self._published),
+            "commit published files to the Delta table",
+        )
         self._published = []
 
     # -- owner -------------------------------------------------------------------------
@@ -456,7 +481,9 @@ class ChangefeedWriter:
             return False
         if self.next_tx_seq == 0:
             if recorded is not None:
-                log.info("%s: empty changefeed of %s now written by %s", self.path, recorded.describe(), owner.describe())
+                log.info(
+                    "%s: empty changefeed of %s now written by %s", self.path, recorded.describe(), owner.describe()
+                )
             return False
         if recorded is None and queue_next_tx_seq is not None:
             log.info("%s: recording %s as the changefeed's writer", self.path, owner.describe())
@@ -485,7 +512,11 @@ class ChangefeedWriter:
         log.warning(
             "%s: adopting the changefeed written by %s for %s: its %d transactions (commits up to %s) "
             "count as published, and the queue's commits up to there are skipped",
-            self.path, wrote, owner.describe(), self.next_tx_seq, tuple(self.last_commit or ()),
+            self.path,
+            wrote,
+            owner.describe(),
+            self.next_tx_seq,
+            tuple(self.last_commit or ()),
         )
         return True
 
@@ -528,7 +559,9 @@ class ChangefeedWriter:
             self.write_rows(list(itertools.chain.from_iterable(rows for _, _, rows in items)), txs)
         return out
 
-    def write_rows(self, rows: list[list], txs: list[tuple[str, CommitKey, int | None, int | list[int], int]]) -> None:
+    def write_rows(
+        self, rows: list[list], txs: Sequence[tuple[str, CommitKey, int | None, int | list[int], int]]
+    ) -> None:
         """Many transactions at once, flat: ``txs`` holds ``(xid, key, tm, thread, n)`` for
         each, ``n > 0`` of its rows, which are the next ``n`` of ``rows``; ``thread`` is
         the redo thread of all of them, or a list of each one's. Same result as
@@ -557,7 +590,7 @@ class ChangefeedWriter:
             if self._file_rows >= self.file_rows:
                 self.flush()
 
-    def _append_rows(self, rows: list[list], txs: list[tuple], off: int = 0) -> None:
+    def _append_rows(self, rows: list[list], txs: Sequence[tuple], off: int = 0) -> None:
         """Buffer ``rows`` of the transactions ``txs`` (taking tx_seq from ``next_tx_seq``
         on), writing row groups as they fill. ``off``: rows of the first transaction
         buffered already (its ``n`` counts them; a transaction written in chunks)."""
@@ -601,7 +634,7 @@ class ChangefeedWriter:
         """Whether the buffered rows reach ``row_group_bytes`` (each row counted once)."""
         recs = self._recs
         if len(recs) > self._counted:  # a slice: islice would walk the counted rows again
-            self._nbytes += _buffered_bytes(recs[self._counted:])
+            self._nbytes += _buffered_bytes(recs[self._counted :])
             self._counted = len(recs)
         return self._nbytes >= self.row_group_bytes
 
@@ -656,7 +689,9 @@ class ChangefeedWriter:
         # a column per field of a row record; the schema fields are optional (None where a row ends before them)
         fields = list(zip_longest(*self._recs))
         if len(fields) > len(ROW_FIELDS):
-            raise ChangefeedError(f"{self.path}: a row has {len(fields)} fields; this olr-buffer knows {len(ROW_FIELDS)}")
+            raise ChangefeedError(
+                f"{self.path}: a row has {len(fields)} fields; this olr-buffer knows {len(ROW_FIELDS)}"
+            )
         row = dict(zip(ROW_FIELDS, fields))
         i64, s = pa.int64(), pa.string()
         c_tm, row_tm = per_segment(tms, i64), pa.array(row["tm"], i64)
@@ -705,15 +740,16 @@ class ChangefeedWriter:
                 elif documents is not None and documents[i] is not None:
                     self._introduce(owners[i], tables[i], version, documents[i])
             versions = out
-        else:
+        elif documents is not None:  # (introduced is empty without documents)
             for i in introduced:
-                self._introduce(owners[i], tables[i], versions[i], documents[i])  # type: ignore[index]
+                version = versions[i]
+                assert version is not None  # no row here takes its table's version
+                self._introduce(owners[i], tables[i], version, documents[i])
         unknown = set(versions) - self._known_versions - self._documents.keys()
         unknown.discard(None)
         if unknown:
             raise ChangefeedError(
-                f"{self.path}: rows name schema version(s) {', '.join(sorted(unknown))} whose document no row "
-                "carried",
+                f"{self.path}: rows name schema version(s) {', '.join(sorted(unknown))} whose document no row carried",
                 hint="the queue was written by another program or is damaged",
             )
         return pa.array(versions, pa.string())
@@ -748,7 +784,7 @@ class ChangefeedWriter:
         except OSError as exc:
             self._io_failed(exc, "publishing")
 
-    def _io_failed(self, exc: OSError, doing: str) -> None:
+    def _io_failed(self, exc: OSError, doing: str) -> NoReturn:
         where = self._tmp_path or self.path
         self.abandon()
         full = getattr(exc, "errno", None) == errno.ENOSPC or "No space left" in str(exc)
@@ -765,16 +801,24 @@ class ChangefeedWriter:
         first, last = self._file_first, self.next_tx_seq - 1
         last_commit = self._file_last_commit
         assert self._writer is not None and self._tmp_path is not None and last_commit is not None
-        published = PublishedFile(part_name(first, last), first, last, self._file_rows, last_commit, self.owner,
-                                  tuple((o, t, v) for (o, t), v in self._file_schemas.items()))
+        published = PublishedFile(
+            part_name(first, last),
+            first,
+            last,
+            self._file_rows,
+            last_commit,
+            self.owner,
+            tuple((o, t, v) for (o, t), v in self._file_schemas.items()),
+        )
         self._writer.add_key_value_metadata(footer_metadata(published))
         self._writer.close()
         self._writer = None
         if self.durable:
             fsync_file(self._tmp_path)
         try:
-            self._store_call(lambda: write_schema_documents(self.location, self._documents, self.durable),
-                             "write a schema document")  # before any row names them
+            self._store_call(
+                lambda: write_schema_documents(self.location, self._documents, self.durable), "write a schema document"
+            )  # before any row names them
         except (OlrBufferError, OSError):
             self.abandon()
             raise
@@ -806,9 +850,20 @@ class ChangefeedWriter:
         self._file_rows = 0
         self._file_last_commit = None
         fault_point("after_rename")
-        log.debug("published %s: tx_seq %d..%d, %d rows", published.name, first, last, published.rows,
-                 extra={"file": published.name, "first_tx_seq": first, "last_tx_seq": last, "rows": published.rows,
-                        "c_scn": last_commit.scn})
+        log.debug(
+            "published %s: tx_seq %d..%d, %d rows",
+            published.name,
+            first,
+            last,
+            published.rows,
+            extra={
+                "file": published.name,
+                "first_tx_seq": first,
+                "last_tx_seq": last,
+                "rows": published.rows,
+                "c_scn": last_commit.scn,
+            },
+        )
         if part is not None:
             self._commit_to_table(part)
         if self.location.path is not None:  # the audit log: a local changefeed's
@@ -836,7 +891,9 @@ class ChangefeedWriter:
     def _commit_to_table(self, part) -> None:
         """One Delta commit adding the published file, with the queue's transaction."""
         self._open_table()
-        version = self._store_call(lambda: self._table.commit([part]), f"commit {part.name} to the Delta table")
+        table = self._table
+        assert table is not None  # opened just above
+        version = self._store_call(lambda: table.commit([part]), f"commit {part.name} to the Delta table")
         delta_table.apply_commit_modes(self.location, version)
 
     @property

@@ -8,5 +8,14 @@ from .receiver import OlrReceiver
 from .source import KIND, OlrSource
 from .state import STATE_KEY, OlrState
 
-__all__ = ["KIND", "STATE_KEY", "Location", "OlrReceiver", "OlrSource", "OlrSourceError", "OlrState",
-           "OlrStreamError", "parse_location"]
+__all__ = [
+    "KIND",
+    "STATE_KEY",
+    "Location",
+    "OlrReceiver",
+    "OlrSource",
+    "OlrSourceError",
+    "OlrState",
+    "OlrStreamError",
+    "parse_location",
+]

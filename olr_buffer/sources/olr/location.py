@@ -38,8 +38,9 @@ def parse_location(uri: str) -> Location:
     if parts.scheme.lower() != SCHEME:
         raise SourceUsageError(f"{uri!r} is not {form}")
     if parts.username is not None or parts.password is not None:
-        raise SourceUsageError(f"an olr:// URI has no user or password (OpenLogReplicator's network protocol has none): "
-                               f"give {form}")
+        raise SourceUsageError(
+            f"an olr:// URI has no user or password (OpenLogReplicator's network protocol has none): give {form}"
+        )
     if not parts.hostname:
         raise SourceUsageError(f"{uri!r} has no host: give {form}")
     if port is None:

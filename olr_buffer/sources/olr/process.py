@@ -38,7 +38,7 @@ class ReceiverFigures:
     received: Position | None = None
 
     @classmethod
-    def of(cls, r: OlrReceiver) -> "ReceiverFigures":
+    def of(cls, r: OlrReceiver) -> ReceiverFigures:
         return cls(r.records, r.messages, r.transactions, r.checkpoints, r.reconnects, r.confirmed, r.received)
 
 
@@ -77,7 +77,6 @@ class OlrProcess(StreamProcess):
         return done
 
 
-
 class _ChildReceiver(OlrReceiver):
     """The receiver of the child: also sends its figures now and then, for the metrics."""
 
@@ -90,10 +89,23 @@ class _ChildReceiver(OlrReceiver):
 
 def _child_main(conn, stop_conn, parent_pid, shared, uri, state, columns, stored, options) -> None:
     def body(stop) -> None:
-        receiver = None
-        queue = PipeAppender(conn, lambda: ReceiverFigures.of(receiver))
-        receiver = _ChildReceiver(queue, parse_location(uri), state=state, columns=columns, published=shared.get,
-                                  stored=stored.get, stop=stop, **options)
+        receiver: _ChildReceiver | None = None
+
+        def figures() -> ReceiverFigures:
+            assert receiver is not None  # the queue appends once the receiver runs
+            return ReceiverFigures.of(receiver)
+
+        queue = PipeAppender(conn, figures)
+        receiver = _ChildReceiver(
+            queue,
+            parse_location(uri),
+            state=state,
+            columns=columns,
+            published=shared.get,
+            stored=stored.get,
+            stop=stop,
+            **options,
+        )
         receiver.figures_to_parent = FiguresToParent(conn, lambda: ReceiverFigures.of(receiver))
         receiver.run()
 

@@ -50,7 +50,8 @@ import logging
 import socket
 import time
 from collections import deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ...changes import (
     BEGIN,
@@ -101,15 +102,17 @@ _BEGIN_SCN_STAMPS = (
     "its commit's (OpenLogReplicator issue 330), so its positions are not in commit order and a receiver that "
     "confirms them loses transactions; use OpenLogReplicator 1.9.0 or earlier"
 )
-_UNSUPPORTED = ("OpenLogReplicator's format options message 4 and 8 (no begin, no commit message) are not "
-                "supported: a receiver needs each transaction's bounds")
+_UNSUPPORTED = (
+    "OpenLogReplicator's format options message 4 and 8 (no begin, no commit message) are not "
+    "supported: a receiver needs each transaction's bounds"
+)
 
 
 class ConnectionLost(Exception):
     """The connection failed or was closed: connect again."""
 
 
-def _text(p: Position | None) -> str:
+def _text(p: Position) -> str:
     return f"c_scn {p[0]} c_idx {p[1]}"
 
 
@@ -237,16 +240,20 @@ class OlrReceiver(StreamReader):
         try:
             self._add_record(code, scn, xid, 0, line, payload)
         except RecordError as exc:
-            raise OlrStreamError(f"{self.name}: message at {_text(self._last)}: {exc}", c_scn=self._last[0],
-                                 c_idx=self._last[1]) from None
+            raise OlrStreamError(f"{self.name}: message at {self._where()}: {exc}", **self._facts()) from None
 
     # -- the thread ------------------------------------------------------------------------
 
     connection_lost = (ConnectionLost,)
 
     def _reconnecting(self, exc: BaseException, delay: float) -> None:
-        log.warning("%s: %s; connecting again in %.0f s", self.name, exc, delay,
-                    extra={"sender": self.location.address, "retry_seconds": delay})
+        log.warning(
+            "%s: %s; connecting again in %.0f s",
+            self.name,
+            exc,
+            delay,
+            extra={"sender": self.location.address, "retry_seconds": delay},
+        )
 
     def _finish(self) -> None:
         self._use(THREAD)
@@ -292,8 +299,14 @@ class OlrReceiver(StreamReader):
             self._use(THREAD)
             self._add(ROLLBACK, 0, t.xid, 0, end_payload(None))
             self._append()
-            log.info("%s: discarded the %d row(s) of transaction %s received before this connection (its commit "
-                     "did not come): it comes again", self.name, t.rows, t.xid, extra={"xid": t.xid})
+            log.info(
+                "%s: discarded the %d row(s) of transaction %s received before this connection (its commit "
+                "did not come): it comes again",
+                self.name,
+                t.rows,
+                t.xid,
+                extra={"xid": t.xid},
+            )
 
     # -- handshake -------------------------------------------------------------------------
 
@@ -302,7 +315,9 @@ class OlrReceiver(StreamReader):
         try:
             sock.sendall(frame(request.encode()))
         except OSError as exc:
-            raise ConnectionLost(f"the connection to {self.location.address} was lost ({exc.strerror or exc})") from None
+            raise ConnectionLost(
+                f"the connection to {self.location.address} was lost ({exc.strerror or exc})"
+            ) from None
         finally:
             sock.settimeout(0.2)
 
@@ -310,17 +325,20 @@ class OlrReceiver(StreamReader):
         """Read what the socket has (waiting up to its timeout); False when nothing came."""
         try:
             data = sock.recv(1 << 18)
-        except socket.timeout:
+        except TimeoutError:
             return False
         except OSError as exc:
-            raise ConnectionLost(f"the connection to {self.location.address} was lost ({exc.strerror or exc})") from None
+            raise ConnectionLost(
+                f"the connection to {self.location.address} was lost ({exc.strerror or exc})"
+            ) from None
         if not data:
             raise ConnectionLost(f"{self.location.address} closed the connection")
         try:
             self._frames.extend(reader.feed(data))
         except FrameTooLargeError as exc:
-            raise OlrStreamError(f"{self.name}: after {self._where()}: {exc.message} (--max-message-size)",
-                                 **self._facts()) from None
+            raise OlrStreamError(
+                f"{self.name}: after {self._where()}: {exc.message} (--max-message-size)", **self._facts()
+            ) from None
         return True
 
     def _reply(self, sock: socket.socket, reader: FrameReader, what: str) -> RedoResponse:
@@ -348,8 +366,13 @@ class OlrReceiver(StreamReader):
         if info.code == ResponseCode.READY:
             scn = self.start_scn if pub is None else pub[0]
             if pub is not None:
-                log.warning("%s: the sender has no confirmed position: asking it to START at scn %d, the last "
-                            "published commit's", self.name, scn, extra={"scn": scn})
+                log.warning(
+                    "%s: the sender has no confirmed position: asking it to START at scn %d, the last "
+                    "published commit's",
+                    self.name,
+                    scn,
+                    extra={"scn": scn},
+                )
             self._send(sock, RedoRequest(RequestCode.START, db, scn=scn))
             reply = self._reply(sock, reader, f"START(scn {scn})")
             if reply.code == ResponseCode.ALREADY_STARTED:
@@ -363,10 +386,14 @@ class OlrReceiver(StreamReader):
         else:
             reply, asked = info, "INFO"
         self._check_reply(reply, asked)
-        log.info("%s: streaming %s", self.name,
-                 f"from after {_text(pub)}" if pub is not None else
-                 ("from the sender's confirmed position" if asked == "CONTINUE" else f"from scn {self.start_scn}"),
-                 extra={"sender": self.location.address})
+        log.info(
+            "%s: streaming %s",
+            self.name,
+            f"from after {_text(pub)}"
+            if pub is not None
+            else ("from the sender's confirmed position" if asked == "CONTINUE" else f"from scn {self.start_scn}"),
+            extra={"sender": self.location.address},
+        )
 
     def _check_gap(self, reply: RedoResponse, pub: Position | None) -> None:
         """The sender's confirmed position (in its reply) against what this queue holds: a
@@ -378,26 +405,37 @@ class OlrReceiver(StreamReader):
         confirmed = (reply.c_scn, reply.c_idx)
         held = max((p for p in (self.last_commit, pub, self.idle_confirmed) if p is not None), default=None)
         if held is None:  # a new queue: the changefeed begins where the sender stands
-            log.warning("%s: a new queue: the changefeed begins after the sender's confirmed position, %s; what "
-                        "came before it is not asked for (another receiver confirmed it)", self.name,
-                        _text(confirmed), extra={"c_scn": confirmed[0], "c_idx": confirmed[1]})
+            log.warning(
+                "%s: a new queue: the changefeed begins after the sender's confirmed position, %s; what "
+                "came before it is not asked for (another receiver confirmed it)",
+                self.name,
+                _text(confirmed),
+                extra={"c_scn": confirmed[0], "c_idx": confirmed[1]},
+            )
             return
         log.info("%s: the sender's confirmed position is %s", self.name, _text(confirmed))
         if confirmed <= held:
             return
-        what = (f"the sender's confirmed position, {_text(confirmed)}, is ahead of what this queue holds, "
-                f"{_text(held)}: the sender will not send the transactions between again (another receiver "
-                "confirmed them, or this queue is an older copy)")
+        what = (
+            f"the sender's confirmed position, {_text(confirmed)}, is ahead of what this queue holds, "
+            f"{_text(held)}: the sender will not send the transactions between again (another receiver "
+            "confirmed them, or this queue is an older copy)"
+        )
         if self.accept_gap:
-            log.warning("%s: %s; --accept-gap: publishing on from the sender's position, without them", self.name,
-                        what, extra={"c_scn": confirmed[0], "c_idx": confirmed[1]})
+            log.warning(
+                "%s: %s; --accept-gap: publishing on from the sender's position, without them",
+                self.name,
+                what,
+                extra={"c_scn": confirmed[0], "c_idx": confirmed[1]},
+            )
             return
         raise OlrSourceError(
             f"{self.name}: {what}",
             hint="to publish on from the sender's position and go without those transactions, run again with "
-                 "--accept-gap; to keep them, make the sender send them again (restore the queue and changefeed "
-                 "that confirmed them, or reset the sender's confirmed position)",
-            c_scn=confirmed[0], c_idx=confirmed[1],
+            "--accept-gap; to keep them, make the sender send them again (restore the queue and changefeed "
+            "that confirmed them, or reset the sender's confirmed position)",
+            c_scn=confirmed[0],
+            c_idx=confirmed[1],
         )
 
     def _continue(self, sock: socket.socket, reader: FrameReader, pub: Position | None) -> RedoResponse:
@@ -415,7 +453,7 @@ class OlrReceiver(StreamReader):
             raise OlrSourceError(
                 f"{self.name}: the sender does not serve database {self.location.database!r} (INVALID_DATABASE); "
                 f"this queue is at {self._where()}",
-                hint="give the database name the sender serves (OpenLogReplicator: its source's \"name\")",
+                hint='give the database name the sender serves (OpenLogReplicator: its source\'s "name")',
                 **self._facts(),
             )
         if code == ResponseCode.STARTING:
@@ -424,11 +462,13 @@ class OlrReceiver(StreamReader):
             raise OlrSourceError(
                 f"{self.name}: the sender could not start replication (FAILED_START to {asked}); this queue is at "
                 f"{self._where()}",
-                hint="see the sender's log; --start-scn gives where a new queue starts", **self._facts(),
+                hint="see the sender's log; --start-scn gives where a new queue starts",
+                **self._facts(),
             )
         raise OlrStreamError(
             f"{self.name}: the sender answered {asked} with {code_name(code, ResponseCode)}, which the protocol does "
-            f"not allow there; this queue is at {self._where()}", **self._facts(),
+            f"not allow there; this queue is at {self._where()}",
+            **self._facts(),
         )
 
     def _where(self) -> str:
@@ -488,9 +528,12 @@ class OlrReceiver(StreamReader):
     def _bad(self, reason: str, pos: Position | None) -> OlrStreamError:
         where = f"message at {_text(pos)}" if pos is not None else f"the message after {self._where()}"
         facts = {"c_scn": pos[0], "c_idx": pos[1]} if pos is not None else self._facts()
-        return OlrStreamError(f"{self.name}: {where}: {reason}",
-                              hint="the sender sent what the protocol does not allow; once it is fixed, the same "
-                                   "command resumes after the last transaction published", **facts)
+        return OlrStreamError(
+            f"{self.name}: {where}: {reason}",
+            hint="the sender sent what the protocol does not allow; once it is fixed, the same "
+            "command resumes after the last transaction published",
+            **facts,
+        )
 
     def _message(self, data: bytes, sock: socket.socket) -> None:
         try:
@@ -503,17 +546,23 @@ class OlrReceiver(StreamReader):
             raise self._bad("no c_scn and c_idx: the sender gives no positions to confirm", None)
         if self._last is not None and pos <= self._last:
             if pos[0] < self._last[0]:
-                raise self._bad(f"c_scn {pos[0]} goes back below c_scn {self._last[0]} of the message before: "
-                                f"(c_scn, c_idx) must increase; {_BEGIN_SCN_STAMPS}", pos)
+                raise self._bad(
+                    f"c_scn {pos[0]} goes back below c_scn {self._last[0]} of the message before: "
+                    f"(c_scn, c_idx) must increase; {_BEGIN_SCN_STAMPS}",
+                    pos,
+                )
             if m.c_idx is None:
-                raise self._bad(f"the position does not follow {_text(self._last)}: the message has no c_idx, so "
-                                "the messages that share a c_scn have no position of their own to resume from; "
-                                "use an OpenLogReplicator that sends c_idx", pos)
+                raise self._bad(
+                    f"the position does not follow {_text(self._last)}: the message has no c_idx, so "
+                    "the messages that share a c_scn have no position of their own to resume from; "
+                    "use an OpenLogReplicator that sends c_idx",
+                    pos,
+                )
             raise self._bad(f"the position does not follow {_text(self._last)}: (c_scn, c_idx) must increase", pos)
         self._last = self.received = pos
         if m.tm is not None:
             self.received_tm = m.tm
-        if pos <= self._skip_through:
+        if self._skip_through is not None and pos <= self._skip_through:
             self.skipped += 1  # in the queue already: sent again after a reconnect
             return
         checkpoint = False
@@ -545,8 +594,10 @@ class OlrReceiver(StreamReader):
             self._idle_confirm(sock, pos)
 
     def _check_xid(self, m, pos: Position) -> None:
-        if m.xid is not None and m.xid != self.txn.xid:
-            raise self._bad(f"a message of transaction {m.xid} while transaction {self.txn.xid} has no commit yet", pos)
+        txn = self.txn
+        assert txn is not None  # callers check a transaction is open
+        if m.xid is not None and m.xid != txn.xid:
+            raise self._bad(f"a message of transaction {m.xid} while transaction {txn.xid} has no commit yet", pos)
 
     def _open(self, m, pos: Position, whole: bool) -> _Txn:
         if m.xid is None:
@@ -572,8 +623,11 @@ class OlrReceiver(StreamReader):
             txn.scn = m.scn
         scn = txn.scn
         if scn > pos[0]:
-            raise self._bad(f"a row at scn {scn}, above the transaction's c_scn {pos[0]}: c_scn must be the "
-                            f"commit's position; {_BEGIN_SCN_STAMPS}", pos)
+            raise self._bad(
+                f"a row at scn {scn}, above the transaction's c_scn {pos[0]}: c_scn must be the "
+                f"commit's position; {_BEGIN_SCN_STAMPS}",
+                pos,
+            )
         schema = entry.schema
         owner, table, obj = (schema.owner, schema.table, schema.obj) if schema is not None else (None, None, None)
         if table is None and code != DDL:  # OpenLogReplicator names every row's table (OBJ_<n> when it cannot)
@@ -637,6 +691,7 @@ class OlrReceiver(StreamReader):
 
     def _commit(self, m, pos: Position) -> None:
         txn = self.txn
+        assert txn is not None  # callers check a transaction is open
         c_tm = m.tm if m.tm is not None else txn.tm
         self._use(THREAD)
         # the state first: the add may close the block, which stores the state with it
@@ -651,8 +706,13 @@ class OlrReceiver(StreamReader):
         self._add(COMMIT, pos[0], txn.xid, pos[1], end_payload(c_tm))
         if txn.rows >= LARGE_TRANSACTION_ROWS:
             self._append()  # now: the dispatcher has its rows already
-            log.info("transaction %s committed at %s with %d row(s): in the queue", txn.xid, _text(pos), txn.rows,
-                     extra={"xid": txn.xid, "c_scn": pos[0], "c_idx": pos[1], "rows": txn.rows})
+            log.info(
+                "transaction %s committed at %s with %d row(s): in the queue",
+                txn.xid,
+                _text(pos),
+                txn.rows,
+                extra={"xid": txn.xid, "c_scn": pos[0], "c_idx": pos[1], "rows": txn.rows},
+            )
 
     def _idle_confirm(self, sock: socket.socket, pos: Position) -> None:
         """A checkpoint message with every transaction received published: confirm it, so

@@ -6,7 +6,8 @@ in a child process (``settings.processes``) or a thread."""
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from ...txbuffer import TxQueue
 from ..base import Metric, SourceKind, SourceSettings, SourceUsageError
@@ -50,12 +51,27 @@ class OlrSource(StreamSource):
         state = load_state(resume)
         columns = load_columns(resume)
         s = self.settings
-        self.receiver = OlrReceiver(self.queue, self.location, state=state, columns=columns,
-                                    published=self._published, on_append=s.on_append, stop=s.stop, **self.options)
+        self.receiver = OlrReceiver(
+            self.queue,
+            self.location,
+            state=state,
+            columns=columns,
+            published=self._published,
+            on_append=s.on_append,
+            stop=s.stop,
+            **self.options,
+        )
         if s.processes is not False:
             self._process = OlrProcess(
-                self.queue, self.uri, state=state, columns=columns, figures=ReceiverFigures.of(self.receiver),
-                published=self._published, on_append=s.on_append, stop=s.stop, options=self.options,
+                self.queue,
+                self.uri,
+                state=state,
+                columns=columns,
+                figures=ReceiverFigures.of(self.receiver),
+                published=self._published,
+                on_append=s.on_append,
+                stop=s.stop,
+                options=self.options,
             )
         return [THREAD]
 
@@ -79,12 +95,20 @@ class OlrSource(StreamSource):
             Metric("olr_confirmed_c_scn", "gauge", "The c_scn last confirmed to the sender.", confirmed[0]),
             Metric("olr_confirmed_c_idx", "gauge", "The c_idx last confirmed to the sender.", confirmed[1]),
             Metric("olr_received_c_scn", "gauge", "The c_scn of the last message received.", received[0]),
-            Metric("olr_lag_scn", "gauge", "SCNs between the last message received and the position confirmed.",
-                   max(0, received[0] - confirmed[0])),
+            Metric(
+                "olr_lag_scn",
+                "gauge",
+                "SCNs between the last message received and the position confirmed.",
+                max(0, received[0] - confirmed[0]),
+            ),
             Metric("olr_messages_total", "counter", "Messages received (every run).", r.messages),
             Metric("olr_transactions_total", "counter", "Transactions received (every run).", r.transactions),
-            Metric("olr_checkpoint_messages_total", "counter", "OpenLogReplicator checkpoint messages, ignored.",
-                   r.checkpoints),
+            Metric(
+                "olr_checkpoint_messages_total",
+                "counter",
+                "OpenLogReplicator checkpoint messages, ignored.",
+                r.checkpoints,
+            ),
             Metric("olr_reconnects_total", "counter", "Connections to the sender made again.", r.reconnects),
         ]
 

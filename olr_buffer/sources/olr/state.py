@@ -4,7 +4,7 @@ appends (under ``olr/position``, in the same write), the tables' columns it was 
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import msgspec
 
@@ -106,8 +106,9 @@ def status(meta: Mapping[bytes, bytes], now: float) -> dict | None:
         "last_appended_commit": position_doc(st.last_commit),
         "lag_scn": lag_scn,
         "lag_seconds": lag_seconds,
-        "open_transaction": None if st.open is None else {"xid": st.open.xid, "first": position_doc(st.open.first),
-                                                          "rows": st.open.rows},
+        "open_transaction": None
+        if st.open is None
+        else {"xid": st.open.xid, "first": position_doc(st.open.first), "rows": st.open.rows},
         "messages": st.messages,
         "transactions": st.transactions,
         "checkpoint_messages": st.checkpoints,
@@ -131,7 +132,7 @@ def status_lines(doc: dict) -> list[str]:
         f"olr sender {doc['sender']}: confirmed {_text(doc['confirmed'])}, sender at {_text(doc['received'])}"
         + (f" ({', '.join(lag)} behind)" if lag else "")
         + f", {doc['transactions']:,} transaction(s) received, {doc['checkpoint_messages']:,} checkpoint message(s) "
-          f"ignored, {doc['reconnects']} reconnect(s)"
+        f"ignored, {doc['reconnects']} reconnect(s)"
     )
     if doc["open_transaction"] is not None:
         o = doc["open_transaction"]

@@ -9,5 +9,13 @@ from .reader import OlrFileReader
 from .source import KIND, OlrFileSource
 from .state import STATE_KEY, OlrFileState
 
-__all__ = ["KIND", "STATE_KEY", "OlrFileError", "OlrFileReader", "OlrFileSource", "OlrFileState", "Output",
-           "parse_output"]
+__all__ = [
+    "KIND",
+    "STATE_KEY",
+    "OlrFileError",
+    "OlrFileReader",
+    "OlrFileSource",
+    "OlrFileState",
+    "Output",
+    "parse_output",
+]

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from ...errors import EXIT_BAD_INPUT, OlrBufferError
 
-FIX_HINT = ("fix the line, or give --dead-letter FILE to set bad lines aside; the same command resumes at that line "
-            "(nothing before it is lost)")
+FIX_HINT = (
+    "fix the line, or give --dead-letter FILE to set bad lines aside; the same command resumes at that line "
+    "(nothing before it is lost)"
+)
 
 
 class OlrFileError(OlrBufferError):

@@ -28,7 +28,7 @@ from ..base import SourceUsageError
 
 SCHEME = "olr+file"
 PREFIX = f"{SCHEME}://"
-FORM = f"{PREFIX}OUTPUT (OpenLogReplicator's file writer \"output\", e.g. {PREFIX}/var/olr/out/ORCL-%i.json)"
+FORM = f'{PREFIX}OUTPUT (OpenLogReplicator\'s file writer "output", e.g. {PREFIX}/var/olr/out/ORCL-%i.json)'
 
 _NUMBERED = re.compile(r"%(10|[2-9])?i")
 _MARKS = ("%t", "%s")
@@ -52,10 +52,13 @@ class Output:
         """The sort key of file ``name`` if it is one of these files, else None."""
         if self.mode == "single":
             return () if name == self.prefix else None
-        if len(name) <= len(self.prefix) + len(self.suffix) or not name.startswith(self.prefix) \
-                or not name.endswith(self.suffix):
+        if (
+            len(name) <= len(self.prefix) + len(self.suffix)
+            or not name.startswith(self.prefix)
+            or not name.endswith(self.suffix)
+        ):
             return None
-        middle = name[len(self.prefix):len(name) - len(self.suffix)]
+        middle = name[len(self.prefix) : len(name) - len(self.suffix)]
         if self.mode == "time":
             return (middle,)
         if not middle.isdigit() or not middle.isascii():
@@ -85,9 +88,9 @@ def parse_output(location: str) -> Output:
     """The :class:`Output` of ``olr+file://OUTPUT`` (OUTPUT as OpenLogReplicator's
     ``output`` has it, taken literally: ``%`` is its mark, not an escape);
     :class:`SourceUsageError` (exit 2) for one it would refuse itself."""
-    if location[:len(PREFIX)].lower() != PREFIX:
+    if location[: len(PREFIX)].lower() != PREFIX:
         raise SourceUsageError(f"{location!r} is not {FORM}")
-    text = location[len(PREFIX):]
+    text = location[len(PREFIX) :]
     if not text or text.endswith("/"):
         raise SourceUsageError(f"{location!r} names no file: give {FORM}")
     directory, _, name = text.rpartition("/")
@@ -100,10 +103,12 @@ def parse_output(location: str) -> Output:
     else:
         start = next((name.find(mark) for mark in _MARKS if mark in name), -1)
         if start >= 0:
-            mode, end = ("time" if name[start:start + 2] == "%t" else "sequence"), start + 2
+            mode, end = ("time" if name[start : start + 2] == "%t" else "sequence"), start + 2
         elif "%" in name:
-            raise SourceUsageError(f"{location!r}: OpenLogReplicator's output takes %i, %2i .. %10i, %t or %s, "
-                                   f"not {name[name.find('%'):name.find('%') + 2]!r}")
+            raise SourceUsageError(
+                f"{location!r}: OpenLogReplicator's output takes %i, %2i .. %10i, %t or %s, "
+                f"not {name[name.find('%') : name.find('%') + 2]!r}"
+            )
         else:
             return Output(text, directory, name, "", "single")
     return Output(text, directory, name[:start], name[end:], mode)

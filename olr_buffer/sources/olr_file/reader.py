@@ -39,7 +39,7 @@ import logging
 import os
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from ...changes import (
     BEGIN,
@@ -70,8 +70,10 @@ log = logging.getLogger("olr_buffer.olr_file")
 
 THREAD = 1  # the queue thread of the commits: the only thread in play
 _ROW_CODES = {OP_INSERT: INSERT, OP_UPDATE: UPDATE, OP_DELETE: DELETE, OP_DDL: DDL}
-_UNSUPPORTED = ("OpenLogReplicator's format options message 4 and 8 (no begin, no commit message) are not "
-                "supported: each transaction's bounds are needed")
+_UNSUPPORTED = (
+    "OpenLogReplicator's format options message 4 and 8 (no begin, no commit message) are not "
+    "supported: each transaction's bounds are needed"
+)
 
 
 def _text(p: Position) -> str:
@@ -83,8 +85,18 @@ class _Txn:
 
     __slots__ = ("xid", "thread", "first", "rows", "scn", "tm", "whole", "begun", "documented")
 
-    def __init__(self, xid: str, thread: int, first: Position, scn: int, tm: int | None, whole: bool,
-                 begun: bool = False, rows: int = 0, documented: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        xid: str,
+        thread: int,
+        first: Position,
+        scn: int,
+        tm: int | None,
+        whole: bool,
+        begun: bool = False,
+        rows: int = 0,
+        documented: list[str] | None = None,
+    ) -> None:
         self.xid = xid
         self.thread = thread
         self.first = first
@@ -101,8 +113,17 @@ class _Row:
 
     __slots__ = ("code", "entry", "owner", "table", "obj", "before", "after", "columns")
 
-    def __init__(self, code: int, entry, owner: str, table: str, obj: int | None, before: str | None,
-                 after: str | None, columns: str | None) -> None:
+    def __init__(
+        self,
+        code: int,
+        entry,
+        owner: str,
+        table: str,
+        obj: int | None,
+        before: str | None,
+        after: str | None,
+        columns: str | None,
+    ) -> None:
         self.code = code
         self.entry = entry
         self.owner = owner
@@ -131,8 +152,15 @@ class OlrFileReader(BlockWriter):
         block_bytes: int = DEFAULT_BLOCK_BYTES,
         flush_seconds: float = 0.1,
     ) -> None:
-        super().__init__(queue, thread=THREAD, on_append=on_append, block_records=block_records,
-                         block_bytes=block_bytes, stop=stop, flush_seconds=flush_seconds)
+        super().__init__(
+            queue,
+            thread=THREAD,
+            on_append=on_append,
+            block_records=block_records,
+            block_bytes=block_bytes,
+            stop=stop,
+            flush_seconds=flush_seconds,
+        )
         self.output = output
         self.name = output.uri
         self.dead_letters = dead_letters
@@ -162,17 +190,29 @@ class OlrFileReader(BlockWriter):
         self.messages, self.transactions, self.checkpoints = st.messages, st.transactions, st.checkpoints
         o = st.open
         if o is not None:
-            self.txn = _Txn(o.xid, o.thread, tuple(o.first), o.scn, o.tm, o.whole, o.begun, o.rows, list(o.documented))
+            self.txn = _Txn(
+                o.xid, o.thread, (o.first[0], o.first[1]), o.scn, o.tm, o.whole, o.begun, o.rows, list(o.documented)
+            )
 
     def state(self) -> OlrFileState:
         t = self.txn
         return OlrFileState(
-            output=self.name, file=self.file, offset=self.offset, line=self.line, steps=self.steps,
-            last=self.last, last_commit=self.last_commit, counted=self.counted,
-            open=None if t is None else OpenTransaction(t.xid, t.thread, t.first, t.scn, t.tm, t.whole, t.begun, t.rows,
-                                                        list(t.documented)),
-            messages=self.messages, transactions=self.transactions, checkpoints=self.checkpoints,
-            finished=self.finished, written=time.time(),
+            output=self.name,
+            file=self.file,
+            offset=self.offset,
+            line=self.line,
+            steps=self.steps,
+            last=self.last,
+            last_commit=self.last_commit,
+            counted=self.counted,
+            open=None
+            if t is None
+            else OpenTransaction(t.xid, t.thread, t.first, t.scn, t.tm, t.whole, t.begun, t.rows, list(t.documented)),
+            messages=self.messages,
+            transactions=self.transactions,
+            checkpoints=self.checkpoints,
+            finished=self.finished,
+            written=time.time(),
         )
 
     state_key = STATE_KEY  # (and the tables' columns not stored yet, under their keys)
@@ -209,17 +249,24 @@ class OlrFileReader(BlockWriter):
                     continue
                 self.file, self.offset, self.line, self.steps = names[0], 0, 1, 0
             if self.file not in names:
-                raise OlrFileError(out.path(self.file), self.line,
-                                   "the file being read is gone (removed or renamed while olr-buffer had not read it "
-                                   "to its end)", hint="put it back; the same command resumes at this line")
+                raise OlrFileError(
+                    out.path(self.file),
+                    self.line,
+                    "the file being read is gone (removed or renamed while olr-buffer had not read it to its end)",
+                    hint="put it back; the same command resumes at this line",
+                )
             i = names.index(self.file)
             complete = i + 1 < len(names)  # a later file exists: this one is written out
             self._read_file(final=complete or not follow)
             if self.stop.is_set():
                 return
             if complete:
-                log.info("%s: read to its end; reading %s", out.path(self.file), names[i + 1],
-                         extra={"file": out.path(names[i + 1])})
+                log.info(
+                    "%s: read to its end; reading %s",
+                    out.path(self.file),
+                    names[i + 1],
+                    extra={"file": out.path(names[i + 1])},
+                )
                 self.file, self.offset, self.line, self.steps = names[i + 1], 0, 1, 0
                 continue
             if not follow:
@@ -231,9 +278,13 @@ class OlrFileReader(BlockWriter):
         try:
             return self.output.files()
         except OSError as exc:
-            raise OlrFileError(self.output.directory, None, f"cannot list the directory: {exc.strerror or exc}",
-                               hint="the directory of OpenLogReplicator's output must be readable by this user; "
-                                    "the same command resumes") from None
+            raise OlrFileError(
+                self.output.directory,
+                None,
+                f"cannot list the directory: {exc.strerror or exc}",
+                hint="the directory of OpenLogReplicator's output must be readable by this user; "
+                "the same command resumes",
+            ) from None
 
     def _idle(self, poll_interval: float) -> None:
         if self.builder.count:
@@ -244,19 +295,27 @@ class OlrFileReader(BlockWriter):
     def _read_file(self, final: bool) -> None:
         """Read the lines of the current file from the current offset: to its end, or (not
         ``final``) up to a last line still being written (without its ``\\n``)."""
+        assert self.file is not None  # the loop chose a file before reading it
         path = self.output.path(self.file)
         try:
             f = open(path, "rb")
         except OSError as exc:
-            raise OlrFileError(path, self.line, f"cannot open it: {exc.strerror or exc}",
-                               hint="the file must be readable by this user; the same command resumes") from None
+            raise OlrFileError(
+                path,
+                self.line,
+                f"cannot open it: {exc.strerror or exc}",
+                hint="the file must be readable by this user; the same command resumes",
+            ) from None
         with f:
             size = os.fstat(f.fileno()).st_size
             if size < self.offset:
-                raise OlrFileError(path, self.line, f"the file holds {size:,} bytes, fewer than the {self.offset:,} "
-                                   "read from it already: it was cut short or replaced",
-                                   hint="put back the file OpenLogReplicator wrote; the same command resumes at this "
-                                        "line")
+                raise OlrFileError(
+                    path,
+                    self.line,
+                    f"the file holds {size:,} bytes, fewer than the {self.offset:,} "
+                    "read from it already: it was cut short or replaced",
+                    hint="put back the file OpenLogReplicator wrote; the same command resumes at this line",
+                )
             f.seek(self.offset)
             while not self.stop.is_set():
                 raw = f.readline()
@@ -305,8 +364,10 @@ class OlrFileReader(BlockWriter):
         except MessageError as exc:
             reason = exc.message
             if b"}{" in text:
-                reason += ("; several messages on one line: OpenLogReplicator's file writer needs \"new-line\": 1 "
-                           "(its default) or 2")
+                reason += (
+                    '; several messages on one line: OpenLogReplicator\'s file writer needs "new-line": 1 '
+                    "(its default) or 2"
+                )
             raise LineError(reason) from None
         payload = m.payload
         if self.steps == 0:
@@ -317,6 +378,7 @@ class OlrFileReader(BlockWriter):
             rows = self._check(m, pos)
             taken = False
         else:  # the line was taken in part before a restart: its checks passed then
+            assert self.last is not None  # the position of the line taken in part
             pos, counted = self.last, False
             rows = self._rows(m)
             taken = True
@@ -364,7 +426,8 @@ class OlrFileReader(BlockWriter):
                 "increase over OpenLogReplicator's output; this is a message written again (OpenLogReplicator "
                 "restarted from an earlier checkpoint and appended again what it had written: remove the repeated "
                 "lines), or a version that stamps c_scn with a transaction's begin SCN (2.0: its issue 330), which is "
-                "not supported")
+                "not supported"
+            )
         return pos, counted
 
     def _rows(self, m) -> dict[int, _Row]:
@@ -394,8 +457,12 @@ class OlrFileReader(BlockWriter):
                 columns = raw_text(schema.columns) if schema is not None and table else None
             except MessageError as exc:
                 raise LineError(exc.message) from None
-            for value, what in ((owner, "schema.owner"), (table, "schema.table"), (entry.rid, "rid"),
-                                 (entry.sql, "sql")):
+            for value, what in (
+                (owner, "schema.owner"),
+                (table, "schema.table"),
+                (entry.rid, "rid"),
+                (entry.sql, "sql"),
+            ):
                 if value is not None:
                     try:
                         value.encode()
@@ -432,8 +499,9 @@ class OlrFileReader(BlockWriter):
                 if m.scn is not None:
                     scn = m.scn
                 if scn > pos[0]:
-                    raise LineError(f"a row at scn {scn}, above the transaction's c_scn {pos[0]}: c_scn must be the "
-                                    "commit's")
+                    raise LineError(
+                        f"a row at scn {scn}, above the transaction's c_scn {pos[0]}: c_scn must be the commit's"
+                    )
             elif op == OP_BEGIN:
                 if xid is not None:
                     raise LineError(f"a begin while transaction {xid} has no commit yet; {_UNSUPPORTED}")
@@ -508,6 +576,7 @@ class OlrFileReader(BlockWriter):
     def _commit(self, m, pos: Position) -> None:
         self._use(THREAD)
         txn = self.txn
+        assert txn is not None  # _check refused a commit with no transaction open
         c_tm = m.tm if m.tm is not None else txn.tm
         self.txn = None
         self.last_commit = pos

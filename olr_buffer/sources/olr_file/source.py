@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import os
-from typing import Mapping
+from collections.abc import Mapping
 
 from ...dead_letters import DeadLetters
 from ...txbuffer import TxQueue
@@ -35,13 +35,22 @@ class OlrFileSource:
         if state is not None and state.output and state.output != self.name:
             raise SourceUsageError(
                 f"{self.name}: this queue was filled from {state.output}, not from this output",
-                hint=f"give {state.output} again, or use a new queue and changefeed directory")
+                hint=f"give {state.output} again, or use a new queue and changefeed directory",
+            )
         if self.settings.dead_letter and self.dead_letters is None:
             self.dead_letters = DeadLetters(self.settings.dead_letter)
         s = self.settings
-        self.reader = OlrFileReader(self.queue, self.output, state=state, columns=load_columns(resume), stop=s.stop,
-                                    dead_letters=self.dead_letters, on_append=s.on_append,
-                                    block_records=s.block_records, block_bytes=s.block_bytes)
+        self.reader = OlrFileReader(
+            self.queue,
+            self.output,
+            state=state,
+            columns=load_columns(resume),
+            stop=s.stop,
+            dead_letters=self.dead_letters,
+            on_append=s.on_append,
+            block_records=s.block_records,
+            block_bytes=s.block_bytes,
+        )
         return [THREAD]
 
     def readers(self, follow: bool, poll_interval: float) -> list[Reader]:
@@ -56,8 +65,10 @@ class OlrFileSource:
         return {THREAD: self.reader is not None and self.reader.finished}
 
     def figures(self) -> SourceFigures:
-        return SourceFigures(records_read=self.reader.records if self.reader else 0,
-                             quarantined=self.dead_letters.count if self.dead_letters else 0)
+        return SourceFigures(
+            records_read=self.reader.records if self.reader else 0,
+            quarantined=self.dead_letters.count if self.dead_letters else 0,
+        )
 
     def input_size(self) -> tuple[int, int] | None:
         """Bytes of the files read past and of the current one up to the reader's offset;
@@ -86,10 +97,18 @@ class OlrFileSource:
             return []
         commit = r.last_commit or (0, 0)
         return [
-            Metric("olr_file_c_scn", "gauge", "The c_scn of the last commit read from OpenLogReplicator's output.",
-                   commit[0]),
-            Metric("olr_file_messages_total", "counter", "Messages read from OpenLogReplicator's output (every run).",
-                   r.messages),
+            Metric(
+                "olr_file_c_scn",
+                "gauge",
+                "The c_scn of the last commit read from OpenLogReplicator's output.",
+                commit[0],
+            ),
+            Metric(
+                "olr_file_messages_total",
+                "counter",
+                "Messages read from OpenLogReplicator's output (every run).",
+                r.messages,
+            ),
         ]
 
     def close(self) -> None:
@@ -112,9 +131,13 @@ def check_replay(location: str) -> None:
     except OSError as exc:
         raise OlrFileError(out.directory, None, f"cannot list the directory: {exc.strerror or exc}") from None
     if not names:
-        raise OlrFileError(out.directory, None, f"no file of OpenLogReplicator's output {out.text!r} here",
-                           hint="give the writer's \"output\" as OpenLogReplicator's configuration has it "
-                                "(olr+file://DIR/NAME-%i.json)")
+        raise OlrFileError(
+            out.directory,
+            None,
+            f"no file of OpenLogReplicator's output {out.text!r} here",
+            hint="give the writer's \"output\" as OpenLogReplicator's configuration has it "
+            "(olr+file://DIR/NAME-%i.json)",
+        )
 
 
 def check_location(location: str) -> None:
@@ -122,7 +145,15 @@ def check_location(location: str) -> None:
     parse_output(location)
 
 
-KIND = SourceKind("olr_file", build, status, "olr_file", status_lines, check_replay,
-                  check_location=check_location, shows_threads=False)
+KIND = SourceKind(
+    "olr_file",
+    build,
+    status,
+    "olr_file",
+    status_lines,
+    check_replay,
+    check_location=check_location,
+    shows_threads=False,
+)
 
 __all__ = ["KIND", "OlrFileSource", "build"]

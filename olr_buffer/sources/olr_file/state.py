@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import msgspec
 
@@ -78,8 +78,7 @@ def columns_key(owner: str | None, table: str) -> bytes:
 
 def load_columns(meta: Mapping[bytes, bytes], where: str = "queue") -> dict[bytes, str]:
     """Every table's columns stored in a queue's metadata (their JSON text), by key."""
-    return {k: decode_state(TableColumns, k, v, where).columns for k, v in meta.items()
-            if k.startswith(COLUMNS_PREFIX)}
+    return {k: decode_state(TableColumns, k, v, where).columns for k, v in meta.items() if k.startswith(COLUMNS_PREFIX)}
 
 
 def load_state(meta: Mapping[bytes, bytes], where: str = "queue") -> OlrFileState | None:
@@ -99,8 +98,9 @@ def status(meta: Mapping[bytes, bytes], now: float) -> dict | None:
         "line": st.line,
         "offset": st.offset,
         "last_commit": position_doc(st.last_commit),
-        "open_transaction": None if st.open is None else {"xid": st.open.xid, "first": position_doc(st.open.first),
-                                                          "rows": st.open.rows},
+        "open_transaction": None
+        if st.open is None
+        else {"xid": st.open.xid, "first": position_doc(st.open.first), "rows": st.open.rows},
         "messages": st.messages,
         "transactions": st.transactions,
         "checkpoint_messages": st.checkpoints,
@@ -111,10 +111,12 @@ def status(meta: Mapping[bytes, bytes], now: float) -> dict | None:
 def status_lines(doc: dict) -> list[str]:
     where = "no file read yet" if doc["file"] is None else f"at {doc['file']} line {doc['line']:,}"
     commit = doc["last_commit"]
-    line = (f"OpenLogReplicator output {doc['output']}: {where}; last commit taken "
-            + ("none" if commit is None else f"c_scn {commit['c_scn']} c_idx {commit['c_idx']}")
-            + f"; {doc['transactions']:,} transaction(s), {doc['messages']:,} message(s), "
-              f"{doc['checkpoint_messages']:,} checkpoint message(s) skipped")
+    line = (
+        f"OpenLogReplicator output {doc['output']}: {where}; last commit taken "
+        + ("none" if commit is None else f"c_scn {commit['c_scn']} c_idx {commit['c_idx']}")
+        + f"; {doc['transactions']:,} transaction(s), {doc['messages']:,} message(s), "
+        f"{doc['checkpoint_messages']:,} checkpoint message(s) skipped"
+    )
     if doc["open_transaction"] is not None:
         o = doc["open_transaction"]
         line += f"; transaction {o['xid']} in the queue without its commit yet ({o['rows']:,} row(s))"

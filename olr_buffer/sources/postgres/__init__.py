@@ -7,5 +7,14 @@ from .slots import DroppedSlot, drop_slot
 from .source import KIND, PostgresSource
 from .state import STATE_KEY, PostgresState
 
-__all__ = ["KIND", "STATE_KEY", "DroppedSlot", "PostgresError", "PostgresReader", "PostgresSource", "PostgresState",
-           "drop_slot", "safe_uri"]
+__all__ = [
+    "KIND",
+    "STATE_KEY",
+    "DroppedSlot",
+    "PostgresError",
+    "PostgresReader",
+    "PostgresSource",
+    "PostgresState",
+    "drop_slot",
+    "safe_uri",
+]

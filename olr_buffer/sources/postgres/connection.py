@@ -139,9 +139,14 @@ class Server:
     def connect(self, replication: bool = False):
         factory = psycopg2.extras.LogicalReplicationConnection if replication else None
         try:
-            conn = psycopg2.connect(self.uri, connection_factory=factory, connect_timeout=self.connect_timeout,
-                                    application_name="olr-buffer", options=self.options,
-                                    client_encoding=CLIENT_ENCODING)
+            conn = psycopg2.connect(
+                self.uri,
+                connection_factory=factory,
+                connect_timeout=self.connect_timeout,
+                application_name="olr-buffer",
+                options=self.options,
+                client_encoding=CLIENT_ENCODING,
+            )
         except psycopg2.OperationalError as exc:
             text = _one_line(exc, self.password)
             if "must be superuser or replication role" in text or "permission denied to start WAL sender" in text:
@@ -150,12 +155,16 @@ class Server:
                     hint="grant it: ALTER ROLE <name> REPLICATION",
                 ) from None
             if "no password supplied" in text:
-                raise PostgresError(f"{self.safe}: the server asks for a password: {text}",
-                                    hint="give it in PGPASSWORD or a ~/.pgpass line (PGPASSFILE), not in the URI, "
-                                         "where a process listing shows it") from None
+                raise PostgresError(
+                    f"{self.safe}: the server asks for a password: {text}",
+                    hint="give it in PGPASSWORD or a ~/.pgpass line (PGPASSFILE), not in the URI, "
+                    "where a process listing shows it",
+                ) from None
             if "does not exist" in text or "password authentication failed" in text or "no pg_hba.conf" in text:
-                raise PostgresError(f"{self.safe}: {text}", hint="check the user, password (PGPASSWORD, ~/.pgpass) "
-                                                                 "and database of the URI") from None
+                raise PostgresError(
+                    f"{self.safe}: {text}",
+                    hint="check the user, password (PGPASSWORD, ~/.pgpass) and database of the URI",
+                ) from None
             raise ConnectionLostError(
                 f"{self.safe}: cannot reach the server: {text}",
                 hint="check that the server runs and the URI's host and port",
@@ -629,8 +638,11 @@ class SocketStream:
                 # an object gone or a right taken (the publication dropped, a table of it, the
                 # role's REPLICATION): every reconnect would end the same way, after the
                 # server decoded again from the slot's position
-                return PostgresError(str(err), hint="fix it on the server (CREATE PUBLICATION ..., GRANT ...), "
-                                     "then start the service again: the slot keeps its position")
+                return PostgresError(
+                    str(err),
+                    hint="fix it on the server (CREATE PUBLICATION ..., GRANT ...), "
+                    "then start the service again: the slot keeps its position",
+                )
             return ConnectionLostError(str(err))
         if kind == 0x63 or kind == 0x43:  # c: CopyDone; C: CommandComplete (a walsender shutting down sends it)
             return self._lost("the server ended the replication stream")

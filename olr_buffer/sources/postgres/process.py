@@ -40,9 +40,14 @@ class ReaderFigures:
     streaming: int = 0  # in-progress transactions being streamed by the server
 
     @classmethod
-    def of(cls, reader) -> "ReaderFigures":
-        return cls(reader.records, reader.confirmed, reader.server_lsn, reader.reconnects,
-                   sum(1 for t in reader.txns.values() if t.streamed))
+    def of(cls, reader) -> ReaderFigures:
+        return cls(
+            reader.records,
+            reader.confirmed,
+            reader.server_lsn,
+            reader.reconnects,
+            sum(1 for t in reader.txns.values() if t.streamed),
+        )
 
 
 class ReaderProcessDied(OlrBufferError):
@@ -68,13 +73,16 @@ class PostgresProcess(StreamProcess):
         return (self.uri, self.source_id, self.state, self.options)
 
 
-
 class _PipeQueue(PipeAppender):
     """The child's queue: appends that go to the parent with the reader's figures."""
 
     def __init__(self, conn) -> None:
-        super().__init__(conn, lambda: ReaderFigures.of(self.reader))
-        self.reader = None
+        super().__init__(conn, self._figures)
+        self.reader: PostgresReader | None = None
+
+    def _figures(self) -> ReaderFigures:
+        assert self.reader is not None  # the queue appends once the reader runs
+        return ReaderFigures.of(self.reader)
 
 
 class _Published:

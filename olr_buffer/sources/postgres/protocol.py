@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Union
 
 from ...errors import OlrBufferError
 
@@ -213,10 +212,22 @@ class StreamAbort:
     subxid: int
 
 
-Message = Union[
-    Begin, Commit, Origin, Relation, TypeInfo, Insert, Update, Delete, Truncate, LogicalMessage,
-    StreamStart, StreamStop, StreamCommit, StreamAbort,
-]
+Message = (
+    Begin
+    | Commit
+    | Origin
+    | Relation
+    | TypeInfo
+    | Insert
+    | Update
+    | Delete
+    | Truncate
+    | LogicalMessage
+    | StreamStart
+    | StreamStop
+    | StreamCommit
+    | StreamAbort
+)
 
 
 def _tuple_data(data: bytes, pos: int, kind: str) -> tuple[Tuple, int]:
@@ -294,7 +305,9 @@ class _Cursor:
 
     def _need(self, n: int, what: str) -> None:
         if self.pos + n > len(self.data):
-            raise PgoutputError(f"message {self.kind!r} ends inside its {what} (at byte {self.pos} of {len(self.data)})")
+            raise PgoutputError(
+                f"message {self.kind!r} ends inside its {what} (at byte {self.pos} of {len(self.data)})"
+            )
 
     def u8(self, what: str) -> int:
         self._need(1, what)
@@ -370,9 +383,9 @@ def decode_message(data: bytes, in_stream: bool = False) -> Message:
     if not data:
         raise PgoutputError("empty pgoutput message")
     if data[0] == 0x49:  # I
-        msg = _insert(data, in_stream)
-        if msg is not None:
-            return msg
+        insert = _insert(data, in_stream)
+        if insert is not None:
+            return insert
     kind = chr(data[0])
     c = _Cursor(data, kind)
     msg: Message
@@ -388,9 +401,9 @@ def decode_message(data: bytes, in_stream: bool = False) -> Message:
     elif kind == "E":
         msg = StreamStop()
     elif kind == "c":
-        xid = c.u32("xid")
+        stream_xid = c.u32("xid")
         c.u8("flags")
-        msg = StreamCommit(xid, c.u64("commit LSN"), c.u64("end LSN"), pg_time_ns(c.i64("commit time")))
+        msg = StreamCommit(stream_xid, c.u64("commit LSN"), c.u64("end LSN"), pg_time_ns(c.i64("commit time")))
     elif kind == "A":
         msg = StreamAbort(c.u32("xid"), c.u32("subtransaction xid"))
     else:

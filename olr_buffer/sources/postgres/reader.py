@@ -37,13 +37,12 @@ from __future__ import annotations
 
 import logging
 import struct
-from collections import deque
 import time
+from collections import deque
 from typing import Any
 
 import psycopg2
 
-from ...txbuffer import BlockAppender
 from ...changes import (
     BEGIN,
     COMMIT,
@@ -60,20 +59,21 @@ from ...changes import (
     row_payload,
     schema_document,
 )
+from ...txbuffer import BlockAppender
+from ..stream import StreamReader, StreamStopped
 from . import protocol as p
 from .connection import (
     ConnectionLostError,
     PostgresError,
     ReplicationStream,
-    SlotInUseError,
     Server,
+    SlotInUseError,
     SocketStream,
     check_setup,
     encrypted,
     quote_ident,
     quote_literal,
 )
-from ..stream import StreamReader, StreamStopped
 from .rows import Table
 from .state import STATE_KEY, PostgresState
 from .types import column_type, is_builtin
@@ -83,7 +83,8 @@ log = logging.getLogger("olr_buffer.postgres")
 THREAD = 1
 COPY_SEQUENCE = -1  # commit keys of the initial copy: (consistent point, 1, -1, n) sort before every change
 LARGE_TRANSACTION_ROWS = 100_000  # the commit of a transaction this large is logged
-# an XLogData frame of an Insert: data start, WAL end, (send time, 'I'), [xid in a stream block,] relation OID, tuple tag
+# an XLogData frame of an Insert: data start, WAL end, (send time, 'I'), [xid in a stream block,]
+# relation OID, tuple tag
 _INSERT_FRAME = struct.Struct("!QQ9xIB").unpack_from
 _STREAM_INSERT_FRAME = struct.Struct("!QQ9xIIB").unpack_from
 _DATA = frozenset((p.Insert, p.Update, p.Delete, p.Truncate, p.Relation))  # messages of a transaction
@@ -212,8 +213,9 @@ class PostgresReader(StreamReader):
 
     state_key = STATE_KEY
 
-    def _add(self, code: int, scn: int, xid: str, payload: list, seq: int = 0, line: int = 0,
-             may_close: bool = True) -> None:
+    def _add(
+        self, code: int, scn: int, xid: str, payload: list, seq: int = 0, line: int = 0, may_close: bool = True
+    ) -> None:
         """Add a record; a full block is appended, with the state as it is now: the
         callers change the state before adding the record that goes with the change."""
         self._add_record(code, scn, xid, seq, line, payload, may_close)
@@ -405,8 +407,13 @@ class PostgresReader(StreamReader):
             scn = self.consistent_point
             for row in cur:
                 values = tuple(None if v is None else v.encode() for v in row)
-                self._add(COPY_ROW, scn, xid, row_payload(None, schema, name, oid, table.rid(values), None,
-                                                          table.obj(values)) + txn.schema_fields(table))
+                self._add(
+                    COPY_ROW,
+                    scn,
+                    xid,
+                    row_payload(None, schema, name, oid, table.rid(values), None, table.obj(values))
+                    + txn.schema_fields(table),
+                )
                 txn.rows += 1
         log.info("initial copy of %s: %d row(s)", target, txn.rows)
         return xid
@@ -431,8 +438,11 @@ class PostgresReader(StreamReader):
         """The columns of relation ``oid`` that the catalog declares NOT NULL."""
         if oid not in self._not_null:
             with (conn or self._sql_conn()).cursor() as cur:
-                cur.execute("SELECT attname FROM pg_attribute WHERE attrelid = %s AND attnum > 0 AND attnotnull "
-                            "AND NOT attisdropped", (oid,))
+                cur.execute(
+                    "SELECT attname FROM pg_attribute WHERE attrelid = %s AND attnum > 0 AND attnotnull "
+                    "AND NOT attisdropped",
+                    (oid,),
+                )
                 self._not_null[oid] = frozenset(n for (n,) in cur.fetchall())
         return self._not_null[oid]
 
@@ -468,8 +478,9 @@ class PostgresReader(StreamReader):
         for c in cols:
             type_name, spark = column_type(c.type_oid, c.type_mod, self._type_names)
             columns.append(SchemaColumn(c.name, type_name, c.name not in not_null, spark))
-        version, document = schema_document("postgresql", schema, name, columns,
-                                            [cols[i].name for i in key] if key is not None else [])
+        version, document = schema_document(
+            "postgresql", schema, name, columns, [cols[i].name for i in key] if key is not None else []
+        )
         return Table(oid, schema, name, cols, key, version, document)
 
     def _relation(self, txn: _Txn | None, msg: p.Relation) -> None:
@@ -497,7 +508,9 @@ class PostgresReader(StreamReader):
 
     def _start(self, repl) -> ReplicationStream | SocketStream:
         if self.streaming:
-            opts = f"proto_version '2', streaming 'on', publication_names {quote_literal(quote_ident(self.publication))}"
+            opts = (
+                f"proto_version '2', streaming 'on', publication_names {quote_literal(quote_ident(self.publication))}"
+            )
         else:
             opts = f"proto_version '1', publication_names {quote_literal(quote_ident(self.publication))}"
         command = f"START_REPLICATION SLOT {quote_ident(self.slot)} LOGICAL 0/0 ({opts})"
@@ -514,9 +527,13 @@ class PostgresReader(StreamReader):
             stream = ReplicationStream(self.server, repl)
         self.reads = "socket" if isinstance(stream, SocketStream) else "libpq"
         self.connected = True
-        log.info("streaming slot %s (publication %s, %s, read %s)", self.slot, self.publication,
-                 "protocol 2, streaming" if self.streaming else "protocol 1",
-                 "from the socket" if self.reads == "socket" else "through libpq")
+        log.info(
+            "streaming slot %s (publication %s, %s, read %s)",
+            self.slot,
+            self.publication,
+            "protocol 2, streaming" if self.streaming else "protocol 1",
+            "from the socket" if self.reads == "socket" else "through libpq",
+        )
         return stream
 
     def _stream_loop(self, stream: ReplicationStream | SocketStream) -> None:
@@ -567,14 +584,28 @@ class PostgresReader(StreamReader):
                             table = got[0] if got is not None else (self.tables.get(rel) or self._last_seen.get(rel))
                             rel_seen = rel if table is not None else -1
                             version = table.version if table is not None else None
-                        images = table.images(data, pos) if rel == rel_seen else None
+                        images = table.images(data, pos) if rel == rel_seen and table is not None else None
                         if images is not None:
+                            assert table is not None  # images come from the table seen
                             if sub is not None and sub != txn.top and sub not in txn.subs:
                                 txn.subs[sub] = txn.rows
                             if not builder.count:
                                 self._pending_since = time.monotonic()
-                            rec = [INSERT, start, 0, 0, 0, None, table.schema, table.name, table.oid,
-                                   images[0], None, images[1], None]
+                            rec = [
+                                INSERT,
+                                start,
+                                0,
+                                0,
+                                0,
+                                None,
+                                table.schema,
+                                table.name,
+                                table.oid,
+                                images[0],
+                                None,
+                                images[1],
+                                None,
+                            ]
                             if version is not None:
                                 if txn.carried.get(rel, _NOT_CARRIED)[0] == version:
                                     rec.append(version)
@@ -728,8 +759,13 @@ class PostgresReader(StreamReader):
         self._add(COMMIT, commit_lsn, txn.xid, end_payload(tm))
         if txn.rows >= LARGE_TRANSACTION_ROWS:
             self._append()  # now: the dispatcher has its rows already
-            log.info("transaction %s committed at %s with %d row(s): in the queue", txn.xid, p.lsn_text(commit_lsn),
-                     txn.rows, extra={"xid": txn.xid, "commit_lsn": p.lsn_text(commit_lsn), "rows": txn.rows})
+            log.info(
+                "transaction %s committed at %s with %d row(s): in the queue",
+                txn.xid,
+                p.lsn_text(commit_lsn),
+                txn.rows,
+                extra={"xid": txn.xid, "commit_lsn": p.lsn_text(commit_lsn), "rows": txn.rows},
+            )
 
     def _merge_relations(self, txn: _Txn) -> None:
         """A committed transaction's relation messages join the cache."""
@@ -763,8 +799,12 @@ class PostgresReader(StreamReader):
             self.cuts += 1
 
     def _row(self, txn: _Txn, code: int, lsn: int, table: Table, rid, before, after) -> None:
-        self._add(code, lsn, txn.xid, row_payload(None, table.schema, table.name, table.oid, rid, before, after)
-                  + txn.schema_fields(table))
+        self._add(
+            code,
+            lsn,
+            txn.xid,
+            row_payload(None, table.schema, table.name, table.oid, rid, before, after) + txn.schema_fields(table),
+        )
         txn.rows += 1
 
     def _change(self, txn: _Txn, msg, lsn: int) -> None:

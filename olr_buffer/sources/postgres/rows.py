@@ -10,6 +10,7 @@ values; every other type is a JSON string holding the server's text form.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import orjson
@@ -72,6 +73,8 @@ class Table:
         self._categories = [_category(c.type_oid) for c in self.columns]
         keys = frozenset(self.key or ())
         self._cols = [(n, c, i in keys) for i, (n, c) in enumerate(zip(self._names, self._categories))]
+        #: ``(rid, obj)`` of the TupleData at ``pos``, which ends ``data`` (see :meth:`_first_images`)
+        self.images: Callable[[bytes, int], tuple[str | None, str] | None] = self._first_images
 
     def obj(self, values: tuple, fallback: tuple | None = None, only: tuple[int, ...] | None = None) -> str:
         """The JSON object of a tuple; unchanged TOASTed values are taken from ``fallback``
@@ -106,7 +109,7 @@ class Table:
             parts.append(self._names[i] + _json(self._categories[i], values[i]))
         return (b"{" + b",".join(parts) + b"}").decode()
 
-    def images(self, data: bytes, pos: int) -> tuple[str | None, str] | None:
+    def _first_images(self, data: bytes, pos: int) -> tuple[str | None, str] | None:
         """``(rid, obj)`` of the TupleData at ``pos``, which ends ``data``, read and turned
         into JSON in one pass: the hot path of inserts, the same text as :meth:`rid` and
         :meth:`obj` give. None for anything out of the ordinary (another column count than
@@ -156,8 +159,12 @@ _COLUMN = """\
 _VALUES = {
     _RAW: "            v{i} = data[pos:end]",
     _STRING: "            v{i} = dumps(data[pos:end].decode())",
-    _NUMBER: "            v{i} = data[pos:end]\n            if v{i} in NOT_NUMBERS:\n                v{i} = b\'\"\' + v{i} + b\'\"\'",
-    _BOOL: "            v{i} = b\"true\" if data[pos:end] in TRUE else b\"false\"",
+    _NUMBER: (
+        "            v{i} = data[pos:end]\n"
+        "            if v{i} in NOT_NUMBERS:\n"
+        "                v{i} = b'\"' + v{i} + b'\"'"
+    ),
+    _BOOL: '            v{i} = b"true" if data[pos:end] in TRUE else b"false"',
 }
 
 
@@ -166,8 +173,14 @@ def _images_function(names: list[bytes], categories: list[int], key: tuple[int, 
     JSON of each column's name and its value mapping fixed (a third of the time of a
     loop that looks them up). Names are constants of the function's namespace (``P0``,
     ``K0``...), never part of its source."""
-    ns: dict = {"unpack": _LENGTH, "dumps": _dumps, "join": b"".join, "struct_error": struct.error,
-                "NOT_NUMBERS": _NOT_NUMBERS, "TRUE": frozenset((b"t", b"true"))}
+    ns: dict = {
+        "unpack": _LENGTH,
+        "dumps": _dumps,
+        "join": b"".join,
+        "struct_error": struct.error,
+        "NOT_NUMBERS": _NOT_NUMBERS,
+        "TRUE": frozenset((b"t", b"true")),
+    }
     keys = set(key or ())
     columns = []
     obj = []
@@ -186,12 +199,15 @@ def _images_function(names: list[bytes], categories: list[int], key: tuple[int, 
         for j, i in enumerate(key):
             ns[f"K{j}"] = (b"{" if j == 0 else b",") + names[i]
             parts += [f"K{j}", f"v{i}"]
-        rid = (f"    if null_key:\n        return None, obj\n"
-               f"    return join(({', '.join(parts or ['START'])}, END)).decode(), obj")
+        rid = (
+            f"    if null_key:\n        return None, obj\n"
+            f"    return join(({', '.join(parts or ['START'])}, END)).decode(), obj"
+        )
     columns_src = "".join(columns)
     if key is not None:
         columns_src = "        null_key = False\n" + columns_src
-    source = _ROW.format(hi=len(names) >> 8, lo=len(names) & 0xFF, columns=columns_src,
-                         obj=", ".join(obj) + ",", rid=rid)
+    source = _ROW.format(
+        hi=len(names) >> 8, lo=len(names) & 0xFF, columns=columns_src, obj=", ".join(obj) + ",", rid=rid
+    )
     exec(compile(source, "<Table.images>", "exec"), ns)  # noqa: S102 - our own template, constants by name
     return ns["images"]

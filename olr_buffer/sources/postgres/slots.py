@@ -22,8 +22,10 @@ class DroppedSlot:
 
     def describe(self) -> str:
         held = f", it held {self.held_bytes / 1e6:,.1f} MB of WAL" if self.held_bytes is not None else ""
-        return (f"dropped replication slot {self.slot!r} of database {self.database} (confirmed "
-                f"{self.confirmed_lsn or 'nothing'}{held})")
+        return (
+            f"dropped replication slot {self.slot!r} of database {self.database} (confirmed "
+            f"{self.confirmed_lsn or 'nothing'}{held})"
+        )
 
 
 def drop_slot(uri: str, slot: str) -> DroppedSlot:
@@ -37,11 +39,14 @@ def drop_slot(uri: str, slot: str) -> DroppedSlot:
             cur.execute(
                 "SELECT s.database, current_database(), s.active_pid, s.confirmed_flush_lsn::text, "
                 "(pg_current_wal_lsn() - s.restart_lsn)::bigint "
-                "FROM pg_replication_slots s WHERE s.slot_name = %s", (slot,))
+                "FROM pg_replication_slots s WHERE s.slot_name = %s",
+                (slot,),
+            )
             row = cur.fetchone()
             if row is None:
-                cur.execute("SELECT slot_name FROM pg_replication_slots WHERE database = current_database() "
-                            "ORDER BY slot_name")
+                cur.execute(
+                    "SELECT slot_name FROM pg_replication_slots WHERE database = current_database() ORDER BY slot_name"
+                )
                 names = [name for (name,) in cur.fetchall()]
                 raise PostgresError(
                     f"{server.safe}: no replication slot {slot!r}",
@@ -60,8 +65,10 @@ def drop_slot(uri: str, slot: str) -> DroppedSlot:
             except psycopg2.errors.ObjectInUse:  # taken in between
                 raise _in_use(server, slot, None) from None
     except psycopg2.errors.InsufficientPrivilege as exc:
-        raise PostgresError(f"{server.safe}: cannot drop replication slot {slot!r}: {str(exc).strip()}",
-                            hint="connect as a role with REPLICATION (or a superuser)") from None
+        raise PostgresError(
+            f"{server.safe}: cannot drop replication slot {slot!r}: {str(exc).strip()}",
+            hint="connect as a role with REPLICATION (or a superuser)",
+        ) from None
     except psycopg2.Error as exc:
         raise server.error(exc, f"drop replication slot {slot!r}") from None
     finally:

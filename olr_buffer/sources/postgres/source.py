@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from ...txbuffer import TxQueue
 from ..base import Metric, SourceKind, SourceSettings, SourceUsageError
@@ -40,15 +41,26 @@ class PostgresSource(StreamSource):
         state = load_state(resume)
         s = self.settings
         self.reader = PostgresReader(
-            self.queue, self.uri, state=state, published=lambda: self.durable, on_append=s.on_append,
-            stop=s.stop, **self.options,
+            self.queue,
+            self.uri,
+            state=state,
+            published=lambda: self.durable,
+            on_append=s.on_append,
+            stop=s.stop,
+            **self.options,
         )
         self.reader.prepare()
         if s.processes is not False:
             self._process = PostgresProcess(
-                self.queue, self.uri, source_id=self.reader.source_id, state=state,
-                figures=ReaderFigures.of(self.reader), published=self._published_lsn,
-                on_append=s.on_append, stop=s.stop, options=self.options,
+                self.queue,
+                self.uri,
+                source_id=self.reader.source_id,
+                state=state,
+                figures=ReaderFigures.of(self.reader),
+                published=self._published_lsn,
+                on_append=s.on_append,
+                stop=s.stop,
+                options=self.options,
             )
         return [THREAD]
 
@@ -73,13 +85,22 @@ class PostgresSource(StreamSource):
     def metrics(self) -> list[Metric]:
         r = self.reader_figures()
         return [
-            Metric("postgres_confirmed_lsn", "gauge", "The slot position confirmed to the server (flush LSN).",
-                   r.confirmed),
+            Metric(
+                "postgres_confirmed_lsn", "gauge", "The slot position confirmed to the server (flush LSN).", r.confirmed
+            ),
             Metric("postgres_server_lsn", "gauge", "The server's WAL position, as of its last message.", r.server_lsn),
-            Metric("postgres_lag_bytes", "gauge", "WAL bytes between the confirmed position and the server's.",
-                   max(0, r.server_lsn - r.confirmed)),
-            Metric("postgres_streaming_transactions", "gauge", "In-progress transactions being streamed by the server.",
-                   r.streaming),
+            Metric(
+                "postgres_lag_bytes",
+                "gauge",
+                "WAL bytes between the confirmed position and the server's.",
+                max(0, r.server_lsn - r.confirmed),
+            ),
+            Metric(
+                "postgres_streaming_transactions",
+                "gauge",
+                "In-progress transactions being streamed by the server.",
+                r.streaming,
+            ),
             Metric("postgres_reconnects_total", "counter", "Reconnections to the server.", r.reconnects),
         ]
 
@@ -98,8 +119,12 @@ def refuse_replay(uri: str) -> None:
 
 def options(flags: Mapping[str, Any]) -> dict[str, Any]:
     """The reader's options from ``run``'s flags."""
-    return dict(slot=flags["slot"], publication=flags["publication"], initial_copy=not flags["no_initial_copy"],
-                streaming=not flags["no_streaming"])
+    return dict(
+        slot=flags["slot"],
+        publication=flags["publication"],
+        initial_copy=not flags["no_initial_copy"],
+        streaming=not flags["no_streaming"],
+    )
 
 
 def check_uri(uri: str) -> None:
@@ -118,5 +143,16 @@ def check_uri(uri: str) -> None:
         raise SourceUsageError(f"port {bad[0]!r} is not a number")
 
 
-KIND = SourceKind("postgresql", build, status, "postgresql", status_lines, refuse_replay, options, check_uri,
-                  position_name="LSN", format_position=lsn_text, shows_threads=False)
+KIND = SourceKind(
+    "postgresql",
+    build,
+    status,
+    "postgresql",
+    status_lines,
+    refuse_replay,
+    options,
+    check_uri,
+    position_name="LSN",
+    format_position=lsn_text,
+    shows_threads=False,
+)

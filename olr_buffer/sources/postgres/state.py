@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from ..base import ResumeState, decode_state, encode_state
 
@@ -66,9 +66,11 @@ def status(meta: Mapping[bytes, bytes], now: float) -> dict | None:
 
 
 def status_lines(doc: dict) -> list[str]:
-    return [(
-        f"postgresql {doc['source']}: slot {doc['slot']}, confirmed {doc['confirmed_lsn']}, server "
-        f"{doc['server_lsn']} ({doc['lag_bytes']:,} bytes behind), {doc['streaming_transactions']} transaction(s) "
-        f"streaming, initial copy {doc['initial_copy']}"
-        + (f" (as of {doc['as_of_seconds_ago']}s ago)" if doc["as_of_seconds_ago"] is not None else "")
-    )]
+    return [
+        (
+            f"postgresql {doc['source']}: slot {doc['slot']}, confirmed {doc['confirmed_lsn']}, server "
+            f"{doc['server_lsn']} ({doc['lag_bytes']:,} bytes behind), {doc['streaming_transactions']} transaction(s) "
+            f"streaming, initial copy {doc['initial_copy']}"
+            + (f" (as of {doc['as_of_seconds_ago']}s ago)" if doc["as_of_seconds_ago"] is not None else "")
+        )
+    ]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import io
 import os
-import stat
 import re
+import stat
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -25,7 +25,7 @@ class LogFile:
     path: str
     compressed: bool
 
-    def open(self) -> BinaryIO:
+    def open(self) -> io.BufferedReader:
         """A binary stream of the file's (decompressed) content.
 
         A damaged or truncated ``.zst`` raises :class:`CorruptCompressedFile` while reading.
@@ -36,7 +36,7 @@ class LogFile:
         return io.BufferedReader(_ZstdRaw(fh), buffer_size=1 << 20)
 
 
-def read_open_file(fd: int, compressed: bool) -> BinaryIO:
+def read_open_file(fd: int, compressed: bool) -> io.BufferedReader:
     """The content of the open file ``fd`` from its start (decompressed if ``compressed``),
     read with ``pread``: its offset does not move, and closing the stream leaves it open."""
     raw = _PreadRaw(fd)
@@ -51,7 +51,7 @@ class _PreadRaw(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, b) -> int:  # type: ignore[override]
+    def readinto(self, b) -> int:
         data = os.pread(self._fd, len(b), self._at)
         n = len(data)
         b[:n] = data
@@ -75,7 +75,7 @@ class _ZstdRaw(io.RawIOBase):
 
     _CHUNK = 1 << 20
 
-    def __init__(self, fh: BinaryIO) -> None:
+    def __init__(self, fh: BinaryIO | io.RawIOBase) -> None:
         self._fh = fh
         self._dctx = zstandard.ZstdDecompressor()
         self._obj = self._dctx.decompressobj()
@@ -87,7 +87,7 @@ class _ZstdRaw(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, b) -> int:  # type: ignore[override]
+    def readinto(self, b) -> int:
         while not self._buf:
             if self._done:
                 return 0
@@ -199,6 +199,7 @@ def is_log_file(input_dir: str, path: str) -> bool:
     regular file: its records would be missing without a word."""
     # one stat decides: a log that appears (being created) or goes (archived) while it is
     # looked at is there or not, never "not a regular file"
+    reason: str | None
     try:
         st = os.stat(path)  # follows a link
     except FileNotFoundError:
@@ -207,8 +208,11 @@ def is_log_file(input_dir: str, path: str) -> bool:
         reason = f"symbolic link to {_link_target(path)}, which does not exist"
     except OSError as exc:  # a loop of links, ...
         why = (exc.strerror or str(exc)).lower()
-        reason = (f"symbolic link to {_link_target(path)}, which cannot be followed: {why}" if os.path.islink(path)
-                  else f"cannot be read: {why}")
+        reason = (
+            f"symbolic link to {_link_target(path)}, which cannot be followed: {why}"
+            if os.path.islink(path)
+            else f"cannot be read: {why}"
+        )
     else:
         if stat.S_ISREG(st.st_mode):
             reason = None

@@ -4,7 +4,7 @@ shows of it."""
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from ...changes import INFINITE_SCN
 from ..base import ResumeState, decode_state, encode_state
@@ -39,7 +39,7 @@ class ReaderPosition(ResumeState):
         return encode_state(self)
 
     @classmethod
-    def decode(cls, value: bytes) -> "ReaderPosition":
+    def decode(cls, value: bytes) -> ReaderPosition:
         return decode_state(cls, b"reader position", value)
 
 

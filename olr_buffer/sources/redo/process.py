@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import threading
 import traceback
-from typing import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from ...dead_letters import DeadLetters
 from ...errors import OlrBufferError
@@ -23,6 +23,7 @@ from ..runner import ParentStop, run_child, start_child
 from .files import LogFile
 from .position import ReaderPosition
 from .thread_reader import ReaderStats, ThreadReader
+
 # The reader processes run at a lower priority than the parent: with more runnable
 # processes than cores, the scheduler would otherwise give each an equal share, so the
 # dispatcher (one thread, in the parent) would get half a core while three readers
@@ -79,8 +80,19 @@ class ReaderProcess:
         files = [(lf.sequence, lf.path, lf.compressed) for lf in self.files.values()]
         run_child(
             _child_main,
-            (self.input_dir, self.thread, files, self.pos.encode(), self.block_records, self.block_bytes,
-             self.dead_letter_path, follow, poll_interval, self.floor, self.queue_end),
+            (
+                self.input_dir,
+                self.thread,
+                files,
+                self.pos.encode(),
+                self.block_records,
+                self.block_bytes,
+                self.dead_letter_path,
+                follow,
+                poll_interval,
+                self.floor,
+                self.queue_end,
+            ),
             name=f"olr-reader-{self.thread}",
             label=f"the reader process of redo thread {self.thread}",
             stop=self.stop,
@@ -132,8 +144,11 @@ class _PipeQueue:
 
     def append(self, records: Sequence[bytes], meta: Mapping[bytes, bytes] | None = None) -> int:
         reader: ThreadReader = self._reader_ref[0]
-        new_files = [(lf.sequence, lf.path, lf.compressed) for s, lf in reader.files.items()
-                     if self._files_sent.get(s) != lf.path]
+        new_files = [
+            (lf.sequence, lf.path, lf.compressed)
+            for s, lf in reader.files.items()
+            if self._files_sent.get(s) != lf.path
+        ]
         if new_files:
             self._files_sent.update((s, path) for s, path, _ in new_files)
             self._conn.send(("files", new_files))
@@ -145,8 +160,22 @@ class _PipeQueue:
         return 0
 
 
-def _child_main(conn, stop_conn, parent_pid, input_dir, thread, files, pos_bytes, block_records, block_bytes,
-                dead_letter_path, follow, poll_interval, floor=None, queue_end=None) -> None:
+def _child_main(
+    conn,
+    stop_conn,
+    parent_pid,
+    input_dir,
+    thread,
+    files,
+    pos_bytes,
+    block_records,
+    block_bytes,
+    dead_letter_path,
+    follow,
+    poll_interval,
+    floor=None,
+    queue_end=None,
+) -> None:
     start_child(parent_pid)
     os.nice(READER_NICENESS)
     reader_ref: list = []

@@ -121,7 +121,9 @@ def _int(d: dict, name: str, lo: int, hi: int, default: Any = _REQUIRED) -> Any:
     v = d.get(name)
     if v is None:
         if default is _REQUIRED:
-            raise RecordError(f"missing field {name!r}" if name not in d else f"field {name!r} must be an integer, not null")
+            raise RecordError(
+                f"missing field {name!r}" if name not in d else f"field {name!r} must be an integer, not null"
+            )
         return default
     if type(v) is not int:
         if v in (math.inf, -math.inf):
@@ -145,7 +147,9 @@ def _object_text(d: dict, name: str, required: bool) -> str | None:
     v = d.get(name)
     if v is None:
         if required:
-            raise RecordError(f"missing field {name!r}" if name not in d else f"field {name!r} must be an object, not null")
+            raise RecordError(
+                f"missing field {name!r}" if name not in d else f"field {name!r} must be an object, not null"
+            )
         return None
     if type(v) is not dict:
         raise RecordError(f"field {name!r} must be an object, not {_json_type(v)}")
@@ -201,10 +205,10 @@ def validate(d: dict[str, Any]) -> tuple[int, int, int, str | None, list | None]
         table = _str(d, "table")
         sql = _str(d, "sql")
         obj = _int(d, "obj", INT64_MIN, INT64_MAX, None)
-        rid = _str(d, "rid") if d.get("rid") is not None else None
+        ddl_rid = _str(d, "rid") if d.get("rid") is not None else None
         before = _object_text(d, "before", False)
         after = _object_text(d, "after", False)
-        payload = row_payload(tm, owner, table, obj, rid, before, after, sql)
+        payload = row_payload(tm, owner, table, obj, ddl_rid, before, after, sql)
         if d.get("columns") is not None:
             payload += schema_fields(*_schema(owner, table, d["columns"]))
         return code, scn, sub, xid, payload
@@ -334,11 +338,20 @@ def decode_line(raw: bytes) -> tuple[int, int, int, str | None, list | None]:
                 raise _NotFast
             return code, scn, sub, xid, row_payload(r.tm, owner, table, r.obj, rid, before, after)
         if code == DDL:
-            if r.owner is None or r.table is None or r.sql is None or (r.columns is not None
-                                                                       and bytes(r.columns) != b"null"):
+            if (
+                r.owner is None
+                or r.table is None
+                or r.sql is None
+                or (r.columns is not None and bytes(r.columns) != b"null")
+            ):
                 raise _NotFast
-            return code, scn, sub, xid, row_payload(r.tm, r.owner, r.table, r.obj, r.rid, _text(r.before),
-                                                    _text(r.after), r.sql)
+            return (
+                code,
+                scn,
+                sub,
+                xid,
+                row_payload(r.tm, r.owner, r.table, r.obj, r.rid, _text(r.before), _text(r.after), r.sql),
+            )
         return code, scn, sub, xid, end_payload(r.tm)
     except (_NotFast, msgspec.MsgspecError, ValueError, RecursionError):
         pass

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from ...changes import CommitKey
 from ...dead_letters import DeadLetters
@@ -57,8 +58,12 @@ def _warn_empty_sequences(files: dict[int, LogFile], position: ReaderPosition | 
         except OSError:
             continue
         if empty:
-            log.warning("%s: empty (0 bytes), while sequence %d exists: read as a sequence without records "
-                        "(if it was emptied or not copied in full, its records are missing)", lf.path, seq + 1)
+            log.warning(
+                "%s: empty (0 bytes), while sequence %d exists: read as a sequence without records "
+                "(if it was emptied or not copied in full, its records are missing)",
+                lf.path,
+                seq + 1,
+            )
 
 
 class RedoSource:
@@ -102,22 +107,38 @@ class RedoSource:
         self._in_play = sorted(threads) if threads else sorted(self.thread_readers)
         return self._in_play
 
-    def _add(self, thread: int, files: dict[int, LogFile], position: ReaderPosition | None) -> ThreadReader | ReaderProcess:
+    def _add(
+        self, thread: int, files: dict[int, LogFile], position: ReaderPosition | None
+    ) -> ThreadReader | ReaderProcess:
         if files:
             check_contiguous(self.input_dir, thread, files)
         s = self.settings
-        common = dict(block_records=s.block_records, block_bytes=s.block_bytes, on_append=self._appended, stop=s.stop)
+        common: dict[str, Any] = dict(
+            block_records=s.block_records, block_bytes=s.block_bytes, on_append=self._appended, stop=s.stop
+        )
         reader: ThreadReader | ReaderProcess
         if self.processes:
             reader = ReaderProcess(
-                self.queue, self.input_dir, thread, files, position, dead_letter_path=s.dead_letter,
-                queue_end=self.queue_end, **common
+                self.queue,
+                self.input_dir,
+                thread,
+                files,
+                position,
+                dead_letter_path=s.dead_letter,
+                queue_end=self.queue_end,
+                **common,
             )
         else:
             end = self.queue_end
             reader = ThreadReader(
-                self.queue, self.input_dir, thread, files, position, dead_letters=self.dead_letters,
-                queue_end=lambda: end.value, **common
+                self.queue,
+                self.input_dir,
+                thread,
+                files,
+                position,
+                dead_letters=self.dead_letters,
+                queue_end=lambda: end.value,
+                **common,
             )
         self.thread_readers[thread] = reader
         return reader
@@ -135,10 +156,17 @@ class RedoSource:
             raise _no_threads(self.input_dir)
         self._follow, self._poll_interval = follow, poll_interval
         if follow:
-            waiting = [t for t in self._in_play if not self.thread_readers[t].files and not _has_written(self.thread_readers[t].pos)]
+            waiting = [
+                t
+                for t in self._in_play
+                if not self.thread_readers[t].files and not _has_written(self.thread_readers[t].pos)
+            ]
             if waiting:
-                log.warning("waiting for the first records of redo thread(s) %s: nothing is published until each "
-                            "thread in play has written", ", ".join(map(str, waiting)))
+                log.warning(
+                    "waiting for the first records of redo thread(s) %s: nothing is published until each "
+                    "thread in play has written",
+                    ", ".join(map(str, waiting)),
+                )
         return [self._reader(r) for r in self.thread_readers.values()]
 
     def _reader(self, reader: ThreadReader | ReaderProcess) -> Reader:
@@ -148,8 +176,11 @@ class RedoSource:
 
     def new_readers(self) -> list[Reader]:
         """Follow mode: readers for redo threads whose first files appeared since."""
-        return [self._reader(self._add(thread, files, None))
-                for thread, files in scan(self.input_dir).items() if thread not in self.thread_readers]
+        return [
+            self._reader(self._add(thread, files, None))
+            for thread, files in scan(self.input_dir).items()
+            if thread not in self.thread_readers
+        ]
 
     def acknowledge(self, ack: Acknowledgement) -> None:
         if ack.published is not None:
@@ -201,7 +232,7 @@ def _no_threads(input_dir: str) -> NoThreadsError:
         f"{input_dir}: no redo thread has log files yet and --threads is not given: "
         "nothing would hold back a commit whose other threads' rows are still to come",
         hint="give every redo thread of the database with --threads (e.g. --threads 1,2,3), "
-             "or start the service once the capture process has written its first files",
+        "or start the service once the capture process has written its first files",
     )
 
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import codecs
 import functools
+import io
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import repeat
-from typing import BinaryIO, Callable
+from typing import BinaryIO
 
 from ...changes import (
     BEGIN,
@@ -188,7 +190,8 @@ class ThreadReader:
             raise InputError(
                 os.path.join(self.input_dir, f"redo_{self.thread}_{pos.sequence - 1}.jsonl"),
                 None,
-                f"thread {self.thread} was read up to sequence {pos.sequence - 1}, but the input ends at {max(self.files)}",
+                f"thread {self.thread} was read up to sequence {pos.sequence - 1}, "
+                f"but the input ends at {max(self.files)}",
                 hint="the input directory no longer holds the logs this queue was built from",
             )
         files = check_contiguous(self.input_dir, self.thread, self.files, start=pos.sequence) if self.files else []
@@ -256,9 +259,12 @@ class ThreadReader:
                         now = time.monotonic()
                         truncated_since = truncated_since or now
                         if now - truncated_since >= TRUNCATED_ZST_WAIT_SECONDS:
-                            raise InputError(lf.path, pos.line + 1,
-                                             f"{exc}, still after {TRUNCATED_ZST_WAIT_SECONDS:.0f}s",
-                                             hint="write archived logs under a temporary name and rename them") from None
+                            raise InputError(
+                                lf.path,
+                                pos.line + 1,
+                                f"{exc}, still after {TRUNCATED_ZST_WAIT_SECONDS:.0f}s",
+                                hint="write archived logs under a temporary name and rename them",
+                            ) from None
                         read = 0
             except InputError:
                 if not os.path.exists(lf.path) and self._moved(lf):
@@ -297,7 +303,10 @@ class ThreadReader:
         return now is not None and now.path != lf.path
 
     def _log_file(self, seq: int) -> LogFile | None:
-        for compressed, name in ((False, f"redo_{self.thread}_{seq}.jsonl"), (True, f"redo_{self.thread}_{seq}.jsonl.zst")):
+        for compressed, name in (
+            (False, f"redo_{self.thread}_{seq}.jsonl"),
+            (True, f"redo_{self.thread}_{seq}.jsonl.zst"),
+        ):
             path = os.path.join(self.input_dir, name)
             if is_log_file(self.input_dir, path):
                 lf = LogFile(self.thread, seq, path, compressed)
@@ -340,8 +349,12 @@ class ThreadReader:
         if (old.st_dev, old.st_ino) != (st.st_dev, st.st_ino):
             self._adopt_copy(lf, held)
         if not lf.compressed and st.st_size < pos.offset:
-            raise InputError(lf.path, pos.line, f"file shrank to {st.st_size} bytes, below the {pos.offset} already read",
-                             hint="a log file must only grow until the next sequence exists")
+            raise InputError(
+                lf.path,
+                pos.line,
+                f"file shrank to {st.st_size} bytes, below the {pos.offset} already read",
+                hint="a log file must only grow until the next sequence exists",
+            )
         return self._partial_at != (lf.sequence, pos.offset, st.st_size)
 
     def _hold(self, lf: LogFile) -> tuple[int, bool]:
@@ -364,12 +377,17 @@ class ThreadReader:
         except FileNotFoundError:
             raise InputError(lf.path, pos.line or None, "file disappeared while being read") from None
         try:
-            same = _same_content(read_open_file(old_fd, old_compressed), read_open_file(new_fd, lf.compressed),
-                                 pos.offset)
+            same = _same_content(
+                read_open_file(old_fd, old_compressed), read_open_file(new_fd, lf.compressed), pos.offset
+            )
         except CorruptCompressedFile as exc:
             os.close(new_fd)
-            raise InputError(lf.path, pos.line or None, f"file was replaced while being read (new inode): {exc}",
-                             hint="write archived logs under a temporary name and rename them") from None
+            raise InputError(
+                lf.path,
+                pos.line or None,
+                f"file was replaced while being read (new inode): {exc}",
+                hint="write archived logs under a temporary name and rename them",
+            ) from None
         if not same:
             os.close(new_fd)
             raise InputError(
@@ -432,7 +450,7 @@ class ThreadReader:
         pos.line, pos.offset, pos.scn, pos.sub = st
         return st[0] - first_line
 
-    def _read_chunks(self, fh: BinaryIO, lf: LogFile, final: bool, st: list) -> int:
+    def _read_chunks(self, fh: io.BufferedReader, lf: LogFile, final: bool, st: list) -> int:
         """The lines of ``fh`` from where it stands, chunk by chunk: ``_BREAK`` at the end
         (or at a line still being written), ``_STOP`` when ``stop`` was set."""
         buf = b""
@@ -559,8 +577,9 @@ class ThreadReader:
                             else:
                                 if (before is None and code != INSERT) or (after is None and code != DELETE):
                                     raise _Slow
-                                rec = encode([code, scn, sub, seq, line, r.tm, owner, table, r.obj, rid, before, after,
-                                              None])
+                                rec = encode(
+                                    [code, scn, sub, seq, line, r.tm, owner, table, r.obj, rid, before, after, None]
+                                )
                         elif code == DDL:
                             raise _Slow
                         else:  # begin, commit, rollback
@@ -597,7 +616,12 @@ class ThreadReader:
                         last_scn, last_sub = scn, sub
                         if count >= block_records or nbytes >= block_bytes:
                             b.count, b.nbytes, b.progress, b.closed = count, nbytes, progress, closed
-                            pos.line, pos.offset, pos.scn, pos.sub = line, offset_after(line - line0), last_scn, last_sub
+                            pos.line, pos.offset, pos.scn, pos.sub = (
+                                line,
+                                offset_after(line - line0),
+                                last_scn,
+                                last_sub,
+                            )
                             self._flush()
                             count, nbytes = 0, 0
                             if self.stop.is_set():
@@ -630,7 +654,7 @@ class ThreadReader:
             st[0], st[1], st[2], st[3] = line, offset_after(line - line0), last_scn, last_sub
         return status, st[1] - start
 
-    def _slow_line(self, src: "_Chained", lf: LogFile, final: bool, st: list) -> int:
+    def _slow_line(self, src: _Chained, lf: LogFile, final: bool, st: list) -> int:
         """Read one line from ``src`` as the line-by-line reader always did: the path of
         over-long lines, invalid ones (the error, or the dead-letter file) and a last line
         still being written. Returns ``_OK``, ``_BREAK`` (stop reading this file: at its
@@ -656,8 +680,11 @@ class ThreadReader:
             if self.dead_letters is None:
                 pos.line, pos.offset, pos.scn, pos.sub = line - 1, offset, last_scn, last_sub
                 self._flush()
-                hint = (exc.hint if isinstance(exc, BelowPublishedError)
-                        else _further_bad_lines(src, raw, line, last_scn, last_sub, limit, final))
+                hint = (
+                    exc.hint
+                    if isinstance(exc, BelowPublishedError)
+                    else _further_bad_lines(src, raw, line, last_scn, last_sub, limit, final)
+                )
                 raise InputError(lf.path, line, str(exc), hint=hint) from None
             if len(raw) >= limit:
                 rest = _rest_of_line(src)
@@ -702,7 +729,7 @@ class ThreadReader:
         if code not in MARKER_CODES:
             if self._check_floor:
                 self._above_floor(scn)
-            b.add(code, scn, sub, xid, seq, line, payload)  # type: ignore[arg-type]
+            b.add(code, scn, sub, xid, seq, line, payload)
             return scn, sub
         if code == LWN:
             b.heartbeat(scn)
@@ -723,7 +750,8 @@ class ThreadReader:
                 why, hint = "the first record after the start of this run", None
             raise BelowPublishedError(
                 f"record at scn {scn} is at or below commit scn {floor}, already published ({why} must lie above "
-                "every published commit)", hint=hint
+                "every published commit)",
+                hint=hint,
             )
         self._check_floor = False
 
@@ -746,8 +774,10 @@ class BelowPublishedError(RecordError):
     """A thread's first record (of the run, or after its ``close``) at or below a commit
     already published: not a line to fix, but input that this changefeed cannot take."""
 
-    hint = ("the changefeed already holds later commits: what is added to its input must lie above them "
-            "(the logs the capture writes next); to read other logs, replay them into a new queue and changefeed")
+    hint = (
+        "the changefeed already holds later commits: what is added to its input must lie above them "
+        "(the logs the capture writes next); to read other logs, replay them into a new queue and changefeed"
+    )
 
     def __init__(self, message: str, hint: str | None = None) -> None:
         super().__init__(message)
@@ -756,9 +786,11 @@ class BelowPublishedError(RecordError):
 
 
 #: A thread's first records below what was published without it (see ``_above_floor``).
-NEW_THREAD_HINT = ("this queue published commits without this thread (a replay takes its input as complete), "
-                   "and its records at or below them cannot be added in commit order: replay the logs of every "
-                   "thread together into a new queue and changefeed")
+NEW_THREAD_HINT = (
+    "this queue published commits without this thread (a replay takes its input as complete), "
+    "and its records at or below them cannot be added in commit order: replay the logs of every "
+    "thread together into a new queue and changefeed"
+)
 
 
 #: How much of a file the scan after a bad line reads at most.
@@ -844,7 +876,11 @@ def _skip(fh, offset: int, lf: LogFile, line: int) -> None:
         while left:
             chunk = fh.read(min(left, 1 << 20))
             if not chunk:
-                raise InputError(lf.path, None, f"file is shorter ({offset - 1 - left} bytes) than the position already read ({offset})")
+                raise InputError(
+                    lf.path,
+                    None,
+                    f"file is shorter ({offset - 1 - left} bytes) than the position already read ({offset})",
+                )
             left -= len(chunk)
     last = fh.read(1)
     if not last:
@@ -855,5 +891,5 @@ def _skip(fh, offset: int, lf: LogFile, line: int) -> None:
             line + 1,
             f"the file changed before the resume point: byte {offset}, where this line was to start, is inside a line",
             hint="a log file must only grow; lines already read may not be rewritten: restore the file as it was, "
-                 "or replay it into a new queue and changefeed",
+            "or replay it into a new queue and changefeed",
         )

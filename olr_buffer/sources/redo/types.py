@@ -25,7 +25,11 @@ def spark_type(oracle: str) -> str:
             return UNCONSTRAINED_NUMBER
         s = int(scale) if scale is not None else 0
         if precision == "*":
-            return f"decimal({MAX_PRECISION},{max(0, min(s, MAX_PRECISION))})" if scale is not None else UNCONSTRAINED_NUMBER
+            return (
+                f"decimal({MAX_PRECISION},{max(0, min(s, MAX_PRECISION))})"
+                if scale is not None
+                else UNCONSTRAINED_NUMBER
+            )
         p = int(precision)
         if s < 0:  # rounded to tens, hundreds ...: p - s digits before the point
             return f"decimal({min(p - s, MAX_PRECISION)},0)"

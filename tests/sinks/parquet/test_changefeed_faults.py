@@ -4,7 +4,6 @@ stops cleanly with no half-published file, and resumes once there is room.
 
 from __future__ import annotations
 
-import json
 import os
 import random
 from pathlib import Path
@@ -15,13 +14,12 @@ import pytest
 from olr_buffer.changes import INSERT, CommitKey
 from olr_buffer.sinks.parquet.errors import ChangefeedError
 from olr_buffer.sinks.parquet.writer import ChangefeedWriter
-
 from tests.cli.conftest import ok
 from tests.contract_model import ModelResult
 from tests.fault_helpers import (
     FULL_ARGS,
-    big_base,
-    big_model,
+    big_base,  # noqa: F401 (a fixture the tests request by name)
+    big_model,  # noqa: F401 (a fixture the tests request by name)
     exact,
     grow,
     no_tmp_files,
@@ -65,9 +63,11 @@ def test_a_row_group_that_fails_in_the_background_stops_the_writer_with_one_line
     cf = tmp_path / "cf"
 
     def tx(scn: int, rows: int) -> tuple[list[list], list[tuple]]:
-        images = ['{"V":"%s"}' % "".join(rnd.choice("abcdefghij") for _ in range(200)) for _ in range(rows)]
-        recs = [[INSERT, scn + i, 0, 1, scn + i, None, "O", "T", None, f"R{scn + i}", None, images[i], None]
-                for i in range(rows)]
+        images = ['{{"V":"{}"}}'.format("".join(rnd.choice("abcdefghij") for _ in range(200))) for _ in range(rows)]
+        recs = [
+            [INSERT, scn + i, 0, 1, scn + i, None, "O", "T", None, f"R{scn + i}", None, images[i], None]
+            for i in range(rows)
+        ]
         return recs, [(f"X{scn}", CommitKey(scn + rows, 1, 1, scn + rows), None, 1, rows)]
 
     with tmpfs(cf, "300k"):

@@ -132,12 +132,14 @@ def test_in_place_is_refused_without_the_promise(copied):
 def test_in_place_with_the_promise(copied):
     cf = copied.changefeed
     before = part_files(cf)
-    res = CliRunner().invoke(main, ["compact", str(cf), "--in-place", "--i-know-no-reader-is-running",
-                                    "--target-rows", "1000", "--dry-run"])
+    res = CliRunner().invoke(
+        main, ["compact", str(cf), "--in-place", "--i-know-no-reader-is-running", "--target-rows", "1000", "--dry-run"]
+    )
     assert res.exit_code == 0, res.output
     assert "would write" in res.output and part_files(cf) == before
-    res = CliRunner().invoke(main, ["compact", str(cf), "--in-place", "--i-know-no-reader-is-running",
-                                    "--target-rows", "1000", "--json"])
+    res = CliRunner().invoke(
+        main, ["compact", str(cf), "--in-place", "--i-know-no-reader-is-running", "--target-rows", "1000", "--json"]
+    )
     assert res.exit_code == 0, res.output
     summary = json.loads(res.output)
     after = part_files(cf)
@@ -165,6 +167,7 @@ class _Crash(Exception):
 def test_in_place_interrupted_then_finished(copied, monkeypatch, where):
     cf = copied.changefeed
     if where == "before_rename":
+
         def crash(*args, **kwargs):
             raise _Crash
 

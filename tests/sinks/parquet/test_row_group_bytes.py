@@ -12,7 +12,7 @@ from olr_buffer.sinks.parquet.writer import ChangefeedWriter
 
 
 def _row(scn: int, i: int) -> list:
-    return [2, scn, 0, 1, i, None, "O", "T", 7, f'{{"ID":{i}}}', None, '{"ID":%d,"S":"%s"}' % (i, "x" * (i % 97)), None]
+    return [2, scn, 0, 1, i, None, "O", "T", 7, f'{{"ID":{i}}}', None, f'{{"ID":{i},"S":"{"x" * (i % 97)}"}}', None]
 
 
 def _write(cf: Path, **limits) -> None:
@@ -20,8 +20,10 @@ def _write(cf: Path, **limits) -> None:
     # one large transaction streamed row by row, then many small ones at once, then a large one at once
     big = Commit("big", CommitKey(10, 1, 1, 10), 1_000)
     assert writer.write_transaction(big, ((1, [_row(10, i)]) for i in range(20_000))) == 20_000
-    items = [(Commit(f"s{k}", CommitKey(20 + k, 1, 1, 20 + k), None), 1, [_row(20 + k, i) for i in range(50)])
-             for k in range(200)]
+    items = [
+        (Commit(f"s{k}", CommitKey(20 + k, 1, 1, 20 + k), None), 1, [_row(20 + k, i) for i in range(50)])
+        for k in range(200)
+    ]
     items.append((Commit("big2", CommitKey(500, 1, 1, 500), 2_000), 2, [_row(500, i) for i in range(15_000)]))
     assert writer.write_transactions(items) == [50] * 200 + [15_000]
     writer.flush()

@@ -17,8 +17,12 @@ from olr_buffer.sinks.parquet import ChangefeedCorruptError, ChangefeedError, Ch
 from olr_buffer.sinks.parquet import writer as writer_module
 
 V1, DOC1 = schema_document("redo", "O", "T", [SchemaColumn("A", "NUMBER(5)", False, "decimal(5,0)")])
-V2, DOC2 = schema_document("redo", "O", "T", [SchemaColumn("A", "NUMBER(5)", False, "decimal(5,0)"),
-                                               SchemaColumn("B", "VARCHAR2(10)", True, "string")])
+V2, DOC2 = schema_document(
+    "redo",
+    "O",
+    "T",
+    [SchemaColumn("A", "NUMBER(5)", False, "decimal(5,0)"), SchemaColumn("B", "VARCHAR2(10)", True, "string")],
+)
 VP, DOCP = schema_document("postgresql", "public", "p", [SchemaColumn("id", "integer", False, "int")], ["id"])
 
 
@@ -35,8 +39,11 @@ def tx(w: ChangefeedWriter, n: int, *rows: list) -> None:
 
 
 def versions(cf: Path) -> list:
-    return [(r["tx_seq"], r["owner"], r["table"], r["schema_version"])
-            for p in sorted(cf.glob("part-*.parquet")) for r in pq.read_table(p).to_pylist()]
+    return [
+        (r["tx_seq"], r["owner"], r["table"], r["schema_version"])
+        for p in sorted(cf.glob("part-*.parquet"))
+        for r in pq.read_table(p).to_pylist()
+    ]
 
 
 def test_rows_take_their_tables_version_across_files_and_restarts(tmp_path):
@@ -53,9 +60,17 @@ def test_rows_take_their_tables_version_across_files_and_restarts(tmp_path):
     tx(w, 4, dml("p", "public", *schema_fields(VP, DOCP)), dml("p", "public", VP), dml())
     w.close()
     assert versions(cf) == [
-        (0, "O", "T", None), (1, "O", "T", V1), (1, "O", "T", V1), (1, "O", "U", None), (2, "O", "T", V1),
-        (3, "O", "T", V1), (3, "O", "T", V2), (3, "O", "T", V2),
-        (4, "public", "p", VP), (4, "public", "p", VP), (4, "O", "T", V2),
+        (0, "O", "T", None),
+        (1, "O", "T", V1),
+        (1, "O", "T", V1),
+        (1, "O", "U", None),
+        (2, "O", "T", V1),
+        (3, "O", "T", V1),
+        (3, "O", "T", V2),
+        (3, "O", "T", V2),
+        (4, "public", "p", VP),
+        (4, "public", "p", VP),
+        (4, "O", "T", V2),
     ]
     docs = cf / "_olr_buffer" / "schemas"
     assert sorted(p.name for p in docs.iterdir()) == sorted(f"{v}.json" for v in (V1, V2, VP))
@@ -63,7 +78,10 @@ def test_rows_take_their_tables_version_across_files_and_restarts(tmp_path):
     assert oct(docs.stat().st_mode & 0o777) == "0o700" and oct((docs / f"{V1}.json").stat().st_mode & 0o777) == "0o600"
     footers = [pq.read_metadata(p).metadata.get(b"olr_buffer.schemas") for p in sorted(cf.glob("part-*.parquet"))]
     assert [orjson.loads(f) if f else None for f in footers] == [
-        [["O", "T", V1]], None, [["O", "T", V2], ["public", "p", VP]]]
+        [["O", "T", V1]],
+        None,
+        [["O", "T", V2], ["public", "p", VP]],
+    ]
 
 
 def test_documents_are_on_disk_before_the_file_that_names_them_is_visible(tmp_path, monkeypatch):
@@ -104,8 +122,9 @@ def test_a_version_without_its_document_or_with_another_is_refused(tmp_path):
         w.flush()
     w.abandon()
     tx(w, 0, dml("p", "public", V1, DOCP))
-    with pytest.raises(ChangefeedError, match=f"names schema version {V1}, but the document it carries has "
-                                              f"version {VP}"):
+    with pytest.raises(
+        ChangefeedError, match=f"names schema version {V1}, but the document it carries has version {VP}"
+    ):
         w.flush()
     w.release()
 

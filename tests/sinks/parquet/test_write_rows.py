@@ -18,9 +18,22 @@ from olr_buffer.sinks.parquet.writer import ChangefeedWriter
 
 def _row(scn: int, i: int) -> list:
     code = INSERT if i % 3 else DELETE
-    after = None if code == DELETE else '{"I":%d,"S":"%s"}' % (i, "y" * (i % 11))
-    return [code, scn, i, 1, i, None if i % 4 == 0 else scn * 7, "O", "T", None if i % 5 == 0 else 9, f"R{i}",
-            '{"I":%d}' % i if code == DELETE else None, after, None]
+    after = None if code == DELETE else f'{{"I":{i},"S":"{"y" * (i % 11)}"}}'
+    return [
+        code,
+        scn,
+        i,
+        1,
+        i,
+        None if i % 4 == 0 else scn * 7,
+        "O",
+        "T",
+        None if i % 5 == 0 else 9,
+        f"R{i}",
+        f'{{"I":{i}}}' if code == DELETE else None,
+        after,
+        None,
+    ]
 
 
 def _files(cf: Path) -> list[tuple[str, dict, list]]:
@@ -41,20 +54,27 @@ def _files(cf: Path) -> list[tuple[str, dict, list]]:
     row_group_bytes=st.sampled_from([1, 3000, 1 << 40]),
     chunk=st.integers(1, 4),
 )
-def test_write_rows_equals_write_transaction_per_transaction(txs, cuts, file_rows, row_group_rows, row_group_bytes,
-                                                             chunk):
+def test_write_rows_equals_write_transaction_per_transaction(
+    txs, cuts, file_rows, row_group_rows, row_group_bytes, chunk
+):
     """Also for transactions of several threads: ``write_rows`` takes a list of each row's
     thread, ``write_transaction`` chunks of one thread's rows."""
     items = []
     for k, (n, thread, several) in enumerate(txs):
         scn = 10 * (k + 1)
         threads = [thread if not several or i % 3 else thread % 3 + 1 for i in range(n)]
-        items.append((Commit(f"x{k}", CommitKey(scn, thread, 1, k), None if k % 3 == 0 else scn * 1000),
-                      threads, [_row(scn, i) for i in range(n)]))
+        items.append(
+            (
+                Commit(f"x{k}", CommitKey(scn, thread, 1, k), None if k % 3 == 0 else scn * 1000),
+                threads,
+                [_row(scn, i) for i in range(n)],
+            )
+        )
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        limits = dict(file_rows=file_rows, row_group_rows=row_group_rows, row_group_bytes=row_group_bytes,
-                      durable=False)
+        limits = dict(
+            file_rows=file_rows, row_group_rows=row_group_rows, row_group_bytes=row_group_bytes, durable=False
+        )
         one = ChangefeedWriter(root / "one", **limits)
         for commit, threads, rows in items:
             chunks = []  # runs of one thread's rows, cut every `chunk` rows
@@ -74,8 +94,11 @@ def test_write_rows_equals_write_transaction_per_transaction(txs, cuts, file_row
             if len(single) == sum(1 for _, _, rows in group if rows):
                 assert flat.write_transactions(single) == [len(rows) for _, _, rows in single]
             else:  # write_rows itself, with a list of threads for some
-                txs_ = [(c.xid, c.key, c.tm, threads[0] if len(set(threads)) == 1 else threads, len(rows))
-                        for c, threads, rows in group if rows]
+                txs_ = [
+                    (c.xid, c.key, c.tm, threads[0] if len(set(threads)) == 1 else threads, len(rows))
+                    for c, threads, rows in group
+                    if rows
+                ]
                 flat.write_rows([r for _, _, rows in group for r in rows], txs_)
         assert flat.next_tx_seq == one.next_tx_seq == sum(1 for _, _, rows in items if rows)
         flat.close()
@@ -90,8 +113,10 @@ def test_a_row_queued_without_an_owner_is_published_with_the_empty_owner(tmp_pat
     ``owner`` is never null, and the source named none: the empty string."""
     cf = tmp_path / "cf"
     w = ChangefeedWriter(cf, durable=False)
-    rows = [[INSERT, 10, 0, 1, 1, None, None, "OBJ_87705", None, None, None, '{"COL_0":"53544f50"}', None],
-            [INSERT, 10, 0, 1, 2, None, "HR", "EMP", None, None, None, '{"ID":1}', None]]
+    rows = [
+        [INSERT, 10, 0, 1, 1, None, None, "OBJ_87705", None, None, None, '{"COL_0":"53544f50"}', None],
+        [INSERT, 10, 0, 1, 2, None, "HR", "EMP", None, None, None, '{"ID":1}', None],
+    ]
     w.write_rows(rows, [("0x1.2.3", CommitKey(12, 1, 0, 3), None, 1, 2)])
     f = w.flush()
     w.close()

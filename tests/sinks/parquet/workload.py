@@ -11,23 +11,22 @@ import json
 import os
 import shutil
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import orjson
 
-from olr_buffer.changes import Commit, CommitKey
+from olr_buffer.changes import DDL, DELETE, INSERT, UPDATE, Commit, CommitKey
 from olr_buffer.runtime import PipelineOptions, replay
-from olr_buffer.changes import DDL, DELETE, INSERT, UPDATE
 from olr_buffer.simulate import simulate
 from olr_buffer.sinks.parquet import ChangefeedWriter
 from tests.contract_model import ModelResult, expected_changefeed
 
 OWNER, TABLE = "SALES", "ORDERS"
 ORDERS_DDL = (
-    "ORDER_ID BIGINT, CUSTOMER STRING, CITY STRING, STATUS STRING, TOTAL DOUBLE, "
-    "CREATED TIMESTAMP_NTZ, NOTE STRING"
+    "ORDER_ID BIGINT, CUSTOMER STRING, CITY STRING, STATUS STRING, TOTAL DOUBLE, CREATED TIMESTAMP_NTZ, NOTE STRING"
 )
 ORDERS_JSON_OPTIONS = {"timestampNTZFormat": "yyyy-MM-dd HH:mm:ss"}
 FILE_ROWS = 100
@@ -41,7 +40,7 @@ class Workload:
     changefeed: Path
     expected: ModelResult
 
-    def copy(self, dest: Path) -> "Workload":
+    def copy(self, dest: Path) -> Workload:
         """Input, queue and changefeed copied under ``dest`` (for tests that change them)."""
         shutil.copytree(self.queue, dest / "q")
         shutil.copytree(self.changefeed, dest / "cf")
@@ -71,8 +70,13 @@ def _write_extra_sequence(input_dir: Path, last_scn: int) -> None:
 
     def row(order_id: int, status: str) -> dict[str, Any]:
         return {
-            "ORDER_ID": order_id, "CUSTOMER": "Zoë Ødegaard", "CITY": "Kraków", "STATUS": status,
-            "TOTAL": 12.5, "CREATED": "2024-06-01 10:20:30", "NOTE": None,
+            "ORDER_ID": order_id,
+            "CUSTOMER": "Zoë Ødegaard",
+            "CITY": "Kraków",
+            "STATUS": status,
+            "TOTAL": 12.5,
+            "CREATED": "2024-06-01 10:20:30",
+            "NOTE": None,
         }
 
     def dml(op: str, xid: str, rid: str, before=None, after=None, rollback=False) -> None:
@@ -184,8 +188,23 @@ def publish(writer: ChangefeedWriter, tx: list[dict[str, Any]]) -> None:
         (  # a chunk a row: the rows of a transaction may change thread at any row
             (
                 r["thread"],
-                [[_CODES[r["op"]], r["scn"], r["sub"], 0, r["op_seq"], r["tm"], r["owner"], r["table"],
-                  r["obj"], r["rid"], text(r["before"]), text(r["after"]), r["sql"]]],
+                [
+                    [
+                        _CODES[r["op"]],
+                        r["scn"],
+                        r["sub"],
+                        0,
+                        r["op_seq"],
+                        r["tm"],
+                        r["owner"],
+                        r["table"],
+                        r["obj"],
+                        r["rid"],
+                        text(r["before"]),
+                        text(r["after"]),
+                        r["sql"],
+                    ]
+                ],
             )
             for r in tx
         ),

@@ -15,8 +15,22 @@ from tests.sources.olr.paths import CLI, ROOT
 
 
 def run_cmd(uri: str, tmp: Path, *extra: str) -> list[str]:
-    return [*CLI, "run", uri, "--queue", str(tmp / "q"), "--changefeed", str(tmp / "cf"), "--flush-interval", "0.2",
-            "--checkpoint-interval", "0.5", "--log-level", "info", *extra]
+    return [
+        *CLI,
+        "run",
+        uri,
+        "--queue",
+        str(tmp / "q"),
+        "--changefeed",
+        str(tmp / "cf"),
+        "--flush-interval",
+        "0.2",
+        "--checkpoint-interval",
+        "0.5",
+        "--log-level",
+        "info",
+        *extra,
+    ]
 
 
 def start_run(uri: str, tmp: Path, *extra: str) -> subprocess.Popen:
@@ -61,8 +75,16 @@ class SenderProcess:
     ``state`` (so that a SIGKILL of it is a restart of OpenLogReplicator)."""
 
     def __init__(self, stream: Path, port: int, state: Path, rate: float | None = None) -> None:
-        cmd = [sys.executable, "-m", "tests.sources.olr.standin", str(stream), "--port", str(port), "--state",
-               str(state)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "tests.sources.olr.standin",
+            str(stream),
+            "--port",
+            str(port),
+            "--state",
+            str(state),
+        ]
         if rate is not None:
             cmd += ["--rate", str(rate)]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)

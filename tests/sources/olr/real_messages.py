@@ -38,13 +38,13 @@ SYNCHDB_DDL = [
     b'"payload":[{"op":"begin"}]}',
     b'{"scn":2930816,"tm":1753384727000000000,"c_scn":2930820,"c_idx":3,"xid":"0x0008.011.000004c7","db":"FREE",'
     b'"payload":[{"op":"ddl","schema":{"owner":"DBZUSER","table":"TEST_TABLE","obj":74234},"sql":"CREATE TABLE '
-    b'test_table (\\n    id NUMBER PRIMARY KEY,\\n    binary_double_col BINARY_DOUBLE,\\n    binary_float_col '
-    b'BINARY_FLOAT,\\n    float_col FLOAT(10),\\n    number_col NUMBER(10,2),\\n    long_col LONG,\\n    date_col '
-    b'DATE,\\n    interval_ds_col INTERVAL DAY TO SECOND,\\n    interval_ym_col INTERVAL YEAR TO MONTH,\\n    '
-    b'timestamp_col TIMESTAMP,\\n    timestamp_tz_col TIMESTAMP WITH TIME ZONE,\\n    timestamp_ltz_col TIMESTAMP '
-    b'WITH LOCAL TIME ZONE,\\n    char_col CHAR(10),\\n    nchar_col NCHAR(10),\\n    nvarchar2_col NVARCHAR2(50),'
-    b'\\n    varchar_col VARCHAR(50),\\n    varchar2_col VARCHAR2(50),\\n    raw_col RAW(100),\\n    bfile_col BFILE,'
-    b'\\n    blob_col BLOB,\\n    clob_col CLOB,\\n    nclob_col NCLOB,\\n    rowid_col ROWID,\\n    urowid_col '
+    b"test_table (\\n    id NUMBER PRIMARY KEY,\\n    binary_double_col BINARY_DOUBLE,\\n    binary_float_col "
+    b"BINARY_FLOAT,\\n    float_col FLOAT(10),\\n    number_col NUMBER(10,2),\\n    long_col LONG,\\n    date_col "
+    b"DATE,\\n    interval_ds_col INTERVAL DAY TO SECOND,\\n    interval_ym_col INTERVAL YEAR TO MONTH,\\n    "
+    b"timestamp_col TIMESTAMP,\\n    timestamp_tz_col TIMESTAMP WITH TIME ZONE,\\n    timestamp_ltz_col TIMESTAMP "
+    b"WITH LOCAL TIME ZONE,\\n    char_col CHAR(10),\\n    nchar_col NCHAR(10),\\n    nvarchar2_col NVARCHAR2(50),"
+    b"\\n    varchar_col VARCHAR(50),\\n    varchar2_col VARCHAR2(50),\\n    raw_col RAW(100),\\n    bfile_col BFILE,"
+    b"\\n    blob_col BLOB,\\n    clob_col CLOB,\\n    nclob_col NCLOB,\\n    rowid_col ROWID,\\n    urowid_col "
     b'UROWID\\n)"}]}',
     # added: the commit
     b'{"scn":2930820,"tm":1753384727000000000,"c_scn":2930820,"c_idx":4,"xid":"0x0008.011.000004c7","db":"FREE",'
@@ -148,32 +148,132 @@ ISSUE_126 = [
 STREAM = ISSUE_220 + SYNCHDB_DDL + SYNCHDB_DML + ISSUE_231 + SCHEMALESS + CHECKPOINT + DDL_SQL_ALONE
 
 
-def _row(tx_seq, op_seq, c_scn, c_tm, xid, op, scn, tm, owner, table, obj=None, rid=None, before=None, after=None,
-         sql=None) -> dict:
-    return {"tx_seq": tx_seq, "op_seq": op_seq, "c_scn": c_scn, "c_tm": c_tm, "xid": xid, "op": op, "scn": scn,
-            "sub": 0, "tm": tm, "thread": 1, "owner": owner, "table": table, "obj": obj, "rid": rid, "before": before,
-            "after": after, "sql": sql}
+def _row(
+    tx_seq, op_seq, c_scn, c_tm, xid, op, scn, tm, owner, table, obj=None, rid=None, before=None, after=None, sql=None
+) -> dict:
+    return {
+        "tx_seq": tx_seq,
+        "op_seq": op_seq,
+        "c_scn": c_scn,
+        "c_tm": c_tm,
+        "xid": xid,
+        "op": op,
+        "scn": scn,
+        "sub": 0,
+        "tm": tm,
+        "thread": 1,
+        "owner": owner,
+        "table": table,
+        "obj": obj,
+        "rid": rid,
+        "before": before,
+        "after": after,
+        "sql": sql,
+    }
 
 
 #: The changefeed ``STREAM`` gives (contract section 7): c_scn the message's, c_tm the
 #: commit message's tm (else the first message's), scn the last one sent, tm the row
 #: message's own, thread 1 (no rth), owner "" where the message names none.
 EXPECTED = [
-    *[_row(0, i, 2631935, 1741732767000000000, "0x0004.012.00000259", "c", 2631790, None, "USR1", "ADAMX",
-           after={"A": 3}) for i in range(4)],
-    _row(1, 0, 2930820, 1753384727000000000, "0x0008.011.000004c7", "ddl", 2930816, 1753384727000000000, "DBZUSER",
-         "TEST_TABLE", obj=74234, sql=SYNCHDB_DDL_SQL),
-    _row(2, 0, 3531691, 1752686342000000000, "0x0007.01a.000004a1", "c", 3531590, 1752686342000000000, "DBZUSER",
-         "ORDERS", obj=73406, rid="AAAR6+AAFAAAACGAAA",
-         after={"ORDER_NUMBER": 10013, "ORDER_DATE": 1704067200000000000, "PURCHASER": 1003, "QUANTITY": 2,
-                "PRODUCT_ID": 107}),
-    _row(3, 0, 4903137, ISSUE_231_TM, "0x000a.005.0000083d", "d", 4903130, ISSUE_231_TM, "GLUESYNCUSER", "ARTICLES",
-         obj=75771, rid="AAASf7AANAAAAHsAAe",
-         before={"ID": 1000, "ARTICLE_NAME": "Barramundi", "DESCRIPTION": "Multi-channelled clear-thinking knowledge "
-                 "user", "PRICE": 68.06, "CURRENCY": "CNY", "AVAILABILITY": 8951,
-                 "IMAGE_URL": "http://dummyimage.com/128x128.png/ff4444/ffffff"}),
-    _row(4, 0, 4903141, 1750079320000000000, "0x0003.00b.00000d21", "c", 4903140, None, "", "OBJ_87705",
-         after={"COL_0": "53544f50", "COL_1": "787708010d2339"}),
-    _row(5, 0, 4903161, 1750079340000000000, "0x0005.00d.00000191", "ddl", 4903160, None, "", "",
-         sql="create table USR1.ADAMX(a numeric)"),
+    *[
+        _row(
+            0,
+            i,
+            2631935,
+            1741732767000000000,
+            "0x0004.012.00000259",
+            "c",
+            2631790,
+            None,
+            "USR1",
+            "ADAMX",
+            after={"A": 3},
+        )
+        for i in range(4)
+    ],
+    _row(
+        1,
+        0,
+        2930820,
+        1753384727000000000,
+        "0x0008.011.000004c7",
+        "ddl",
+        2930816,
+        1753384727000000000,
+        "DBZUSER",
+        "TEST_TABLE",
+        obj=74234,
+        sql=SYNCHDB_DDL_SQL,
+    ),
+    _row(
+        2,
+        0,
+        3531691,
+        1752686342000000000,
+        "0x0007.01a.000004a1",
+        "c",
+        3531590,
+        1752686342000000000,
+        "DBZUSER",
+        "ORDERS",
+        obj=73406,
+        rid="AAAR6+AAFAAAACGAAA",
+        after={
+            "ORDER_NUMBER": 10013,
+            "ORDER_DATE": 1704067200000000000,
+            "PURCHASER": 1003,
+            "QUANTITY": 2,
+            "PRODUCT_ID": 107,
+        },
+    ),
+    _row(
+        3,
+        0,
+        4903137,
+        ISSUE_231_TM,
+        "0x000a.005.0000083d",
+        "d",
+        4903130,
+        ISSUE_231_TM,
+        "GLUESYNCUSER",
+        "ARTICLES",
+        obj=75771,
+        rid="AAASf7AANAAAAHsAAe",
+        before={
+            "ID": 1000,
+            "ARTICLE_NAME": "Barramundi",
+            "DESCRIPTION": "Multi-channelled clear-thinking knowledge user",
+            "PRICE": 68.06,
+            "CURRENCY": "CNY",
+            "AVAILABILITY": 8951,
+            "IMAGE_URL": "http://dummyimage.com/128x128.png/ff4444/ffffff",
+        },
+    ),
+    _row(
+        4,
+        0,
+        4903141,
+        1750079320000000000,
+        "0x0003.00b.00000d21",
+        "c",
+        4903140,
+        None,
+        "",
+        "OBJ_87705",
+        after={"COL_0": "53544f50", "COL_1": "787708010d2339"},
+    ),
+    _row(
+        5,
+        0,
+        4903161,
+        1750079340000000000,
+        "0x0005.00d.00000191",
+        "ddl",
+        4903160,
+        None,
+        "",
+        "",
+        sql="create table USR1.ADAMX(a numeric)",
+    ),
 ]

@@ -25,8 +25,9 @@ def service(uri: str, tmp: Path, *, processes: bool = False, **source_options):
 
     def body():
         try:
-            box["summary"] = run_service(uri, str(tmp / "q"), str(tmp / "cf"), opts, stop,
-                                         source_options=source_options)
+            box["summary"] = run_service(
+                uri, str(tmp / "q"), str(tmp / "cf"), opts, stop, source_options=source_options
+            )
         except BaseException as exc:  # noqa: BLE001 - handed to the test
             box["error"] = exc
 
@@ -66,6 +67,7 @@ def wait_transactions(cf: Path, n: int, timeout: float = 60.0, box: dict | None 
         if box is not None and "error" in box:
             raise box["error"]
         return transactions(cf) >= n
+
     wait_for(done, timeout, f"{n} transactions in {cf}")
 
 
@@ -89,7 +91,12 @@ def status(queue: Path) -> dict:
 
     from tests.sources.olr.paths import ROOT
 
-    out = subprocess.run([sys.executable, "-m", "olr_buffer.cli", "status", "--queue", str(queue), "--json"],
-                         capture_output=True, text=True, timeout=120, cwd=ROOT)
+    out = subprocess.run(
+        [sys.executable, "-m", "olr_buffer.cli", "status", "--queue", str(queue), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)

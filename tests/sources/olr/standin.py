@@ -122,9 +122,17 @@ class StandIn:
     ``state``: a file that keeps the confirmed position across a kill; ``on_confirm``:
     called with the position of each CONFIRM when it arrives."""
 
-    def __init__(self, messages: list[bytes], database: str = "ORCL", host: str = "127.0.0.1", port: int = 0,
-                 state: Path | None = None, rate: float | None = None, hold_at: int | None = None,
-                 on_confirm=None) -> None:
+    def __init__(
+        self,
+        messages: list[bytes],
+        database: str = "ORCL",
+        host: str = "127.0.0.1",
+        port: int = 0,
+        state: Path | None = None,
+        rate: float | None = None,
+        hold_at: int | None = None,
+        on_confirm=None,
+    ) -> None:
         self.messages = list(messages)
         self.positions: list[tuple[int, int]] = []
         for m in self.messages:  # (a message that is not JSON, sent to test a receiver, is where the one before is)
@@ -159,7 +167,7 @@ class StandIn:
     def uri(self) -> str:
         return f"olr://127.0.0.1:{self.port}/{self.database}"
 
-    def start(self) -> "StandIn":
+    def start(self) -> StandIn:
         self._thread = threading.Thread(target=self.serve_forever, name="olr-standin", daemon=True)
         self._thread.start()
         return self
@@ -183,7 +191,7 @@ class StandIn:
             except OSError:
                 pass
 
-    def __enter__(self) -> "StandIn":
+    def __enter__(self) -> StandIn:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -197,7 +205,7 @@ class StandIn:
         while not self._stop.is_set():
             try:
                 conn, _ = self.listener.accept()
-            except socket.timeout:
+            except TimeoutError:
                 continue
             except OSError:
                 return
@@ -225,7 +233,7 @@ class StandIn:
                 if not data:
                     return
                 buf += data
-            except socket.timeout:
+            except TimeoutError:
                 pass
             while len(buf) >= 4:
                 (n,) = struct.unpack_from("<I", buf)

@@ -79,16 +79,26 @@ def xid_column(xid: int, form: Form) -> str:
 
 
 COLUMNS = {
-    ("HR", "EMP"): [{"name": "ID", "type": "number", "precision": 10, "scale": 0, "nullable": False},
-                    {"name": "NAME", "type": "varchar2", "length": 40, "nullable": True}],
+    ("HR", "EMP"): [
+        {"name": "ID", "type": "number", "precision": 10, "scale": 0, "nullable": False},
+        {"name": "NAME", "type": "varchar2", "length": 40, "nullable": True},
+    ],
     ("HR", "DEPT"): [{"name": "ID", "type": "number", "precision": -1, "scale": 0, "nullable": False}],
     ("SALES", "ORDERS"): [{"name": "N", "type": "number", "precision": 38, "scale": 10, "nullable": True}],
 }
 OBJS = {("HR", "EMP"): 7001, ("HR", "DEPT"): 7002, ("SALES", "ORDERS"): 7003}
 
 
-def workload(rng: random.Random, n: int, *, rac: bool = False, max_rows: int = 6, c_scn: int = 5000,
-             share: float = 0.25, large: int | None = None) -> list[Tx]:
+def workload(
+    rng: random.Random,
+    n: int,
+    *,
+    rac: bool = False,
+    max_rows: int = 6,
+    c_scn: int = 5000,
+    share: float = 0.25,
+    large: int | None = None,
+) -> list[Tx]:
     """``n`` transactions in commit order; about ``share`` of them commit at the SCN of the
     one before (RAC); ``large``: one transaction of that many rows in the middle."""
     txs = []
@@ -107,16 +117,28 @@ def workload(rng: random.Random, n: int, *, rac: bool = False, max_rows: int = 6
             big = rng.random() < 0.2
             value = float(BIG) if big else rng.randint(0, 999)
             image = {"ID": key, "NAME": rng.choice(["Ann", "Bo\u00e9", 'q"t', None]), "N": value}
-            rows.append(Row(
-                op=op, scn=scns[j], owner=owner, table=table,
-                obj=OBJS[(owner, table)],
-                rid=None if op == "ddl" else f"AAAR{i:05d}AAE{j:06d}"[:18],
-                before=None if op in ("c", "ddl") else {"ID": key, "NAME": "old"},
-                after=None if op in ("d", "ddl") else image,
-                sql=f'ALTER TABLE "{owner}"."{table}" ADD (C{i} NUMBER)' if op == "ddl" else None,
-            ))
-        txs.append(Tx(xid=(rng.randint(1, 40) << 48) | (rng.randint(0, 40) << 32) | (1000 + i), c_scn=c_scn,
-                      c_tm=T0 + c_scn * 1000, rows=rows, thread=rng.choice([1, 2]) if rac else 1))
+            rows.append(
+                Row(
+                    op=op,
+                    scn=scns[j],
+                    owner=owner,
+                    table=table,
+                    obj=OBJS[(owner, table)],
+                    rid=None if op == "ddl" else f"AAAR{i:05d}AAE{j:06d}"[:18],
+                    before=None if op in ("c", "ddl") else {"ID": key, "NAME": "old"},
+                    after=None if op in ("d", "ddl") else image,
+                    sql=f'ALTER TABLE "{owner}"."{table}" ADD (C{i} NUMBER)' if op == "ddl" else None,
+                )
+            )
+        txs.append(
+            Tx(
+                xid=(rng.randint(1, 40) << 48) | (rng.randint(0, 40) << 32) | (1000 + i),
+                c_scn=c_scn,
+                c_tm=T0 + c_scn * 1000,
+                rows=rows,
+                thread=rng.choice([1, 2]) if rac else 1,
+            )
+        )
     return txs
 
 
@@ -166,7 +188,7 @@ def _iso(tm: int) -> str:
     import datetime
 
     s, ns = divmod(tm, 1_000_000_000)
-    return datetime.datetime.fromtimestamp(s, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S") + f".{ns:09d}Z"
+    return datetime.datetime.fromtimestamp(s, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S") + f".{ns:09d}Z"
 
 
 def _entry(form: Form, row: Row, num: int, seen: set) -> dict:
@@ -223,8 +245,17 @@ def messages(txs: list[Tx], form: Form) -> list[bytes]:
             out.append(_encode(doc))
         if form.checkpoints and n % 3 == 2:
             p = pos(tx.c_scn)
-            out.append(_encode({"scn": tx.c_scn, "tm": tx.c_tm, "c_scn": p[0], "c_idx": p[1],
-                                "payload": [{"op": "chkpt", "seq": 1763, "offset": 15872 + n}]}))
+            out.append(
+                _encode(
+                    {
+                        "scn": tx.c_scn,
+                        "tm": tx.c_tm,
+                        "c_scn": p[0],
+                        "c_idx": p[1],
+                        "payload": [{"op": "chkpt", "seq": 1763, "offset": 15872 + n}],
+                    }
+                )
+            )
     return out
 
 
@@ -242,12 +273,27 @@ def expected_rows(txs: list[Tx], form: Form) -> list[dict]:
             else:
                 scn = r.scn if form.scn_all else first_scn
                 tm = tx.c_tm if form.tm_all else None
-            rows.append({
-                "tx_seq": tx_seq, "op_seq": op_seq, "c_scn": tx.c_scn, "c_tm": tx.c_tm, "xid": xid_column(tx.xid, form),
-                "op": r.op, "scn": scn, "sub": 0, "tm": tm, "thread": tx.thread if form.rth else 1,
-                "owner": r.owner, "table": r.table, "obj": r.obj, "rid": r.rid,
-                "before": r.before, "after": r.after, "sql": r.sql,
-            })
+            rows.append(
+                {
+                    "tx_seq": tx_seq,
+                    "op_seq": op_seq,
+                    "c_scn": tx.c_scn,
+                    "c_tm": tx.c_tm,
+                    "xid": xid_column(tx.xid, form),
+                    "op": r.op,
+                    "scn": scn,
+                    "sub": 0,
+                    "tm": tm,
+                    "thread": tx.thread if form.rth else 1,
+                    "owner": r.owner,
+                    "table": r.table,
+                    "obj": r.obj,
+                    "rid": r.rid,
+                    "before": r.before,
+                    "after": r.after,
+                    "sql": r.sql,
+                }
+            )
     return rows
 
 
@@ -264,4 +310,3 @@ def write_stream(path, msgs: list[bytes]) -> None:
         for m in msgs:
             assert b"\n" not in m
             f.write(m + b"\n")
-

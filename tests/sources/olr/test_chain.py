@@ -31,17 +31,47 @@ from tests.sources.olr.service import raw_column, transactions, wait_for
 
 pytestmark = pytest.mark.e2e
 
-SAME = ("tx_seq", "op_seq", "c_scn", "c_tm", "xid", "op", "scn", "owner", "table", "obj", "rid", "before", "after",
-        "sql")
+SAME = (
+    "tx_seq",
+    "op_seq",
+    "c_scn",
+    "c_tm",
+    "xid",
+    "op",
+    "scn",
+    "owner",
+    "table",
+    "obj",
+    "rid",
+    "before",
+    "after",
+    "sql",
+)
 
 
 class Serve:
     """``olr-buffer serve`` of a changefeed, on a free loopback port."""
 
     def __init__(self, cf, database: str = "ORCL") -> None:
-        self.proc = subprocess.Popen([*CLI, "serve", str(cf), "--listen", "127.0.0.1:0", "--database", database,
-                                      "--log-format", "json", "--poll-interval", "0.05"],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        self.proc = subprocess.Popen(
+            [
+                *CLI,
+                "serve",
+                str(cf),
+                "--listen",
+                "127.0.0.1:0",
+                "--database",
+                database,
+                "--log-format",
+                "json",
+                "--poll-interval",
+                "0.05",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+        )
         self.port: int | None = None
         self.lines: list[str] = []
         ready = threading.Event()
@@ -64,9 +94,27 @@ class Serve:
 
 
 def test_redo_files_through_serve_to_run_olr_give_the_same_changefeed(tmp_path):
-    sim = subprocess.run([*CLI, "simulate", str(tmp_path / "in"), "--threads", "3", "--transactions", "600",
-                          "--seed", "35", "--large-tx-rows", "3000", "--start-time", "2024-06-01T00:00:00Z"],
-                         capture_output=True, text=True, timeout=120, cwd=ROOT)
+    sim = subprocess.run(
+        [
+            *CLI,
+            "simulate",
+            str(tmp_path / "in"),
+            "--threads",
+            "3",
+            "--transactions",
+            "600",
+            "--seed",
+            "35",
+            "--large-tx-rows",
+            "3000",
+            "--start-time",
+            "2024-06-01T00:00:00Z",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert sim.returncode == 0, sim.stderr
     expected = max(r["tx_seq"] for r in expected_changefeed(tmp_path / "in").rows) + 1
     (tmp_path / "a").mkdir()
@@ -81,10 +129,16 @@ def test_redo_files_through_serve_to_run_olr_give_the_same_changefeed(tmp_path):
         serve = Serve(tmp_path / "a" / "cf")
         olr = start_run(f"olr://127.0.0.1:{serve.port}/ORCL", tmp_path / "b")
 
-        wait_for(lambda: transactions(tmp_path / "a" / "cf") == expected or redo.poll() is not None, 180,
-                 "A holding every transaction of the input")
-        wait_for(lambda: transactions(tmp_path / "b" / "cf") == expected or olr.poll() is not None, 180,
-                 "B holding every transaction of A")
+        wait_for(
+            lambda: transactions(tmp_path / "a" / "cf") == expected or redo.poll() is not None,
+            180,
+            "A holding every transaction of the input",
+        )
+        wait_for(
+            lambda: transactions(tmp_path / "b" / "cf") == expected or olr.poll() is not None,
+            180,
+            "B holding every transaction of A",
+        )
     finally:
         codes = {}
         for name, proc in (("olr", olr), ("serve", serve.proc if serve else None), ("redo", redo)):
@@ -105,45 +159,75 @@ def test_redo_files_through_serve_to_run_olr_give_the_same_changefeed(tmp_path):
     check_changefeed_layout(tmp_path / "b" / "cf")
 
 
-
 # -- types through the chain -----------------------------------------------------------------
 
-ORDERS_V1 = [{"name": "ID", "type": "NUMBER(10)", "nullable": False, "key": True},
-             {"name": "TOTAL", "type": "NUMBER(12, 2)"}, {"name": "RATE", "type": "NUMBER"},
-             {"name": "CREATED", "type": "DATE"}, {"name": "AT", "type": "TIMESTAMP(6) WITH TIME ZONE"},
-             {"name": "TAG", "type": "RAW(4)"}, {"name": "NAME", "type": "NVARCHAR2(10)", "nullable": True}]
+ORDERS_V1 = [
+    {"name": "ID", "type": "NUMBER(10)", "nullable": False, "key": True},
+    {"name": "TOTAL", "type": "NUMBER(12, 2)"},
+    {"name": "RATE", "type": "NUMBER"},
+    {"name": "CREATED", "type": "DATE"},
+    {"name": "AT", "type": "TIMESTAMP(6) WITH TIME ZONE"},
+    {"name": "TAG", "type": "RAW(4)"},
+    {"name": "NAME", "type": "NVARCHAR2(10)", "nullable": True},
+]
 ORDERS_V2 = ORDERS_V1 + [{"name": "NOTE", "type": "VARCHAR2(20 CHAR)"}]
-ITEMS = [{"name": "SKU", "type": "VARCHAR2(12)", "nullable": False, "key": True}, {"name": "QTY", "type": "INTEGER"},
-         {"name": "W", "type": "FLOAT"}]
+ITEMS = [
+    {"name": "SKU", "type": "VARCHAR2(12)", "nullable": False, "key": True},
+    {"name": "QTY", "type": "INTEGER"},
+    {"name": "W", "type": "FLOAT"},
+]
 # what OpenLogReplicator's columns say of each type, in Oracle's words (B's documents)
-RESPELLED = {"NUMBER(12, 2)": "NUMBER(12,2)", "INTEGER": "NUMBER(*,0)", "FLOAT": "FLOAT(126)",
-             "TIMESTAMP(6) WITH TIME ZONE": "TIMESTAMP WITH TIME ZONE", "NVARCHAR2(10)": "VARCHAR2(10)",
-             "VARCHAR2(20 CHAR)": "VARCHAR2(20)"}
-ORDER = {"ID": 7, "TOTAL": "1234567890.50", "RATE": 0.125, "CREATED": "2024-07-23 11:43:19",
-         "AT": "2024-07-23T11:43:19.123456+02:00", "TAG": "DEADBEEF", "NAME": "\u00fcn\u00ef"}
+RESPELLED = {
+    "NUMBER(12, 2)": "NUMBER(12,2)",
+    "INTEGER": "NUMBER(*,0)",
+    "FLOAT": "FLOAT(126)",
+    "TIMESTAMP(6) WITH TIME ZONE": "TIMESTAMP WITH TIME ZONE",
+    "NVARCHAR2(10)": "VARCHAR2(10)",
+    "VARCHAR2(20 CHAR)": "VARCHAR2(20)",
+}
+ORDER = {
+    "ID": 7,
+    "TOTAL": "1234567890.50",
+    "RATE": 0.125,
+    "CREATED": "2024-07-23 11:43:19",
+    "AT": "2024-07-23T11:43:19.123456+02:00",
+    "TAG": "DEADBEEF",
+    "NAME": "\u00fcn\u00ef",
+}
 
 
 def typed_input(path) -> int:
     """Redo files of two threads: SALES.ORDERS typed by a ddl with columns, then changed
     by another (a second version), SALES.ITEMS typed in thread 2, HR.EMP never typed."""
+
     def rec(op, scn, xid, **kw):
         return {"op": op, "scn": scn, "xid": xid, **kw}
 
     orders = {"owner": "SALES", "table": "ORDERS"}
-    t1 = [rec("begin", 10, "x1"), rec("ddl", 11, "x1", **orders, sql="CREATE TABLE ORDERS (...)", columns=ORDERS_V1),
-          rec("insert", 12, "x1", **orders, rid="AAAR1", after=ORDER), rec("commit", 13, "x1"),
-          rec("begin", 20, "x2"), rec("insert", 21, "x2", owner="HR", table="EMP", rid="AAAE1", after={"ID": 1}),
-          rec("commit", 22, "x2"),
-          rec("begin", 40, "x4"), rec("ddl", 41, "x4", **orders, sql="ALTER TABLE ORDERS ADD (NOTE VARCHAR2(20 CHAR))",
-                                      columns=ORDERS_V2),
-          rec("update", 42, "x4", **orders, rid="AAAR1", before={"ID": 7}, after={**ORDER, "NOTE": "n"}),
-          rec("commit", 43, "x4"), {"op": "lwn", "scn": 60}]
-    t2 = [rec("begin", 30, "x3"), rec("insert", 31, "x3", **orders, rid="AAAR2", after={**ORDER, "ID": 8}),
-          rec("commit", 32, "x3"),
-          rec("begin", 50, "x5"), rec("ddl", 51, "x5", owner="SALES", table="ITEMS", sql="CREATE TABLE ITEMS (...)",
-                                      columns=ITEMS),
-          rec("insert", 52, "x5", owner="SALES", table="ITEMS", rid="AAAI1", after={"SKU": "A-1", "QTY": 3, "W": 0.5}),
-          rec("commit", 53, "x5"), {"op": "lwn", "scn": 60}]
+    t1 = [
+        rec("begin", 10, "x1"),
+        rec("ddl", 11, "x1", **orders, sql="CREATE TABLE ORDERS (...)", columns=ORDERS_V1),
+        rec("insert", 12, "x1", **orders, rid="AAAR1", after=ORDER),
+        rec("commit", 13, "x1"),
+        rec("begin", 20, "x2"),
+        rec("insert", 21, "x2", owner="HR", table="EMP", rid="AAAE1", after={"ID": 1}),
+        rec("commit", 22, "x2"),
+        rec("begin", 40, "x4"),
+        rec("ddl", 41, "x4", **orders, sql="ALTER TABLE ORDERS ADD (NOTE VARCHAR2(20 CHAR))", columns=ORDERS_V2),
+        rec("update", 42, "x4", **orders, rid="AAAR1", before={"ID": 7}, after={**ORDER, "NOTE": "n"}),
+        rec("commit", 43, "x4"),
+        {"op": "lwn", "scn": 60},
+    ]
+    t2 = [
+        rec("begin", 30, "x3"),
+        rec("insert", 31, "x3", **orders, rid="AAAR2", after={**ORDER, "ID": 8}),
+        rec("commit", 32, "x3"),
+        rec("begin", 50, "x5"),
+        rec("ddl", 51, "x5", owner="SALES", table="ITEMS", sql="CREATE TABLE ITEMS (...)", columns=ITEMS),
+        rec("insert", 52, "x5", owner="SALES", table="ITEMS", rid="AAAI1", after={"SKU": "A-1", "QTY": 3, "W": 0.5}),
+        rec("commit", 53, "x5"),
+        {"op": "lwn", "scn": 60},
+    ]
     path.mkdir()
     for thread, records in ((1, t1), (2, t2)):
         (path / f"redo_{thread}_1.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))

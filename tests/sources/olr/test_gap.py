@@ -46,16 +46,23 @@ def test_a_sender_confirmed_ahead_of_the_queue_stops_run_naming_both_positions(t
     with StandIn(msgs, hold_at=hold) as sender:
         svc = start_run(sender.uri, tmp_path)
         try:
-            wait_for(lambda: transactions(tmp_path / "cf") == 5 and commits[4] in sender.confirms(), 120,
-                     "five transactions published and confirmed")
+            wait_for(
+                lambda: transactions(tmp_path / "cf") == 5 and commits[4] in sender.confirms(),
+                120,
+                "five transactions published and confirmed",
+            )
         finally:
             assert stop(svc) == 0, service_log(tmp_path)
         confirm_as_another_receiver(sender, commits[8])  # it took transactions 6 to 9 away
         sender.release()
         proc = run_once(sender.uri, tmp_path)
         assert proc.returncode == 1, proc.stderr
-        line = error_line(proc, f"the sender's confirmed position, c_scn {commits[8][0]} c_idx {commits[8][1]}",
-                          f"what this queue holds, c_scn {commits[4][0]} c_idx {commits[4][1]}", "--accept-gap")
+        line = error_line(
+            proc,
+            f"the sender's confirmed position, c_scn {commits[8][0]} c_idx {commits[8][1]}",
+            f"what this queue holds, c_scn {commits[4][0]} c_idx {commits[4][1]}",
+            "--accept-gap",
+        )
         assert "will not send the transactions between again" in line
         assert transactions(tmp_path / "cf") == 5, "nothing published past the gap"
         # told otherwise: on from the sender's position, and said
@@ -65,8 +72,10 @@ def test_a_sender_confirmed_ahead_of_the_queue_stops_run_naming_both_positions(t
         finally:
             assert stop(svc) == 0, service_log(tmp_path)
     log = service_log(tmp_path)
-    assert any("WARNING" in line and "--accept-gap" in line and f"c_scn {commits[8][0]} c_idx {commits[8][1]}" in line
-               for line in log.splitlines()), log
+    assert any(
+        "WARNING" in line and "--accept-gap" in line and f"c_scn {commits[8][0]} c_idx {commits[8][1]}" in line
+        for line in log.splitlines()
+    ), log
     assert_changefeed_equal(changefeed(tmp_path / "cf"), expected_rows(txs[:5] + txs[9:], form))
 
 
@@ -89,8 +98,13 @@ def test_a_checkpoint_confirmed_while_idle_is_stored_before_the_sender_hears_of_
     published: dict = {}
     stop_event = threading.Event()
     with StandIn(msgs, on_confirm=on_confirm, hold_at=len(msgs) - 1) as sender:
-        r = OlrReceiver(queue, parse_location(sender.uri), published=lambda: published.get("pos"), stop=stop_event,
-                        status_interval=0.05)
+        r = OlrReceiver(
+            queue,
+            parse_location(sender.uri),
+            published=lambda: published.get("pos"),
+            stop=stop_event,
+            status_interval=0.05,
+        )
         t = threading.Thread(target=r.run, daemon=True)
         t.start()
         try:
@@ -107,17 +121,29 @@ def test_a_checkpoint_confirmed_while_idle_is_stored_before_the_sender_hears_of_
     with StandIn(msgs, hold_at=len(msgs) - 1) as sender:
         svc = start_run(sender.uri, tmp_path)
         try:
-            wait_for(lambda: sender.confirmed == commit_positions(msgs)[-1] or svc.poll() is not None, 120,
-                     "everything published and confirmed")
+            wait_for(
+                lambda: sender.confirmed == commit_positions(msgs)[-1] or svc.poll() is not None,
+                120,
+                "everything published and confirmed",
+            )
             sender.release()
-            wait_for(lambda: sender.confirmed == last_chkpt or svc.poll() is not None, 120,
-                     "the checkpoint confirmed (by the receiver's process, once its parent stored it)")
+            wait_for(
+                lambda: sender.confirmed == last_chkpt or svc.poll() is not None,
+                120,
+                "the checkpoint confirmed (by the receiver's process, once its parent stored it)",
+            )
         finally:
             assert stop(svc) == 0, service_log(tmp_path)
         svc = start_run(sender.uri, tmp_path)
         try:
-            wait_for(lambda: "streaming from after" in service_log(tmp_path).split("stopped cleanly")[-1]
-                     or svc.poll() is not None, 120, "the restart streaming")
+            wait_for(
+                lambda: (
+                    "streaming from after" in service_log(tmp_path).split("stopped cleanly")[-1]
+                    or svc.poll() is not None
+                ),
+                120,
+                "the restart streaming",
+            )
         finally:
             assert stop(svc) == 0, service_log(tmp_path)
     assert "ahead of what this queue holds" not in service_log(tmp_path)

@@ -31,14 +31,30 @@ pytestmark = pytest.mark.e2e
 
 
 def test_a_uri_that_is_not_olr_host_port_database_is_a_usage_error(tmp_path):
-    for uri, words in (("olr://dbhost/ORCL", "has no port"), ("olr://dbhost:9000/", "names no database"),
-                       ("olr://dbhost:x/ORCL", "olr://HOST:PORT/DATABASE")):
+    for uri, words in (
+        ("olr://dbhost/ORCL", "has no port"),
+        ("olr://dbhost:9000/", "names no database"),
+        ("olr://dbhost:x/ORCL", "olr://HOST:PORT/DATABASE"),
+    ):
         proc = run_once(uri, tmp_path)
         assert proc.returncode == 2, proc.stderr
         assert words in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "q").exists() and not (tmp_path / "cf").exists()
-    proc = subprocess.run([*CLI, "replay", "olr://dbhost:9000/ORCL", "--queue", str(tmp_path / "q"), "--changefeed",
-                           str(tmp_path / "cf")], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    proc = subprocess.run(
+        [
+            *CLI,
+            "replay",
+            "olr://dbhost:9000/ORCL",
+            "--queue",
+            str(tmp_path / "q"),
+            "--changefeed",
+            str(tmp_path / "cf"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
     assert proc.returncode == 2 and "use olr-buffer run" in proc.stderr, proc.stderr
 
 
@@ -88,6 +104,7 @@ def test_status_and_metrics_show_the_sender_the_confirmed_position_and_the_lag(t
             def confirmed():
                 doc = status(tmp_path / "q").get("olr")
                 return doc is not None and doc["confirmed"] == {"c_scn": last_commit[0], "c_idx": last_commit[1]}
+
             wait_for(confirmed, 30, "status showing the confirmed position")
             doc = status(tmp_path / "q")["olr"]
             logs = [json.loads(ln) for ln in service_log(tmp_path).splitlines() if ln.startswith("{")]
@@ -100,14 +117,20 @@ def test_status_and_metrics_show_the_sender_the_confirmed_position_and_the_lag(t
     assert samples["olr_buffer_olr_confirmed_c_scn"] == last_commit[0]
     assert samples["olr_buffer_olr_confirmed_c_idx"] == last_commit[1]
     assert samples["olr_buffer_olr_transactions_total"] == len(txs)
-    assert {"olr_buffer_olr_lag_scn", "olr_buffer_olr_reconnects_total", "olr_buffer_olr_checkpoint_messages_total",
-            "olr_buffer_olr_messages_total", "olr_buffer_olr_received_c_scn"} <= set(samples)
+    assert {
+        "olr_buffer_olr_lag_scn",
+        "olr_buffer_olr_reconnects_total",
+        "olr_buffer_olr_checkpoint_messages_total",
+        "olr_buffer_olr_messages_total",
+        "olr_buffer_olr_received_c_scn",
+    } <= set(samples)
     assert doc["sender"] == f"olr://127.0.0.1:{sender.port}/ORCL" and doc["database"] == "ORCL"
     assert doc["lag_scn"] == doc["received"]["c_scn"] - last_commit[0] and doc["lag_seconds"] is not None
     assert doc["transactions"] == len(txs) and doc["open_transaction"] is None
     assert doc["checkpoint_messages"] == sum(b"chkpt" in m for m in msgs) and doc["tables_with_columns"] == 3
-    text = subprocess.run([*CLI, "status", "--queue", str(tmp_path / "q")], capture_output=True, text=True,
-                          timeout=60, cwd=ROOT).stdout
+    text = subprocess.run(
+        [*CLI, "status", "--queue", str(tmp_path / "q")], capture_output=True, text=True, timeout=60, cwd=ROOT
+    ).stdout
     assert f"olr sender olr://127.0.0.1:{sender.port}/ORCL: confirmed c_scn {last_commit[0]}" in text, text
 
 
@@ -132,8 +155,13 @@ def test_sigkills_of_run_and_of_the_sender_publish_every_transaction_once(tmp_pa
     try:
         for _ in range(8):
             streams += 1  # each kill when the service streams, not while it starts
-            wait_for(lambda: service_log(tmp_path).count("streaming ") >= streams or svc.poll() is not None, 60,
-                     "the service streaming")
+            wait_for(
+                lambda streams=streams, svc=svc: (
+                    service_log(tmp_path).count("streaming ") >= streams or svc.poll() is not None
+                ),
+                60,
+                "the service streaming",
+            )
             assert svc.poll() is None, service_log(tmp_path)
             time.sleep(rng.uniform(0.2, 1.5))
             if rng.random() < 0.6:
@@ -148,8 +176,14 @@ def test_sigkills_of_run_and_of_the_sender_publish_every_transaction_once(tmp_pa
                 sender = SenderProcess(tmp_path / "stream.jsonl", port, state, rate)
         wait_for(lambda: transactions(tmp_path / "cf") >= len(txs) or svc.poll() is not None, 120, "everything")
         assert svc.poll() is None, service_log(tmp_path)
-        wait_for(lambda: state.exists() and tuple(json.loads(state.read_text())) >= position_of(
-            [m for m in msgs if b'"op":"commit"' in m][-1]), 30, "the last commit confirmed to the sender")
+        wait_for(
+            lambda: (
+                state.exists()
+                and tuple(json.loads(state.read_text())) >= position_of([m for m in msgs if b'"op":"commit"' in m][-1])
+            ),
+            30,
+            "the last commit confirmed to the sender",
+        )
     finally:
         code = stop(svc) if svc.poll() is None else svc.returncode
         sender.kill()

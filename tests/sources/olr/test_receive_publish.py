@@ -30,7 +30,7 @@ from tests.sources.olr.test_receiver import records
 I63 = (1 << 63) - 1
 NORMAL = {
     "int": st.integers(1, 10**6),
-    "name": st.sampled_from(["HR", "EMP", "OBJ_87705", "T", "Zażółć", "o\"q"]),
+    "name": st.sampled_from(["HR", "EMP", "OBJ_87705", "T", "Zażółć", 'o"q']),
     "text": st.text(max_size=8),
     # in row images any JSON number goes (an Oracle NUMBER has up to 38 digits)
     "number": st.one_of(st.integers(-(10**38), 10**38), st.floats(allow_nan=False, allow_infinity=False)),
@@ -42,13 +42,24 @@ EDGE = {
     "name": st.one_of(st.text(max_size=8), st.sampled_from(["", "\ud800", "\x00"])),
     "text": st.sampled_from(["", "\ud800", "a\udfffb", "\x00"]),
     "number": st.sampled_from([I63 + 1, -(1 << 64), 1e308]),
-    "time": st.sampled_from(["2022-05-01T06:00:00.123Z", "2262-04-11T23:47:16.854775807Z", "2262-04-12T00:00:00Z",
-                             "1677-09-21T00:12:43.145224192Z", "1677-09-21T00:00:00Z", "9999-12-31 23:59:59",
-                             "0001-01-01T00:00:00Z", str(-(1 << 63))]),
+    "time": st.sampled_from(
+        [
+            "2022-05-01T06:00:00.123Z",
+            "2262-04-11T23:47:16.854775807Z",
+            "2262-04-12T00:00:00Z",
+            "1677-09-21T00:12:43.145224192Z",
+            "1677-09-21T00:00:00Z",
+            "9999-12-31 23:59:59",
+            "0001-01-01T00:00:00Z",
+            str(-(1 << 63)),
+        ]
+    ),
     "op": st.sampled_from(["chkpt", "lob", "begin", ""]),
 }
-COLUMNS = [{"name": "ID", "type": "number", "precision": 10, "scale": 0, "nullable": False},
-           {"name": "NAME", "type": "varchar2", "length": 40, "nullable": True}]
+COLUMNS = [
+    {"name": "ID", "type": "number", "precision": 10, "scale": 0, "nullable": False},
+    {"name": "NAME", "type": "varchar2", "length": 40, "nullable": True},
+]
 
 
 class Values:
@@ -68,8 +79,13 @@ class Values:
         return None if self.draw(st.integers(0, 9)) == 0 else self(kind)
 
     def json(self, depth: int = 0):
-        kind = self.draw(st.sampled_from(["null", "bool", "number", "text", "list", "object"] if depth < 2 else
-                                         ["null", "bool", "number", "text"]))
+        kind = self.draw(
+            st.sampled_from(
+                ["null", "bool", "number", "text", "list", "object"]
+                if depth < 2
+                else ["null", "bool", "number", "text"]
+            )
+        )
         if kind == "null":
             return None
         if kind == "bool":
@@ -108,8 +124,11 @@ def entry(v: Values) -> dict:
     for key in ("before", "after"):
         wanted = (key == "before") == (e["op"] in ("u", "d")) and e["op"] != "ddl"  # what the op has
         if v.clean and wanted or v.draw(st.integers(0, 2)) == 0:
-            e[key] = {v("name"): v.json() for _ in range(v.draw(st.integers(0, 4)))} if v.clean or v.draw(
-                st.integers(0, 4)) else v.json()
+            e[key] = (
+                {v("name"): v.json() for _ in range(v.draw(st.integers(0, 4)))}
+                if v.clean or v.draw(st.integers(0, 4))
+                else v.json()
+            )
     if e["op"] == "ddl" or v.draw(st.integers(0, 5)) == 0:
         e["sql"] = v("text") if v.clean else v.maybe("text")
     if v.draw(st.integers(0, 5)) == 0:
@@ -137,8 +156,13 @@ def streams(draw):
             c_scn = v("int")
         xid_form = draw(st.sampled_from(["xid", "xidn"] if v.clean else ["xid", "xidn", "xid", "xidn", "none"]))
         # each transaction its own XID, as Oracle's are (one XID is one transaction: contract section 1)
-        xid = ({"xid": f"0x0007.01a.{n:08x}" if v.clean else f"{v('text')}{n}"} if xid_form == "xid" else
-               {"xidn": v("int")} if xid_form == "xidn" else {})
+        xid = (
+            {"xid": f"0x0007.01a.{n:08x}" if v.clean else f"{v('text')}{n}"}
+            if xid_form == "xid"
+            else {"xidn": v("int")}
+            if xid_form == "xidn"
+            else {}
+        )
         while "xidn" in xid and str(xid["xidn"]) in used:
             xid["xidn"] = n + 10**7 + len(used)
         while "xid" in xid and xid["xid"] in used:
@@ -146,7 +170,7 @@ def streams(draw):
         used.add(xid["xid"] if "xid" in xid else str(xid.get("xidn")))
         scn = draw(st.integers(1, c_scn)) if 0 < c_scn <= I63 and (v.clean or draw(st.booleans())) else v("int")
 
-        def header(first: bool) -> dict:
+        def header(first: bool, *, scn: int = scn, c_scn: int = c_scn, xid: dict = xid) -> dict:
             nonlocal idx
             h: dict = {}
             if first or draw(st.booleans()):

@@ -26,8 +26,9 @@ def receiving(sender: StandIn, queue: MemoryQueue, published: dict, database: st
     stop = threading.Event()
     loc = parse_location(sender.uri if database is None else f"olr://127.0.0.1:{sender.port}/{database}")
     state = load_state(queue.meta_items(b"olr/"))
-    r = OlrReceiver(queue, loc, state=state, published=lambda: published.get("pos"), stop=stop,
-                    status_interval=0.05, **options)
+    r = OlrReceiver(
+        queue, loc, state=state, published=lambda: published.get("pos"), stop=stop, status_interval=0.05, **options
+    )
     box: dict = {"receiver": r}
 
     def body():
@@ -87,7 +88,9 @@ def test_confirms_only_what_is_published_and_checkpoints_when_idle():
     confirms = sender.confirms()
     assert confirms == sorted(set(confirms)), "confirms go forward, each once"
     for req in sender.requests:
-        assert req["database"] == "ORCL", "every request names the database (OpenLogReplicator ignores a CONFIRM without)"
+        assert req["database"] == "ORCL", (
+            "every request names the database (OpenLogReplicator ignores a CONFIRM without)"
+        )
     st = load_state(queue.meta_items(b"olr/"))
     assert st.checkpoints == sum(b"chkpt" in m for m in msgs)
 
@@ -140,16 +143,23 @@ def test_a_lost_connection_rolls_back_the_partial_transaction_and_takes_it_again
     assert sender.connections == 2
 
 
-@pytest.mark.parametrize("bad, reason", [
-    (b'{"c_scn":7000,"c_idx":0,"xid":"x", not json', "not valid JSON"),
-    (b'{"c_scn":5000,"c_idx":0,"xid":"0x1.1.1","payload":[{"op":"begin"}]}', "must increase"),
-    (b'{"c_scn":90000,"c_idx":0,"xid":"0x1.1.1","payload":[{"op":"lob"}]}', "unknown op 'lob'"),
-    (b'{"c_scn":90000,"c_idx":0,"xid":"0x1.1.1","payload":[{"op":"commit"}]}', "a commit with no transaction open"),
-    (b'{"scn":90001,"c_scn":90000,"c_idx":0,"xid":"0x1.1.1","payload":[{"op":"c","schema":{"table":"T"},"after":{}}]}',
-     "above the transaction's c_scn"),
-    (b'{"c_scn":90000,"c_idx":0,"xid":"0x1.1.1","payload":[{"op":"c","schema":{"table":"T"},"after":[1]}]}',
-     "'after' is not an object"),
-])
+@pytest.mark.parametrize(
+    "bad, reason",
+    [
+        (b'{"c_scn":7000,"c_idx":0,"xid":"x", not json', "not valid JSON"),
+        (b'{"c_scn":5000,"c_idx":0,"xid":"0x1.1.1","payload":[{"op":"begin"}]}', "must increase"),
+        (b'{"c_scn":90000,"c_idx":0,"xid":"0x1.1.1","payload":[{"op":"lob"}]}', "unknown op 'lob'"),
+        (b'{"c_scn":90000,"c_idx":0,"xid":"0x1.1.1","payload":[{"op":"commit"}]}', "a commit with no transaction open"),
+        (
+            b'{"scn":90001,"c_scn":90000,"c_idx":0,"xid":"0x1.1.1","payload":[{"op":"c","schema":{"table":"T"},"after":{}}]}',
+            "above the transaction's c_scn",
+        ),
+        (
+            b'{"c_scn":90000,"c_idx":0,"xid":"0x1.1.1","payload":[{"op":"c","schema":{"table":"T"},"after":[1]}]}',
+            "'after' is not an object",
+        ),
+    ],
+)
 def test_a_bad_message_stops_with_one_line_naming_its_position(bad, reason):
     txs = workload(random.Random(6), 5)
     msgs = messages(txs, FORMS["per-row"])
@@ -171,16 +181,20 @@ def test_a_bad_message_stops_with_one_line_naming_its_position(bad, reason):
 
 
 def test_skip_begin_and_skip_commit_forms_are_refused_by_name():
-    msgs = [b'{"c_scn":10,"c_idx":0,"xid":"0x1.1.1","payload":[{"op":"c","schema":{"table":"T"},"after":{"A":1}}]}',
-            b'{"c_scn":10,"c_idx":1,"xid":"0x1.1.1","payload":[{"op":"commit"}]}']
+    msgs = [
+        b'{"c_scn":10,"c_idx":0,"xid":"0x1.1.1","payload":[{"op":"c","schema":{"table":"T"},"after":{"A":1}}]}',
+        b'{"c_scn":10,"c_idx":1,"xid":"0x1.1.1","payload":[{"op":"commit"}]}',
+    ]
     with StandIn(msgs) as sender, receiving(sender, MemoryQueue(), {}) as box:
         wait_for(lambda: "error" in box, what="the error")
     assert "message 4 and 8" in str(box["error"])
 
 
 def test_another_database_name_is_one_line_and_no_retry():
-    with StandIn(messages(workload(random.Random(7), 2), FORMS["per-row"])) as sender, \
-            receiving(sender, MemoryQueue(), {}, database="OTHER") as box:
+    with (
+        StandIn(messages(workload(random.Random(7), 2), FORMS["per-row"])) as sender,
+        receiving(sender, MemoryQueue(), {}, database="OTHER") as box,
+    ):
         wait_for(lambda: "error" in box, what="the error")
     err = box["error"]
     assert isinstance(err, OlrSourceError) and err.exit_code == 1
@@ -194,8 +208,11 @@ def test_a_queue_of_another_database_is_refused():
         with receiving(sender, queue, {}) as box:
             wait_for(lambda: box["receiver"].transactions == 2, what="two transactions")
         with pytest.raises(OlrSourceError, match="filled from database 'ORCL'"):
-            OlrReceiver(queue, parse_location(f"olr://127.0.0.1:{sender.port}/OTHER"),
-                        state=load_state(queue.meta_items(b"olr/")))
+            OlrReceiver(
+                queue,
+                parse_location(f"olr://127.0.0.1:{sender.port}/OTHER"),
+                state=load_state(queue.meta_items(b"olr/")),
+            )
 
 
 def test_an_unreachable_sender_is_retried_and_said(caplog):
@@ -228,7 +245,6 @@ def test_columns_are_kept_in_the_queue():
     with StandIn(messages(txs, FORMS["per-transaction"])) as sender, receiving(sender, queue, {}) as box:
         wait_for(lambda: box["receiver"].transactions == 10, what="ten transactions")
     from olr_buffer.sources.olr.state import load_columns
-
     from tests.sources.olr.streams import columns_sent
 
     kept = {(c.owner, c.table): json.loads(c.columns) for c in load_columns(queue.meta_items(b"olr/")).values()}
@@ -238,8 +254,10 @@ def test_columns_are_kept_in_the_queue():
 
 def test_state_key_is_stored_with_every_block():
     queue = MemoryQueue()
-    with StandIn(messages(workload(random.Random(11), 30), FORMS["per-row"])) as sender, \
-            receiving(sender, queue, {}, block_records=16) as box:
+    with (
+        StandIn(messages(workload(random.Random(11), 30), FORMS["per-row"])) as sender,
+        receiving(sender, queue, {}, block_records=16) as box,
+    ):
         wait_for(lambda: box["receiver"].transactions == 30, what="thirty transactions")
     assert STATE_KEY in queue.meta_items(b"olr/")
 
@@ -284,8 +302,10 @@ def test_begin_scn_stamps_of_openlogreplicator_2_0_are_refused_and_said_so():
         b'{"scn":103,"c_scn":100,"c_idx":1,"xid":"0x0001.001.00000001","payload":[{"op":"c","schema":{"owner":'
         b'"HR","table":"T"},"after":{"A":1}}]}',
     ]
-    for msgs, words in ((b_first, "c_scn 100 goes back below c_scn 105"),
-                        (row_above, "a row at scn 103, above the transaction's c_scn 100")):
+    for msgs, words in (
+        (b_first, "c_scn 100 goes back below c_scn 105"),
+        (row_above, "a row at scn 103, above the transaction's c_scn 100"),
+    ):
         queue = MemoryQueue()
         with StandIn(msgs) as sender, receiving(sender, queue, {}) as box:
             wait_for(lambda: "error" in box, what="the error")

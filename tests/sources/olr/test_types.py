@@ -24,30 +24,33 @@ from tests.sources.olr.streams import COLUMNS, Form, messages, workload
 from tests.sources.olr.test_receiver import commit_positions, receiving, records
 
 
-@pytest.mark.parametrize("column, oracle, spark", [
-    ({"type": "number", "precision": -1, "scale": -1}, "NUMBER", "decimal(38,10)"),
-    ({"type": "number", "precision": 10, "scale": 0}, "NUMBER(10)", "decimal(10,0)"),
-    ({"type": "number", "precision": 12, "scale": 2}, "NUMBER(12,2)", "decimal(12,2)"),
-    ({"type": "number", "precision": -1, "scale": 0}, "NUMBER(*,0)", "decimal(38,0)"),
-    ({"type": "number", "precision": 5, "scale": -2}, "NUMBER(5,-2)", "decimal(7,0)"),
-    ({"type": "number", "precision": 2, "scale": 5}, "NUMBER(2,5)", "decimal(5,5)"),
-    ({"type": "number", "precision": 126, "scale": -1}, "FLOAT(126)", "double"),
-    ({"type": "binary_float"}, "BINARY_FLOAT", "float"),
-    ({"type": "binary_double"}, "BINARY_DOUBLE", "double"),
-    ({"type": "varchar2", "length": 40}, "VARCHAR2(40)", "string"),
-    ({"type": "char", "length": 3}, "CHAR(3)", "string"),
-    ({"type": "date"}, "DATE", "timestamp_ntz"),
-    ({"type": "timestamp", "length": 11}, "TIMESTAMP", "timestamp_ntz"),
-    ({"type": "timestamp with local time zone", "length": 11}, "TIMESTAMP WITH LOCAL TIME ZONE", "timestamp"),
-    ({"type": "timestamp with time zone", "length": 13}, "TIMESTAMP WITH TIME ZONE", "string"),
-    ({"type": "interval day to second", "length": 11}, "INTERVAL DAY TO SECOND", "string"),
-    ({"type": "raw", "length": 16}, "RAW(16)", "binary"),
-    ({"type": "long raw"}, "LONG RAW", "binary"),
-    ({"type": "blob"}, "BLOB", "binary"),
-    ({"type": "clob"}, "CLOB", "string"),
-    ({"type": "urowid", "length": 4000}, "UROWID(4000)", "string"),
-    ({"type": "unknown"}, "UNKNOWN", "string"),
-])
+@pytest.mark.parametrize(
+    "column, oracle, spark",
+    [
+        ({"type": "number", "precision": -1, "scale": -1}, "NUMBER", "decimal(38,10)"),
+        ({"type": "number", "precision": 10, "scale": 0}, "NUMBER(10)", "decimal(10,0)"),
+        ({"type": "number", "precision": 12, "scale": 2}, "NUMBER(12,2)", "decimal(12,2)"),
+        ({"type": "number", "precision": -1, "scale": 0}, "NUMBER(*,0)", "decimal(38,0)"),
+        ({"type": "number", "precision": 5, "scale": -2}, "NUMBER(5,-2)", "decimal(7,0)"),
+        ({"type": "number", "precision": 2, "scale": 5}, "NUMBER(2,5)", "decimal(5,5)"),
+        ({"type": "number", "precision": 126, "scale": -1}, "FLOAT(126)", "double"),
+        ({"type": "binary_float"}, "BINARY_FLOAT", "float"),
+        ({"type": "binary_double"}, "BINARY_DOUBLE", "double"),
+        ({"type": "varchar2", "length": 40}, "VARCHAR2(40)", "string"),
+        ({"type": "char", "length": 3}, "CHAR(3)", "string"),
+        ({"type": "date"}, "DATE", "timestamp_ntz"),
+        ({"type": "timestamp", "length": 11}, "TIMESTAMP", "timestamp_ntz"),
+        ({"type": "timestamp with local time zone", "length": 11}, "TIMESTAMP WITH LOCAL TIME ZONE", "timestamp"),
+        ({"type": "timestamp with time zone", "length": 13}, "TIMESTAMP WITH TIME ZONE", "string"),
+        ({"type": "interval day to second", "length": 11}, "INTERVAL DAY TO SECOND", "string"),
+        ({"type": "raw", "length": 16}, "RAW(16)", "binary"),
+        ({"type": "long raw"}, "LONG RAW", "binary"),
+        ({"type": "blob"}, "BLOB", "binary"),
+        ({"type": "clob"}, "CLOB", "string"),
+        ({"type": "urowid", "length": 4000}, "UROWID(4000)", "string"),
+        ({"type": "unknown"}, "UNKNOWN", "string"),
+    ],
+)
 def test_openlogreplicators_columns_take_oracles_types_and_spark_types(column, oracle, spark):
     assert column_type({"name": "C", **column, "nullable": True}) == (oracle, spark)
 
@@ -63,24 +66,31 @@ def test_the_oracle_types_go_back_to_the_same_columns_through_serve():
             assert oracle_column(c["name"], oracle, c["nullable"]) == c
 
 
-@pytest.mark.parametrize("text, reason", [
-    ("{}", "not a non-empty array"),
-    ("[]", "not a non-empty array"),
-    ("[1]", "item 1 is not an object"),
-    ('[{"type":"number"}]', "item 1: 'name' is not a non-empty string"),
-    ('[{"name":"A","type":"date"},{"name":"A","type":"date"}]', "item 2: column 'A' twice"),
-    ('[{"name":"A"}]', "item 1 (A): 'type' is not a non-empty string"),
-    ('[{"name":"A","type":"date","nullable":"yes"}]', "item 1 (A): 'nullable' is not a boolean"),
-    ('[{"name":"A","type":"number","precision":"10"}]', "column 'A': 'precision' is not an integer"),
-])
+@pytest.mark.parametrize(
+    "text, reason",
+    [
+        ("{}", "not a non-empty array"),
+        ("[]", "not a non-empty array"),
+        ("[1]", "item 1 is not an object"),
+        ('[{"type":"number"}]', "item 1: 'name' is not a non-empty string"),
+        ('[{"name":"A","type":"date"},{"name":"A","type":"date"}]', "item 2: column 'A' twice"),
+        ('[{"name":"A"}]', "item 1 (A): 'type' is not a non-empty string"),
+        ('[{"name":"A","type":"date","nullable":"yes"}]', "item 1 (A): 'nullable' is not a boolean"),
+        ('[{"name":"A","type":"number","precision":"10"}]', "column 'A': 'precision' is not an integer"),
+    ],
+)
 def test_columns_that_are_not_openlogreplicators_are_refused(text, reason):
     with pytest.raises(ColumnsError, match=reason.replace("(", r"\(").replace(")", r"\)")):
         schema_columns(text)
 
 
 def _document(owner: str, table: str) -> tuple[str, str]:
-    return schema_document("olr", owner, table, [SchemaColumn(c["name"], column_type(c)[0], c["nullable"],
-                                                              column_type(c)[1]) for c in COLUMNS[(owner, table)]])
+    return schema_document(
+        "olr",
+        owner,
+        table,
+        [SchemaColumn(c["name"], column_type(c)[0], c["nullable"], column_type(c)[1]) for c in COLUMNS[(owner, table)]],
+    )
 
 
 def _check_versions(queue: MemoryQueue) -> int:
@@ -138,26 +148,34 @@ def test_columns_that_change_give_the_table_a_new_version():
     one = [{"name": "A", "type": "number", "precision": 5, "scale": 0, "nullable": False}]
     two = one + [{"name": "B", "type": "date", "nullable": True}]
     row = {"op": "c", "schema": {"owner": "O", "table": "T"}, "after": {"A": 1}}
-    msgs = [msg(0, [{"op": "begin"}]),
-            msg(1, [{**row, "schema": {**row["schema"], "columns": one}}]),
-            msg(2, [row]),
-            msg(3, [{"op": "ddl", "schema": {"owner": "O", "table": "T", "columns": two}, "sql": "ALTER TABLE ..."}]),
-            msg(4, [row]),
-            msg(5, [{"op": "commit"}])]
+    msgs = [
+        msg(0, [{"op": "begin"}]),
+        msg(1, [{**row, "schema": {**row["schema"], "columns": one}}]),
+        msg(2, [row]),
+        msg(3, [{"op": "ddl", "schema": {"owner": "O", "table": "T", "columns": two}, "sql": "ALTER TABLE ..."}]),
+        msg(4, [row]),
+        msg(5, [{"op": "commit"}]),
+    ]
     queue = MemoryQueue()
     with StandIn(msgs) as sender, receiving(sender, queue, {}) as box:
         wait_for(lambda: box["receiver"].last_commit == (10, 5) or "error" in box, what="the transaction")
     rows = [rec for _, _, rec in records(queue) if rec[0] in ROW_CODES]
     v1, d1 = schema_document("olr", "O", "T", [SchemaColumn("A", "NUMBER(5)", False, "decimal(5,0)")])
-    v2, d2 = schema_document("olr", "O", "T", [SchemaColumn("A", "NUMBER(5)", False, "decimal(5,0)"),
-                                               SchemaColumn("B", "DATE", True, "timestamp_ntz")])
+    v2, d2 = schema_document(
+        "olr",
+        "O",
+        "T",
+        [SchemaColumn("A", "NUMBER(5)", False, "decimal(5,0)"), SchemaColumn("B", "DATE", True, "timestamp_ntz")],
+    )
     assert [r[SCHEMA_VERSION:] for r in rows] == [[v1, d1], [v1], [v2, d2], [v2]]
 
 
 def test_columns_that_are_not_openlogreplicators_stop_the_run_naming_the_message():
-    msgs = [b'{"scn":9,"c_scn":10,"c_idx":0,"xid":"0x1.1.1","payload":[{"op":"begin"}]}',
-            b'{"c_scn":10,"c_idx":1,"xid":"0x1.1.1","payload":[{"op":"c","schema":{"owner":"O","table":"T",'
-            b'"columns":[{"name":"A","precision":3}]},"after":{"A":1}}]}']
+    msgs = [
+        b'{"scn":9,"c_scn":10,"c_idx":0,"xid":"0x1.1.1","payload":[{"op":"begin"}]}',
+        b'{"c_scn":10,"c_idx":1,"xid":"0x1.1.1","payload":[{"op":"c","schema":{"owner":"O","table":"T",'
+        b'"columns":[{"name":"A","precision":3}]},"after":{"A":1}}]}',
+    ]
     queue = MemoryQueue()
     with StandIn(msgs) as sender, receiving(sender, queue, {}) as box:
         wait_for(lambda: "error" in box, what="the error")
@@ -191,25 +209,36 @@ def olr_stream() -> list[bytes]:
     """Three transactions as OpenLogReplicator writes them by default (JSON numbers, dates
     and timestamps in nanoseconds, RAW in hex), with ``"schema": 5`` (columns with a
     table's first row of the run, and after a DDL changed it)."""
-    after = ('{"ID":7,"TOTAL":1234567890.50,"RATE":0.125,"F":1.5,"BF":2.5,"CREATED":1721735000000000000,'
-             f'"AT":{T},"ALTZ":{T},"ATZ":"{T},Europe/Warsaw","NAME":"\u00fcn\u00ef","CODE":"ABC","TAG":"DEADBEEF",'
-             '"BODY":"text"}')
+    after = (
+        '{"ID":7,"TOTAL":1234567890.50,"RATE":0.125,"F":1.5,"BF":2.5,"CREATED":1721735000000000000,'
+        f'"AT":{T},"ALTZ":{T},"ATZ":"{T},Europe/Warsaw","NAME":"\u00fcn\u00ef","CODE":"ABC","TAG":"DEADBEEF",'
+        '"BODY":"text"}'
+    )
     out = []
 
     def tx(c_scn: int, entries: list[str]) -> None:
-        out.append(f'{{"scn":{c_scn - 1},"tm":{T},"c_scn":{c_scn},"c_idx":0,"xid":"0x1.1.{c_scn}",'
-                   f'"payload":[{{"op":"begin"}}]}}'.encode())
+        out.append(
+            f'{{"scn":{c_scn - 1},"tm":{T},"c_scn":{c_scn},"c_idx":0,"xid":"0x1.1.{c_scn}",'
+            f'"payload":[{{"op":"begin"}}]}}'.encode()
+        )
         for i, e in enumerate(entries, 1):
             out.append(f'{{"c_scn":{c_scn},"c_idx":{i},"xid":"0x1.1.{c_scn}","payload":[{e}]}}'.encode())
-        out.append(f'{{"c_scn":{c_scn},"c_idx":{len(entries) + 1},"xid":"0x1.1.{c_scn}",'
-                   f'"payload":[{{"op":"commit"}}]}}'.encode())
+        out.append(
+            f'{{"c_scn":{c_scn},"c_idx":{len(entries) + 1},"xid":"0x1.1.{c_scn}",'
+            f'"payload":[{{"op":"commit"}}]}}'.encode()
+        )
 
     schema = '"schema":{"owner":"SALES","table":"ORDERS","obj":73406'
     tx(100, [f'{{"op":"c",{schema},"columns":{json.dumps(ORDERS)}}},"rid":"AAAR1","after":{after}}}'])
     tx(200, [f'{{"op":"ddl",{schema}}},"sql":"ALTER TABLE ORDERS ADD (NOTE VARCHAR2(10))"}}'])
     notes = ORDERS + [{"name": "NOTE", "type": "varchar2", "length": 10, "nullable": True}]
-    tx(300, [f'{{"op":"u",{schema},"columns":{json.dumps(notes)}}},"rid":"AAAR1","before":{{"ID":7}},'
-             f'"after":{after[:-1]},"NOTE":"n"}}}}'])
+    tx(
+        300,
+        [
+            f'{{"op":"u",{schema},"columns":{json.dumps(notes)}}},"rid":"AAAR1","before":{{"ID":7}},'
+            f'"after":{after[:-1]},"NOTE":"n"}}}}'
+        ],
+    )
     return out
 
 
@@ -224,15 +253,38 @@ def test_typed_reads_a_changefeed_filled_from_openlogreplicator(spark, tmp_path)
     assert sorted(len(d["columns"]) for d in documents) == [13, 14] and {d["source"] for d in documents} == {"olr"}
     df = typed(spark, cf, "SALES", "ORDERS")
     assert {f.name: f.dataType.simpleString() for f in df.schema["after"].dataType.fields} == {
-        "ID": "decimal(10,0)", "TOTAL": "decimal(12,2)", "RATE": "decimal(38,10)", "F": "double", "BF": "float",
-        "CREATED": "timestamp_ntz", "AT": "timestamp_ntz", "ALTZ": "timestamp", "ATZ": "string", "NAME": "string",
-        "CODE": "string", "TAG": "binary", "BODY": "string", "NOTE": "string"}
+        "ID": "decimal(10,0)",
+        "TOTAL": "decimal(12,2)",
+        "RATE": "decimal(38,10)",
+        "F": "double",
+        "BF": "float",
+        "CREATED": "timestamp_ntz",
+        "AT": "timestamp_ntz",
+        "ALTZ": "timestamp",
+        "ATZ": "string",
+        "NAME": "string",
+        "CODE": "string",
+        "TAG": "binary",
+        "BODY": "string",
+        "NOTE": "string",
+    }
     rows = {r.op: r for r in df.collect()}
     at = dt.datetime(2024, 7, 23, 11, 43, 20, 123456)
-    expected = {"ID": Decimal(7), "TOTAL": Decimal("1234567890.50"), "RATE": Decimal("0.125"), "F": 1.5, "BF": 2.5,
-                "CREATED": dt.datetime(2024, 7, 23, 11, 43, 20), "AT": at, "ALTZ": at,
-                "ATZ": f"{T},Europe/Warsaw", "NAME": "\u00fcn\u00ef", "CODE": "ABC",
-                "TAG": bytearray(b"\xde\xad\xbe\xef"), "BODY": "text"}
+    expected = {
+        "ID": Decimal(7),
+        "TOTAL": Decimal("1234567890.50"),
+        "RATE": Decimal("0.125"),
+        "F": 1.5,
+        "BF": 2.5,
+        "CREATED": dt.datetime(2024, 7, 23, 11, 43, 20),
+        "AT": at,
+        "ALTZ": at,
+        "ATZ": f"{T},Europe/Warsaw",
+        "NAME": "\u00fcn\u00ef",
+        "CODE": "ABC",
+        "TAG": bytearray(b"\xde\xad\xbe\xef"),
+        "BODY": "text",
+    }
     assert rows["c"].after.asDict() == {**expected, "NOTE": None}  # written under the first version
     assert rows["u"].after.asDict() == {**expected, "NOTE": "n"}
     first = typed(spark, cf, "SALES", "ORDERS", version=rows["c"].schema_version)

@@ -19,14 +19,17 @@ ISSUE_126 = [
     b'##########STR##########STR##########STR##########STR#########3"}}]}',
     b'{"c_scn":358141,"xid":"0x0005.00d.00000191","payload":[{"op":"commit"}]}',
 ]
-ISSUE_126_AFTER = ('{"ID":3,"DATA":"##########STR##########STR##########STR##########STR##########STR##########STR'
-                   '##########STR#########3"}')
+ISSUE_126_AFTER = (
+    '{"ID":3,"DATA":"##########STR##########STR##########STR##########STR##########STR##########STR'
+    '##########STR#########3"}'
+)
 
 # The checkpoint message's payload from OpenLogReplicator's user manual (1.2.0, "Checkpoint
 # records": '"payload":[{"op":"chkpt","seq":1763,"offset":15872}]'), in the header the
 # same writer puts before it (scn, tm, c_scn): a message of no transaction, skipped.
-MANUAL_CHECKPOINT = (b'{"scn":358150,"tm":1712602210000000000,"c_scn":358150,'
-                     b'"payload":[{"op":"chkpt","seq":1763,"offset":15872}]}')
+MANUAL_CHECKPOINT = (
+    b'{"scn":358150,"tm":1712602210000000000,"c_scn":358150,"payload":[{"op":"chkpt","seq":1763,"offset":15872}]}'
+)
 
 # The row of OpenLogReplicator's user manual (1.2.0, "Schemaless Mode": '"payload":[{"op":"c",
 # "schema":{"table":"OBJ_87705"},"after":{"COL_0":"53544f50","COL_1":"787708010d2339"}}]'): no
@@ -53,8 +56,9 @@ LATER = [
 ]
 
 
-def write_output(directory: Path, messages: list[bytes], *, files: int = 1, name: str = "ORCL-%i.json",
-                 first: int = 0) -> list[Path]:
+def write_output(
+    directory: Path, messages: list[bytes], *, files: int = 1, name: str = "ORCL-%i.json", first: int = 0
+) -> list[Path]:
     """``messages`` in ``files`` files of ``directory`` named as OpenLogReplicator's
     ``output`` pattern ``name`` with ``%i`` (or ``%Ni``) numbers them, one message a line."""
     import re
@@ -64,8 +68,8 @@ def write_output(directory: Path, messages: list[bytes], *, files: int = 1, name
     width = int(m.group(1) or 0)
     paths = []
     for k in range(files):
-        part = messages[k * len(messages) // files:(k + 1) * len(messages) // files]
-        path = directory / (name[:m.start()] + str(first + k).rjust(width, "0") + name[m.end():])
+        part = messages[k * len(messages) // files : (k + 1) * len(messages) // files]
+        path = directory / (name[: m.start()] + str(first + k).rjust(width, "0") + name[m.end() :])
         path.write_bytes(b"".join(msg + b"\n" for msg in part))
         paths.append(path)
     return paths

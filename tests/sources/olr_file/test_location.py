@@ -19,12 +19,21 @@ def test_numbered_files_are_read_in_number_order_not_name_order(tmp_path):
 
 
 def test_zero_filled_timestamp_sequence_and_single_file(tmp_path):
-    for name in ("a-0002.json", "a-0010.json", "t-2024-05-01_10:00:00.json", "t-2024-04-30_23:59:59.json",
-                 "s-1764.json", "s-1763.json", "one.json"):
+    for name in (
+        "a-0002.json",
+        "a-0010.json",
+        "t-2024-05-01_10:00:00.json",
+        "t-2024-04-30_23:59:59.json",
+        "s-1764.json",
+        "s-1763.json",
+        "one.json",
+    ):
         (tmp_path / name).write_bytes(b"")
     assert parse_output(f"olr+file://{tmp_path}/a-%4i.json").files() == ["a-0002.json", "a-0010.json"]
-    assert parse_output(f"olr+file://{tmp_path}/t-%t.json").files() == ["t-2024-04-30_23:59:59.json",
-                                                                        "t-2024-05-01_10:00:00.json"]
+    assert parse_output(f"olr+file://{tmp_path}/t-%t.json").files() == [
+        "t-2024-04-30_23:59:59.json",
+        "t-2024-05-01_10:00:00.json",
+    ]
     assert parse_output(f"olr+file://{tmp_path}/s-%s.json").files() == ["s-1763.json", "s-1764.json"]
     single = parse_output(f"olr+file://{tmp_path}/one.json")
     assert single.mode == "single" and single.files() == ["one.json"]

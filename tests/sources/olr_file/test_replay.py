@@ -34,13 +34,27 @@ pytestmark = pytest.mark.e2e
 
 
 def cli(*args: str, env: dict | None = None, timeout: float = 180) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "olr_buffer.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "olr_buffer.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env=env,
+    )
 
 
 def replay_args(tmp: Path, output: str, *extra: str) -> list[str]:
-    return ["replay", f"olr+file://{output}", "--queue", str(tmp / "q"), "--changefeed", str(tmp / "cf"),
-            "--no-progress", *extra]
+    return [
+        "replay",
+        f"olr+file://{output}",
+        "--queue",
+        str(tmp / "q"),
+        "--changefeed",
+        str(tmp / "cf"),
+        "--no-progress",
+        *extra,
+    ]
 
 
 def rows(cf: Path) -> list[dict]:
@@ -89,8 +103,12 @@ def test_each_form_gives_what_the_olr_source_gives(tmp_path, form):
     f = FORMS[form]
     txs = workload(random.Random(hash(form) & 0xFFFF), 40, rac="rth" in form or "xidn" in form)
     write_output(tmp_path / "olr", messages(txs, f), files=3, name="OLR-%3i.json")
-    replay(f"olr+file://{tmp_path}/olr/OLR-%3i.json", str(tmp_path / "q"), str(tmp_path / "cf"),
-           PipelineOptions(durable=False, block_records=7, file_rows=50))
+    replay(
+        f"olr+file://{tmp_path}/olr/OLR-%3i.json",
+        str(tmp_path / "q"),
+        str(tmp_path / "cf"),
+        PipelineOptions(durable=False, block_records=7, file_rows=50),
+    )
     assert_changefeed_equal(load_changefeed(tmp_path / "cf"), expected_rows(txs, f))
     check_changefeed_layout(tmp_path / "cf")
 
@@ -107,16 +125,21 @@ def test_the_same_messages_give_the_same_changefeed_as_run_olr(tmp_path, form):
     with StandIn(msgs) as sender, service(sender.uri, tmp_path / "net") as box:
         wait_transactions(tmp_path / "net" / "cf", len(txs), box=box)
     write_output(tmp_path / "olr", msgs, files=2, name="OLR-%i.json")
-    replay(f"olr+file://{tmp_path}/olr/OLR-%i.json", str(tmp_path / "file" / "q"), str(tmp_path / "file" / "cf"),
-           PipelineOptions(durable=False, block_records=5))
+    replay(
+        f"olr+file://{tmp_path}/olr/OLR-%i.json",
+        str(tmp_path / "file" / "q"),
+        str(tmp_path / "file" / "cf"),
+        PipelineOptions(durable=False, block_records=5),
+    )
     net, file = rows(tmp_path / "net" / "cf"), rows(tmp_path / "file" / "cf")
     assert len(net) == len(file) == sum(len(tx.rows) for tx in txs)
     assert file == net
     if f.columns:
         assert {r["schema_version"] for r in file} - {None}
     schemas = "_olr_buffer/schemas"
-    assert {p.name: p.read_bytes() for p in (tmp_path / "file" / "cf" / schemas).iterdir()} == \
-        {p.name: p.read_bytes() for p in (tmp_path / "net" / "cf" / schemas).iterdir()}
+    assert {p.name: p.read_bytes() for p in (tmp_path / "file" / "cf" / schemas).iterdir()} == {
+        p.name: p.read_bytes() for p in (tmp_path / "net" / "cf" / schemas).iterdir()
+    }
 
 
 @pytest.mark.slow
@@ -130,8 +153,16 @@ def test_killed_replays_then_a_last_one_publish_every_transaction_once(tmp_path)
     rth = [m.replace(b'"c_scn"', b'"rth":2,"c_scn"', 1) if i % 3 == 0 else m for i, m in enumerate(msgs)]
     write_output(tmp_path / "olr", rth, files=4, name="OLR-%i.json")
     args = replay_args(tmp_path, f"{tmp_path}/olr/OLR-%i.json", "--block-records", "4", "--file-rows", "25")
-    kills = ["after_append:3", "after_append:17", "after_row_group:1", "after_append:29", "after_rename:1",
-             "after_append:8", "before_checkpoint:1", "after_append:51"]
+    kills = [
+        "after_append:3",
+        "after_append:17",
+        "after_row_group:1",
+        "after_append:29",
+        "after_rename:1",
+        "after_append:8",
+        "before_checkpoint:1",
+        "after_append:51",
+    ]
     killed = 0
     for fault in kills:
         done = cli(*args, env=dict(os.environ, OLR_BUFFER_FAULT=fault))
@@ -241,13 +272,18 @@ def test_rows_without_an_owner_are_published_with_an_empty_owner(tmp_path):
     with owner '' (the changefeed's owner is never null), as the olr source publishes them;
     a ddl that has its sql alone, with owner and table ''."""
     out = tmp_path / "olr"
-    ddl = (b'{"scn":358180,"tm":1712602225000000000,"c_scn":358181,"c_idx":0,"xid":"0x0006.002.00000194",'
-           b'"payload":[{"op":"ddl","sql":"create table t (a number)"}]}')
+    ddl = (
+        b'{"scn":358180,"tm":1712602225000000000,"c_scn":358181,"c_idx":0,"xid":"0x0006.002.00000194",'
+        b'"payload":[{"op":"ddl","sql":"create table t (a number)"}]}'
+    )
     write_output(out, ISSUE_126 + SCHEMALESS + [ddl], name="ORCL-%i.json")
     done = cli(*replay_args(tmp_path, f"{out}/ORCL-%i.json"))
     assert done.returncode == 0, done.stderr
     got = rows(tmp_path / "cf")
     assert [(r["c_scn"], r["op"], r["owner"], r["table"]) for r in got] == [
-        (358141, "c", "TESTUSR1", "T2"), (358171, "c", "", "OBJ_87705"), (358181, "ddl", "", "")]
+        (358141, "c", "TESTUSR1", "T2"),
+        (358171, "c", "", "OBJ_87705"),
+        (358181, "ddl", "", ""),
+    ]
     assert got[1]["after"] == '{"COL_0":"53544f50","COL_1":"787708010d2339"}' and got[1]["obj"] is None
     assert got[2]["sql"] == "create table t (a number)"

@@ -76,9 +76,27 @@ def test_run_follows_the_output_as_it_is_written_and_rotated(tmp_path):
 
 
 def run_cmd(tmp: Path, output: str) -> list[str]:
-    return [sys.executable, "-m", "olr_buffer.cli", "run", f"olr+file://{output}", "--queue", str(tmp / "q"),
-            "--changefeed", str(tmp / "cf"), "--flush-interval", "0.05", "--poll-interval", "0.02",
-            "--checkpoint-interval", "0.3", "--block-records", "5", "--file-rows", "7"]
+    return [
+        sys.executable,
+        "-m",
+        "olr_buffer.cli",
+        "run",
+        f"olr+file://{output}",
+        "--queue",
+        str(tmp / "q"),
+        "--changefeed",
+        str(tmp / "cf"),
+        "--flush-interval",
+        "0.05",
+        "--poll-interval",
+        "0.02",
+        "--checkpoint-interval",
+        "0.3",
+        "--block-records",
+        "5",
+        "--file-rows",
+        "7",
+    ]
 
 
 @pytest.mark.slow
@@ -93,8 +111,9 @@ def test_a_killed_run_started_again_publishes_every_transaction_once(tmp_path):
     name = 1
     kills = 0
     while True:
-        proc = subprocess.Popen(run_cmd(tmp_path, f"{out}/OLR-%i.json"), cwd=ROOT, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE)
+        proc = subprocess.Popen(
+            run_cmd(tmp_path, f"{out}/OLR-%i.json"), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
         try:
             # write some more while it runs: appends, and now and then the next file
             for _ in range(3):
@@ -103,12 +122,15 @@ def test_a_killed_run_started_again_publishes_every_transaction_once(tmp_path):
                     if rng.random() < 0.3:
                         name += 1
                     with open(out / f"OLR-{name}.json", "ab") as fh:
-                        fh.write(b"".join(m + b"\n" for m in msgs[written:written + n]))
+                        fh.write(b"".join(m + b"\n" for m in msgs[written : written + n]))
                     written += n
                 time.sleep(rng.uniform(0.05, 0.4))
             if written >= len(msgs):
-                wait_for(lambda: transactions(tmp_path / "cf") >= len(txs) or proc.poll() is not None, 120,
-                         "every transaction published")
+                wait_for(
+                    lambda proc=proc: transactions(tmp_path / "cf") >= len(txs) or proc.poll() is not None,
+                    120,
+                    "every transaction published",
+                )
                 proc.send_signal(signal.SIGTERM)
                 assert proc.wait(60) == 0, proc.stderr.read().decode()
                 break

@@ -94,9 +94,22 @@ def create_cluster(extra_conf: str = "") -> Cluster:
             os.chown(path, uid, gid)
     cluster = Cluster(pg_bin, base, data, sock, as_user)
     init = subprocess.run(
-        [*as_user, str(pg_bin / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8",
-         "--locale=C", "--no-sync"],
-        capture_output=True, text=True, timeout=CMD_TIMEOUT,
+        [
+            *as_user,
+            str(pg_bin / "initdb"),
+            "-D",
+            str(data),
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--locale=C",
+            "--no-sync",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=CMD_TIMEOUT,
     )
     if init.returncode != 0:
         shutil.rmtree(base, ignore_errors=True)

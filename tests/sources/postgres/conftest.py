@@ -84,8 +84,11 @@ def pg_db(pg_cluster) -> Database:
         cur.execute("SELECT slot_name FROM pg_replication_slots WHERE database = %s", (name,))
         for (slot,) in cur.fetchall():
             try:
-                cur.execute("SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
-                            "WHERE slot_name = %s AND active_pid IS NOT NULL", (slot,))
+                cur.execute(
+                    "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
+                    "WHERE slot_name = %s AND active_pid IS NOT NULL",
+                    (slot,),
+                )
                 time.sleep(0.2)
                 cur.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
             except psycopg2.Error:
@@ -96,9 +99,22 @@ def pg_db(pg_cluster) -> Database:
 
 def run_cmd(db: Database, tmp: Path, *extra: str, uri: str | None = None) -> list[str]:
     return [
-        sys.executable, "-m", "olr_buffer.cli", "run", uri or db.uri, "--queue", str(tmp / "q"),
-        "--changefeed", str(tmp / "cf"), "--flush-interval", "0.2", "--checkpoint-interval", "0.5",
-        "--log-level", "info", *extra,
+        sys.executable,
+        "-m",
+        "olr_buffer.cli",
+        "run",
+        uri or db.uri,
+        "--queue",
+        str(tmp / "q"),
+        "--changefeed",
+        str(tmp / "cf"),
+        "--flush-interval",
+        "0.2",
+        "--checkpoint-interval",
+        "0.5",
+        "--log-level",
+        "info",
+        *extra,
     ]
 
 

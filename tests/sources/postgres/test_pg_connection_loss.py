@@ -24,11 +24,11 @@ from olr_buffer.sources.postgres.connection import ConnectionLostError, Postgres
 from olr_buffer.sources.postgres.reader import PostgresReader
 from olr_buffer.testing import MemoryQueue
 from tests.contract_model import load_changefeed
+from tests.processes import reader_processes
 from tests.sources.postgres.conftest import start_service, wait_streaming
 from tests.sources.postgres.test_pg_source import service_log, stop
 from tests.sources.postgres.test_reader_stream import published
 from tests.sources.postgres.workload import changefeed_state
-from tests.processes import reader_processes
 
 pytestmark = pytest.mark.e2e
 
@@ -188,8 +188,10 @@ def test_immediate_restarts_under_load_keep_the_run_going_exactly_once(pg_db, pg
                 if conn is None or conn.closed:
                     conn = pg_db.connect()
                 with gate, conn.cursor() as cur:
-                    cur.execute("INSERT INTO items (v) SELECT md5(g::text) FROM generate_series(1, %s) g",
-                                (rng.choice([1, 10, 1000]),))
+                    cur.execute(
+                        "INSERT INTO items (v) SELECT md5(g::text) FROM generate_series(1, %s) g",
+                        (rng.choice([1, 10, 1000]),),
+                    )
                 time.sleep(0.05)
             except psycopg2.Error:  # the server restarting
                 conn = None
@@ -204,12 +206,15 @@ def test_immediate_restarts_under_load_keep_the_run_going_exactly_once(pg_db, pg
         return pg_db.execute(
             f"INSERT INTO items (v) SELECT md5(g::text) FROM generate_series(1, {rows}) g; "
             f"ALTER TABLE {table} ALTER COLUMN v TYPE {types[table]}; INSERT INTO {table} (v) VALUES ('x'); "
-            "SELECT pg_current_wal_insert_lsn()::text")[0][0]
+            "SELECT pg_current_wal_insert_lsn()::text"
+        )[0][0]
 
     def wait_for(sql: str, lsn: str) -> None:
         deadline = time.monotonic() + 60
-        while not pg_db.execute(f"SELECT coalesce(bool_or({sql} >= '{lsn}'::pg_lsn), false) FROM "
-                                "pg_replication_slots s LEFT JOIN pg_stat_replication r ON r.pid = s.active_pid")[0][0]:
+        while not pg_db.execute(
+            f"SELECT coalesce(bool_or({sql} >= '{lsn}'::pg_lsn), false) FROM "
+            "pg_replication_slots s LEFT JOIN pg_stat_replication r ON r.pid = s.active_pid"
+        )[0][0]:
             assert svc.poll() is None and time.monotonic() < deadline, service_log(tmp_path)[-3000:]
             time.sleep(0.05)
 
@@ -229,8 +234,9 @@ def test_immediate_restarts_under_load_keep_the_run_going_exactly_once(pg_db, pg
                 os.kill(reader, signal.SIGSTOP)
                 try:
                     wait_for("r.sent_lsn", change(tables[(i + 1) % 3], rows=200))  # in the reader's socket
-                    pg_cluster.ctl("-l", str(pg_cluster.base / "server.log"), "-w", "-t", "30", "-m", "immediate",
-                                   "restart")
+                    pg_cluster.ctl(
+                        "-l", str(pg_cluster.base / "server.log"), "-w", "-t", "30", "-m", "immediate", "restart"
+                    )
                 finally:
                     os.kill(reader, signal.SIGCONT)
             wait_streaming(tmp_path, svc, timeout=90, after=i + 1)  # fails if the run ended
@@ -247,8 +253,10 @@ def test_immediate_restarts_under_load_keep_the_run_going_exactly_once(pg_db, pg
             got = changefeed_state(rows)  # an insert of a row already there fails here
             if all(set(got.get(t, {})) == want[t] for t in want):
                 break
-            assert time.monotonic() < deadline, {t: (f"{len(want[t] - set(got.get(t, {})))} missing",
-                                                     f"{len(set(got.get(t, {})) - want[t])} extra") for t in want}
+            assert time.monotonic() < deadline, {
+                t: (f"{len(want[t] - set(got.get(t, {})))} missing", f"{len(set(got.get(t, {})) - want[t])} extra")
+                for t in want
+            }
             time.sleep(0.5)
     finally:
         done.set()

@@ -68,8 +68,13 @@ def test_slot_held_by_another_connection(pg_db, tmp_path):
         first.wait(30)
     log = (tmp_path / "a" / "service.log").read_text()
     assert PASSWORD not in log and ":***@" in log
-    status = subprocess.run([sys.executable, "-m", "olr_buffer.cli", "status", "--queue", str(tmp_path / "a" / "q")],
-                            capture_output=True, text=True, timeout=60, cwd=ROOT)
+    status = subprocess.run(
+        [sys.executable, "-m", "olr_buffer.cli", "status", "--queue", str(tmp_path / "a" / "q")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
     assert status.returncode == 0 and "postgresql postgresql://postgres:***@" in status.stdout, status.stdout
     assert PASSWORD not in status.stdout + status.stderr
 
@@ -153,8 +158,9 @@ def test_a_signal_to_the_whole_process_group_is_a_clean_stop(pg_db, tmp_path, si
     import signal
 
     with open(tmp_path / "service.log", "ab") as log:
-        proc = subprocess.Popen(run_cmd(pg_db, tmp_path), stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            run_cmd(pg_db, tmp_path), stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True
+        )
     try:
         wait_streaming(tmp_path, proc)
         os.killpg(proc.pid, getattr(signal, sig))

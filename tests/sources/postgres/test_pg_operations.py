@@ -28,8 +28,14 @@ PASSWORD = "pw-0f-cdc"
 
 
 def olr(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "olr_buffer.cli", *args], capture_output=True, text=True, timeout=60,
-                          cwd=ROOT, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "olr_buffer.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def stop(proc: subprocess.Popen) -> None:
@@ -52,18 +58,25 @@ def wait_rows(cf: Path, n: int, proc: subprocess.Popen, timeout: float = 60.0) -
 
 
 def slots(db) -> dict[str, int | None]:
-    return dict(db.execute("SELECT slot_name, active_pid FROM pg_replication_slots WHERE database = current_database()"))
+    return dict(
+        db.execute("SELECT slot_name, active_pid FROM pg_replication_slots WHERE database = current_database()")
+    )
 
 
 def test_tables_without_a_replica_identity(pg_db, tmp_path):
-    pg_db.execute("CREATE TABLE keyed (id int PRIMARY KEY, v text); CREATE TABLE loose (a int, b text); "
-                  "CREATE TABLE nothing (a int PRIMARY KEY); ALTER TABLE nothing REPLICA IDENTITY NOTHING; "
-                  "CREATE TABLE indexed (a int NOT NULL, b text); CREATE UNIQUE INDEX indexed_a ON indexed (a); "
-                  "ALTER TABLE indexed REPLICA IDENTITY USING INDEX indexed_a; "
-                  "INSERT INTO keyed VALUES (1, 'x'); INSERT INTO loose VALUES (1, 'x')")
+    pg_db.execute(
+        "CREATE TABLE keyed (id int PRIMARY KEY, v text); CREATE TABLE loose (a int, b text); "
+        "CREATE TABLE nothing (a int PRIMARY KEY); ALTER TABLE nothing REPLICA IDENTITY NOTHING; "
+        "CREATE TABLE indexed (a int NOT NULL, b text); CREATE UNIQUE INDEX indexed_a ON indexed (a); "
+        "ALTER TABLE indexed REPLICA IDENTITY USING INDEX indexed_a; "
+        "INSERT INTO keyed VALUES (1, 'x'); INSERT INTO loose VALUES (1, 'x')"
+    )
     # what the docs warn about: under FOR ALL TABLES (the fixture's publication) the server refuses
-    with pytest.raises(psycopg2.Error, match=r'cannot update table "loose" because it does not have a replica '
-                                             r"identity and publishes updates"):
+    with pytest.raises(
+        psycopg2.Error,
+        match=r'cannot update table "loose" because it does not have a replica '
+        r"identity and publishes updates",
+    ):
         pg_db.execute("UPDATE loose SET b = 'y'")
     # the docs' query finds exactly the tables that need an identity
     (query,) = [block for block in re.findall(r"```sql\n(.*?)```", DOC.read_text(), re.S) if "relreplident" in block]
@@ -79,7 +92,9 @@ def test_tables_without_a_replica_identity(pg_db, tmp_path):
     finally:
         stop(svc)
     assert [(r["op"], r["rid"], r["before"]) for r in rows] == [
-        ("u", None, {"a": 1, "b": "x"}), ("d", None, {"a": 1, "b": "y"})]
+        ("u", None, {"a": 1, "b": "x"}),
+        ("d", None, {"a": 1, "b": "y"}),
+    ]
 
 
 @pytest.fixture
@@ -88,8 +103,10 @@ def password_role(pg_db):
     with the documented rights on table ``t``."""
     role = f"cdc_{pg_db.name}"
     pg_db.execute("CREATE TABLE t (id int PRIMARY KEY)")
-    pg_db.execute(f"CREATE ROLE {role} LOGIN REPLICATION PASSWORD '{PASSWORD}'; "
-                  f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}")
+    pg_db.execute(
+        f"CREATE ROLE {role} LOGIN REPLICATION PASSWORD '{PASSWORD}'; "
+        f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}"
+    )
     hba = pg_db.cluster.data / "pg_hba.conf"
     original = hba.read_text()
     hba.write_text(f"local all {role} scram-sha-256\n" + original)  # first match wins
@@ -115,9 +132,24 @@ def test_the_password_from_pgpassword_or_pgpass(pg_db, password_role, tmp_path):
     for n, env in enumerate(({"PGPASSWORD": PASSWORD}, {"PGPASSFILE": str(pgpass)})):
         log = tmp_path / f"run{n}.log"
         with open(log, "wb") as fh:
-            proc = subprocess.Popen([sys.executable, "-m", "olr_buffer.cli", *base, "--slot", f"s{n}", "--queue",
-                                     str(tmp_path / f"q{n + 1}"), "--changefeed", str(tmp_path / f"cf{n + 1}")],
-                                    stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT, env={**os.environ, **env})
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "olr_buffer.cli",
+                    *base,
+                    "--slot",
+                    f"s{n}",
+                    "--queue",
+                    str(tmp_path / f"q{n + 1}"),
+                    "--changefeed",
+                    str(tmp_path / f"cf{n + 1}"),
+                ],
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                cwd=ROOT,
+                env={**os.environ, **env},
+            )
         try:
             pg_db.execute(f"INSERT INTO t VALUES ({n})")
             rows = wait_rows(tmp_path / f"cf{n + 1}", 1, proc)
@@ -148,17 +180,24 @@ def test_drop_slot(pg_db, tmp_path):
     assert other.returncode == 1 and f"belongs to database {pg_db.name}, not postgres" in other.stderr
     done = olr("drop-slot", pg_db.uri, "--slot", "olr_buffer")
     assert done.returncode == 0, done.stderr
-    assert re.fullmatch(rf"dropped replication slot 'olr_buffer' of database {pg_db.name} \(confirmed "
-                        r"[0-9A-F]+/[0-9A-F]+, it held [0-9.,]+ MB of WAL\)\n", done.stdout), done.stdout
+    assert re.fullmatch(
+        rf"dropped replication slot 'olr_buffer' of database {pg_db.name} \(confirmed "
+        r"[0-9A-F]+/[0-9A-F]+, it held [0-9.,]+ MB of WAL\)\n",
+        done.stdout,
+    ), done.stdout
     assert "olr_buffer" not in slots(pg_db)
     again = olr("drop-slot", pg_db.uri, "--slot", "olr_buffer")
-    assert again.returncode == 1 and "no replication slot 'olr_buffer' (hint: this database has no slot)" in again.stderr
+    assert (
+        again.returncode == 1 and "no replication slot 'olr_buffer' (hint: this database has no slot)" in again.stderr
+    )
     usage = olr("drop-slot", str(tmp_path), "--slot", "olr_buffer")
     assert usage.returncode == 2 and "drop-slot takes a PostgreSQL URI" in usage.stderr
     # what the docs say a run on the queue of a dropped slot does
     rerun = olr("run", pg_db.uri, "--queue", str(tmp_path / "q"), "--changefeed", str(tmp_path / "cf"))
-    assert rerun.returncode == 1 and "replication slot 'olr_buffer' is gone, but this queue was filled from it" \
-        in rerun.stderr
+    assert (
+        rerun.returncode == 1
+        and "replication slot 'olr_buffer' is gone, but this queue was filled from it" in rerun.stderr
+    )
 
 
 def test_status_and_logs_speak_lsn(pg_db, tmp_path):

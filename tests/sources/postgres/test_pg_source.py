@@ -41,7 +41,9 @@ def wait_published(cf: Path, xids: set[int], timeout: float = 60.0) -> None:
             return
         time.sleep(0.3)
     missing = xids - published_xids(cf)
-    raise AssertionError(f"{len(missing)} committed transaction(s) not published after {timeout}s: {sorted(missing)[:10]}")
+    raise AssertionError(
+        f"{len(missing)} committed transaction(s) not published after {timeout}s: {sorted(missing)[:10]}"
+    )
 
 
 def service_log(tmp: Path) -> str:
@@ -75,8 +77,13 @@ def test_concurrent_clients_exactly_once(pg_db, tmp_path):
     check_changefeed_layout(tmp_path / "cf")
     ops = {r["op"] for r in rows}
     assert {"r", "c", "u", "d", "t"} <= ops
-    status = subprocess.run([sys.executable, "-m", "olr_buffer.cli", "status", "--queue", str(tmp_path / "q"), "--json"],
-                            capture_output=True, text=True, timeout=60, cwd=ROOT)
+    status = subprocess.run(
+        [sys.executable, "-m", "olr_buffer.cli", "status", "--queue", str(tmp_path / "q"), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
     pg = json.loads(status.stdout)["postgresql"]
     assert pg["slot"] == "olr_buffer" and pg["initial_copy"] == "done" and pg["streaming_transactions"] == 0
     assert pg["subtransaction_cuts"] > 0, "no streamed subtransaction abort dropped appended rows"
@@ -100,7 +107,7 @@ def test_sigkill_and_server_restart_under_load_exactly_once(pg_db, pg_cluster, t
             daemon=True,
         )
         load.start()
-        for round_ in range(3):
+        for _ in range(3):
             time.sleep(1.2)
             svc.kill()  # SIGKILL, mid-load
             svc.wait(SERVICE_TIMEOUT)
@@ -199,8 +206,13 @@ def test_metrics_and_json_logs_of_the_postgresql_source(pg_db, tmp_path):
     finally:
         assert stop(svc) == 0, service_log(tmp_path)
     names = {s.name for fam in text_string_to_metric_families(text) for s in fam.samples}
-    assert {"olr_buffer_postgres_confirmed_lsn", "olr_buffer_postgres_lag_bytes", "olr_buffer_postgres_reconnects_total",
-            "olr_buffer_seconds_behind_source", "olr_buffer_transactions_published_total"} <= names
+    assert {
+        "olr_buffer_postgres_confirmed_lsn",
+        "olr_buffer_postgres_lag_bytes",
+        "olr_buffer_postgres_reconnects_total",
+        "olr_buffer_seconds_behind_source",
+        "olr_buffer_transactions_published_total",
+    } <= names
     assert all(d["ts"].endswith("Z") for d in docs)
 
 

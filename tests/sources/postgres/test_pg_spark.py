@@ -30,8 +30,9 @@ def test_snapshot_after_a_truncate_is_what_the_server_holds(pg_db, tmp_path, spa
             (xid,) = cur.fetchone()
         conn.close()
         deadline = time.monotonic() + 60
-        while not any(r["xid"] == str(xid) for r in (load_changefeed(tmp_path / "cf") if (tmp_path / "cf").is_dir()
-                                                    else [])):
+        while not any(
+            r["xid"] == str(xid) for r in (load_changefeed(tmp_path / "cf") if (tmp_path / "cf").is_dir() else [])
+        ):
             assert time.monotonic() < deadline, "the last transaction was not published:\n" + service_log(tmp_path)
             time.sleep(0.2)
     finally:
@@ -49,8 +50,9 @@ def test_snapshot_after_a_truncate_is_what_the_server_holds(pg_db, tmp_path, spa
 
 def wait_published(tmp_path, xid) -> None:
     deadline = time.monotonic() + 60
-    while not any(r["xid"] == str(xid) for r in (load_changefeed(tmp_path / "cf") if (tmp_path / "cf").is_dir()
-                                                else [])):
+    while not any(
+        r["xid"] == str(xid) for r in (load_changefeed(tmp_path / "cf") if (tmp_path / "cf").is_dir() else [])
+    ):
         assert time.monotonic() < deadline, f"transaction {xid} was not published:\n" + service_log(tmp_path)
         time.sleep(0.2)
 
@@ -75,29 +77,47 @@ def test_a_new_users_table_comes_out_of_typed_with_its_types_and_exact_values(pg
     from decimal import Decimal
 
     from pyspark.errors import PySparkException
-    from pyspark.sql.types import (ArrayType, BinaryType, DateType, DecimalType, IntegerType, LongType, StringType,
-                                   TimestampNTZType, TimestampType)
+    from pyspark.sql.types import (
+        ArrayType,
+        BinaryType,
+        DateType,
+        DecimalType,
+        IntegerType,
+        LongType,
+        StringType,
+        TimestampNTZType,
+        TimestampType,
+    )
 
     from olr_buffer.spark import typed
 
-    pg_db.execute("CREATE TABLE orders (id bigint PRIMARY KEY, amount numeric(38,9) NOT NULL, price numeric, "
-                  "at timestamptz, payload bytea, doc jsonb, ref uuid, tags int[], day date, local timestamp, "
-                  "note text)")
+    pg_db.execute(
+        "CREATE TABLE orders (id bigint PRIMARY KEY, amount numeric(38,9) NOT NULL, price numeric, "
+        "at timestamptz, payload bytea, doc jsonb, ref uuid, tags int[], day date, local timestamp, "
+        "note text)"
+    )
     pg_db.execute("CREATE TABLE odd (id int PRIMARY KEY, v numeric)")
-    pg_db.execute("INSERT INTO orders VALUES (1, 12345678901234567890123456789.123456789, 0.1, "
-                  "'2024-06-01 12:34:56.789012+05:30', '\\x00ff10', '{\"b\": [1, 2.50], \"a\": null}', "
-                  "'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '{1,NULL,3}', '2024-02-29', '2024-06-01 12:00:00.5', "
-                  "'copied')")  # in the initial copy
+    pg_db.execute(
+        "INSERT INTO orders VALUES (1, 12345678901234567890123456789.123456789, 0.1, "
+        "'2024-06-01 12:34:56.789012+05:30', '\\x00ff10', '{\"b\": [1, 2.50], \"a\": null}', "
+        "'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '{1,NULL,3}', '2024-02-29', '2024-06-01 12:00:00.5', "
+        "'copied')"
+    )  # in the initial copy
     svc = start_service(pg_db, tmp_path)
     try:
         wait_streaming(tmp_path, svc)
-        pg_db.execute("INSERT INTO orders VALUES (2, -0.000000001, 98765432109876543210.123456789012345678, "
-                      "'1999-12-31 23:59:59-08', decode(repeat('ab', 300), 'hex'), '{\"n\": 12345678901234567890}', "
-                      "gen_random_uuid(), '{}', '1970-01-01', '2000-01-01 00:00:00', 'streamed ünïcode')")
+        pg_db.execute(
+            "INSERT INTO orders VALUES (2, -0.000000001, 98765432109876543210.123456789012345678, "
+            "'1999-12-31 23:59:59-08', decode(repeat('ab', 300), 'hex'), '{\"n\": 12345678901234567890}', "
+            "gen_random_uuid(), '{}', '1970-01-01', '2000-01-01 00:00:00', 'streamed ünïcode')"
+        )
         pg_db.execute("UPDATE orders SET amount = 1.5, note = 'updated' WHERE id = 1")
         pg_db.execute("INSERT INTO odd VALUES (1, 1), (2, 0.0000000000000000000001)")
-        xid = last_xid(pg_db, "ALTER TABLE orders ADD COLUMN extra numeric(5,2)",
-                       "INSERT INTO orders VALUES (3, 3, NULL, NULL, NULL, 'null', NULL, NULL, NULL, NULL, NULL, 123.45)")
+        xid = last_xid(
+            pg_db,
+            "ALTER TABLE orders ADD COLUMN extra numeric(5,2)",
+            "INSERT INTO orders VALUES (3, 3, NULL, NULL, NULL, 'null', NULL, NULL, NULL, NULL, NULL, 123.45)",
+        )
         wait_published(tmp_path, xid)
     finally:
         assert stop(svc) == 0, service_log(tmp_path)
@@ -106,20 +126,35 @@ def test_a_new_users_table_comes_out_of_typed_with_its_types_and_exact_values(pg
     versions = [r["schema_version"] for r in rows]
     assert all(versions) and len(set(versions)) == 2 and versions[0] == versions[1]  # copy and stream agree
     assert sorted(p.stem for p in (tmp_path / "cf" / "_olr_buffer" / "schemas").iterdir()) == sorted(
-        set(versions) | {r["schema_version"] for r in load_changefeed(cf) if r["table"] == "odd"})
+        set(versions) | {r["schema_version"] for r in load_changefeed(cf) if r["table"] == "odd"}
+    )
 
     df = typed(spark, cf, "public", "orders")
     types = {f.name: f.dataType for f in df.schema["after"].dataType.fields}
-    assert types == {"id": LongType(), "amount": DecimalType(38, 9), "price": DecimalType(38, 18),
-                     "at": TimestampType(), "payload": BinaryType(), "doc": StringType(), "ref": StringType(),
-                     "tags": ArrayType(IntegerType()), "day": DateType(), "local": TimestampNTZType(),
-                     "note": StringType(), "extra": DecimalType(5, 2)}
+    assert types == {
+        "id": LongType(),
+        "amount": DecimalType(38, 9),
+        "price": DecimalType(38, 18),
+        "at": TimestampType(),
+        "payload": BinaryType(),
+        "doc": StringType(),
+        "ref": StringType(),
+        "tags": ArrayType(IntegerType()),
+        "day": DateType(),
+        "local": TimestampNTZType(),
+        "note": StringType(),
+        "extra": DecimalType(5, 2),
+    }
 
-    server = {r[0]: r for r in pg_db.execute(
-        "SELECT id, amount, price, at, payload, doc, ref::text, tags, day, local, note, extra FROM orders")}
+    server = {
+        r[0]: r
+        for r in pg_db.execute(
+            "SELECT id, amount, price, at, payload, doc, ref::text, tags, day, local, note, extra FROM orders"
+        )
+    }
     got = {r.id: r for r in snapshot(spark, cf, "public", "orders", key="id").collect()}
     assert sorted(got) == sorted(server) == [1, 2, 3]
-    utc = dt.timezone.utc
+    utc = dt.UTC
     for key, s in server.items():
         g = got[key]
         assert (g.amount, g.price, g.extra) == (s[1], s[2], s[11]) and isinstance(g.amount, Decimal)
@@ -140,7 +175,11 @@ def test_a_new_users_table_comes_out_of_typed_with_its_types_and_exact_values(pg
     with pytest.raises(PySparkException) as info:
         typed(spark, cf, "public", "odd").collect()
     odd = [r for r in load_changefeed(cf) if r["table"] == "odd"][1]
-    assert (f"public.odd: tx_seq {odd['tx_seq']}, op_seq {odd['op_seq']}: after column \"v\" = "
-            "'0.0000000000000000000001' does not fit decimal(38,18)") in str(info.value)
-    assert typed(spark, cf, "public", "odd", types={"v": "string"}).where("after.id = 2").first().after.v == \
-        "0.0000000000000000000001"
+    assert (
+        f'public.odd: tx_seq {odd["tx_seq"]}, op_seq {odd["op_seq"]}: after column "v" = '
+        "'0.0000000000000000000001' does not fit decimal(38,18)"
+    ) in str(info.value)
+    assert (
+        typed(spark, cf, "public", "odd", types={"v": "string"}).where("after.id = 2").first().after.v
+        == "0.0000000000000000000001"
+    )

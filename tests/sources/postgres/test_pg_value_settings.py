@@ -26,8 +26,10 @@ DATABASE_SETTINGS = {
     "bytea_output": "escape",
     "client_encoding": "LATIN1",
 }
-ROW = ("'2026-01-02 03:04:05.678+00', '2026-01-02', '2026-01-02 03:04:05.678', '1 day 02:03:04', "
-       "0.1234567890123456, 0.1234567, 0.1234567, '\\xdeadbeef', 'café ☕', 'public.v', 1234.56")
+ROW = (
+    "'2026-01-02 03:04:05.678+00', '2026-01-02', '2026-01-02 03:04:05.678', '1 day 02:03:04', "
+    "0.1234567890123456, 0.1234567, 0.1234567, '\\xdeadbeef', 'café ☕', 'public.v', 1234.56"
+)
 # as the changefeed carries them: the JSON text of each value
 EXPECTED = {
     "ts": '"2026-01-02 03:04:05.678+00"',
@@ -62,8 +64,10 @@ def test_values_are_iso_utc_and_full_digits_whatever_the_database_settings(pg_db
     conn = psycopg2.connect(dbname=pg_db.name, host=str(pg_db.cluster.sock), user="postgres", client_encoding="UTF8")
     conn.autocommit = True
     with conn.cursor() as cur:
-        cur.execute("CREATE TABLE v (id int PRIMARY KEY, ts timestamptz, d date, t timestamp, iv interval, "
-                    "f8 float8, f4 real, n numeric, b bytea, s text, rc regclass, m money)")
+        cur.execute(
+            "CREATE TABLE v (id int PRIMARY KEY, ts timestamptz, d date, t timestamp, iv interval, "
+            "f8 float8, f4 real, n numeric, b bytea, s text, rc regclass, m money)"
+        )
         cur.execute("ALTER TABLE v REPLICA IDENTITY FULL")  # updates carry a before image: the other path
         cur.execute(f"INSERT INTO v VALUES (1, {ROW})")  # before the slot: the initial copy
         cur.execute("SHOW datestyle")

@@ -32,8 +32,10 @@ def tup(*cols) -> bytes:
 
 def relation(xid: int | None = None) -> bytes:
     head = b"R" + (struct.pack("!I", xid) if xid is not None else b"")
-    cols = b"".join(struct.pack("!B", k) + s(n) + struct.pack("!Ii", t, -1) for k, n, t in
-                    ((1, "id", 23), (0, "body", 25), (0, "n", 1700)))
+    cols = b"".join(
+        struct.pack("!B", k) + s(n) + struct.pack("!Ii", t, -1)
+        for k, n, t in ((1, "id", 23), (0, "body", 25), (0, "n", 1700))
+    )
     return head + struct.pack("!I", 16384) + s("public") + s("docs") + b"d" + struct.pack("!H", 3) + cols
 
 
@@ -45,7 +47,9 @@ def test_messages_of_a_streamed_transaction():
     assert rel.columns[0].key and not rel.columns[1].key
     ins = d.decode(b"I" + struct.pack("!II", 701, 16384) + b"N" + tup(b"1", None, b"1.50"))
     assert ins == p.Insert(701, 16384, (b"1", None, b"1.50"))
-    upd = d.decode(b"U" + struct.pack("!II", 700, 16384) + b"K" + tup(b"1", None, None) + b"N" + tup(b"2", p.UNCHANGED, b"NaN"))
+    upd = d.decode(
+        b"U" + struct.pack("!II", 700, 16384) + b"K" + tup(b"1", None, None) + b"N" + tup(b"2", p.UNCHANGED, b"NaN")
+    )
     assert upd.old_kind == "K" and upd.old == (b"1", None, None) and upd.new[1] is p.UNCHANGED
     trunc = d.decode(b"T" + struct.pack("!IIB", 700, 2, 1) + struct.pack("!II", 1, 2))
     assert trunc == p.Truncate(700, (1, 2), 1)
@@ -58,7 +62,9 @@ def test_messages_of_a_streamed_transaction():
 
 
 def test_begin_commit_frames_and_status():
-    assert p.decode_message(b"B" + struct.pack("!QqI", 500, 1_000_000, 42)) == p.Begin(500, (p.PG_EPOCH_US + 1_000_000) * 1000, 42)
+    assert p.decode_message(b"B" + struct.pack("!QqI", 500, 1_000_000, 42)) == p.Begin(
+        500, (p.PG_EPOCH_US + 1_000_000) * 1000, 42
+    )
     assert p.decode_message(b"C" + struct.pack("!BQQq", 0, 500, 540, 0)).end_lsn == 540
     w = p.decode_frame(b"w" + struct.pack("!QQq", 1, 2, 3) + b"E")
     assert w == p.XLogData(1, 2, 3, b"E")
@@ -78,8 +84,10 @@ def test_begin_commit_frames_and_status():
         (b"I" + struct.pack("!I", 1) + b"N" + struct.pack("!H", 1) + b"q", "unknown kind"),
         (b"I" + struct.pack("!I", 1), "ends inside its tuple tag"),
         (b"I" + struct.pack("!I", 1) + b"N" + struct.pack("!H", 2) + b"n", "ends inside column 1"),
-        (b"I" + struct.pack("!I", 1) + b"N" + struct.pack("!H", 1) + b"t" + struct.pack("!i", 5) + b"ab",
-         "ends inside column 0"),
+        (
+            b"I" + struct.pack("!I", 1) + b"N" + struct.pack("!H", 1) + b"t" + struct.pack("!i", 5) + b"ab",
+            "ends inside column 0",
+        ),
         (b"I" + struct.pack("!I", 1) + b"N" + struct.pack("!H", 1) + b"t" + struct.pack("!i", -1), "negative length"),
         (b"I" + struct.pack("!I", 1) + b"N" + struct.pack("!H", 1) + b"n" + b"zz", "2 unexpected trailing"),
         (b"E\0", "trailing"),
@@ -101,13 +109,18 @@ def test_fuzz_any_bytes_decode_or_fail_cleanly(data, in_stream):
             assert "\n" not in str(exc)
 
 
-_VALID = [relation(), relation(5), b"B" + struct.pack("!QqI", 1, 2, 3), b"S" + struct.pack("!IB", 1, 1),
-          b"I" + struct.pack("!I", 16384) + b"N" + tup(b"1", None, b"2")]
+_VALID = [
+    relation(),
+    relation(5),
+    b"B" + struct.pack("!QqI", 1, 2, 3),
+    b"S" + struct.pack("!IB", 1, 1),
+    b"I" + struct.pack("!I", 16384) + b"N" + tup(b"1", None, b"2"),
+]
 
 
 @given(st.sampled_from(_VALID), st.integers(0, 80), st.binary(max_size=8))
 def test_fuzz_damaged_valid_messages(msg, at, junk):
-    data = msg[:at] + junk + msg[at + len(junk):]
+    data = msg[:at] + junk + msg[at + len(junk) :]
     for in_stream in (False, True):
         try:
             p.decode_message(data, in_stream)
@@ -149,7 +162,9 @@ def test_password_is_hidden_everywhere():
 
 def test_insert_in_and_outside_a_stream_block():
     tup = struct.pack("!H", 3) + b"t" + struct.pack("!i", 2) + b"42" + b"n" + b"u"
-    assert p.decode_message(b"I" + struct.pack("!I", 16384) + b"N" + tup) == p.Insert(None, 16384, (b"42", None, p.UNCHANGED))
+    assert p.decode_message(b"I" + struct.pack("!I", 16384) + b"N" + tup) == p.Insert(
+        None, 16384, (b"42", None, p.UNCHANGED)
+    )
     streamed = b"I" + struct.pack("!II", 731, 16384) + b"N" + tup
     assert p.decode_message(streamed, in_stream=True) == p.Insert(731, 16384, (b"42", None, p.UNCHANGED))
     with pytest.raises(p.PgoutputError, match="unexpected tuple tag"):
@@ -169,10 +184,22 @@ def test_fast_insert_images_equal_the_general_path(types, data):
     the decoded tuple, or None (then the general path decodes it): never other text."""
     names = data.draw(st.lists(st.text(max_size=4), min_size=len(types), max_size=len(types), unique=True))
     cols = tuple(p.Column(f"c{i}{n}", t, False) for i, (t, n) in enumerate(zip(types, names)))
-    key = data.draw(st.one_of(st.none(), st.lists(st.integers(0, max(len(cols) - 1, 0)), min_size=0, max_size=min(2, len(cols)), unique=True)))
+    key = data.draw(
+        st.one_of(
+            st.none(),
+            st.lists(st.integers(0, max(len(cols) - 1, 0)), min_size=0, max_size=min(2, len(cols)), unique=True),
+        )
+    )
     table = Table(1, "public", "t", cols, None if key is None else tuple(key))
-    value = st.one_of(st.none(), st.binary(max_size=8), st.text(max_size=6).map(str.encode),
-                      st.sampled_from([b"1", b"-2.5", b"NaN", b"-Infinity", b"t", b"f", b"true", b"false", b"\"", b"\xc3\xa9", b"\xff", b'{"a":1}']), st.just(p.UNCHANGED))
+    value = st.one_of(
+        st.none(),
+        st.binary(max_size=8),
+        st.text(max_size=6).map(str.encode),
+        st.sampled_from(
+            [b"1", b"-2.5", b"NaN", b"-Infinity", b"t", b"f", b"true", b"false", b'"', b"\xc3\xa9", b"\xff", b'{"a":1}']
+        ),
+        st.just(p.UNCHANGED),
+    )
     values = data.draw(st.lists(value, min_size=max(len(cols) - 1, 0), max_size=len(cols) + 1))
     raw = tup(*values)
     if data.draw(st.booleans()):
@@ -192,8 +219,24 @@ def test_fast_insert_images_equal_the_general_path(types, data):
         assert len(values) != len(cols) or p.UNCHANGED in values
 
 
-_SPECIAL = [None, b"", b"1", b"-2.5", b"NaN", b"Infinity", b"-Infinity", b"t", b"f", b"true", b"false", b'"',
-            b"\\", b"\x01", b"\xc3\xa9", b'{"a":1}']
+_SPECIAL = [
+    None,
+    b"",
+    b"1",
+    b"-2.5",
+    b"NaN",
+    b"Infinity",
+    b"-Infinity",
+    b"t",
+    b"f",
+    b"true",
+    b"false",
+    b'"',
+    b"\\",
+    b"\x01",
+    b"\xc3\xa9",
+    b'{"a":1}',
+]
 
 
 @pytest.mark.parametrize("type_oid", _TYPES)

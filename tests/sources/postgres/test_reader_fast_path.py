@@ -18,7 +18,6 @@ from tests.sources.postgres.test_protocol import tup
 from tests.sources.postgres.test_reader_model import feed, histories
 from tests.sources.postgres.test_reader_stream import OID, reader
 
-
 VARIANTS = [
     (p.Column("id", 23, True), p.Column("v", 25, False)),
     (p.Column("id", 23, True), p.Column("w", 25, False)),
@@ -52,8 +51,16 @@ def encode(msg, in_stream: bool) -> bytes:
         return b"A" + struct.pack("!II", msg.xid, msg.subxid)
     if kind is p.Relation:
         cols = b"".join(struct.pack("!B", c.key) + _s(c.name) + struct.pack("!Ii", c.type_oid, -1) for c in msg.columns)
-        return (b"R" + xid + struct.pack("!I", msg.oid) + _s(msg.schema) + _s(msg.name) + msg.replica_identity.encode()
-                + struct.pack("!H", len(msg.columns)) + cols)
+        return (
+            b"R"
+            + xid
+            + struct.pack("!I", msg.oid)
+            + _s(msg.schema)
+            + _s(msg.name)
+            + msg.replica_identity.encode()
+            + struct.pack("!H", len(msg.columns))
+            + cols
+        )
     if kind is p.Insert:
         return b"I" + xid + struct.pack("!I", msg.relation) + b"N" + tup(*msg.new)
     raise AssertionError(kind)
@@ -100,8 +107,9 @@ def test_stream_loop_equals_handling_each_message(order, block_records, data):
     sent = []
     for n, (msg, lsn) in enumerate(rec.sent):
         if isinstance(msg, p.Relation):  # the table as it is at this point: its columns may change
-            msg = p.Relation(msg.xid, msg.oid, msg.schema, msg.name, msg.replica_identity,
-                             data.draw(st.sampled_from(VARIANTS)))
+            msg = p.Relation(
+                msg.xid, msg.oid, msg.schema, msg.name, msg.replica_identity, data.draw(st.sampled_from(VARIANTS))
+            )
         if n in odd and isinstance(msg, p.Insert):
             new = (None, b"x") if n % 2 else msg.new + (b"extra",)
             msg = p.Insert(msg.xid, msg.relation, new)
@@ -132,7 +140,8 @@ def test_stream_loop_equals_handling_each_message(order, block_records, data):
     for name in ("last_commit", "committed", "cuts", "records"):
         assert getattr(r2, name) == getattr(r1, name), name
     assert {x: (t.rows, t.subs, t.skip) for x, t in r2.txns.items()} == {
-        x: (t.rows, t.subs, t.skip) for x, t in r1.txns.items()}
+        x: (t.rows, t.subs, t.skip) for x, t in r1.txns.items()
+    }
     assert r2.server_lsn == (max(lsn for _, lsn in sent) + 5 if sent else 0)
 
 
@@ -144,8 +153,17 @@ def test_encoder_round_trip():
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["begin", "row", "commit", "rollback"]), st.sampled_from(["1", "2", "x"]),
-                          st.integers(0, 2**40), st.text(max_size=5)), max_size=30))
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["begin", "row", "commit", "rollback"]),
+            st.sampled_from(["1", "2", "x"]),
+            st.integers(0, 2**40),
+            st.text(max_size=5),
+        ),
+        max_size=30,
+    )
+)
 def test_block_builder_add_row_builds_what_add_builds(ops):
     from olr_buffer.changes import BEGIN, COMMIT, INSERT, ROLLBACK, BlockBuilder
 
@@ -167,17 +185,26 @@ _FRAME_HEAD = struct.pack("!QQq", 100, 105, 0)
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.one_of(
-    st.binary(min_size=1, max_size=60),  # anything (both streams give no empty message)
-    st.binary(max_size=40).map(lambda b: b"w" + _FRAME_HEAD + b"I" + b),  # an Insert, damaged
-    st.binary(max_size=40).map(lambda b: b"w" + _FRAME_HEAD + b"I" + struct.pack("!I", OID) + b"N" + b),
-    st.binary(max_size=40).map(lambda b: b"w" + _FRAME_HEAD + b"I" + struct.pack("!II", 700, OID) + b"N" + b),
-    st.sampled_from([b"w" + _FRAME_HEAD + b"B" + struct.pack("!QqI", 10**6, 0, 700),
-                     b"w" + _FRAME_HEAD + b"S" + struct.pack("!IB", 700, 1),
-                     b"w" + _FRAME_HEAD + encode(p.Relation(None, OID, "public", "t", "d", VARIANTS[0]), False),
-                     b"w" + _FRAME_HEAD + encode(p.Relation(700, OID, "public", "t", "d", VARIANTS[2]), True),
-                     b"w" + _FRAME_HEAD + b"E"]),
-), max_size=12))
+@given(
+    st.lists(
+        st.one_of(
+            st.binary(min_size=1, max_size=60),  # anything (both streams give no empty message)
+            st.binary(max_size=40).map(lambda b: b"w" + _FRAME_HEAD + b"I" + b),  # an Insert, damaged
+            st.binary(max_size=40).map(lambda b: b"w" + _FRAME_HEAD + b"I" + struct.pack("!I", OID) + b"N" + b),
+            st.binary(max_size=40).map(lambda b: b"w" + _FRAME_HEAD + b"I" + struct.pack("!II", 700, OID) + b"N" + b),
+            st.sampled_from(
+                [
+                    b"w" + _FRAME_HEAD + b"B" + struct.pack("!QqI", 10**6, 0, 700),
+                    b"w" + _FRAME_HEAD + b"S" + struct.pack("!IB", 700, 1),
+                    b"w" + _FRAME_HEAD + encode(p.Relation(None, OID, "public", "t", "d", VARIANTS[0]), False),
+                    b"w" + _FRAME_HEAD + encode(p.Relation(700, OID, "public", "t", "d", VARIANTS[2]), True),
+                    b"w" + _FRAME_HEAD + b"E",
+                ]
+            ),
+        ),
+        max_size=12,
+    )
+)
 def test_stream_loop_fails_only_with_one_line_errors(frames):
     """Whatever the server sends, the stream loop handles it or stops with one of our
     one-line errors (the decoder's fuzz test, through the loop's own insert path)."""

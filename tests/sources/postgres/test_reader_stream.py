@@ -16,8 +16,12 @@ COLS = (p.Column("id", 23, True), p.Column("v", 25, False))
 
 def reader(queue, block_records: int = 3) -> PostgresReader:
     """A reader of ``queue`` restored from the state stored there, as the source does."""
-    r = PostgresReader(queue, "postgresql://u:secret@/db?host=/nowhere", block_records=block_records,
-                       state=load_state(queue.meta_items(STATE_KEY)))
+    r = PostgresReader(
+        queue,
+        "postgresql://u:secret@/db?host=/nowhere",
+        block_records=block_records,
+        state=load_state(queue.meta_items(STATE_KEY)),
+    )
     r._key_names = lambda oid, conn=None: ("id",)  # the catalog, without a server
     r._not_null_names = lambda oid, conn=None: frozenset(("id",))
     return r

@@ -115,7 +115,7 @@ def test_a_message_longer_than_many_reads(pair):
     while view or not got or got[-1] != b"after":
         if view:
             try:
-                view = view[server.send(view):]
+                view = view[server.send(view) :]
             except BlockingIOError:
                 pass
         got.extend(stream.read_batch(0.01))
@@ -136,8 +136,11 @@ def test_timeout_without_data_is_an_empty_batch(pair):
 def test_error_response_ends_the_stream_after_the_messages_before_it(pair):
     stream, server = pair
     started(stream, server)
-    server.sendall(msg(b"d", b"one") + msg(b"d", b"two")
-                   + msg(b"E", error_body("57P01", "terminating connection due to administrator command", "FATAL")))
+    server.sendall(
+        msg(b"d", b"one")
+        + msg(b"d", b"two")
+        + msg(b"E", error_body("57P01", "terminating connection due to administrator command", "FATAL"))
+    )
     assert stream.read_batch(0.5) == [b"one", b"two"]
     with pytest.raises(ConnectionLostError) as info:
         stream.read_batch(0)
@@ -165,12 +168,15 @@ def test_socket_closed_by_the_server(pair):
         stream.read_batch(0.5)
 
 
-@pytest.mark.parametrize("wire, reason", [
-    (b"d\xff\xff\xff\xff", "invalid message length -1"),
-    (b"d\0\0\0\x02", "invalid message length 2"),
-    (msg(b"Z", b"I"), "unexpected message type b'Z'"),
-    (msg(b"d", b""), "empty replication message"),
-])
+@pytest.mark.parametrize(
+    "wire, reason",
+    [
+        (b"d\xff\xff\xff\xff", "invalid message length -1"),
+        (b"d\0\0\0\x02", "invalid message length 2"),
+        (msg(b"Z", b"I"), "unexpected message type b'Z'"),
+        (msg(b"d", b""), "empty replication message"),
+    ],
+)
 def test_malformed_stream_is_a_one_line_error(pair, wire, reason):
     stream, server = pair
     started(stream, server)
@@ -189,13 +195,15 @@ def test_messages_received_with_the_copy_both_response(pair):
 @pytest.mark.parametrize("code, cls", [("55006", ConnectionLostError), ("42704", PostgresError)])
 def test_start_replication_refused(pair, code, cls):
     stream, server = pair
-    server.sendall(msg(b"N", b"SNOTICE\0Mfyi\0\0")
-                   + msg(b"E", error_body(code, f'replication slot "s" fails; password {PASSWORD}'))
-                   + msg(b"Z", b"I"))
+    server.sendall(
+        msg(b"N", b"SNOTICE\0Mfyi\0\0")
+        + msg(b"E", error_body(code, f'replication slot "s" fails; password {PASSWORD}'))
+        + msg(b"Z", b"I")
+    )
     with pytest.raises(cls) as info:
         stream.start("START_REPLICATION SLOT s LOGICAL 0/0")
     text = str(info.value)
-    assert text.startswith("postgresql://u:***@h/db: replication: ERROR: replication slot \"s\" fails"), text
+    assert text.startswith('postgresql://u:***@h/db: replication: ERROR: replication slot "s" fails'), text
     assert PASSWORD not in text
     assert cls is PostgresError or isinstance(info.value, ConnectionLostError)
     if cls is PostgresError:

@@ -29,8 +29,10 @@ def load(execute) -> int:
     """A backlog on the slots made before it; returns the rows it changed."""
     execute("CREATE TABLE t (id int PRIMARY KEY, v text, j jsonb, n numeric, b boolean)")
     for i in range(200):
-        execute(f"INSERT INTO t SELECT g, 'v' || g, '{{\"a\": 1}}', g / 7.0, g % 2 = 0 "
-                f"FROM generate_series({i * 10}, {i * 10 + 9}) g")
+        execute(
+            f"INSERT INTO t SELECT g, 'v' || g, '{{\"a\": 1}}', g / 7.0, g % 2 = 0 "
+            f"FROM generate_series({i * 10}, {i * 10 + 9}) g"
+        )
     execute("INSERT INTO t SELECT g, repeat('x', 50) FROM generate_series(10000, 14999) g")  # streamed
     execute(f"INSERT INTO t (id, v) SELECT 20000, string_agg(md5(g::text), '') FROM generate_series(1, {BIG}) g")
     execute("UPDATE t SET v = 'u' WHERE id < 5")
@@ -81,9 +83,26 @@ def _free_port() -> int:
 def ssl_cluster():
     """A cluster of its own that also listens on TCP, with SSL (a self-signed certificate)."""
     certs = Path(tempfile.mkdtemp(prefix="olr-pg-ssl-"))
-    subprocess.run(["openssl", "req", "-new", "-x509", "-days", "2", "-nodes", "-subj", "/CN=localhost",
-                    "-out", str(certs / "server.crt"), "-keyout", str(certs / "server.key")],
-                   check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-new",
+            "-x509",
+            "-days",
+            "2",
+            "-nodes",
+            "-subj",
+            "/CN=localhost",
+            "-out",
+            str(certs / "server.crt"),
+            "-keyout",
+            str(certs / "server.key"),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     os.chmod(certs / "server.key", 0o600)
     if os.geteuid() == 0:
         pw = pwd.getpwnam("postgres")

@@ -56,8 +56,9 @@ class Outcome:
 class Client(threading.Thread):
     """Runs ``n`` random transactions of every kind the issue lists."""
 
-    def __init__(self, db, number: int, n: int, outcome: Outcome, large_rows: int = 0, seed: int = 0,
-                 pause: float = 0.0) -> None:
+    def __init__(
+        self, db, number: int, n: int, outcome: Outcome, large_rows: int = 0, seed: int = 0, pause: float = 0.0
+    ) -> None:
         super().__init__(name=f"client-{number}", daemon=True)
         self.pause = pause
         self.db, self.number, self.n, self.outcome, self.large_rows = db, number, n, outcome, large_rows
@@ -77,14 +78,17 @@ class Client(threading.Thread):
             self.outcome.errors.append(exc)
 
     def _txn(self, conn, body, commit: bool = True) -> None:
-        for attempt in range(20):
+        for _ in range(20):
             with conn.cursor() as cur:
                 try:
                     cur.execute("SELECT txid_current()")
                     (xid,) = cur.fetchone()
                     body(cur)
-                except (psycopg2.errors.DeadlockDetected, psycopg2.errors.UniqueViolation,
-                        psycopg2.errors.SerializationFailure):
+                except (
+                    psycopg2.errors.DeadlockDetected,
+                    psycopg2.errors.UniqueViolation,
+                    psycopg2.errors.SerializationFailure,
+                ):
                     conn.rollback()
                     self.outcome.add(xid, False)
                     continue
@@ -103,19 +107,27 @@ class Client(threading.Thread):
         def ev(cur, n):
             cur.execute(
                 "INSERT INTO events (client, n, v, j, ok) VALUES (%s, %s, %s, %s, %s)",
-                (c, n, rng.choice(["1.50", "-0.000123", "12345678901234567890.5", "NaN"]),
-                 json.dumps({"c": c, "n": n, "s": "é\"x"}), rng.random() < 0.5),
+                (
+                    c,
+                    n,
+                    rng.choice(["1.50", "-0.000123", "12345678901234567890.5", "NaN"]),
+                    json.dumps({"c": c, "n": n, "s": 'é"x'}),
+                    rng.random() < 0.5,
+                ),
             )
 
         if kind == "small":
+
             def body(cur):
                 ev(cur, i)
                 cur.execute("UPDATE accounts SET balance = balance + 1 WHERE id = %s", (rng.randint(1, 200),))
                 cur.execute("INSERT INTO accounts VALUES (%s, 0, 'new')", (base,))
                 if rng.random() < 0.5:
                     cur.execute("DELETE FROM accounts WHERE id = %s", (base,))
+
             self._txn(conn, body)
         elif kind == "savepoints":
+
             def body(cur):
                 ev(cur, i)
                 cur.execute("SAVEPOINT a")
@@ -131,29 +143,38 @@ class Client(threading.Thread):
                 cur.execute("ROLLBACK TO SAVEPOINT d")
                 cur.execute("RELEASE SAVEPOINT c")
                 ev(cur, i)
+
             self._txn(conn, body)
         elif kind == "rollback":
             self._txn(conn, lambda cur: (ev(cur, -4), ev(cur, -5)), commit=False)
         elif kind == "key":
+
             def body(cur):
                 cur.execute("INSERT INTO accounts VALUES (%s, 1, 'k')", (base + 1,))
                 cur.execute("UPDATE accounts SET id = %s, note = 'moved' WHERE id = %s", (base + 2, base + 1))
+
             self._txn(conn, body)
         elif kind == "toast":
+
             def body(cur):
                 cur.execute("UPDATE docs SET title = %s WHERE id = %s", (f"t{c}-{i}", rng.randint(1, 20)))
+
             self._txn(conn, body)
         elif kind == "full":
+
             def body(cur):
                 cur.execute("UPDATE full_rows SET a = a + 1, b = %s WHERE id = %s", (f"b{i}", rng.randint(1, 50)))
                 cur.execute("DELETE FROM full_rows WHERE id = %s", (1000 + base,))
                 cur.execute("INSERT INTO full_rows VALUES (%s, 0, 'x')", (1000 + base,))
+
             self._txn(conn, body)
         elif kind == "truncate":
+
             def body(cur):
                 cur.execute("LOCK TABLE scratch")
                 cur.execute("TRUNCATE scratch")
                 cur.execute("INSERT INTO scratch SELECT g, %s FROM generate_series(1, 5) g", (c,))
+
             self._txn(conn, body)
 
     def _large(self, conn) -> None:
@@ -161,38 +182,47 @@ class Client(threading.Thread):
         half = self.large_rows // 2
 
         def body(cur):
-            cur.execute("INSERT INTO events (client, n, v) SELECT %s, g, g FROM generate_series(1, %s) g",
-                        (self.number, half))
+            cur.execute(
+                "INSERT INTO events (client, n, v) SELECT %s, g, g FROM generate_series(1, %s) g", (self.number, half)
+            )
             cur.execute("SAVEPOINT big")
-            cur.execute("INSERT INTO events (client, n, v) SELECT %s, -g, g FROM generate_series(1, %s) g",
-                        (self.number, half))
+            cur.execute(
+                "INSERT INTO events (client, n, v) SELECT %s, -g, g FROM generate_series(1, %s) g", (self.number, half)
+            )
             cur.execute("ROLLBACK TO SAVEPOINT big")
             # nested, the child writing before its parent (which gets its xid first), both
             # streamed, then rolled back together: the server aborts the child first
             cur.execute("SAVEPOINT outer_sp")
             cur.execute("SAVEPOINT inner_sp")
-            cur.execute("INSERT INTO events (client, n, v) SELECT %s, -g, g FROM generate_series(1, %s) g",
-                        (self.number, half))
+            cur.execute(
+                "INSERT INTO events (client, n, v) SELECT %s, -g, g FROM generate_series(1, %s) g", (self.number, half)
+            )
             cur.execute("RELEASE SAVEPOINT inner_sp")
-            cur.execute("INSERT INTO events (client, n, v) SELECT %s, -g, g FROM generate_series(1, %s) g",
-                        (self.number, half))
+            cur.execute(
+                "INSERT INTO events (client, n, v) SELECT %s, -g, g FROM generate_series(1, %s) g", (self.number, half)
+            )
             cur.execute("ROLLBACK TO SAVEPOINT outer_sp")
             cur.execute("RELEASE SAVEPOINT outer_sp")
             # a savepoint released, its rows kept
             cur.execute("SAVEPOINT kept")
-            cur.execute("INSERT INTO events (client, n, v) SELECT %s, g, g FROM generate_series(%s, %s) g",
-                        (self.number, half + 1, self.large_rows))
+            cur.execute(
+                "INSERT INTO events (client, n, v) SELECT %s, g, g FROM generate_series(%s, %s) g",
+                (self.number, half + 1, self.large_rows),
+            )
             cur.execute("RELEASE SAVEPOINT kept")
+
         self._txn(conn, body)
 
 
-def run_clients(db, clients: int, per_client: int, large_rows: int, seed: int = 0, pause: float = 0.0,
-                number0: int = 0) -> Outcome:
+def run_clients(
+    db, clients: int, per_client: int, large_rows: int, seed: int = 0, pause: float = 0.0, number0: int = 0
+) -> Outcome:
     """``clients`` clients, each ``per_client`` transactions (every ``pause`` seconds); the
     first two also run one large transaction of ``large_rows`` rows halfway."""
     outcome = Outcome()
-    threads = [Client(db, number0 + c, per_client, outcome, large_rows if c < 2 else 0, seed, pause)
-               for c in range(clients)]
+    threads = [
+        Client(db, number0 + c, per_client, outcome, large_rows if c < 2 else 0, seed, pause) for c in range(clients)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -242,7 +272,9 @@ def check_against_database(db, cf: Path, outcome: Outcome) -> list[dict]:
         extra = set(g) - set(w)
         assert not missing and not extra, f"{table}: missing {sorted(missing)[:5]} extra {sorted(extra)[:5]}"
         diff = [k for k in w if g[k] != w[k]]
-        assert not diff, f"{table}: {len(diff)} rows differ, e.g. {diff[0]}: changefeed {g[diff[0]]} database {w[diff[0]]}"
+        assert not diff, (
+            f"{table}: {len(diff)} rows differ, e.g. {diff[0]}: changefeed {g[diff[0]]} database {w[diff[0]]}"
+        )
     per_xid = Counter()
     seqs: dict[str, set] = {}
     for row in rows:

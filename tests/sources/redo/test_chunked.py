@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from olr_buffer.changes import RecordError
-from olr_buffer.sources.redo import thread_reader
 from olr_buffer.dead_letters import DeadLetters
+from olr_buffer.sources.redo import thread_reader
 from olr_buffer.sources.redo.errors import InputError
 from olr_buffer.sources.redo.files import scan
 from olr_buffer.sources.redo.records import batch_decode, decode_line
@@ -68,9 +68,13 @@ def line_files(draw) -> tuple[list[bytes], bool]:
     if draw(st.booleans()):
         lines.append(b"\xef\xbb\xbf")
     for _ in range(draw(st.integers(10, 60) if clean else st.integers(0, 40))):
-        kind = draw(st.sampled_from(["plain"] * 10 + ["marker"] if clean else
-                                    ["plain"] * 8 + ["valid"] * 4 +
-                                    ["damaged", "back", "blank", "crlf", "spaces", "long", "marker"]))
+        kind = draw(
+            st.sampled_from(
+                ["plain"] * 10 + ["marker"]
+                if clean
+                else ["plain"] * 8 + ["valid"] * 4 + ["damaged", "back", "blank", "crlf", "spaces", "long", "marker"]
+            )
+        )
         if kind == "plain":
             scn += draw(st.integers(0, 3))
             raw = dumps(draw(plain_records(scn)), ascii_only=draw(st.booleans()))
@@ -100,8 +104,18 @@ def line_files(draw) -> tuple[list[bytes], bool]:
     return lines, draw(st.booleans())
 
 
-def _run(tmp: str, data: bytes, compressed: bool, *, chunked: bool, block_records: int, max_line_bytes: int,
-         dead: bool, floor: int | None, final: bool) -> dict:
+def _run(
+    tmp: str,
+    data: bytes,
+    compressed: bool,
+    *,
+    chunked: bool,
+    block_records: int,
+    max_line_bytes: int,
+    dead: bool,
+    floor: int | None,
+    final: bool,
+) -> dict:
     name = "redo_1_1.jsonl" + (".zst" if compressed else "")
     path = os.path.join(tmp, name)
     with open(path, "wb") as fh:
@@ -109,8 +123,16 @@ def _run(tmp: str, data: bytes, compressed: bool, *, chunked: bool, block_record
     dead_path = os.path.join(tmp, f"dead-{chunked}.jsonl")
     letters = DeadLetters(dead_path) if dead else None
     queue = MemoryQueue()
-    reader = ThreadReader(queue, tmp, 1, scan(tmp)[1], None, block_records=block_records,
-                          max_line_bytes=max_line_bytes, dead_letters=letters)
+    reader = ThreadReader(
+        queue,
+        tmp,
+        1,
+        scan(tmp)[1],
+        None,
+        block_records=block_records,
+        max_line_bytes=max_line_bytes,
+        dead_letters=letters,
+    )
     reader.chunked = chunked
     if floor is not None:
         reader.enable_floor(_Floor(floor))
@@ -154,8 +176,11 @@ def _run(tmp: str, data: bytes, compressed: bool, *, chunked: bool, block_record
     st.sampled_from([None, 0, 500, 1000]),
     st.booleans(),
 )
-@settings(max_examples=max(120, 2 * settings.default.max_examples), deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=max(120, 2 * settings.default.max_examples),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 def test_chunked_reading_equals_line_by_line(case, chunk, block_records, max_line_bytes, dead, floor, final) -> None:
     lines, compressed = case
     data = b"".join(lines)
@@ -163,8 +188,13 @@ def test_chunked_reading_equals_line_by_line(case, chunk, block_records, max_lin
     thread_reader._CHUNK = chunk
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            kw = dict(block_records=block_records, max_line_bytes=max_line_bytes, dead=dead, floor=floor,
-                      final=final or compressed)
+            kw = dict(
+                block_records=block_records,
+                max_line_bytes=max_line_bytes,
+                dead=dead,
+                floor=floor,
+                final=final or compressed,
+            )
             ref = _run(tmp, data, compressed, chunked=False, **kw)
             got = _run(tmp, data, compressed, chunked=True, **kw)
     finally:
@@ -193,8 +223,11 @@ def test_chunked_reading_takes_a_line_being_written_once_complete(tmp_path) -> N
 
 
 @given(st.lists(valid_records() | damaged_lines(), min_size=1, max_size=8), st.booleans())
-@settings(max_examples=max(120, 2 * settings.default.max_examples), deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=max(120, 2 * settings.default.max_examples),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 def test_batch_decode_equals_one_decode_per_line(items, ascii_only) -> None:
     lines = [dumps(x, ascii_only) if isinstance(x, dict) else x.replace(b"\n", b" ") for x in items]
     region = b"\n".join(lines)
@@ -203,6 +236,7 @@ def test_batch_decode_equals_one_decode_per_line(items, ascii_only) -> None:
         return
     assert len(decoded) == len(lines)
     from olr_buffer.sources.redo.records import _decode_line
+
     for raw, r in zip(lines, decoded):
         assert r == _decode_line(raw)
         try:  # and decode_line takes the line (the struct is all the fast loop looks at)
@@ -211,14 +245,17 @@ def test_batch_decode_equals_one_decode_per_line(items, ascii_only) -> None:
             pass
 
 
-@pytest.mark.parametrize("region", [
-    b'{"op":"lwn","scn":1} {"op":"lwn","scn":2,"x":\n{"a":1}}',  # a value across a line break
-    b'{"op":"lwn","scn":1} {"op":"lwn","scn":2}\n{"op":"lwn","scn":3,"x":[1,\n2]}',
-    b'{"op":"lwn","scn":1}\n\n{"op":"lwn","scn":2}',  # a blank line
-    b'{"op":"lwn","scn":1}\r\n{"op":"lwn","scn":2}',
-    b'{"op":"lwn","scn":1,"x":"}\n{"}',  # a newline inside a string
-    b'{"op":"lwn","scn":1,"d":' + b"[" * 600 + b"]" * 600 + b"}",  # perhaps nested too deeply
-    b'{"op":"lwn","scn":1,"s":"\xff"}',  # not UTF-8
-])
+@pytest.mark.parametrize(
+    "region",
+    [
+        b'{"op":"lwn","scn":1} {"op":"lwn","scn":2,"x":\n{"a":1}}',  # a value across a line break
+        b'{"op":"lwn","scn":1} {"op":"lwn","scn":2}\n{"op":"lwn","scn":3,"x":[1,\n2]}',
+        b'{"op":"lwn","scn":1}\n\n{"op":"lwn","scn":2}',  # a blank line
+        b'{"op":"lwn","scn":1}\r\n{"op":"lwn","scn":2}',
+        b'{"op":"lwn","scn":1,"x":"}\n{"}',  # a newline inside a string
+        b'{"op":"lwn","scn":1,"d":' + b"[" * 600 + b"]" * 600 + b"}",  # perhaps nested too deeply
+        b'{"op":"lwn","scn":1,"s":"\xff"}',  # not UTF-8
+    ],
+)
 def test_batch_decode_declines_what_one_decode_per_line_would_not_give(region) -> None:
     assert batch_decode(region, region.split(b"\n"), thread_reader.MAX_LINE_BYTES) is None

@@ -14,10 +14,21 @@ def _line(rec: dict) -> bytes:
 
 
 def _tx(xid: str, scn: int, rid: str, note: str = "") -> list[bytes]:
-    return [_line({"op": "begin", "scn": scn, "xid": xid}),
-            _line({"op": "insert", "scn": scn + 1, "xid": xid, "owner": "A", "table": "T", "rid": rid,
-                   "after": {"ID": rid, "NOTE": note}}),
-            _line({"op": "commit", "scn": scn + 2, "xid": xid})]
+    return [
+        _line({"op": "begin", "scn": scn, "xid": xid}),
+        _line(
+            {
+                "op": "insert",
+                "scn": scn + 1,
+                "xid": xid,
+                "owner": "A",
+                "table": "T",
+                "rid": rid,
+                "after": {"ID": rid, "NOTE": note},
+            }
+        ),
+        _line({"op": "commit", "scn": scn + 2, "xid": xid}),
+    ]
 
 
 def _replay(tmp: Path):

@@ -11,19 +11,20 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import zstandard
 
+from olr_buffer.changes import decode_record
+from olr_buffer.dead_letters import DeadLetters
 from olr_buffer.runtime import PipelineOptions, run_service
 from olr_buffer.sources.redo import files as files_mod
-from olr_buffer.changes import decode_record
 from olr_buffer.sources.redo import thread_reader as thread_reader_mod
 from olr_buffer.sources.redo.errors import InputError, MissingSequenceError
 from olr_buffer.sources.redo.files import scan
-from olr_buffer.dead_letters import DeadLetters
 from olr_buffer.sources.redo.thread_reader import ThreadReader
 from olr_buffer.testing import MemoryQueue
 from tests.contract_model import assert_changefeed_equal, check_changefeed_layout, expected_changefeed, load_changefeed
@@ -38,13 +39,25 @@ def line(rec: dict[str, Any]) -> bytes:
 
 
 def ins(scn: int, xid: str, rid: str, **after: Any) -> bytes:
-    return line({"op": "insert", "scn": scn, "xid": xid, "owner": "APP", "table": "T", "rid": rid,
-                 "after": {"ID": rid, **after}})
+    return line(
+        {
+            "op": "insert",
+            "scn": scn,
+            "xid": xid,
+            "owner": "APP",
+            "table": "T",
+            "rid": rid,
+            "after": {"ID": rid, **after},
+        }
+    )
 
 
 def tx(xid: str, scn: int, rid: str) -> bytes:
-    return (line({"op": "begin", "scn": scn, "xid": xid}) + ins(scn + 1, xid, rid)
-            + line({"op": "commit", "scn": scn + 2, "xid": xid, "tm": scn}))
+    return (
+        line({"op": "begin", "scn": scn, "xid": xid})
+        + ins(scn + 1, xid, rid)
+        + line({"op": "commit", "scn": scn + 2, "xid": xid, "tm": scn})
+    )
 
 
 def append(path: Path, data: bytes) -> None:
@@ -58,8 +71,16 @@ class Follower:
     def __init__(self, input_dir: Path, thread: int = 1, **kw: Any) -> None:
         self.queue = MemoryQueue()
         self.stop = threading.Event()
-        self.reader = ThreadReader(self.queue, str(input_dir), thread, scan(str(input_dir)).get(thread, {}), None,
-                                   stop=self.stop, block_records=kw.pop("block_records", 1000), **kw)
+        self.reader = ThreadReader(
+            self.queue,
+            str(input_dir),
+            thread,
+            scan(str(input_dir)).get(thread, {}),
+            None,
+            stop=self.stop,
+            block_records=kw.pop("block_records", 1000),
+            **kw,
+        )
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -170,7 +191,7 @@ def test_many_lines_in_random_pieces(tmp_path: Path, follower) -> None:
     pos = 0
     while pos < len(data):
         step = rng.randint(1, 120)
-        append(path, data[pos:pos + step])
+        append(path, data[pos : pos + step])
         pos += step
         if rng.random() < 0.3:
             time.sleep(POLL * rng.random() * 2)
@@ -187,7 +208,9 @@ def test_log_switch_while_last_line_is_incomplete(tmp_path: Path, follower) -> N
     sequence 2: the finished line is read once, whole, then sequence 2."""
     inp = tmp_path / "in"
     last = ins(150, "A", "r9", NOTE="last line of sequence 1")
-    (inp / "redo_1_1.jsonl").write_bytes(tx("A0", 100, "r0") + line({"op": "begin", "scn": 140, "xid": "A"}) + last[:20])
+    (inp / "redo_1_1.jsonl").write_bytes(
+        tx("A0", 100, "r0") + line({"op": "begin", "scn": 140, "xid": "A"}) + last[:20]
+    )
     f = follower()
     f.wait_for_lines(4)
     f.idle()
@@ -232,7 +255,6 @@ def test_switch_to_an_archived_sequence(tmp_path: Path, follower) -> None:
     f.idle()
     f.finish()
     assert f.lines() == [(s, n) for s in (1, 2, 3) for n in (1, 2, 3)]
-
 
 
 @pytest.mark.parametrize("first_part", ["empty", "half"])
@@ -367,8 +389,9 @@ def test_sequence_archived_to_zst_while_followed_is_read_on(tmp_path: Path, foll
     assert f.lines() == first + [(2, n) for n in (1, 2, 3)]
 
 
-def test_sequence_archived_between_the_look_and_the_read_is_read_from_its_archive(tmp_path: Path, follower,
-                                                                                  monkeypatch) -> None:
+def test_sequence_archived_between_the_look_and_the_read_is_read_from_its_archive(
+    tmp_path: Path, follower, monkeypatch
+) -> None:
     """The reader finds redo_1_2.jsonl, and the capture archives it before the reader opens
     it: the reader reads the archive (it stopped with 'cannot open: No such file')."""
     inp = tmp_path / "in"
@@ -477,8 +500,13 @@ def test_service_with_a_thread_in_play_whose_files_come_later(tmp_path: Path) ->
 
     def serve() -> None:
         try:
-            result["summary"] = run_service(str(inp), str(q), str(cf), PipelineOptions(
-                threads=[1, 2], flush_seconds=0.05, poll_seconds=POLL, checkpoint_seconds=0.2), stop)
+            result["summary"] = run_service(
+                str(inp),
+                str(q),
+                str(cf),
+                PipelineOptions(threads=[1, 2], flush_seconds=0.05, poll_seconds=POLL, checkpoint_seconds=0.2),
+                stop,
+            )
         except BaseException as exc:
             result["error"] = exc
 
@@ -490,8 +518,11 @@ def test_service_with_a_thread_in_play_whose_files_come_later(tmp_path: Path) ->
         assert not (cf.is_dir() and load_changefeed(cf)), "published without thread 2's progress"
         # thread 2's first log: a transaction that began before B committed, and a heartbeat
         (inp / "redo_2_4.jsonl").write_bytes(
-            line({"op": "begin", "scn": 150, "xid": "T2"}) + ins(160, "T2", "t1") +
-            line({"op": "commit", "scn": 210, "xid": "T2"}) + line({"op": "lwn", "scn": 400}))
+            line({"op": "begin", "scn": 150, "xid": "T2"})
+            + ins(160, "T2", "t1")
+            + line({"op": "commit", "scn": 210, "xid": "T2"})
+            + line({"op": "lwn", "scn": 400})
+        )
         append(inp / "redo_1_1.jsonl", line({"op": "lwn", "scn": 400}))
         model = expected_changefeed(inp)
         assert model.committed == 3
@@ -553,8 +584,9 @@ def test_an_unfinished_last_line_is_read_again_only_once_the_file_grew(tmp_path:
     path.write_bytes(line({"op": "begin", "scn": 100, "xid": "A"}) + big[:-100])
     reads: list[int] = []
     real = ThreadReader._read_file
-    monkeypatch.setattr(ThreadReader, "_read_file",
-                        lambda self, lf, final, **kw: reads.append(1) or real(self, lf, final, **kw))
+    monkeypatch.setattr(
+        ThreadReader, "_read_file", lambda self, lf, final, **kw: reads.append(1) or real(self, lf, final, **kw)
+    )
     f = follower()
     f.wait_for_lines(1)
     time.sleep(50 * POLL)

@@ -26,11 +26,11 @@ import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from olr_buffer.changes import CLOSE, LWN, MARKER_CODES, OP_CODES, BlockBuilder, RecordError, decode_record
 from olr_buffer.errors import OlrBufferError
 from olr_buffer.sources.redo.errors import InputError
 from olr_buffer.sources.redo.files import LogFile, scan
 from olr_buffer.sources.redo.position import load_positions
-from olr_buffer.changes import CLOSE, LWN, MARKER_CODES, OP_CODES, BlockBuilder, RecordError, decode_record
 from olr_buffer.sources.redo.records import decode_line, parse_line, validate
 from olr_buffer.sources.redo.thread_reader import ThreadReader
 from olr_buffer.testing import MemoryQueue
@@ -44,11 +44,16 @@ BIG = 123456789012345678901234567  # > 2^64: orjson cannot hold it, the line goe
 # Valid records
 
 JSON_SCALARS = st.one_of(
-    st.none(), st.booleans(), INT64, st.floats(allow_nan=False, allow_infinity=False), TEXT,
+    st.none(),
+    st.booleans(),
+    INT64,
+    st.floats(allow_nan=False, allow_infinity=False),
+    TEXT,
     st.sampled_from([BIG, -BIG, (1 << 64) - 1]),
 )
-JSON_VALUES = st.recursive(JSON_SCALARS, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(TEXT, inner, max_size=3),
-                           max_leaves=8)
+JSON_VALUES = st.recursive(
+    JSON_SCALARS, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(TEXT, inner, max_size=3), max_leaves=8
+)
 IMAGES = st.dictionaries(TEXT, JSON_VALUES, max_size=4)
 
 
@@ -103,11 +108,38 @@ def test_the_generator_makes_valid_records() -> None:
 # Damage
 
 FIELDS = ("op", "scn", "sub", "xid", "tm", "owner", "table", "obj", "rid", "before", "after", "rollback", "sql")
-BAD_BYTES = st.sampled_from([
-    b"\x00", b"\xff", b"\xfe\xff", b"\xc3", b"\xc3\x28", b"\xe2\x82", b"\xed\xa0\x80", b"\xf4\x90\x80\x80",
-    b"\xc0\xaf", b"\n", b"\r", b'"', b"\\", b"{", b"}", b"[", b",", b":", b"\\u0000", b"\\ud800", b"\\udc00x",
-    b"NaN", b"Infinity", b"-", b"1e999", b"0x10", b"true", b"null",
-])
+BAD_BYTES = st.sampled_from(
+    [
+        b"\x00",
+        b"\xff",
+        b"\xfe\xff",
+        b"\xc3",
+        b"\xc3\x28",
+        b"\xe2\x82",
+        b"\xed\xa0\x80",
+        b"\xf4\x90\x80\x80",
+        b"\xc0\xaf",
+        b"\n",
+        b"\r",
+        b'"',
+        b"\\",
+        b"{",
+        b"}",
+        b"[",
+        b",",
+        b":",
+        b"\\u0000",
+        b"\\ud800",
+        b"\\udc00x",
+        b"NaN",
+        b"Infinity",
+        b"-",
+        b"1e999",
+        b"0x10",
+        b"true",
+        b"null",
+    ]
+)
 
 
 @st.composite
@@ -122,8 +154,10 @@ def damaged_dict(draw, rec: dict) -> dict:
         rec[name] = draw(JSON_VALUES)
     elif kind == "huge-int":
         sign = draw(st.sampled_from([1, -1]))
-        rec[name] = draw(st.sampled_from([1 << 63, (1 << 63) - 1, -(1 << 63), -(1 << 63) - 1, 1 << 64, -1, 0]) |
-                         st.integers(18, 4000).map(lambda k: sign * 10**k))
+        rec[name] = draw(
+            st.sampled_from([1 << 63, (1 << 63) - 1, -(1 << 63), -(1 << 63) - 1, 1 << 64, -1, 0])
+            | st.integers(18, 4000).map(lambda k: sign * 10**k)
+        )
     elif kind == "long-string":
         rec[name] = "x" * draw(st.integers(1000, 300_000))
     else:
@@ -141,7 +175,7 @@ def damaged_bytes(draw, raw: bytes) -> bytes:
             raw = raw[:pos]
         elif kind == "flip" and raw:
             i = min(pos, len(raw) - 1)
-            raw = raw[:i] + bytes([raw[i] ^ draw(st.integers(1, 255))]) + raw[i + 1:]
+            raw = raw[:i] + bytes([raw[i] ^ draw(st.integers(1, 255))]) + raw[i + 1 :]
         elif kind == "insert":
             raw = raw[:pos] + draw(BAD_BYTES | st.binary(min_size=1, max_size=8)) + raw[pos:]
         elif kind == "deep":
@@ -214,7 +248,9 @@ def check_line(raw: bytes) -> None:
             builder.add(code, scn, sub, xid, 1, 1, payload)
         summary, *records = builder.build()
         orjson.loads(summary)
-        assert [decode_record(r) for r in records] == ([] if code in MARKER_CODES else [[code, scn, sub, 1, 1, *payload]])
+        assert [decode_record(r) for r in records] == (
+            [] if code in MARKER_CODES else [[code, scn, sub, 1, 1, *payload]]
+        )
     except RecordError as exc:
         assert str(exc) and "\n" not in str(exc)
 
@@ -225,18 +261,42 @@ def test_damaged_lines_pass_or_raise_record_error(raw: bytes, newline: bool) -> 
     check_line(raw + b"\n" if newline else raw)
 
 
-@pytest.mark.parametrize("raw", [
-    b"", b"\n", b"\x00", b"{", b"}", b"{}", b"[]", b"null", b"1", b'"s"', b"\xef\xbb\xbf{}",
-    b'{"op":"lwn","scn":1}\x00', b'{"op":"lwn","scn":1}{"op":"lwn","scn":2}', b'{"op":"lwn","scn":1,"scn":-1}',
-    b'{"op":"lwn","scn":1e2}', b'{"op":"lwn","scn":-0}', b'{"op":"lwn","scn":00}', b'{"op":"lwn","scn":9223372036854775807}',
-    b'{"op":"lwn","scn":9223372036854775808}', b'{"op":"lwn","scn":99999999999999999999999999}',
-    b'{"op":"lwn","scn":1' + b"0" * 5000 + b"}", b'{"op":"lwn","scn":1,"x":' + b"1" * 5000 + b"}",
-    b'{"op":"begin","scn":1,"xid":"\\u0000"}', b'{"op":"begin","scn":1,"xid":"a\x00b"}',
-    b'{"op":"begin","scn":1,"xid":"\xed\xa0\x80"}', b'{"op":"begin","scn":1,"xid":"\\ud800"}',
-    b'{"op":"begin","scn":1,"xid":"\\ud83d\\ude00","n":12345678901234567890}',
-    b'{"op":"lwn","scn":1,"n":NaN}', b'{"op":"lwn","scn":1,"n":Infinity,"m":12345678901234567890}',
-    b'[' * 2000 + b']' * 2000, b'{"op":"lwn","scn":1,"d":' + b'[' * 1100 + b']' * 1100 + b'}',
-])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"",
+        b"\n",
+        b"\x00",
+        b"{",
+        b"}",
+        b"{}",
+        b"[]",
+        b"null",
+        b"1",
+        b'"s"',
+        b"\xef\xbb\xbf{}",
+        b'{"op":"lwn","scn":1}\x00',
+        b'{"op":"lwn","scn":1}{"op":"lwn","scn":2}',
+        b'{"op":"lwn","scn":1,"scn":-1}',
+        b'{"op":"lwn","scn":1e2}',
+        b'{"op":"lwn","scn":-0}',
+        b'{"op":"lwn","scn":00}',
+        b'{"op":"lwn","scn":9223372036854775807}',
+        b'{"op":"lwn","scn":9223372036854775808}',
+        b'{"op":"lwn","scn":99999999999999999999999999}',
+        b'{"op":"lwn","scn":1' + b"0" * 5000 + b"}",
+        b'{"op":"lwn","scn":1,"x":' + b"1" * 5000 + b"}",
+        b'{"op":"begin","scn":1,"xid":"\\u0000"}',
+        b'{"op":"begin","scn":1,"xid":"a\x00b"}',
+        b'{"op":"begin","scn":1,"xid":"\xed\xa0\x80"}',
+        b'{"op":"begin","scn":1,"xid":"\\ud800"}',
+        b'{"op":"begin","scn":1,"xid":"\\ud83d\\ude00","n":12345678901234567890}',
+        b'{"op":"lwn","scn":1,"n":NaN}',
+        b'{"op":"lwn","scn":1,"n":Infinity,"m":12345678901234567890}',
+        b"[" * 2000 + b"]" * 2000,
+        b'{"op":"lwn","scn":1,"d":' + b"[" * 1100 + b"]" * 1100 + b"}",
+    ],
+)
 def test_hand_picked_damaged_lines(raw: bytes) -> None:
     check_line(raw)
 
@@ -274,10 +334,12 @@ def damaged_files(draw):
         i = draw(st.integers(0, len(lines) - 1))
         lines[i] = draw(damaged_lines()) + b"\n"
     contents = []
-    for n, (ls, comp) in enumerate(zip(seqs, compressed)):
+    for ls, comp in zip(seqs, compressed):
         data = b"".join(ls)
         if comp:
-            data = zstandard.ZstdCompressor(level=draw(st.integers(1, 5)), write_checksum=draw(st.booleans())).compress(data)
+            data = zstandard.ZstdCompressor(level=draw(st.integers(1, 5)), write_checksum=draw(st.booleans())).compress(
+                data
+            )
         contents.append(data)
     data = contents[target]
     if kind in ("truncate", "replace-line-and-truncate") and data:
@@ -285,7 +347,7 @@ def damaged_files(draw):
     elif kind == "overwrite" and data:
         pos = draw(st.integers(0, len(data) - 1))
         junk = draw(st.binary(min_size=1, max_size=16) | BAD_BYTES)
-        data = data[:pos] + junk + data[pos + len(junk):]
+        data = data[:pos] + junk + data[pos + len(junk) :]
     elif kind == "insert":
         pos = draw(st.integers(0, len(data)))
         data = data[:pos] + draw(st.binary(min_size=1, max_size=16) | BAD_BYTES) + data[pos:]
@@ -350,7 +412,10 @@ def test_damaged_files_are_read_or_stop_with_input_error(case) -> None:
                     # behind only by lines that change nothing: the end of the previous
                     # sequence, or lwn records that did not move the thread's progress
                     if stored[0] < seq:
-                        assert exc.line == 1 or _lwn_only(exc.path, compressed[seq - 1], 0, exc.line - 1), (text, stored)
+                        assert exc.line == 1 or _lwn_only(exc.path, compressed[seq - 1], 0, exc.line - 1), (
+                            text,
+                            stored,
+                        )
                     else:
                         assert _lwn_only(exc.path, compressed[seq - 1], stored[1], exc.line - 1), (text, stored)
             assert not (pos and pos.finished), (text, pos)
@@ -365,10 +430,14 @@ def test_damaged_files_are_read_or_stop_with_input_error(case) -> None:
 
 DEEP = b'{"op":"lwn","scn":1,"n":12345678901234567890,"d":' + b"[" * 5000 + b"]" * 5000 + b"}"
 SURROGATE = b'{"op":"begin","scn":1,"xid":"\\ud800","n":12345678901234567890}'
-SURROGATE_IN_VALUE = (b'{"op":"insert","scn":1,"xid":"x","owner":"O","table":"T","rid":"R",'
-                      b'"after":{"S":"a\\udc00b","N":123456789012345678901234567}}')
-HUGE_FLOAT = (b'{"op":"insert","scn":1,"xid":"x","owner":"O","table":"T","rid":"R",'
-              b'"after":{"F":1e400,"N":123456789012345678901234567}}')
+SURROGATE_IN_VALUE = (
+    b'{"op":"insert","scn":1,"xid":"x","owner":"O","table":"T","rid":"R",'
+    b'"after":{"S":"a\\udc00b","N":123456789012345678901234567}}'
+)
+HUGE_FLOAT = (
+    b'{"op":"insert","scn":1,"xid":"x","owner":"O","table":"T","rid":"R",'
+    b'"after":{"F":1e400,"N":123456789012345678901234567}}'
+)
 
 
 def test_deep_nesting_on_the_stdlib_path_is_a_record_error() -> None:
@@ -376,11 +445,14 @@ def test_deep_nesting_on_the_stdlib_path_is_a_record_error() -> None:
         validate(parse_line(DEEP))
 
 
-@pytest.mark.parametrize("raw", [
-    pytest.param(DEEP, id="deep-nesting"),
-    pytest.param(SURROGATE, id="lone-surrogate-in-xid"),
-    pytest.param(SURROGATE_IN_VALUE, id="lone-surrogate-in-value"),
-])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        pytest.param(DEEP, id="deep-nesting"),
+        pytest.param(SURROGATE, id="lone-surrogate-in-xid"),
+        pytest.param(SURROGATE_IN_VALUE, id="lone-surrogate-in-value"),
+    ],
+)
 def test_reader_reports_bad_lines_of_the_stdlib_path_as_input_error(tmp_path, raw: bytes) -> None:
     good = b'{"op":"lwn","scn":1}\n'
     (tmp_path / "redo_1_1.jsonl").write_bytes(good + raw + b"\n" + good)
@@ -395,7 +467,7 @@ def test_numbers_beyond_double_range_are_kept_as_written() -> None:
     """1e400 and a 27-digit integer in a value are JSON numbers: the reader keeps their text
     (once they were turned into infinity, which became null or the non-JSON Infinity in
     the changefeed, and then refused); out of range only where an integer field needs one."""
-    after = HUGE_FLOAT[HUGE_FLOAT.index(b'"after":') + 8:-1].decode()
+    after = HUGE_FLOAT[HUGE_FLOAT.index(b'"after":') + 8 : -1].decode()
     assert decode_line(HUGE_FLOAT)[4][6] == after
     assert validate(parse_line(HUGE_FLOAT))[0] == OP_CODES["insert"]
     for big in (b"1e400", b"9" * 5000, b"-" + b"9" * 5000):

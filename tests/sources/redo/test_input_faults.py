@@ -9,14 +9,14 @@ import json
 import re
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
 from olr_buffer.changes import INSERT, ROW_FIELDS, decode_record
-from olr_buffer.errors import EXIT_BAD_INPUT
 from olr_buffer.dead_letters import DeadLetters
+from olr_buffer.errors import EXIT_BAD_INPUT
 from olr_buffer.sources.redo.errors import InputError
 from olr_buffer.sources.redo.files import scan
 from olr_buffer.sources.redo.position import load_positions
@@ -35,7 +35,7 @@ from tests.fault_helpers import (
     replace_line,
     replay,
     small_base,  # noqa: F401 (a fixture work uses)
-    work,
+    work,  # noqa: F401 (a fixture the tests request by name)
 )
 
 pytestmark = pytest.mark.e2e  # a process or a server: in `make test`, not in `make test-fast`
@@ -92,10 +92,29 @@ def test_negative_integers_beyond_64_bits_stay_exact(work: Path) -> None:
     assert len(rows) == 1 and {k: rows[0]["after"][k] for k in values} == values, rows
 
 
-@pytest.mark.parametrize("field, value", [("scn", (1 << 63) - 1), ("sub", (1 << 63) - 1), ("tm", -(1 << 63)),
-                                          ("obj", (1 << 63) - 1), ("obj", -(1 << 63)), ("tm", None), ("sub", None)])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("scn", (1 << 63) - 1),
+        ("sub", (1 << 63) - 1),
+        ("tm", -(1 << 63)),
+        ("obj", (1 << 63) - 1),
+        ("obj", -(1 << 63)),
+        ("tm", None),
+        ("sub", None),
+    ],
+)
 def test_integer_at_the_bounds_is_accepted(tmp_path: Path, field: str, value: int | None) -> None:
-    rec = {"op": "insert", "scn": 5, "xid": "x", "owner": "O", "table": "T", "rid": "R", "after": {"A": 1}, field: value}
+    rec = {
+        "op": "insert",
+        "scn": 5,
+        "xid": "x",
+        "owner": "O",
+        "table": "T",
+        "rid": "R",
+        "after": {"A": 1},
+        field: value,
+    }
     (tmp_path / "redo_1_1.jsonl").write_bytes(dumps(rec))
     q = MemoryQueue()
     ThreadReader(q, str(tmp_path), 1, scan(str(tmp_path))[1], None).read_to_end()
@@ -117,8 +136,19 @@ def test_integer_out_of_range_cli_fail_then_fix(work: Path, field: str, value: i
 
 def _lines(n: int, start: int = 100) -> list[bytes]:
     return [dumps({"op": "begin", "scn": start, "xid": "X"})] + [
-        dumps({"op": "insert", "scn": start + i, "xid": "X", "owner": "O", "table": "T", "rid": f"r{i}", "after": {"i": i}})
-        for i in range(1, n)]
+        dumps(
+            {
+                "op": "insert",
+                "scn": start + i,
+                "xid": "X",
+                "owner": "O",
+                "table": "T",
+                "rid": f"r{i}",
+                "after": {"i": i},
+            }
+        )
+        for i in range(1, n)
+    ]
 
 
 def _queued(q) -> list[tuple[int, int]]:
@@ -158,12 +188,15 @@ def test_line_longer_than_the_limit_goes_to_the_dead_letters_whole(tmp_path: Pat
     path.write_bytes(b"".join(good[:4]) + long_line + long_line + b"".join(good[4:]))
     dead = DeadLetters(str(tmp_path / "dead.jsonl"))
     q = MemoryQueue()
-    ThreadReader(q, str(path.parent), 1, scan(str(path.parent))[1], None, max_line_bytes=1000,
-                 dead_letters=dead).read_to_end()
+    ThreadReader(
+        q, str(path.parent), 1, scan(str(path.parent))[1], None, max_line_bytes=1000, dead_letters=dead
+    ).read_to_end()
     dead.close()
     letters = [json.loads(x) for x in (tmp_path / "dead.jsonl").read_text().splitlines()]
     assert [(d["file"], d["line"], d["reason"]) for d in letters] == [
-        (str(path), 5, "line longer than 1000 bytes"), (str(path), 6, "line longer than 1000 bytes")]
+        (str(path), 5, "line longer than 1000 bytes"),
+        (str(path), 6, "line longer than 1000 bytes"),
+    ]
     assert all(d["raw"] == long_line.decode() for d in letters)
     assert _queued(q) == [(1, n) for n in (1, 2, 3, 4, 7, 8)]
 
@@ -181,8 +214,9 @@ def test_line_longer_than_64_mib_cli_fail_then_fix(work: Path) -> None:
     path, lineno, original, _ = replace_line(inp, 1, last, huge, not_lwn)
     assert path.name.endswith(".jsonl")
     t0 = time.monotonic()
-    fail_then_fix(work, lambda: write_log(path, original), f"{path}:{lineno}: ",
-                  f"line longer than {MAX_LINE_BYTES} bytes")
+    fail_then_fix(
+        work, lambda: write_log(path, original), f"{path}:{lineno}: ", f"line longer than {MAX_LINE_BYTES} bytes"
+    )
     assert time.monotonic() - t0 < 30
 
 
@@ -199,6 +233,7 @@ def _in_after(raw_value: bytes, big: bool) -> Callable[[dict, bytes], bytes]:
         head = json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()[:-1]
         after = b'{"TXT":"ab' + raw_value + b'cd"' + (b',"BIG":' + BIG if big else b"") + b"}"
         return head + b',"after":' + after + b"}\n"
+
     return make
 
 
@@ -206,11 +241,25 @@ def _has_after(rec: dict) -> bool:
     return rec["op"] in ("insert", "update") and not rec.get("rollback")
 
 
-@pytest.mark.parametrize("bad, big", [
-    (b"\xff", False), (b"\xc3", False), (b"\xed\xa0\x80", False),
-    (b"\xff", True), (b"\xc3\x28", True), (b"\xed\xa0\x80", True),
-], ids=["ff", "truncated-2-byte", "encoded-surrogate", "ff-stdlib", "bad-continuation-stdlib",
-        "encoded-surrogate-stdlib"])
+@pytest.mark.parametrize(
+    "bad, big",
+    [
+        (b"\xff", False),
+        (b"\xc3", False),
+        (b"\xed\xa0\x80", False),
+        (b"\xff", True),
+        (b"\xc3\x28", True),
+        (b"\xed\xa0\x80", True),
+    ],
+    ids=[
+        "ff",
+        "truncated-2-byte",
+        "encoded-surrogate",
+        "ff-stdlib",
+        "bad-continuation-stdlib",
+        "encoded-surrogate-stdlib",
+    ],
+)
 def test_invalid_utf8_inside_a_value_cli_fail_then_fix(work: Path, bad: bytes, big: bool) -> None:
     path, lineno, original, _ = replace_line(work / "input", 2, 2, _in_after(bad, big), _has_after)
     fail_then_fix(work, lambda: write_log(path, original), f"{path}:{lineno}: ", "invalid UTF-8")
@@ -219,7 +268,9 @@ def test_invalid_utf8_inside_a_value_cli_fail_then_fix(work: Path, bad: bytes, b
 def test_valid_multibyte_and_escapes_inside_values_are_kept(work: Path) -> None:
     """Control: non-ASCII text, a valid surrogate pair escape and a 27-digit integer in the
     same value are accepted and reach the changefeed unchanged."""
-    path, lineno, _, bad = replace_line(work / "input", 2, 2, _in_after("é€😀\\ud83d\\ude00".encode(), True), _has_after)
+    path, lineno, _, bad = replace_line(
+        work / "input", 2, 2, _in_after("é€😀\\ud83d\\ude00".encode(), True), _has_after
+    )
     ok(replay(work / "input", work / "queue", work / "changefeed"))
     model = expected_changefeed(work / "input")
     exact(work / "changefeed", model)
@@ -237,16 +288,20 @@ def test_lone_surrogate_escape_on_the_orjson_path_cli_fail_then_fix(work: Path) 
     fail_then_fix(work, lambda: write_log(path, original), f"{path}:{lineno}: ", "malformed JSON")
 
 
-
-
 def test_dead_letter_quarantines_bad_lines_of_two_threads(work: Path) -> None:
     inp = work / "input"
     pristine = work / "pristine"
     shutil.copytree(inp, pristine)
     bad: list[tuple[Path, int, bytes, str]] = []
 
-    def damage(thread: int, seq: int, make: Callable[[dict, bytes], bytes], reason: str,
-               wanted: Callable[[dict], bool] = lambda r: True, near: float = 0.5) -> None:
+    def damage(
+        thread: int,
+        seq: int,
+        make: Callable[[dict, bytes], bytes],
+        reason: str,
+        wanted: Callable[[dict], bool] = lambda r: True,
+        near: float = 0.5,
+    ) -> None:
         path, lineno, _, line = replace_line(inp, thread, seq, make, wanted, near)
         bad.append((path, lineno, line, reason))
 
@@ -325,15 +380,16 @@ def _letters(dl: Path) -> list[dict]:
 
 @pytest.mark.parametrize("processes", [True, False], ids=["reader-processes", "reader-threads"])
 def test_dead_letter_file_on_a_full_disk_is_an_environment_error_and_loses_no_record(
-        work: Path, processes: bool) -> None:
+    work: Path, processes: bool
+) -> None:
     """A dead-letter file that cannot take a bad record stops the run with exit 1 (not 3:
     the input is fine) naming the dead-letter file; no part of the record stays in it, and
     once there is space the same command quarantines every bad record (some maybe twice,
     none lost) and publishes exactly the input without them."""
+    from olr_buffer.dead_letters import DeadLetterError
     from olr_buffer.errors import EXIT_ERROR
     from olr_buffer.runtime import PipelineOptions
     from olr_buffer.runtime import replay as run_replay
-    from olr_buffer.dead_letters import DeadLetterError
     from tests.fault_helpers import grow, tmpfs
 
     inp = work / "input"

@@ -76,8 +76,9 @@ def test_a_log_name_that_leads_to_no_file_is_refused(tmp_path: Path, kind: str):
         reason = "named like a log file, but not a regular file"
     r = _replay(tmp_path)
     assert r.returncode == 3, r.describe()
-    assert r.stderr_lines == [f"olr-buffer: error: {last}: {reason} (hint: restore the log file, or remove what has "
-                              "its name)"], r.describe()
+    assert r.stderr_lines == [
+        f"olr-buffer: error: {last}: {reason} (hint: restore the log file, or remove what has its name)"
+    ], r.describe()
     assert not (tmp_path / "cf").exists() or not any((tmp_path / "cf").glob("part-*")), r.describe()
     last.rmdir() if kind == "directory" else last.unlink()
     os.rename(kept, last)

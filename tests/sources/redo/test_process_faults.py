@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from olr_buffer.sources.redo.errors import InputError, MissingSequenceError
 from olr_buffer.simulate import simulate
+from olr_buffer.sources.redo.errors import InputError, MissingSequenceError
 from tests.processes import cmdline, reader_processes, service_processes
 
 pytestmark = pytest.mark.e2e  # a process or a server: in `make test`, not in `make test-fast`
@@ -23,9 +23,21 @@ ROOT = Path(__file__).resolve().parents[3]
 
 def _run_cmd(tmp: Path) -> list[str]:
     return [
-        sys.executable, "-m", "olr_buffer.cli", "run", str(tmp / "in"), "--queue", str(tmp / "q"),
-        "--changefeed", str(tmp / "cf"), "--poll-interval", "0.05", "--checkpoint-interval", "0.5",
-        "--log-level", "warning",
+        sys.executable,
+        "-m",
+        "olr_buffer.cli",
+        "run",
+        str(tmp / "in"),
+        "--queue",
+        str(tmp / "q"),
+        "--changefeed",
+        str(tmp / "cf"),
+        "--poll-interval",
+        "0.05",
+        "--checkpoint-interval",
+        "0.5",
+        "--log-level",
+        "warning",
     ]
 
 
@@ -59,7 +71,12 @@ def test_errors_pickle_whole():
         back = pickle.loads(pickle.dumps(exc))
         assert type(back) is type(exc)
         assert (str(back), back.path, back.line, back.reason, back.hint) == (
-            str(exc), exc.path, exc.line, exc.reason, exc.hint)
+            str(exc),
+            exc.path,
+            exc.line,
+            exc.reason,
+            exc.hint,
+        )
 
 
 @pytest.mark.timeout(180)

@@ -24,7 +24,9 @@ def test_valid_records_encode_their_fields():
     assert check({"op": "lwn", "scn": 7}) == (LWN, 7, 0, None, None)
     assert check({"op": "close", "scn": 8}) == (CLOSE, 8, 0, None, None)
     assert check({"op": "close", "scn": 8, "xid": "ignored", "tm": 1}) == (CLOSE, 8, 0, None, None)
-    code, *_, payload = check({"op": "delete", "scn": 1, "xid": "x", "owner": "O", "table": "T", "rid": "R", "rollback": True})
+    code, *_, payload = check(
+        {"op": "delete", "scn": 1, "xid": "x", "owner": "O", "table": "T", "rid": "R", "rollback": True}
+    )
     assert code == 4 | COMPENSATION and payload == ["R"]
     code, *_, payload = check({"op": "ddl", "scn": 1, "xid": "x", "owner": "O", "table": "T", "sql": "drop table t"})
     assert code == DDL and payload[-1] == "drop table t"

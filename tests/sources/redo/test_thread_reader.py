@@ -19,7 +19,17 @@ from olr_buffer.txbuffer import LmdbQueue
 def lines(n: int, start_scn: int, xid: str = "x") -> list[dict]:
     out = [{"op": "begin", "scn": start_scn, "xid": xid}]
     for i in range(n):
-        out.append({"op": "insert", "scn": start_scn + 1 + i, "xid": xid, "owner": "O", "table": "T", "rid": f"r{i}", "after": {"i": i}})
+        out.append(
+            {
+                "op": "insert",
+                "scn": start_scn + 1 + i,
+                "xid": xid,
+                "owner": "O",
+                "table": "T",
+                "rid": f"r{i}",
+                "after": {"i": i},
+            }
+        )
     return out
 
 
@@ -84,7 +94,9 @@ def test_scn_going_back_across_sequences_is_an_error(tmp_path: Path):
     write(inp / "redo_1_1.jsonl", lines(3, 100))
     write(inp / "redo_1_2.jsonl", lines(3, 50, "y"))
     with LmdbQueue(tmp_path / "q") as q:
-        with pytest.raises(InputError, match=r"redo_1_2.jsonl:1: SCN goes back: \(scn 50, sub 0\) after \(scn 103, sub 0\)"):
+        with pytest.raises(
+            InputError, match=r"redo_1_2.jsonl:1: SCN goes back: \(scn 50, sub 0\) after \(scn 103, sub 0\)"
+        ):
             reader_for(q, inp).read_to_end()
 
 
@@ -101,7 +113,10 @@ def test_missing_sequence_names_thread_and_number(tmp_path: Path):
 def test_lwn_moves_progress_and_may_repeat_the_last_scn(tmp_path: Path):
     inp = tmp_path / "in"
     inp.mkdir()
-    write(inp / "redo_1_1.jsonl", [{"op": "begin", "scn": 10, "sub": 3, "xid": "x"}, {"op": "lwn", "scn": 10}, {"op": "lwn", "scn": 40}])
+    write(
+        inp / "redo_1_1.jsonl",
+        [{"op": "begin", "scn": 10, "sub": 3, "xid": "x"}, {"op": "lwn", "scn": 10}, {"op": "lwn", "scn": 40}],
+    )
     with LmdbQueue(tmp_path / "q") as q:
         r = reader_for(q, inp)
         r._read_file(next(iter(r.files.values())), final=True)
@@ -119,8 +134,22 @@ def test_a_record_at_the_scn_of_an_lwn_or_close_before_it_is_bad_input(tmp_path:
     inp = tmp_path / "in"
     inp.mkdir()
     head = [{"op": "begin", "scn": 10, "sub": 3, "xid": "x"}, {"op": marker, "scn": 20}, {"op": marker, "scn": 20}]
-    write(inp / "redo_1_1.jsonl", head + [{"op": "insert", "scn": 20, "sub": sub, "xid": "x", "owner": "O",
-                                             "table": "T", "rid": "r", "after": {"ID": 1}}])
+    write(
+        inp / "redo_1_1.jsonl",
+        head
+        + [
+            {
+                "op": "insert",
+                "scn": 20,
+                "sub": sub,
+                "xid": "x",
+                "owner": "O",
+                "table": "T",
+                "rid": "r",
+                "after": {"ID": 1},
+            }
+        ],
+    )
     with LmdbQueue(tmp_path / "q") as q:
         with pytest.raises(InputError) as err:
             reader_for(q, inp).read_to_end()

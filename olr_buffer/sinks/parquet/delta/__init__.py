@@ -3,6 +3,7 @@ published part files committed with the queue's application transaction."""
 
 from __future__ import annotations
 
+from .commits import DELTA_LOG, DeltaChangefeed, PartFile
 from .errors import (
     DeltaChainError,
     DeltaChangefeedError,
@@ -11,9 +12,15 @@ from .errors import (
     DeltaTableMismatchError,
 )
 from .stats import delta_stats
-from .commits import DELTA_LOG, DeltaChangefeed, PartFile
 
 __all__ = [
-    "DELTA_LOG", "DeltaChainError", "DeltaChangefeed", "DeltaChangefeedError", "DeltaConflictError",
-    "DeltaTableMismatchError", "PartFile", "delta_stats",
+    "DELTA_LOG",
+    "DeltaChainError",
+    "DeltaChangefeed",
+    "DeltaChangefeedError",
+    "DeltaConflictError",
+    "DeltaForeignCommitError",
+    "DeltaTableMismatchError",
+    "PartFile",
+    "delta_stats",
 ]

@@ -44,8 +44,9 @@ import logging
 import os
 import re
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence, TypeVar
+from typing import Any, TypeVar
 
 import orjson
 import pyarrow as pa
@@ -153,7 +154,10 @@ class DeltaChangefeed:
     def _create(self, configuration: dict[str, str] | None) -> DeltaTable:
         try:
             table = DeltaTable.create(
-                self.uri, self._delta_schema, mode="error", configuration=configuration,
+                self.uri,
+                self._delta_schema,
+                mode="error",
+                configuration=configuration,
                 storage_options=self._options,
                 commit_properties=CommitProperties(custom_metadata=self._commit_info()),
             )
@@ -171,7 +175,10 @@ class DeltaChangefeed:
         if meta.partition_columns:
             raise DeltaTableMismatchError(
                 f"{where}: the Delta table is partitioned by {', '.join(meta.partition_columns)}; the changefeed's "
-                "files are not", hint="give the changefeed a location of its own", uri=where)
+                "files are not",
+                hint="give the changefeed a location of its own",
+                uri=where,
+            )
         theirs = {f["name"]: f for f in orjson.loads(self._read(lambda: self._table.schema().to_json()))["fields"]}
         ours = orjson.loads(self._delta_schema.to_json())["fields"]
         for field in ours:
@@ -179,16 +186,21 @@ class DeltaChangefeed:
             if other is None:
                 raise DeltaTableMismatchError(
                     f"{where}: the Delta table has no column {field['name']}: it is not a changefeed's table",
-                    hint="give the changefeed a location of its own", uri=where)
+                    hint="give the changefeed a location of its own",
+                    uri=where,
+                )
             if other["type"] != field["type"] or (field["nullable"] and not other["nullable"]):
                 raise DeltaTableMismatchError(
                     f"{where}: column {field['name']} of the Delta table is {_type_text(other)}, "
-                    f"the changefeed writes {_type_text(field)}", uri=where)
+                    f"the changefeed writes {_type_text(field)}",
+                    uri=where,
+                )
         required = [name for name, f in theirs.items() if not f["nullable"]]
         if required:
             raise DeltaTableMismatchError(
                 f"{where}: the Delta table has required columns the changefeed does not write: {', '.join(required)}",
-                uri=where)
+                uri=where,
+            )
 
     def _refresh(self) -> None:
         self._read(self._table.update_incremental)
@@ -210,7 +222,9 @@ class DeltaChangefeed:
                 raise DeltaChangefeedError(
                     f"{self.store.location(name)}: version {version} of the Delta table is not in its log",
                     hint="the log was cleaned up while the changefeed was written: keep delta.logRetentionDuration "
-                    "(30 days by default)", uri=self.store.location(name)) from None
+                    "(30 days by default)",
+                    uri=self.store.location(name),
+                ) from None
             what = _foreign_commit(text)
             if what is not None:
                 where = self.store.location()
@@ -219,8 +233,10 @@ class DeltaChangefeed:
                     "the only writer of a changefeed's table",
                     hint=f"restore the table to version {version - 1} (deltalake: DeltaTable(URI).restore("
                     f"{version - 1})) and delete the files that commit added, then start again; do not move the "
-                    "changefeed's own files (docs/failure-scenarios.md, \"Another writer on a Delta changefeed\")",
-                    uri=where, version=version)
+                    'changefeed\'s own files (docs/failure-scenarios.md, "Another writer on a Delta changefeed")',
+                    uri=where,
+                    version=version,
+                )
             self._vetted = version
 
     def _read(self, call: Callable[[], T]) -> T:
@@ -240,7 +256,10 @@ class DeltaChangefeed:
         if "max.tx_seq" not in adds.column_names or adds.column("max.tx_seq").null_count:
             raise DeltaTableMismatchError(
                 f"{self.store.location()}: a file of the Delta table has no tx_seq statistics: it was not added "
-                "by olr-buffer", hint="give the changefeed a location of its own", uri=self.store.location())
+                "by olr-buffer",
+                hint="give the changefeed a location of its own",
+                uri=self.store.location(),
+            )
         return int(pc.max(adds.column("max.tx_seq")).as_py()) + 1
 
     # -- what is committed --------------------------------------------------------------
@@ -284,7 +303,9 @@ class DeltaChangefeed:
                 raise DeltaChainError(
                     f"{self.store.location(f.name)}: tx_seq {f.first_tx_seq}..{f.last_tx_seq} does not follow "
                     f"the Delta table, which holds up to tx_seq {expected - 1}",
-                    hint="files were written by another writer, or removed", uri=self.store.location(f.name))
+                    hint="files were written by another writer, or removed",
+                    uri=self.store.location(f.name),
+                )
             pending.append(f)
             expected = f.last_tx_seq + 1
         return pending
@@ -302,31 +323,42 @@ class DeltaChangefeed:
         _check_published(files, self.store)
         first, last = files[0].first_tx_seq, files[-1].last_tx_seq
         now = int(time.time() * 1000)
-        actions = [AddAction(f.name, f.size, {}, now, True, f.stats) for f in files]
+        actions: list[AddAction | RemoveAction] = [AddAction(f.name, f.size, {}, now, True, f.stats) for f in files]
         info = self._commit_info(first_tx_seq=first, last_tx_seq=last, files=len(files))
         for _ in range(COMMIT_ATTEMPTS):
             if self._stale:
                 self._refresh()
             committed = self._read(lambda: self._table.transaction_version(self.app_id))
             if committed is not None and committed >= last:
-                log.info("%s: tx_seq %d..%d committed already (the queue's version is %d)",
-                         self.store.location(), first, last, committed)
+                log.info(
+                    "%s: tx_seq %d..%d committed already (the queue's version is %d)",
+                    self.store.location(),
+                    first,
+                    last,
+                    committed,
+                )
                 self._next = max(self._next, last + 1)
                 return None
             if first != self._next or (committed is not None and committed >= first):
                 raise DeltaChainError(
                     f"{self.store.location()}: cannot commit tx_seq {first}..{last}: the Delta table holds up to "
-                    f"tx_seq {self._next - 1}" + (f", the queue committed up to {committed}" if committed is not None
-                                                  else ""),
+                    f"tx_seq {self._next - 1}"
+                    + (f", the queue committed up to {committed}" if committed is not None else ""),
                     hint="another writer wrote this table, or its files were removed",
-                    uri=self.store.location(), first_tx_seq=first, last_tx_seq=last)
+                    uri=self.store.location(),
+                    first_tx_seq=first,
+                    last_tx_seq=last,
+                )
             base = self.version
             fault_point("before_delta_commit")
             try:
                 self._table.create_write_transaction(
-                    actions, "append", self._delta_schema,
+                    actions,
+                    "append",
+                    self._delta_schema,
                     commit_properties=CommitProperties(
-                        custom_metadata=info, max_commit_retries=0,
+                        custom_metadata=info,
+                        max_commit_retries=0,
                         app_transactions=[Transaction(self.app_id, last)],
                     ),
                 )
@@ -345,12 +377,20 @@ class DeltaChangefeed:
                 self._next = last + 1  # only this commit since the snapshot checked
             else:
                 self._next = self._table_next()
-            log.info("%s: committed tx_seq %d..%d (%d files) as Delta version %d", self.store.location(),
-                     first, last, len(files), self.version)
+            log.info(
+                "%s: committed tx_seq %d..%d (%d files) as Delta version %d",
+                self.store.location(),
+                first,
+                last,
+                len(files),
+                self.version,
+            )
             return self.version
         raise DeltaConflictError(
             f"{self.store.location()}: other commits to the Delta table came first {COMMIT_ATTEMPTS} times",
-            hint="run one writer per changefeed", uri=self.store.location())
+            hint="run one writer per changefeed",
+            uri=self.store.location(),
+        )
 
     def compact(self, removed: Sequence[PartFile], added: PartFile) -> int:
         """One commit replacing ``removed`` (contiguous files of the table) by ``added``
@@ -361,7 +401,7 @@ class DeltaChangefeed:
     def compact_many(self, merges: Sequence[tuple[Sequence[PartFile], PartFile]]) -> int:
         """One commit for several merges (:meth:`compact`'s ``(removed, added)`` each):
         a compaction of the changefeed is one Delta commit. Returns the new table version."""
-        actions = []
+        actions: list[AddAction | RemoveAction] = []
         now = int(time.time() * 1000)
         removed_all: list[PartFile] = []
         for removed, added in merges:
@@ -375,7 +415,9 @@ class DeltaChangefeed:
                 raise DeltaChainError(
                     f"{where}: holds tx_seq {added.first_tx_seq}..{added.last_tx_seq} in {added.rows} rows; the files "
                     f"it replaces hold {removed[0].first_tx_seq}..{removed[-1].last_tx_seq} in "
-                    f"{sum(f.rows for f in removed)} rows", uri=where)
+                    f"{sum(f.rows for f in removed)} rows",
+                    uri=where,
+                )
             actions.extend(RemoveAction(f.name, False, now, f.size, {}) for f in removed)
             actions.append(AddAction(added.name, added.size, {}, now, False, added.stats))
             removed_all.extend(removed)
@@ -385,30 +427,39 @@ class DeltaChangefeed:
         if missing:
             raise DeltaConflictError(
                 f"{self.store.location()}: cannot compact: {', '.join(missing)} not in the Delta table (any more)",
-                uri=self.store.location())
+                uri=self.store.location(),
+            )
         first = min(added.first_tx_seq for _, added in merges)
         last = max(added.last_tx_seq for _, added in merges)
         info = self._commit_info(compaction=True, first_tx_seq=first, last_tx_seq=last, files=len(removed_all))
         try:
             # delta-rs's own conflict check: appends meanwhile are fine, a removal of the same files is not
-            self._table.create_write_transaction(actions, "append", self._delta_schema,
-                                                 commit_properties=CommitProperties(custom_metadata=info))
+            self._table.create_write_transaction(
+                actions, "append", self._delta_schema, commit_properties=CommitProperties(custom_metadata=info)
+            )
         except CommitFailedError as exc:
             self._stale = True
-            raise DeltaConflictError(f"{self.store.location()}: compaction conflicts with another commit: "
-                                     f"{_first_line(exc)}", uri=self.store.location()) from None
+            raise DeltaConflictError(
+                f"{self.store.location()}: compaction conflicts with another commit: {_first_line(exc)}",
+                uri=self.store.location(),
+            ) from None
         except (DeltaError, OSError) as exc:
             self._stale = True
             raise self._error(exc, "commit a compaction to the Delta table") from None
         self._refresh()
-        log.info("%s: compacted %d files into %d as Delta version %d", self.store.location(), len(removed_all),
-                 len(merges), self.version)
+        log.info(
+            "%s: compacted %d files into %d as Delta version %d",
+            self.store.location(),
+            len(removed_all),
+            len(merges),
+            self.version,
+        )
         return self.version
 
     # -- helpers ------------------------------------------------------------------------
 
     def _commit_info(self, **facts) -> dict:
-        info = {f"{META_PREFIX}app_id": self.app_id}
+        info: dict[str, Any] = {f"{META_PREFIX}app_id": self.app_id}
         info.update({f"{META_PREFIX}{k}": v for k, v in self.writer.items()})
         info.update({f"{META_PREFIX}{k}": v for k, v in facts.items()})
         return info
@@ -422,21 +473,38 @@ class DeltaChangefeed:
         if isinstance(exc, DeltaProtocolError):
             return DeltaTableMismatchError(f"{where}: cannot {doing}: {_first_line(exc)}", uri=where)
         if code in ("NoSuchBucket",):
-            return StoreAccessError(f"{where}: cannot {doing}: the bucket does not exist",
-                                    hint="create the bucket, or check its name, AWS_ENDPOINT_URL and AWS_REGION",
-                                    uri=where)
+            return StoreAccessError(
+                f"{where}: cannot {doing}: the bucket does not exist",
+                hint="create the bucket, or check its name, AWS_ENDPOINT_URL and AWS_REGION",
+                uri=where,
+            )
         if code in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken") or (
             " 403 " in f" {text} "
         ):
-            return StoreAccessError(f"{where}: cannot {doing}: access denied ({code or '403'})",
-                                    hint="check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN",
-                                    uri=where)
-        for needle in ("Connection refused", "tcp connect error", "timed out", "error sending request",
-                       "dns error", "connection reset", "connection closed", "broken pipe", "Service Unavailable",
-                       "Internal Server Error", "SlowDown"):
+            return StoreAccessError(
+                f"{where}: cannot {doing}: access denied ({code or '403'})",
+                hint="check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN",
+                uri=where,
+            )
+        for needle in (
+            "Connection refused",
+            "tcp connect error",
+            "timed out",
+            "error sending request",
+            "dns error",
+            "connection reset",
+            "connection closed",
+            "broken pipe",
+            "Service Unavailable",
+            "Internal Server Error",
+            "SlowDown",
+        ):
             if needle.lower() in text.lower():
-                return StoreUnreachableError(f"{where}: cannot {doing}: the store did not answer ({needle.lower()})",
-                                             hint="olr-buffer run retries; replay resumes when run again", uri=where)
+                return StoreUnreachableError(
+                    f"{where}: cannot {doing}: the store did not answer ({needle.lower()})",
+                    hint="olr-buffer run retries; replay resumes when run again",
+                    uri=where,
+                )
         return DeltaChangefeedError(f"{where}: cannot {doing}: {_first_line(exc)}", uri=where)
 
 
@@ -448,18 +516,25 @@ def _foreign_commit(text: bytes) -> str | None:
     """What the commit whose log entry is ``text`` did, if another writer made it and it
     changes the table; None if olr-buffer made it or it changes nothing (VACUUM)."""
     actions = [orjson.loads(line) for line in text.splitlines() if line.strip()]
-    info = next((a["commitInfo"] for a in actions if isinstance(a.get("commitInfo"), dict)), {})
+    info: dict = next((a["commitInfo"] for a in actions if isinstance(a.get("commitInfo"), dict)), {})
     if f"{META_PREFIX}app_id" in info:
         return None
     counts = {kind: sum(1 for a in actions if kind in a) for kind in _CHANGES}
     if not any(counts.values()):
         return None
     by = info.get("engineInfo") or info.get("clientVersion")
-    done = [f"{counts['add']} file(s) added" if counts["add"] else "",
-            f"{counts['remove']} removed" if counts["remove"] else "",
-            "metadata changed" if counts["metaData"] else "", "protocol changed" if counts["protocol"] else ""]
-    return ", ".join([f"{info.get('operation') or 'a commit without commitInfo'}" + (f" by {by}" if by else ""),
-                      *[d for d in done if d]])
+    done = [
+        f"{counts['add']} file(s) added" if counts["add"] else "",
+        f"{counts['remove']} removed" if counts["remove"] else "",
+        "metadata changed" if counts["metaData"] else "",
+        "protocol changed" if counts["protocol"] else "",
+    ]
+    return ", ".join(
+        [
+            f"{info.get('operation') or 'a commit without commitInfo'}" + (f" by {by}" if by else ""),
+            *[d for d in done if d],
+        ]
+    )
 
 
 def _check_chain(files: Sequence[PartFile], store: Store) -> None:
@@ -467,7 +542,9 @@ def _check_chain(files: Sequence[PartFile], store: Store) -> None:
         if b.first_tx_seq != a.last_tx_seq + 1:
             raise DeltaChainError(
                 f"{store.location(b.name)}: tx_seq {b.first_tx_seq}..{b.last_tx_seq} does not follow "
-                f"{a.name} ({a.first_tx_seq}..{a.last_tx_seq})", uri=store.location(b.name))
+                f"{a.name} ({a.first_tx_seq}..{a.last_tx_seq})",
+                uri=store.location(b.name),
+            )
     for f in files:
         if f.last_tx_seq < f.first_tx_seq or f.rows <= 0:
             raise DeltaChainError(f"{store.location(f.name)}: an empty or reversed range", uri=store.location(f.name))
@@ -480,11 +557,13 @@ def _check_published(files: Sequence[PartFile], store: Store) -> None:
         try:
             size = store.stat(f.name).size
         except ObjectNotFoundError:
-            raise DeltaChainError(f"{store.location(f.name)}: not published: cannot commit it",
-                                  uri=store.location(f.name)) from None
+            raise DeltaChainError(
+                f"{store.location(f.name)}: not published: cannot commit it", uri=store.location(f.name)
+            ) from None
         if size != f.size:
-            raise DeltaChainError(f"{store.location(f.name)}: {size} bytes published, {f.size} to commit",
-                                  uri=store.location(f.name))
+            raise DeltaChainError(
+                f"{store.location(f.name)}: {size} bytes published, {f.size} to commit", uri=store.location(f.name)
+            )
 
 
 def _type_text(field: dict) -> str:

@@ -16,7 +16,7 @@ row group, merged here; nothing reads the rows.
 from __future__ import annotations
 
 import math
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import orjson
 import pyarrow as pa
@@ -34,6 +34,7 @@ def delta_stats(meta: pq.FileMetaData) -> str:
         return orjson.dumps(stats).decode()  # one leaf column per field is all this maps
     mins, maxs, nulls = {}, {}, {}
     for i, field in enumerate(schema):
+        null_count: int | None
         null_count, low, high, bounded = 0, None, None, True
         for g in range(meta.num_row_groups):
             group = meta.row_group(g)
@@ -93,5 +94,5 @@ def _text(value) -> str | None:
 
 def _iso_ms(ms: int) -> str:
     whole, frac = divmod(ms, 1000)
-    t = datetime.fromtimestamp(whole, timezone.utc)
+    t = datetime.fromtimestamp(whole, UTC)
     return f"{t:%Y-%m-%dT%H:%M:%S}.{frac:03d}Z"

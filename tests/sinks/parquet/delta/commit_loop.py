@@ -31,8 +31,11 @@ def main() -> None:
     dc = DeltaChangefeed(store, ARROW_SCHEMA, app_id=app)
     if not race:
         store.clear_staging()
-        listed = [PartFile.from_store(store, o.name, *rng) for o in store.list("part-")
-                  if (rng := parse_part_name(o.name)) is not None]
+        listed = [
+            PartFile.from_store(store, o.name, *rng)
+            for o in store.list("part-")
+            if (rng := parse_part_name(o.name)) is not None
+        ]
         pending = dc.uncommitted(listed)
         if pending:
             dc.commit(pending)

@@ -30,7 +30,7 @@ def rows(first: int, last: int) -> pa.Table:
         "c_scn": pa.array([1000 + 10 * t for t in tx], pa.int64()),
         "c_tm": c_tm,
         "xid": pa.array([f"0x0001.00{t % 10}.{t:08x}" for t in tx], pa.string()),
-        "op": pa.array(["c", "u", "d"][: ROWS_PER_TX] * (n // ROWS_PER_TX), pa.string()),
+        "op": pa.array(["c", "u", "d"][:ROWS_PER_TX] * (n // ROWS_PER_TX), pa.string()),
         "scn": pa.array([1000 + 10 * t - (ROWS_PER_TX - o) for t, o in zip(tx, op_seq)], pa.int64()),
         "sub": pa.array([0] * n, pa.int64()),
         "tm": tm,
@@ -39,10 +39,14 @@ def rows(first: int, last: int) -> pa.Table:
         "table": pa.array(["ORDERS"] * n, pa.string()),
         "obj": pa.array([73215] * n, pa.int64()),
         "rid": pa.array([f"AAAR9/AAHAAAA{t:05d}" for t in tx], pa.string()),
-        "before": pa.array([None if o == 0 else orjson.dumps({"ID": t, "NOTE": "x" * 40}).decode()
-                            for t, o in zip(tx, op_seq)], pa.string()),
-        "after": pa.array([None if o == 2 else orjson.dumps({"ID": t, "NOTE": "y" * 40}).decode()
-                           for t, o in zip(tx, op_seq)], pa.string()),
+        "before": pa.array(
+            [None if o == 0 else orjson.dumps({"ID": t, "NOTE": "x" * 40}).decode() for t, o in zip(tx, op_seq)],
+            pa.string(),
+        ),
+        "after": pa.array(
+            [None if o == 2 else orjson.dumps({"ID": t, "NOTE": "y" * 40}).decode() for t, o in zip(tx, op_seq)],
+            pa.string(),
+        ),
         "sql": pa.array([None] * n, pa.string()),
         "c_ts": nanos_to_timestamp(c_tm),
         "ts": nanos_to_timestamp(tm),

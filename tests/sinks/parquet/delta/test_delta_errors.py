@@ -58,7 +58,10 @@ def test_a_store_lost_between_publish_and_commit(s3_env, monkeypatch, tmp_path):
     with pytest.raises(StoreUnreachableError, match=r"did not answer \(connection refused\)") as caught:
         dc.commit([part])
     one_line(caught.value)
-    with pytest.raises(StoreUnreachableError, match=r"cannot read the Delta log: the store did not answer "
-                                                    r"\(connection refused\)") as caught:
+    with pytest.raises(
+        StoreUnreachableError,
+        match=r"cannot read the Delta log: the store did not answer "
+        r"\(connection refused\)",
+    ) as caught:
         dc.last_committed()
     one_line(caught.value)

@@ -30,8 +30,14 @@ def run(uri: str, *args: str, fault: str | None = None) -> subprocess.Popen:
     env.pop("OLR_BUFFER_FAULT", None)
     if fault:
         env["OLR_BUFFER_FAULT"] = fault
-    return subprocess.Popen([sys.executable, "-m", "tests.sinks.parquet.delta.commit_loop", uri, *args], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.sinks.parquet.delta.commit_loop", uri, *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def finish(proc: subprocess.Popen, timeout: float = 300) -> tuple[int, str, str]:
@@ -67,7 +73,7 @@ def test_two_writers_at_once_never_both_commit_a_range(store_uri):
     a = run(store_uri, "queue-a", str(LAST), "race")
     b = run(store_uri, "queue-b", str(LAST), "race")
     results = [finish(a), finish(b)]
-    for code, out, err in results:
+    for code, _, err in results:
         assert code == 0, err[-2000:]
     committed = sorted(tuple(map(int, line.split()[1:])) for _, out, _ in results for line in out.splitlines())
     assert [t for first, last in committed for t in range(first, last + 1)] == list(range(LAST + 1))

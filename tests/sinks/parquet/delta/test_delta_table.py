@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import calendar
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import orjson
 import pyarrow as pa
@@ -112,7 +112,7 @@ def test_statistics_bound_the_values(store, tmp_path):
 
 def _micros(iso: str) -> int:
     """``2023-11-14T22:13:20.123Z`` -> microseconds since the epoch."""
-    t = datetime.strptime(iso, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
+    t = datetime.strptime(iso, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
     return (calendar.timegm(t.timetuple()) * 1_000_000) + t.microsecond
 
 
@@ -143,10 +143,13 @@ def test_a_commit_whose_answer_was_lost_is_found_by_the_next_call(store, tmp_pat
     assert dc.version == 1 and tx_seqs_read(store) == expected(0, 4)
 
 
-@pytest.mark.parametrize("text", [
-    "Generic S3 error: error sending request: connection closed before message completed",
-    "Generic S3 error: Broken pipe (os error 32)",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Generic S3 error: error sending request: connection closed before message completed",
+        "Generic S3 error: Broken pipe (os error 32)",
+    ],
+)
 def test_a_connection_lost_in_a_commit_is_an_unreachable_store(store, tmp_path, text):
     """What hyper says when the store goes away mid-request is retryable (run waits for
     the store), not a failure of the table."""
@@ -258,7 +261,8 @@ def test_a_vacuum_between_commits_goes_by_and_another_writers_commit_stops_the_c
         dc.commit([p])
     # olr-buffer's compaction (another committer), then VACUUM (which writes two commits)
     DeltaChangefeed(store, ARROW_SCHEMA, app_id="olr-buffer").compact(
-        parts, publish(store, tmp_path, 0, 4, name="part-00000000000000000000-00000000000000000004.c1.parquet"))
+        parts, publish(store, tmp_path, 0, 4, name="part-00000000000000000000-00000000000000000004.c1.parquet")
+    )
     table = open_table(store)
     table.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
     assert [h["operation"] for h in open_table(store).history(2)] == ["VACUUM END", "VACUUM START"]
@@ -266,9 +270,11 @@ def test_a_vacuum_between_commits_goes_by_and_another_writers_commit_stops_the_c
     # an append of another program: the next commit stops, naming it
     uri, options = store.delta_location()
     write_deltalake(uri, rows(7, 7), mode="append", storage_options=options)
-    with pytest.raises(DeltaForeignCommitError,
-                       match=r"Delta version 7 was committed by another writer \(WRITE by delta-rs.*, 1 file\(s\) "
-                       r"added\).*restore the table to version 6"):
+    with pytest.raises(
+        DeltaForeignCommitError,
+        match=r"Delta version 7 was committed by another writer \(WRITE by delta-rs.*, 1 file\(s\) "
+        r"added\).*restore the table to version 6",
+    ):
         dc.commit([publish(store, tmp_path, 7, 8)])
     assert open_table(store).version() == 7  # nothing committed after it
 
@@ -293,8 +299,10 @@ def test_a_table_of_something_else_is_refused(store, tmp_path):
 def test_a_partitioned_or_retyped_table_is_refused(tmp_path):
     other = ARROW_SCHEMA.set(ARROW_SCHEMA.get_field_index("thread"), pa.field("thread", pa.int64(), nullable=False))
     DeltaTable.create(str(tmp_path / "a"), other)
-    with pytest.raises(DeltaTableMismatchError, match="column thread of the Delta table is long not null, the "
-                                                      "changefeed writes integer not null"):
+    with pytest.raises(
+        DeltaTableMismatchError,
+        match="column thread of the Delta table is long not null, the changefeed writes integer not null",
+    ):
         DeltaChangefeed(open_store(tmp_path / "a"), ARROW_SCHEMA, app_id=APP)
     DeltaTable.create(str(tmp_path / "b"), ARROW_SCHEMA, partition_by=["owner"])
     with pytest.raises(DeltaTableMismatchError, match="partitioned by owner"):

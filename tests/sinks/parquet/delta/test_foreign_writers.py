@@ -57,11 +57,35 @@ def copy_input(staged: Path, live: Path, *, first_half: bool) -> None:
 
 def start_run(tmp: Path) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "olr_buffer.cli", "run", str(tmp / "live"), "--queue", str(tmp / "q"),
-         "--changefeed", str(tmp / "cf"), "--table-format", "delta", "--file-rows", "150",
-         "--flush-interval", "0.2", "--poll-interval", "0.02", "--checkpoint-interval", "0.5",
-         "--log-level", "warning"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        [
+            sys.executable,
+            "-m",
+            "olr_buffer.cli",
+            "run",
+            str(tmp / "live"),
+            "--queue",
+            str(tmp / "q"),
+            "--changefeed",
+            str(tmp / "cf"),
+            "--table-format",
+            "delta",
+            "--file-rows",
+            "150",
+            "--flush-interval",
+            "0.2",
+            "--poll-interval",
+            "0.02",
+            "--checkpoint-interval",
+            "0.5",
+            "--log-level",
+            "warning",
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
 
 
 def published(cf: Path) -> int:
@@ -195,5 +219,7 @@ def test_a_foreign_optimize_stops_run_and_the_restart_hint_does_not_break_the_ta
 
 def stopped_with_version(version: int) -> str:
     """The stop line's recovery part, for a table whose run was refused at start-up."""
-    return (f"Delta version {version} was committed by another writer (OPTIMIZE): restore the table to version "
-            f"{version - 1}")
+    return (
+        f"Delta version {version} was committed by another writer (OPTIMIZE): restore the table to version "
+        f"{version - 1}"
+    )
