@@ -319,8 +319,10 @@ def test_publish_latency_is_never_negative_when_the_source_clock_is_ahead(tmp_pa
             m = samples(urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode())
             # both in a published file (transactions_published_total counts them when the
             # dispatcher hands them over, a flush before the file is published)
-            if m.get("olr_buffer_publish_latency_seconds_count") == 1 and \
-                    m.get("olr_buffer_publish_latency_clock_ahead_total") == 1:
+            if (
+                m.get("olr_buffer_publish_latency_seconds_count") == 1
+                and m.get("olr_buffer_publish_latency_clock_ahead_total") == 1
+            ):
                 break
             assert time.monotonic() < deadline, m
             time.sleep(0.1)

@@ -21,7 +21,7 @@ from tests.contract_model import expected_changefeed
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
 sys.path.insert(0, str(EXAMPLES))
-import jsonl_sink  # docs/examples is not a package
+import jsonl_sink  # noqa: E402  (docs/examples is not a package)
 
 FIELDS = ("tx_seq", "op_seq", "xid", "c_scn", "op", "scn", "thread", "owner", "table", "before", "after")
 
