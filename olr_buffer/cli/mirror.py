@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import logging
-import signal
 
 import click
 
 from .common import LOG_FORMAT, clean_errors, command_log_level, config_option
 from .group import LOG_LEVELS, main
+from .signals import stop_on_signals
 
 
 def _mirror_tables(ctx, param, value):
@@ -84,7 +84,6 @@ def mirror(
     """Keep each source table of CHANGEFEED_DIR (a directory or s3://BUCKET/PREFIX, plain or
     Delta) as a typed Delta table at TARGET/OWNER/TABLE/: one row per key, exactly once.
     Follows the changefeed; SIGTERM or SIGINT stops it (exit 0). See docs/mirror.md."""
-    import threading
 
     from ..mirror import Mirror, MirrorMetrics, MirrorOptions
     from ..service.logs import setup_logging
@@ -92,14 +91,7 @@ def mirror(
 
     setup_logging(command_log_level(log_level, "info"), log_format)
     click.get_current_context().meta[LOG_FORMAT] = log_format
-    stop = threading.Event()
-
-    def on_signal(signum, _frame):
-        logging.getLogger("olr_buffer.mirror").info("received %s, stopping", signal.Signals(signum).name)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop, _ = stop_on_signals("olr_buffer.mirror")
     service = Mirror(MirrorOptions(changefeed_dir, target, tables, until_caught_up, poll_interval, batch_rows, history))
     if metrics_port is not None:
         http = serve_metrics(MirrorMetrics(service), metrics_host, metrics_port)

@@ -19,7 +19,7 @@ from .common import (
     run_recording_failure,
 )
 from .group import ENV_PREFIX, LOG_LEVELS, main
-from .signals import EARLY_SIGTERM
+from .signals import EARLY_SIGTERM, stop_on_signals
 
 
 def _threads(ctx, param, value):
@@ -235,18 +235,10 @@ def _serve(
     pipeline,
     health_timeout,
 ) -> None:
-    import threading
-
-    stop = threading.Event()
-
-    def on_signal(signum, _frame):
-        logging.getLogger("olr_buffer").info("received %s, stopping", signal.Signals(signum).name)
-        stop.set()
 
     # before the pipeline's imports (pyarrow takes a while): a stop asked for while the
     # service starts is a clean stop, not a kill; so is one that came before (see signals.py)
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop, on_signal = stop_on_signals("olr_buffer")
     if EARLY_SIGTERM:
         on_signal(signal.SIGTERM, None)
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import logging
 import re
-import signal
 
 import click
 
 from .common import LOG_FORMAT, clean_errors, command_log_level, config_option
 from .group import LOG_LEVELS, main
+from .signals import stop_on_signals
 
 
 def _listen_address(ctx, param, value):
@@ -109,7 +109,6 @@ def serve(
     transactions, confirms positions, and resumes after its last one. Follows the changefeed
     while `run` publishes; one receiver at a time. SIGTERM or SIGINT stops it (exit 0).
     See docs/operations.md."""
-    import threading
 
     from ..service.logs import setup_logging
     from ..store import is_remote
@@ -125,14 +124,7 @@ def serve(
         )
     setup_logging(command_log_level(log_level, "info"), log_format)
     click.get_current_context().meta[LOG_FORMAT] = log_format
-    stop = threading.Event()
-
-    def on_signal(signum, _frame):
-        logging.getLogger("olr_buffer.serve").info("received %s, stopping", signal.Signals(signum).name)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop, _ = stop_on_signals("olr_buffer.serve")
     from ..serve import ServeOptions, StreamServer
 
     server = StreamServer(

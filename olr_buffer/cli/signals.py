@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import signal
+import threading
 from typing import Any
 
 from ..errors import Terminated
@@ -35,3 +37,17 @@ def raise_on_sigterm() -> Any:
         return signal.signal(signal.SIGTERM, terminated)
     except ValueError:  # not the main thread (an embedding program's worker)
         return None
+
+
+def stop_on_signals(logger: str) -> tuple[threading.Event, Any]:
+    """A stop asked for by SIGTERM or SIGINT: the event they set (logged on ``logger`` as
+    "received SIGTERM, stopping") and the handler installed for them."""
+    stop = threading.Event()
+
+    def on_signal(signum, _frame):
+        logging.getLogger(logger).info("received %s, stopping", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    return stop, on_signal
