@@ -177,19 +177,13 @@ def run(
     an OpenLogReplicator (or olr-buffer serve) that sends DATABASE over its network
     protocol (see docs/operations.md)."""
     from ..service.logs import setup_logging
-    from ..sources import SourceUsageError, kind_of
+    from ..sources import SourceUsageError, locate
 
     missing = [
         n for n, v in (("INPUT_DIR", input_dir), ("--queue", queue_dir), ("--changefeed", changefeed_dir)) if not v
     ]
     if missing:
         raise click.UsageError(f"missing {', '.join(missing)} (on the command line, in the environment or in --config)")
-    try:  # an unknown scheme, a URI that cannot be parsed: before any directory is made or any server tried
-        kind_of(input_dir).check_location(input_dir)
-    except SourceUsageError as exc:
-        raise click.BadParameter(exc.message, param_hint="INPUT_DIR") from None
-    setup_logging(command_log_level(log_level, "info"), log_format)
-    click.get_current_context().meta[LOG_FORMAT] = log_format
     # the source's own flags (each kind of source takes those it knows: sources/base.py, SourceKind.options)
     source_flags = dict(
         slot=slot,
@@ -200,12 +194,19 @@ def run(
         max_message_size=max_message_size,
         accept_gap=accept_gap,
     )
+    try:  # an unknown scheme, a URI that cannot be parsed: before any directory is made or any server tried
+        source = locate(input_dir, flags=source_flags)
+        source.check_location()
+    except SourceUsageError as exc:
+        raise click.BadParameter(exc.message, param_hint="INPUT_DIR") from None
+    setup_logging(command_log_level(log_level, "info"), log_format)
+    click.get_current_context().meta[LOG_FORMAT] = log_format
     pipeline["log_summary_seconds"] = log_summary_interval
     pipeline["store_timeout_seconds"] = store_timeout
     run_recording_failure(
         queue_dir,
         lambda: _serve(
-            input_dir,
+            source,
             queue_dir,
             changefeed_dir,
             threads,
@@ -214,7 +215,6 @@ def run(
             stall_warning,
             metrics_port,
             metrics_host,
-            source_flags,
             pipeline,
             health_timeout,
         ),
@@ -222,7 +222,7 @@ def run(
 
 
 def _serve(
-    input_dir,
+    source,
     queue_dir,
     changefeed_dir,
     threads,
@@ -231,7 +231,6 @@ def _serve(
     stall_warning,
     metrics_port,
     metrics_host,
-    source_flags,
     pipeline,
     health_timeout,
 ) -> None:
@@ -274,12 +273,7 @@ def _serve(
         if metrics:
             metrics.update(p)
 
-    from ..sources import kind_of
-
-    source_options = kind_of(input_dir).options(source_flags)
-    summary = run_service(
-        input_dir, queue_dir, changefeed_dir, opts, stop, on_tick=on_tick, source_options=source_options
-    )
+    summary = run_service(source, queue_dir, changefeed_dir, opts, stop, on_tick=on_tick)
     logging.getLogger("olr_buffer").info(
         "stopped cleanly: %d records read (lwn heartbeats aside), %d transactions published this run, %s",
         summary.records_read,

@@ -20,6 +20,7 @@ from typing import Any
 
 from ..dispatcher import Dispatcher, DispatchError, DispatchStats
 from ..sinks import ChangefeedOwner, Sink, SinkSettings, open_sink
+from ..sources import SourceAt, locate
 from ..store import OutageRetry
 from ..txbuffer import LmdbQueue
 from ..txbuffer.metadata import CHECKPOINT_KEY, QUEUE_ID_KEY
@@ -84,17 +85,16 @@ class Pipeline:
     """Queue, source, dispatcher, sink and checkpoint cycle of one run, restored from the
     queue.
 
-    ``source``: where the changes come from, a directory of redo log files or a URI whose
-    scheme names the kind of source (:func:`olr_buffer.sources.kind_of`);
-    ``source_options``: that source's own options (PostgreSQL: slot, publication ...)."""
+    ``source``: where the changes come from, resolved once
+    (:func:`olr_buffer.sources.locate`: a directory of redo log files or a URI whose scheme
+    names the kind of source, with that source's own options)."""
 
     def __init__(
         self,
-        source: str,
+        source: SourceAt | str,
         queue_dir: str,
         changefeed_dir: str,
         options: PipelineOptions | None = None,
-        source_options: dict[str, Any] | None = None,
         retry: OutageRetry | None = None,
     ):
         self.options = opts = options or PipelineOptions()
@@ -117,14 +117,13 @@ class Pipeline:
             self.sink = sink = open_sink(opts.sink, changefeed_dir, settings, opts.sink_flags())
             self.appended = threading.Event()
             self.source = source_calls = SourceCalls(
-                source,
+                locate(source),
                 self.queue,
                 block_records=opts.block_records,
                 block_bytes=opts.block_bytes,
                 processes=opts.reader_processes,
                 dead_letter=opts.dead_letter,
                 on_append=self.appended.set,
-                options=source_options,
             )
             self.threads = self.source.prepare(opts.threads)
             self.dispatcher = Dispatcher(

@@ -11,17 +11,17 @@ from dataclasses import replace
 from typing import Any
 
 from ..dead_letters import BadRecordLog
+from ..sources import SourceAt, locate
 from ..store import OutageRetry
 from .assemble import Pipeline, RunSummary
 from .options import PipelineOptions
 from .running import running
-from .source_calls import check_new_run
 
 log = logging.getLogger("olr_buffer")
 
 
 def run_service(
-    source: str,
+    source: str | SourceAt,
     queue_dir: str,
     changefeed_dir: str,
     options: PipelineOptions | None,
@@ -29,20 +29,20 @@ def run_service(
     on_tick: Callable[[Pipeline], None] | None = None,
     source_options: dict[str, Any] | None = None,
 ) -> RunSummary:
-    """``olr-buffer run``: follow ``source`` (a directory of redo logs, a URI) until
-    ``stop`` is set."""
+    """``olr-buffer run``: follow ``source`` (a directory of redo logs, a URI, with
+    ``source_options``, or a :class:`~olr_buffer.sources.SourceAt`) until ``stop`` is set."""
+    at = locate(source, options=source_options)
     opts = options or PipelineOptions()
     if opts.reader_processes is None:
         opts = replace(opts, reader_processes=True)
     if not os.path.exists(queue_dir):  # a run the source would refuse leaves nothing behind
-        check_new_run(source, opts.threads)
+        at.check_new_run(opts.threads)
     # a store that cannot be reached is waited for (until stopped), not a reason to stop
     pipeline = Pipeline(
-        source,
+        at,
         queue_dir,
         changefeed_dir,
         opts,
-        source_options,
         retry=OutageRetry(stop, timeout=opts.store_timeout_seconds),
     )
     return pipeline.run(follow, stop, on_tick)

@@ -6,14 +6,14 @@ import time
 from collections.abc import Callable
 
 from ..changes import INFINITE_SCN
+from ..sources import SourceAt, locate
 from .assemble import Pipeline, Progress, RunSummary
 from .options import PipelineOptions
 from .running import running
-from .source_calls import check_replay
 
 
 def replay(
-    input_dir: str,
+    input_dir: str | SourceAt,
     queue_dir: str,
     changefeed_dir: str,
     options: PipelineOptions | None = None,
@@ -23,8 +23,9 @@ def replay(
     """Read every log file of ``input_dir`` to its end through the queue, publish every
     committed transaction, return the summary. Resumes where a killed run stopped. An
     input the source cannot replay (no log files) is refused before anything is created."""
-    check_replay(input_dir)
-    return Pipeline(input_dir, queue_dir, changefeed_dir, options).run(run_to_end, on_progress, progress_every)
+    source = locate(input_dir)
+    source.check_replay()
+    return Pipeline(source, queue_dir, changefeed_dir, options).run(run_to_end, on_progress, progress_every)
 
 
 def run_to_end(

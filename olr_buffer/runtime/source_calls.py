@@ -1,37 +1,25 @@
 """Every call the runtime makes of a source, in one place: the runtime reaches a source
-only through :class:`SourceCalls` (and the checks before a run is made), through the source's runner
-(:class:`olr_buffer.sources.SourceRunner`, which speaks the Source contract of
-:mod:`olr_buffer.sources.base`)."""
+only through :class:`SourceCalls` (and the checks of :class:`olr_buffer.sources.SourceAt`
+before a run is made), through the source's runner (:class:`olr_buffer.sources.SourceRunner`,
+which speaks the Source contract of :mod:`olr_buffer.sources.base`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
 
 from ..changes import CommitKey
-from ..sources import Acknowledgement, SourceKind, SourceRunner, SourceSettings, kind_of, open_source
+from ..sources import Acknowledgement, SourceAt, SourceKind, SourceRunner, SourceSettings
 from ..txbuffer import TxQueue
 
 
-def check_replay(location: str) -> None:
-    """``replay``: refuse, before anything is created, an input the source cannot replay."""
-    kind_of(location).check_replay(location)
-
-
-def check_new_run(location: str, threads: list[int] | None) -> None:
-    """``run`` on a new queue: refuse, before anything is created, what the source would
-    refuse at start."""
-    kind_of(location).check_new_run(location, threads)
-
-
 class SourceCalls:
-    """The source that reads ``location`` into ``queue``, as the runtime drives it: opened
+    """The source ``source`` into ``queue``, as the runtime drives it: opened
     with the settings every source gets, prepared from its resume state in the queue,
     started, told what was published, stopped and closed."""
 
     def __init__(
         self,
-        location: str,
+        source: SourceAt,
         queue: TxQueue,
         *,
         block_records: int,
@@ -39,7 +27,6 @@ class SourceCalls:
         processes: bool | None,
         dead_letter: str | None,
         on_append: Callable[[], None],
-        options: dict[str, Any] | None = None,
     ) -> None:
         settings = SourceSettings(
             block_records=block_records,
@@ -49,8 +36,8 @@ class SourceCalls:
             on_append=on_append,
         )
         self.queue = queue
-        self.source: SourceRunner = open_source(location, queue, settings, **(options or {}))
-        self.kind: SourceKind = kind_of(location)  # how its positions read in logs
+        self.source: SourceRunner = source.open(queue, settings)
+        self.kind: SourceKind = source.kind  # how its positions read in logs
 
     # -- what it is ----------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..txbuffer import TxQueue
@@ -59,12 +60,56 @@ def kind_of(location: str) -> SourceKind:
     return _kind(package)
 
 
+@dataclass(frozen=True)
+class SourceAt:
+    """The location ``run`` or ``replay`` was given, resolved once (:func:`locate`) to the
+    kind of source that reads it and that source's own options: what the runtime checks,
+    opens and names the source's positions by, without looking at the location again."""
+
+    location: str  # as given: a directory, ``file://DIR``, a URI
+    kind: SourceKind
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def check_location(self) -> None:
+        """A location the source cannot read (a URI that does not parse): one line."""
+        self.kind.check_location(self.location)
+
+    def check_replay(self) -> None:
+        """``replay``: an input the source cannot replay, refused before anything is made."""
+        self.kind.check_replay(self.location)
+
+    def check_new_run(self, threads: list[int] | None) -> None:
+        """``run`` on a new queue: what the source would refuse at start, refused before
+        anything is made."""
+        self.kind.check_new_run(self.location, threads)
+
+    def open(self, queue: TxQueue, settings: SourceSettings) -> SourceRunner:
+        """The runner of the source, appending to ``queue``."""
+        location = self.location
+        if scheme_of(location) == "file":
+            location = location[len("file://") :]
+        return SourceRunner(self.kind.build(location, queue, settings, **self.options), settings)
+
+
+def locate(
+    location: str | SourceAt, *, flags: Mapping[str, Any] | None = None, options: Mapping[str, Any] | None = None
+) -> SourceAt:
+    """``location`` resolved to its source (:class:`UnknownSourceError` for a scheme no
+    source reads); ``flags``: ``run``'s source flags, each kind taking those it knows
+    (:attr:`SourceKind.options`); ``options``: the source's own options, as they are. A
+    :class:`SourceAt` is returned as it is."""
+    if isinstance(location, SourceAt):
+        return location
+    kind = kind_of(location)
+    own = dict(kind.options(flags)) if flags is not None else {}
+    own.update(options or {})
+    return SourceAt(location, kind, own)
+
+
 def open_source(location: str, queue: TxQueue, settings: SourceSettings, **options) -> SourceRunner:
     """The runner of the source that reads ``location`` (a directory, ``file://DIR``, a
     URI), appending to ``queue``. ``options``: the source's own."""
-    if scheme_of(location) == "file":
-        location = location[len("file://") :]
-    return SourceRunner(kind_of(location).build(location, queue, settings, **options), settings)
+    return locate(location, options=options).open(queue, settings)
 
 
 def queue_status(meta: Mapping[bytes, bytes], now: float) -> dict[str, Any]:
@@ -94,6 +139,7 @@ __all__ = [
     "SCHEMES",
     "Acknowledgement",
     "Source",
+    "SourceAt",
     "SourceKind",
     "SourceRunner",
     "SourceSettings",
@@ -102,6 +148,7 @@ __all__ = [
     "kind_in_status",
     "kind_of",
     "kinds",
+    "locate",
     "open_source",
     "queue_status",
     "scheme_of",
