@@ -22,6 +22,28 @@ from .group import ENV_PREFIX, LOG_LEVELS, main
 from .signals import EARLY_SIGTERM, stop_on_signals
 
 
+class StartScn(click.ParamType):
+    """An SCN (0 to 2^64-2) or ``now``: OpenLogReplicator's ``Scn::none()`` (2^64-1)."""
+
+    name = "SCN|now"
+
+    def convert(self, value, param, ctx) -> int:
+        from ..olr_protocol import SCN_NOW
+
+        if isinstance(value, int):
+            return value
+        text = str(value).strip().lower()
+        if text == "now":
+            return SCN_NOW
+        try:
+            scn = int(text)
+        except ValueError:
+            self.fail(f"{value!r} is neither an SCN nor 'now'", param, ctx)
+        if not 0 <= scn < SCN_NOW:
+            self.fail(f"{value} is outside 0 to {SCN_NOW - 1} (give 'now' for now)", param, ctx)
+        return scn
+
+
 def _threads(ctx, param, value):
     if value is None or value == "":
         return None
@@ -123,11 +145,12 @@ def _threads(ctx, param, value):
 )
 @click.option(
     "--start-scn",
-    type=click.IntRange(min=0),
-    default=0,
+    type=StartScn(),
+    default="0",
     show_default=True,
-    help="OpenLogReplicator source (olr://): the SCN a new queue asks the sender to START at (0: "
-    "OpenLogReplicator starts now, olr-buffer serve at the start of its changefeed).",
+    help="OpenLogReplicator source (olr://): where a new queue asks the sender to START: an SCN, or "
+    "'now' (from now on). olr-buffer serve takes 0 as the start of its changefeed; OpenLogReplicator "
+    "takes 0 as an SCN like any other, and 'now' as now.",
 )
 @click.option(
     "--max-message-size",

@@ -10,7 +10,7 @@ from .errors import FrameTooLargeError, MalformedMessageError, ProtocolError, St
 from .framing import MAX_REQUEST_BYTES, FrameReader, frame, frame_header
 from .json_messages import COLUMNS, MessageBuilder, Position
 from .received import Entry, MessageError, Received, object_text, parse_time, raw_text, read_message
-from .requests import RedoRequest, RedoResponse, RequestCode, ResponseCode, code_name
+from .requests import SCN_NOW, RedoRequest, RedoResponse, RequestCode, ResponseCode, code_name
 
 __all__ = [
     "COLUMNS",
@@ -28,6 +28,7 @@ __all__ = [
     "RedoResponse",
     "RequestCode",
     "ResponseCode",
+    "SCN_NOW",
     "StreamError",
     "code_name",
     "frame",

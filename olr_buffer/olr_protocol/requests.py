@@ -21,6 +21,10 @@ from enum import IntEnum
 
 from .errors import MalformedMessageError
 
+#: OpenLogReplicator's ``Scn::none()`` (``Ctx::ZERO_SCN`` before 1.6): in ``START`` "from
+#: now on" (WriterStream::processStart); any other value, 0 too, is an SCN to start at
+SCN_NOW = (1 << 64) - 1
+
 
 class RequestCode(IntEnum):
     INFO = 0

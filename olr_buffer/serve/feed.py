@@ -18,14 +18,14 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..errors import OlrBufferError
-from ..olr_protocol import COLUMNS, MessageBuilder, Position
+from ..olr_protocol import COLUMNS, SCN_NOW, MessageBuilder, Position
 from ..sinks.parquet import Location, PublishedFile, chain_names, list_files, read_schema_document
 
 #: Rows per batch read from a Parquet file.
 BATCH_ROWS = 8192
 #: OpenLogReplicator's "no SCN" (its ``Scn::none()``, 2^64-1): a ``START`` from it means
 #: "from now on", a ``CONTINUE`` from it "after the confirmed position".
-NO_SCN = (1 << 64) - 1
+NO_SCN = SCN_NOW
 #: The largest c_scn a changefeed can hold (its c_scn column is an int64).
 MAX_C_SCN = (1 << 63) - 1
 

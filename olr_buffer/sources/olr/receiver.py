@@ -67,6 +67,7 @@ from ...changes import (
     schema_fields,
 )
 from ...olr_protocol import (
+    SCN_NOW,
     FrameReader,
     FrameTooLargeError,
     MalformedMessageError,
@@ -374,11 +375,11 @@ class OlrReceiver(StreamReader):
                     extra={"scn": scn},
                 )
             self._send(sock, RedoRequest(RequestCode.START, db, scn=scn))
-            reply = self._reply(sock, reader, f"START(scn {scn})")
+            asked = "START(now)" if scn == SCN_NOW else f"START(scn {scn})"
+            reply = self._reply(sock, reader, asked)
             if reply.code == ResponseCode.ALREADY_STARTED:
                 self._check_gap(reply, pub)
                 reply = self._continue(sock, reader, pub)
-            asked = f"START(scn {scn})"
         elif info.code == ResponseCode.REPLICATE:
             self._check_gap(info, pub)
             reply = self._continue(sock, reader, pub)
@@ -391,7 +392,11 @@ class OlrReceiver(StreamReader):
             self.name,
             f"from after {_text(pub)}"
             if pub is not None
-            else ("from the sender's confirmed position" if asked == "CONTINUE" else f"from scn {self.start_scn}"),
+            else (
+                "from the sender's confirmed position"
+                if asked == "CONTINUE"
+                else ("from now on" if self.start_scn == SCN_NOW else f"from scn {self.start_scn}")
+            ),
             extra={"sender": self.location.address},
         )
 

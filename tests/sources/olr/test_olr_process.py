@@ -194,3 +194,26 @@ def test_sigkills_of_run_and_of_the_sender_publish_every_transaction_once(tmp_pa
     log = service_log(tmp_path)
     assert "connecting again in" in log
     assert "discarded the" in log, "no kill landed in a transaction"
+
+
+def test_start_scn_now_asks_the_sender_to_start_from_now(tmp_path):
+    """OpenLogReplicator's START takes 2^64-1 (its Scn::none()) as "now" and any other value,
+    0 too, as an SCN (WriterStream::processStart): `--start-scn now` sends 2^64-1."""
+    msgs = messages(workload(random.Random(7), 3), FORMS["per-row"])
+    with StandIn(msgs) as sender:
+        proc = start_run(sender.uri, tmp_path, "--start-scn", "now")
+        try:
+            wait_for(lambda: any(r["code"] == 1 for r in sender.requests), what="a START", timeout=60)
+            wait_for(lambda: "streaming" in service_log(tmp_path), what="the streaming line", timeout=60)
+        finally:
+            assert stop(proc) == 0, service_log(tmp_path)
+    starts = [r for r in sender.requests if r["code"] == 1]
+    assert starts[0]["scn"] == (1 << 64) - 1
+    assert "from now on" in service_log(tmp_path)
+
+
+def test_start_scn_takes_an_scn_or_now_and_nothing_else(tmp_path):
+    for bad, words in (("soon", "neither an SCN nor 'now'"), (str(1 << 64), "outside 0 to")):
+        proc = run_once("olr://127.0.0.1:9/ORCL", tmp_path, "--start-scn", bad)
+        assert proc.returncode == 2 and words in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert not (tmp_path / "q").exists()
