@@ -652,8 +652,15 @@ class StreamServer:
                 self._confirm(conn, req)
             return
         self._store_confirm(conn)
-        log.info(
-            "%s: %s", conn.peer, req.describe(), extra={"peer": conn.peer, "request": code_name(code, RequestCode)}
+        # an INFO is a receiver's poll (SynchDB's and StreamClient's ask it on every
+        # reconnect and Debezium's adapter now and then): at DEBUG, as OpenLogReplicator
+        # traces it; START and CONTINUE change what is streamed: at INFO
+        log.log(
+            logging.DEBUG if code == RequestCode.INFO else logging.INFO,
+            "%s: %s",
+            conn.peer,
+            req.describe(),
+            extra={"peer": conn.peer, "request": code_name(code, RequestCode)},
         )
         if code not in (RequestCode.INFO, RequestCode.START, RequestCode.CONTINUE):
             self._bad(conn, f"unknown request code {code}")

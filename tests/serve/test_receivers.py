@@ -290,3 +290,21 @@ def test_serve_takes_its_takeover_time_from_the_command_line(small):
         if serve.proc.poll() is None:
             serve.proc.kill()
     assert "taken over by a new connection" in serve.log
+
+
+def test_info_polls_are_logged_at_debug_and_start_at_info(small, caplog):
+    """A receiver asks INFO on every reconnect (and some now and then): serve logs those
+    at DEBUG, as OpenLogReplicator traces them; the START that begins a stream at INFO."""
+    cf, _ = small
+    with caplog.at_level(logging.DEBUG, logger="olr_buffer.serve"), serving(cf) as server:
+        with Receiver(*server.address) as r:
+            for _ in range(5):
+                r.send(INFO)
+                r.response()
+            r.debezium_handshake()
+            r.messages(1)
+    requests = [rec for rec in caplog.records if rec.__dict__.get("request")]
+    infos = [rec for rec in requests if rec.__dict__["request"] == "INFO"]
+    starts = [rec for rec in requests if rec.__dict__["request"] == "START"]
+    assert len(infos) == 6 and all(rec.levelno == logging.DEBUG for rec in infos)
+    assert len(starts) == 1 and starts[0].levelno == logging.INFO
