@@ -190,6 +190,11 @@ _CONNECTION_OK = 0  # libpq's PQstatus() of a usable connection
 # InterfaceError ("connection already closed"), and a slot still held by the server process
 # of a connection that just died (55006).
 _TRANSIENT = (psycopg2.OperationalError, psycopg2.InterfaceError, psycopg2.errors.ObjectInUse)
+# ... but for the server's definite answers among those: a slot it invalidated ("can no
+# longer get changes from replication slot", 55000 object_not_in_prerequisite_state) and
+# WAL it removed ("requested WAL segment ... has already been removed", 58P01
+# undefined_file): every retry would end the same way
+_DEFINITE = {"55000", "58P01"}
 
 
 def broken(conn) -> bool:
@@ -225,6 +230,8 @@ def lost(exc: BaseException, *conns) -> bool:
     are about the connection."""
     if any(broken(c) for c in conns if c is not None):
         return True
+    if getattr(exc, "pgcode", None) in _DEFINITE:
+        return False
     if isinstance(exc, _TRANSIENT):
         return True
     return type(exc) is psycopg2.DatabaseError and getattr(exc, "pgcode", None) is None
@@ -255,14 +262,14 @@ def check_setup(server: Server, conn, slot: str, publication: str) -> dict:
                 hint=f"CREATE PUBLICATION {quote_ident(publication)} FOR ALL TABLES (or FOR TABLE ...)",
             )
         cur.execute(
-            "SELECT plugin, active, active_pid, database = current_database(), confirmed_flush_lsn::text "
-            "FROM pg_replication_slots WHERE slot_name = %s",
+            "SELECT plugin, active, active_pid, database = current_database(), confirmed_flush_lsn::text, "
+            "wal_status FROM pg_replication_slots WHERE slot_name = %s",
             (slot,),
         )
         row = cur.fetchone()
     if row is None:
         return {"exists": False}
-    plugin, active, pid, same_db, confirmed = row
+    plugin, active, pid, same_db, confirmed, wal_status = row
     if plugin != "pgoutput":
         raise PostgresError(
             f"{server.safe}: replication slot {slot!r} was created with plugin {plugin!r}, not 'pgoutput'",
@@ -272,6 +279,13 @@ def check_setup(server: Server, conn, slot: str, publication: str) -> dict:
         raise PostgresError(
             f"{server.safe}: replication slot {slot!r} belongs to another database",
             hint="use another --slot name",
+        )
+    if wal_status == "lost":
+        raise PostgresError(
+            f"{server.safe}: replication slot {slot!r} was invalidated by the server: it removed WAL the slot "
+            "still needed (max_slot_wal_keep_size), and the changes in it are lost to this slot",
+            hint="drop the slot (olr-buffer drop-slot), then start a new queue and changefeed with an initial "
+            "copy; raise max_slot_wal_keep_size, or keep the service running, so that it does not happen again",
         )
     if active:
         raise SlotInUseError(

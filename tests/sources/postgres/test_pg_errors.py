@@ -171,3 +171,55 @@ def test_a_signal_to_the_whole_process_group_is_a_clean_stop(pg_db, tmp_path, si
             proc.wait()
     log_text = (tmp_path / "service.log").read_text()
     assert code == 0 and "stopped cleanly" in log_text and "Traceback" not in log_text, log_text
+
+
+def test_a_slot_the_server_invalidated_stops_the_run_with_one_line(tmp_path):
+    """A slot whose WAL the server removed (max_slot_wal_keep_size) can never stream again:
+    the changes in that WAL are gone. The run stops with one line that says so, instead of
+    retrying a connection that would fail the same way for ever."""
+    from tests.sources.postgres.cluster import create_cluster
+    from tests.sources.postgres.conftest import Database
+
+    cluster = create_cluster("max_slot_wal_keep_size = 1MB\nwal_keep_size = 0\n")
+    try:
+        admin = cluster.connect()
+        with admin.cursor() as cur:
+            cur.execute("CREATE DATABASE lost")
+        admin.close()
+        db = Database(cluster, "lost")
+        db.execute("CREATE PUBLICATION olr_buffer FOR ALL TABLES")
+        db.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
+        service = start_service(db, tmp_path)
+        try:
+            wait_streaming(tmp_path, service)
+        finally:
+            service.terminate()
+            assert service.wait(60) == 0
+        # WAL the stopped slot still needs, beyond max_slot_wal_keep_size, then a checkpoint
+        for i in range(6):
+            db.execute("INSERT INTO t SELECT g + %s, repeat('x', 200) FROM generate_series(1, 5000) g", (i * 5000,))
+            db.execute("SELECT pg_switch_wal()")
+        db.execute("CHECKPOINT")
+        assert db.execute("SELECT wal_status FROM pg_replication_slots")[0][0] == "lost"
+        # streaming from it is the server's definite answer (55000), not a lost connection
+        # (a run whose slot is invalidated while it runs meets it at its reconnect)
+        import psycopg2.extras
+
+        from olr_buffer.sources.postgres.connection import Server
+
+        conn = psycopg2.connect(db.uri, connection_factory=psycopg2.extras.LogicalReplicationConnection)
+        try:
+            with pytest.raises(psycopg2.Error) as refused:
+                conn.cursor().start_replication(
+                    slot_name="olr_buffer", options={"proto_version": "1", "publication_names": "olr_buffer"}
+                )
+            assert refused.value.pgcode == "55000", refused.value
+            assert "invalidated" in str(Server(db.uri).error(refused.value, "streaming", conn))
+            assert type(Server(db.uri).error(refused.value, "streaming", conn)).__name__ == "PostgresError"
+        finally:
+            conn.close()
+        proc = run_once(db, tmp_path)
+        line = assert_clean_error(proc, "olr_buffer", "invalidated")
+        assert proc.returncode == 1, line
+    finally:
+        cluster.remove()
