@@ -334,3 +334,31 @@ def test_publish_latency_is_never_negative_when_the_source_clock_is_ahead(tmp_pa
     assert m["olr_buffer_publish_latency_seconds_count"] == 1 and m["olr_buffer_publish_latency_seconds_sum"] >= 1
     assert m["olr_buffer_publish_latency_clock_ahead_total"] == 1
     assert m["olr_buffer_seconds_behind_source"] >= 0
+
+
+def test_the_age_of_what_is_handed_over_but_not_yet_visible_is_a_metric(tmp_path: Path):
+    """transactions_published_total counts a transaction when the dispatcher hands it to the
+    changefeed's writer; changefeed_unpublished_seconds says how long the oldest of those not
+    yet in a visible file has waited (0 once all are): a flush that does not come shows."""
+    from olr_buffer.changes import INFINITE_SCN
+    from olr_buffer.runtime import Pipeline, PipelineOptions
+    from olr_buffer.service.metrics import render_metrics
+
+    live = one_transaction(tmp_path)
+    opts = PipelineOptions(durable=False, reader_processes=False, flush_seconds=3600)
+    p = Pipeline(str(live), str(tmp_path / "q"), str(tmp_path / "cf"), opts)
+    try:
+        p.source.start(follow=False, poll_interval=0.05)
+        p.source.join()
+        while p.dispatcher.poll():
+            pass
+        p.dispatcher.publish_ready(INFINITE_SCN)
+        time.sleep(0.01)
+        handed = samples(render_metrics(p).decode())
+        p.sink.flush()
+        flushed = samples(render_metrics(p).decode())
+    finally:
+        p.close()
+    assert handed["olr_buffer_transactions_published_total"] == 1
+    assert handed["olr_buffer_changefeed_unpublished_seconds"] > 0
+    assert flushed["olr_buffer_changefeed_unpublished_seconds"] == 0

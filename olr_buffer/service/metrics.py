@@ -243,10 +243,21 @@ def _families(p):
         one(totals.unmatched_compensations),
     )
     yield _family(
-        "transactions_published_total", "counter", "Transactions published to the changefeed.", one(totals.published)
+        "transactions_published_total",
+        "counter",
+        "Transactions handed to the changefeed's writer (visible once their file is published).",
+        one(totals.published),
     )
-    yield _family("rows_published_total", "counter", "Rows published to the changefeed.", one(totals.rows))
+    yield _family("rows_published_total", "counter", "Rows handed to the changefeed's writer.", one(totals.rows))
     yield _family("changefeed_next_tx_seq", "gauge", "The tx_seq the next transaction will get.", one(sink.next_tx_seq))
+    pending = sink.pending_since()
+    yield _family(
+        "changefeed_unpublished_seconds",
+        "gauge",
+        "How long the oldest transaction handed to the changefeed's writer but not yet in a visible file has waited "
+        "(0: none waits).",
+        one(max(time.monotonic() - pending, 0.0) if pending is not None else 0.0),
+    )
     sf = sink.figures()
     yield _family(
         "store_outages_total",
