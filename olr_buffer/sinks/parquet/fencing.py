@@ -140,7 +140,7 @@ def fence_previous_writers(loc: Location, lease: Lease) -> ManifestHead:
         except WriterFencedError:
             continue  # the older writer moved meanwhile: look again
         if theirs and theirs != lease.generation:
-            log.warning(
+            log.info(
                 "%s: fenced the writers of lease generation %d and older (last: %s on %s, pid %s)",
                 loc.where(),
                 theirs,

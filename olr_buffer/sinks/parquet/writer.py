@@ -400,6 +400,8 @@ class ChangefeedWriter:
         lock.release()
         if forget and isinstance(lock, Lease):
             try:
+                if self._head is not None:  # the manifest the fence made
+                    self.location.delete(f"{META_DIR}/{MANIFEST}")
                 self.location.delete(lock.name)
             except OlrBufferError as exc:
                 log.warning("%s: cannot remove the lease this run took: %s", self.path, exc)
