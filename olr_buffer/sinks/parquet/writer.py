@@ -398,7 +398,7 @@ class ChangefeedWriter:
         if lock is None:
             return
         lock.release()
-        if forget and isinstance(lock, Lease):
+        if forget and isinstance(lock, Lease) and lock.generation:
             try:
                 if self._head is not None:  # the manifest the fence made
                     self.location.delete(f"{META_DIR}/{MANIFEST}")
