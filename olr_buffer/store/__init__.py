@@ -19,7 +19,7 @@ from .errors import (
     StoreError,
     StoreUnreachableError,
 )
-from .lease import Lease, LeaseHeldError, LeaseLostError
+from .lease import Lease, LeaseHeldError, LeaseLostError, WriterFencedError, fenced_error
 from .retry import OutageRetry
 
 __all__ = [
@@ -36,6 +36,8 @@ __all__ = [
     "StoreError",
     "StoreUnreachableError",
     "Versioned",
+    "WriterFencedError",
+    "fenced_error",
     "is_remote",
     "open_store",
 ]

@@ -35,6 +35,14 @@ changes none of that (VACUUM's ``VACUUM START``/``VACUUM END``) is let pass. Com
 made before the committer opened the table are not its concern: the changefeed's own
 start-up checks its files.
 
+**Fencing.** A take-over (:meth:`DeltaChangefeed.fence`) commits
+``txn(appId = "olr-buffer.lease", version = the new lease generation)``. A commit of a
+writer of an older generation then fails: the log version it would write exists (its
+snapshot is from before the fence), and reading the log past it (as after every conflict)
+meets the later lease version: it stops with :class:`~olr_buffer.store.WriterFencedError`
+instead of trying again against the new snapshot. A table opened after the fence is
+refused at once (its lease version is checked when it is opened).
+
 **Protocol:** reader version 1, writer version 2, readable by Spark 3.5 with Delta 3.x.
 """
 
@@ -58,7 +66,14 @@ from deltalake.exceptions import CommitFailedError, DeltaError, DeltaProtocolErr
 from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
 
 from ....faults import fault_point
-from ....store import ObjectNotFoundError, Store, StoreAccessError, StoreError, StoreUnreachableError
+from ....store import (
+    ObjectNotFoundError,
+    Store,
+    StoreAccessError,
+    StoreError,
+    StoreUnreachableError,
+    fenced_error,
+)
 from .errors import (
     DeltaChainError,
     DeltaChangefeedError,
@@ -75,6 +90,8 @@ T = TypeVar("T")
 DELTA_LOG = "_delta_log"
 COMMIT_ATTEMPTS = 10  # commits tried against a table that other commits keep moving
 META_PREFIX = "olr_buffer."
+#: The application id whose ``txn`` version is the lease generation of the table's writer.
+LEASE_APP = "olr-buffer.lease"
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +154,7 @@ class DeltaChangefeed:
             table = self._create(configuration)
         self._table = table
         self._check_table()
+        self._check_lease(self._read(lambda: self._table.transaction_version(LEASE_APP)))
         self._vetted = self.version  # versions after it are checked for other writers' commits
         self._stale = False
         self._next = self._table_next()
@@ -225,6 +243,7 @@ class DeltaChangefeed:
                     "(30 days by default)",
                     uri=self.store.location(name),
                 ) from None
+            self._check_lease(_lease_version(text))
             what = _foreign_commit(text)
             if what is not None:
                 where = self.store.location()
@@ -392,6 +411,57 @@ class DeltaChangefeed:
             uri=self.store.location(),
         )
 
+    def _check_lease(self, held: int | None) -> None:
+        """:class:`WriterFencedError` if ``held`` (the lease version of the table, or of a
+        commit read past) is a later lease generation than this writer's. Checked when the
+        table is opened and on each version read past after it (:meth:`_check_foreign`):
+        no request of its own. A writer without a generation (a local changefeed's,
+        locked) is not fenced."""
+        own = self.writer.get("lease_generation")
+        if isinstance(own, int) and held is not None and held > own:
+            raise fenced_error(self.store, self.store.location(), own)
+
+    def fence(self, generation: int) -> int | None:
+        """Commit ``txn(LEASE_APP, generation)`` (a take-over; see the module doc), unless
+        the table holds it already; returns the new version, or None."""
+        info = self._commit_info(fence=generation)
+        for _ in range(COMMIT_ATTEMPTS):
+            self._refresh()
+            held = self._read(lambda: self._table.transaction_version(LEASE_APP))
+            if held is not None and held >= generation:
+                if held > generation:
+                    raise fenced_error(self.store, self.store.location(), generation)
+                return None
+            try:
+                self._table.create_write_transaction(
+                    [],
+                    "append",
+                    self._delta_schema,
+                    commit_properties=CommitProperties(
+                        custom_metadata=info,
+                        max_commit_retries=0,
+                        app_transactions=[Transaction(LEASE_APP, generation)],
+                    ),
+                )
+            except CommitFailedError:
+                continue  # another commit came first: look again
+            except (DeltaError, OSError) as exc:
+                self._stale = True
+                raise self._error(exc, "fence the Delta table") from None
+            self._refresh()
+            log.info(
+                "%s: Delta table fenced at lease generation %d (version %d)",
+                self.store.location(),
+                generation,
+                self.version,
+            )
+            return self.version
+        raise DeltaConflictError(
+            f"{self.store.location()}: other commits to the Delta table came first {COMMIT_ATTEMPTS} times",
+            hint="another writer is still committing: stop it",
+            uri=self.store.location(),
+        )
+
     def compact(self, removed: Sequence[PartFile], added: PartFile) -> int:
         """One commit replacing ``removed`` (contiguous files of the table) by ``added``
         (the same transactions, merged), all with ``dataChange = false``. No file is
@@ -535,6 +605,16 @@ def _foreign_commit(text: bytes) -> str | None:
             *[d for d in done if d],
         ]
     )
+
+
+def _lease_version(text: bytes) -> int | None:
+    """The lease generation a commit's log entry sets (its ``txn`` of ``LEASE_APP``)."""
+    for line in text.splitlines():
+        if LEASE_APP.encode() in line:
+            txn = orjson.loads(line).get("txn")
+            if isinstance(txn, dict) and txn.get("appId") == LEASE_APP and isinstance(txn.get("version"), int):
+                return txn["version"]
+    return None
 
 
 def _check_chain(files: Sequence[PartFile], store: Store) -> None:
