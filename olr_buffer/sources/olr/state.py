@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 import msgspec
 
-from ..base import ResumeState, decode_state, encode_state
+from ..base import ResumeState, decode_state, encode_state, stored_state
 from ..olr_types import open_transaction_doc, open_transaction_text, position_doc
 
 #: The prefix of the source's queue metadata keys.
@@ -78,8 +78,7 @@ def columns_key(owner: str | None, table: str) -> bytes:
 
 def load_state(meta: Mapping[bytes, bytes], where: str = "queue") -> OlrState | None:
     """The state stored in a queue's metadata, if any."""
-    raw = meta.get(STATE_KEY)
-    return None if raw is None else decode_state(OlrState, STATE_KEY, raw, where)
+    return stored_state(OlrState, meta, STATE_KEY, where)
 
 
 def load_columns(meta: Mapping[bytes, bytes], where: str = "queue") -> dict[bytes, TableColumns]:
