@@ -89,7 +89,7 @@ def status(queue: Path) -> dict:
     import subprocess
     import sys
 
-    from tests.sources.olr.paths import ROOT
+    from tests.paths import ROOT
 
     out = subprocess.run(
         [sys.executable, "-m", "olr_buffer.cli", "status", "--queue", str(queue), "--json"],
