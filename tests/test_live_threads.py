@@ -29,6 +29,7 @@ import pytest
 from olr_buffer.errors import OlrBufferError
 from olr_buffer.runtime import PipelineOptions, replay
 from olr_buffer.simulate import simulate
+from tests.cli.conftest import status_json
 from tests.contract_model import (
     assert_changefeed_equal,
     check_changefeed_layout,
@@ -87,15 +88,7 @@ def service_cmd(tmp: Path, processes: bool, threads: str = "") -> list[str]:
 
 
 def status(tmp: Path) -> dict:
-    r = subprocess.run(
-        [sys.executable, "-m", "olr_buffer.cli", "status", "--queue", str(tmp / "q"), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-    )
-    assert r.returncode == 0, r.stderr
-    return json.loads(r.stdout)
+    return status_json(tmp / "q")
 
 
 def status_text(tmp: Path) -> str:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from olr_buffer.simulate import simulate
+from tests.cli.conftest import status_json
 from tests.contract_model import assert_changefeed_equal, check_changefeed_layout, expected_changefeed, load_changefeed
 from tests.live_writer import start_live_writer
 from tests.processes import run_args
@@ -143,13 +144,7 @@ def test_a_signal_to_the_whole_process_group_is_a_clean_stop(tmp_path: Path, sig
     assert service.returncode == 0, err
     assert "Traceback" not in err and "reader process" not in err, err
     assert_changefeed_equal(load_changefeed(tmp_path / "cf"), expected.rows)
-    status = subprocess.run(
-        [sys.executable, "-m", "olr_buffer.cli", "status", "--queue", str(tmp_path / "q"), "--json"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
-    assert json.loads(status.stdout)["state"] == "stopped", status.stdout
+    assert status_json(tmp_path / "q")["state"] == "stopped"
 
 
 def _catches_sigterm(pid: int) -> bool:

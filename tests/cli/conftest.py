@@ -86,6 +86,13 @@ def olr_buffer(
     return Result(argv, proc.returncode, proc.stdout, proc.stderr)
 
 
+def status_json(queue: str | os.PathLike[str]) -> dict[str, Any]:
+    """``olr-buffer status --queue QUEUE --json`` (run from the repository), exit 0, as a dict."""
+    from tests.paths import ROOT
+
+    return ok(olr_buffer("status", "--queue", queue, "--json", cwd=ROOT)).json()
+
+
 def ok(result: Result) -> Result:
     """``result``, after checking that the command exited 0."""
     assert result.returncode == 0, result.describe()
