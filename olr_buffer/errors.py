@@ -69,6 +69,20 @@ class OlrBufferError(Exception):
         return _restore_error, (type(self), self.args, self.__dict__)
 
 
+class BadInputError(OlrBufferError):
+    """Bad input at a line of a file (or the file, when ``line`` is None): ``FILE:LINE:
+    reason`` (exit 3), with ``path``, ``line`` and ``reason`` as attributes."""
+
+    exit_code = EXIT_BAD_INPUT
+
+    def __init__(self, path: str, line: int | None, reason: str, *, hint: str | None = None) -> None:
+        where = f"{path}:{line}" if line is not None else path
+        super().__init__(f"{where}: {reason}", hint=hint, path=path, line=line, reason=reason)
+        self.path = path
+        self.line = line
+        self.reason = reason
+
+
 def _restore_error(cls: type[OlrBufferError], args: tuple, state: dict) -> OlrBufferError:
     exc = cls.__new__(cls)
     Exception.__init__(exc, *args)

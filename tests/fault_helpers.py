@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ import pytest
 
 from olr_buffer.errors import EXIT_BAD_INPUT
 from olr_buffer.simulate import simulate
-from tests.cli.conftest import Result, log_path, ok, read_log, write_log
+from tests.cli.conftest import Result, log_path, ok, olr_buffer, read_log, write_log
 from tests.contract_model import (
     ModelResult,
     assert_changefeed_equal,
@@ -31,7 +30,6 @@ from tests.contract_model import (
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-TIMEOUT = 120
 
 
 # ---------------------------------------------------------------------------------------
@@ -40,19 +38,7 @@ TIMEOUT = 120
 
 def cli(*args: Any, umask: int | None = None) -> Result:
     """Run ``python -m olr_buffer.cli ARGS``; stdout and stderr piped (no progress line)."""
-    argv = [os.fspath(a) for a in args]
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONWARNINGS", "OLR_BUFFER_FAULT")}
-    proc = subprocess.run(
-        [sys.executable, "-m", "olr_buffer.cli", *argv],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        cwd=ROOT,
-        env=env,
-        preexec_fn=(lambda: os.umask(umask)) if umask is not None else None,
-    )
-    return Result(argv, proc.returncode, proc.stdout, proc.stderr)
+    return olr_buffer(*args, cwd=ROOT, umask=umask)
 
 
 def replay(input_dir: Path, queue: Path, cf: Path, *extra: Any, umask: int | None = None) -> Result:

@@ -18,9 +18,19 @@ import json
 import os
 import random
 import re
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 _NAME = re.compile(r"^redo_([0-9]+)_([0-9]+)\.jsonl$")
+
+
+def start_live_writer(staged: str | Path, live: str | Path, rate: float, seed: int | None = None) -> subprocess.Popen:
+    """This writer as a process (``python -m tests.live_writer``), from the repository's root."""
+    seeded = [] if seed is None else ["--seed", str(seed)]
+    cmd = [sys.executable, "-m", "tests.live_writer", str(staged), str(live), "--rate", str(rate), *seeded]
+    return subprocess.Popen(cmd, cwd=Path(__file__).resolve().parents[1])
 
 
 def staged_streams(staged: str) -> dict[int, list[tuple[int, bytes]]]:

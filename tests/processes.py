@@ -1,9 +1,29 @@
-"""The processes of a running service, as /proc shows them: the tests that kill a reader
-process, or the service under its readers, find them here."""
+"""``olr-buffer run`` as a command line and as a process, and the processes of a running
+service as /proc shows them: the tests that kill a reader process, or the service under
+its readers, find them here."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
+
+from tests.paths import CLI, ROOT
+
+
+def run_args(source: str | Path, tmp: Path, *extra: str) -> list[str]:
+    """``olr-buffer run SOURCE --queue TMP/q --changefeed TMP/cf EXTRA...``."""
+    return [*CLI, "run", str(source), "--queue", str(tmp / "q"), "--changefeed", str(tmp / "cf"), *extra]
+
+
+def stream_run_args(uri: str, tmp: Path, *extra: str) -> list[str]:
+    """``run`` of a stream source (``postgresql://``, ``olr://``): publishing often, logging at info."""
+    return run_args(uri, tmp, "--flush-interval", "0.2", "--checkpoint-interval", "0.5", "--log-level", "info", *extra)
+
+
+def start_stream_run(uri: str, tmp: Path, *extra: str) -> subprocess.Popen:
+    """:func:`stream_run_args` as a process, its output appended to ``TMP/service.log``."""
+    with open(tmp / "service.log", "ab") as log:  # the child keeps its own descriptor
+        return subprocess.Popen(stream_run_args(uri, tmp, *extra), stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
 
 
 def children(pid: int) -> list[int]:

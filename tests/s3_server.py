@@ -161,14 +161,7 @@ class TcpProxy:
             except OSError:
                 pass
             listener.close()
-        with self._guard:
-            conns, self._conns = self._conns, set()
-        for c in conns:
-            try:
-                c.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            c.close()
+        self._close_connections()
 
     def hang(self) -> None:
         """Accept, and answer nothing (see the class doc)."""
@@ -177,6 +170,9 @@ class TcpProxy:
     def resume(self) -> None:
         """Close the connections that hung, and forward again."""
         self.hung = False
+        self._close_connections()
+
+    def _close_connections(self) -> None:
         with self._guard:
             conns, self._conns = self._conns, set()
         for c in conns:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import shutil
 import signal
@@ -24,11 +23,10 @@ import pytest
 from olr_buffer.simulate import simulate
 from olr_buffer.txbuffer import LmdbQueue
 from olr_buffer.txbuffer.metadata import QUEUE_ID_KEY
-from tests.cli.conftest import Result, ok
+from tests.cli.conftest import Result, ok, olr_buffer
 from tests.contract_model import changefeed_files, expected_changefeed
 from tests.fault_helpers import (
     ROOT,
-    TIMEOUT,
     exact,
     flip_a_data_byte,
     no_tmp_files,
@@ -48,21 +46,7 @@ FILE_ROWS = ("--file-rows", "40")
 
 def cli(*args: Any, fault: str | None = None, umask: int | None = None) -> Result:
     """``python -m olr_buffer.cli ARGS``, optionally killed at a fault point."""
-    argv = [os.fspath(a) for a in args]
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONWARNINGS", "OLR_BUFFER_FAULT")}
-    if fault:
-        env["OLR_BUFFER_FAULT"] = fault
-    proc = subprocess.run(
-        [sys.executable, "-m", "olr_buffer.cli", *argv],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        cwd=ROOT,
-        env=env,
-        preexec_fn=(lambda: os.umask(umask)) if umask is not None else None,
-    )
-    return Result(argv, proc.returncode, proc.stdout, proc.stderr)
+    return olr_buffer(*args, cwd=ROOT, fault=fault, umask=umask)
 
 
 def replay(inp: Path, q: Path, cf: Path, *extra: Any, **kw: Any) -> Result:

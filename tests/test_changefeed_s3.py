@@ -26,8 +26,9 @@ import pytest
 from olr_buffer.simulate import simulate
 from olr_buffer.sinks.parquet.schema import parse_part_name
 from olr_buffer.store import open_store
-from tests.cli.conftest import Result
+from tests.cli.conftest import Result, olr_buffer
 from tests.contract_model import ModelResult, assert_changefeed_equal, expected_changefeed
+from tests.live_writer import start_live_writer
 from tests.s3_server import TcpProxy
 
 pytestmark = pytest.mark.e2e
@@ -42,21 +43,7 @@ SMALL = ("--file-rows", "150", "--segment-size", "64KiB", "--checkpoint-interval
 
 
 def cli(*args: Any, fault: str | None = None, env: dict[str, str] | None = None) -> Result:
-    environ = {k: v for k, v in os.environ.items() if k not in ("PYTHONWARNINGS", "OLR_BUFFER_FAULT")}
-    environ.update(env or {})
-    if fault:
-        environ["OLR_BUFFER_FAULT"] = fault
-    argv = [os.fspath(a) for a in args]
-    proc = subprocess.run(
-        [sys.executable, "-m", "olr_buffer.cli", *argv],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        cwd=ROOT,
-        env=environ,
-    )
-    return Result(argv, proc.returncode, proc.stdout, proc.stderr)
+    return olr_buffer(*args, cwd=ROOT, fault=fault, env=env, timeout=TIMEOUT)
 
 
 def one_line(result: Result, *parts: str) -> str:
@@ -324,10 +311,7 @@ def run_args(p: dict, live: Path, *extra: Any) -> list[Any]:
 def live_input(staged: Path, live: Path, rate: float | None = None) -> subprocess.Popen:
     """The staged workload written into ``live`` as a capture process would (an ``lwn``
     on every thread at the end: everything can be published)."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.live_writer", str(staged), str(live), "--rate", str(rate or 1e9), "--seed", "5"],
-        cwd=ROOT,
-    )
+    return start_live_writer(staged, live, rate or 1e9, seed=5)
 
 
 def manifest_next(uri: str) -> int:

@@ -29,6 +29,7 @@ import pytest
 from olr_buffer.errors import OlrBufferError
 from olr_buffer.runtime import PipelineOptions, replay
 from olr_buffer.simulate import simulate
+from tests.cli.conftest import status_json
 from tests.contract_model import (
     assert_changefeed_equal,
     check_changefeed_layout,
@@ -37,6 +38,7 @@ from tests.contract_model import (
     load_changefeed,
     load_input,
 )
+from tests.live_writer import start_live_writer
 from tests.test_run_service import ROOT, published_rows, run_cmd, start, stop, wait_for_rows
 
 pytestmark = pytest.mark.e2e  # a process or a server: in `make test`, not in `make test-fast`
@@ -86,15 +88,7 @@ def service_cmd(tmp: Path, processes: bool, threads: str = "") -> list[str]:
 
 
 def status(tmp: Path) -> dict:
-    r = subprocess.run(
-        [sys.executable, "-m", "olr_buffer.cli", "status", "--queue", str(tmp / "q"), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-    )
-    assert r.returncode == 0, r.stderr
-    return json.loads(r.stdout)
+    return status_json(tmp / "q")
 
 
 def status_text(tmp: Path) -> str:
@@ -458,20 +452,7 @@ def test_rolling_restart_during_run_publishes_the_contract_changefeed(tmp_path: 
     check_close_rule(sorted(load_input(tmp_path / "stage"), key=lambda r: (r.scn, r.data.get("sub", 0))))
     (tmp_path / "live").mkdir()
     service = start(run_cmd(tmp_path, "--threads", "1,2,3"))
-    writer = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tests.live_writer",
-            str(tmp_path / "stage"),
-            str(tmp_path / "live"),
-            "--rate",
-            "3000",
-            "--seed",
-            "14",
-        ],
-        cwd=ROOT,
-    )
+    writer = start_live_writer(tmp_path / "stage", tmp_path / "live", 3000, seed=14)
     try:
         assert writer.wait(timeout=120) == 0
         expected = expected_changefeed(tmp_path / "live")

@@ -21,6 +21,7 @@ import pytest
 
 from olr_buffer.status import queue_status, render
 from tests.contract_model import assert_changefeed_equal, expected_changefeed, load_changefeed
+from tests.processes import run_args
 
 ROOT = Path(__file__).resolve().parent.parent
 T0 = 1_717_200_000_000_000_000
@@ -31,16 +32,9 @@ SEGMENT = 64 * 1024
 
 
 def run_cmd(tmp: Path, *extra: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "olr_buffer.cli",
-        "run",
-        str(tmp / "live"),
-        "--queue",
-        str(tmp / "q"),
-        "--changefeed",
-        str(tmp / "cf"),
+    return run_args(
+        tmp / "live",
+        tmp,
         "--threads",
         "1",
         "--flush-interval",
@@ -58,7 +52,7 @@ def run_cmd(tmp: Path, *extra: str) -> list[str]:
         "--log-level",
         "warning",
         *extra,
-    ]
+    )
 
 
 def chunk(k: int, scn: int) -> tuple[list[dict], int]:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.processes import run_args
 from tests.test_operations import lines, samples, tx
 from tests.test_run_service import ROOT, wait_for_rows
 
@@ -26,16 +27,9 @@ def start_run(tmp: Path, *extra: str) -> tuple[subprocess.Popen, Path]:
     log = tmp / "run.log"
     with open(log, "wb") as fh:
         proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "olr_buffer.cli",
-                "run",
-                str(tmp / "live"),
-                "--queue",
-                str(tmp / "q"),
-                "--changefeed",
-                str(tmp / "cf"),
+            run_args(
+                tmp / "live",
+                tmp,
                 "--flush-interval",
                 "0.2",
                 "--poll-interval",
@@ -45,7 +39,7 @@ def start_run(tmp: Path, *extra: str) -> tuple[subprocess.Popen, Path]:
                 "--log-format",
                 "json",
                 *extra,
-            ],
+            ),
             stdout=subprocess.DEVNULL,
             stderr=fh,
             cwd=ROOT,

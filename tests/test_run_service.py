@@ -13,7 +13,10 @@ from pathlib import Path
 import pytest
 
 from olr_buffer.simulate import simulate
+from tests.cli.conftest import status_json
 from tests.contract_model import assert_changefeed_equal, check_changefeed_layout, expected_changefeed, load_changefeed
+from tests.live_writer import start_live_writer
+from tests.processes import run_args
 
 pytestmark = pytest.mark.e2e  # a process or a server: in `make test`, not in `make test-fast`
 
@@ -21,16 +24,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def run_cmd(tmp: Path, *extra: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "olr_buffer.cli",
-        "run",
-        str(tmp / "live"),
-        "--queue",
-        str(tmp / "q"),
-        "--changefeed",
-        str(tmp / "cf"),
+    return run_args(
+        tmp / "live",
+        tmp,
         "--flush-interval",
         "0.3",
         "--poll-interval",
@@ -42,7 +38,7 @@ def run_cmd(tmp: Path, *extra: str) -> list[str]:
         "--log-level",
         "warning",
         *extra,
-    ]
+    )
 
 
 def start(cmd: list[str]) -> subprocess.Popen:
@@ -86,20 +82,7 @@ def test_live_writer_kill_and_restart_then_sigterm(tmp_path: Path):
     (tmp_path / "live").mkdir()
     # the service starts before any log exists: threads in play given explicitly
     service = start(run_cmd(tmp_path, "--threads", "1,2,3"))
-    writer = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tests.live_writer",
-            str(tmp_path / "stage"),
-            str(tmp_path / "live"),
-            "--rate",
-            "4000",
-            "--seed",
-            "3",
-        ],
-        cwd=ROOT,
-    )
+    writer = start_live_writer(tmp_path / "stage", tmp_path / "live", 4000, seed=3)
     time.sleep(1.5)
     assert service.poll() is None
     os.kill(service.pid, signal.SIGKILL)
@@ -161,13 +144,7 @@ def test_a_signal_to_the_whole_process_group_is_a_clean_stop(tmp_path: Path, sig
     assert service.returncode == 0, err
     assert "Traceback" not in err and "reader process" not in err, err
     assert_changefeed_equal(load_changefeed(tmp_path / "cf"), expected.rows)
-    status = subprocess.run(
-        [sys.executable, "-m", "olr_buffer.cli", "status", "--queue", str(tmp_path / "q"), "--json"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
-    assert json.loads(status.stdout)["state"] == "stopped", status.stdout
+    assert status_json(tmp_path / "q")["state"] == "stopped"
 
 
 def _catches_sigterm(pid: int) -> bool:

@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from ..errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_TERMINATED, OlrBufferError, Terminated
-from .group import main
+from .group import LOG_LEVELS, main
 from .signals import CLEAN_STOP, EARLY_SIGTERM, raise_on_sigterm
 
 #: In the context's meta: the command's --log-format (``json``: its error is a JSON line too).
@@ -193,6 +193,81 @@ def config_option(fn: Callable) -> Callable:
         help="TOML file with any of these options (input, queue, changefeed, threads, flush_interval, ...); "
         "the command line and OLR_BUFFER_* environment variables win.",
     )(fn)
+
+
+def queue_option(required: bool = False) -> Callable[[Callable], Callable]:
+    """``--queue QUEUE_DIR``."""
+    return click.option("--queue", "queue_dir", required=required, type=DIR, help="Queue directory.")
+
+
+def changefeed_option(required: bool = False) -> Callable[[Callable], Callable]:
+    """``--changefeed CHANGEFEED_DIR``: where a command that reads input publishes (replay, run)."""
+    return click.option(
+        "--changefeed",
+        "changefeed_dir",
+        required=required,
+        type=DIR,
+        help="Changefeed directory, or s3://BUCKET/PREFIX (AWS variables: docs/operations.md).",
+    )
+
+
+def json_option(what: str) -> Callable[[Callable], Callable]:
+    """``--json``: print ``what`` (the summary, the status) as JSON."""
+    return click.option("--json", "as_json", is_flag=True, help=f"Print {what} as JSON.")
+
+
+def metrics_options(fn: Callable) -> Callable:
+    """``--metrics-port`` and ``--metrics-host`` (run, serve, mirror): see :func:`start_metrics`."""
+    fn = click.option(
+        "--metrics-host", default="127.0.0.1", show_default=True, help="Address for the metrics (loopback by default)."
+    )(fn)
+    return click.option(
+        "--metrics-port",
+        type=click.IntRange(0, 65535),
+        default=None,
+        help="Serve Prometheus metrics and /health on this port (off by default).",
+    )(fn)
+
+
+def log_level_option(fn: Callable) -> Callable:
+    """A command's own ``--log-level`` (see :func:`command_log_level`)."""
+    return click.option(
+        "--log-level", type=LOG_LEVELS, default=None, help="Log level (default: the group's, else info)."
+    )(fn)
+
+
+def log_format_option(fn: Callable) -> Callable:
+    """``--log-format text|json`` (see :func:`start_logging`)."""
+    return click.option(
+        "--log-format",
+        type=click.Choice(["text", "json"]),
+        default="text",
+        show_default=True,
+        help="json: one object per line (ts ISO-8601, level, logger, msg, and facts as fields), the fatal error too.",
+    )(fn)
+
+
+def start_logging(log_level: str | None, log_format: str, default: str) -> None:
+    """Log at the command's level (else the group's, else ``default``) in ``log_format``;
+    with ``json``, the error that ends the command is a JSON line too (:func:`clean_errors`)."""
+    from ..service.logs import setup_logging
+
+    setup_logging(command_log_level(log_level, default), log_format)
+    click.get_current_context().meta[LOG_FORMAT] = log_format
+
+
+def start_metrics(metrics: Any, host: str, port: int, logger: str) -> Any:
+    """Serve ``metrics`` (``/metrics``, ``/health``) on ``host:port`` and say where on ``logger``."""
+    from ..service.metrics_http import serve_metrics
+
+    server = serve_metrics(metrics, host, port)
+    logging.getLogger(logger).info(
+        "metrics on http://%s:%d/metrics",
+        host,
+        server.server_address[1],
+        extra={"metrics_port": server.server_address[1]},
+    )
+    return server
 
 
 _PIPELINE_OPTIONS = [

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from .common import DIR, clean_errors, config_option
+from .common import DIR, clean_errors, config_option, json_option
 from .group import main
 from .progress import progress_line, progress_options, with_progress
 
@@ -51,7 +51,7 @@ def _compact_figures(p, elapsed: float) -> tuple[int, int, str]:
 @click.option("--dry-run", is_flag=True, help="Print what would be merged, change nothing.")
 @click.option("--no-sync", is_flag=True, help="DURABILITY TRADE-OFF: skip fsync.")
 @progress_options
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@json_option("the summary")
 @clean_errors
 def compact(
     changefeed_dir,

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-import logging
-
 import click
 
-from .common import LOG_FORMAT, clean_errors, command_log_level, config_option
-from .group import LOG_LEVELS, main
+from .common import (
+    clean_errors,
+    config_option,
+    log_format_option,
+    log_level_option,
+    metrics_options,
+    start_logging,
+    start_metrics,
+)
+from .group import main
 from .signals import stop_on_signals
 
 
@@ -50,23 +56,9 @@ def _mirror_tables(ctx, param, value):
     show_default=True,
     help="Changefeed rows read into one batch (whole files), applied by one commit per table.",
 )
-@click.option(
-    "--metrics-port",
-    type=click.IntRange(0, 65535),
-    default=None,
-    help="Serve Prometheus metrics and /health on this port (off by default).",
-)
-@click.option(
-    "--metrics-host", default="127.0.0.1", show_default=True, help="Address for the metrics (loopback by default)."
-)
-@click.option("--log-level", type=LOG_LEVELS, default=None, help="Log level (default: the group's, else info).")
-@click.option(
-    "--log-format",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-    help="json: one object per line (ts ISO-8601, level, logger, msg, and facts as fields).",
-)
+@metrics_options
+@log_level_option
+@log_format_option
 @clean_errors
 def mirror(
     changefeed_dir,
@@ -86,21 +78,12 @@ def mirror(
     Follows the changefeed; SIGTERM or SIGINT stops it (exit 0). See docs/mirror.md."""
 
     from ..mirror import Mirror, MirrorMetrics, MirrorOptions
-    from ..service.logs import setup_logging
-    from ..service.metrics_http import serve_metrics
 
-    setup_logging(command_log_level(log_level, "info"), log_format)
-    click.get_current_context().meta[LOG_FORMAT] = log_format
+    start_logging(log_level, log_format, "info")
     stop, _ = stop_on_signals("olr_buffer.mirror")
     service = Mirror(MirrorOptions(changefeed_dir, target, tables, until_caught_up, poll_interval, batch_rows, history))
     if metrics_port is not None:
-        http = serve_metrics(MirrorMetrics(service), metrics_host, metrics_port)
-        logging.getLogger("olr_buffer.mirror").info(
-            "metrics on http://%s:%d/metrics",
-            metrics_host,
-            http.server_address[1],
-            extra={"metrics_port": http.server_address[1]},
-        )
+        start_metrics(MirrorMetrics(service), metrics_host, metrics_port, "olr_buffer.mirror")
     result = service.run(stop)
     if until_caught_up:
         click.echo(

@@ -8,13 +8,16 @@ import click
 
 from .common import (
     DIR,
-    LOG_FORMAT,
+    changefeed_option,
     clean_errors,
-    command_log_level,
     config_option,
+    json_option,
+    log_format_option,
     pipeline_options,
     pipeline_settings,
+    queue_option,
     run_recording_failure,
+    start_logging,
 )
 from .group import main
 from .progress import progress_line, progress_options, with_progress
@@ -23,24 +26,12 @@ from .progress import progress_line, progress_options, with_progress
 @main.command()
 @click.argument("input_dir", type=DIR)
 @config_option
-@click.option("--queue", "queue_dir", required=True, type=DIR, help="Queue directory.")
-@click.option(
-    "--changefeed",
-    "changefeed_dir",
-    required=True,
-    type=DIR,
-    help="Changefeed directory, or s3://BUCKET/PREFIX (AWS variables: docs/operations.md).",
-)
+@queue_option(required=True)
+@changefeed_option(required=True)
 @pipeline_options
 @progress_options
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-@click.option(
-    "--log-format",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-    help="json: one object per line (ts ISO-8601, level, logger, msg, and facts as fields), the fatal error too.",
-)
+@json_option("the summary")
+@log_format_option
 @clean_errors
 def replay(input_dir, queue_dir, changefeed_dir, progress, progress_interval, as_json, log_format, **pipeline) -> None:
     """Replay archived redo logs of INPUT_DIR into the changefeed, offline, then exit.
@@ -50,10 +41,8 @@ def replay(input_dir, queue_dir, changefeed_dir, progress, progress_interval, as
     """
     from ..dead_letters import whole_lines_end
     from ..runtime import replay as run_replay
-    from ..service.logs import setup_logging
 
-    setup_logging(command_log_level(None, "warning"), log_format)
-    click.get_current_context().meta[LOG_FORMAT] = log_format
+    start_logging(None, log_format, "warning")
     opts = pipeline_settings(**pipeline)
     dead_letter = opts.dead_letter
     bar = progress_line(progress, progress_interval, _replay_figures)

@@ -9,16 +9,21 @@ import click
 
 from .common import (
     DIR,
-    LOG_FORMAT,
     ByteSize,
+    changefeed_option,
     clean_errors,
-    command_log_level,
     config_option,
+    log_format_option,
+    log_level_option,
+    metrics_options,
     pipeline_options,
     pipeline_settings,
+    queue_option,
     run_recording_failure,
+    start_logging,
+    start_metrics,
 )
-from .group import ENV_PREFIX, LOG_LEVELS, main
+from .group import ENV_PREFIX, main
 from .signals import EARLY_SIGTERM, stop_on_signals
 
 
@@ -59,13 +64,8 @@ def _threads(ctx, param, value):
 @main.command()
 @click.argument("input_dir", required=False, type=DIR, envvar=f"{ENV_PREFIX}_RUN_INPUT")
 @config_option
-@click.option("--queue", "queue_dir", type=DIR, help="Queue directory.")
-@click.option(
-    "--changefeed",
-    "changefeed_dir",
-    type=DIR,
-    help="Changefeed directory, or s3://BUCKET/PREFIX (AWS variables: docs/operations.md).",
-)
+@queue_option()
+@changefeed_option()
 @click.option(
     "--threads", callback=_threads, help="Redo threads in play, e.g. 1,2 (default: those with files at start)."
 )
@@ -93,23 +93,9 @@ def _threads(ctx, param, value):
     "while a commit waits for it.",
 )
 @pipeline_options
-@click.option(
-    "--metrics-port",
-    type=click.IntRange(0, 65535),
-    default=None,
-    help="Serve Prometheus metrics on this port (off by default).",
-)
-@click.option(
-    "--metrics-host", default="127.0.0.1", show_default=True, help="Address for the metrics (loopback by default)."
-)
-@click.option("--log-level", type=LOG_LEVELS, default=None, help="Log level (default: the group's, else info).")
-@click.option(
-    "--log-format",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-    help="json: one object per line (ts ISO-8601, level, logger, msg, and facts as fields), the fatal error too.",
-)
+@metrics_options
+@log_level_option
+@log_format_option
 @click.option(
     "--log-summary-interval",
     type=click.FloatRange(min=0),
@@ -199,7 +185,6 @@ def run(
     database's logical replication (see docs/postgresql.md); or olr://HOST:PORT/DATABASE:
     an OpenLogReplicator (or olr-buffer serve) that sends DATABASE over its network
     protocol (see docs/operations.md)."""
-    from ..service.logs import setup_logging
     from ..sources import SourceUsageError, locate
 
     missing = [
@@ -222,8 +207,7 @@ def run(
         source.check_location()
     except SourceUsageError as exc:
         raise click.BadParameter(exc.message, param_hint="INPUT_DIR") from None
-    setup_logging(command_log_level(log_level, "info"), log_format)
-    click.get_current_context().meta[LOG_FORMAT] = log_format
+    start_logging(log_level, log_format, "info")
     pipeline["log_summary_seconds"] = log_summary_interval
     pipeline["store_timeout_seconds"] = store_timeout
     run_recording_failure(
@@ -266,18 +250,11 @@ def _serve(
 
     from ..runtime import changefeed_at, run_service
     from ..service.metrics import Metrics
-    from ..service.metrics_http import serve_metrics
 
     metrics = None
     if metrics_port is not None:
         metrics = Metrics(stale_after=health_timeout)
-        server = serve_metrics(metrics, metrics_host, metrics_port)
-        logging.getLogger("olr_buffer").info(
-            "metrics on http://%s:%d/metrics",
-            metrics_host,
-            server.server_address[1],
-            extra={"metrics_port": server.server_address[1]},
-        )
+        start_metrics(metrics, metrics_host, metrics_port, "olr_buffer")
     opts = pipeline_settings(
         **pipeline,
         threads=threads,

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
-import logging
 import re
 
 import click
 
-from .common import LOG_FORMAT, clean_errors, command_log_level, config_option
-from .group import LOG_LEVELS, main
+from .common import (
+    clean_errors,
+    config_option,
+    log_format_option,
+    log_level_option,
+    metrics_options,
+    start_logging,
+    start_metrics,
+)
+from .group import main
 from .signals import stop_on_signals
 
 
@@ -67,23 +74,9 @@ def _listen_address(ctx, param, value):
     help="A new connection takes over from the connected receiver when that one has made no progress "
     "(no request, no byte of the stream taken) for this many seconds; before, it is refused.",
 )
-@click.option(
-    "--metrics-port",
-    type=click.IntRange(0, 65535),
-    default=None,
-    help="Serve Prometheus metrics on this port (off by default).",
-)
-@click.option(
-    "--metrics-host", default="127.0.0.1", show_default=True, help="Address for the metrics (loopback by default)."
-)
-@click.option("--log-level", type=LOG_LEVELS, default=None, help="Log level (default: the group's, else info).")
-@click.option(
-    "--log-format",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-    help="json: one object per line (ts ISO-8601, level, logger, msg, and facts as fields).",
-)
+@metrics_options
+@log_level_option
+@log_format_option
 @click.option(
     "--no-sync",
     is_flag=True,
@@ -110,7 +103,6 @@ def serve(
     while `run` publishes; one receiver at a time. SIGTERM or SIGINT stops it (exit 0).
     See docs/operations.md."""
 
-    from ..service.logs import setup_logging
     from ..store import is_remote
 
     if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", changefeed_dir) and not is_remote(changefeed_dir):
@@ -122,8 +114,7 @@ def serve(
             "serve keeps the receiver's confirmed position in a local changefeed directory: "
             "with s3://BUCKET/PREFIX give --state DIR, a local directory for it"
         )
-    setup_logging(command_log_level(log_level, "info"), log_format)
-    click.get_current_context().meta[LOG_FORMAT] = log_format
+    start_logging(log_level, log_format, "info")
     stop, _ = stop_on_signals("olr_buffer.serve")
     from ..serve import ServeOptions, StreamServer
 
@@ -142,13 +133,6 @@ def serve(
     )
     if metrics_port is not None:
         from ..serve.metrics import ServeMetrics
-        from ..service.metrics_http import serve_metrics
 
-        http = serve_metrics(ServeMetrics(server), metrics_host, metrics_port)
-        logging.getLogger("olr_buffer.serve").info(
-            "metrics on http://%s:%d/metrics",
-            metrics_host,
-            http.server_address[1],
-            extra={"metrics_port": http.server_address[1]},
-        )
+        start_metrics(ServeMetrics(server), metrics_host, metrics_port, "olr_buffer.serve")
     server.run(stop)

@@ -8,13 +8,13 @@ import os
 import click
 
 from ..errors import printable
-from .common import DIR, clean_errors, config_option
+from .common import DIR, clean_errors, config_option, json_option, queue_option
 from .group import main
 
 
 @main.command()
 @config_option
-@click.option("--queue", "queue_dir", type=DIR, help="Queue directory.")
+@queue_option()
 @click.option(
     "--changefeed",
     "changefeed_dir",
@@ -28,7 +28,7 @@ from .group import main
     default=None,
     help="With --changefeed: the mirror at this target (`mirror --target`): how far behind, each table.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+@json_option("the status")
 @clean_errors
 def status(queue_dir, changefeed_dir, serve_state, mirror_target, as_json) -> None:
     """Show what the queue holds: segments, open transactions, readers, watermark,

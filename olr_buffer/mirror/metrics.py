@@ -3,51 +3,33 @@ as ``run``'s and ``serve``'s (``/metrics``, ``/health``)."""
 
 from __future__ import annotations
 
-import platform
-import time
-
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
-
-from .. import __version__
+from ..service.metrics_http import ScrapedFigures, build_info, metric_family
 
 #: ``/health`` answers 503 when the mirror's loop has not turned for this many seconds
 #: (a batch of a large backlog takes seconds; a store that fails is waited for in the loop).
 HEALTH_STALE_SECONDS = 120.0
 
 
-class MirrorMetrics:
+class MirrorMetrics(ScrapedFigures):
     """The figures of a :class:`~olr_buffer.mirror.Mirror`, with the interface the
     metrics HTTP server asks for (``text()``, ``health()``)."""
+
+    stale_after = HEALTH_STALE_SECONDS
 
     def __init__(self, mirror) -> None:
         self.mirror = mirror
 
-    def text(self) -> bytes:
-        registry = CollectorRegistry(auto_describe=False)
-        registry.register(self)
-        return generate_latest(registry)
-
-    def health(self) -> tuple[bool, dict]:
-        idle = time.monotonic() - self.mirror.tick
-        ok = idle < HEALTH_STALE_SECONDS
-        return ok, {"status": "ok" if ok else "stalled", "seconds_since_loop": round(idle, 3)}
+    def tick(self) -> float:
+        return self.mirror.tick
 
     def collect(self):
         m = self.mirror
         r = m.result
 
         def family(name: str, kind: str, help_: str, value) -> object:
-            cls = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
-            fam = cls(f"olr_buffer_mirror_{name}", help_)
-            fam.add_metric([], value)
-            return fam
+            return metric_family(f"mirror_{name}", kind, help_, [((), value)])
 
-        yield InfoMetricFamily(
-            "olr_buffer_build",
-            "Version of olr-buffer and of Python.",
-            value={"version": __version__, "python": platform.python_version()},
-        )
+        yield build_info()
         yield family(
             "last_tx_seq", "gauge", "Every table holds every change up to this tx_seq (-1: none yet).", m.scanned
         )

@@ -3,34 +3,23 @@ as ``run``'s (``olr_buffer.service.metrics_http``: ``/metrics``, ``/health``).""
 
 from __future__ import annotations
 
-import platform
-import time
-
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
-
-from .. import __version__
+from ..service.metrics_http import ScrapedFigures, build_info, metric_family
 
 #: ``/health`` answers 503 when the server's loop has not turned for this many seconds.
 HEALTH_STALE_SECONDS = 30.0
 
 
-class ServeMetrics:
+class ServeMetrics(ScrapedFigures):
     """The figures of a :class:`~olr_buffer.serve.StreamServer`, with the interface the
     metrics HTTP server asks for (``text()``, ``health()``)."""
+
+    stale_after = HEALTH_STALE_SECONDS
 
     def __init__(self, server) -> None:
         self.server = server
 
-    def text(self) -> bytes:
-        registry = CollectorRegistry(auto_describe=False)
-        registry.register(self)
-        return generate_latest(registry)
-
-    def health(self) -> tuple[bool, dict]:
-        idle = time.monotonic() - self.server.stats.tick
-        ok = idle < HEALTH_STALE_SECONDS
-        return ok, {"status": "ok" if ok else "stalled", "seconds_since_loop": round(idle, 3)}
+    def tick(self) -> float:
+        return self.server.stats.tick
 
     def collect(self):
         s = self.server.stats
@@ -38,16 +27,9 @@ class ServeMetrics:
         db = self.server.opts.database
 
         def family(name: str, kind: str, help_: str, value) -> object:
-            cls = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
-            fam = cls(f"olr_buffer_serve_{name}", help_, labels=["database"])
-            fam.add_metric([db], value)
-            return fam
+            return metric_family(f"serve_{name}", kind, help_, [((db,), value)], ("database",))
 
-        yield InfoMetricFamily(
-            "olr_buffer_build",
-            "Version of olr-buffer and of Python.",
-            value={"version": __version__, "python": platform.python_version()},
-        )
+        yield build_info()
         yield family(
             "receiver_connected", "gauge", "1 while a receiver is connected.", int(self.server.conn is not None)
         )

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import platform
 import threading
 import time
-from typing import Any
 
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, SummaryMetricFamily
+from prometheus_client.core import SummaryMetricFamily
 
-from .. import __version__
 from ..changes import INFINITE_SCN
+from .metrics_http import build_info, loop_health, metric_family
 
 #: ``/health`` answers 503 when the service's loop has not ticked for this many seconds
 #: (``run --health-timeout``).
@@ -56,7 +54,7 @@ class Metrics:
                 "olr_buffer_store_outage_seconds": round(retry.outage_seconds(), 3),
             }
             families = [
-                _family(f.name.removeprefix("olr_buffer_"), f.type, f.documentation, [((), fresh[f.name])])
+                metric_family(f.name.removeprefix("olr_buffer_"), f.type, f.documentation, [((), fresh[f.name])])
                 if f.name in fresh
                 else f
                 for f in families
@@ -67,9 +65,7 @@ class Metrics:
         """(healthy, document): healthy while the loop ticked within ``stale_after``
         seconds (a loop that waits for an unreachable store to answer again ticks; one
         blocked in a call that does not return does not)."""
-        idle = time.monotonic() - self._tick
-        ok = idle < self.stale_after
-        doc: dict[str, Any] = {"status": "ok" if ok else "stalled", "seconds_since_loop": round(idle, 3)}
+        ok, doc = loop_health(self._tick, self.stale_after)
         with self._lock:
             retry = self._retry
         outage = retry.outage_seconds() if retry is not None else 0.0
@@ -102,14 +98,6 @@ class _Snapshot:
         return iter(self._families)
 
 
-def _family(name: str, kind: str, help_: str, samples, labels: tuple[str, ...] = ()):
-    cls = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
-    fam = cls(f"olr_buffer_{name}", help_, labels=list(labels))
-    for label_values, value in samples:
-        fam.add_metric(list(label_values), value)
-    return fam
-
-
 def seconds_behind_source(p, now_ns: int) -> float:
     """Like Debezium's MilliSecondsBehindSource, in seconds: how far the changefeed is
     behind the source's clock. While a commit waits for the watermark (a silent thread
@@ -137,35 +125,32 @@ def _families(p):
     def one(value):
         return [((), value)]
 
-    build = InfoMetricFamily(
-        "olr_buffer_build",
-        "Version of olr-buffer and of Python.",
-        value={"version": __version__, "python": platform.python_version()},
-    )
-    yield build
-    yield _family(
+    yield build_info()
+    yield metric_family(
         "records_appended_total",
         "counter",
         "Redo records appended to the queue by this process.",
         one(figures.records_read),
     )
-    yield _family("queue_bytes", "gauge", "Bytes of the queue's segment files.", one(sum(s.bytes for s in segments)))
-    yield _family("queue_segments", "gauge", "Segments in the queue.", one(len(segments)))
-    yield _family("open_transactions", "gauge", "Transactions held by the dispatcher.", one(len(d.open)))
-    yield _family(
+    yield metric_family(
+        "queue_bytes", "gauge", "Bytes of the queue's segment files.", one(sum(s.bytes for s in segments))
+    )
+    yield metric_family("queue_segments", "gauge", "Segments in the queue.", one(len(segments)))
+    yield metric_family("open_transactions", "gauge", "Transactions held by the dispatcher.", one(len(d.open)))
+    yield metric_family(
         "oldest_open_age_seconds",
         "gauge",
         "Age of the oldest open transaction (from its begin's tm).",
         one(round(oldest_age, 3)),
     )
-    yield _family(
+    yield metric_family(
         "thread_progress_scn",
         "gauge",
         "Progress P(t) of each redo thread.",
         [((str(t),), v) for t, v in sorted(progress.items())],
         ("thread",),
     )
-    yield _family(
+    yield metric_family(
         "thread_state",
         "gauge",
         "State of each redo thread: open, closed (by a close record) or finished "
@@ -177,20 +162,20 @@ def _families(p):
         ],
         ("thread", "state"),
     )
-    yield _family(
+    yield metric_family(
         "threads_waiting",
         "gauge",
         "Threads in play that have not written a record yet (nothing is published).",
         one(len(p.waiting_for())),
     )
-    yield _family("watermark_scn", "gauge", "min P(t) over the threads in play.", one(watermark))
-    yield _family(
+    yield metric_family("watermark_scn", "gauge", "min P(t) over the threads in play.", one(watermark))
+    yield metric_family(
         "watermark_lag_scn",
         "gauge",
         "How far the watermark is behind the most advanced thread, in SCN.",
         one((max(finite) - watermark) if finite and watermark < INFINITE_SCN else 0),
     )
-    yield _family(
+    yield metric_family(
         "seconds_behind_source",
         "gauge",
         "Like Debezium's MilliSecondsBehindSource, in seconds: now minus "
@@ -198,60 +183,62 @@ def _families(p):
         "commit.",
         one(round(seconds_behind_source(p, now_ns), 3)),
     )
-    yield _family(
+    yield metric_family(
         "late_records_total",
         "counter",
         "Records not published because they came after their "
         "transaction, or a later commit, was published (threads not in play).",
         one(totals.late_records),
     )
-    yield _family(
+    yield metric_family(
         "abandoned_transactions_total",
         "counter",
         "Transactions without an end abandoned by the "
         "retention limit (--transaction-retention[-scn]): never published.",
         one(totals.abandoned_transactions),
     )
-    yield _family(
+    yield metric_family(
         "abandoned_rows_total",
         "counter",
         "Rows of the abandoned transactions, not published.",
         one(totals.abandoned_rows),
     )
-    yield _family(
+    yield metric_family(
         "abandoned_records_total",
         "counter",
         "Records of abandoned transactions that came after they were abandoned (their end among them), not published.",
         one(totals.abandoned_records),
     )
-    yield _family(
+    yield metric_family(
         "dead_letters_total",
         "counter",
         "Bad records written to the --dead-letter file by this run (its reader processes).",
         one(figures.quarantined),
     )
-    yield _family(
+    yield metric_family(
         "transactions_rolled_back_total",
         "counter",
         "Transactions ended by a rollback (not published).",
         one(totals.rolled_back),
     )
-    yield _family(
+    yield metric_family(
         "unmatched_compensations_total",
         "counter",
         "Compensating records (rollback: true) that matched no row of their transaction.",
         one(totals.unmatched_compensations),
     )
-    yield _family(
+    yield metric_family(
         "transactions_published_total",
         "counter",
         "Transactions handed to the changefeed's writer (visible once their file is published).",
         one(totals.published),
     )
-    yield _family("rows_published_total", "counter", "Rows handed to the changefeed's writer.", one(totals.rows))
-    yield _family("changefeed_next_tx_seq", "gauge", "The tx_seq the next transaction will get.", one(sink.next_tx_seq))
+    yield metric_family("rows_published_total", "counter", "Rows handed to the changefeed's writer.", one(totals.rows))
+    yield metric_family(
+        "changefeed_next_tx_seq", "gauge", "The tx_seq the next transaction will get.", one(sink.next_tx_seq)
+    )
     pending = sink.pending_since()
-    yield _family(
+    yield metric_family(
         "changefeed_unpublished_seconds",
         "gauge",
         "How long the oldest transaction handed to the changefeed's writer but not yet in a visible file has waited "
@@ -259,27 +246,27 @@ def _families(p):
         one(max(time.monotonic() - pending, 0.0) if pending is not None else 0.0),
     )
     sf = sink.figures()
-    yield _family(
+    yield metric_family(
         "store_outages_total",
         "counter",
         "Times the changefeed's object store could not be reached (each outage once; run retries until it answers).",
         one(sf.store_outages),
     )
-    yield _family(
+    yield metric_family(
         "store_retries_total",
         "counter",
         "Calls to the changefeed's object store tried again because it could not be reached.",
         one(sf.store_retries),
     )
-    yield _family(
+    yield metric_family(
         "store_outage_seconds",
         "gauge",
         "How long the changefeed's object store has been unreachable (0 while it answers).",
         one(round(sf.store_outage_seconds, 3)),
     )
     for m in source.metrics():  # the source's own (PostgreSQL: slot, lag), without labels
-        yield _family(m.name, m.kind, m.help, one(m.value))
-    yield _family(
+        yield metric_family(m.name, m.kind, m.help, one(m.value))
+    yield metric_family(
         "publish_latency_clock_ahead_total",
         "counter",
         "Published transactions whose commit tm was later "

@@ -248,3 +248,9 @@ _S = TypeVar("_S", bound=ResumeState)
 def decode_state(cls: type[_S], key: bytes, value: bytes, where: str = "queue") -> _S:
     """The ``cls`` document stored under ``key``, or a one-line error."""
     return decode_document(cls, key, value, where)
+
+
+def stored_state(cls: type[_S], meta: Mapping[bytes, bytes], key: bytes, where: str = "queue") -> _S | None:
+    """The ``cls`` document stored in a queue's metadata under ``key``, if any."""
+    raw = meta.get(key)
+    return None if raw is None else decode_state(cls, key, raw, where)

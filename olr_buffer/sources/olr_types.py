@@ -15,6 +15,8 @@ OpenLogReplicator writes them: numbers as JSON numbers, ``RAW`` as hex, dates an
 timestamps as nanoseconds since the epoch (or ISO text); ``TIMESTAMP WITH TIME ZONE``
 reads as ``string``, since OpenLogReplicator writes its values with the zone's name
 (``1712345678123456789,Europe/Warsaw``), which no Spark timestamp reads.
+
+Also what ``status`` shows alike for both: a position, and the transaction open in the queue.
 """
 
 from __future__ import annotations
@@ -149,3 +151,16 @@ class SchemaDocuments:
 def position_doc(p: tuple[int, int] | None) -> dict | None:
     """A position in OpenLogReplicator's stream, ``(c_scn, c_idx)``, as ``status`` shows it."""
     return None if p is None else {"c_scn": p[0], "c_idx": p[1]}
+
+
+def open_transaction_doc(open_tx) -> dict | None:
+    """The transaction whose records are in the queue without its commit (an OLR source's
+    ``OpenTransaction``: ``xid``, ``first``, ``rows``), as ``status`` shows it."""
+    return None if open_tx is None else {"xid": open_tx.xid, "first": position_doc(open_tx.first), "rows": open_tx.rows}
+
+
+def open_transaction_text(doc: dict | None) -> str:
+    """What ``status`` says of an :func:`open_transaction_doc` (nothing for none)."""
+    if doc is None:
+        return ""
+    return f"; transaction {doc['xid']} in the queue without its commit yet ({doc['rows']:,} row(s))"

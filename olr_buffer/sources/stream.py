@@ -19,8 +19,17 @@ from ..changes import (
 )
 from ..errors import OlrBufferError
 from ..txbuffer import TxQueue
-from .base import Acknowledgement, Reader, SourceFigures, SourceSettings
+from .base import Acknowledgement, Reader, SourceFigures, SourceSettings, SourceUsageError
 from .runner import CONTEXT, ChildAppends, run_child
+
+
+def replay_refused(where: str, what: str) -> SourceUsageError:
+    """``replay`` of a stream (``what`` at ``where``): a stream has no end to replay to;
+    ``replay`` is for redo log files."""
+    return SourceUsageError(
+        f"{where}: replay reads a directory of redo log files to its end; {what} is followed",
+        hint="use olr-buffer run with this URI",
+    )
 
 
 class StreamSource:

@@ -56,22 +56,41 @@ class Result:
         return int(m.group(1).replace(",", "")), int(m.group(2).replace(",", ""))
 
 
-def olr_buffer(*args: str | os.PathLike[str], cwd: str | os.PathLike[str] | None = None) -> Result:
+def olr_buffer(
+    *args: Any,
+    cwd: str | os.PathLike[str] | None = None,
+    fault: str | None = None,
+    env: dict[str, str] | None = None,
+    umask: int | None = None,
+    timeout: float = TIMEOUT,
+) -> Result:
     """Run ``python -m olr_buffer.cli ARGS`` with stdin closed and stdout/stderr piped
-    (so not a terminal: no progress line unless asked)."""
+    (so not a terminal: no progress line unless asked), in this environment without
+    ``PYTHONWARNINGS`` and ``OLR_BUFFER_FAULT``, plus ``env``; ``fault``: the fault point
+    that kills it (``OLR_BUFFER_FAULT``); ``umask``: its umask."""
     argv = [os.fspath(a) for a in args]
-    env = dict(os.environ)
-    env.pop("PYTHONWARNINGS", None)
+    environ = {k: v for k, v in os.environ.items() if k not in ("PYTHONWARNINGS", "OLR_BUFFER_FAULT")}
+    environ.update(env or {})
+    if fault:
+        environ["OLR_BUFFER_FAULT"] = fault
     proc = subprocess.run(
         [sys.executable, "-m", "olr_buffer.cli", *argv],
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
-        timeout=TIMEOUT,
+        timeout=timeout,
         cwd=cwd,
-        env=env,
+        env=environ,
+        preexec_fn=(lambda: os.umask(umask)) if umask is not None else None,
     )
     return Result(argv, proc.returncode, proc.stdout, proc.stderr)
+
+
+def status_json(queue: str | os.PathLike[str]) -> dict[str, Any]:
+    """``olr-buffer status --queue QUEUE --json`` (run from the repository), exit 0, as a dict."""
+    from tests.paths import ROOT
+
+    return ok(olr_buffer("status", "--queue", queue, "--json", cwd=ROOT)).json()
 
 
 def ok(result: Result) -> Result:

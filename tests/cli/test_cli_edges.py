@@ -226,6 +226,26 @@ def test_run_with_a_postgres_uri_that_cannot_be_parsed_is_a_usage_error(tmp_path
     assert not (tmp_path / "q").exists() and not (tmp_path / "cf").exists()
 
 
+@pytest.mark.parametrize(
+    "uri, where, what",
+    [
+        ("olr://127.0.0.1:1/ORCL", "olr://127.0.0.1:1/ORCL", "an OpenLogReplicator sender"),
+        ("postgresql://u:pw@127.0.0.1:1/db", "postgresql://u:***@127.0.0.1:1/db", "a PostgreSQL source"),
+    ],
+    ids=["olr", "postgresql"],
+)
+def test_replay_of_a_stream_is_a_usage_error_that_points_to_run(tmp_path, uri, where, what):
+    """A stream has no end to replay to: one line naming it (its password hidden), nothing made."""
+    line = one_line(
+        olr_buffer("replay", uri, "--queue", tmp_path / "q", "--changefeed", tmp_path / "cf"), errors.EXIT_USAGE
+    )
+    assert line == (
+        f"olr-buffer: error: {where}: replay reads a directory of redo log files to its end; {what} is followed "
+        "(hint: use olr-buffer run with this URI)"
+    )
+    assert not (tmp_path / "q").exists() and not (tmp_path / "cf").exists()
+
+
 def test_replay_logs_as_json_with_log_format_json(tmp_path):
     """``replay --log-format json``, as ``run``'s: every line on stderr is one JSON object,
     the error that stops it included."""

@@ -1,7 +1,8 @@
 """A receiver of OpenLogReplicator's network protocol, written for the tests from the
 protocol's facts (contracts section 6), sharing no code with olr-buffer's own encoder:
 its own protobuf encoding of a ``RedoRequest`` and decoding of a ``RedoResponse``, its
-own framing, and JSON messages read with the standard library."""
+own framing (:mod:`tests.olr_wire`, the stand-in sender's too), and JSON messages read
+with the standard library."""
 
 from __future__ import annotations
 
@@ -10,25 +11,22 @@ import socket
 import struct
 import time
 
-# request codes
-INFO, START, CONTINUE, CONFIRM = 0, 1, 2, 3
-# response codes
-READY, FAILED_START, STARTING, ALREADY_STARTED, REPLICATE, PAYLOAD, INVALID_DATABASE, INVALID_COMMAND = range(8)
+from tests.olr_wire import (
+    ALREADY_STARTED,
+    CONFIRM,
+    CONTINUE,
+    INFO,
+    READY,
+    REPLICATE,
+    START,
+    framed,
+    read_varint,
+    varint,
+)
+
 #: OpenLogReplicator's "no SCN" (Scn::none(), Ctx::ZERO_SCN): START from it is "now",
 #: CONTINUE from it "next" (after the confirmed position)
 NO_SCN = (1 << 64) - 1
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
 
 
 def request(
@@ -46,23 +44,23 @@ def request(
     8 c_scn, 9 c_idx."""
     out = b""
     if code:
-        out += b"\x08" + _varint(code)
+        out += b"\x08" + varint(code)
     if database:
         raw = database.encode()
-        out += b"\x12" + _varint(len(raw)) + raw
+        out += b"\x12" + varint(len(raw)) + raw
     if scn is not None:
-        out += b"\x18" + _varint(scn)
+        out += b"\x18" + varint(scn)
     if tms is not None:
         raw = tms.encode()
-        out += b"\x22" + _varint(len(raw)) + raw
+        out += b"\x22" + varint(len(raw)) + raw
     if tm_rel is not None:
-        out += b"\x28" + _varint(tm_rel & NO_SCN)  # an int64 is its two's complement in 64 bits
+        out += b"\x28" + varint(tm_rel & NO_SCN)  # an int64 is its two's complement in 64 bits
     if seq is not None:
-        out += b"\x30" + _varint(seq)
+        out += b"\x30" + varint(seq)
     if c_scn is not None:
-        out += b"\x40" + _varint(c_scn)
+        out += b"\x40" + varint(c_scn)
     if c_idx is not None:
-        out += b"\x48" + _varint(c_idx)
+        out += b"\x48" + varint(c_idx)
     return out
 
 
@@ -71,22 +69,11 @@ def decode_response(data: bytes) -> dict:
     fields: dict[int, int] = {}
     pos = 0
     while pos < len(data):
-        key, pos = _read_varint(data, pos)
+        key, pos = read_varint(data, pos)
         number, wire = key >> 3, key & 7
         assert wire == 0, f"field {number}: wire type {wire}: only varints are expected in a reply"
-        fields[number], pos = _read_varint(data, pos)
+        fields[number], pos = read_varint(data, pos)
     return {"code": fields.get(1, 0), "scn": fields.get(2), "c_scn": fields.get(10, 0), "c_idx": fields.get(11, 0)}
-
-
-def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        b = data[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return value, pos
-        shift += 7
 
 
 class Receiver:
@@ -109,7 +96,7 @@ class Receiver:
     # -- frames ---------------------------------------------------------------------------
 
     def send_frame(self, payload: bytes) -> None:
-        self.sock.sendall(struct.pack("<I", len(payload)) + payload)
+        self.sock.sendall(framed(payload))
 
     def send(self, code: int, database: str | None = None, **fields) -> None:
         self.send_frame(request(code, self.database if database is None else database, **fields))

@@ -17,10 +17,11 @@ from pathlib import Path
 import pytest
 
 from olr_buffer.serve.state import read_confirmed
+from tests.olr_wire import CONFIRM, CONTINUE, INFO, READY, REPLICATE, START
 from tests.serve.changefeeds import Feed, Row, Tx, random_transactions
 from tests.serve.conftest import serving
 from tests.serve.model import after, expected_messages, position
-from tests.serve.receiver import CONFIRM, CONTINUE, INFO, READY, REPLICATE, START, Receiver, decode_response, request
+from tests.serve.receiver import Receiver, decode_response, request
 
 SMALL = 16 << 10  # a small socket buffer: the kernel holds little of the stream
 
@@ -273,7 +274,7 @@ def test_a_receiver_that_makes_progress_is_not_taken_over(small, caplog):
 
 @pytest.mark.e2e
 def test_serve_takes_its_takeover_time_from_the_command_line(small):
-    from tests.serve.test_serve_process import ServeProcess
+    from tests.serve.serve_process import ServeProcess
 
     cf, everything = small
     serve = ServeProcess(cf, "--takeover-after", "0")

@@ -16,10 +16,7 @@ from hypothesis import strategies as st
 
 from olr_buffer.serve import receivers_status
 from olr_buffer.serve.metrics import ServeMetrics
-from tests.serve.changefeeds import Feed, random_transactions
-from tests.serve.conftest import serving
-from tests.serve.model import expected_messages, position
-from tests.serve.receiver import (
+from tests.olr_wire import (
     ALREADY_STARTED,
     CONFIRM,
     CONTINUE,
@@ -27,13 +24,14 @@ from tests.serve.receiver import (
     INFO,
     INVALID_COMMAND,
     INVALID_DATABASE,
-    NO_SCN,
     READY,
     REPLICATE,
     START,
-    Receiver,
-    decode_response,
 )
+from tests.serve.changefeeds import Feed, random_transactions
+from tests.serve.conftest import serving
+from tests.serve.model import expected_messages, position
+from tests.serve.receiver import NO_SCN, Receiver, decode_response
 
 
 def wait_for(predicate, timeout: float = 30.0, what: str = "the condition") -> None:

@@ -9,8 +9,6 @@ import random
 import shutil
 import signal
 import subprocess
-import sys
-import threading
 import time
 from pathlib import Path
 
@@ -18,76 +16,14 @@ import pytest
 
 from olr_buffer.simulate import simulate
 from tests.contract_model import expected_changefeed, load_changefeed
+from tests.live_writer import start_live_writer
+from tests.olr_wire import ALREADY_STARTED, CONTINUE, REPLICATE, START
+from tests.paths import CLI, ROOT
 from tests.serve.changefeeds import Feed, random_transactions
 from tests.serve.model import after, expected_messages, position, transactions
-from tests.serve.receiver import ALREADY_STARTED, CONTINUE, REPLICATE, START, Receiver
+from tests.serve.serve_process import ServeProcess, run_cli
 
 pytestmark = pytest.mark.e2e
-
-ROOT = Path(__file__).resolve().parents[2]
-CLI = [sys.executable, "-m", "olr_buffer.cli"]
-
-
-class ServeProcess:
-    """``olr-buffer serve`` in a child process, its JSON log collected by a thread."""
-
-    def __init__(self, cf: Path, *extra: str, database: str = "ORCL") -> None:
-        self.proc = subprocess.Popen(
-            [
-                *CLI,
-                "serve",
-                str(cf),
-                "--listen",
-                "127.0.0.1:0",
-                "--database",
-                database,
-                "--log-format",
-                "json",
-                "--poll-interval",
-                "0.05",
-                *extra,
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=ROOT,
-        )
-        self.lines: list[str] = []
-        self._ready = threading.Event()
-        self.port: int | None = None
-        threading.Thread(target=self._collect, daemon=True).start()
-        if not self._ready.wait(60):
-            self.proc.kill()
-            raise AssertionError("serve did not start listening:\n" + "".join(self.lines))
-        assert self.port is not None, "serve stopped before listening:\n" + "".join(self.lines)
-
-    def _collect(self) -> None:
-        for line in self.proc.stderr:
-            self.lines.append(line)
-            if self.port is None:
-                try:
-                    doc = json.loads(line)
-                except ValueError:
-                    continue
-                if "listen" in doc:
-                    self.port = int(doc["listen"].rpartition(":")[2])
-                    self._ready.set()
-        self._ready.set()
-
-    def receiver(self) -> Receiver:
-        return Receiver("127.0.0.1", self.port)
-
-    def stop(self, sig: int = signal.SIGTERM) -> int:
-        self.proc.send_signal(sig)
-        return self.proc.wait(30)
-
-    @property
-    def log(self) -> str:
-        return "".join(self.lines)
-
-
-def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, cwd=ROOT, timeout=120)
 
 
 @pytest.fixture
@@ -249,20 +185,7 @@ def test_a_receiver_of_a_changefeed_that_run_keeps_writing(tmp_path: Path):
         text=True,
         cwd=ROOT,
     )
-    writer = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tests.live_writer",
-            str(tmp_path / "stage"),
-            str(tmp_path / "live"),
-            "--rate",
-            "800",
-            "--seed",
-            "2",
-        ],
-        cwd=ROOT,
-    )
+    writer = start_live_writer(tmp_path / "stage", tmp_path / "live", 800, seed=2)
     serve = None
     try:
         deadline = time.monotonic() + 60

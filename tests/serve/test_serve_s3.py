@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from olr_buffer.sinks.parquet import compact
+from tests.paths import CLI, ROOT
 from tests.serve.changefeeds import Feed, random_transactions
 from tests.serve.model import expected_messages
-from tests.serve.test_serve_process import CLI, ROOT, ServeProcess
+from tests.serve.serve_process import ServeProcess
 
 pytestmark = pytest.mark.e2e
 

@@ -16,10 +16,7 @@ import pytest
 from olr_buffer.serve import receivers_status
 from olr_buffer.serve import server as server_module
 from olr_buffer.serve.metrics import ServeMetrics
-from tests.serve.changefeeds import Feed, Row, Tx, random_transactions
-from tests.serve.conftest import serving
-from tests.serve.model import after, expected_messages, position
-from tests.serve.receiver import (
+from tests.olr_wire import (
     ALREADY_STARTED,
     CONFIRM,
     CONTINUE,
@@ -29,8 +26,11 @@ from tests.serve.receiver import (
     READY,
     REPLICATE,
     START,
-    Receiver,
 )
+from tests.serve.changefeeds import Feed, Row, Tx, random_transactions
+from tests.serve.conftest import serving
+from tests.serve.model import after, expected_messages, position
+from tests.serve.receiver import Receiver
 
 
 @pytest.fixture

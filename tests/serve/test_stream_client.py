@@ -16,7 +16,7 @@ import pytest
 from tests.serve.changefeeds import Feed, Row, Tx, random_transactions
 from tests.serve.model import after, expected_messages, position
 from tests.serve.receiver import StreamClient, StreamClientError
-from tests.serve.test_serve_process import ServeProcess, run_cli
+from tests.serve.serve_process import ServeProcess, run_cli
 
 pytestmark = pytest.mark.e2e
 

@@ -480,14 +480,7 @@ def _compact_delta(target: _Target, merges: list[list[PublishedFile]], opts: _Wr
     table = delta_table.open_table(loc, app_id=None, writer={"compaction": True, "pid": os.getpid()}, create=False)
     pairs = []
     for group in merges:
-        merged = PublishedFile(
-            part_name(group[0].first, group[-1].last),
-            group[0].first,
-            group[-1].last,
-            sum(f.rows for f in group),
-            group[-1].last_commit,
-            group[-1].owner,
-        )
+        merged = _merge_of(group)
         if loc.size(merged.name) is not None:
             existing = read_footer(loc, merged.name)
             if (existing.first, existing.last, existing.rows) != (merged.first, merged.last, merged.rows):
@@ -582,11 +575,10 @@ def _dir_mode(loc: Location) -> int:
     return os.stat(loc.path).st_mode & 0o777 if loc.path is not None else DEFAULT_MODE
 
 
-def _write_merged(
-    src: Location, group: list[PublishedFile], target: _Target, opts: _WriteOptions, mode: int
-) -> PublishedFile:
-    """Rows of ``group``'s files, in order, into one local temporary file (fsynced)."""
-    merged = PublishedFile(
+def _merge_of(group: list[PublishedFile]) -> PublishedFile:
+    """The file that merges ``group`` (neighbouring files, in order): its name, range, rows,
+    last commit and owner, and the schema versions its files changed."""
+    return PublishedFile(
         part_name(group[0].first, group[-1].last),
         group[0].first,
         group[-1].last,
@@ -595,6 +587,13 @@ def _write_merged(
         group[-1].owner,
         tuple((o, t, v) for (o, t), v in current_schemas(group).items()),  # the files' changes, in order
     )
+
+
+def _write_merged(
+    src: Location, group: list[PublishedFile], target: _Target, opts: _WriteOptions, mode: int
+) -> PublishedFile:
+    """Rows of ``group``'s files, in order, into one local temporary file (fsynced)."""
+    merged = _merge_of(group)
     tmp = target.tmp_path(merged.first, merged.last)
     create_file(tmp, mode)
     writer = parquet_writer(tmp, opts.compression)

@@ -10,8 +10,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ...txbuffer import TxQueue
-from ..base import Metric, SourceKind, SourceSettings, SourceUsageError
-from ..stream import StreamSource
+from ..base import Metric, SourceKind, SourceSettings
+from ..stream import StreamSource, replay_refused
 from .location import parse_location
 from .process import OlrProcess, ReceiverFigures
 from .receiver import MAX_MESSAGE_BYTES, THREAD, OlrReceiver
@@ -119,11 +119,7 @@ def build(uri: str, queue: TxQueue, settings: SourceSettings, **options) -> OlrS
 
 def refuse_replay(uri: str) -> None:
     """A stream has no end to replay to: ``replay`` is for redo log files."""
-    raise SourceUsageError(
-        f"{parse_location(uri).uri}: replay reads a directory of redo log files to its end; an OpenLogReplicator "
-        "sender is followed",
-        hint="use olr-buffer run with this URI",
-    )
+    raise replay_refused(parse_location(uri).uri, "an OpenLogReplicator sender")
 
 
 def options(flags: Mapping[str, Any]) -> dict[str, Any]:

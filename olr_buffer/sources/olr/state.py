@@ -8,8 +8,8 @@ from collections.abc import Mapping
 
 import msgspec
 
-from ..base import ResumeState, decode_state, encode_state
-from ..olr_types import position_doc
+from ..base import ResumeState, decode_state, encode_state, stored_state
+from ..olr_types import open_transaction_doc, open_transaction_text, position_doc
 
 #: The prefix of the source's queue metadata keys.
 PREFIX = b"olr/"
@@ -78,8 +78,7 @@ def columns_key(owner: str | None, table: str) -> bytes:
 
 def load_state(meta: Mapping[bytes, bytes], where: str = "queue") -> OlrState | None:
     """The state stored in a queue's metadata, if any."""
-    raw = meta.get(STATE_KEY)
-    return None if raw is None else decode_state(OlrState, STATE_KEY, raw, where)
+    return stored_state(OlrState, meta, STATE_KEY, where)
 
 
 def load_columns(meta: Mapping[bytes, bytes], where: str = "queue") -> dict[bytes, TableColumns]:
@@ -106,9 +105,7 @@ def status(meta: Mapping[bytes, bytes], now: float) -> dict | None:
         "last_appended_commit": position_doc(st.last_commit),
         "lag_scn": lag_scn,
         "lag_seconds": lag_seconds,
-        "open_transaction": None
-        if st.open is None
-        else {"xid": st.open.xid, "first": position_doc(st.open.first), "rows": st.open.rows},
+        "open_transaction": open_transaction_doc(st.open),
         "messages": st.messages,
         "transactions": st.transactions,
         "checkpoint_messages": st.checkpoints,
@@ -134,9 +131,7 @@ def status_lines(doc: dict) -> list[str]:
         + f", {doc['transactions']:,} transaction(s) received, {doc['checkpoint_messages']:,} checkpoint message(s) "
         f"ignored, {doc['reconnects']} reconnect(s)"
     )
-    if doc["open_transaction"] is not None:
-        o = doc["open_transaction"]
-        line += f"; transaction {o['xid']} in the queue without its commit yet ({o['rows']:,} row(s))"
+    line += open_transaction_text(doc["open_transaction"])
     if doc["tables_with_columns"]:
         line += f"; columns of {doc['tables_with_columns']} table(s) kept"
     if doc["as_of_seconds_ago"] is not None:

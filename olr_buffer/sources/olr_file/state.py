@@ -7,8 +7,8 @@ from collections.abc import Mapping
 
 import msgspec
 
-from ..base import ResumeState, decode_state, encode_state
-from ..olr_types import position_doc
+from ..base import ResumeState, decode_state, encode_state, stored_state
+from ..olr_types import open_transaction_doc, open_transaction_text, position_doc
 
 #: The prefix of the source's queue metadata keys.
 PREFIX = b"olrfile/"
@@ -83,8 +83,7 @@ def load_columns(meta: Mapping[bytes, bytes], where: str = "queue") -> dict[byte
 
 def load_state(meta: Mapping[bytes, bytes], where: str = "queue") -> OlrFileState | None:
     """The state stored in a queue's metadata, if any."""
-    raw = meta.get(STATE_KEY)
-    return None if raw is None else decode_state(OlrFileState, STATE_KEY, raw, where)
+    return stored_state(OlrFileState, meta, STATE_KEY, where)
 
 
 def status(meta: Mapping[bytes, bytes], now: float) -> dict | None:
@@ -98,9 +97,7 @@ def status(meta: Mapping[bytes, bytes], now: float) -> dict | None:
         "line": st.line,
         "offset": st.offset,
         "last_commit": position_doc(st.last_commit),
-        "open_transaction": None
-        if st.open is None
-        else {"xid": st.open.xid, "first": position_doc(st.open.first), "rows": st.open.rows},
+        "open_transaction": open_transaction_doc(st.open),
         "messages": st.messages,
         "transactions": st.transactions,
         "checkpoint_messages": st.checkpoints,
@@ -117,9 +114,7 @@ def status_lines(doc: dict) -> list[str]:
         + f"; {doc['transactions']:,} transaction(s), {doc['messages']:,} message(s), "
         f"{doc['checkpoint_messages']:,} checkpoint message(s) skipped"
     )
-    if doc["open_transaction"] is not None:
-        o = doc["open_transaction"]
-        line += f"; transaction {o['xid']} in the queue without its commit yet ({o['rows']:,} row(s))"
+    line += open_transaction_text(doc["open_transaction"])
     if doc["as_of_seconds_ago"] is not None:
         line += f" (as of {doc['as_of_seconds_ago']}s ago)"
     return [line]

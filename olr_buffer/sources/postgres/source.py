@@ -8,7 +8,7 @@ from typing import Any
 
 from ...txbuffer import TxQueue
 from ..base import Metric, SourceKind, SourceSettings, SourceUsageError
-from ..stream import StreamSource
+from ..stream import StreamSource, replay_refused
 from .connection import redact, safe_uri
 from .process import PostgresProcess, ReaderFigures
 from .reader import THREAD, PostgresReader
@@ -111,10 +111,7 @@ def build(uri: str, queue: TxQueue, settings: SourceSettings, **options) -> Post
 
 def refuse_replay(uri: str) -> None:
     """A replication stream has no end to replay to: ``replay`` is for redo log files."""
-    raise SourceUsageError(
-        f"{safe_uri(uri)}: replay reads a directory of redo log files to its end; a PostgreSQL source is followed",
-        hint="use olr-buffer run with this URI",
-    )
+    raise replay_refused(safe_uri(uri), "a PostgreSQL source")
 
 
 def options(flags: Mapping[str, Any]) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..base import ResumeState, decode_state, encode_state
+from ..base import ResumeState, encode_state, stored_state
 
 #: The queue metadata key of the PostgreSQL source's state (and the prefix of its keys).
 STATE_KEY = b"postgres/position"
@@ -36,8 +36,7 @@ class PostgresState(ResumeState):
 
 def load_state(meta: Mapping[bytes, bytes], where: str = "queue") -> PostgresState | None:
     """The state stored in a queue's metadata, if any."""
-    raw = meta.get(STATE_KEY)
-    return None if raw is None else decode_state(PostgresState, STATE_KEY, raw, where)
+    return stored_state(PostgresState, meta, STATE_KEY, where)
 
 
 def lsn_text(value: int) -> str:

@@ -4,20 +4,11 @@ from __future__ import annotations
 
 import errno
 
-from ...errors import EXIT_BAD_INPUT, EXIT_ERROR, OlrBufferError
+from ...errors import EXIT_ERROR, BadInputError
 
 
-class InputError(OlrBufferError):
+class InputError(BadInputError):
     """Bad input: ``FILE:LINE: reason``. Nothing before it is lost; fix it and run again."""
-
-    exit_code = EXIT_BAD_INPUT
-
-    def __init__(self, path: str, line: int | None, reason: str, *, hint: str | None = None) -> None:
-        where = f"{path}:{line}" if line is not None else path
-        super().__init__(f"{where}: {reason}", hint=hint, path=path, line=line, reason=reason)
-        self.path = path
-        self.line = line
-        self.reason = reason
 
 
 class MissingSequenceError(InputError):

@@ -11,9 +11,9 @@ milliseconds (the fork server) counts.
 from __future__ import annotations
 
 import os
-import threading
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from ...dead_letters import DeadLetters
 from ...errors import OlrBufferError
@@ -22,7 +22,7 @@ from ...txbuffer import BlockCodec, TxQueue
 from ..runner import ParentStop, run_child, start_child
 from .files import LogFile
 from .position import ReaderPosition
-from .thread_reader import ReaderStats, ThreadReader
+from .thread_reader import ThreadInput, ThreadReader
 
 # The reader processes run at a lower priority than the parent: with more runnable
 # processes than cores, the scheduler would otherwise give each an equal share, so the
@@ -32,9 +32,11 @@ from .thread_reader import ReaderStats, ThreadReader
 READER_NICENESS = 10
 
 
-class ReaderProcess:
-    """The parent's side of one redo thread's reader process (same surface as ThreadReader
-    for :class:`ReaderGroup`: ``thread``, ``files``, ``pos``, ``stats``)."""
+class ReaderProcess(ThreadInput):
+    """The parent's side of one redo thread's reader process (the surface of a
+    :class:`ThreadReader` for :class:`ReaderGroup`: ``thread``, ``files``, ``pos``, ``stats``)."""
+
+    queue: TxQueue
 
     def __init__(
         self,
@@ -44,25 +46,15 @@ class ReaderProcess:
         files: dict[int, LogFile],
         position: ReaderPosition | None,
         *,
-        block_records: int,
-        block_bytes: int,
-        on_append: Callable[[], None] | None,
-        stop: threading.Event,
         dead_letter_path: str | None = None,
         queue_end=None,
+        **common: Any,
     ) -> None:
-        self.queue = queue
-        self.input_dir = input_dir
-        self.thread = thread
-        self.files = files
-        self.pos = position or ReaderPosition(thread, min(files) if files else 1)
-        self.block_records = block_records
-        self.block_bytes = block_bytes
-        self.on_append = on_append or (lambda: None)
-        self.stop = stop
+        """``common``: :class:`ThreadInput`'s (``block_records``, ``block_bytes``,
+        ``on_append``, ``stop``)."""
+        super().__init__(queue, input_dir, thread, files, position, **common)
         self.dead_letter_path = dead_letter_path
         self.quarantined = 0  # bad records its child wrote to the dead-letter file
-        self.stats = ReaderStats()
         self.queue_end = queue_end  # shared values, read by the child (see ThreadReader)
         self.floor = None
         self.closed_through = -1
@@ -191,7 +183,7 @@ def _child_main(
             ReaderPosition.decode(pos_bytes),
             block_records=block_records,
             block_bytes=block_bytes,
-            stop=ParentStop(stop_conn),  # type: ignore[arg-type]
+            stop=ParentStop(stop_conn),
             dead_letters=dead,
             queue_end=(lambda: queue_end.value) if queue_end is not None else None,
             on_closed=lambda index: conn.send(("closed", index)),

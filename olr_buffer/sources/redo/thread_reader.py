@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import repeat
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from ...changes import (
     BEGIN,
@@ -113,7 +113,38 @@ class ReaderStats:
     blocks: int = 0
 
 
-class ThreadReader:
+class ThreadInput:
+    """One redo thread's reader as the source and :class:`ReaderGroup` see it, in this
+    process (:class:`ThreadReader`) or in a child (``ReaderProcess``) alike: the thread,
+    its files and position (the first sequence when none is stored), what it appended
+    (``stats``), and how it appends (blocks, ``on_append``) and stops."""
+
+    def __init__(
+        self,
+        queue: BlockAppender,
+        input_dir: str,
+        thread: int,
+        files: dict[int, LogFile],
+        position: ReaderPosition | None,
+        *,
+        block_records: int = DEFAULT_BLOCK_RECORDS,
+        block_bytes: int = DEFAULT_BLOCK_BYTES,
+        on_append: Callable[[], None] | None = None,
+        stop: threading.Event | None = None,
+    ) -> None:
+        self.queue = queue
+        self.input_dir = input_dir
+        self.thread = thread
+        self.files = files
+        self.pos = position or ReaderPosition(thread, min(files) if files else 1)
+        self.block_records = block_records
+        self.block_bytes = block_bytes
+        self.on_append = on_append or (lambda: None)
+        self.stop = stop or threading.Event()
+        self.stats = ReaderStats()
+
+
+class ThreadReader(ThreadInput):
     """Reads one redo thread's log files into the queue, one block per append.
 
     Each append carries the position after its last record, so after a crash the reader
@@ -129,17 +160,16 @@ class ThreadReader:
         files: dict[int, LogFile],
         position: ReaderPosition | None,
         *,
-        block_records: int = DEFAULT_BLOCK_RECORDS,
-        block_bytes: int = DEFAULT_BLOCK_BYTES,
-        on_append: Callable[[], None] | None = None,
-        stop: threading.Event | None = None,
         dead_letters: DeadLetters | None = None,
         max_line_bytes: int = MAX_LINE_BYTES,
         floor: Callable[[], int] | None = None,
         queue_end: Callable[[], int] | None = None,
         on_closed: Callable[[int], None] | None = None,
+        **common: Any,
     ) -> None:
-        self.queue = queue
+        """``common``: :class:`ThreadInput`'s (``block_records``, ``block_bytes``,
+        ``on_append``, ``stop``)."""
+        super().__init__(queue, input_dir, thread, files, position, **common)
         # ``floor()``: the SCN of the last commit published. The first record this reader
         # reads, and the first after a ``close``, must lie above it: only there can a
         # thread in play go back below what was published (after a replay that took its
@@ -154,15 +184,6 @@ class ThreadReader:
         self.closed_through = -1
         self.dead_letters = dead_letters
         self.max_line_bytes = max_line_bytes
-        self.input_dir = input_dir
-        self.thread = thread
-        self.files = files
-        self.pos = position or ReaderPosition(thread, min(files) if files else 1)
-        self.block_records = block_records
-        self.block_bytes = block_bytes
-        self.on_append = on_append or (lambda: None)
-        self.stop = stop or threading.Event()
-        self.stats = ReaderStats()
         # read files in chunks (False: line by line, as before; the tests compare the two)
         self.chunked = True
         self._builder = BlockBuilder(thread)

@@ -11,31 +11,16 @@ import threading
 import time
 from pathlib import Path
 
-from tests.sources.olr.paths import CLI, ROOT
+from tests.paths import ROOT
+from tests.processes import start_stream_run, stream_run_args
 
 
 def run_cmd(uri: str, tmp: Path, *extra: str) -> list[str]:
-    return [
-        *CLI,
-        "run",
-        uri,
-        "--queue",
-        str(tmp / "q"),
-        "--changefeed",
-        str(tmp / "cf"),
-        "--flush-interval",
-        "0.2",
-        "--checkpoint-interval",
-        "0.5",
-        "--log-level",
-        "info",
-        *extra,
-    ]
+    return stream_run_args(uri, tmp, *extra)
 
 
 def start_run(uri: str, tmp: Path, *extra: str) -> subprocess.Popen:
-    with open(tmp / "service.log", "ab") as log:  # the child keeps its own descriptor
-        return subprocess.Popen(run_cmd(uri, tmp, *extra), stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+    return start_stream_run(uri, tmp, *extra)
 
 
 def run_once(uri: str, tmp: Path, *extra: str, timeout: float = 120) -> subprocess.CompletedProcess:

@@ -3,7 +3,6 @@ the tests read of its changefeed and queue."""
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from contextlib import contextmanager
@@ -12,6 +11,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from olr_buffer.runtime import PipelineOptions, run_service
+from tests.cli.conftest import status_json
 from tests.contract_model import changefeed_files, load_changefeed
 
 
@@ -86,17 +86,4 @@ def raw_column(cf: Path, column: str) -> list[str | None]:
 
 
 def status(queue: Path) -> dict:
-    import subprocess
-    import sys
-
-    from tests.sources.olr.paths import ROOT
-
-    out = subprocess.run(
-        [sys.executable, "-m", "olr_buffer.cli", "status", "--queue", str(queue), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-    )
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)
+    return status_json(queue)

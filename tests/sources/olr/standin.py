@@ -1,8 +1,8 @@
 """An OpenLogReplicator stand-in for the tests: a sender of its network protocol, written
 from the protocol's facts (contracts sections 6 and 7; OpenLogReplicator's own network
 writer, ``WriterStream``), sharing no code with olr-buffer (neither ``olr_protocol`` nor
-``serve``): its own framing, its own protobuf decoding of ``RedoRequest`` and encoding of
-``RedoResponse``.
+``serve``): its own framing (:mod:`tests.olr_wire`, the tests' receiver's too), its own
+protobuf decoding of ``RedoRequest`` and encoding of ``RedoResponse``.
 
 It serves a recorded stream of messages (bytes, each with its ``(c_scn, c_idx)``) to one
 receiver at a time, as OpenLogReplicator does:
@@ -33,34 +33,22 @@ import threading
 import time
 from pathlib import Path
 
-INFO, START, CONTINUE, CONFIRM = 0, 1, 2, 3
-READY, FAILED_START, STARTING, ALREADY_STARTED, REPLICATE, PAYLOAD, INVALID_DATABASE, INVALID_COMMAND = range(8)
-
+from tests.olr_wire import (
+    ALREADY_STARTED,
+    CONFIRM,
+    CONTINUE,
+    INFO,
+    INVALID_COMMAND,
+    INVALID_DATABASE,
+    READY,
+    REPLICATE,
+    START,
+    framed,
+    read_varint,
+    varint,
+)
 
 # -- protobuf, by hand -------------------------------------------------------------------
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        b = data[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return value, pos
-        shift += 7
 
 
 def decode_request(data: bytes) -> dict:
@@ -69,14 +57,14 @@ def decode_request(data: bytes) -> dict:
     names = {1: "code", 3: "scn", 5: "tm_rel", 6: "seq", 8: "c_scn", 9: "c_idx"}
     pos = 0
     while pos < len(data):
-        key, pos = _read_varint(data, pos)
+        key, pos = read_varint(data, pos)
         number, wire = key >> 3, key & 7
         if wire == 0:
-            value, pos = _read_varint(data, pos)
+            value, pos = read_varint(data, pos)
             if number in names:
                 req[names[number]] = value
         elif wire == 2:
-            n, pos = _read_varint(data, pos)
+            n, pos = read_varint(data, pos)
             value, pos = data[pos : pos + n], pos + n
             if number == 2:
                 req["database"] = value.decode()
@@ -91,18 +79,14 @@ def encode_response(code: int, scn: int | None = None, c_scn: int = 0, c_idx: in
     """A RedoResponse: 1 code, 2 scn, 10 c_scn, 11 c_idx (varints; defaults left out)."""
     out = b""
     if code:
-        out += b"\x08" + _varint(code)
+        out += b"\x08" + varint(code)
     if scn is not None:
-        out += b"\x10" + _varint(scn)
+        out += b"\x10" + varint(scn)
     if c_scn:
-        out += b"\x50" + _varint(c_scn)
+        out += b"\x50" + varint(c_scn)
     if c_idx:
-        out += b"\x58" + _varint(c_idx)
+        out += b"\x58" + varint(c_idx)
     return out
-
-
-def framed(payload: bytes) -> bytes:
-    return struct.pack("<I", len(payload)) + payload
 
 
 def position_of(message: bytes) -> tuple[int, int]:

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import threading
 
 import pytest
 
 from tests.contract_model import check_changefeed_layout, expected_changefeed, load_changefeed
-from tests.sources.olr.paths import CLI, ROOT
+from tests.paths import CLI, ROOT
+from tests.serve.serve_process import ServeProcess
 from tests.sources.olr.processes import service_log, start_run, stop
 from tests.sources.olr.service import raw_column, transactions, wait_for
 
@@ -47,50 +47,6 @@ SAME = (
     "after",
     "sql",
 )
-
-
-class Serve:
-    """``olr-buffer serve`` of a changefeed, on a free loopback port."""
-
-    def __init__(self, cf, database: str = "ORCL") -> None:
-        self.proc = subprocess.Popen(
-            [
-                *CLI,
-                "serve",
-                str(cf),
-                "--listen",
-                "127.0.0.1:0",
-                "--database",
-                database,
-                "--log-format",
-                "json",
-                "--poll-interval",
-                "0.05",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=ROOT,
-        )
-        self.port: int | None = None
-        self.lines: list[str] = []
-        ready = threading.Event()
-
-        def read():
-            for line in self.proc.stderr:
-                self.lines.append(line)
-                if self.port is None:
-                    try:
-                        doc = json.loads(line)
-                    except ValueError:
-                        continue
-                    if "listen" in doc:
-                        self.port = int(doc["listen"].rpartition(":")[2])
-                        ready.set()
-            ready.set()
-
-        threading.Thread(target=read, daemon=True).start()
-        assert ready.wait(60) and self.port, "serve did not start:\n" + "".join(self.lines)
 
 
 def test_redo_files_through_serve_to_run_olr_give_the_same_changefeed(tmp_path):
@@ -126,7 +82,7 @@ def test_redo_files_through_serve_to_run_olr_give_the_same_changefeed(tmp_path):
         # A grows while serve streams it and B receives
         wait_for(lambda: transactions(tmp_path / "a" / "cf") > 0 or redo.poll() is not None, 120, "A's first file")
         assert redo.poll() is None, service_log(tmp_path / "a")
-        serve = Serve(tmp_path / "a" / "cf")
+        serve = ServeProcess(tmp_path / "a" / "cf")
         olr = start_run(f"olr://127.0.0.1:{serve.port}/ORCL", tmp_path / "b")
 
         wait_for(
@@ -258,7 +214,7 @@ def test_schema_documents_travel_through_serve_to_run_olr(spark, tmp_path):
     serve = olr = None
     try:
         wait_for(lambda: transactions(tmp_path / "a" / "cf") == n or redo.poll() is not None, 120, "A")
-        serve = Serve(tmp_path / "a" / "cf")
+        serve = ServeProcess(tmp_path / "a" / "cf")
         olr = start_run(f"olr://127.0.0.1:{serve.port}/ORCL", tmp_path / "b")
         wait_for(lambda: transactions(tmp_path / "b" / "cf") == n or olr.poll() is not None, 120, "B")
     finally:

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from tests.contract_model import assert_changefeed_equal, check_changefeed_layout
-from tests.sources.olr.paths import CLI, ROOT
+from tests.paths import CLI, ROOT
 from tests.sources.olr.processes import (
     SenderProcess,
     error_line,

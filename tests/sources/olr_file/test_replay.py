@@ -17,7 +17,7 @@ import pytest
 
 from olr_buffer.runtime import PipelineOptions, replay
 from tests.contract_model import assert_changefeed_equal, check_changefeed_layout, load_changefeed
-from tests.sources.olr.paths import ROOT
+from tests.paths import ROOT
 from tests.sources.olr.service import service, wait_transactions
 from tests.sources.olr.standin import StandIn
 from tests.sources.olr.streams import FORMS, expected_rows, messages, workload

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.contract_model import assert_changefeed_equal, check_changefeed_layout, load_changefeed
-from tests.sources.olr.paths import ROOT
+from tests.paths import ROOT
 from tests.sources.olr.service import service, status, transactions, wait_for, wait_transactions
 from tests.sources.olr.streams import FORMS, expected_rows, messages, workload
 

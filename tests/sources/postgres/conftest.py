@@ -11,7 +11,6 @@ import itertools
 import os
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +18,7 @@ from pathlib import Path
 import psycopg2
 import pytest
 
+from tests.processes import start_stream_run, stream_run_args
 from tests.sources.postgres.cluster import Cluster, MissingServerError, create_cluster
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -98,29 +98,11 @@ def pg_db(pg_cluster) -> Database:
 
 
 def run_cmd(db: Database, tmp: Path, *extra: str, uri: str | None = None) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "olr_buffer.cli",
-        "run",
-        uri or db.uri,
-        "--queue",
-        str(tmp / "q"),
-        "--changefeed",
-        str(tmp / "cf"),
-        "--flush-interval",
-        "0.2",
-        "--checkpoint-interval",
-        "0.5",
-        "--log-level",
-        "info",
-        *extra,
-    ]
+    return stream_run_args(uri or db.uri, tmp, *extra)
 
 
 def start_service(db: Database, tmp: Path, *extra: str, uri: str | None = None) -> subprocess.Popen:
-    with open(tmp / "service.log", "ab") as log:  # the child keeps its own descriptor
-        return subprocess.Popen(run_cmd(db, tmp, *extra, uri=uri), stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+    return start_stream_run(uri or db.uri, tmp, *extra)
 
 
 def wait_streaming(tmp: Path, proc: subprocess.Popen, timeout: float = 60.0, after: int = 0) -> None:

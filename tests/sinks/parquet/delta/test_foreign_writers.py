@@ -14,7 +14,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import pytest
 
 from olr_buffer.simulate import simulate
 from tests.contract_model import assert_changefeed_equal, expected_changefeed
+from tests.processes import run_args
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -57,16 +57,9 @@ def copy_input(staged: Path, live: Path, *, first_half: bool) -> None:
 
 def start_run(tmp: Path) -> subprocess.Popen:
     return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "olr_buffer.cli",
-            "run",
-            str(tmp / "live"),
-            "--queue",
-            str(tmp / "q"),
-            "--changefeed",
-            str(tmp / "cf"),
+        run_args(
+            tmp / "live",
+            tmp,
             "--table-format",
             "delta",
             "--file-rows",
@@ -79,7 +72,7 @@ def start_run(tmp: Path) -> subprocess.Popen:
             "0.5",
             "--log-level",
             "warning",
-        ],
+        ),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

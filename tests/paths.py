@@ -3,5 +3,5 @@
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "olr_buffer.cli"]
