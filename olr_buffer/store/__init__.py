@@ -19,13 +19,14 @@ from .errors import (
     StoreError,
     StoreUnreachableError,
 )
-from .lease import Lease, LeaseHeldError, LeaseLostError
+from .lease import Lease, LeaseHeldError, LeaseLostError, LeaseTiming
 from .retry import OutageRetry
 
 __all__ = [
     "Lease",
     "LeaseHeldError",
     "LeaseLostError",
+    "LeaseTiming",
     "ObjectChangedError",
     "ObjectExistsError",
     "ObjectInfo",

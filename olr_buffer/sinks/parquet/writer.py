@@ -65,7 +65,7 @@ from ...changes import CHANGEFEED_OP, ROW_FIELDS, Commit, CommitKey, schema_vers
 from ...errors import OlrBufferError
 from ...faults import fault_point
 from ...fsutil import fsync_file
-from ...store import Lease, OutageRetry
+from ...store import Lease, LeaseTiming, OutageRetry
 from ..base import ChangefeedOwner, SinkFigures, SinkOpening
 from . import delta_table
 from .errors import ChangefeedCorruptError, ChangefeedError, ChangefeedOwnerError
@@ -167,6 +167,7 @@ class ChangefeedWriter:
     parquet). On object storage: ``staging``, the local directory of temporary files (a
     new temporary directory if None), ``lease_owner`` the queue id recorded in the lease
     (a restart of the same queue on this host takes a lease its killed run left),
+    ``lease_timing`` the lease's times (None: :class:`~olr_buffer.store.LeaseTiming`'s defaults),
     ``retry`` what to do when the store cannot be reached (None: fail).
     """
 
@@ -183,6 +184,7 @@ class ChangefeedWriter:
         table_format: str | None = None,
         staging: str | os.PathLike[str] | None = None,
         lease_owner: str | None = None,
+        lease_timing: LeaseTiming | None = None,
         retry: OutageRetry | None = None,
     ) -> None:
         self.location = Location(path, mode=mode, durable=durable)
@@ -224,7 +226,8 @@ class ChangefeedWriter:
             # (made by this writer: no manifest and no published file there yet)
             self.created = self._store_call(self._no_changefeed_yet, "look at the changefeed")
             self._tmp_dir = self._staging_dir(staging)
-            self._lock = Lease(self.location.store, owner=lease_owner, info={"changefeed": self.path})
+            timing = lease_timing or LeaseTiming()
+            self._lock = timing.lease(self.location.store, owner=lease_owner, info={"changefeed": self.path})
         try:
             if isinstance(self._lock, Lease):
                 # a store that ignores If-None-Match would let a file (or the lease) be overwritten
@@ -368,7 +371,8 @@ class ChangefeedWriter:
         if lock is None:
             return
         lock.release()
-        if forget and isinstance(lock, Lease):
+        # (a lease this writer never took is another writer's: left alone)
+        if forget and isinstance(lock, Lease) and lock.generation:
             try:
                 self.location.delete(lock.name)
             except OlrBufferError as exc:
@@ -427,6 +431,9 @@ class ChangefeedWriter:
         if r is not None:
             figures.store_outages, figures.store_retries = r.outages, r.retries
             figures.store_outage_seconds = r.outage_seconds()
+        lease = self._lock
+        if isinstance(lease, Lease):
+            figures.lease_generation, figures.lease_seconds_left = lease.generation, lease.remaining()
         return figures
 
     # -- the Delta table ---------------------------------------------------------------
