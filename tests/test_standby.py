@@ -36,7 +36,9 @@ def staged(tmp_path_factory) -> Path:
     return out
 
 
-def standby(live: Path, queue: Path, cf: str, *extra: Any) -> Service:
+def standby(live: Path | str, queue: Path, cf: str, *extra: Any, fault: str | None = None) -> Service:
+    """``run --standby`` of ``live`` (a directory, a URI) with the queue ``queue`` on the
+    changefeed ``cf``, a short lease, small files; ``fault``: ``OLR_BUFFER_FAULT``."""
     return Service(
         live,
         "--queue",
@@ -60,6 +62,7 @@ def standby(live: Path, queue: Path, cf: str, *extra: Any) -> Service:
         "--log-level",
         "info",
         *extra,
+        fault=fault,
     )
 
 
@@ -205,3 +208,119 @@ def test_a_standby_stopped_while_it_waits_leaves_no_queue(staged, tmp_path, s3_u
         assert not (tmp_path / "qb").exists()
     finally:
         assert a.stop() == 0
+
+
+def stopped(pid: int, timeout: float = 120) -> None:
+    """Wait until the process ``pid`` is stopped (SIGSTOP: state T)."""
+    deadline = time.monotonic() + timeout
+    while Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "T":
+        assert time.monotonic() < deadline, f"pid {pid} did not stop"
+        time.sleep(0.02)
+
+
+def fenced(service: Service) -> str:
+    """The one line a writer that was taken over stops with (exit 1)."""
+    assert service.proc.wait(timeout=120) == 1, "\n".join(service.lines[-30:])
+    service._reader.join(timeout=10)
+    errors = [line for line in service.lines if line.startswith("olr-buffer: error: ")]
+    assert len(errors) == 1 and "taken over" in errors[0], "\n".join(service.lines[-30:])
+    assert not [line for line in service.lines if "Traceback" in line]
+    return errors[0]
+
+
+@pytest.mark.parametrize(
+    "table_format, fault",
+    [
+        ("parquet", "after_tmp_written:3:stop"),  # a file complete, about to be made visible
+        ("delta", "before_delta_commit:3:stop"),  # a file visible, about to be committed
+    ],
+)
+def test_a_service_stopped_past_its_lease_publishes_nothing_once_it_wakes(
+    staged, tmp_path, s3_uri, table_format, fault
+):
+    """SIGSTOP in the middle of a publication (a fault point of the fencing), past the
+    lease: the standby takes over and publishes; the old one, woken, stops with one line
+    and publishes nothing: the changefeed is still one replay of the input."""
+    live = tmp_path / "live"
+    live.mkdir()
+    cf = s3_uri
+    writer = live_input(staged, live, rate=500)
+    a = standby(live, tmp_path / "qa", cf, "--table-format", table_format, "--threads", "1,2", fault=fault)
+    b = None
+    try:
+        a.wait_line("active now, lease generation 1")
+        b = standby(live, tmp_path / "qb", cf, "--threads", "1,2")
+        stopped(a.proc.pid)  # (it stopped itself at the fault point)
+        assert int(b.wait_line(TAKEN_OVER, timeout=120).group(1)) == 2
+        wait_more(cf, manifest_next(cf))  # the standby publishes
+        a.proc.send_signal(signal.SIGCONT)
+        fenced(a)
+        a = standby(live, tmp_path / "qa", cf, "--threads", "1,2")
+        assert int(a.wait_line(WAITING).group(2)) == b.proc.pid
+        finish(writer, live, cf, a, b)
+    finally:
+        writer.kill()
+        for s in (a, b):
+            if s is not None and s.proc.poll() is None:
+                s.proc.send_signal(signal.SIGCONT)
+                s.stop(signal.SIGKILL)
+    assert_exact(cf, expected_changefeed(live), delta=table_format == "delta")
+
+
+@pytest.fixture(scope="module")
+def staged_long(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("standby-long-input") / "input"
+    simulate(out, threads=2, transactions=600, seed=43, records_per_file=400, compress_archived=False)
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("table_format", ["parquet", "delta"])
+def test_ten_take_overs_back_and_forth_keep_the_changefeed_one_replay(staged_long, tmp_path, s3_uri, table_format):
+    """Two services take the changefeed from each other ten times while the input is
+    written: the active one SIGKILLed, or SIGSTOPped past its lease and woken (it stops
+    with one line), or stopped with SIGTERM (it hands the lease over); each one restarted
+    as the standby."""
+    live = tmp_path / "live"
+    live.mkdir()
+    cf = s3_uri
+    queues = {"a": tmp_path / "qa", "b": tmp_path / "qb"}
+    writer = live_input(staged_long, live, rate=120)  # (about 160 s of input: ten turns fit)
+    services = {"a": standby(live, queues["a"], cf, "--table-format", table_format, "--threads", "1,2")}
+    generation = 1
+    try:
+        services["a"].wait_line("active now, lease generation 1")
+        services["b"] = standby(live, queues["b"], cf, "--threads", "1,2")
+        services["b"].wait_line(WAITING)
+        active, waiting = "a", "b"
+        for turn in range(10):
+            assert writer.poll() is None, f"the input was written to its end after {turn} take-overs"
+            wait_more(cf, manifest_next(cf))  # the active one publishes
+            old = services[active]
+            how = ("kill", "stop", "term")[turn % 3]
+            if how == "kill":
+                old.stop(signal.SIGKILL)
+            elif how == "term":
+                assert old.stop() == 0, "\n".join(old.lines[-30:])
+            else:
+                old.proc.send_signal(signal.SIGSTOP)
+            since = len(services[waiting].lines)
+            m = services[waiting].wait_line(TAKEN_OVER, timeout=120, since=since)
+            generation += 1
+            assert int(m.group(1)) == generation, (turn, how)
+            if how == "stop":
+                wait_more(cf, manifest_next(cf))
+                old.proc.send_signal(signal.SIGCONT)
+                fenced(old)
+            services[active] = standby(live, queues[active], cf, "--threads", "1,2")
+            services[active].wait_line(WAITING)
+            active, waiting = waiting, active
+        assert writer.poll() is None, "the input was written to its end before the tenth take-over"
+        finish(writer, live, cf, services[waiting], services[active])
+    finally:
+        writer.kill()
+        for s in services.values():
+            if s.proc.poll() is None:
+                s.proc.send_signal(signal.SIGCONT)
+                s.stop(signal.SIGKILL)
+    assert_exact(cf, expected_changefeed(live), delta=table_format == "delta")
