@@ -210,11 +210,12 @@ def test_a_standby_stopped_while_it_waits_leaves_no_queue(staged, tmp_path, s3_u
         assert a.stop() == 0
 
 
-def stopped(pid: int, timeout: float = 120) -> None:
-    """Wait until the process ``pid`` is stopped (SIGSTOP: state T)."""
+def stopped(service: Service, timeout: float = 120) -> None:
+    """Wait until the service's process is stopped (SIGSTOP: state T)."""
     deadline = time.monotonic() + timeout
-    while Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "T":
-        assert time.monotonic() < deadline, f"pid {pid} did not stop"
+    while Path(f"/proc/{service.proc.pid}/stat").read_text().rpartition(")")[2].split()[0] != "T":
+        assert service.proc.poll() is None, "the service ended:\n" + "\n".join(service.lines[-30:])
+        assert time.monotonic() < deadline, "the service did not stop itself at the fault point"
         time.sleep(0.02)
 
 
@@ -250,7 +251,7 @@ def test_a_service_stopped_past_its_lease_publishes_nothing_once_it_wakes(
     try:
         a.wait_line("active now, lease generation 1")
         b = standby(live, tmp_path / "qb", cf, "--threads", "1,2")
-        stopped(a.proc.pid)  # (it stopped itself at the fault point)
+        stopped(a)  # (it stopped itself at the fault point)
         assert int(b.wait_line(TAKEN_OVER, timeout=120).group(1)) == 2
         wait_more(cf, manifest_next(cf))  # the standby publishes
         a.proc.send_signal(signal.SIGCONT)
@@ -324,3 +325,40 @@ def test_ten_take_overs_back_and_forth_keep_the_changefeed_one_replay(staged_lon
                 s.proc.send_signal(signal.SIGCONT)
                 s.stop(signal.SIGKILL)
     assert_exact(cf, expected_changefeed(live), delta=table_format == "delta")
+
+
+def test_the_lease_settings_come_from_the_config_file_too(staged, tmp_path, s3_uri):
+    live = tmp_path / "live"
+    assert live_input(staged, live).wait(timeout=120) == 0
+    config = tmp_path / "run.toml"
+    config.write_text(
+        f'input = "{live}"\nqueue = "{tmp_path / "q"}"\nchangefeed = "{s3_uri}"\n'
+        "standby = true\nlease_seconds = 7.5\nlease_renew_interval = 2\nlease_clock_skew = 1\n"
+        "standby_poll_interval = 0.2\n"
+    )
+    service = Service("--config", config)
+    try:
+        service.wait_line("standby: nobody writes the changefeed .*: starting at once")
+        service.wait_line("active now, lease generation 1")
+        doc = lease(s3_uri)
+        assert doc["ttl"] == 7.5 and doc["expires"] - doc["renewed"] == 7.5
+    finally:
+        assert service.stop() == 0, "\n".join(service.lines[-30:])
+
+
+def test_a_renewal_interval_not_below_half_the_lease_is_a_usage_error(tmp_path):
+    result = cli(
+        "run",
+        tmp_path,
+        "--queue",
+        tmp_path / "q",
+        "--changefeed",
+        tmp_path / "cf",
+        "--lease-seconds",
+        "4",
+        "--lease-renew-interval",
+        "2",
+    )
+    assert result.returncode == 2, result.describe()
+    assert "--lease-renew-interval" in result.stderr and "must be renewed more often than every 2 s" in result.stderr
+    assert not (tmp_path / "q").exists()

@@ -246,7 +246,8 @@ def run(
     renew = lease_renew_interval if lease_renew_interval is not None else lease_seconds / 3
     if renew >= lease_seconds / 2:
         raise click.BadParameter(
-            f"{renew:g} s: a lease of {lease_seconds:g} s is renewed more often than every {lease_seconds / 2:g} s",
+            f"{renew:g} s: a lease of {lease_seconds:g} s must be renewed more often than every "
+            f"{lease_seconds / 2:g} s",
             param_hint="--lease-renew-interval",
         )
     from ..store import LeaseTiming
