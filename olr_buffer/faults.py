@@ -1,7 +1,9 @@
 """Crash points: the product's named instants where the crash tests kill the process.
 
 ``OLR_BUFFER_FAULT=NAME[:N]`` makes the N-th time (default 1st) the process reaches
-``fault_point(NAME)`` kill it with SIGKILL, as a crash at that exact instant would.
+``fault_point(NAME)`` kill it with SIGKILL, as a crash at that exact instant would;
+``OLR_BUFFER_FAULT=NAME[:N]:stop`` stops it there with SIGSTOP instead (a process paused
+at that instant: a long GC, a frozen VM), to be woken by SIGCONT.
 Unset (always, in production), ``fault_point`` is one global lookup. The hook is part of
 the product (its modules call it); the tests only set the variable.
 
@@ -12,7 +14,10 @@ footer yet), ``after_tmp_written`` (a changefeed file is complete under its temp
 flushed, the dispatcher's checkpoint not yet written), ``during_cleanup`` (between the
 deletion of two segment files), ``before_delta_commit`` and ``after_delta_commit``
 (around the Delta commit of published files), ``after_compaction_publish`` (``compact``
-published a merged file; the files it replaces are still there).
+published a merged file; the files it replaces are still there); a fenced publication
+(docs/failure-scenarios.md, "A paused writer and its standby"): ``before_stage`` (the lease
+checked, nothing sent), ``after_stage`` (the file is in the store, invisible, not decided),
+``after_decide`` (the manifest records it as pending: decided, not yet visible).
 """
 
 from __future__ import annotations
@@ -26,9 +31,13 @@ _counts: dict[str, int] = {}
 _lock = threading.Lock()
 
 
-def _parse(spec: str) -> tuple[str, int]:
-    name, _, n = spec.partition(":")
-    return name, int(n) if n else 1
+def _parse(spec: str) -> tuple[str, int, bool]:
+    """(point, which time it fires, whether it stops the process rather than kills it)."""
+    parts = spec.split(":")
+    stop = len(parts) > 1 and parts[-1] == "stop"
+    if stop:
+        parts = parts[:-1]
+    return parts[0], int(parts[1]) if len(parts) > 1 and parts[1] else 1, stop
 
 
 def disable() -> None:
@@ -41,10 +50,11 @@ def disable() -> None:
 def fault_point(name: str) -> None:
     if _SPEC is None:
         return
-    target, nth = _parse(_SPEC)
+    target, nth, stop = _parse(_SPEC)
     if name != target:
         return
     with _lock:
         _counts[name] = _counts.get(name, 0) + 1
-        if _counts[name] == nth:
-            os.kill(os.getpid(), signal.SIGKILL)
+        fire = _counts[name] == nth
+    if fire:
+        os.kill(os.getpid(), signal.SIGSTOP if stop else signal.SIGKILL)

@@ -19,7 +19,7 @@ from .errors import (
     StoreError,
     StoreUnreachableError,
 )
-from .lease import Lease, LeaseHeldError, LeaseLostError, LeaseTiming
+from .lease import Lease, LeaseHeldError, LeaseLostError, LeaseTiming, WriterFencedError, fenced_error
 from .retry import OutageRetry
 
 __all__ = [
@@ -37,6 +37,8 @@ __all__ = [
     "StoreError",
     "StoreUnreachableError",
     "Versioned",
+    "WriterFencedError",
+    "fenced_error",
     "is_remote",
     "open_store",
 ]

@@ -11,6 +11,11 @@ Names are relative to the store's root, ``/``-separated (``part-….parquet``,
   one); :meth:`Store.replace_if` only while the object is still the version read
   (``If-Match``), the compare-and-swap that a lease is built on.
 - Reads never see a partial object.
+- :meth:`Store.stage_from_file` puts a file in the store without showing it, and
+  :meth:`Store.complete_staged`, called by any process holding the handle, makes it the
+  object, whole, never over another one (S3: a multipart upload completed with
+  ``If-None-Match: *``; local: a file of the staging folder linked into place): a
+  publication that one writer decided and another one finishes.
 """
 
 from __future__ import annotations
@@ -106,6 +111,22 @@ class Store(ABC):
         ``token``: the same for every try of one write (a caller that tries again after
         an unreachable store, not knowing whether its last try went in): the object a
         try made is then recognised as this write's own, not refused as existing."""
+
+    @abstractmethod
+    def stage_from_file(self, name: str, path: str | os.PathLike[str], *, token: str) -> dict:
+        """Put the local file ``path`` in the store as a staged object for ``name``, not
+        visible; returns its handle (JSON values) for :meth:`complete_staged`."""
+
+    @abstractmethod
+    def complete_staged(self, name: str, staged: dict) -> None:
+        """The staged object ``staged`` becomes ``name``, whole, unless ``name`` exists:
+        done (nothing to do) if it is that staged object already, whoever completed it;
+        :class:`ObjectExistsError` if it is another object; :class:`ObjectNotFoundError`
+        if the staged object is gone and ``name`` is not it."""
+
+    @abstractmethod
+    def discard_staged(self, name: str, staged: dict) -> None:
+        """Drop a staged object that is not to be completed (best effort)."""
 
     @abstractmethod
     def replace(self, name: str, data: bytes) -> ObjectInfo:

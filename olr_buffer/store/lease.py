@@ -30,9 +30,12 @@ The lease is a small JSON document (``_olr_buffer/lease.json`` by default)::
   than ``skew`` and a publish takes less than half the ``ttl``.
 
 A lease alone cannot fence a writer that stalls for longer than its ``ttl`` between
-:meth:`Lease.ensure` and a publish (no lease can): the Delta sink's commits carry the
-queue's application transaction and fail if another commit came first, so there two
-writers never both commit; ``generation`` goes into each commit for the record.
+:meth:`Lease.ensure` and a publish (no lease can): the changefeed's writer makes each
+publication conditional on the store's state as of its ``generation`` (its manifest,
+written with ``If-Match``; a Delta table's log, put-if-absent), and the writer that takes
+the lease over first moves that state to its own generation
+(:func:`olr_buffer.sinks.parquet.fence_previous_writers`): an older writer's next
+conditional write fails, and it stops with :class:`WriterFencedError`.
 """
 
 from __future__ import annotations
@@ -84,6 +87,35 @@ class LeaseHeldError(StoreError, WriterHeldError):
 
 class LeaseLostError(StoreError):
     """This writer's lease was taken over, or released: it must not publish any more."""
+
+
+class WriterFencedError(LeaseLostError):
+    """A write conditional on this writer's lease generation was refused by the store: a
+    writer of a later generation took the changefeed over. This writer must stop."""
+
+
+def fenced_error(store: Store, where: str, generation: int, holder: dict | None = None) -> WriterFencedError:
+    """The one-line error of a writer of lease ``generation`` fenced at ``where``; the
+    writer that took over from ``holder`` (its lease stamp), else from the lease document."""
+    if not holder:
+        try:
+            holder = _parse(store.read(LEASE), store.location(LEASE))
+        except StoreError:
+            holder = {}
+    by = (
+        f"writer {holder.get('writer')} on {holder.get('host')} (pid {holder.get('pid')}, "
+        f"lease generation {holder.get('generation')})"
+        if holder.get("writer")
+        else "another writer"
+    )
+    return WriterFencedError(
+        f"{where}: changefeed taken over by {by}: this writer (lease generation {generation}) stops and publishes "
+        "nothing more",
+        hint="its lease expired while it was paused or cut off; run it again to make it the standby",
+        uri=where,
+        generation=generation,
+        holder=holder,
+    )
 
 
 class Lease:
@@ -354,6 +386,10 @@ class Lease:
                 log.warning("cannot release the changefeed's lease (%s): it expires by itself", exc)
             self._lost = "released"
             self._etag = None
+
+    def stamp(self) -> dict:
+        """Who holds the lease, for the documents whose writes it makes conditional."""
+        return {"generation": self.generation, "writer": self.writer_id, "host": self.host, "pid": self.pid}
 
     # -- helpers ------------------------------------------------------------------------
 

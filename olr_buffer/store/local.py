@@ -162,6 +162,49 @@ class LocalStore(Store):
                 self._link(tmp, target)
         return ObjectInfo(name, size)
 
+    def stage_from_file(self, name: str, path: str | os.PathLike[str], *, token: str) -> dict:
+        """The file must be in the store's root (the changefeed's temporary folder): it
+        is synced and stays where it is; the handle names it, with its inode, which the
+        object has once it is linked into place."""
+        src = os.path.abspath(os.fspath(path))
+        rel = os.path.relpath(src, self.root)
+        if rel.startswith(".."):
+            raise StoreError(f"{src}: cannot stage a file outside the store {self.root}", path=src)
+        try:
+            if self.durable:
+                fsync_file(src)
+            os.chmod(src, self.file_mode)
+            st = os.stat(src)
+        except OSError as exc:
+            raise _os_error(exc, "read", src) from None
+        return {"staged": check_name(rel.replace(os.sep, "/")), "inode": st.st_ino, "size": st.st_size, "token": token}
+
+    def complete_staged(self, name: str, staged: dict) -> None:
+        target = self._path(name)
+        src = self._path(str(staged["staged"]))
+        try:
+            self._link(src, target)
+        except ObjectExistsError:
+            if self._is_staged(target, staged):
+                return
+            raise
+        except ObjectNotFoundError:
+            if self._is_staged(target, staged):
+                return  # linked, and the staged name removed since
+            raise ObjectNotFoundError(
+                f"{target}: its staged file {src} is gone and it was never linked into place", path=target
+            ) from None
+
+    @staticmethod
+    def _is_staged(target: str, staged: dict) -> bool:
+        try:
+            return os.stat(target).st_ino == staged.get("inode")
+        except OSError:
+            return False
+
+    def discard_staged(self, name: str, staged: dict) -> None:
+        unlink_quietly(self._path(str(staged["staged"])))
+
     def replace(self, name: str, data: bytes) -> ObjectInfo:
         path = self._path(name)
         with self._staged(data) as tmp:

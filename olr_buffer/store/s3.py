@@ -297,6 +297,24 @@ class S3Store(Store):
 
     def _create_multipart(self, name: str, src: str, size: int, token: str) -> dict | None:
         key = self.key(name)
+        upload, parts = self._upload(name, src, token)
+        try:
+            return self._conditional(
+                lambda: self.client.complete_multipart_upload(
+                    Bucket=self.bucket, Key=key, UploadId=upload, MultipartUpload={"Parts": parts}, IfNoneMatch="*"
+                ),
+                name,
+                token,
+                "create",
+            )
+        except BaseException:
+            self._abort(name, upload)
+            raise
+
+    def _upload(self, name: str, src: str, token: str) -> tuple[str, builtins.list[dict]]:
+        """A multipart upload of the local file ``src`` to ``name``, every part sent, not
+        completed (nothing is visible): its id and parts. Aborted if a part fails."""
+        key = self.key(name)
         upload = self._call(
             lambda: self.client.create_multipart_upload(Bucket=self.bucket, Key=key, Metadata={TOKEN_KEY: token}),
             "create",
@@ -308,7 +326,7 @@ class S3Store(Store):
                 number = 1
                 while True:
                     chunk = fh.read(self.part_size)
-                    if not chunk:
+                    if not chunk and number > 1:
                         break
                     etag = self._call(
                         functools.partial(
@@ -324,20 +342,70 @@ class S3Store(Store):
                     )["ETag"]
                     parts.append({"ETag": etag, "PartNumber": number})
                     number += 1
-            return self._conditional(
+                    if len(chunk) < self.part_size:
+                        break
+        except BaseException:
+            self._abort(name, upload)
+            raise
+        return upload, parts
+
+    def _abort(self, name: str, upload: str) -> None:
+        try:
+            self.client.abort_multipart_upload(Bucket=self.bucket, Key=self.key(name), UploadId=upload)
+        except Exception:  # noqa: BLE001 - best effort: clear_staging aborts what is left
+            log.debug("could not abort the upload of %s", self.location(name))
+
+    def stage_from_file(self, name: str, path: str | os.PathLike[str], *, token: str) -> dict:
+        """A multipart upload of the file to ``name``, every part sent, not completed: S3
+        shows nothing of it until :meth:`complete_staged`, which any client may call."""
+        src = os.fspath(path)
+        try:
+            size = os.stat(src).st_size
+        except OSError as exc:
+            raise StoreError(f"{src}: cannot read: {exc.strerror}", path=src) from None
+        upload, parts = self._upload(name, src, token)
+        return {"upload": upload, "parts": parts, "token": token, "size": size}
+
+    def complete_staged(self, name: str, staged: dict) -> None:
+        """``CompleteMultipartUpload`` with ``If-None-Match: *``. An upload completed
+        already (by this or another client) is recognised by its token in the object's
+        metadata; one that is gone (aborted) and not the object: :class:`ObjectNotFoundError`."""
+        key, token = self.key(name), str(staged["token"])
+        try:
+            self._conditional(
                 lambda: self.client.complete_multipart_upload(
-                    Bucket=self.bucket, Key=key, UploadId=upload, MultipartUpload={"Parts": parts}, IfNoneMatch="*"
+                    Bucket=self.bucket,
+                    Key=key,
+                    UploadId=staged["upload"],
+                    MultipartUpload={"Parts": staged["parts"]},
+                    IfNoneMatch="*",
                 ),
                 name,
                 token,
                 "create",
             )
-        except BaseException:
-            try:
-                self.client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload)
-            except Exception:  # noqa: BLE001 - best effort: clear_staging aborts what is left
-                log.debug("could not abort the upload of %s", self.location(name))
+        except ObjectExistsError:
             raise
+        except StoreError:
+            # NoSuchUpload (AWS), an internal error (moto), or an outage: the object tells
+            if self._written_by(name, token):
+                return
+            if not self._upload_listed(name, str(staged["upload"])):
+                where = self.location(name)
+                raise ObjectNotFoundError(
+                    f"{where}: its staged upload is gone (aborted) and it was never completed", uri=where
+                ) from None
+            raise
+
+    def _upload_listed(self, name: str, upload: str) -> bool:
+        key = self.key(name)
+        found = self._call(
+            lambda: self.client.list_multipart_uploads(Bucket=self.bucket, Prefix=key), "list uploads of", name
+        )
+        return any(u.get("UploadId") == upload and u.get("Key") == key for u in found.get("Uploads", ()))
+
+    def discard_staged(self, name: str, staged: dict) -> None:
+        self._abort(name, str(staged["upload"]))
 
     def replace(self, name: str, data: bytes) -> ObjectInfo:
         resp = self._call(

@@ -16,6 +16,7 @@ from .errors import (
     ChangefeedReadError,
     UnknownTableError,
 )
+from .fencing import ManifestHead, fence_previous_writers
 from .layout import (
     DEFAULT_MODE,
     META_DIR,
@@ -100,4 +101,6 @@ __all__ = [
     "read_schema_document",
     "schema_document_path",
     "chain_names",
+    "ManifestHead",
+    "fence_previous_writers",
 ]

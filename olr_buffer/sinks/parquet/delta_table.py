@@ -95,6 +95,18 @@ def open_table(
     return table
 
 
+def fence_table(loc: Location, lease: Any) -> None:
+    """Move the Delta table's log to ``lease``'s generation (a take-over): a commit with
+    ``txn(appId = "olr-buffer.lease", version = generation)``, unless the table holds it;
+    from then on an older writer's commit fails (:mod:`.fencing`)."""
+    writer = {"writer": lease.writer_id, "lease_generation": lease.generation}
+    table = _library().DeltaChangefeed(
+        loc.store, ARROW_SCHEMA, app_id=lease.owner or ANONYMOUS_APP, writer=writer, create=False
+    )
+    if table.fence(lease.generation) is not None:
+        apply_log_modes(loc)
+
+
 def chain_names(loc: Location, table: Any = None) -> set[str] | None:
     """The part files that make a Delta changefeed: the table's, then those published
     after its last one (not yet committed); None if the changefeed has no Delta log."""

@@ -105,7 +105,7 @@ WRITER_TMP_PREFIX = "part-"
 COMPACT_TMP_PREFIX = "compact-"
 # Only these temporary names are olr-buffer's own: anything else is left alone.
 _OWN_TMP = re.compile(
-    r"part-[0-9]{20}-[0-9]+\.parquet\.tmp|compact-part-[0-9]{20}-[0-9]{20}\.parquet\.tmp"
+    r"part-[0-9]{20}-[0-9]+(?:-[0-9a-f]{8})?\.parquet\.tmp|compact-part-[0-9]{20}-[0-9]{20}\.parquet\.tmp"
     r"|schema-[0-9a-f]{16}\.json\.tmp"
 )
 # ... and these, at the top level, an earlier version's (before TMP_DIR)
@@ -137,9 +137,10 @@ def writer_tmp_name(first: int, pid: int) -> str:
     return os.path.join(META_DIR, TMP_DIR, writer_tmp_basename(first, pid))
 
 
-def writer_tmp_basename(first: int, pid: int) -> str:
-    """The writer's temporary file's name in its temporary directory."""
-    return f"{WRITER_TMP_PREFIX}{first:020d}-{pid}.parquet.tmp"
+def writer_tmp_basename(first: int, pid: int, token: str | None = None) -> str:
+    """The writer's temporary file's name in its temporary directory (``token``: 8 hex
+    digits of a leased writer, whose directory another host's writer may share)."""
+    return f"{WRITER_TMP_PREFIX}{first:020d}-{pid}{'-' + token if token else ''}.parquet.tmp"
 
 
 def compact_tmp_name(first: int, last: int) -> str:
@@ -791,6 +792,15 @@ def write_manifest(
     files ending with ``last``, written by ``owner`` (``table_format``: ``parquet`` or
     ``delta``, recorded when known)."""
     loc = as_location(cf, durable=durable)
+    doc = manifest_document(files, last, owner, table_format=table_format)
+    loc.replace_meta(MANIFEST, orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+
+
+def manifest_document(
+    files: int, last: PublishedFile | None, owner: ChangefeedOwner | None, *, table_format: str | None = None
+) -> dict:
+    """The manifest of a changefeed of ``files`` files ending with ``last``, written by
+    ``owner`` (see :func:`write_manifest`)."""
     doc = {
         "format": MANIFEST_FORMAT,
         "next_tx_seq": last.last + 1 if last else 0,
@@ -804,7 +814,7 @@ def write_manifest(
     }
     if table_format is not None:
         doc["table_format"] = table_format
-    loc.replace_meta(MANIFEST, orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+    return doc
 
 
 def manifest_table_format(doc: dict | None) -> str | None:

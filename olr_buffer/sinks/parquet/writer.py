@@ -65,10 +65,11 @@ from ...changes import CHANGEFEED_OP, ROW_FIELDS, Commit, CommitKey, schema_vers
 from ...errors import OlrBufferError
 from ...faults import fault_point
 from ...fsutil import fsync_file
-from ...store import Lease, LeaseTiming, OutageRetry
+from ...store import Lease, LeaseTiming, OutageRetry, WriterFencedError
 from ..base import ChangefeedOwner, SinkFigures, SinkOpening
 from . import delta_table
 from .errors import ChangefeedCorruptError, ChangefeedError, ChangefeedOwnerError
+from .fencing import ManifestHead, fence_previous_writers
 from .layout import (  # noqa: F401  (MANIFEST, META_DIR, PUBLISHED_LOG, read_footer: public names)
     DEFAULT_MODE,
     MANIFEST,
@@ -86,6 +87,7 @@ from .layout import (  # noqa: F401  (MANIFEST, META_DIR, PUBLISHED_LOG, read_fo
     list_files,
     local_tmp_dir,
     log_published,
+    manifest_document,
     manifest_owner,
     os_failure,
     prepare_dir,
@@ -169,6 +171,13 @@ class ChangefeedWriter:
     (a restart of the same queue on this host takes a lease its killed run left),
     ``lease_timing`` the lease's times (None: :class:`~olr_buffer.store.LeaseTiming`'s defaults),
     ``retry`` what to do when the store cannot be reached (None: fail).
+
+    ``lease``: a local directory is written under the lease too, instead of the ``flock``
+    (a standby on the same host or on a shared directory; every writer of that directory
+    must then use it); on object storage it always is. ``lease_options``: keyword
+    arguments of the :class:`~olr_buffer.store.Lease` (``ttl``, ``skew``, ...). A leased
+    writer fences the writers before it when it opens and makes every publication
+    conditional on its lease generation (:mod:`.fencing`).
     """
 
     def __init__(
@@ -186,6 +195,8 @@ class ChangefeedWriter:
         lease_owner: str | None = None,
         lease_timing: LeaseTiming | None = None,
         retry: OutageRetry | None = None,
+        lease: bool | None = None,
+        lease_options: dict | None = None,
     ) -> None:
         self.location = Location(path, mode=mode, durable=durable)
         self.path = self.location.uri
@@ -217,24 +228,41 @@ class ChangefeedWriter:
         self._documents: dict[str, str] = {}
         self._known_versions: set[str] = set()
         self._lock: ChangefeedLock | Lease | None
+        self._head: ManifestHead | None = None  # a leased writer's conditional manifest
         self._staging_made = False
-        if self.location.path is not None:  # a local directory: flock, modes
+        timing = lease_timing or LeaseTiming()
+        lease_kwargs = {
+            "owner": lease_owner,
+            "info": {"changefeed": self.path},
+            "ttl": timing.ttl,
+            "skew": timing.skew,
+            "renew_seconds": timing.renew,
+            **(lease_options or {}),
+        }
+        if self.location.path is not None:  # a local directory: flock (or the lease), modes
             self.created = prepare_dir(self.path, mode)  # (see release)
             self._tmp_dir = local_tmp_dir(self.path)
-            self._lock = ChangefeedLock(self.path, writer=True)
+            if lease:
+                self._lock = Lease(self.location.store, **lease_kwargs)
+            else:
+                self._lock = ChangefeedLock(self.path, writer=True)
         else:  # object storage: a lease, a local staging directory
             # (made by this writer: no manifest and no published file there yet)
             self.created = self._store_call(self._no_changefeed_yet, "look at the changefeed")
             self._tmp_dir = self._staging_dir(staging)
-            timing = lease_timing or LeaseTiming()
-            self._lock = timing.lease(self.location.store, owner=lease_owner, info={"changefeed": self.path})
+            self._lock = Lease(self.location.store, **lease_kwargs)
         try:
             if isinstance(self._lock, Lease):
                 # a store that ignores If-None-Match would let a file (or the lease) be overwritten
                 self._store_call(self.location.store.check_conditional_writes, "try a conditional write")
                 self._store_call(self._lock.acquire, "take the changefeed's lease")
                 self._lock.start_keepalive()
-            else:
+                lease_held = self._lock
+                # before the position is read: nothing an older writer does is published after it
+                self._head = self._store_call(
+                    lambda: fence_previous_writers(self.location, lease_held), "fence the changefeed's earlier writers"
+                )
+            if self.location.path is not None:
                 apply_mode(self.path, mode)
             self._recover()
         except BaseException:
@@ -347,7 +375,16 @@ class ChangefeedWriter:
             return call()
         return self.retry.call(call, what)
 
-    def _write_manifest(self) -> None:
+    def _write_manifest(self, pending: dict | None = None) -> None:
+        """Record the published files in the manifest; a leased writer: conditionally, with
+        ``pending``, the publication it decides (see :mod:`.fencing`)."""
+        head = self._head
+        if head is not None:
+            doc = manifest_document(self.files_published, self._last_file, self.owner, table_format=self.table_format)
+            if pending is not None:
+                doc["pending"] = pending
+            self._store_call(lambda: head.write(doc), "write the manifest")
+            return
         self._store_call(
             lambda: write_manifest(
                 self.location,
@@ -374,6 +411,8 @@ class ChangefeedWriter:
         # (a lease this writer never took is another writer's: left alone)
         if forget and isinstance(lock, Lease) and lock.generation:
             try:
+                if self._head is not None:  # the manifest the fence made
+                    self.location.delete(f"{META_DIR}/{MANIFEST}")
                 self.location.delete(lock.name)
             except OlrBufferError as exc:
                 log.warning("%s: cannot remove the lease this run took: %s", self.path, exc)
@@ -652,7 +691,10 @@ class ChangefeedWriter:
         if self._writer is None:
             if self._lock is None:
                 raise ChangefeedError(f"{self.path}: the changefeed writer is closed")
-            self._tmp_path = os.path.join(self._tmp_dir, writer_tmp_basename(self._file_first, os.getpid()))
+            self._tmp_path = os.path.join(
+                self._tmp_dir,
+                writer_tmp_basename(self._file_first, os.getpid(), uuid.uuid4().hex[:8] if self._head else None),
+            )
             try:
                 if self.location.path is None:
                     os.makedirs(self._tmp_dir, mode=0o700, exist_ok=True)
@@ -873,9 +915,12 @@ class ChangefeedWriter:
         )
         if part is not None:
             self._commit_to_table(part)
+        if self._head is not None:  # the audit log after the conditional manifest: never by a fenced writer
+            self._write_manifest()
         if self.location.path is not None:  # the audit log: a local changefeed's
             log_published(self.path, published, self.durable)
-        self._write_manifest()
+        if self._head is None:
+            self._write_manifest()
         return published
 
     def _publish_file(self, published: PublishedFile) -> None:
@@ -889,11 +934,39 @@ class ChangefeedWriter:
         try:
             if isinstance(self._lock, Lease):
                 self._store_call(self._lock.ensure, "renew the changefeed's lease")
-            self._store_call(lambda: self.location.publish(tmp, published.name, token), f"publish {published.name}")
+            if self._head is not None:
+                self._publish_fenced(tmp, published.name, token)
+            else:
+                self._store_call(lambda: self.location.publish(tmp, published.name, token), f"publish {published.name}")
         except (OlrBufferError, OSError):
             self.abandon()
             raise
         self._tmp_path = None
+
+    def _publish_fenced(self, tmp: str, name: str, token: str) -> None:
+        """A leased writer's publication (:mod:`.fencing`): staged in the store, decided
+        by a conditional write of the manifest, then made visible."""
+        store = self.location.store
+        fault_point("before_stage")
+        try:
+            staged = self._store_call(lambda: store.stage_from_file(name, tmp, token=token), f"stage {name}")
+        except OlrBufferError:
+            head = self._head
+            if head is not None and head.superseded():  # the new holder removed the temporary file
+                raise head.fenced() from None
+            raise
+        fault_point("after_stage")
+        try:
+            self._write_manifest(pending={"name": name, "staged": staged})
+        except WriterFencedError:
+            store.discard_staged(name, staged)
+            raise
+        fault_point("after_decide")
+        self._store_call(lambda: store.complete_staged(name, staged), f"publish {name}")
+        try:
+            os.unlink(tmp)  # (locally, a second name of the published file)
+        except OSError:
+            pass
 
     def _commit_to_table(self, part) -> None:
         """One Delta commit adding the published file, with the queue's transaction."""

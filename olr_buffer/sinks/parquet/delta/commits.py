@@ -35,6 +35,13 @@ changes none of that (VACUUM's ``VACUUM START``/``VACUUM END``) is let pass. Com
 made before the committer opened the table are not its concern: the changefeed's own
 start-up checks its files.
 
+**Fencing.** A take-over (:meth:`DeltaChangefeed.fence`) commits
+``txn(appId = "olr-buffer.lease", version = the new lease generation)``. A commit of a
+writer of an older generation then fails: the log version it would write exists (a
+snapshot from before the fence), or its snapshot holds the higher lease version, which it
+checks before each try: it stops with :class:`~olr_buffer.store.WriterFencedError`, and
+does not try again against the new snapshot.
+
 **Protocol:** reader version 1, writer version 2, readable by Spark 3.5 with Delta 3.x.
 """
 
@@ -58,7 +65,14 @@ from deltalake.exceptions import CommitFailedError, DeltaError, DeltaProtocolErr
 from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
 
 from ....faults import fault_point
-from ....store import ObjectNotFoundError, Store, StoreAccessError, StoreError, StoreUnreachableError
+from ....store import (
+    ObjectNotFoundError,
+    Store,
+    StoreAccessError,
+    StoreError,
+    StoreUnreachableError,
+    fenced_error,
+)
 from .errors import (
     DeltaChainError,
     DeltaChangefeedError,
@@ -75,6 +89,8 @@ T = TypeVar("T")
 DELTA_LOG = "_delta_log"
 COMMIT_ATTEMPTS = 10  # commits tried against a table that other commits keep moving
 META_PREFIX = "olr_buffer."
+#: The application id whose ``txn`` version is the lease generation of the table's writer.
+LEASE_APP = "olr-buffer.lease"
 
 
 @dataclass(frozen=True, slots=True)
@@ -328,6 +344,7 @@ class DeltaChangefeed:
         for _ in range(COMMIT_ATTEMPTS):
             if self._stale:
                 self._refresh()
+            self._check_fence()
             committed = self._read(lambda: self._table.transaction_version(self.app_id))
             if committed is not None and committed >= last:
                 log.info(
@@ -389,6 +406,57 @@ class DeltaChangefeed:
         raise DeltaConflictError(
             f"{self.store.location()}: other commits to the Delta table came first {COMMIT_ATTEMPTS} times",
             hint="run one writer per changefeed",
+            uri=self.store.location(),
+        )
+
+    def _check_fence(self) -> None:
+        """:class:`WriterFencedError` if the snapshot holds a later lease generation than
+        this writer's (a writer without one is not fenced: a local changefeed's, locked)."""
+        own = self.writer.get("lease_generation")
+        if not isinstance(own, int):
+            return
+        held = self._read(lambda: self._table.transaction_version(LEASE_APP))
+        if held is not None and held > own:
+            raise fenced_error(self.store, self.store.location(), own)
+
+    def fence(self, generation: int) -> int | None:
+        """Commit ``txn(LEASE_APP, generation)`` (a take-over; see the module doc), unless
+        the table holds it already; returns the new version, or None."""
+        info = self._commit_info(fence=generation)
+        for _ in range(COMMIT_ATTEMPTS):
+            self._refresh()
+            held = self._read(lambda: self._table.transaction_version(LEASE_APP))
+            if held is not None and held >= generation:
+                if held > generation:
+                    raise fenced_error(self.store, self.store.location(), generation)
+                return None
+            try:
+                self._table.create_write_transaction(
+                    [],
+                    "append",
+                    self._delta_schema,
+                    commit_properties=CommitProperties(
+                        custom_metadata=info,
+                        max_commit_retries=0,
+                        app_transactions=[Transaction(LEASE_APP, generation)],
+                    ),
+                )
+            except CommitFailedError:
+                continue  # another commit came first: look again
+            except (DeltaError, OSError) as exc:
+                self._stale = True
+                raise self._error(exc, "fence the Delta table") from None
+            self._refresh()
+            log.info(
+                "%s: Delta table fenced at lease generation %d (version %d)",
+                self.store.location(),
+                generation,
+                self.version,
+            )
+            return self.version
+        raise DeltaConflictError(
+            f"{self.store.location()}: other commits to the Delta table came first {COMMIT_ATTEMPTS} times",
+            hint="another writer is still committing: stop it",
             uri=self.store.location(),
         )
 
