@@ -15,12 +15,16 @@ from tests.contract_model import assert_changefeed_equal
 from tests.sources.olr.processes import SenderProcess, free_port
 from tests.sources.olr.streams import FORMS, expected_rows, messages, workload, write_stream
 from tests.test_changefeed_s3 import plain_rows, wait_published
-from tests.test_standby import TAKEN_OVER, WAITING, standby, wait_more
+from tests.test_standby import TAKEN_OVER, WAITING, fenced, standby, wait_more
 
 pytestmark = pytest.mark.e2e
 
 
-def test_an_olr_standby_takes_over_from_the_confirmed_position(tmp_path, s3_uri):
+@pytest.mark.parametrize("how", ["kill", "stop"])
+def test_an_olr_standby_takes_over_from_the_confirmed_position(tmp_path, s3_uri, how):
+    """``kill``: SIGKILL; ``stop``: SIGSTOP past the lease, then SIGCONT: the old one stops
+    with one line, and its connection with it (the sender serves one receiver: the
+    standby's waits until then)."""
     txs = workload(random.Random(42), 200)
     form = FORMS["per-row-all"]
     msgs = messages(txs, form)
@@ -35,8 +39,14 @@ def test_an_olr_standby_takes_over_from_the_confirmed_position(tmp_path, s3_uri)
         b = standby(uri, tmp_path / "qb", s3_uri)
         assert int(b.wait_line(WAITING).group(2)) == a.proc.pid
         wait_more(s3_uri, 20)
-        a.stop(signal.SIGKILL)
+        if how == "kill":
+            a.stop(signal.SIGKILL)
+        else:
+            a.proc.send_signal(signal.SIGSTOP)
         assert int(b.wait_line(TAKEN_OVER, timeout=120).group(1)) == 2
+        if how == "stop":
+            a.proc.send_signal(signal.SIGCONT)
+            fenced(a)
         b.wait_line(r"streaming from after c_scn \d+", timeout=120)  # what the changefeed published
         a = standby(uri, tmp_path / "qa", s3_uri)
         assert int(a.wait_line(WAITING).group(2)) == b.proc.pid
@@ -47,5 +57,6 @@ def test_an_olr_standby_takes_over_from_the_confirmed_position(tmp_path, s3_uri)
         sender.kill()
         for s in (a, b):
             if s is not None and s.proc.poll() is None:
+                s.proc.send_signal(signal.SIGCONT)
                 s.stop(signal.SIGKILL)
     assert_changefeed_equal(plain_rows(s3_uri), expected_rows(txs, form))

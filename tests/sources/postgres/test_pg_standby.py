@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from tests.test_changefeed_s3 import plain_rows, wait_published
-from tests.test_standby import TAKEN_OVER, WAITING, standby, wait_more
+from tests.test_changefeed_s3 import manifest_next, plain_rows, wait_published
+from tests.test_standby import TAKEN_OVER, WAITING, fenced, standby, wait_more
 
 pytestmark = pytest.mark.e2e
 
@@ -28,13 +28,18 @@ def insert(db, n: int, stop: threading.Event) -> None:
             if stop.is_set():
                 break
             cur.execute("INSERT INTO t VALUES (%s, %s)", (i, f"row {i}"))
-            time.sleep(0.02)
+            time.sleep(0.05)
     conn.close()
 
 
-def test_a_postgres_standby_takes_over_the_changefeed_and_the_slot(pg_db, tmp_path, s3_uri):
+@pytest.mark.parametrize("how", ["kill", "stop"])
+def test_a_postgres_standby_takes_over_the_changefeed_and_the_slot(pg_db, tmp_path, s3_uri, how):
+    """``kill``: SIGKILL (the server sees the connection go at once); ``stop``: SIGSTOP
+    past the lease (the server keeps its connection, and the slot, until
+    ``wal_sender_timeout``, 2 s here, given in the URI), then SIGCONT: it stops with one
+    line."""
     pg_db.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
-    source = (pg_db.uri, "--no-initial-copy")
+    source = (pg_db.uri + "&options=-c%20wal_sender_timeout%3D2s", "--no-initial-copy")
     a = standby(source[0], tmp_path / "qa", s3_uri, *source[1:])
     b = None
     stop = threading.Event()
@@ -46,10 +51,17 @@ def test_a_postgres_standby_takes_over_the_changefeed_and_the_slot(pg_db, tmp_pa
         assert int(b.wait_line(WAITING).group(2)) == a.proc.pid
         inserter.start()
         wait_more(s3_uri, 10)
-        a.stop(signal.SIGKILL)
+        if how == "kill":
+            a.stop(signal.SIGKILL)
+        else:
+            a.proc.send_signal(signal.SIGSTOP)
         assert int(b.wait_line(TAKEN_OVER, timeout=120).group(1)) == 2
         b.wait_line("streaming slot", timeout=120)
         assert inserter.is_alive(), "the transactions were all made before the take-over"
+        if how == "stop":
+            wait_more(s3_uri, manifest_next(s3_uri))
+            a.proc.send_signal(signal.SIGCONT)
+            fenced(a)
         a = standby(source[0], tmp_path / "qa", s3_uri, *source[1:])
         assert int(a.wait_line(WAITING).group(2)) == b.proc.pid
         inserter.join(120)
@@ -60,6 +72,7 @@ def test_a_postgres_standby_takes_over_the_changefeed_and_the_slot(pg_db, tmp_pa
         stop.set()
         for s in (a, b):
             if s is not None and s.proc.poll() is None:
+                s.proc.send_signal(signal.SIGCONT)
                 s.stop(signal.SIGKILL)
     rows = plain_rows(s3_uri)
     assert [r["tx_seq"] for r in rows] == list(range(N))
