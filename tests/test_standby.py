@@ -362,3 +362,32 @@ def test_a_renewal_interval_not_below_half_the_lease_is_a_usage_error(tmp_path):
     assert result.returncode == 2, result.describe()
     assert "--lease-renew-interval" in result.stderr and "must be renewed more often than every 2 s" in result.stderr
     assert not (tmp_path / "q").exists()
+
+
+def test_a_standby_on_a_shared_directory_takes_over_a_service_that_hangs(staged, tmp_path):
+    """A changefeed in a directory both services reach: with --standby it is written
+    under the lease (a lock is never let go by a process that hangs); the one stopped in
+    a publication stops with one line when it wakes."""
+    live = tmp_path / "live"
+    live.mkdir()
+    cf = str(tmp_path / "shared" / "cf")
+    writer = live_input(staged, live, rate=500)
+    a = standby(live, tmp_path / "qa", cf, "--threads", "1,2", fault="after_tmp_written:3:stop")
+    b = None
+    try:
+        a.wait_line("active now, lease generation 1")
+        b = standby(live, tmp_path / "qb", cf, "--threads", "1,2")
+        b.wait_line(WAITING)
+        stopped(a)
+        assert int(b.wait_line(TAKEN_OVER, timeout=120).group(1)) == 2
+        wait_more(cf, manifest_next(cf))
+        a.proc.send_signal(signal.SIGCONT)
+        fenced(a)
+        finish(writer, live, cf, b)
+    finally:
+        writer.kill()
+        for s in (a, b):
+            if s is not None and s.proc.poll() is None:
+                s.proc.send_signal(signal.SIGCONT)
+                s.stop(signal.SIGKILL)
+    assert_exact(cf, expected_changefeed(live), delta=False)

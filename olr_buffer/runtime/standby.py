@@ -1,15 +1,15 @@
 """A standby (``olr-buffer run --standby``): before the run is assembled, wait while
 another service writes the changefeed, then take it over.
 
-On object storage the standby reads the changefeed's lease (:meth:`Lease.live_holder`)
-every ``standby_poll_seconds``: while another writer holds it, it waits (role
+The standby reads the changefeed's lease (:meth:`Lease.live_holder`; a changefeed in a
+local or shared directory is written under the lease too with ``standby``, instead of
+its lock) every ``standby_poll_seconds``: while another writer holds it, it waits (role
 ``standby``, the holder and the end of its lease in the logs, `status` and the metrics).
 Once the lease is released, expired (its holder died, lost its network or hangs) or its
 holder is provably gone (on this host), the run is assembled as with
 ``--adopt-changefeed``: the sink takes the lease over (a higher generation) and the
-source reads from what the changefeed has published. A local changefeed has a lock
-(``flock``) instead: the standby tries it every poll, and takes the changefeed over once
-its holder's process is gone. Without a holder, it starts at once. The queue is held
+source reads from what the changefeed has published. Without a holder, it starts at
+once. The queue is held
 (locked) while it waits."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from ..errors import WriterHeldError
 from ..fsutil import unlink_quietly
 from ..service.logs import iso_time
 from ..service.role import ACTIVE, ROLE_FILE, STANDBY, ServiceRole, describe_holder, write_role
-from ..store import Lease, LeaseTiming, StoreError, is_remote, open_store
+from ..store import Lease, LeaseTiming, StoreError, open_store
 from ..txbuffer import LmdbQueue
 from ..txbuffer.metadata import QUEUE_ID_KEY
 from .options import PipelineOptions
@@ -93,8 +93,6 @@ class Standby:
 
     def _look(self, queue: LmdbQueue) -> dict | None:
         """The lease of the writer that holds the changefeed, or None if it may be taken."""
-        if not is_remote(self.changefeed):
-            return None  # a lock: tried by opening the changefeed (refused)
         if self._lease is None:
             queue_id = queue.meta(QUEUE_ID_KEY)
             self._lease = self.timing.lease(open_store(self.changefeed), owner=queue_id.decode() if queue_id else None)

@@ -43,6 +43,9 @@ class SinkSettings:
     lease_owner: str | None = None
     #: the times of the output's lease: length, renewal, clock skew (None: the defaults)
     lease_timing: LeaseTiming | None = None
+    #: a local output under the lease too, instead of a lock (a standby's: a lock cannot be
+    #: taken from a process that hangs, a lease expires)
+    lease_local: bool = False
 
 
 @dataclass(frozen=True, slots=True)
