@@ -175,7 +175,7 @@ def main() -> None:
             services[active].when("standby: the changefeed .* is written by")
             row = {
                 "trial": trial,
-                "first_takeover_of_its_queue": trial < 2,
+                "new_queue": trial == 0,  # (the first take-over: a queue that never read the input)
                 "input_bytes": size,
                 "detect_s": round(detected - t0, 3),
                 "open_s": round(opened - detected, 3),
