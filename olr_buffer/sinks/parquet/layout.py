@@ -54,7 +54,9 @@ the writing of ``_olr_buffer/`` documents (0600 whatever the directory's mode, t
 temporary file beside them). On S3 the temporary files are local (a staging directory
 the writer is given), a file is published by one conditional PUT, the manifest is
 replaced as one object, one writer is enforced by a lease (:class:`~olr_buffer.store.Lease`)
-and there is no audit log (the files, and a Delta table's log, are the record).
+and there is no audit log (the files, and a Delta table's log, are the record). A writer
+that holds the lease publishes through :mod:`.fencing` (staged, decided by a conditional
+write of the manifest, then made visible).
 """
 
 from __future__ import annotations

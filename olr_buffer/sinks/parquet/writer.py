@@ -29,7 +29,10 @@ directory (``staging``; the pipeline gives one under the queue directory), step 
 conditional PUT (``If-None-Match: *``) of the complete file, step 4 one PUT of the
 manifest. Instead of the lock, a lease (:class:`~olr_buffer.store.Lease`,
 ``_olr_buffer/lease.json``) makes one writer per changefeed; it is checked before each
-publish. A store that cannot be reached fails the call with
+publish. A leased writer (on S3 always; a local directory with ``lease=True``) publishes
+through :mod:`.fencing` instead: the file staged, the publication decided by a write of
+the manifest conditional on its lease generation, then made visible, so that a writer
+paused past its lease publishes nothing once another one took over. A store that cannot be reached fails the call with
 :class:`~olr_buffer.store.StoreUnreachableError`, or, given ``retry``
 (:class:`~olr_buffer.store.OutageRetry`: ``olr-buffer run``), is retried until it answers.
 

@@ -133,3 +133,18 @@ def test_a_writer_paused_past_its_lease_publishes_nothing_after_the_take_over(wh
     assert _xids_plain(cf) == expected
     if fmt == "delta":
         assert _xids_delta(cf) == expected
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_a_publication_decided_before_a_kill_is_finished_by_the_next_writer(where, tmp_path, request):
+    """Killed (SIGKILL) after its decision, before the file is visible: the next writer
+    of the same queue finishes it when it fences, and goes on after it."""
+    cf = str(tmp_path / "changefeed") if where == "local" else request.getfixturevalue("s3_uri")
+    killed = _worker(cf, "queue-a", OLD_PER_FILE, "parquet", fault="after_decide:2")
+    code, out, err = _finish(killed)
+    assert code == -signal.SIGKILL, (code, out, err)
+    assert [f.name for f in list_files(Location(cf))] == ["part-00000000000000000000-00000000000000000002.parquet"]
+    again = _worker(cf, "queue-a", OLD_PER_FILE, "parquet")
+    code, out, err = _finish(again)
+    assert code == 0 and out.splitlines()[0] == "OPEN 6", (code, out, err)  # 3..5: finished, not written again
+    assert _xids_plain(cf) == [(i, f"x{i}") for i in range(TOTAL)]

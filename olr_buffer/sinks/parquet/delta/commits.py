@@ -37,10 +37,11 @@ start-up checks its files.
 
 **Fencing.** A take-over (:meth:`DeltaChangefeed.fence`) commits
 ``txn(appId = "olr-buffer.lease", version = the new lease generation)``. A commit of a
-writer of an older generation then fails: the log version it would write exists (a
-snapshot from before the fence), or its snapshot holds the higher lease version, which it
-checks before each try: it stops with :class:`~olr_buffer.store.WriterFencedError`, and
-does not try again against the new snapshot.
+writer of an older generation then fails: the log version it would write exists (its
+snapshot is from before the fence), and reading the log past it (as after every conflict)
+meets the later lease version: it stops with :class:`~olr_buffer.store.WriterFencedError`
+instead of trying again against the new snapshot. A table opened after the fence is
+refused at once (its lease version is checked when it is opened).
 
 **Protocol:** reader version 1, writer version 2, readable by Spark 3.5 with Delta 3.x.
 """
@@ -153,6 +154,7 @@ class DeltaChangefeed:
             table = self._create(configuration)
         self._table = table
         self._check_table()
+        self._check_lease(self._read(lambda: self._table.transaction_version(LEASE_APP)))
         self._vetted = self.version  # versions after it are checked for other writers' commits
         self._stale = False
         self._next = self._table_next()
@@ -241,6 +243,7 @@ class DeltaChangefeed:
                     "(30 days by default)",
                     uri=self.store.location(name),
                 ) from None
+            self._check_lease(_lease_version(text))
             what = _foreign_commit(text)
             if what is not None:
                 where = self.store.location()
@@ -344,7 +347,6 @@ class DeltaChangefeed:
         for _ in range(COMMIT_ATTEMPTS):
             if self._stale:
                 self._refresh()
-            self._check_fence()
             committed = self._read(lambda: self._table.transaction_version(self.app_id))
             if committed is not None and committed >= last:
                 log.info(
@@ -409,14 +411,14 @@ class DeltaChangefeed:
             uri=self.store.location(),
         )
 
-    def _check_fence(self) -> None:
-        """:class:`WriterFencedError` if the snapshot holds a later lease generation than
-        this writer's (a writer without one is not fenced: a local changefeed's, locked)."""
+    def _check_lease(self, held: int | None) -> None:
+        """:class:`WriterFencedError` if ``held`` (the lease version of the table, or of a
+        commit read past) is a later lease generation than this writer's. Checked when the
+        table is opened and on each version read past after it (:meth:`_check_foreign`):
+        no request of its own. A writer without a generation (a local changefeed's,
+        locked) is not fenced."""
         own = self.writer.get("lease_generation")
-        if not isinstance(own, int):
-            return
-        held = self._read(lambda: self._table.transaction_version(LEASE_APP))
-        if held is not None and held > own:
+        if isinstance(own, int) and held is not None and held > own:
             raise fenced_error(self.store, self.store.location(), own)
 
     def fence(self, generation: int) -> int | None:
@@ -603,6 +605,16 @@ def _foreign_commit(text: bytes) -> str | None:
             *[d for d in done if d],
         ]
     )
+
+
+def _lease_version(text: bytes) -> int | None:
+    """The lease generation a commit's log entry sets (its ``txn`` of ``LEASE_APP``)."""
+    for line in text.splitlines():
+        if LEASE_APP.encode() in line:
+            txn = orjson.loads(line).get("txn")
+            if isinstance(txn, dict) and txn.get("appId") == LEASE_APP and isinstance(txn.get("version"), int):
+                return txn["version"]
+    return None
 
 
 def _check_chain(files: Sequence[PartFile], store: Store) -> None:
