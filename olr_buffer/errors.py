@@ -83,6 +83,11 @@ class BadInputError(OlrBufferError):
         self.reason = reason
 
 
+class WriterHeldError(OlrBufferError):
+    """Another process writes the output (it holds the changefeed's lease or lock): refused,
+    or waited for by a standby (``run --standby``)."""
+
+
 def _restore_error(cls: type[OlrBufferError], args: tuple, state: dict) -> OlrBufferError:
     exc = cls.__new__(cls)
     Exception.__init__(exc, *args)

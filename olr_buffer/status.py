@@ -21,6 +21,7 @@ from .errors import printable
 from .serve import receivers_status, render_receivers
 from .service.failure import read_failure
 from .service.logs import iso_time
+from .service.role import describe_holder, read_role
 from .sinks import KINDS as SINKS
 from .sources import kind_in_status
 from .sources import queue_status as source_status
@@ -59,6 +60,8 @@ def _queue_status(queue_dir: str) -> dict:
         "failure": failure,
         "as_of": iso_time(now),
         "owner": owner,
+        # run --standby: active or standby (the writer it waits for, when that lease ends)
+        "role": read_role(queue_dir, owner["pid"]) if owner["running"] else None,
         "segments": {
             "count": len(segments),
             "bytes": sum(s.bytes for s in segments),
@@ -192,6 +195,9 @@ def _lines(doc: dict) -> list[str]:
             else "no record"
         ),
     ]
+    role = doc.get("role")
+    if role:
+        lines.append(_role_line(role))
     if doc["failure"]:
         f = doc["failure"]
         if f.get("killed"):
@@ -278,6 +284,24 @@ def _lines(doc: dict) -> list[str]:
             f"it keeps {c['segments_held']} segment(s), {c['bytes_held'] / 1e6:,.1f} MB"
         )
     return lines
+
+
+def _role_line(role: dict) -> str:
+    """``run --standby``'s role: what it waits for, or that it writes the changefeed."""
+    took = f"; {role['takeovers']} take-over(s) by this run" if role.get("takeovers") else ""
+    if role.get("role") == "standby":
+        ends, holder = role.get("lease_ends"), describe_holder(role.get("holder"))
+        return (
+            f"role: standby since {role.get('since')}: the changefeed is written by {holder}"
+            + (f", whose lease runs until {ends} unless renewed" if ends else "")
+            + took
+        )
+    generation = role.get("lease_generation")
+    return (
+        f"role: active since {role.get('since')}"
+        + (f", lease generation {generation}" if generation is not None else "")
+        + took
+    )
 
 
 def _age(txn: dict) -> str:

@@ -152,6 +152,7 @@ STATUS_KEYS = {
     "failure",
     "as_of",
     "owner",
+    "role",
     "segments",
     "readers",
     "checkpoint",

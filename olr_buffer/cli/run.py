@@ -119,6 +119,42 @@ def _threads(ctx, param, value):
     show_default=True,
     help="/health answers 503 once the service's loop has not turned for this many seconds.",
 )
+@click.option(
+    "--standby",
+    is_flag=True,
+    help="Stand by while another service (its own queue, the same source and changefeed) writes the "
+    "changefeed; take it over when its lease ends, reading the source from what the changefeed "
+    "published (as --adopt-changefeed). Without a holder, start at once (docs/operations.md, Standby).",
+)
+@click.option(
+    "--lease-seconds",
+    type=click.FloatRange(min=0, min_open=True),
+    default=15.0,
+    show_default=True,
+    help="Length of the changefeed's lease (on object storage): a standby takes over this long (plus "
+    "--lease-clock-skew) after the writer's last renewal.",
+)
+@click.option(
+    "--lease-renew-interval",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Renew the lease this often (seconds; default: a third of --lease-seconds); less than "
+    "half of --lease-seconds.",
+)
+@click.option(
+    "--lease-clock-skew",
+    type=click.FloatRange(min=0),
+    default=5.0,
+    show_default=True,
+    help="Difference between the machines' clocks allowed for: a lease is taken over only this long after it expired.",
+)
+@click.option(
+    "--standby-poll-interval",
+    type=click.FloatRange(min=0.01),
+    default=1.0,
+    show_default=True,
+    help="How often a standby looks at the changefeed's lease (seconds).",
+)
 @click.option("--slot", default="olr_buffer", show_default=True, help="PostgreSQL source: the replication slot.")
 @click.option("--publication", default="olr_buffer", show_default=True, help="PostgreSQL source: the publication.")
 @click.option(
@@ -168,6 +204,11 @@ def run(
     log_summary_interval,
     store_timeout,
     health_timeout,
+    standby,
+    lease_seconds,
+    lease_renew_interval,
+    lease_clock_skew,
+    standby_poll_interval,
     slot,
     publication,
     no_initial_copy,
@@ -201,6 +242,7 @@ def run(
         start_scn=start_scn,
         max_message_size=max_message_size,
         accept_gap=accept_gap,
+        standby=standby,
     )
     try:  # an unknown scheme, a URI that cannot be parsed: before any directory is made or any server tried
         source = locate(input_dir, flags=source_flags)
@@ -210,6 +252,18 @@ def run(
     start_logging(log_level, log_format, "info")
     pipeline["log_summary_seconds"] = log_summary_interval
     pipeline["store_timeout_seconds"] = store_timeout
+    renew = lease_renew_interval if lease_renew_interval is not None else lease_seconds / 3
+    if renew >= lease_seconds / 2:
+        raise click.BadParameter(
+            f"{renew:g} s: a lease of {lease_seconds:g} s must be renewed more often than every "
+            f"{lease_seconds / 2:g} s",
+            param_hint="--lease-renew-interval",
+        )
+    from ..store import LeaseTiming
+
+    pipeline["lease"] = LeaseTiming(ttl=lease_seconds, renew=renew, skew=lease_clock_skew)
+    pipeline["standby"] = standby
+    pipeline["standby_poll_seconds"] = standby_poll_interval
     run_recording_failure(
         queue_dir,
         lambda: _serve(
@@ -250,7 +304,9 @@ def _serve(
 
     from ..runtime import changefeed_at, run_service
     from ..service.metrics import Metrics
+    from ..service.role import ServiceRole
 
+    role = ServiceRole()
     metrics = None
     if metrics_port is not None:
         metrics = Metrics(stale_after=health_timeout)
@@ -271,9 +327,13 @@ def _serve(
             started.append(True)
             record_running(queue_dir)
         if metrics:
-            metrics.update(p)
+            metrics.update(p, role=role if pipeline.get("standby") else None)
 
-    summary = run_service(source, queue_dir, changefeed_dir, opts, stop, on_tick=on_tick)
+    def on_wait(r) -> None:
+        if metrics:
+            metrics.standing_by(r)
+
+    summary = run_service(source, queue_dir, changefeed_dir, opts, stop, on_tick=on_tick, role=role, on_wait=on_wait)
     logging.getLogger("olr_buffer").info(
         "stopped cleanly: %d records read (lwn heartbeats aside), %d transactions published this run, %s",
         summary.records_read,

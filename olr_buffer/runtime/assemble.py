@@ -113,6 +113,8 @@ class Pipeline:
                 # this process's), and the lease recorded as this queue's
                 staging=os.path.join(queue_dir, CHANGEFEED_STAGING),
                 lease_owner=queue_id.decode() if queue_id else None,
+                lease_timing=opts.lease,
+                lease_local=opts.standby,  # (a standby takes a lease over, never a lock)
             )
             self.sink = sink = open_sink(opts.sink, changefeed_dir, settings, opts.sink_flags())
             self.appended = threading.Event()

@@ -11,11 +11,14 @@ from dataclasses import replace
 from typing import Any
 
 from ..dead_letters import BadRecordLog
+from ..errors import WriterHeldError
+from ..service.role import ServiceRole
 from ..sources import SourceAt, locate
 from ..store import OutageRetry
 from .assemble import Pipeline, RunSummary
 from .options import PipelineOptions
 from .running import running
+from .standby import Standby
 
 log = logging.getLogger("olr_buffer")
 
@@ -28,24 +31,52 @@ def run_service(
     stop: threading.Event,
     on_tick: Callable[[Pipeline], None] | None = None,
     source_options: dict[str, Any] | None = None,
+    role: ServiceRole | None = None,
+    on_wait: Callable[[ServiceRole], None] | None = None,
 ) -> RunSummary:
     """``olr-buffer run``: follow ``source`` (a directory of redo logs, a URI, with
-    ``source_options``, or a :class:`~olr_buffer.sources.SourceAt`) until ``stop`` is set."""
+    ``source_options``, or a :class:`~olr_buffer.sources.SourceAt`) until ``stop`` is set.
+    ``opts.standby``: first wait while another service writes the changefeed, then take it
+    over (:mod:`.standby`; ``role`` says which it is, ``on_wait(role)`` at each look while
+    it waits)."""
     at = locate(source, options=source_options)
     opts = options or PipelineOptions()
     if opts.reader_processes is None:
         opts = replace(opts, reader_processes=True)
     if not os.path.exists(queue_dir):  # a run the source would refuse leaves nothing behind
         at.check_new_run(opts.threads)
-    # a store that cannot be reached is waited for (until stopped), not a reason to stop
-    pipeline = Pipeline(
-        at,
-        queue_dir,
-        changefeed_dir,
-        opts,
-        retry=OutageRetry(stop, timeout=opts.store_timeout_seconds),
-    )
-    return pipeline.run(follow, stop, on_tick)
+    standby = None
+    if opts.standby:  # it takes over what another queue wrote: as --adopt-changefeed
+        opts = replace(opts, adopt_changefeed=True)
+        standby = Standby(changefeed_dir, queue_dir, opts, stop, role or ServiceRole(), on_wait)
+    while True:
+        if standby is not None and not standby.wait():
+            log.info("stopped while standing by")
+            return RunSummary()
+        try:
+            # a store that cannot be reached is waited for (until stopped), not a reason to stop
+            pipeline = Pipeline(
+                at,
+                queue_dir,
+                changefeed_dir,
+                opts,
+                retry=OutageRetry(stop, timeout=opts.store_timeout_seconds),
+            )
+        except WriterHeldError as exc:
+            if standby is None:
+                raise
+            standby.refused(exc)  # taken by another one meanwhile: stand by again
+            if stop.wait(opts.standby_poll_seconds):
+                return RunSummary()
+            continue
+        break
+    if standby is not None:
+        standby.active(pipeline.sink.figures().lease_generation)
+    try:
+        return pipeline.run(follow, stop, on_tick)
+    finally:
+        if standby is not None:
+            standby.forget()
 
 
 def follow(pipeline: Pipeline, stop: threading.Event, on_tick: Callable[[Pipeline], None] | None = None) -> RunSummary:

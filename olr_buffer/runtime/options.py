@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..changes import DEFAULT_BLOCK_BYTES, DEFAULT_BLOCK_RECORDS
+from ..store import LeaseTiming
 from ..txbuffer import DEFAULT_SEGMENT_BYTES
 
 #: The options of :class:`PipelineOptions` that are the sink's own: handed to its kind
@@ -44,6 +45,12 @@ class PipelineOptions:
     # started this long (source clock) or this many SCNs before the watermark
     transaction_retention_seconds: float | None = None
     transaction_retention_scn: int | None = None
+    # the changefeed's lease (on object storage): its length, renewal, clock skew (None: defaults)
+    lease: LeaseTiming | None = None
+    # run --standby: wait while another service writes the changefeed (looking this often),
+    # then take it over (adopting it) and read the source from what it published
+    standby: bool = False
+    standby_poll_seconds: float = 1.0
 
     def sink_flags(self) -> dict[str, Any]:
         """The sink's own options that were given (:data:`SINK_FLAGS`, by name)."""

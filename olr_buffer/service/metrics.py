@@ -6,7 +6,7 @@ import threading
 import time
 
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector, generate_latest
-from prometheus_client.core import SummaryMetricFamily
+from prometheus_client.core import InfoMetricFamily, SummaryMetricFamily
 
 from ..changes import INFINITE_SCN
 from .metrics_http import build_info, loop_health, metric_family
@@ -31,16 +31,28 @@ class Metrics:
         self._tick = time.monotonic()
         self._lock = threading.Lock()
 
-    def update(self, pipeline, force: bool = False) -> None:
+    def update(self, pipeline, force: bool = False, role=None) -> None:
+        """From the pipeline's loop; ``role``: a :class:`~.role.ServiceRole` of ``run
+        --standby``, shown too."""
         now = time.monotonic()
         self._tick = now
         if not force and now - self._last < 1.0:
             return
         self._last = now
         families = list(_families(pipeline))  # (the store's: replaced by fresh ones in text())
+        if role is not None:
+            figures = pipeline.sink.figures()
+            families.extend(_role_families(role, figures.lease_generation, figures.lease_seconds_left))
         with self._lock:
             self._families = families
             self._retry = getattr(pipeline, "retry", None)
+
+    def standing_by(self, role) -> None:
+        """A standby waits (no pipeline yet): its role, the holder and its lease's end."""
+        self._tick = time.monotonic()
+        families = [build_info(), *_role_families(role, None, None)]
+        with self._lock:
+            self._families = families
 
     def text(self) -> bytes:
         with self._lock:
@@ -72,6 +84,56 @@ class Metrics:
         if outage > 0:
             doc["store_outage_seconds"] = round(outage, 3)
         return ok, doc
+
+
+def _role_families(role, lease_generation: int | None, lease_seconds_left: float | None):
+    """``run --standby``'s role: ``olr_buffer_standby`` (1 while it waits), the holder it
+    waits for, when the holder's lease ends (or its own does), its lease generation, the
+    take-overs it made."""
+    standby = role.role == "standby"
+    holder = role.holder or {}
+    info = InfoMetricFamily(
+        "olr_buffer_role",
+        "The service's role (active: it writes the changefeed; standby: it waits) and the writer it waits for.",
+        value={
+            "role": role.role,
+            "holder_writer": str(holder.get("writer") or ""),
+            "holder_host": str(holder.get("host") or ""),
+            "holder_pid": str(holder.get("pid") or ""),
+        },
+    )
+    yield info
+    yield metric_family(
+        "standby",
+        "gauge",
+        "1 while the service stands by (another one writes the changefeed), else 0.",
+        [((), 1 if standby else 0)],
+    )
+    ends = (
+        role.lease_ends if standby else (time.time() + lease_seconds_left if lease_seconds_left is not None else None)
+    )
+    if ends is not None:
+        yield metric_family(
+            "lease_ends_timestamp_seconds",
+            "gauge",
+            "Standby: when the holder's lease may be taken over unless it renews it; active: when its own lease "
+            "ends unless renewed (seconds since the epoch).",
+            [((), round(ends, 3))],
+        )
+    generation = lease_generation if not standby else holder.get("generation")
+    if isinstance(generation, int):
+        yield metric_family(
+            "lease_generation",
+            "gauge",
+            "Generation of the changefeed's lease: this service's (active), or the holder's (standby).",
+            [((), generation)],
+        )
+    yield metric_family(
+        "takeovers_total",
+        "counter",
+        "Times this service took the changefeed over from another one.",
+        [((), role.takeovers)],
+    )
 
 
 def render_metrics(p) -> bytes:

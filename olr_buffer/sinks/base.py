@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..changes import Commit, CommitKey
 
 if TYPE_CHECKING:
-    from ..store import OutageRetry
+    from ..store import LeaseTiming, OutageRetry
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,11 @@ class SinkSettings:
     staging: str | None = None
     #: the queue's id, recorded as the holder of the output's lease (None: a new queue)
     lease_owner: str | None = None
+    #: the times of the output's lease: length, renewal, clock skew (None: the defaults)
+    lease_timing: LeaseTiming | None = None
+    #: a local output under the lease too, instead of a lock (a standby's: a lock cannot be
+    #: taken from a process that hangs, a lease expires)
+    lease_local: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +88,10 @@ class SinkFigures:
     # published transactions whose commit tm was later than the publication time (the
     # source's clock ahead of this machine's): not in ``latencies``, which are never negative
     clock_ahead: int = 0
+    # an output with a lease (a changefeed on object storage): its generation, and how
+    # long this writer may still count on it without renewing it (None: no lease)
+    lease_generation: int | None = None
+    lease_seconds_left: float | None = None
 
 
 class TransactionSink(Protocol):

@@ -19,13 +19,14 @@ from .errors import (
     StoreError,
     StoreUnreachableError,
 )
-from .lease import Lease, LeaseHeldError, LeaseLostError, WriterFencedError, fenced_error
+from .lease import Lease, LeaseHeldError, LeaseLostError, LeaseTiming, WriterFencedError, fenced_error
 from .retry import OutageRetry
 
 __all__ = [
     "Lease",
     "LeaseHeldError",
     "LeaseLostError",
+    "LeaseTiming",
     "ObjectChangedError",
     "ObjectExistsError",
     "ObjectInfo",

@@ -47,11 +47,13 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
 
 import orjson
 
+from ..errors import WriterHeldError
 from .base import Store
 from .errors import ObjectChangedError, ObjectExistsError, ObjectNotFoundError, StoreError
 
@@ -63,7 +65,23 @@ DEFAULT_TTL = 60.0
 DEFAULT_SKEW = 5.0
 
 
-class LeaseHeldError(StoreError):
+@dataclass(frozen=True)
+class LeaseTiming:
+    """How long a lease lasts (``ttl``), how often its holder renews it (``renew``; None:
+    a quarter of ``ttl``), and the difference between hosts' clocks allowed for
+    (``skew``): another writer takes the lease over ``ttl + skew`` seconds after its
+    holder's last renewal at the latest."""
+
+    ttl: float = DEFAULT_TTL
+    renew: float | None = None
+    skew: float = DEFAULT_SKEW
+
+    def lease(self, store: Store, **kwargs) -> Lease:
+        """A :class:`Lease` of ``store`` with these times (``kwargs``: its other arguments)."""
+        return Lease(store, ttl=self.ttl, skew=self.skew, renew_seconds=self.renew, **kwargs)
+
+
+class LeaseHeldError(StoreError, WriterHeldError):
     """Another writer holds the store's lease, and it has not expired."""
 
 
@@ -115,16 +133,21 @@ class Lease:
         skew: float = DEFAULT_SKEW,
         writer_id: str | None = None,
         info: dict | None = None,
+        renew_seconds: float | None = None,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         if ttl <= 0 or skew < 0:
             raise ValueError("a lease needs ttl > 0 and skew >= 0")
+        if renew_seconds is not None and not 0 < renew_seconds < ttl:
+            raise ValueError("a lease is renewed more often than it lasts: 0 < renew_seconds < ttl")
         self.store = store
         self.name = name
         self.owner = owner
         self.ttl = ttl
         self.skew = skew
+        #: the keepalive renews the lease this often (a quarter of ``ttl`` if not given)
+        self.renew_seconds = renew_seconds if renew_seconds is not None else ttl / 4
         self.writer_id = writer_id or uuid.uuid4().hex
         self.host = socket.gethostname()
         self.pid = os.getpid()
@@ -207,28 +230,47 @@ class Lease:
                 uri=self.store.location(self.name),
             )
 
-    def _refuse_if_live(self, holder: dict) -> None:
+    def live_holder(self) -> dict | None:
+        """The lease document of another writer that holds the lease now (one that
+        :meth:`acquire` would refuse), or None: free, released, expired, its holder gone,
+        or this writer's own. Reads the lease, takes nothing (a standby looks with it)."""
+        try:
+            current = self.store.read_versioned(self.name)
+        except ObjectNotFoundError:
+            return None
+        holder = _parse(current.data, self.store.location(self.name))
+        if holder.get("writer") == self.writer_id or self._why_free(holder) is not None:
+            return None
+        return holder
+
+    def _why_free(self, holder: dict) -> str | None:
+        """Why the lease of ``holder`` (another writer's document) may be taken now, or
+        None while it holds it: released or expired, or its holder provably gone."""
         now = self._clock()
         expires = holder.get("expires")
         if not isinstance(expires, (int, float)):
             expires = float("inf")
         if holder.get("released") or now > expires + self.skew:
-            return
+            return "expired"
         if holder.get("host") == self.host:
             if holder_is_dead(holder):
-                log.warning(
-                    "%s: taking over the lease of pid %s on this host, which is gone (killed, or it crashed)",
-                    self.store.location(self.name),
-                    holder.get("pid"),
-                )
-                return
+                return "on this host, which is gone (killed, or it crashed)"
             if self.owner is not None and holder.get("owner") == self.owner and not _alive_elsewhere(holder):
-                log.warning(
-                    "%s: taking over the lease of pid %s on this host, a writer of the same queue that stopped",
-                    self.store.location(self.name),
-                    holder.get("pid"),
-                )
-                return
+                return "on this host, a writer of the same queue that stopped"
+        return None
+
+    def _refuse_if_live(self, holder: dict) -> None:
+        why = self._why_free(holder)
+        if why == "expired":
+            return
+        if why is not None:
+            log.warning(
+                "%s: taking over the lease of pid %s %s", self.store.location(self.name), holder.get("pid"), why
+            )
+            return
+        expires = holder.get("expires")
+        if not isinstance(expires, (int, float)):
+            expires = float("inf")
         until = datetime.fromtimestamp(expires, UTC).isoformat(timespec="seconds")
         raise LeaseHeldError(
             f"{self.store.location(self.name)}: changefeed is written by writer {holder.get('writer')} "
@@ -299,7 +341,7 @@ class Lease:
                 self.renew()
 
     def start_keepalive(self) -> None:
-        """Renew the lease every quarter ``ttl`` in a thread, so that an idle writer keeps
+        """Renew the lease every ``renew_seconds`` in a thread, so that an idle writer keeps
         it; a loss is raised by the next :meth:`ensure`."""
         if self._keepalive is not None:
             return
@@ -309,7 +351,7 @@ class Lease:
 
     def _renewing(self) -> None:
         failing = False  # (an outage is said once, not at every try)
-        while not self._stop.wait(self.ttl / 4):
+        while not self._stop.wait(self.renew_seconds):
             try:
                 self.renew()
             except LeaseLostError:

@@ -369,3 +369,62 @@ def test_a_renewal_that_went_in_unanswered_is_not_a_lost_lease(store):
     assert lease.held and lease.remaining() == pytest.approx(50)  # from the unanswered renewal at 40 s
     lease.ensure()
     assert lease.held and lease_doc(store)["writer"] == lease.writer_id
+
+
+# -- what a standby sees ----------------------------------------------------------------
+
+
+def test_live_holder_names_the_holder_until_its_lease_may_be_taken(store):
+    clocks = Clocks()
+    looker = clocks.lease(store, ttl=60, skew=5)
+    assert looker.live_holder() is None  # no lease yet
+    a = clocks.lease(store, ttl=60, skew=5, owner="queue-a")
+    a.acquire()
+    holder = looker.live_holder()
+    assert holder is not None and holder["writer"] == a.writer_id and holder["generation"] == 1
+    assert holder["expires"] == clocks.wall + 60
+    clocks.advance(65)  # expired, within the clock skew
+    assert looker.live_holder()["writer"] == a.writer_id
+    clocks.advance(1)
+    assert looker.live_holder() is None  # may be taken: acquire agrees
+    assert not store.read(LEASE).count(looker.writer_id.encode())  # looking takes nothing
+    looker.acquire()
+    assert looker.generation == 2 and looker.live_holder() is None  # its own
+
+
+def test_live_holder_is_none_for_a_released_lease(store):
+    clocks = Clocks()
+    a = clocks.lease(store, ttl=60)
+    a.acquire()
+    a.release()
+    assert clocks.lease(store, ttl=60).live_holder() is None
+
+
+def test_the_keepalive_renews_at_the_interval_given(store):
+    lease = Lease(store, ttl=600, renew_seconds=0.05)  # (without it: every 150 s)
+    lease.acquire()
+    first = lease_doc(store)["renewed"]
+    lease.start_keepalive()
+    try:
+        deadline = time.monotonic() + 60
+        while lease_doc(store)["renewed"] == first:
+            assert time.monotonic() < deadline, "the keepalive did not renew"
+            time.sleep(0.02)
+    finally:
+        lease.release()
+
+
+def test_a_renewal_interval_not_below_the_lease_is_refused(store):
+    with pytest.raises(ValueError, match="renew_seconds"):
+        Lease(store, ttl=10, renew_seconds=10)
+
+
+def test_lease_timing_makes_leases_of_its_times(store):
+    from olr_buffer.store import LeaseTiming
+
+    lease = LeaseTiming(ttl=3, renew=1, skew=0.5).lease(store, owner="q")
+    lease.acquire()
+    doc = lease_doc(store)
+    assert doc["ttl"] == 3 and doc["expires"] - doc["renewed"] == 3 and doc["owner"] == "q"
+    assert (lease.renew_seconds, lease.skew) == (1, 0.5)
+    lease.release()

@@ -62,6 +62,8 @@ def build(path: str, settings: SinkSettings, opts: ParquetOptions | None = None)
         retry=settings.retry,
         staging=settings.staging,
         lease_owner=settings.lease_owner,
+        lease_timing=settings.lease_timing,
+        lease=settings.lease_local or None,
     )
 
 

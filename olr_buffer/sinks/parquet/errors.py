@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ...errors import OlrBufferError
+from ...errors import OlrBufferError, WriterHeldError
 
 
 class ChangefeedError(OlrBufferError):
@@ -13,7 +13,7 @@ class ChangefeedCorruptError(ChangefeedError):
     """Published files break the changefeed's invariants (gap, overlap, unreadable footer)."""
 
 
-class ChangefeedLockedError(ChangefeedError):
+class ChangefeedLockedError(ChangefeedError, WriterHeldError):
     """Another process writes the changefeed (or compacts it in place)."""
 
 

@@ -68,7 +68,7 @@ from ...changes import CHANGEFEED_OP, ROW_FIELDS, Commit, CommitKey, schema_vers
 from ...errors import OlrBufferError
 from ...faults import fault_point
 from ...fsutil import fsync_file
-from ...store import Lease, OutageRetry, WriterFencedError
+from ...store import Lease, LeaseTiming, OutageRetry, WriterFencedError
 from ..base import ChangefeedOwner, SinkFigures, SinkOpening
 from . import delta_table
 from .errors import ChangefeedCorruptError, ChangefeedError, ChangefeedOwnerError
@@ -172,6 +172,7 @@ class ChangefeedWriter:
     parquet). On object storage: ``staging``, the local directory of temporary files (a
     new temporary directory if None), ``lease_owner`` the queue id recorded in the lease
     (a restart of the same queue on this host takes a lease its killed run left),
+    ``lease_timing`` the lease's times (None: :class:`~olr_buffer.store.LeaseTiming`'s defaults),
     ``retry`` what to do when the store cannot be reached (None: fail).
 
     ``lease``: a local directory is written under the lease too, instead of the ``flock``
@@ -195,6 +196,7 @@ class ChangefeedWriter:
         table_format: str | None = None,
         staging: str | os.PathLike[str] | None = None,
         lease_owner: str | None = None,
+        lease_timing: LeaseTiming | None = None,
         retry: OutageRetry | None = None,
         lease: bool | None = None,
         lease_options: dict | None = None,
@@ -231,7 +233,15 @@ class ChangefeedWriter:
         self._lock: ChangefeedLock | Lease | None
         self._head: ManifestHead | None = None  # a leased writer's conditional manifest
         self._staging_made = False
-        lease_kwargs = {"owner": lease_owner, "info": {"changefeed": self.path}, **(lease_options or {})}
+        timing = lease_timing or LeaseTiming()
+        lease_kwargs = {
+            "owner": lease_owner,
+            "info": {"changefeed": self.path},
+            "ttl": timing.ttl,
+            "skew": timing.skew,
+            "renew_seconds": timing.renew,
+            **(lease_options or {}),
+        }
         if self.location.path is not None:  # a local directory: flock (or the lease), modes
             self.created = prepare_dir(self.path, mode)  # (see release)
             self._tmp_dir = local_tmp_dir(self.path)
@@ -401,6 +411,7 @@ class ChangefeedWriter:
         if lock is None:
             return
         lock.release()
+        # (a lease this writer never took is another writer's: left alone)
         if forget and isinstance(lock, Lease) and lock.generation:
             try:
                 if self._head is not None:  # the manifest the fence made
@@ -462,6 +473,9 @@ class ChangefeedWriter:
         if r is not None:
             figures.store_outages, figures.store_retries = r.outages, r.retries
             figures.store_outage_seconds = r.outage_seconds()
+        lease = self._lock
+        if isinstance(lease, Lease):
+            figures.lease_generation, figures.lease_seconds_left = lease.generation, lease.remaining()
         return figures
 
     # -- the Delta table ---------------------------------------------------------------

@@ -228,17 +228,23 @@ class PostgresReader(StreamReader):
         try:
             # a slot held by the server process of our own killed predecessor is freed
             # when the server notices; a consumer that keeps it is an error
+            # (a standby waits as long as it takes: the active service it took over from
+            # may hold the slot until the server notices that it is gone)
             deadline = time.monotonic() + self.slot_wait
+            said = False
             while True:
                 try:
                     slot = check_setup(self.server, conn, self.slot, self.publication)
                     break
                 except psycopg2.Error as exc:
                     raise self.server.error(exc, "checking the set-up", conn) from None
-                except SlotInUseError:
-                    if time.monotonic() >= deadline:
+                except SlotInUseError as exc:
+                    if time.monotonic() >= deadline or self.stop.is_set():
                         raise
-                    time.sleep(0.5)
+                    if not said and self.slot_wait > 5.0:
+                        log.warning("%s; waiting for it to be free", exc)
+                        said = True
+                    self.stop.wait(0.5)
         finally:
             conn.close()
         if not slot["exists"] and self.copy in ("done", "skipped"):

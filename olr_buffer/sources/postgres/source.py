@@ -114,6 +114,10 @@ def refuse_replay(uri: str) -> None:
     raise replay_refused(safe_uri(uri), "a PostgreSQL source")
 
 
+#: How long a standby that took the changefeed over waits for the slot to be free (s).
+STANDBY_SLOT_WAIT = 120.0
+
+
 def options(flags: Mapping[str, Any]) -> dict[str, Any]:
     """The reader's options from ``run``'s flags."""
     return dict(
@@ -121,6 +125,9 @@ def options(flags: Mapping[str, Any]) -> dict[str, Any]:
         publication=flags["publication"],
         initial_copy=not flags["no_initial_copy"],
         streaming=not flags["no_streaming"],
+        # a standby takes the slot when the service it took over from lets it go: at the
+        # latest when the server ends that connection (wal_sender_timeout, 60 s by default)
+        **({"slot_wait": STANDBY_SLOT_WAIT} if flags.get("standby") else {}),
     )
 
 

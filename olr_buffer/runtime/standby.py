@@ -1,0 +1,165 @@
+"""A standby (``olr-buffer run --standby``): before the run is assembled, wait while
+another service writes the changefeed, then take it over.
+
+The standby reads the changefeed's lease (:meth:`Lease.live_holder`; a changefeed in a
+local or shared directory is written under the lease too with ``standby``, instead of
+its lock) every ``standby_poll_seconds``: while another writer holds it, it waits (role
+``standby``, the holder and the end of its lease in the logs, `status` and the metrics).
+Once the lease is released, expired (its holder died, lost its network or hangs) or its
+holder is provably gone (on this host), the run is assembled as with
+``--adopt-changefeed``: the sink takes the lease over (a higher generation) and the
+source reads from what the changefeed has published. Without a holder, it starts at
+once. The queue is held
+(locked) while it waits."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable
+
+from ..errors import WriterHeldError
+from ..fsutil import unlink_quietly
+from ..service.logs import iso_time
+from ..service.role import ACTIVE, ROLE_FILE, STANDBY, ServiceRole, describe_holder, write_role
+from ..store import Lease, LeaseTiming, StoreError, open_store
+from ..txbuffer import LmdbQueue
+from ..txbuffer.metadata import QUEUE_ID_KEY
+from .options import PipelineOptions
+
+log = logging.getLogger("olr_buffer")
+
+#: What a standby shows of its holder (the lease document holds more).
+_HOLDER_FIELDS = ("writer", "host", "pid", "generation", "owner")
+
+
+class Standby:
+    """The wait of ``run --standby`` for the changefeed ``changefeed``, with the queue at
+    ``queue_dir``; ``role`` is what it is, kept up to date (``on_wait(role)`` at every
+    look: metrics and health)."""
+
+    def __init__(
+        self,
+        changefeed: str,
+        queue_dir: str,
+        opts: PipelineOptions,
+        stop: threading.Event,
+        role: ServiceRole,
+        on_wait: Callable[[ServiceRole], None] | None = None,
+    ) -> None:
+        self.changefeed = changefeed
+        self.queue_dir = queue_dir
+        self.opts = opts
+        self.stop = stop
+        self.role = role
+        self.on_wait = on_wait
+        self.timing = opts.lease or LeaseTiming()
+        self._lease: Lease | None = None  # to look at the changefeed's lease (object storage)
+        self._waited = False  # another writer held the changefeed since the start
+        self._recorded: tuple | None = None
+        self._unreachable = False
+
+    def wait(self) -> bool:
+        """Until no other writer holds the changefeed (True), or ``stop`` (False)."""
+        queue = LmdbQueue(self.queue_dir, segment_bytes=self.opts.segment_bytes, durable=self.opts.durable)
+        try:
+            while not self.stop.is_set():
+                holder = self._look(queue)
+                if holder is None:
+                    if not self._waited:
+                        log.info(
+                            "standby: nobody writes the changefeed %s: starting at once",
+                            self.changefeed,
+                            extra={"changefeed": self.changefeed},
+                        )
+                    else:
+                        log.warning(
+                            "standby: the lease of %s has ended: taking the changefeed %s over",
+                            self.role.describe_holder(),
+                            self.changefeed,
+                            extra={"changefeed": self.changefeed, "holder": self.role.holder},
+                        )
+                    queue.close()
+                    return True
+                self.waiting(holder)
+                self.stop.wait(self.opts.standby_poll_seconds)
+        except BaseException:
+            queue.close()
+            raise
+        self.forget()
+        queue.close_and_remove_if_unused({QUEUE_ID_KEY})
+        return False
+
+    def _look(self, queue: LmdbQueue) -> dict | None:
+        """The lease of the writer that holds the changefeed, or None if it may be taken."""
+        if self._lease is None:
+            queue_id = queue.meta(QUEUE_ID_KEY)
+            self._lease = self.timing.lease(open_store(self.changefeed), owner=queue_id.decode() if queue_id else None)
+        try:
+            holder = self._lease.live_holder()
+        except StoreError as exc:
+            if not exc.retryable:
+                raise
+            if not self._unreachable:
+                log.warning("standby: cannot look at the changefeed's lease (%s); looking again", exc)
+            self._unreachable = True
+            return self.role.holder or {}  # (not known to be free: wait on)
+        if self._unreachable:
+            log.info("standby: the changefeed's store answers again")
+        self._unreachable = False
+        return holder
+
+    def waiting(self, holder: dict) -> None:
+        """Another writer holds the changefeed (its lease document, or what its lock says)."""
+        shown = {k: holder[k] for k in _HOLDER_FIELDS if holder.get(k) is not None}
+        expires = holder.get("expires")
+        ends = expires + self.timing.skew if isinstance(expires, (int, float)) else None
+        new_holder = not self._waited or shown.get("writer") != (self.role.holder or {}).get("writer")
+        if self.role.role != STANDBY:
+            self.role.role = STANDBY
+        self.role.holder, self.role.lease_ends = shown, ends
+        self._waited = True
+        if new_holder:
+            log.info(
+                "standby: the changefeed %s is written by %s; waiting%s",
+                self.changefeed,
+                describe_holder(shown),
+                f": its lease runs until {iso_time(ends)} unless renewed" if ends is not None else " for it to stop",
+                extra={"changefeed": self.changefeed, "holder": shown, "lease_ends": iso_time(ends) if ends else None},
+            )
+        if self._recorded != (shown.get("writer"), shown.get("pid"), ends):
+            self._recorded = (shown.get("writer"), shown.get("pid"), ends)
+            write_role(self.queue_dir, self.role)
+        if self.on_wait is not None:
+            self.on_wait(self.role)
+
+    def refused(self, exc: WriterHeldError) -> None:
+        """Opening the changefeed was refused: another writer took it meanwhile (or holds
+        a local changefeed's lock)."""
+        holder = exc.facts.get("holder")
+        if not isinstance(holder, dict):
+            holder = {"pid": exc.facts.get("pid")}
+        log.debug("standby: %s", exc)
+        self.waiting(holder)
+
+    def active(self, lease_generation: int | None) -> None:
+        """The changefeed is this service's now."""
+        took_over = self._waited
+        if took_over:
+            self.role.takeovers += 1
+        self.role.role, self.role.holder, self.role.lease_ends = ACTIVE, None, None
+        self.role.lease_generation = lease_generation
+        self._waited = False
+        write_role(self.queue_dir, self.role)
+        log.warning(
+            "standby: %s the changefeed %s: active now%s",
+            "took over" if took_over else "writes",
+            self.changefeed,
+            f", lease generation {lease_generation}" if lease_generation is not None else "",
+            extra={"changefeed": self.changefeed, "lease_generation": lease_generation, "role": ACTIVE},
+        )
+
+    def forget(self) -> None:
+        """The service stops: its role is no longer recorded."""
+        unlink_quietly(os.path.join(self.queue_dir, ROLE_FILE))

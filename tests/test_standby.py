@@ -1,0 +1,393 @@
+"""``run --standby`` end to end: two services, each with its own queue, on one changefeed
+on S3 (moto's server), fed by redo files being written (tests.live_writer). The active one
+is SIGKILLed, SIGSTOPped past its lease, restarted; the other takes over, and back. The
+changefeed is always one replay of the whole input: every committed transaction exactly
+once, in order (plain Parquet and Delta)."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from olr_buffer.simulate import simulate
+from tests.contract_model import expected_changefeed
+from tests.test_changefeed_s3 import Service, assert_exact, cli, live_input, manifest_next, wait_published
+
+pytestmark = pytest.mark.e2e
+
+#: A short lease, so that a take-over of a hung service takes a few seconds.
+LEASE = ("--lease-seconds", "2", "--lease-renew-interval", "0.5", "--lease-clock-skew", "0.5")
+TAKEN_OVER = r"standby: took over the changefeed .*: active now, lease generation (\d+)"
+WAITING = r"standby: the changefeed .* is written by writer (\w+) on \S+ \(pid (\d+)"
+
+
+@pytest.fixture(scope="module")
+def staged(tmp_path_factory) -> Path:
+    """The workload, as tests.live_writer plays it (plain sequence files)."""
+    out = tmp_path_factory.mktemp("standby-input") / "input"
+    simulate(out, threads=2, transactions=300, seed=42, records_per_file=250, compress_archived=False)
+    return out
+
+
+def standby(live: Path | str, queue: Path, cf: str, *extra: Any, fault: str | None = None) -> Service:
+    """``run --standby`` of ``live`` (a directory, a URI) with the queue ``queue`` on the
+    changefeed ``cf``, a short lease, small files; ``fault``: ``OLR_BUFFER_FAULT``."""
+    return Service(
+        live,
+        "--queue",
+        queue,
+        "--changefeed",
+        cf,
+        "--standby",
+        *LEASE,
+        "--standby-poll-interval",
+        "0.1",
+        "--flush-interval",
+        "0.2",
+        "--poll-interval",
+        "0.02",
+        "--checkpoint-interval",
+        "0.5",
+        "--file-rows",
+        "40",
+        "--segment-size",
+        "64KiB",
+        "--log-level",
+        "info",
+        *extra,
+        fault=fault,
+    )
+
+
+def status(queue: Path) -> dict:
+    result = cli("status", "--queue", queue, "--json")
+    assert result.returncode == 0, result.describe()
+    return json.loads(result.stdout)
+
+
+def lease(cf: str) -> dict:
+    from olr_buffer.store import open_store
+
+    return json.loads(open_store(cf).read("_olr_buffer/lease.json"))
+
+
+def wait_more(cf: str, than: int, timeout: float = 120) -> int:
+    """Wait until the changefeed holds more than ``than`` transactions."""
+    deadline = time.monotonic() + timeout
+    while (n := manifest_next(cf)) <= than:
+        assert time.monotonic() < deadline, f"the changefeed holds {n} transactions, not more than {than}"
+        time.sleep(0.05)
+    return n
+
+
+def finish(writer: subprocess.Popen | None, live: Path, cf: str, *services: Service) -> None:
+    """The input written to its end, everything published, the services stopped."""
+    assert writer is not None and writer.wait(timeout=180) == 0
+    model = expected_changefeed(live)
+    wait_published(cf, model.committed, timeout=180)
+    for s in services:
+        if s.proc.poll() is None:
+            assert s.stop() == 0, "\n".join(s.lines[-30:])
+
+
+@pytest.mark.parametrize("table_format", ["parquet", "delta"])
+def test_a_standby_takes_over_a_killed_service_and_the_restarted_one_stands_by(staged, tmp_path, s3_uri, table_format):
+    live = tmp_path / "live"
+    live.mkdir()
+    cf = s3_uri
+    # the input is written once the roles are set (and looked at)
+    a = standby(live, tmp_path / "qa", cf, "--table-format", table_format, "--threads", "1,2")
+    b = writer = None
+    try:
+        a.wait_line("standby: nobody writes the changefeed .*: starting at once")
+        a.wait_line(r"standby: writes the changefeed .*: active now, lease generation 1")
+        b = standby(live, tmp_path / "qb", cf, "--threads", "1,2")
+        m = b.wait_line(WAITING)
+        assert int(m.group(2)) == a.proc.pid
+        assert lease(cf)["ttl"] == 2  # --lease-seconds
+        # status shows the roles: who waits for whom, until when
+        doc = status(tmp_path / "qb")
+        assert doc["state"] == "running" and doc["role"]["role"] == "standby", doc
+        assert doc["role"]["holder"]["pid"] == a.proc.pid and doc["role"]["lease_ends"], doc
+        text = cli("status", "--queue", tmp_path / "qb").stdout
+        assert re.search(
+            rf"role: standby since \S+: the changefeed is written by writer \w+ on \S+ \(pid {a.proc.pid}", text
+        ), text
+        assert "whose lease runs until" in text, text
+        assert status(tmp_path / "qa")["role"]["role"] == "active"
+
+        writer = live_input(staged, live, rate=500)
+        wait_more(cf, 0)
+        a.stop(signal.SIGKILL)
+        m = b.wait_line(TAKEN_OVER, timeout=120)
+        assert int(m.group(1)) == 2
+        published = manifest_next(cf)
+        assert writer.poll() is None, "the input was written to its end before the take-over"
+        wait_more(cf, published)
+        # the killed one, restarted on its queue, stands by: it never takes the lease back
+        a = standby(live, tmp_path / "qa", cf, "--threads", "1,2")
+        m = a.wait_line(WAITING)
+        assert int(m.group(2)) == b.proc.pid
+        assert status(tmp_path / "qa")["role"]["role"] == "standby"
+        finish(writer, live, cf, a, b)  # (the standby first: a clean stop hands the lease over)
+        assert lease(cf)["generation"] == 2
+        assert not [line for line in a.lines if "took over" in line]
+    finally:
+        if writer is not None:
+            writer.kill()
+        for s in (a, b):
+            if s is not None and s.proc.poll() is None:
+                s.stop(signal.SIGKILL)
+    assert_exact(cf, expected_changefeed(live), delta=table_format == "delta")
+
+
+def test_a_standby_without_a_holder_starts_at_once_and_shows_it_in_metrics(staged, tmp_path, s3_uri):
+    import urllib.request
+
+    live = tmp_path / "live"
+    assert live_input(staged, live).wait(timeout=120) == 0
+    a = standby(live, tmp_path / "qa", s3_uri, "--metrics-port", "0")
+    b = None
+    try:
+        port = int(a.wait_line(r"metrics on http://127\.0\.0\.1:(\d+)/metrics").group(1))
+        a.wait_line("active now, lease generation 1")
+        b = standby(live, tmp_path / "qb", s3_uri, "--metrics-port", "0")
+        port_b = int(b.wait_line(r"metrics on http://127\.0\.0\.1:(\d+)/metrics").group(1))
+        b.wait_line(WAITING)
+
+        def metrics(port: int, pattern: str) -> str:
+            deadline = time.monotonic() + 60
+            while True:
+                text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+                if re.search(pattern, text, re.M):
+                    return text
+                assert time.monotonic() < deadline, text
+                time.sleep(0.1)
+
+        text = metrics(port_b, r"^olr_buffer_standby 1\.0$")
+        assert re.search(rf'^olr_buffer_role_info\{{.*holder_pid="{a.proc.pid}".*role="standby"', text, re.M), text
+        ends = float(re.search(r"^olr_buffer_lease_ends_timestamp_seconds (\S+)$", text, re.M).group(1))
+        assert ends > time.time() - 60
+        assert re.search(r"^olr_buffer_lease_generation 1\.0$", text, re.M), text
+        text = metrics(port, r"^olr_buffer_standby 0\.0$")
+        assert re.search(r'^olr_buffer_role_info\{.*role="active"', text, re.M), text
+        assert re.search(r"^olr_buffer_lease_generation 1\.0$", text, re.M), text
+        health = urllib.request.urlopen(f"http://127.0.0.1:{port_b}/health", timeout=5)
+        assert health.status == 200
+        # a clean stop releases the lease: the standby takes over at once
+        assert a.stop() == 0, "\n".join(a.lines[-30:])
+        b.wait_line(TAKEN_OVER)
+        text = metrics(port_b, r"^olr_buffer_standby 0\.0$")
+        assert re.search(r"^olr_buffer_takeovers_total 1\.0$", text, re.M), text
+        wait_published(s3_uri, expected_changefeed(live).committed)
+        assert b.stop() == 0
+    finally:
+        for s in (a, b):
+            if s is not None and s.proc.poll() is None:
+                s.stop(signal.SIGKILL)
+    assert_exact(s3_uri, expected_changefeed(live), delta=False)
+
+
+def test_a_standby_stopped_while_it_waits_leaves_no_queue(staged, tmp_path, s3_uri):
+    live = tmp_path / "live"
+    assert live_input(staged, live).wait(timeout=120) == 0
+    a = standby(live, tmp_path / "qa", s3_uri)
+    try:
+        a.wait_line("active now")
+        b = standby(live, tmp_path / "qb", s3_uri)
+        b.wait_line(WAITING)
+        assert b.stop() == 0, "\n".join(b.lines[-30:])
+        assert any("stopped while standing by" in line for line in b.lines), b.lines
+        assert not (tmp_path / "qb").exists()
+    finally:
+        assert a.stop() == 0
+
+
+def stopped(service: Service, timeout: float = 120) -> None:
+    """Wait until the service's process is stopped (SIGSTOP: state T)."""
+    deadline = time.monotonic() + timeout
+    while Path(f"/proc/{service.proc.pid}/stat").read_text().rpartition(")")[2].split()[0] != "T":
+        assert service.proc.poll() is None, "the service ended:\n" + "\n".join(service.lines[-30:])
+        assert time.monotonic() < deadline, "the service did not stop itself at the fault point"
+        time.sleep(0.02)
+
+
+def fenced(service: Service) -> str:
+    """The one line a writer that was taken over stops with (exit 1)."""
+    assert service.proc.wait(timeout=120) == 1, "\n".join(service.lines[-30:])
+    service._reader.join(timeout=10)
+    errors = [line for line in service.lines if line.startswith("olr-buffer: error: ")]
+    assert len(errors) == 1 and "taken over" in errors[0], "\n".join(service.lines[-30:])
+    assert not [line for line in service.lines if "Traceback" in line]
+    return errors[0]
+
+
+@pytest.mark.parametrize(
+    "table_format, fault",
+    [
+        ("parquet", "after_tmp_written:3:stop"),  # a file complete, about to be made visible
+        ("delta", "before_delta_commit:3:stop"),  # a file visible, about to be committed
+    ],
+)
+def test_a_service_stopped_past_its_lease_publishes_nothing_once_it_wakes(
+    staged, tmp_path, s3_uri, table_format, fault
+):
+    """SIGSTOP in the middle of a publication (a fault point of the fencing), past the
+    lease: the standby takes over and publishes; the old one, woken, stops with one line
+    and publishes nothing: the changefeed is still one replay of the input."""
+    live = tmp_path / "live"
+    live.mkdir()
+    cf = s3_uri
+    writer = live_input(staged, live, rate=500)
+    a = standby(live, tmp_path / "qa", cf, "--table-format", table_format, "--threads", "1,2", fault=fault)
+    b = None
+    try:
+        a.wait_line("active now, lease generation 1")
+        b = standby(live, tmp_path / "qb", cf, "--threads", "1,2")
+        stopped(a)  # (it stopped itself at the fault point)
+        assert int(b.wait_line(TAKEN_OVER, timeout=120).group(1)) == 2
+        wait_more(cf, manifest_next(cf))  # the standby publishes
+        a.proc.send_signal(signal.SIGCONT)
+        fenced(a)
+        a = standby(live, tmp_path / "qa", cf, "--threads", "1,2")
+        assert int(a.wait_line(WAITING).group(2)) == b.proc.pid
+        finish(writer, live, cf, a, b)
+    finally:
+        writer.kill()
+        for s in (a, b):
+            if s is not None and s.proc.poll() is None:
+                s.proc.send_signal(signal.SIGCONT)
+                s.stop(signal.SIGKILL)
+    assert_exact(cf, expected_changefeed(live), delta=table_format == "delta")
+
+
+@pytest.fixture(scope="module")
+def staged_long(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("standby-long-input") / "input"
+    simulate(out, threads=2, transactions=600, seed=43, records_per_file=400, compress_archived=False)
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("table_format", ["parquet", "delta"])
+def test_ten_take_overs_back_and_forth_keep_the_changefeed_one_replay(staged_long, tmp_path, s3_uri, table_format):
+    """Two services take the changefeed from each other ten times while the input is
+    written: the active one SIGKILLed, or SIGSTOPped past its lease and woken (it stops
+    with one line), or stopped with SIGTERM (it hands the lease over); each one restarted
+    as the standby."""
+    live = tmp_path / "live"
+    live.mkdir()
+    cf = s3_uri
+    queues = {"a": tmp_path / "qa", "b": tmp_path / "qb"}
+    writer = live_input(staged_long, live, rate=60)  # (minutes of input: ten turns fit on a loaded machine)
+    services = {"a": standby(live, queues["a"], cf, "--table-format", table_format, "--threads", "1,2")}
+    generation = 1
+    try:
+        services["a"].wait_line("active now, lease generation 1")
+        services["b"] = standby(live, queues["b"], cf, "--threads", "1,2")
+        services["b"].wait_line(WAITING)
+        active, waiting = "a", "b"
+        for turn in range(10):
+            assert writer.poll() is None, f"the input was written to its end after {turn} take-overs"
+            wait_more(cf, manifest_next(cf))  # the active one publishes
+            old = services[active]
+            how = ("kill", "stop", "term")[turn % 3]
+            if how == "kill":
+                old.stop(signal.SIGKILL)
+            elif how == "term":
+                assert old.stop() == 0, "\n".join(old.lines[-30:])
+            else:
+                old.proc.send_signal(signal.SIGSTOP)
+            since = len(services[waiting].lines)
+            m = services[waiting].wait_line(TAKEN_OVER, timeout=120, since=since)
+            generation += 1
+            assert int(m.group(1)) == generation, (turn, how)
+            if how == "stop":
+                wait_more(cf, manifest_next(cf))
+                old.proc.send_signal(signal.SIGCONT)
+                fenced(old)
+            services[active] = standby(live, queues[active], cf, "--threads", "1,2")
+            services[active].wait_line(WAITING)
+            active, waiting = waiting, active
+        assert writer.poll() is None, "the input was written to its end before the tenth take-over"
+        finish(writer, live, cf, services[waiting], services[active])
+    finally:
+        writer.kill()
+        for s in services.values():
+            if s.proc.poll() is None:
+                s.proc.send_signal(signal.SIGCONT)
+                s.stop(signal.SIGKILL)
+    assert_exact(cf, expected_changefeed(live), delta=table_format == "delta")
+
+
+def test_the_lease_settings_come_from_the_config_file_too(staged, tmp_path, s3_uri):
+    live = tmp_path / "live"
+    assert live_input(staged, live).wait(timeout=120) == 0
+    config = tmp_path / "run.toml"
+    config.write_text(
+        f'input = "{live}"\nqueue = "{tmp_path / "q"}"\nchangefeed = "{s3_uri}"\n'
+        "standby = true\nlease_seconds = 7.5\nlease_renew_interval = 2\nlease_clock_skew = 1\n"
+        "standby_poll_interval = 0.2\n"
+    )
+    service = Service("--config", config)
+    try:
+        service.wait_line("standby: nobody writes the changefeed .*: starting at once")
+        service.wait_line("active now, lease generation 1")
+        doc = lease(s3_uri)
+        assert doc["ttl"] == 7.5 and doc["expires"] - doc["renewed"] == 7.5
+    finally:
+        assert service.stop() == 0, "\n".join(service.lines[-30:])
+
+
+def test_a_renewal_interval_not_below_half_the_lease_is_a_usage_error(tmp_path):
+    result = cli(
+        "run",
+        tmp_path,
+        "--queue",
+        tmp_path / "q",
+        "--changefeed",
+        tmp_path / "cf",
+        "--lease-seconds",
+        "4",
+        "--lease-renew-interval",
+        "2",
+    )
+    assert result.returncode == 2, result.describe()
+    assert "--lease-renew-interval" in result.stderr and "must be renewed more often than every 2 s" in result.stderr
+    assert not (tmp_path / "q").exists()
+
+
+def test_a_standby_on_a_shared_directory_takes_over_a_service_that_hangs(staged, tmp_path):
+    """A changefeed in a directory both services reach: with --standby it is written
+    under the lease (a lock is never let go by a process that hangs); the one stopped in
+    a publication stops with one line when it wakes."""
+    live = tmp_path / "live"
+    live.mkdir()
+    cf = str(tmp_path / "shared" / "cf")
+    writer = live_input(staged, live, rate=500)
+    a = standby(live, tmp_path / "qa", cf, "--threads", "1,2", fault="after_tmp_written:3:stop")
+    b = None
+    try:
+        a.wait_line("active now, lease generation 1")
+        b = standby(live, tmp_path / "qb", cf, "--threads", "1,2")
+        b.wait_line(WAITING)
+        stopped(a)
+        assert int(b.wait_line(TAKEN_OVER, timeout=120).group(1)) == 2
+        wait_more(cf, manifest_next(cf))
+        a.proc.send_signal(signal.SIGCONT)
+        fenced(a)
+        finish(writer, live, cf, b)
+    finally:
+        writer.kill()
+        for s in (a, b):
+            if s is not None and s.proc.poll() is None:
+                s.proc.send_signal(signal.SIGCONT)
+                s.stop(signal.SIGKILL)
+    assert_exact(cf, expected_changefeed(live), delta=False)
