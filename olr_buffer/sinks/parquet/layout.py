@@ -96,7 +96,7 @@ SCHEMAS_DIR = "schemas"  # under META_DIR
 _VERSION = re.compile(r"[0-9a-f]{16}")
 
 DEFAULT_MODE = 0o700  # the changefeed directory; its files get the mode without x bits
-TABLE_FORMATS = ("parquet", "delta")  # --table-format; recorded in the manifest
+TABLE_FORMATS = ("parquet", "delta", "iceberg")  # --table-format; recorded in the manifest
 META_MODE = 0o700  # _olr_buffer/ is never shared: Spark does not read it
 META_FILE_MODE = 0o600  # its files (manifest, logs, intent), whatever the umask
 
@@ -786,12 +786,14 @@ def write_manifest(
     durable: bool,
     *,
     table_format: str | None = None,
+    iceberg: dict[str, str] | None = None,
 ) -> None:
     """Rewrite ``_olr_buffer/manifest.json`` atomically for a changefeed of ``files``
-    files ending with ``last``, written by ``owner`` (``table_format``: ``parquet`` or
-    ``delta``, recorded when known)."""
+    files ending with ``last``, written by ``owner`` (``table_format``: ``parquet``,
+    ``delta`` or ``iceberg``, recorded when known; ``iceberg``: the catalog and table
+    names given to an Iceberg changefeed)."""
     loc = as_location(cf, durable=durable)
-    doc = {
+    doc: dict[str, object] = {
         "format": MANIFEST_FORMAT,
         "next_tx_seq": last.last + 1 if last else 0,
         "files": files,
@@ -804,11 +806,13 @@ def write_manifest(
     }
     if table_format is not None:
         doc["table_format"] = table_format
+    if iceberg:
+        doc["iceberg"] = iceberg
     loc.replace_meta(MANIFEST, orjson.dumps(doc, option=orjson.OPT_INDENT_2))
 
 
 def manifest_table_format(doc: dict | None) -> str | None:
-    """The table format a manifest records (``parquet``, ``delta``), None if none."""
+    """The table format a manifest records (``parquet``, ``delta``, ``iceberg``), None if none."""
     value = doc.get("table_format") if doc else None
     return value if value in TABLE_FORMATS else None
 
