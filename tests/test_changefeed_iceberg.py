@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from olr_buffer.simulate import simulate
 from olr_buffer.sinks.parquet.schema import parse_part_name
 from olr_buffer.store import open_store
 from tests.contract_model import ModelResult, assert_changefeed_equal, expected_changefeed
+from tests.s3_server import TcpProxy
 from tests.test_changefeed_s3 import SMALL, cli, one_line, plain_rows
 
 pytestmark = pytest.mark.e2e
@@ -248,3 +250,34 @@ def test_status_shows_the_iceberg_table(paths, model):
     assert table["snapshot_id"] == iceberg_table(paths["cf"], paths["catalog"]).current_snapshot().snapshot_id
     text = cli("status", "--queue", paths["queue"])
     assert f"Iceberg table olr_buffer.changefeed at snapshot {table['snapshot_id']}" in text.stdout
+
+
+@pytest.fixture
+def proxy(s3_env):
+    p = TcpProxy(int(s3_env.endpoint.rsplit(":", 1)[1]))
+    yield p
+    p.down()
+
+
+def test_an_unreachable_store_is_one_line_then_replay_resumes_exactly(staged, model, tmp_path, s3_uri, proxy):
+    env = {"AWS_ENDPOINT_URL": proxy.endpoint}
+    p = {"input": staged, "queue": tmp_path / "queue", "cf": s3_uri, "catalog": f"sqlite:///{tmp_path / 'cat.db'}"}
+    killed = replay(p, "--table-format", "iceberg", fault="after_rename:2", env=env)  # a file not committed
+    assert killed.returncode == -signal.SIGKILL, killed.describe()
+    proxy.down()
+    failed = replay(p, env=env)
+    one_line(failed, s3_uri, "did not answer", "replay resumes when run again")
+    proxy.up()
+    done = replay(p, env=env)
+    assert done.returncode == 0, done.describe()
+    assert_exact(s3_uri, p["catalog"], model)
+
+
+def test_a_catalog_that_does_not_answer_is_one_line(staged, tmp_path):
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    catalog = f"postgresql+psycopg2://olr@127.0.0.1:{port}/catalog"
+    p = {"input": staged, "queue": tmp_path / "queue", "cf": str(tmp_path / "cf"), "catalog": catalog}
+    failed = replay(p, "--table-format", "iceberg")
+    one_line(failed, "the store or the catalog did not answer", "replay resumes when run again")
