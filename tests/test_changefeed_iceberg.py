@@ -281,3 +281,22 @@ def test_a_catalog_that_does_not_answer_is_one_line(staged, tmp_path):
     p = {"input": staged, "queue": tmp_path / "queue", "cf": str(tmp_path / "cf"), "catalog": catalog}
     failed = replay(p, "--table-format", "iceberg")
     one_line(failed, "the store or the catalog did not answer", "replay resumes when run again")
+
+
+def test_another_writer_of_the_table_stops_the_next_run_with_one_line(staged, model, tmp_path):
+    p = {"input": staged, "queue": tmp_path / "queue", "cf": str(tmp_path / "cf"), "catalog": None}
+    assert replay(p, "--table-format", "iceberg").returncode == 0
+    table = iceberg_table(p["cf"], None)
+    table.append(table.scan(limit=3).to_arrow())  # another program appends rows of its own
+    refused = replay(p)
+    line = one_line(refused, "was committed by another writer (append)", "the only writer")
+    assert str(table.current_snapshot().snapshot_id) in line
+
+
+def test_a_second_queue_is_refused(staged, model, tmp_path):
+    p = {"input": staged, "queue": tmp_path / "queue", "cf": str(tmp_path / "cf"), "catalog": None}
+    assert replay(p, "--table-format", "iceberg").returncode == 0
+    other = {**p, "queue": tmp_path / "other-queue"}
+    refused = replay(other, "--table-format", "iceberg")
+    one_line(refused, "changefeed was written by")
+    assert_exact(p["cf"], None, model)  # nothing published twice
