@@ -21,7 +21,7 @@ from olr_buffer.sinks.parquet.schema import parse_part_name
 from olr_buffer.store import open_store
 from tests.contract_model import ModelResult, assert_changefeed_equal, expected_changefeed
 from tests.s3_server import TcpProxy
-from tests.test_changefeed_s3 import SMALL, cli, one_line, plain_rows
+from tests.test_changefeed_s3 import SMALL, Service, cli, live_input, one_line, plain_rows, run_args, wait_published
 
 pytestmark = pytest.mark.e2e
 
@@ -300,3 +300,21 @@ def test_a_second_queue_is_refused(staged, model, tmp_path):
     refused = replay(other, "--table-format", "iceberg")
     one_line(refused, "changefeed was written by")
     assert_exact(p["cf"], None, model)  # nothing published twice
+
+
+@pytest.mark.slow
+def test_run_killed_then_restarted_is_exact(paths, tmp_path):
+    staged_plain = tmp_path / "input-plain"
+    simulate(staged_plain, threads=2, transactions=260, seed=32, records_per_file=250, compress_archived=False)
+    live = tmp_path / "live"
+    assert live_input(staged_plain, live).wait(timeout=120) == 0
+    model = expected_changefeed(live)
+    catalog = ["--iceberg-catalog", paths["catalog"]] if paths["catalog"] else []
+    for fault in ("after_rename:2", "before_iceberg_commit:3"):
+        service = Service(*run_args(paths, live, "--table-format", "iceberg", *catalog), fault=fault)
+        assert service.proc.wait(timeout=120) == -signal.SIGKILL, "\n".join(service.lines[-20:])
+    service = Service(*run_args(paths, live))
+    service.wait_line(r"committed \d+ published file\(s\) the Iceberg table lacked")
+    wait_published(paths["cf"], model.committed)
+    assert service.stop() == 0, "\n".join(service.lines[-20:])
+    assert_exact(paths["cf"], paths["catalog"], model)
