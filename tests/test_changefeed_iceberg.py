@@ -318,3 +318,21 @@ def test_run_killed_then_restarted_is_exact(paths, tmp_path):
     wait_published(paths["cf"], model.committed)
     assert service.stop() == 0, "\n".join(service.lines[-20:])
     assert_exact(paths["cf"], paths["catalog"], model)
+
+
+def test_a_compaction_killed_before_its_snapshot_is_finished_by_the_next(paths, model):
+    assert replay(paths, "--table-format", "iceberg").returncode == 0
+    before = iceberg_table(paths["cf"], paths["catalog"]).current_snapshot().snapshot_id
+    args = ("compact", paths["cf"], "--in-place", "--target-rows", "1000")
+    killed = cli(*args, fault="after_compaction_publish:1")  # a merged file published, in no snapshot
+    assert killed.returncode == -signal.SIGKILL, killed.describe()
+    table = iceberg_table(paths["cf"], paths["catalog"])
+    assert table.current_snapshot().snapshot_id == before
+    assert_changefeed_equal(sorted_rows(table.scan().to_arrow()), model.rows)
+    done = cli(*args)
+    assert done.returncode == 0, done.describe()
+    table = iceberg_table(paths["cf"], paths["catalog"])
+    assert table.current_snapshot().parent_snapshot_id == before  # one snapshot
+    assert_changefeed_equal(sorted_rows(table.scan().to_arrow()), model.rows)
+    again = replay(paths, "--json")
+    assert again.returncode == 0 and again.json()["transactions_published"] == 0, again.describe()
