@@ -43,7 +43,7 @@ import glob
 import logging
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -55,7 +55,12 @@ from pyiceberg.exceptions import (
     NoSuchTableError,
     TableAlreadyExistsError,
 )
-from pyiceberg.io.pyarrow import parquet_file_to_data_file
+from pyiceberg.io.pyarrow import (
+    compute_statistics_plan,
+    data_file_statistics_from_parquet_metadata,
+    parquet_path_to_id_mapping,
+)
+from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
@@ -96,26 +101,29 @@ _ICEBERG_TYPES = {
 @dataclass(frozen=True, slots=True)
 class IcebergPart:
     """A published part file: its name (relative to the table's location), size in bytes,
-    range of transactions and rows."""
+    range of transactions and rows, and its footer (the data file's statistics come from
+    it: the file is not read again to commit it)."""
 
     name: str
     size: int
     first_tx_seq: int
     last_tx_seq: int
     rows: int
+    footer: pq.FileMetaData = field(compare=False, repr=False)
 
     @classmethod
     def from_local(cls, path: str | os.PathLike[str], name: str, first: int, last: int) -> IcebergPart:
         """From the local file that is (or will be) published as ``name``."""
-        return cls(name, os.stat(path).st_size, first, last, pq.read_metadata(path).num_rows)
+        meta = pq.read_metadata(path)
+        return cls(name, os.stat(path).st_size, first, last, meta.num_rows, meta)
 
     @classmethod
     def from_store(cls, store: Store, name: str, first: int, last: int) -> IcebergPart:
         """From the published object's footer (one ranged read on S3)."""
         with store.open_input(name) as f:
             size = f.size()
-            rows = pq.read_metadata(f).num_rows
-        return cls(name, size, first, last, rows)
+            meta = pq.read_metadata(f)
+        return cls(name, size, first, last, meta.num_rows, meta)
 
 
 class IcebergChangefeed:
@@ -255,13 +263,13 @@ class IcebergChangefeed:
                 uri=where,
             )
         theirs = {f.name: f for f in table.schema().fields}
-        for field in self.schema:
-            other = theirs.pop(field.name, None)
-            want = _ICEBERG_TYPES[field.type]
-            if other is None or str(other.field_type) != want or (field.nullable and other.required):
+        for column in self.schema:
+            other = theirs.pop(column.name, None)
+            want = _ICEBERG_TYPES[column.type]
+            if other is None or str(other.field_type) != want or (column.nullable and other.required):
                 got = "no such column" if other is None else f"{other.field_type}" + (" required" * other.required)
                 raise IcebergTableMismatchError(
-                    f"{where}: column {field.name} of the Iceberg table {self.table_name} is {got}, the changefeed "
+                    f"{where}: column {column.name} of the Iceberg table {self.table_name} is {got}, the changefeed "
                     f"writes {want}",
                     hint="give the changefeed a table of its own",
                     uri=where,
@@ -458,9 +466,7 @@ class IcebergChangefeed:
         table = self._table
 
         def append() -> Table:
-            data_files = [
-                parquet_file_to_data_file(table.io, table.metadata, f"{self.location}/{f.name}") for f in files
-            ]
+            data_files = [self._data_file(table, f) for f in files]
             tx = table.transaction()
             with tx.update_snapshot(snapshot_properties=summary).fast_append() as appending:
                 for data_file in data_files:
@@ -468,6 +474,28 @@ class IcebergChangefeed:
             return tx.commit_transaction()
 
         self._table = self._call(append, "commit to the Iceberg table")
+
+    def _data_file(self, table: Table, f: IcebergPart) -> DataFile:
+        """``f`` as an Iceberg data file, its statistics from its footer (as pyiceberg's
+        ``parquet_file_to_data_file`` does, without reading the file again)."""
+        schema = table.schema()
+        statistics = data_file_statistics_from_parquet_metadata(
+            parquet_metadata=f.footer,
+            stats_columns=compute_statistics_plan(schema, table.metadata.properties),
+            parquet_column_mapping=parquet_path_to_id_mapping(schema),
+        )
+        return DataFile.from_args(
+            content=DataFileContent.DATA,
+            file_path=f"{self.location}/{f.name}",
+            file_format=FileFormat.PARQUET,
+            partition=statistics.partition(table.spec(), schema),
+            file_size_in_bytes=f.size,
+            sort_order_id=None,
+            spec_id=table.metadata.default_spec_id,
+            equality_ids=None,
+            key_metadata=None,
+            **statistics.to_serialized_dict(),
+        )
 
     def compact_many(self, merges: Sequence[tuple[Sequence[IcebergPart], IcebergPart]]) -> int:
         """One snapshot for several merges (``(removed, added)`` each: contiguous files of
@@ -504,10 +532,7 @@ class IcebergChangefeed:
         table = self._table
 
         def replace() -> Table:
-            data_files = [
-                parquet_file_to_data_file(table.io, table.metadata, f"{self.location}/{added.name}")
-                for _, added in merges
-            ]
+            data_files = [self._data_file(table, added) for _, added in merges]
             tx = table.transaction()
             with tx.update_snapshot(snapshot_properties=summary).overwrite() as overwriting:
                 for f in removed_all:
