@@ -45,6 +45,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -186,12 +187,15 @@ class IcebergChangefeed:
     # -- the catalog and the table ------------------------------------------------------
 
     def _catalog_text(self) -> str:
-        uri = self.catalog_uri or ""
-        return uri.split("@")[-1] if "://" in uri and "@" in uri else uri  # no password in messages
+        """The catalog's URI without a user or password (for messages)."""
+        parts = urlsplit(self.catalog_uri or "")
+        if "@" not in parts.netloc:
+            return self.catalog_uri or ""
+        return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
     def _io_properties(self) -> dict[str, str]:
-        """pyiceberg's FileIO properties for this store (credentials: from the environment,
-        as pyarrow reads them)."""
+        """pyiceberg's FileIO properties for this store (no credential: pyarrow's S3
+        filesystem reads the AWS variables, as boto3 does)."""
         props = {"py-io-impl": "pyiceberg.io.pyarrow.PyArrowFileIO"}
         if self._local_root is None:
             _, options = self.store.delta_location()
@@ -199,9 +203,6 @@ class IcebergChangefeed:
                 props["s3.region"] = options["AWS_REGION"]
             if options.get("AWS_ENDPOINT_URL"):
                 props["s3.endpoint"] = options["AWS_ENDPOINT_URL"]
-            for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
-                if os.environ.get(key):
-                    props[f"s3.{key[4:].lower().replace('_', '-')}"] = os.environ[key]
         return props
 
     def _open_catalog(self) -> Catalog:
