@@ -198,6 +198,7 @@ def test_a_damaged_catalog_is_one_line_and_nothing_is_published_twice(staged, mo
     assert_exact(p["cf"], None, model)
 
 
+@pytest.mark.slow
 def test_a_locked_catalog_is_one_line_then_resumes(staged, model, tmp_path):
     p = {"input": staged, "queue": tmp_path / "queue", "cf": str(tmp_path / "cf"), "catalog": None}
     killed = replay(p, "--table-format", "iceberg", fault="after_rename:3")
@@ -259,6 +260,7 @@ def proxy(s3_env):
     p.down()
 
 
+@pytest.mark.slow
 def test_an_unreachable_store_is_one_line_then_replay_resumes_exactly(staged, model, tmp_path, s3_uri, proxy):
     env = {"AWS_ENDPOINT_URL": proxy.endpoint}
     p = {"input": staged, "queue": tmp_path / "queue", "cf": s3_uri, "catalog": f"sqlite:///{tmp_path / 'cat.db'}"}
@@ -320,6 +322,7 @@ def test_run_killed_then_restarted_is_exact(paths, tmp_path):
     assert_exact(paths["cf"], paths["catalog"], model)
 
 
+@pytest.mark.slow
 def test_a_compaction_killed_before_its_snapshot_is_finished_by_the_next(paths, model):
     assert replay(paths, "--table-format", "iceberg").returncode == 0
     before = iceberg_table(paths["cf"], paths["catalog"]).current_snapshot().snapshot_id
