@@ -134,8 +134,9 @@ def replay(p: dict, *extra: Any, fault: str | None = None, env: dict[str, str] |
     [
         ("after_rename:2", "before_iceberg_commit:2"),  # between the file's upload and its commit; in the commit
         ("after_iceberg_commit:2", "after_tmp_written:3"),  # committed, manifest not written; file not published
+        ("iceberg_manifests_written:3",),  # the snapshot's manifests written, the catalog not told
     ],
-    ids=["upload-commit", "commit-manifest"],
+    ids=["upload-commit", "commit-manifest", "manifests-catalog"],
 )
 def test_replay_iceberg_killed_at_each_step_is_exact(paths, model, faults):
     for i, fault in enumerate(faults):

@@ -472,6 +472,7 @@ class IcebergChangefeed:
             with tx.update_snapshot(snapshot_properties=summary).fast_append() as appending:
                 for data_file in data_files:
                     appending.append_data_file(data_file)
+            fault_point("iceberg_manifests_written")  # the snapshot's manifests written, the catalog not yet told
             return tx.commit_transaction()
 
         self._table = self._call(append, "commit to the Iceberg table")
