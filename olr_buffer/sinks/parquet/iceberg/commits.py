@@ -89,6 +89,9 @@ APP_ID = f"{PREFIX}app_id"
 LAST_TX_SEQ = f"{PREFIX}last_tx_seq"
 NAME_MAPPING = "schema.name-mapping.default"
 METADATA_PATH = "write.metadata.path"
+#: pyiceberg's own retry of a commit that lost the race rebases the append onto the new
+#: snapshot: the range would be committed twice. Off: the committer looks again itself.
+NO_COMMIT_RETRY = {"commit.retry.num-retries": "0"}
 
 #: Iceberg's type (as pyiceberg prints it) of each Arrow type the changefeed writes.
 _ICEBERG_TYPES = {
@@ -240,7 +243,7 @@ class IcebergChangefeed:
                 self.table_name,
                 self.schema,
                 location=self.location,
-                properties={METADATA_PATH: f"{self.location}/{METADATA_DIR}"},
+                properties={METADATA_PATH: f"{self.location}/{METADATA_DIR}", **NO_COMMIT_RETRY},
             )
         except TableAlreadyExistsError:  # created by another process meanwhile
             return self._catalog.load_table(self.table_name)
@@ -281,11 +284,13 @@ class IcebergChangefeed:
                 f"{where}: the Iceberg table has required columns the changefeed does not write: {', '.join(required)}",
                 uri=where,
             )
+        wanted: dict[str, Any] = {k: v for k, v in NO_COMMIT_RETRY.items() if table.properties.get(k) != v}
         if table.name_mapping() is None:  # (a table created by a run killed right after)
-            mapping = table.schema().name_mapping.model_dump_json()
+            wanted[NAME_MAPPING] = table.schema().name_mapping.model_dump_json()
+        if wanted:
             self._table = self._call(
-                lambda: table.transaction().set_properties({NAME_MAPPING: mapping}).commit_transaction(),
-                "set the Iceberg table's name mapping",
+                lambda: table.transaction().set_properties(wanted).commit_transaction(),
+                "set the Iceberg table's properties",
             )
 
     def _refresh(self, first: bool = False) -> None:
@@ -401,7 +406,8 @@ class IcebergChangefeed:
     def commit(self, files: Sequence[IcebergPart]) -> int | None:
         """Add ``files`` (published, contiguous) in one snapshot stamped with the queue id
         and their last tx_seq. Returns the new snapshot id, or None if the table holds
-        them already (committed before: nothing is done)."""
+        these files already (committed before, the answer lost: nothing is done); a
+        range the table holds in other files is an :class:`IcebergChainError`."""
         files = sorted(files, key=lambda f: f.first_tx_seq)
         if not files:
             return None
@@ -413,6 +419,17 @@ class IcebergChangefeed:
                 self._refresh()
             committed = self._last
             if committed is not None and committed >= last:
+                held = self._data_files()
+                others = [f.name for f in files if f.name not in held]
+                if others:  # the range is the table's, from other files: not this commit's, lost
+                    raise IcebergChainError(
+                        f"{self.store.location()}: cannot commit tx_seq {first}..{last}: the Iceberg table holds "
+                        f"them already, in other files than {', '.join(others)}",
+                        hint="another writer wrote this table",
+                        uri=self.store.location(),
+                        first_tx_seq=first,
+                        last_tx_seq=last,
+                    )
                 log.info(
                     "%s: tx_seq %d..%d committed already (the Iceberg table holds up to %d)",
                     self.store.location(),
