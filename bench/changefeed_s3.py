@@ -1,5 +1,5 @@
 """Replay throughput with the changefeed on S3 (moto's server) side by side with a local
-changefeed, each as plain Parquet and as a Delta table.
+changefeed, each as plain Parquet, as a Delta table and as an Iceberg table.
 
     python bench/changefeed_s3.py [--transactions 20000] [--file-rows 100000] [--repeat 3]
 
@@ -7,7 +7,10 @@ Each case is one ``olr-buffer replay`` from scratch (empty queue and changefeed)
 same simulated input, in a child process (wall time, CPU, peak RSS); the median of
 ``--repeat`` runs is kept. The queue is local in every case; only the changefeed moves.
 ``--file-rows`` sets how many files are published (one PUT each on S3, one Delta commit
-each with ``--table-format delta``). moto's server runs here, on 127.0.0.1, started by
+each with ``--table-format delta``, one Iceberg snapshot each with ``--table-format
+iceberg``: its catalog a SQLite file beside a local changefeed, and in the run's folder
+for one on S3). ``commit_ms`` is what a table format adds a file: its time less plain
+Parquet's in the same place, over the files published. moto's server runs here, on 127.0.0.1, started by
 this program: a Python server that keeps objects in memory, so the S3 figures bound the
 client's and the protocol's cost, not S3's latency (tens of ms a request).
 
@@ -39,6 +42,9 @@ from tests.s3_server import start_moto  # noqa: E402
 
 
 def replay_cmd(input_dir: str, work: str, changefeed: str, table_format: str, file_rows: int) -> list[str]:
+    catalog = []
+    if table_format == "iceberg" and changefeed.startswith("s3://"):
+        catalog = ["--iceberg-catalog", f"sqlite:///{os.path.join(os.path.abspath(work), 'catalog.db')}"]
     return [
         sys.executable,
         "-m",
@@ -53,6 +59,7 @@ def replay_cmd(input_dir: str, work: str, changefeed: str, table_format: str, fi
         table_format,
         "--file-rows",
         str(file_rows),
+        *catalog,
         "--json",
         "--no-progress",
     ]
@@ -80,7 +87,7 @@ def main() -> None:
     results: dict = {"machine": machine_info(str(work)), "input": desc, "file_rows": args.file_rows, "cases": []}
     try:
         for where in ("local", "s3 (moto)"):
-            for table_format in ("parquet", "delta"):
+            for table_format in ("parquet", "delta", "iceberg"):
                 runs = []
                 for r in range(args.repeat):
                     run_dir = str(work / "runs" / f"{where[:5]}-{table_format}-{r}")
@@ -117,10 +124,16 @@ def main() -> None:
                     "runs": [round(r["wall"], 2) for r in runs],
                     "other_cpu": [round(r["other_cpu"], 1) for r in runs],
                 }
+                plain = next(
+                    (c for c in results["cases"] if c["changefeed"] == where and c["table_format"] == "parquet"), None
+                )
+                if plain is not None and table_format != "parquet" and row["files"]:
+                    row["commit_ms"] = round(1000 * (row["seconds"] - plain["seconds"]) / row["files"], 1)
                 results["cases"].append(row)
                 print(
                     f"{where:10s} {table_format:8s} {row['seconds']:7.2f} s {row['records_per_s']:>9,} records/s "
-                    f"{row['files']:4d} files  cpu {row['cpu_seconds']:.1f} s  rss {row['peak_rss_mib']} MiB",
+                    f"{row['files']:4d} files  cpu {row['cpu_seconds']:.1f} s  rss {row['peak_rss_mib']} MiB"
+                    + (f"  commit {row['commit_ms']} ms" if "commit_ms" in row else ""),
                     file=sys.stderr,
                     flush=True,
                 )

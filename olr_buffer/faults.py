@@ -13,11 +13,13 @@ footer yet), ``after_tmp_written`` (a changefeed file is complete under its temp
 ``after_rename`` (published, not yet in the manifest), ``before_checkpoint`` (the sink
 flushed, the dispatcher's checkpoint not yet written), ``during_cleanup`` (between the
 deletion of two segment files), ``before_delta_commit`` and ``after_delta_commit``
-(around the Delta commit of published files), ``after_compaction_publish`` (``compact``
-published a merged file; the files it replaces are still there); a fenced publication
-(docs/failure-scenarios.md, "A paused writer and its standby"): ``before_stage`` (the lease
-checked, nothing sent), ``after_stage`` (the file is in the store, invisible, not decided),
-``after_decide`` (the manifest records it as pending: decided, not yet visible).
+(around the Delta commit of published files), ``before_iceberg_commit``,
+``iceberg_manifests_written`` (the snapshot's manifests written, the catalog not yet
+told) and ``after_iceberg_commit`` (around the Iceberg commit), ``after_compaction_publish``
+(``compact`` published a merged file; the files it replaces are still there); a fenced
+publication (docs/failure-scenarios.md, "A paused writer and its standby"): ``before_stage``
+(the lease checked, nothing sent), ``after_stage`` (the file is in the store, invisible, not
+decided), ``after_decide`` (the manifest records it as pending: decided, not yet visible).
 """
 
 from __future__ import annotations

@@ -270,6 +270,34 @@ def start_metrics(metrics: Any, host: str, port: int, logger: str) -> Any:
     return server
 
 
+#: Where an Iceberg changefeed's table is (replay, run, compact, status, serve): recorded in
+#: the changefeed when given, so later commands need them only to override.
+ICEBERG_OPTIONS = [
+    click.option(
+        "--iceberg-catalog",
+        metavar="URI",
+        default=None,
+        help="An Iceberg changefeed's catalog: sqlite:////PATH/catalog.db (or another SQLAlchemy URL) for a SQL "
+        "catalog, http(s)://... for a REST catalog (default: the one the changefeed records, else the SQLite "
+        "file _iceberg/catalog.db beside a local changefeed; one on s3:// needs this).",
+    ),
+    click.option(
+        "--iceberg-table",
+        metavar="NS.NAME",
+        default=None,
+        help="An Iceberg changefeed's table name (default: the one the changefeed records, else "
+        "olr_buffer.changefeed).",
+    ),
+]
+
+
+def iceberg_options(fn: Callable) -> Callable:
+    """--iceberg-catalog and --iceberg-table, for the commands that read a changefeed."""
+    for option in reversed(ICEBERG_OPTIONS):
+        fn = option(fn)
+    return fn
+
+
 _PIPELINE_OPTIONS = [
     click.option(
         "--segment-size", type=ByteSize(), default="64MiB", show_default=True, help="Queue segment size (roll point)."
@@ -340,11 +368,13 @@ _PIPELINE_OPTIONS = [
     ),
     click.option(
         "--table-format",
-        type=click.Choice(["parquet", "delta"]),
+        type=click.Choice(["parquet", "delta", "iceberg"]),
         default=None,
-        help="delta: the changefeed is also a Delta Lake table, each published file added by a Delta commit "
+        help="delta: the changefeed is also a Delta Lake table, each published file added by a Delta commit; "
+        "iceberg: an Apache Iceberg table, one snapshot a file "
         "(default: the changefeed's own format, recorded in it; parquet for a new one).",
     ),
+    *ICEBERG_OPTIONS,
     click.option(
         "--adopt-changefeed",
         is_flag=True,
@@ -379,6 +409,8 @@ def pipeline_settings(
     transaction_retention_scn,
     changefeed_mode,
     table_format,
+    iceberg_catalog,
+    iceberg_table,
     adopt_changefeed,
     no_sync,
     **service,
@@ -398,6 +430,8 @@ def pipeline_settings(
         transaction_retention_scn=transaction_retention_scn,
         changefeed_mode=changefeed_mode,
         table_format=table_format,
+        iceberg_catalog=iceberg_catalog,
+        iceberg_table=iceberg_table,
         adopt_changefeed=adopt_changefeed,
         **service,
     )

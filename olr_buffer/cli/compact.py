@@ -33,7 +33,7 @@ def _compact_figures(p, elapsed: float) -> tuple[int, int, str]:
     "--i-know-no-reader-is-running",
     "no_reader_running",
     is_flag=True,
-    help="Required by --in-place (but on a Delta changefeed): no Spark query or stream and no producer "
+    help="Required by --in-place (but on a Delta or Iceberg changefeed): no Spark query or stream and no producer "
     "uses CHANGEFEED_DIR, and no streaming checkpoint over it will be resumed.",
 )
 @click.option(
@@ -72,7 +72,8 @@ def compact(
     --output DIR writes a new changefeed with the same contract, which readers switch to
     explicitly. --in-place replaces published files, which running readers and streaming
     checkpoints cannot follow, so it needs --i-know-no-reader-is-running; on a Delta
-    changefeed it is one Delta commit that deletes no file, safe while readers run.
+    changefeed it is one Delta commit that deletes no file, safe while readers run (on an
+    Iceberg changefeed, one snapshot, the same way).
     """
     from ..sinks.parquet import compact as run_compact
 

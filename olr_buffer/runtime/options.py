@@ -11,7 +11,7 @@ from ..txbuffer import DEFAULT_SEGMENT_BYTES
 
 #: The options of :class:`PipelineOptions` that are the sink's own: handed to its kind
 #: (:attr:`olr_buffer.sinks.SinkKind.options`), which takes those it knows.
-SINK_FLAGS = ("file_rows", "changefeed_mode", "table_format")
+SINK_FLAGS = ("file_rows", "changefeed_mode", "table_format", "iceberg_catalog", "iceberg_table")
 
 
 @dataclass
@@ -27,7 +27,9 @@ class PipelineOptions:
     sink: str = "parquet"
     file_rows: int | None = None  # rows per changefeed file, about
     changefeed_mode: int | None = None  # the changefeed directory's mode; files get it without x bits
-    table_format: str | None = None  # parquet or delta; None: the changefeed's own (a new one: parquet)
+    table_format: str | None = None  # parquet, delta or iceberg; None: the changefeed's own (a new one: parquet)
+    iceberg_catalog: str | None = None  # an Iceberg changefeed's catalog URI (None: recorded, else beside it)
+    iceberg_table: str | None = None  # its table NS.NAME (None: recorded, else olr_buffer.changefeed)
     # service (follow mode)
     threads: list[int] | None = None  # threads in play; None: those with files at start
     flush_seconds: float = 1.0  # a transaction is published at most this long after it is safe

@@ -130,10 +130,11 @@ def read_changefeed(spark: SparkSession, path: str) -> DataFrame:
     ``path``: :class:`ChangefeedNotFoundError`. ``path`` may be ``s3://BUCKET/PREFIX``
     (read as ``s3a://``, which needs hadoop-aws: docs/spark.md).
 
-    A Delta changefeed (``--table-format delta``) is read through its log: the files of
-    its table's current snapshot (and a file published but not yet committed after them),
-    listed when this is called; the files a compaction replaced, which stay beside the
-    table, are not read. No Delta jar is needed.
+    A Delta changefeed (``--table-format delta``) is read through its log, an Iceberg
+    changefeed (``--table-format iceberg``) through its table's current snapshot (with
+    pyiceberg): the files of the table (and a file published but not yet committed after
+    them), listed when this is called; the files a compaction replaced, which stay beside
+    the table, are not read. No Delta or Iceberg jar is needed.
     """
     schema = changefeed_schema()
     files = _delta_files(spark, path)
@@ -161,9 +162,10 @@ def _delta_files(spark: SparkSession, path: str) -> list[str] | None:
 
 def delta_target(spark: SparkSession, path: str) -> str | None:
     """``path`` as olr-buffer's stores name it (:func:`_store_target`), if it may hold a
-    Delta changefeed. On S3, Spark's own filesystem (S3A, with its settings) says first
-    whether there is a ``_delta_log/``, so that a plain changefeed is read as before with
-    Spark's credentials alone; olr-buffer's store (the AWS variables) reads the log."""
+    Delta (or Iceberg) changefeed. On S3, Spark's own filesystem (S3A, with its settings)
+    says first whether there is a ``_delta_log/`` (an ``_iceberg/``), so that a plain
+    changefeed is read as before with Spark's credentials alone; olr-buffer's store (the
+    AWS variables) reads the log (the table)."""
     target = _store_target(path)
     if target is None or not target.startswith("s3://"):
         return target
@@ -171,8 +173,10 @@ def delta_target(spark: SparkSession, path: str) -> str | None:
         jvm = spark._jvm
         if jvm is None:  # Spark Connect: olr-buffer's store looks
             return target
-        log_dir = jvm.org.apache.hadoop.fs.Path(spark_path(path).rstrip("/") + "/_delta_log")
-        found = log_dir.getFileSystem(spark._jsc.hadoopConfiguration()).exists(log_dir)
+        found = False
+        for folder in ("_delta_log", "_iceberg"):
+            log_dir = jvm.org.apache.hadoop.fs.Path(spark_path(path).rstrip("/") + "/" + folder)
+            found = found or log_dir.getFileSystem(spark._jsc.hadoopConfiguration()).exists(log_dir)
     except Exception:  # noqa: BLE001 - no S3A here, or Spark Connect: olr-buffer's store looks
         return target
     return target if found else None

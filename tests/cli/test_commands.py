@@ -25,6 +25,8 @@ _PIPELINE = [
     "--transaction-retention-scn",
     "--changefeed-mode",
     "--table-format",
+    "--iceberg-catalog",
+    "--iceberg-table",
     "--adopt-changefeed",
     "--no-sync",
 ]

@@ -1,7 +1,7 @@
 """`olr-buffer serve` of a changefeed on S3 (moto's server): it lists and reads the files
 through the changefeed's storage seam, with its state in a local --state directory, and
-follows files published while it serves; a Delta changefeed after a compaction (whose
-replaced files stay beside the table) is served from its table's files."""
+follows files published while it serves; a Delta or Iceberg changefeed after a
+compaction (whose replaced files stay beside the table) is served from its table's files."""
 
 from __future__ import annotations
 
@@ -54,11 +54,12 @@ def test_serve_reads_a_changefeed_on_s3(s3_uri: str, tmp_path: Path) -> None:
     assert f'"changefeed": "{s3_uri}"' in status.stdout and '"database": "ORCL"' in status.stdout
 
 
-def test_serve_reads_a_compacted_delta_changefeed_from_its_table(tmp_path: Path) -> None:
+@pytest.mark.parametrize("table_format", ["delta", "iceberg"])
+def test_serve_reads_a_compacted_table_changefeed_from_its_table(tmp_path: Path, table_format: str) -> None:
     txs = random_transactions(random.Random(6), 40, share=0.2)
     feed = Feed(tmp_path / "cf")
     feed.writer.close()
-    feed.writer = type(feed.writer)(tmp_path / "cf", file_rows=1 << 40, durable=False, table_format="delta")
+    feed.writer = type(feed.writer)(tmp_path / "cf", file_rows=1 << 40, durable=False, table_format=table_format)
     for part in (txs[:10], txs[10:25], txs[25:]):
         feed.publish(part)
     everything = expected_messages(feed.rows(), "ORCL")

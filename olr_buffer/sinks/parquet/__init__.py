@@ -7,7 +7,6 @@ from typing import Any
 
 from ..base import ChangefeedOwner, SinkKind, SinkSettings
 from .compaction import CompactionError, CompactionResult, compact
-from .delta_table import chain_names
 from .errors import (
     ChangefeedCorruptError,
     ChangefeedError,
@@ -17,6 +16,7 @@ from .errors import (
     UnknownTableError,
 )
 from .fencing import ManifestHead, fence_previous_writers
+from .iceberg_settings import IcebergSettings
 from .layout import (
     DEFAULT_MODE,
     META_DIR,
@@ -29,6 +29,7 @@ from .layout import (
 )
 from .position import POSITION_KEY, ChangefeedPosition, status, status_line
 from .schema import ARROW_SCHEMA, COLUMNS, DERIVED_TIMESTAMPS, TIMESTAMP, parse_part_name, part_name
+from .tables import chain_names
 from .writer import DEFAULT_FILE_ROWS, ChangefeedWriter, PublishedFile
 
 
@@ -38,11 +39,19 @@ class ParquetOptions:
 
     file_rows: int = DEFAULT_FILE_ROWS  # rows per file, about (cut at a transaction's end)
     mode: int = DEFAULT_MODE  # the changefeed directory's mode; files get it without x bits
-    table_format: str | None = None  # parquet or delta; None: the changefeed's own (a new one: parquet)
+    table_format: str | None = None  # parquet, delta or iceberg; None: the changefeed's own (a new one: parquet)
+    iceberg_catalog: str | None = None  # an Iceberg changefeed's catalog URI (None: recorded, else beside it)
+    iceberg_table: str | None = None  # its table NS.NAME (None: recorded, else olr_buffer.changefeed)
 
 
 #: the changefeed options of ``replay`` and ``run`` (Python names) -> ParquetOptions' fields
-_FLAGS = {"file_rows": "file_rows", "changefeed_mode": "mode", "table_format": "table_format"}
+_FLAGS = {
+    "file_rows": "file_rows",
+    "changefeed_mode": "mode",
+    "table_format": "table_format",
+    "iceberg_catalog": "iceberg_catalog",
+    "iceberg_table": "iceberg_table",
+}
 
 
 def options(flags: Mapping[str, Any]) -> ParquetOptions:
@@ -59,6 +68,9 @@ def build(path: str, settings: SinkSettings, opts: ParquetOptions | None = None)
         durable=settings.durable,
         mode=opts.mode,
         table_format=opts.table_format,
+        iceberg=IcebergSettings(opts.iceberg_catalog, opts.iceberg_table)
+        if opts.iceberg_catalog or opts.iceberg_table
+        else None,
         retry=settings.retry,
         staging=settings.staging,
         lease_owner=settings.lease_owner,
@@ -93,6 +105,7 @@ __all__ = [
     "ChangefeedReadError",
     "ChangefeedWriter",
     "KIND",
+    "IcebergSettings",
     "ParquetOptions",
     "POSITION_KEY",
     "PublishedFile",

@@ -73,7 +73,7 @@ from ...errors import EXIT_USAGE
 from ...faults import fault_point
 from ...fsutil import fsync_file
 from ...store import Lease, StoreError, is_remote
-from . import delta_table
+from . import tables
 from .errors import ChangefeedCorruptError, ChangefeedError
 from .layout import (  # noqa: F401  (read_footer: a public name of this module too)
     DEFAULT_MODE,
@@ -192,7 +192,7 @@ def published_files(path: str | Location) -> list[PublishedFile]:
     return list_files(
         loc,
         hint="if an in-place compaction was interrupted, run it again to finish it",
-        names=delta_table.chain_names(loc),
+        names=tables.chain_names(loc),
     )
 
 
@@ -249,8 +249,8 @@ def compact(
             "compact: say where the compacted files go: an output directory, or in place",
             hint="--output DIR is safe while readers run; --in-place is not",
         )
-    if in_place and not no_reader_running and not delta_table.has_table(Location(src)):
-        # (a Delta changefeed's readers read a snapshot of its table: they need no promise)
+    if in_place and not no_reader_running and not tables.table_format(Location(src)):
+        # (a Delta or Iceberg changefeed's readers read a snapshot of its table: they need no promise)
         raise CompactionRefused(
             f"{src}: refusing to compact in place: running readers would read rows twice or miss "
             "rows, and streaming checkpoints over it would read every merged row again",
@@ -425,8 +425,8 @@ def _compact_in_place(
     if loc.path is not None:
         loc = Location(src, mode=_dir_mode(loc), durable=opts.durable)
     with _locked(loc), _target(loc) as target:
-        delta = delta_table.has_table(loc)
-        if not dry_run and not delta:
+        kind = tables.table_format(loc)  # delta, iceberg: one commit replaces the files
+        if not dry_run and not kind:
             result.recovered = recover_in_place(target, opts.durable)
         files = published_files(loc)
         groups = plan_groups(files, target_rows)
@@ -445,8 +445,8 @@ def _compact_in_place(
             remove_own_temporaries(src, compaction_only=True)
         fmode = file_mode(loc.mode)
         progress = _Progress(on_progress, merges)
-        if delta:
-            _compact_delta(target, merges, opts, fmode)
+        if kind:
+            _compact_table(kind, target, merges, opts, fmode)
         else:
             for group in merges:
                 merged = _write_merged(loc, group, target, opts, fmode)
@@ -463,21 +463,32 @@ def _compact_in_place(
                 files[-1],
                 owner,
                 opts.durable,
-                table_format="delta" if delta else manifest_table_format(manifest),
+                table_format=kind or manifest_table_format(manifest),
+                iceberg=manifest.get("iceberg") if manifest and kind == "iceberg" else None,
             )
     return result
 
 
-def _compact_delta(target: _Target, merges: list[list[PublishedFile]], opts: _WriteOptions, fmode: int) -> None:
-    """A Delta changefeed: each run of files merged into one published file, then ONE
-    Delta commit removes the runs and adds the merged files (``dataChange = false``). No
-    file is deleted: a reader of an older version of the table may still need it
-    (``VACUUM`` is the user's). A merged file an interrupted compaction published, but
-    never committed, is committed as it is."""
+def _compact_table(
+    kind: str, target: _Target, merges: list[list[PublishedFile]], opts: _WriteOptions, fmode: int
+) -> None:
+    """A Delta (Iceberg) changefeed: each run of files merged into one published file,
+    then ONE Delta commit (Iceberg snapshot) removes the runs and adds the merged files
+    (Delta: ``dataChange = false``; Iceberg: an overwrite of the same rows, stamped with
+    the table's last tx_seq). No file is deleted: a reader of an older version of the
+    table may still need it (``VACUUM``, snapshot expiry, are the user's). A merged file an
+    interrupted compaction published, but never committed, is committed as it is."""
     if not merges:
         return
     loc = target.loc
-    table = delta_table.open_table(loc, app_id=None, writer={"compaction": True, "pid": os.getpid()}, create=False)
+    glue = tables.glue(kind)
+    owner = manifest_owner(read_manifest(loc))  # the queue that writes it: its id on the commit too
+    table = glue.open_table(
+        loc,
+        app_id=owner.queue_id if owner else None,
+        writer={"compaction": True, "pid": os.getpid()},
+        create=False,
+    )
     pairs = []
     for group in merges:
         merged = _merge_of(group)
@@ -493,12 +504,13 @@ def _compact_delta(target: _Target, merges: list[list[PublishedFile]], opts: _Wr
             merged = _write_merged(loc, group, target, opts, fmode)
             _publish(target, merged, opts)
             fault_point("after_compaction_publish")
-        pairs.append(([delta_table.part_file(loc, f) for f in group], delta_table.part_file(loc, merged)))
+        pairs.append(([glue.part_file(loc, f) for f in group], glue.part_file(loc, merged)))
     version = table.compact_many(pairs)
-    delta_table.apply_log_modes(loc)
+    glue.apply_log_modes(loc)
     log.info(
-        "%s: compaction committed as Delta version %d: %d files replaced by %d; none deleted",
+        "%s: compaction committed as %s %d: %d files replaced by %d; none deleted",
         loc.uri,
+        "Iceberg snapshot" if kind == "iceberg" else "Delta version",
         version,
         sum(len(g) for g in merges),
         len(merges),

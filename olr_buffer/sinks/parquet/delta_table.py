@@ -58,26 +58,37 @@ def has_table(loc: Location) -> bool:
 
 
 def resolve_table_format(loc: Location, manifest: dict | None, requested: str | None) -> str:
-    """The changefeed's table format from now on (see the module doc)."""
+    """The changefeed's table format from now on (see the module doc; an Iceberg
+    changefeed, :mod:`.iceberg_table`, the same way). A changefeed has one table format:
+    a Delta changefeed does not become an Iceberg one, nor the other way round."""
+    from . import iceberg_table
+
     if requested is not None and requested not in TABLE_FORMATS:
         raise ValueError(f"table_format must be one of {TABLE_FORMATS}, not {requested!r}")
     recorded = manifest_table_format(manifest)
-    if recorded != "delta" and has_table(loc):
-        recorded = "delta"
+    if recorded not in ("delta", "iceberg"):
+        if has_table(loc):
+            recorded = "delta"
+        elif iceberg_table.has_table(loc):
+            recorded = "iceberg"
     if requested is None:
         return recorded or "parquet"
-    if requested == "parquet" and recorded == "delta":
+    if recorded in ("delta", "iceberg") and requested != recorded:
+        name = "Delta" if recorded == "delta" else "Iceberg"
+        folder = DELTA_LOG if recorded == "delta" else f"{iceberg_table.ICEBERG_DIR}/metadata"
         raise TableFormatError(
-            f"{loc.uri}: is a Delta changefeed (it has a {DELTA_LOG}/): --table-format parquet would publish files "
-            "its Delta table never gets",
-            hint="leave --table-format out, or give --table-format delta",
+            f"{loc.uri}: is a{'n' if recorded == 'iceberg' else ''} {name} changefeed (it has a {folder}/): "
+            f"--table-format {requested} would publish files its {name} table never gets",
+            hint=f"leave --table-format out, or give --table-format {recorded}",
             uri=loc.uri,
         )
-    if requested == "delta" and recorded == "parquet":
+    if requested in ("delta", "iceberg") and recorded == "parquet":
         log.info(
-            "%s: a Parquet changefeed becomes a Delta changefeed: its published files are committed to a new "
-            "Delta table as they are",
+            "%s: a Parquet changefeed becomes a%s %s changefeed: its published files are committed to a new "
+            "table as they are",
             loc.uri,
+            "n" if requested == "iceberg" else "",
+            "Delta" if requested == "delta" else "Iceberg",
         )
     return requested
 

@@ -98,7 +98,7 @@ SCHEMAS_DIR = "schemas"  # under META_DIR
 _VERSION = re.compile(r"[0-9a-f]{16}")
 
 DEFAULT_MODE = 0o700  # the changefeed directory; its files get the mode without x bits
-TABLE_FORMATS = ("parquet", "delta")  # --table-format; recorded in the manifest
+TABLE_FORMATS = ("parquet", "delta", "iceberg")  # --table-format; recorded in the manifest
 META_MODE = 0o700  # _olr_buffer/ is never shared: Spark does not read it
 META_FILE_MODE = 0o600  # its files (manifest, logs, intent), whatever the umask
 
@@ -789,21 +789,28 @@ def write_manifest(
     durable: bool,
     *,
     table_format: str | None = None,
+    iceberg: dict[str, str] | None = None,
 ) -> None:
     """Rewrite ``_olr_buffer/manifest.json`` atomically for a changefeed of ``files``
-    files ending with ``last``, written by ``owner`` (``table_format``: ``parquet`` or
-    ``delta``, recorded when known)."""
+    files ending with ``last``, written by ``owner`` (``table_format``: ``parquet``,
+    ``delta`` or ``iceberg``, recorded when known; ``iceberg``: the catalog and table
+    names given to an Iceberg changefeed)."""
     loc = as_location(cf, durable=durable)
-    doc = manifest_document(files, last, owner, table_format=table_format)
+    doc = manifest_document(files, last, owner, table_format=table_format, iceberg=iceberg)
     loc.replace_meta(MANIFEST, orjson.dumps(doc, option=orjson.OPT_INDENT_2))
 
 
 def manifest_document(
-    files: int, last: PublishedFile | None, owner: ChangefeedOwner | None, *, table_format: str | None = None
+    files: int,
+    last: PublishedFile | None,
+    owner: ChangefeedOwner | None,
+    *,
+    table_format: str | None = None,
+    iceberg: dict[str, str] | None = None,
 ) -> dict:
     """The manifest of a changefeed of ``files`` files ending with ``last``, written by
     ``owner`` (see :func:`write_manifest`)."""
-    doc = {
+    doc: dict[str, object] = {
         "format": MANIFEST_FORMAT,
         "next_tx_seq": last.last + 1 if last else 0,
         "files": files,
@@ -816,11 +823,13 @@ def manifest_document(
     }
     if table_format is not None:
         doc["table_format"] = table_format
+    if iceberg:
+        doc["iceberg"] = iceberg
     return doc
 
 
 def manifest_table_format(doc: dict | None) -> str | None:
-    """The table format a manifest records (``parquet``, ``delta``), None if none."""
+    """The table format a manifest records (``parquet``, ``delta``, ``iceberg``), None if none."""
     value = doc.get("table_format") if doc else None
     return value if value in TABLE_FORMATS else None
 

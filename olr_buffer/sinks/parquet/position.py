@@ -9,7 +9,7 @@ import msgspec
 
 from ...errors import OlrBufferError
 from ...txbuffer.metadata import StoredDocument, decode_document, encode_document
-from .layout import read_manifest
+from .layout import manifest_table_format, read_manifest
 
 #: The queue metadata key of the changefeed writer's position.
 POSITION_KEY = b"sink/changefeed"
@@ -52,7 +52,7 @@ def status(stored: bytes | None, legacy: Any, queue_id: str | None) -> dict:
     live = manifest if ours else None
     src = live or cf
     next_tx_seq = src.get("next_tx_seq")
-    return {
+    doc: dict[str, Any] = {
         "path": pos.path,
         "source": "manifest" if live else "checkpoint",
         "next_tx_seq": next_tx_seq,
@@ -61,6 +61,14 @@ def status(stored: bytes | None, legacy: Any, queue_id: str | None) -> dict:
         "files": src.get("files"),
         "updated": live["updated"] if live and live.get("updated") else None,
     }
+    kind = manifest_table_format(manifest)
+    if kind is not None:
+        doc["table_format"] = kind
+    if kind == "iceberg" and pos.path:
+        from .iceberg_table import table_status
+
+        doc["iceberg"] = table_status(pos.path)
+    return doc
 
 
 def status_line(doc: dict) -> str:
@@ -69,4 +77,12 @@ def status_line(doc: dict) -> str:
         if doc["last_tx_seq"] is not None
         else "nothing published yet"
     )
+    table = doc.get("iceberg")
+    if isinstance(table, dict):
+        held += (
+            f"; Iceberg table {table.get('table')}: {table['error']}"
+            if table.get("error")
+            else f"; Iceberg table {table.get('table')} at snapshot {table.get('snapshot_id')}, "
+            f"tx_seq up to {table.get('last_tx_seq')} committed"
+        )
     return f"changefeed {doc['path']}: {held}"

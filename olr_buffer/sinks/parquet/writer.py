@@ -36,9 +36,11 @@ paused past its lease publishes nothing once another one took over. A store that
 :class:`~olr_buffer.store.StoreUnreachableError`, or, given ``retry``
 (:class:`~olr_buffer.store.OutageRetry`: ``olr-buffer run``), is retried until it answers.
 
-**A Delta changefeed** (``table_format="delta"``, :mod:`.delta_table`): after step 3, one
+**A Delta changefeed** (``table_format="delta"``, :mod:`.delta_table`): after step 4, one
 Delta commit adds the file with the queue's application transaction; on open, files
 published but not committed before a kill are committed (:meth:`ChangefeedWriter.open`).
+**An Iceberg changefeed** (``table_format="iceberg"``, :mod:`.iceberg_table`): the same,
+one Iceberg snapshot a file, stamped with the queue id and its last tx_seq.
 """
 
 from __future__ import annotations
@@ -70,7 +72,7 @@ from ...faults import fault_point
 from ...fsutil import fsync_file
 from ...store import Lease, LeaseTiming, OutageRetry, WriterFencedError
 from ..base import ChangefeedOwner, SinkFigures, SinkOpening
-from . import delta_table
+from . import delta_table, iceberg_table
 from .errors import ChangefeedCorruptError, ChangefeedError, ChangefeedOwnerError
 from .fencing import ManifestHead, fence_previous_writers
 from .layout import (  # noqa: F401  (MANIFEST, META_DIR, PUBLISHED_LOG, read_footer: public names)
@@ -113,6 +115,8 @@ log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from .delta import DeltaChangefeed
+    from .iceberg import IcebergChangefeed
+    from .iceberg_settings import IcebergSettings
 
 _ROW_NUMBERS: list[pa.Array] = [pa.array([], pa.int64())]
 
@@ -168,8 +172,10 @@ class ChangefeedWriter:
     directory is given it. The writer holds the changefeed's lock (on object storage, its
     lease) until :meth:`close` or :meth:`release`.
 
-    ``table_format``: ``parquet`` or ``delta``; None: the changefeed's own (a new one:
-    parquet). On object storage: ``staging``, the local directory of temporary files (a
+    ``table_format``: ``parquet``, ``delta`` or ``iceberg``; None: the changefeed's own (a
+    new one: parquet); ``iceberg``: the catalog and table of an Iceberg changefeed
+    (:class:`~.iceberg_settings.IcebergSettings`; None: those it records, else the
+    defaults). On object storage: ``staging``, the local directory of temporary files (a
     new temporary directory if None), ``lease_owner`` the queue id recorded in the lease
     (a restart of the same queue on this host takes a lease its killed run left),
     ``lease_timing`` the lease's times (None: :class:`~olr_buffer.store.LeaseTiming`'s defaults),
@@ -194,6 +200,7 @@ class ChangefeedWriter:
         compression: str = "zstd",
         mode: int = DEFAULT_MODE,
         table_format: str | None = None,
+        iceberg: IcebergSettings | None = None,
         staging: str | os.PathLike[str] | None = None,
         lease_owner: str | None = None,
         lease_timing: LeaseTiming | None = None,
@@ -213,7 +220,8 @@ class ChangefeedWriter:
         self.retry = retry
         self.table_format = "parquet"  # (resolved by _recover)
         self._requested_format = table_format
-        self._table: DeltaChangefeed | None = None  # the Delta table (a Delta changefeed, once opened)
+        self._iceberg = iceberg
+        self._table: DeltaChangefeed | IcebergChangefeed | None = None  # its table (Delta, Iceberg), once opened
         self._table_created = False
         self.next_tx_seq = 0
         self.last_commit: CommitKey | None = None
@@ -308,11 +316,15 @@ class ChangefeedWriter:
             for name in self._store_call(loc.store.clear_staging, "clear unfinished uploads"):
                 log.info("%s: cleared %s", self.path, name)
         self.table_format = self._store_call(
-            lambda: delta_table.resolve_table_format(loc, manifest, self._requested_format), "look for a Delta log"
+            lambda: delta_table.resolve_table_format(loc, manifest, self._requested_format), "look for a table"
         )
-        names = None  # a Delta changefeed: the files of its table, and those published after them
+        names = None  # a Delta or Iceberg changefeed: the files of its table, and those published after them
         if self.table_format == "delta":
             names = self._store_call(lambda: delta_table.chain_names(loc), "read the Delta log")
+        elif self.table_format == "iceberg":
+            # what the manifest records, with what was given instead
+            self._iceberg = iceberg_table.settings(loc, self._iceberg, manifest or {})
+            names = self._store_call(lambda: self._iceberg_chain(loc), "read the Iceberg table")
         files = self._store_call(lambda: list_files(loc, hint=_CHAIN_HINT, names=names), "list the changefeed")
         if files:
             # the others: footers only (their reading costs)
@@ -348,13 +360,20 @@ class ChangefeedWriter:
         self.owner = manifest_owner(manifest) or (files[-1].owner if files else None)
         self._published = files  # for the Delta table's recovery (open)
         if not files:
-            if manifest is not None and delta_table.manifest_table_format(manifest) != self.table_format:
+            if manifest is not None and (
+                delta_table.manifest_table_format(manifest) != self.table_format
+                or (self._iceberg_recorded() and manifest.get("iceberg") != self._iceberg_recorded())
+            ):
                 self._write_manifest()  # the format asked for, recorded
             return
         self._last_file = files[-1]
         self.last_commit = files[-1].last_commit
         self.last_c_scn = self.last_commit.scn
-        if recorded != self.next_tx_seq or delta_table.manifest_table_format(manifest) != self.table_format:
+        if (
+            recorded != self.next_tx_seq
+            or delta_table.manifest_table_format(manifest) != self.table_format
+            or (self._iceberg_recorded() and manifest.get("iceberg") != self._iceberg_recorded())
+        ):
             adopted = [f for f in files if f.first >= (recorded or 0)]
             # a crash may come between log and manifest (the audit log: a local changefeed's)
             logged = last_logged(self.path, len(adopted)) if loc.path is not None else set()
@@ -363,6 +382,20 @@ class ChangefeedWriter:
                 if f.name not in logged and loc.path is not None:
                     log_published(self.path, f, self.durable)
             self._write_manifest()
+
+    def _iceberg_chain(self, loc: Location) -> set[str] | None:
+        """The files of an Iceberg changefeed's table and those published after them (its
+        catalog and table: those given, else those the manifest records)."""
+        if not iceberg_table.has_table(loc):
+            return None
+        table = iceberg_table.open_table(loc, self._iceberg, app_id=None, create=False, modes=False)
+        return iceberg_table.chain_names(loc, table)
+
+    def _iceberg_recorded(self) -> dict[str, str] | None:
+        """What the manifest records of an Iceberg changefeed's catalog and table."""
+        if self.table_format != "iceberg" or self._iceberg is None:
+            return None  # (resolved by _recover)
+        return self._iceberg.recorded() or None
 
     def _staging_dir(self, staging: str | os.PathLike[str] | None) -> str:
         """The local directory of temporary files of a changefeed on object storage."""
@@ -383,7 +416,13 @@ class ChangefeedWriter:
         ``pending``, the publication it decides (see :mod:`.fencing`)."""
         head = self._head
         if head is not None:
-            doc = manifest_document(self.files_published, self._last_file, self.owner, table_format=self.table_format)
+            doc = manifest_document(
+                self.files_published,
+                self._last_file,
+                self.owner,
+                table_format=self.table_format,
+                iceberg=self._iceberg_recorded(),
+            )
             if pending is not None:
                 doc["pending"] = pending
             self._store_call(lambda: head.write(doc), "write the manifest")
@@ -396,6 +435,7 @@ class ChangefeedWriter:
                 self.owner,
                 self.durable,
                 table_format=self.table_format,
+                iceberg=self._iceberg_recorded(),
             ),
             "write the manifest",
         )
@@ -448,7 +488,7 @@ class ChangefeedWriter:
             owner, queue=queue, queue_next_tx_seq=None if recorded is None else since, adopt=adopt
         )
         self.bind(owner)
-        if self.table_format == "delta":
+        if self.table_format in ("delta", "iceberg"):
             self._open_table()
         return SinkOpening(adopting, (0, 0) if adopting else self.published_since(owner.queue_id, since))
 
@@ -481,8 +521,9 @@ class ChangefeedWriter:
     # -- the Delta table ---------------------------------------------------------------
 
     def _open_table(self) -> None:
-        """Open (or create) the Delta table, its commits carrying the owner's queue id,
-        and commit the files published but not committed before a kill (in one commit)."""
+        """Open (or create) the Delta or Iceberg table, its commits carrying the owner's
+        queue id, and commit the files published but not committed before a kill (in one
+        commit)."""
         if self._table is not None:
             return
         loc = self.location
@@ -490,6 +531,19 @@ class ChangefeedWriter:
         if isinstance(self._lock, Lease):
             writer.update(writer=self._lock.writer_id, lease_generation=self._lock.generation)
         app_id = self.owner.queue_id if self.owner else None
+        if self.table_format == "iceberg":
+            existed = self._store_call(lambda: iceberg_table.has_table(loc), "look for an Iceberg table")
+            self._table = self._store_call(
+                lambda: iceberg_table.open_table(loc, self._iceberg, app_id=app_id, writer=writer, create=True),
+                "open the Iceberg table",
+            )
+            self._table_created = not existed
+            self._store_call(
+                lambda: iceberg_table.commit_pending(loc, self._table, self._published),
+                "commit published files to the Iceberg table",
+            )
+            self._published = []
+            return
         existed = self._store_call(lambda: delta_table.has_table(loc), "look for a Delta log")
         self._table = self._store_call(
             lambda: delta_table.open_table(loc, app_id=app_id, writer=writer, create=True), "open the Delta table"
@@ -878,7 +932,11 @@ class ChangefeedWriter:
         self._documents.clear()
         fault_point("after_tmp_written")
         # a Delta changefeed: the add action's size and statistics, from the local footer
-        part = delta_table.local_part(self._tmp_path, published) if self.table_format == "delta" else None
+        part = None
+        if self.table_format == "delta":
+            part = delta_table.local_part(self._tmp_path, published)
+        elif self.table_format == "iceberg":
+            part = iceberg_table.local_part(self._tmp_path, published)
         self._publish_file(published)
         # visible: from here on the file is published, whatever fails next
         now_ns = time.time_ns()
@@ -972,12 +1030,18 @@ class ChangefeedWriter:
             pass
 
     def _commit_to_table(self, part) -> None:
-        """One Delta commit adding the published file, with the queue's transaction."""
+        """One Delta (Iceberg) commit adding the published file, with the queue's
+        transaction (stamp)."""
         self._open_table()
         table = self._table
         assert table is not None  # opened just above
-        version = self._store_call(lambda: table.commit([part]), f"commit {part.name} to the Delta table")
-        delta_table.apply_commit_modes(self.location, version)
+        kind = "Iceberg" if self.table_format == "iceberg" else "Delta"
+        version = self._store_call(lambda: table.commit([part]), f"commit {part.name} to the {kind} table")
+        if self.table_format == "iceberg":
+            if version is not None:
+                iceberg_table.apply_commit_modes(self.location, table)
+        else:
+            delta_table.apply_commit_modes(self.location, version)
 
     @property
     def buffered_rows(self) -> int:
@@ -1030,7 +1094,10 @@ class ChangefeedWriter:
                 pass
 
     def _remove_table(self) -> None:
-        """The Delta table this writer created, with nothing committed: its log goes."""
+        """The Delta table this writer created, with nothing committed: its log goes (an
+        Iceberg table stays: its catalog holds it)."""
+        if self.table_format == "iceberg":
+            return
         store = self.location.store
         try:
             for obj in store.list(f"{delta_table.DELTA_LOG}/", recursive=True):
