@@ -33,6 +33,19 @@ from .progress import progress_line, progress_options, with_progress
 )
 @pipeline_options
 @progress_options
+@click.option(
+    "--engine",
+    type=click.Choice(["process", "spark"]),
+    default="process",
+    show_default=True,
+    help="process: this process; spark: a Spark job (pip install 'olr-buffer[spark]'), the same changefeed "
+    "(docs/spark.md).",
+)
+@click.option(
+    "--master",
+    default=None,
+    help="--engine spark: the Spark master URL (default: spark-submit's, else local[*]).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option(
     "--log-format",
@@ -42,7 +55,9 @@ from .progress import progress_line, progress_options, with_progress
     help="json: one object per line (ts ISO-8601, level, logger, msg, and facts as fields), the fatal error too.",
 )
 @clean_errors
-def replay(input_dir, queue_dir, changefeed_dir, progress, progress_interval, as_json, log_format, **pipeline) -> None:
+def replay(
+    input_dir, queue_dir, changefeed_dir, progress, progress_interval, engine, master, as_json, log_format, **pipeline
+) -> None:
     """Replay archived redo logs of INPUT_DIR into the changefeed, offline, then exit.
 
     Run again on the same directories after a kill or a crash, it finishes what was left
@@ -55,6 +70,9 @@ def replay(input_dir, queue_dir, changefeed_dir, progress, progress_interval, as
     setup_logging(command_log_level(None, "warning"), log_format)
     click.get_current_context().meta[LOG_FORMAT] = log_format
     opts = pipeline_settings(**pipeline)
+    if engine == "spark":
+        _replay_on_spark(input_dir, queue_dir, changefeed_dir, opts, master, progress, as_json)
+        return
     dead_letter = opts.dead_letter
     bar = progress_line(progress, progress_interval, _replay_figures)
     dead_letter_start = whole_lines_end(dead_letter)
@@ -91,6 +109,62 @@ def replay(input_dir, queue_dir, changefeed_dir, progress, progress_interval, as
         f"{s.checkpoints} checkpoint(s), {s.segments_deleted} segment(s) cleaned up"
         + (f"\nquarantined {s.quarantined:,} bad record(s) in {dead_letter}:" if s.quarantined else "")
         + "".join(f"\n  {b['file']}:{b['line']}: {b['reason']}" for b in bad_lines)
+    )
+
+
+def _replay_on_spark(input_dir, queue_dir, changefeed_dir, opts, master, progress, as_json) -> None:
+    """``--engine spark``: the replay as a Spark job of a session on ``master``."""
+    import time
+
+    from ..spark import replay_on_spark
+    from ..spark_sink.reading import needs_pyspark
+
+    @needs_pyspark
+    def session():
+        from pyspark.sql import SparkSession
+
+        builder = SparkSession.builder.appName("olr-buffer replay")
+        if master is not None:
+            builder = builder.master(master)
+        return builder.getOrCreate()  # without --master: spark-submit's, else local[*]
+
+    start = time.monotonic()
+    show = progress is not False
+
+    def on_stage(name: str) -> None:
+        if show:
+            click.echo(f"[{time.monotonic() - start:7.1f}s] {name}", err=True)
+
+    spark = session()
+    try:
+        s = replay_on_spark(
+            spark,
+            input_dir,
+            queue_dir,
+            changefeed_dir,
+            file_rows=opts.file_rows,
+            table_format=opts.table_format,
+            dead_letter=opts.dead_letter,
+            durable=opts.durable,
+            on_stage=on_stage,
+        )
+    finally:
+        spark.stop()
+    if as_json:
+        click.echo(json.dumps(s.as_dict(), indent=2))
+        return
+    rate = s.records_read / s.seconds if s.seconds > 0 else 0.0
+    click.echo(
+        f"replayed {s.records_read:,} records (lwn heartbeats and close records aside) from "
+        f"{len(s.threads)} thread(s), {s.files_read} file(s), on Spark in {s.seconds:.2f}s ({rate:,.0f} records/s)\n"
+        f"published {s.transactions_published:,} transactions ({s.rows_published:,} rows); "
+        f"changefeed now holds tx_seq 0..{s.next_tx_seq - 1} in {s.changefeed_files} file(s)\n"
+        f"rolled back {s.rolled_back:,}; partial (no begin, not published) {s.no_begin:,}; "
+        f"empty after compensation {s.empty:,}; compensations {s.compensations:,} "
+        f"({s.unmatched_compensations:,} matched nothing); already published before {s.already_published:,}\n"
+        f"late records ignored {s.late_records:,}; extra end records {s.extra_end_records:,}; "
+        f"still open {s.open_transactions:,} (left for run --adopt-changefeed)"
+        + (f"\nquarantined {s.quarantined:,} bad record(s) in {opts.dead_letter}" if s.quarantined else "")
     )
 
 

@@ -132,7 +132,13 @@ def _schemas(cf: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in folder.iterdir()} if folder.is_dir() else {}
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+# each example is a few Spark jobs (seconds): a twentieth of the profile's examples
+# (HYPOTHESIS_PROFILE=big: 100)
+@settings(
+    max_examples=max(6, settings.default.max_examples // 20),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 @given(workload=workloads(), per_file=st.integers(1, 6))
 def test_spark_replay_equals_replay(spark, workload, per_file):
     with tempfile.TemporaryDirectory() as tmp:
