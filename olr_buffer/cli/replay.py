@@ -46,6 +46,12 @@ from .progress import progress_line, progress_options, with_progress
     default=None,
     help="--engine spark: the Spark master URL (default: spark-submit's, else local[*]).",
 )
+@click.option(
+    "--until-watermark",
+    is_flag=True,
+    help="--engine spark: the logs go on (run takes over): publish only the commits every thread's files are "
+    "past; the rest is left for run --adopt-changefeed.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option(
     "--log-format",
@@ -56,7 +62,17 @@ from .progress import progress_line, progress_options, with_progress
 )
 @clean_errors
 def replay(
-    input_dir, queue_dir, changefeed_dir, progress, progress_interval, engine, master, as_json, log_format, **pipeline
+    input_dir,
+    queue_dir,
+    changefeed_dir,
+    progress,
+    progress_interval,
+    engine,
+    master,
+    until_watermark,
+    as_json,
+    log_format,
+    **pipeline,
 ) -> None:
     """Replay archived redo logs of INPUT_DIR into the changefeed, offline, then exit.
 
@@ -70,8 +86,10 @@ def replay(
     setup_logging(command_log_level(None, "warning"), log_format)
     click.get_current_context().meta[LOG_FORMAT] = log_format
     opts = pipeline_settings(**pipeline)
+    if until_watermark and engine != "spark":
+        raise click.UsageError("--until-watermark goes with --engine spark")
     if engine == "spark":
-        _replay_on_spark(input_dir, queue_dir, changefeed_dir, opts, master, progress, as_json)
+        _replay_on_spark(input_dir, queue_dir, changefeed_dir, opts, master, until_watermark, progress, as_json)
         return
     dead_letter = opts.dead_letter
     bar = progress_line(progress, progress_interval, _replay_figures)
@@ -112,8 +130,10 @@ def replay(
     )
 
 
-def _replay_on_spark(input_dir, queue_dir, changefeed_dir, opts, master, progress, as_json) -> None:
+def _replay_on_spark(input_dir, queue_dir, changefeed_dir, opts, master, until_watermark, progress, as_json) -> None:
     """``--engine spark``: the replay as a Spark job of a session on ``master``."""
+    import os
+    import sys
     import time
 
     from ..spark import replay_on_spark
@@ -126,6 +146,9 @@ def _replay_on_spark(input_dir, queue_dir, changefeed_dir, opts, master, progres
         builder = SparkSession.builder.appName("olr-buffer replay")
         if master is not None:
             builder = builder.master(master)
+        if master is None or master.startswith("local"):
+            # the Python workers of a local master: this interpreter, which has olr-buffer
+            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         return builder.getOrCreate()  # without --master: spark-submit's, else local[*]
 
     start = time.monotonic()
@@ -146,6 +169,7 @@ def _replay_on_spark(input_dir, queue_dir, changefeed_dir, opts, master, progres
             table_format=opts.table_format,
             dead_letter=opts.dead_letter,
             durable=opts.durable,
+            until_watermark=until_watermark,
             on_stage=on_stage,
         )
     finally:
@@ -163,7 +187,12 @@ def _replay_on_spark(input_dir, queue_dir, changefeed_dir, opts, master, progres
         f"empty after compensation {s.empty:,}; compensations {s.compensations:,} "
         f"({s.unmatched_compensations:,} matched nothing); already published before {s.already_published:,}\n"
         f"late records ignored {s.late_records:,}; extra end records {s.extra_end_records:,}; "
-        f"still open {s.open_transactions:,} (left for run --adopt-changefeed)"
+        f"still open {s.open_transactions:,}"
+        + (
+            f"; ended above the watermark {s.watermark} {s.held_for_run:,} (left for run --adopt-changefeed)"
+            if until_watermark
+            else ""
+        )
         + (f"\nquarantined {s.quarantined:,} bad record(s) in {opts.dead_letter}" if s.quarantined else "")
     )
 

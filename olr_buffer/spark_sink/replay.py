@@ -53,6 +53,8 @@ from ..changes import (
     BEGIN,
     COMMIT,
     COMPENSATION,
+    INFINITE_SCN,
+    LWN,
     ROLLBACK,
     ROW_CODES,
     Commit,
@@ -119,6 +121,8 @@ class SparkReplaySummary:
     late_records: int = 0
     extra_end_records: int = 0
     open_transactions: int = 0
+    held_for_run: int = 0  # ended above the watermark (until_watermark): left for run
+    watermark: int | None = None  # until_watermark: the watermark at the end of the files
     next_tx_seq: int = 0
     files_published: int = 0
     changefeed_files: int = 0
@@ -147,6 +151,7 @@ def _read_file(lf: LogFile, quarantine: bool) -> Iterator[tuple]:
     last_scn, last_sub = -1, -1
     first = None
     line = records = comps = nbytes = 0
+    progress, closed = -1, False  # the thread's progress (every SCN up to it is written), closed by a close
     limit = MAX_LINE_BYTES + 1
     try:
         fh = lf.open()
@@ -174,6 +179,7 @@ def _read_file(lf: LogFile, quarantine: bool) -> Iterator[tuple]:
                         check_order(code, scn, sub, last_scn, last_sub)
                     if payload is None:  # lwn, close: the next record lies above scn
                         last_scn, last_sub = scn, AFTER_MARKER
+                        progress, closed = max(progress, scn), code != LWN
                         continue
                     rec = record(code, scn, sub, seq, line, payload)
                     encoded = encode_record(rec)
@@ -191,6 +197,7 @@ def _read_file(lf: LogFile, quarantine: bool) -> Iterator[tuple]:
                         return
                     continue
                 last_scn, last_sub = scn, sub
+                progress, closed = max(progress, scn - 1), False
                 records += 1
                 if code in ROW_CODES:
                     yield (_RECORD, thread, seq, line, code, scn, sub, xid, payload[4], None, encoded, None, None)
@@ -202,7 +209,15 @@ def _read_file(lf: LogFile, quarantine: bool) -> Iterator[tuple]:
         except (OSError, CorruptCompressedFile) as exc:
             yield (_ERROR, thread, seq, line + 1, None, None, None, None, None, None, None, str(exc), None)
             return
-    summary = {"first": first, "last": [last_scn, last_sub], "records": records, "comps": comps, "bytes": nbytes}
+    summary = {
+        "first": first,
+        "last": [last_scn, last_sub],
+        "records": records,
+        "comps": comps,
+        "bytes": nbytes,
+        "progress": progress,
+        "closed": closed,
+    }
     yield (_FILE, thread, seq, None, None, None, None, None, None, None, None, json.dumps(summary), None)
 
 
@@ -293,6 +308,21 @@ def _first_bad_order(per_thread: dict[int, list[LogFile]], summaries: dict[tuple
 
 
 @needs_pyspark
+def _watermark(per_thread: dict[int, list[LogFile]], summaries: dict[tuple[int, int], dict]) -> int:
+    """``min P(t)`` over the threads at the end of their files; a thread closed there
+    does not hold it."""
+    w = INFINITE_SCN
+    for thread, files in per_thread.items():
+        progress, closed = -1, False
+        for lf in files:
+            s = summaries[(thread, lf.sequence)]
+            if s["first"] is not None:
+                progress, closed = max(progress, s["progress"]), s["closed"]
+        if not closed:
+            w = min(w, progress)
+    return w
+
+
 def replay_on_spark(
     spark: Any,
     input_dir: str,
@@ -303,6 +333,7 @@ def replay_on_spark(
     table_format: str | None = None,
     dead_letter: str | None = None,
     durable: bool = True,
+    until_watermark: bool = False,
     on_stage: Callable[[str], None] | None = None,
 ) -> SparkReplaySummary:
     """Replay the redo log files of ``input_dir`` into ``changefeed`` with the Spark
@@ -310,7 +341,12 @@ def replay_on_spark(
     ``tx_seq`` and ``op_seq``; files may be cut differently). ``queue_dir`` keeps the
     replay's queue id (the changefeed's owner): run again with the same one after a
     failure or a kill, it publishes what is missing and nothing twice. ``on_stage`` is
-    called with each step's name (also the Spark job descriptions)."""
+    called with each step's name (also the Spark job descriptions).
+
+    ``until_watermark``: the files are not the whole input (``run`` goes on from them):
+    publish only the commits at or below the watermark at their end (``min P(t)`` over
+    the threads, a thread closed at its end aside), and leave the rest, with every
+    transaction still open, to ``run --adopt-changefeed`` on the same changefeed."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
     from pyspark.sql.window import Window
@@ -357,6 +393,8 @@ def replay_on_spark(
                 letters.close()
             summary.quarantined = len(errors)
         summary.records_read = sum(s["records"] for s in summaries.values())
+        if until_watermark:
+            summary.watermark = _watermark(per_thread, summaries)
         compensations = sum(s["comps"] for s in summaries.values())
 
         writer = ChangefeedWriter(
@@ -370,6 +408,7 @@ def replay_on_spark(
             writer.open(ChangefeedOwner(queue_id), None, queue=queue_dir)
             files_before = writer.figures().files_published
             _assemble_and_publish(spark, F, Window, records, writer, compensations, summary, stage)
+            summary.watermark = None if summary.watermark == INFINITE_SCN else summary.watermark
             writer.close()
             summary.next_tx_seq = writer.next_tx_seq
             summary.changefeed_files = writer.figures().files_published
@@ -443,9 +482,12 @@ def _assemble_and_publish(spark, F, Window, records, writer, compensations: int,
         )
     )
     committed = (F.col("c_code") == COMMIT) & F.col("begin_scn").isNotNull() & (F.col("begin_scn") <= F.col("c_scn"))
+    # (without until_watermark: above every SCN, the files are the whole input)
+    watermark = summary.watermark if summary.watermark is not None else INFINITE_SCN - 1
     txns = txns.withColumn(
         "state",
         F.when(F.col("c_code").isNull(), "open")
+        .when(F.col("c_scn") > F.lit(watermark).cast("long"), "held")
         .when(F.col("c_code") == ROLLBACK, "rolled_back")
         .when(~above_last, "already_published")
         .when(~committed, "no_begin")
@@ -455,6 +497,7 @@ def _assemble_and_publish(spark, F, Window, records, writer, compensations: int,
     by_state = txns.groupBy("state").agg(F.count("*").alias("n"), extra).collect()
     counts = {r.state: (r.n, r.extra) for r in by_state}
     summary.open_transactions = counts.get("open", (0, 0))[0]
+    summary.held_for_run = counts.get("held", (0, 0))[0]
     summary.rolled_back = counts.get("rolled_back", (0, 0))[0]
     summary.no_begin = counts.get("no_begin", (0, 0))[0]
     summary.already_published = counts.get("already_published", (0, 0))[0]

@@ -38,7 +38,6 @@ def workloads(draw) -> dict[int, list[dict]]:
     threads, XIDs used again after their end, partial rollbacks (compensations), rows
     after the end (late), ``lwn`` and ``close`` records here and there."""
     n_threads = draw(st.integers(3, 6))
-    streams: list[list[tuple[int, dict]]] = []
     # XIDs whose transaction ended, written whole on one thread: used again on that thread
     # (a transaction spread over threads could reach the one-process replay's queue in
     # either order with the next one of its XID, whose records then go to the one or the
