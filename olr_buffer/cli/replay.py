@@ -139,20 +139,22 @@ def _replay_on_spark(input_dir, queue_dir, changefeed_dir, opts, master, until_w
     from ..spark import replay_on_spark
     from ..spark_sink.reading import needs_pyspark
 
+    start = time.monotonic()
+    show = progress is not False
+
     @needs_pyspark
     def session():
         from pyspark.sql import SparkSession
 
         builder = SparkSession.builder.appName("olr-buffer replay")
+        if show:  # the steps' lines, not Spark's progress bar rewritten over them
+            builder = builder.config("spark.ui.showConsoleProgress", "false")
         if master is not None:
             builder = builder.master(master)
         if master is None or master.startswith("local"):
             # the Python workers of a local master: this interpreter, which has olr-buffer
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         return builder.getOrCreate()  # without --master: spark-submit's, else local[*]
-
-    start = time.monotonic()
-    show = progress is not False
 
     def on_stage(name: str) -> None:
         if show:
