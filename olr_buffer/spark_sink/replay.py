@@ -181,8 +181,8 @@ def _read_file(lf: LogFile, quarantine: bool) -> Iterator[tuple]:
                         last_scn, last_sub = scn, AFTER_MARKER
                         progress, closed = max(progress, scn), code != LWN
                         continue
-                    rec = record(code, scn, sub, seq, line, payload)
-                    encoded = encode_record(rec)
+                    encoded = encode_record(record(code, scn, sub, seq, line, payload))
+                    xid.encode()  # type: ignore[union-attr]  # (a record's xid is a string)
                 except RecordError as exc:
                     if len(raw) >= limit:
                         raw += _rest_of_line(fh)
@@ -190,9 +190,13 @@ def _read_file(lf: LogFile, quarantine: bool) -> Iterator[tuple]:
                     if not quarantine:
                         return
                     continue
-                except UnicodeEncodeError:  # a lone surrogate (as the block builder refuses it)
-                    yield (_ERROR, thread, seq, line, None, None, None, None, None, None, None,
-                           "a string is not valid Unicode (lone surrogate)", raw)  # fmt: skip
+                except UnicodeEncodeError as exc:  # a lone surrogate: refused as the block builder refuses it
+                    reason = (
+                        "field 'xid' is not valid Unicode (lone surrogate)"
+                        if exc.object == xid
+                        else "a string is not valid Unicode (lone surrogate)"
+                    )
+                    yield (_ERROR, thread, seq, line, None, None, None, None, None, None, None, reason, raw)
                     if not quarantine:
                         return
                     continue

@@ -191,8 +191,10 @@ def test_rerun_publishes_nothing_twice(spark, tmp_path):
             "redo_1_1.jsonl": [{"op": "begin", "xid": "x", "scn": 10}],
             "redo_1_2.jsonl": [{"op": "commit", "xid": "x", "scn": 9}],
         },
+        # an xid that is not valid Unicode
+        {"redo_2_1.jsonl": [{"op": "lwn", "scn": 5}, '{"op": "begin", "xid": "a\\ud800", "scn": 6}']},
     ],
-    ids=["malformed", "scn-back-across-files"],
+    ids=["malformed", "scn-back-across-files", "lone-surrogate-xid"],
 )
 def test_bad_line_stops_with_replays_message(spark, tmp_path, lines):
     src = tmp_path / "in"
@@ -229,3 +231,25 @@ def test_dead_letter_file_takes_bad_lines(spark, tmp_path):
     strip = lambda p: [{k: v for k, v in json.loads(x).items() if k != "ts"} for x in p.read_text().splitlines()]  # noqa: E731
     assert strip(tmp_path / "d2") == strip(tmp_path / "d1")
     assert os.path.exists(tmp_path / "q2" / "spark-replay.json")
+
+
+def _table(cf: Path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tests.contract_model import changefeed_files
+
+    table = pa.concat_tables([pq.read_table(p) for p in changefeed_files(cf)])
+    return table.sort_by([("tx_seq", "ascending"), ("op_seq", "ascending")])
+
+
+@pytest.mark.slow
+def test_a_transaction_of_a_million_rows(spark, tmp_path):
+    """One transaction of 1,000,000 rows among small ones: sorted and streamed, never held
+    whole; the changefeed is replay's (compared as Arrow tables)."""
+    simulate(tmp_path / "in", threads=3, transactions=40, seed=2, large_tx_rows=1_000_000, records_per_file=200_000)
+    replay(str(tmp_path / "in"), str(tmp_path / "q1"), str(tmp_path / "cf1"), PipelineOptions(durable=False))
+    got = replay_on_spark(spark, str(tmp_path / "in"), str(tmp_path / "q2"), str(tmp_path / "cf2"), durable=False)
+    assert got.rows_published > 1_000_000
+    expected = _table(tmp_path / "cf1")
+    assert _table(tmp_path / "cf2").equals(expected)
