@@ -61,6 +61,7 @@ def wait_until(what: str, cond, proc: subprocess.Popen, timeout: float = 180.0) 
         time.sleep(0.05)
 
 
+@pytest.mark.slow  # two Spark drivers of their own (a JVM each)
 @pytest.mark.parametrize("table_format", ["parquet", "delta"])
 def test_driver_killed_mid_job_then_the_same_command(tmp_path, table_format):
     """SIGKILL to the driver (and its JVM) once it has published a few files; the same
@@ -69,7 +70,7 @@ def test_driver_killed_mid_job_then_the_same_command(tmp_path, table_format):
     simulate(tmp_path / "in", threads=3, transactions=150, seed=21, records_per_file=300)
     replay(str(tmp_path / "in"), str(tmp_path / "q1"), str(tmp_path / "cf1"), PipelineOptions())
     expected = load_changefeed(tmp_path / "cf1")
-    cmd = spark_replay_cmd(tmp_path, "--table-format", table_format, "--no-progress")
+    cmd = spark_replay_cmd(tmp_path, "--table-format", table_format, "--no-progress", "--no-sync")
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=_env(), start_new_session=True
     )
