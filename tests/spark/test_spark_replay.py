@@ -253,3 +253,14 @@ def test_a_transaction_of_a_million_rows(spark, tmp_path):
     assert got.rows_published > 1_000_000
     expected = _table(tmp_path / "cf1")
     assert _table(tmp_path / "cf2").equals(expected)
+
+
+def test_delta_changefeed_on_s3(spark, tmp_path, s3_uri):
+    """The changefeed on S3 (moto) as a Delta table: exactly the contract's, each file
+    added by one commit with the queue's transaction."""
+    from tests.contract_model import expected_changefeed
+    from tests.test_changefeed_s3 import assert_exact
+
+    simulate(tmp_path / "in", threads=3, transactions=80, seed=9, records_per_file=200)
+    replay_on_spark(spark, str(tmp_path / "in"), str(tmp_path / "q"), s3_uri, table_format="delta", file_rows=300)
+    assert_exact(s3_uri, expected_changefeed(tmp_path / "in"))
