@@ -76,8 +76,11 @@ from ..sources.redo import (
     check_contiguous,
     check_order,
     decode_line,
+    parse_name,
+    read_stream,
     scan,
 )
+from ..store import is_remote, open_store
 from .reading import needs_pyspark
 
 #: The file in the queue directory that holds the Spark replay's queue id: the changefeed's
@@ -136,9 +139,11 @@ class SparkReplaySummary:
 # -- step 1: reading, on the executors --------------------------------------------------------
 
 
-def _read_files(files: Iterable[tuple[int, int, str, bool, bool]]) -> Iterator[tuple]:
-    """A read task: every line of each file, checked as the redo reader checks them."""
-    for thread, seq, path, compressed, quarantine in files:
+def _read_files(files: Iterable[tuple[int, int, str, bool, bool, dict]]) -> Iterator[tuple]:
+    """A read task: every line of each file, checked as the redo reader checks them.
+    The driver's AWS variables, if the input is on a store, go with each file."""
+    for thread, seq, path, compressed, quarantine, aws in files:
+        os.environ.update(aws)
         yield from _read_file(LogFile(thread, seq, path, compressed), quarantine)
 
 
@@ -154,7 +159,7 @@ def _read_file(lf: LogFile, quarantine: bool) -> Iterator[tuple]:
     progress, closed = -1, False  # the thread's progress (every SCN up to it is written), closed by a close
     limit = MAX_LINE_BYTES + 1
     try:
-        fh = lf.open()
+        fh = _open(lf)
     except OSError as exc:
         reason = f"cannot open: {exc.strerror}"
         yield (_ERROR, thread, seq, None, None, None, None, None, None, None, None, reason, None)
@@ -225,6 +230,14 @@ def _read_file(lf: LogFile, quarantine: bool) -> Iterator[tuple]:
     yield (_FILE, thread, seq, None, None, None, None, None, None, None, None, json.dumps(summary), None)
 
 
+def _open(lf: LogFile):
+    """A log file's content: a local file, or an object (``s3://BUCKET/PREFIX/NAME``)."""
+    if not is_remote(lf.path):
+        return lf.open()
+    folder, _, name = lf.path.rpartition("/")
+    return read_stream(open_store(folder).open_input(name), lf.compressed)
+
+
 def _rest_of_line(fh) -> bytes:
     out = []
     while True:
@@ -283,8 +296,25 @@ def _queue_id(queue_dir: str) -> str:
     return queue_id
 
 
+def _scan(input_dir: str) -> dict[int, dict[int, LogFile]]:
+    """The log files of a directory, or of an object-store prefix, by thread and sequence."""
+    if not is_remote(input_dir):
+        return scan(input_dir)
+    found: dict[int, dict[int, LogFile]] = {}
+    base = input_dir.rstrip("/")
+    for obj in open_store(input_dir).list(""):
+        parsed = parse_name(obj.name)
+        if parsed is not None:
+            thread, seq, compressed = parsed
+            path = f"{base}/{obj.name}"
+            if seq in found.setdefault(thread, {}):
+                raise InputError(path, None, f"thread {thread} sequence {seq} is also in another file")
+            found[thread][seq] = LogFile(thread, seq, path, compressed)
+    return found
+
+
 def _log_files(input_dir: str) -> tuple[list[LogFile], dict[int, list[LogFile]]]:
-    found = scan(input_dir)
+    found = _scan(input_dir)
     if not found:
         raise InputError(input_dir, None, "no redo log files; expected names like redo_<thread>_<sequence>.jsonl")
     per_thread = {t: check_contiguous(input_dir, t, seqs) for t, seqs in sorted(found.items())}
@@ -372,7 +402,19 @@ def replay_on_spark(
     # -- 1. read ---------------------------------------------------------------------------
     stage(f"read {len(files)} log file(s)")
     quarantine = dead_letter is not None
-    tasks = [(f.thread, f.sequence, os.path.abspath(f.path), f.compressed, quarantine) for f in files]
+    # executors read an object-store input with the driver's credentials and endpoint
+    aws = {k: v for k, v in os.environ.items() if k.startswith("AWS_")} if is_remote(input_dir) else {}
+    tasks = [
+        (
+            f.thread,
+            f.sequence,
+            f.path if aws or is_remote(f.path) else os.path.abspath(f.path),
+            f.compressed,
+            quarantine,
+            aws,
+        )
+        for f in files
+    ]
     parsed = spark.createDataFrame(
         sc.parallelize(tasks, max(1, len(tasks))).mapPartitions(_read_files), _PARSED_SCHEMA
     ).persist(StorageLevel.MEMORY_AND_DISK)

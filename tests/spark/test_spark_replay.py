@@ -264,3 +264,19 @@ def test_delta_changefeed_on_s3(spark, tmp_path, s3_uri):
     simulate(tmp_path / "in", threads=3, transactions=80, seed=9, records_per_file=200)
     replay_on_spark(spark, str(tmp_path / "in"), str(tmp_path / "q"), s3_uri, table_format="delta", file_rows=300)
     assert_exact(s3_uri, expected_changefeed(tmp_path / "in"))
+
+
+def test_input_on_s3(spark, tmp_path, s3_env):
+    """The log files on S3 (``.zst`` among them): read by the tasks from the store; the
+    changefeed is replay's of the same files on disk."""
+    from olr_buffer.store import open_store
+
+    simulate(tmp_path / "in", threads=2, transactions=60, seed=4, records_per_file=150)
+    uri = f"s3://{s3_env.new_bucket()}/archive"
+    store = open_store(uri)
+    for p in (tmp_path / "in").iterdir():
+        store.create(p.name, p.read_bytes())
+    assert any(p.suffix == ".zst" for p in (tmp_path / "in").iterdir())
+    replay(str(tmp_path / "in"), str(tmp_path / "q1"), str(tmp_path / "cf1"), PipelineOptions())
+    replay_on_spark(spark, uri, str(tmp_path / "q2"), str(tmp_path / "cf2"))
+    assert_changefeed_equal(load_changefeed(tmp_path / "cf2"), load_changefeed(tmp_path / "cf1"))

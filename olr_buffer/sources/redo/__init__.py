@@ -2,7 +2,7 @@
 append it to the queue, one per redo thread (docs/formats.md, "Input")."""
 
 from .errors import InputError, MissingSequenceError
-from .files import CorruptCompressedFile, LogFile, check_contiguous, scan
+from .files import CorruptCompressedFile, LogFile, check_contiguous, parse_name, read_stream, scan
 from .position import ReaderPosition
 from .records import AFTER_MARKER, check_order, decode_line
 from .source import KIND, NoThreadsError, RedoSource
@@ -23,5 +23,7 @@ __all__ = [
     "check_contiguous",
     "check_order",
     "decode_line",
+    "parse_name",
+    "read_stream",
     "scan",
 ]
