@@ -280,3 +280,47 @@ def test_input_on_s3(spark, tmp_path, s3_env):
     replay(str(tmp_path / "in"), str(tmp_path / "q1"), str(tmp_path / "cf1"), PipelineOptions())
     replay_on_spark(spark, uri, str(tmp_path / "q2"), str(tmp_path / "cf2"))
     assert_changefeed_equal(load_changefeed(tmp_path / "cf2"), load_changefeed(tmp_path / "cf1"))
+
+
+def test_xid_used_again_late_rows_and_compensation(spark, tmp_path):
+    """One XID, three transactions on its thread (a begin above the last end's SCN starts
+    the next), a row after each commit, compensations with and without a row to cancel,
+    an extra end; an lwn and a close among them: replay's changefeed, and each of the
+    XID's committed transactions published once."""
+    x = "0x0001.002.00000003"
+    t1 = [
+        {"op": "begin", "xid": x, "scn": 10},
+        _row(x, "insert", "R1", 1) | {"scn": 11},
+        _row(x, "update", "R1", 2) | {"scn": 12},
+        _row(x, "update", "R1", 2) | {"scn": 13, "rollback": True},  # cancels the update at 12
+        {"op": "commit", "xid": x, "scn": 14, "tm": _TM0},
+        _row(x, "insert", "R9", 9) | {"scn": 15},  # after the commit: late, dropped
+        {"op": "lwn", "scn": 16},
+        {"op": "begin", "xid": x, "scn": 20},  # the XID used again
+        _row(x, "delete", "R1", 1) | {"scn": 21},
+        _row(x, "insert", "R2", 3) | {"scn": 22, "rollback": True},  # nothing to cancel
+        {"op": "commit", "xid": x, "scn": 23, "tm": _TM0 + 1},
+        {"op": "commit", "xid": x, "scn": 24, "tm": _TM0 + 2},  # an extra end
+        {"op": "close", "scn": 25},
+        {"op": "begin", "xid": x, "scn": 30},  # and again: rolled back
+        _row(x, "insert", "R3", 4) | {"scn": 31},
+        {"op": "rollback", "xid": x, "scn": 32},
+    ]
+    y = "0x0009.001.00000001"
+    t2 = [
+        {"op": "begin", "xid": y, "scn": 12},
+        _row(y, "insert", "S1", 5) | {"scn": 17},
+        {"op": "commit", "xid": y, "scn": 22, "tm": _TM0 + 3},
+    ]
+    write_input(tmp_path / "in", {1: t1, 2: t2}, per_file=4)
+    expected = replay(str(tmp_path / "in"), str(tmp_path / "q1"), str(tmp_path / "cf1"))
+    got = replay_on_spark(spark, str(tmp_path / "in"), str(tmp_path / "q2"), str(tmp_path / "cf2"))
+    rows = load_changefeed(tmp_path / "cf2")
+    assert_changefeed_equal(rows, load_changefeed(tmp_path / "cf1"))
+    assert [(r["xid"], r["op"], r["rid"], r["c_scn"]) for r in rows] == [
+        (x, "c", "R1", 14),
+        (y, "c", "S1", 22),
+        (x, "d", "R1", 23),
+    ]
+    assert (got.rolled_back, got.extra_end_records, got.unmatched_compensations) == (1, 1, 1)
+    assert got.late_records >= 1 and expected.rows_published == got.rows_published == 3
