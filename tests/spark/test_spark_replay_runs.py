@@ -174,3 +174,14 @@ def test_run_takes_over_from_the_spark_replay(spark, tmp_path):
             run.wait()
     assert run.returncode == 0, err[-3000:]
     assert_changefeed_equal(load_changefeed(tmp_path / "cf"), expected)
+
+
+def test_until_watermark_needs_the_spark_engine(tmp_path):
+    simulate(tmp_path / "in", threads=1, transactions=3, seed=1)
+    r = subprocess.run(
+        [sys.executable, "-m", "olr_buffer.cli", "replay", str(tmp_path / "in"), "--queue", str(tmp_path / "q"),
+         "--changefeed", str(tmp_path / "cf"), "--until-watermark"],
+        capture_output=True, text=True, cwd=ROOT, env=_env(),
+    )  # fmt: skip
+    assert r.returncode == 2 and "--until-watermark goes with --engine spark" in r.stderr
+    assert not (tmp_path / "cf").exists()
