@@ -195,6 +195,12 @@ def _replay_on_spark(input_dir, queue_dir, changefeed_dir, opts, master, until_w
             if until_watermark
             else ""
         )
+        + (
+            "\nrun needs the files from: "
+            + ", ".join(f"thread {t} sequence {q}" for t, q in sorted(s.run_from.items()))
+            if s.run_from
+            else ""
+        )
         + (f"\nquarantined {s.quarantined:,} bad record(s) in {opts.dead_letter}" if s.quarantined else "")
     )
 

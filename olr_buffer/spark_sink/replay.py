@@ -126,6 +126,9 @@ class SparkReplaySummary:
     open_transactions: int = 0
     held_for_run: int = 0  # ended above the watermark (until_watermark): left for run
     watermark: int | None = None  # until_watermark: the watermark at the end of the files
+    # per thread, the first sequence that holds a record of a transaction left for run
+    # (open, or ended above the watermark): run needs the files from there on
+    run_from: dict[int, int] = field(default_factory=dict)
     next_tx_seq: int = 0
     files_published: int = 0
     changefeed_files: int = 0
@@ -544,6 +547,10 @@ def _assemble_and_publish(spark, F, Window, records, writer, compensations: int,
     counts = {r.state: (r.n, r.extra) for r in by_state}
     summary.open_transactions = counts.get("open", (0, 0))[0]
     summary.held_for_run = counts.get("held", (0, 0))[0]
+    if summary.open_transactions or summary.held_for_run:
+        left = txns.filter(F.col("state").isin("open", "held")).select("xid", "seg")
+        firsts = recs.join(left, ["xid", "seg"]).groupBy("thread").agg(F.min("seq").alias("seq")).collect()
+        summary.run_from = {r.thread: r.seq for r in firsts}
     summary.rolled_back = counts.get("rolled_back", (0, 0))[0]
     summary.no_begin = counts.get("no_begin", (0, 0))[0]
     summary.already_published = counts.get("already_published", (0, 0))[0]

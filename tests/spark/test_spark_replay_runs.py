@@ -142,6 +142,13 @@ def test_run_takes_over_from_the_spark_replay(spark, tmp_path):
     )
     assert first.held_for_run > 0 or first.open_transactions > 0
     assert 0 < first.rows_published < len(expected)
+    # run needs the files from the oldest transaction it is left: the earlier ones go
+    assert first.run_from and set(first.run_from) <= set(by_thread)
+    for thread, paths in by_thread.items():
+        for p in paths:
+            if int(p.name.split("_")[2].split(".")[0]) < first.run_from.get(thread, len(paths) // 2 + 1):
+                (tmp_path / "full" / p.name).rename(tmp_path / p.name)
+    assert len(list((tmp_path / "full").iterdir())) < len(files)
 
     run = subprocess.Popen(
         [
