@@ -428,8 +428,11 @@ def replay_on_spark(
         errors = [(r.thread, r.seq, r.line, r.msg, paths[(r.thread, r.seq)], r.raw) for r in meta if r.kind == _ERROR]
         errors += [(t, s, line, why, path, None) for t, s, line, why, path in _first_bad_order(per_thread, summaries)]
         errors.sort(key=lambda e: (e[0], e[1], e[2] if e[2] is not None else -1))
-        if errors and (dead_letter is None or any(e[5] is None for e in errors)):
-            t, s, line, why, path, _ = next((e for e in errors if e[5] is None), errors[0])
+        # the first bad line stops the job; with a dead-letter file, only what cannot be
+        # set aside does (a file that cannot be read, a line out of order across files)
+        stop = errors[:1] if dead_letter is None else [e for e in errors if e[5] is None][:1]
+        if stop:
+            _, _, line, why, path, _ = stop[0]
             raise InputError(path, line, why)
         records = parsed.filter(F.col("kind") == _RECORD).drop("kind", "msg", "raw")
         if errors:
