@@ -1,4 +1,4 @@
-"""The PySpark helpers that read the changefeed (docs/spark.md): the import users write,
+"""The PySpark helpers that read the changefeed, and replay on Spark (docs/spark.md): the import users write,
 ``from olr_buffer.spark import read_changefeed``. They live in :mod:`olr_buffer.spark_sink`;
 this module gives the same objects under this name.
 
@@ -17,6 +17,8 @@ from .spark_sink import (
     ChangefeedReadError,
     DeltaSparkMissingError,
     PySparkMissingError,
+    SparkReplayError,
+    SparkReplaySummary,
     UnknownTableError,
     changefeed_schema,
     ddl_columns_of,
@@ -25,6 +27,7 @@ from .spark_sink import (
     mirror_foreach_batch,
     read_changefeed,
     read_schema_document,
+    replay_on_spark,
     snapshot,
     spark_path,
     stream_changefeed,
@@ -41,6 +44,8 @@ __all__ = [
     "DeltaSparkMissingError",
     "PART_GLOB",
     "PySparkMissingError",
+    "SparkReplayError",
+    "SparkReplaySummary",
     "TRUNCATES",
     "TRUNCATE_CHANGE_TYPE",
     "UnknownTableError",
@@ -51,6 +56,7 @@ __all__ = [
     "mirror_foreach_batch",
     "read_changefeed",
     "read_schema_document",
+    "replay_on_spark",
     "snapshot",
     "spark_path",
     "stream_changefeed",

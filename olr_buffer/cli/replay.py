@@ -30,10 +30,41 @@ from .progress import progress_line, progress_options, with_progress
 @changefeed_option(required=True)
 @pipeline_options
 @progress_options
+@click.option(
+    "--engine",
+    type=click.Choice(["process", "spark"]),
+    default="process",
+    show_default=True,
+    help="process: this process; spark: a Spark job (pip install 'olr-buffer[spark]'), the same changefeed "
+    "(docs/spark.md).",
+)
+@click.option(
+    "--master",
+    default=None,
+    help="--engine spark: the Spark master URL (default: spark-submit's, else local[*]).",
+)
+@click.option(
+    "--until-watermark",
+    is_flag=True,
+    help="--engine spark: the logs go on (run takes over): publish only the commits every thread's files are "
+    "past; the rest is left for run --adopt-changefeed.",
+)
 @json_option("the summary")
 @log_format_option
 @clean_errors
-def replay(input_dir, queue_dir, changefeed_dir, progress, progress_interval, as_json, log_format, **pipeline) -> None:
+def replay(
+    input_dir,
+    queue_dir,
+    changefeed_dir,
+    progress,
+    progress_interval,
+    engine,
+    master,
+    until_watermark,
+    as_json,
+    log_format,
+    **pipeline,
+) -> None:
     """Replay archived redo logs of INPUT_DIR into the changefeed, offline, then exit.
 
     Run again on the same directories after a kill or a crash, it finishes what was left
@@ -44,6 +75,11 @@ def replay(input_dir, queue_dir, changefeed_dir, progress, progress_interval, as
 
     start_logging(None, log_format, "warning")
     opts = pipeline_settings(**pipeline)
+    if until_watermark and engine != "spark":
+        raise click.UsageError("--until-watermark goes with --engine spark")
+    if engine == "spark":
+        _replay_on_spark(input_dir, queue_dir, changefeed_dir, opts, master, until_watermark, progress, as_json)
+        return
     dead_letter = opts.dead_letter
     bar = progress_line(progress, progress_interval, _replay_figures)
     dead_letter_start = whole_lines_end(dead_letter)
@@ -80,6 +116,81 @@ def replay(input_dir, queue_dir, changefeed_dir, progress, progress_interval, as
         f"{s.checkpoints} checkpoint(s), {s.segments_deleted} segment(s) cleaned up"
         + (f"\nquarantined {s.quarantined:,} bad record(s) in {dead_letter}:" if s.quarantined else "")
         + "".join(f"\n  {b['file']}:{b['line']}: {b['reason']}" for b in bad_lines)
+    )
+
+
+def _replay_on_spark(input_dir, queue_dir, changefeed_dir, opts, master, until_watermark, progress, as_json) -> None:
+    """``--engine spark``: the replay as a Spark job of a session on ``master``."""
+    import os
+    import sys
+    import time
+
+    from ..spark import replay_on_spark
+    from ..spark_sink.reading import needs_pyspark
+
+    start = time.monotonic()
+    show = progress is not False
+
+    @needs_pyspark
+    def session():
+        from pyspark.sql import SparkSession
+
+        builder = SparkSession.builder.appName("olr-buffer replay")
+        if show:  # the steps' lines, not Spark's progress bar rewritten over them
+            builder = builder.config("spark.ui.showConsoleProgress", "false")
+        if master is not None:
+            builder = builder.master(master)
+        if master is None or master.startswith("local"):
+            # the Python workers of a local master: this interpreter, which has olr-buffer
+            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        return builder.getOrCreate()  # without --master: spark-submit's, else local[*]
+
+    def on_stage(name: str) -> None:
+        if show:
+            click.echo(f"[{time.monotonic() - start:7.1f}s] {name}", err=True)
+
+    spark = session()
+    try:
+        s = replay_on_spark(
+            spark,
+            input_dir,
+            queue_dir,
+            changefeed_dir,
+            file_rows=opts.file_rows,
+            table_format=opts.table_format,
+            dead_letter=opts.dead_letter,
+            durable=opts.durable,
+            until_watermark=until_watermark,
+            on_stage=on_stage,
+        )
+    finally:
+        spark.stop()
+    if as_json:
+        click.echo(json.dumps(s.as_dict(), indent=2))
+        return
+    rate = s.records_read / s.seconds if s.seconds > 0 else 0.0
+    click.echo(
+        f"replayed {s.records_read:,} records (lwn heartbeats and close records aside) from "
+        f"{len(s.threads)} thread(s), {s.files_read} file(s), on Spark in {s.seconds:.2f}s ({rate:,.0f} records/s)\n"
+        f"published {s.transactions_published:,} transactions ({s.rows_published:,} rows); "
+        f"changefeed now holds tx_seq 0..{s.next_tx_seq - 1} in {s.changefeed_files} file(s)\n"
+        f"rolled back {s.rolled_back:,}; partial (no begin, not published) {s.no_begin:,}; "
+        f"empty after compensation {s.empty:,}; compensations {s.compensations:,} "
+        f"({s.unmatched_compensations:,} matched nothing); already published before {s.already_published:,}\n"
+        f"late records ignored {s.late_records:,}; extra end records {s.extra_end_records:,}; "
+        f"still open {s.open_transactions:,}"
+        + (
+            f"; ended above the watermark {s.watermark} {s.held_for_run:,} (left for run --adopt-changefeed)"
+            if until_watermark
+            else ""
+        )
+        + (
+            "\nrun needs the files from: "
+            + ", ".join(f"thread {t} sequence {q}" for t, q in sorted(s.run_from.items()))
+            if s.run_from
+            else ""
+        )
+        + (f"\nquarantined {s.quarantined:,} bad record(s) in {opts.dead_letter}" if s.quarantined else "")
     )
 
 

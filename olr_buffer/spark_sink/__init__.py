@@ -5,7 +5,9 @@
 - :mod:`.streaming`: the changefeed as a streaming DataFrame (:func:`stream_changefeed`);
 - :mod:`.tables`: one table: its changes, snapshot, typed rows and schemas;
 - :mod:`.mirror`: mirror tables with delta-spark (:func:`mirror_foreach_batch`), by the
-  rules of ``olr-buffer mirror``.
+  rules of ``olr-buffer mirror``;
+- :mod:`.replay`: ``replay`` on Spark (:func:`replay_on_spark`): the changefeed assembled
+  from archived redo log files as DataFrame work.
 
 Users import these as :mod:`olr_buffer.spark` (docs/spark.md), which gives the same
 objects; this package is where they live. PySpark is an extra, imported only when a
@@ -22,6 +24,7 @@ from .reading import (
     read_changefeed,
     spark_path,
 )
+from .replay import SparkReplayError, SparkReplaySummary, replay_on_spark
 from .streaming import DELTA_STREAM_FORMAT, stream_changefeed
 from .tables import (
     CDF_COLUMNS,
@@ -36,6 +39,9 @@ from .tables import (
 )
 
 __all__ = [
+    "SparkReplayError",
+    "SparkReplaySummary",
+    "replay_on_spark",
     "CDF_COLUMNS",
     "ChangefeedNotFoundError",
     "ChangefeedReadError",

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.spark
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "spark.md"
 _BLOCK = re.compile(r"^( *)```python\n(.*?)^\1```", re.MULTILINE | re.DOTALL)
-_PATH = re.compile(r'"(cf|cf-compacted|lake/)')
+_PATH = re.compile(r'"(cf|cf-compacted|lake/|in(?=")|q-spark)')
 
 
 def python_blocks() -> list[str]:

@@ -2,18 +2,28 @@
 append it to the queue, one per redo thread (docs/formats.md, "Input")."""
 
 from .errors import InputError, MissingSequenceError
+from .files import CorruptCompressedFile, LogFile, check_contiguous, parse_name, read_stream, scan
 from .position import ReaderPosition
-from .records import decode_line
+from .records import AFTER_MARKER, check_order, decode_line
 from .source import KIND, NoThreadsError, RedoSource
-from .thread_reader import ThreadReader
+from .thread_reader import MAX_LINE_BYTES, ThreadReader
 
 __all__ = [
+    "AFTER_MARKER",
+    "CorruptCompressedFile",
     "InputError",
     "KIND",
+    "LogFile",
+    "MAX_LINE_BYTES",
     "MissingSequenceError",
     "NoThreadsError",
     "ReaderPosition",
     "RedoSource",
     "ThreadReader",
+    "check_contiguous",
+    "check_order",
     "decode_line",
+    "parse_name",
+    "read_stream",
+    "scan",
 ]

@@ -7,7 +7,7 @@ import os
 import re
 import stat
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import zstandard
 
@@ -41,6 +41,32 @@ def read_open_file(fd: int, compressed: bool) -> io.BufferedReader:
     read with ``pread``: its offset does not move, and closing the stream leaves it open."""
     raw = _PreadRaw(fd)
     return io.BufferedReader(_ZstdRaw(raw) if compressed else raw, buffer_size=1 << 20)
+
+
+def read_stream(fh: Any, compressed: bool) -> io.BufferedReader:
+    """The content of ``fh``, any binary stream with ``read(n)`` (an object-store input
+    file), decompressed if ``compressed``; closing the result closes ``fh``."""
+    raw = _ReadRaw(fh)
+    return io.BufferedReader(_ZstdRaw(raw) if compressed else raw, buffer_size=1 << 20)
+
+
+class _ReadRaw(io.RawIOBase):
+    def __init__(self, fh: Any) -> None:
+        self._fh = fh
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        data = self._fh.read(len(b))
+        n = len(data)
+        b[:n] = data
+        return n
+
+    def close(self) -> None:
+        if not self.closed:
+            self._fh.close()
+        super().close()
 
 
 class _PreadRaw(io.RawIOBase):

@@ -249,6 +249,25 @@ def _schema(owner: str, table: str, columns: Any) -> tuple[str, str]:
         raise RecordError("field 'columns' holds a string that is not valid Unicode (lone surrogate)") from None
 
 
+# ``last_sub`` after an ``lwn`` or ``close`` at the thread's last SCN: above any record's
+# sub, so that a record at that SCN is refused (the marker said every record at or below
+# it is written); a marker at that SCN again is not
+AFTER_MARKER = 1 << 63
+
+
+def check_order(code: int, scn: int, sub: int, last_scn: int, last_sub: int) -> None:
+    """Raise :class:`RecordError` if a record (``code``, ``scn``, ``sub``) may not follow
+    the thread's last ``(last_scn, last_sub)`` (``last_sub`` :data:`AFTER_MARKER` after an
+    ``lwn`` or ``close``): within a thread, ``(scn, sub)`` never decreases."""
+    if scn < last_scn or (scn == last_scn and sub < last_sub and code not in MARKER_CODES):
+        if last_sub == AFTER_MARKER and scn == last_scn:
+            raise RecordError(
+                f"record at scn {scn} after an lwn or close at scn {scn} (they say every record of the thread "
+                "at or below their scn is written)"
+            )
+        raise RecordError(f"SCN goes back: (scn {scn}, sub {sub}) after (scn {last_scn}, sub {last_sub})")
+
+
 # ---------------------------------------------------------------------------------------
 # The fast path: one typed decode in C (msgspec), with ``before``/``after`` kept as the
 # input's own JSON text. Anything it does not accept at once goes through

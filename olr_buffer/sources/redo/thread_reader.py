@@ -43,7 +43,7 @@ from .files import (
     scan,
 )
 from .position import ReaderPosition
-from .records import batch_decode, decode_line
+from .records import AFTER_MARKER, batch_decode, check_order, decode_line
 
 MAX_LINE_BYTES = 64 << 20  # a longer line is refused: it is damage, not a record
 _BOM = b"\xef\xbb\xbf"  # a UTF-8 byte order mark, accepted at the start of a file
@@ -53,11 +53,6 @@ TRUNCATED_ZST_WAIT_SECONDS = 60.0
 _CHUNK = 1 << 16  # how much of a file is read at once: 64 KiB (1 MiB chunks kept ~4 MB of lines and
 # decoded records alive at once and ran no faster than reading line by line: cache misses)
 _OK, _BREAK, _STOP = 0, 1, 2  # _slow_line and _fast_lines: go on, stop reading this file, stop set
-
-# ``last_sub`` after an ``lwn`` or ``close`` at the thread's last SCN: above any record's
-# sub, so that a record at that SCN is refused (the marker said every record at or below
-# it is written); a marker at that SCN again is not
-AFTER_MARKER = 1 << 63
 
 
 class _Slow(Exception):
@@ -740,13 +735,7 @@ class ThreadReader(ThreadInput):
         ``b`` (``lwn``, ``close``); the thread's new ``(last_scn, last_sub)``. On a
         :class:`RecordError` nothing is taken."""
         code, scn, sub, xid, payload = decode_line(raw)
-        if scn < last_scn or (scn == last_scn and sub < last_sub and code not in MARKER_CODES):
-            if last_sub == AFTER_MARKER and scn == last_scn:
-                raise RecordError(
-                    f"record at scn {scn} after an lwn or close at scn {scn} (they say every record of the thread "
-                    "at or below their scn is written)"
-                )
-            raise RecordError(f"SCN goes back: (scn {scn}, sub {sub}) after (scn {last_scn}, sub {last_sub})")
+        check_order(code, scn, sub, last_scn, last_sub)
         if code not in MARKER_CODES:
             if self._check_floor:
                 self._above_floor(scn)

@@ -1,0 +1,145 @@
+"""Replay on Spark against the one-process replay, on the same simulated input.
+
+    python bench/spark_replay.py [--transactions 86000] [--masters local[2],local[1]]
+                                 [--large-tx-rows 0] [--work /tmp/bench-spark-replay]
+
+For each contender, from an empty queue and changefeed: wall time, lines/s, and for
+Spark, from its REST API (the UI of the child's session): the bytes each stage shuffled
+(written), the stage that took longest, and the executor's peak JVM heap (in local mode
+the executor is the driver's JVM). The changefeeds are checked equal (rows and tx_seq).
+One JSON document on stdout; the figures go to docs/performance.md and bench/log/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
+import benchlib  # noqa: E402
+
+
+def child(input_dir: str, work: str, master: str) -> None:
+    """Run in a child process: one Spark replay, then the figures of its Spark UI."""
+    from pyspark.sql import SparkSession
+
+    from olr_buffer.spark import replay_on_spark
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    spark = (
+        SparkSession.builder.master(master)
+        .appName("bench-spark-replay")
+        .config("spark.ui.enabled", "true")
+        .config("spark.ui.port", "4077")
+        .config("spark.driver.memory", "2g")
+        .config("spark.sql.shuffle.partitions", "8")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    t0 = time.monotonic()
+    s = replay_on_spark(spark, input_dir, os.path.join(work, "queue"), os.path.join(work, "changefeed"), durable=True)
+    wall = time.monotonic() - t0
+    ui = spark.sparkContext.uiWebUrl
+    app = spark.sparkContext.applicationId
+    stages = json.load(urllib.request.urlopen(f"{ui}/api/v1/applications/{app}/stages"))
+    executors = json.load(urllib.request.urlopen(f"{ui}/api/v1/applications/{app}/allexecutors"))
+    jobs = json.load(urllib.request.urlopen(f"{ui}/api/v1/applications/{app}/jobs"))
+    spark.stop()
+    per_stage = [
+        {
+            "stage": st["stageId"],
+            "name": st["name"][:80],
+            "description": (st.get("description") or "")[:80],
+            "seconds": _stage_seconds(st),
+            "shuffle_write_bytes": st.get("shuffleWriteBytes", 0),
+            "shuffle_read_bytes": st.get("shuffleReadBytes", 0),
+            "input_records": st.get("inputRecords", 0),
+        }
+        for st in stages
+        if st.get("status") == "COMPLETE"
+    ]
+    peak_heap = max((e.get("peakMemoryMetrics") or {}).get("JVMHeapMemory", 0) for e in executors)
+    print(
+        json.dumps(
+            {
+                "wall": wall,
+                "summary": s.as_dict(),
+                "shuffle_write_bytes": sum(x["shuffle_write_bytes"] for x in per_stage),
+                "stages": sorted(per_stage, key=lambda x: -x["seconds"])[:6],
+                "jobs": len(jobs),
+                "peak_jvm_heap": peak_heap,
+            }
+        )
+    )
+
+
+def _stage_seconds(st: dict) -> float:
+    from datetime import datetime
+
+    def ts(v: str) -> float:
+        return datetime.strptime(v.replace("GMT", "+0000"), "%Y-%m-%dT%H:%M:%S.%f%z").timestamp()
+
+    try:
+        return ts(st["completionTime"]) - ts(st["firstTaskLaunchedTime"])
+    except (KeyError, ValueError):
+        return 0.0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--transactions", type=int, default=benchlib.DEFAULT_TRANSACTIONS)
+    ap.add_argument("--large-tx-rows", type=int, default=0)
+    ap.add_argument("--masters", default="local[2],local[1]")
+    ap.add_argument("--work", default="/tmp/bench-spark-replay")
+    ap.add_argument("--child", nargs=3, metavar=("INPUT", "WORK", "MASTER"))
+    ap.add_argument(
+        "--no-wait", action="store_true", help="do not wait for a quiet machine (other_cpu says how busy it was)"
+    )
+    args = ap.parse_args()
+    if args.no_wait:
+        benchlib.wait_quiet = lambda *a, **k: 0.0
+    if args.child:
+        child(*args.child)
+        return
+    work = Path(args.work)
+    input_dir = str(work / f"input-{args.transactions}-{args.large_tx_rows}")
+    desc = benchlib.prepare_input(input_dir, transactions=args.transactions, large_tx_rows=args.large_tx_rows)
+    lines = desc["lines"]
+    out: dict = {"input": desc, "machine": benchlib.machine_info(str(work)), "contenders": {}}
+    m, summary = benchlib.measure_replay(input_dir, str(work / "replay"))
+    out["contenders"]["replay"] = {
+        "wall": m.wall,
+        "lines_per_s": benchlib.rate(lines, m.wall),
+        "peak_rss": m.peak_rss,
+        "other_cpu": m.other_cpu,
+        "rows": summary["rows_published"],
+    }
+    for master in args.masters.split(","):
+        where = work / f"spark-{master.replace('[', '').replace(']', '')}"
+        benchlib.fresh_dir(where)
+        benchlib.warm_cache(input_dir)
+        benchlib.wait_quiet()
+        env = {**os.environ, "PYTHONPATH": str(benchlib.REPO_DIR), "PYSPARK_PYTHON": sys.executable}
+        r = benchlib.run_measured([sys.executable, __file__, "--child", input_dir, str(where), master], env=env)
+        r.check()
+        doc = r.last_json()
+        doc["lines_per_s"] = benchlib.rate(lines, r.wall)
+        doc["wall_process"] = r.wall
+        doc["shuffle_bytes_per_line"] = doc["shuffle_write_bytes"] / lines
+        doc["other_cpu"] = r.other_cpu
+        out["contenders"][f"spark {master}"] = doc
+        from tests.contract_model import load_changefeed
+
+        if lines <= 1_500_000:  # equal changefeeds (loading 5M rows twice takes long)
+            assert load_changefeed(where / "changefeed") == load_changefeed(work / "replay" / "changefeed")
+    benchlib.print_json(out)
+
+
+if __name__ == "__main__":
+    main()

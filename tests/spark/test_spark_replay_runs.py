@@ -1,0 +1,194 @@
+"""Replay on Spark as the command runs it: a driver killed mid-job and the same command
+again (exactly once, plain and Delta), and ``run`` taking over from it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from olr_buffer.runtime import PipelineOptions, replay
+from olr_buffer.simulate import simulate
+from olr_buffer.spark import replay_on_spark
+from tests.contract_model import assert_changefeed_equal, changefeed_files, load_changefeed
+
+pytestmark = [pytest.mark.spark, pytest.mark.e2e]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def spark_replay_cmd(tmp: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "olr_buffer.cli",
+        "replay",
+        str(tmp / "in"),
+        "--queue",
+        str(tmp / "q"),
+        "--changefeed",
+        str(tmp / "cf"),
+        "--engine",
+        "spark",
+        "--master",
+        "local[2]",
+        "--file-rows",
+        "40",
+        *extra,
+    ]
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT), "PYSPARK_PYTHON": sys.executable}
+
+
+def published_files(cf: Path) -> int:
+    return len(changefeed_files(cf)) if cf.is_dir() else 0
+
+
+def wait_until(what: str, cond, proc: subprocess.Popen, timeout: float = 180.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert proc.poll() is None, f"exited ({proc.returncode}) before {what}: {proc.communicate()[1][-2000:]}"
+        assert time.monotonic() < deadline, f"not {what} within {timeout}s"
+        time.sleep(0.05)
+
+
+@pytest.mark.slow  # two Spark drivers of their own (a JVM each)
+@pytest.mark.parametrize("table_format", ["parquet", "delta"])
+def test_driver_killed_mid_job_then_the_same_command(tmp_path, table_format):
+    """SIGKILL to the driver (and its JVM) once it has published a few files; the same
+    command again: the changefeed is replay's, every transaction once (in the Delta
+    table too)."""
+    simulate(tmp_path / "in", threads=3, transactions=150, seed=21, records_per_file=300)
+    replay(str(tmp_path / "in"), str(tmp_path / "q1"), str(tmp_path / "cf1"), PipelineOptions())
+    expected = load_changefeed(tmp_path / "cf1")
+    cmd = spark_replay_cmd(tmp_path, "--table-format", table_format, "--no-progress", "--no-sync")
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=_env(), start_new_session=True
+    )
+    try:
+        wait_until("two files published", lambda: published_files(tmp_path / "cf") >= 2, proc)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    killed_at = len(load_changefeed(tmp_path / "cf"))
+    assert 0 < killed_at < len(expected), "the kill came before or after the publication"
+
+    done = subprocess.run(cmd + ["--json"], capture_output=True, text=True, cwd=ROOT, env=_env(), timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout)
+    assert summary["already_published"] > 0
+    got = load_changefeed(tmp_path / "cf")
+    assert_changefeed_equal(got, expected)
+    if table_format == "delta":
+        import deltalake
+
+        table = deltalake.DeltaTable(str(tmp_path / "cf")).to_pyarrow_table(columns=["tx_seq", "op_seq"])
+        keys = list(zip(table.column("tx_seq").to_pylist(), table.column("op_seq").to_pylist()))
+        assert len(keys) == len(set(keys)) == len(expected)
+        txns = [a["txn"] for a in _delta_actions(tmp_path / "cf") if "txn" in a]
+        assert txns[-1]["version"] == expected[-1]["tx_seq"]
+
+
+def _rows(cf: Path) -> int:
+    try:
+        return len(load_changefeed(cf))
+    except FileNotFoundError:  # a file compacted away while listed (not here), or none yet
+        return 0
+
+
+def _delta_actions(cf: Path) -> list[dict]:
+    out = []
+    for p in sorted((cf / "_delta_log").glob("*.json")):
+        out += [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
+    return out
+
+
+def test_run_takes_over_from_the_spark_replay(spark, tmp_path):
+    """The Spark replay of the first half of each thread's files (until the watermark
+    there), then ``run --adopt-changefeed`` on all of them: the changefeed of one replay
+    of the whole, transactions open at the cut included."""
+    simulate(tmp_path / "full", threads=3, transactions=500, seed=8, records_per_file=200, compress_archived=False)
+    files = sorted((tmp_path / "full").iterdir())
+    last_scn = max(json.loads(line)["scn"] for p in files for line in p.read_text().splitlines())
+    by_thread: dict[int, list[Path]] = {}
+    for p in files:
+        by_thread.setdefault(int(p.name.split("_")[1]), []).append(p)
+    for paths in by_thread.values():
+        paths.sort(key=lambda p: int(p.name.split("_")[2].split(".")[0]))
+        with open(paths[-1], "a") as fh:  # every thread is past every commit: run publishes them all
+            fh.write(json.dumps({"op": "lwn", "scn": last_scn + 1}) + "\n")
+    replay(str(tmp_path / "full"), str(tmp_path / "q1"), str(tmp_path / "cf1"), PipelineOptions())
+    expected = load_changefeed(tmp_path / "cf1")
+
+    (tmp_path / "half").mkdir()
+    for paths in by_thread.values():
+        assert len(paths) >= 4
+        for p in paths[: len(paths) // 2]:
+            shutil.copy(p, tmp_path / "half" / p.name)
+    first = replay_on_spark(
+        spark, str(tmp_path / "half"), str(tmp_path / "qs"), str(tmp_path / "cf"), until_watermark=True
+    )
+    assert first.held_for_run > 0 or first.open_transactions > 0
+    assert 0 < first.rows_published < len(expected)
+    # run needs the files from the oldest transaction it is left: the earlier ones go
+    assert first.run_from and set(first.run_from) <= set(by_thread)
+    for thread, paths in by_thread.items():
+        for p in paths:
+            if int(p.name.split("_")[2].split(".")[0]) < first.run_from.get(thread, len(paths) // 2 + 1):
+                (tmp_path / "full" / p.name).rename(tmp_path / p.name)
+    assert len(list((tmp_path / "full").iterdir())) < len(files)
+
+    run = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "olr_buffer.cli",
+            "run",
+            str(tmp_path / "full"),
+            "--queue",
+            str(tmp_path / "qr"),
+            "--changefeed",
+            str(tmp_path / "cf"),
+            "--adopt-changefeed",
+            "--flush-interval",
+            "0.2",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env=_env(),
+    )
+    try:
+        wait_until("caught up", lambda: _rows(tmp_path / "cf") >= len(expected), run, timeout=120)
+        run.send_signal(signal.SIGTERM)
+        _, err = run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    assert run.returncode == 0, err[-3000:]
+    assert_changefeed_equal(load_changefeed(tmp_path / "cf"), expected)
+
+
+def test_until_watermark_needs_the_spark_engine(tmp_path):
+    simulate(tmp_path / "in", threads=1, transactions=3, seed=1)
+    r = subprocess.run(
+        [sys.executable, "-m", "olr_buffer.cli", "replay", str(tmp_path / "in"), "--queue", str(tmp_path / "q"),
+         "--changefeed", str(tmp_path / "cf"), "--until-watermark"],
+        capture_output=True, text=True, cwd=ROOT, env=_env(),
+    )  # fmt: skip
+    assert r.returncode == 2 and "--until-watermark goes with --engine spark" in r.stderr
+    assert not (tmp_path / "cf").exists()
