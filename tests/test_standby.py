@@ -299,6 +299,9 @@ def test_ten_take_overs_back_and_forth_keep_the_changefeed_one_replay(staged_lon
             wait_more(cf, manifest_next(cf))  # the active one publishes
             old = services[active]
             how = ("kill", "stop", "term")[turn % 3]
+            # the input is written while a service runs, paused while none does (the
+            # take-over's wait): how much of it a turn takes does not depend on the load
+            writer.send_signal(signal.SIGSTOP)
             if how == "kill":
                 old.stop(signal.SIGKILL)
             elif how == "term":
@@ -307,18 +310,22 @@ def test_ten_take_overs_back_and_forth_keep_the_changefeed_one_replay(staged_lon
                 old.proc.send_signal(signal.SIGSTOP)
             since = len(services[waiting].lines)
             m = services[waiting].wait_line(TAKEN_OVER, timeout=120, since=since)
+            writer.send_signal(signal.SIGCONT)
             generation += 1
             assert int(m.group(1)) == generation, (turn, how)
             if how == "stop":
                 wait_more(cf, manifest_next(cf))
                 old.proc.send_signal(signal.SIGCONT)
                 fenced(old)
+            writer.send_signal(signal.SIGSTOP)  # (and while the old one starts again)
             services[active] = standby(live, queues[active], cf, "--threads", "1,2")
             services[active].wait_line(WAITING)
+            writer.send_signal(signal.SIGCONT)
             active, waiting = waiting, active
         assert writer.poll() is None, "the input was written to its end before the tenth take-over"
         finish(writer, live, cf, services[waiting], services[active])
     finally:
+        writer.send_signal(signal.SIGCONT)
         writer.kill()
         for s in services.values():
             if s.proc.poll() is None:

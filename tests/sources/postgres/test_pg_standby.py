@@ -17,19 +17,24 @@ from tests.test_standby import TAKEN_OVER, WAITING, fenced, standby, wait_more
 
 pytestmark = pytest.mark.e2e
 
-N = 240
 
-
-def insert(db, n: int, stop: threading.Event) -> None:
-    """``n`` transactions of one row each, ``id`` 0..n-1 in commit order."""
+def insert(db, stop: threading.Event, made: list[int]) -> None:
+    """Transactions of one row each, ``id`` 0, 1, ... in commit order, until ``stop``;
+    ``made[0]``: how many so far."""
     conn = db.connect()
     with conn.cursor() as cur:
-        for i in range(n):
-            if stop.is_set():
-                break
-            cur.execute("INSERT INTO t VALUES (%s, %s)", (i, f"row {i}"))
+        while not stop.is_set():
+            cur.execute("INSERT INTO t VALUES (%s, %s)", (made[0], f"row {made[0]}"))
+            made[0] += 1
             time.sleep(0.05)
     conn.close()
+
+
+def wait_made(made: list[int], more_than: int, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while made[0] <= more_than:
+        assert time.monotonic() < deadline, f"{made[0]} transactions made, not more than {more_than}"
+        time.sleep(0.05)
 
 
 @pytest.mark.parametrize("how", ["kill", "stop"])
@@ -43,7 +48,8 @@ def test_a_postgres_standby_takes_over_the_changefeed_and_the_slot(pg_db, tmp_pa
     a = standby(source[0], tmp_path / "qa", s3_uri, *source[1:])
     b = None
     stop = threading.Event()
-    inserter = threading.Thread(target=insert, args=(pg_db, N, stop))
+    made = [0]
+    inserter = threading.Thread(target=insert, args=(pg_db, stop, made))
     try:
         a.wait_line("active now, lease generation 1")
         a.wait_line("streaming slot")
@@ -57,15 +63,18 @@ def test_a_postgres_standby_takes_over_the_changefeed_and_the_slot(pg_db, tmp_pa
             a.proc.send_signal(signal.SIGSTOP)
         assert int(b.wait_line(TAKEN_OVER, timeout=120).group(1)) == 2
         b.wait_line("streaming slot", timeout=120)
-        assert inserter.is_alive(), "the transactions were all made before the take-over"
+        wait_made(made, made[0] + 20)  # transactions made while the standby streams
         if how == "stop":
             wait_more(s3_uri, manifest_next(s3_uri))
             a.proc.send_signal(signal.SIGCONT)
             fenced(a)
         a = standby(source[0], tmp_path / "qa", s3_uri, *source[1:])
         assert int(a.wait_line(WAITING).group(2)) == b.proc.pid
+        wait_made(made, made[0] + 20)  # and after the old one stands by
+        stop.set()
         inserter.join(120)
-        wait_published(s3_uri, N, timeout=180)
+        n = made[0]
+        wait_published(s3_uri, n, timeout=180)
         assert a.stop() == 0, "\n".join(a.lines[-30:])
         assert b.stop() == 0, "\n".join(b.lines[-30:])
     finally:
@@ -75,6 +84,6 @@ def test_a_postgres_standby_takes_over_the_changefeed_and_the_slot(pg_db, tmp_pa
                 s.proc.send_signal(signal.SIGCONT)
                 s.stop(signal.SIGKILL)
     rows = plain_rows(s3_uri)
-    assert [r["tx_seq"] for r in rows] == list(range(N))
-    assert [r["after"]["id"] for r in rows] == list(range(N))
+    assert [r["tx_seq"] for r in rows] == list(range(n))
+    assert [r["after"]["id"] for r in rows] == list(range(n))
     assert {r["op"] for r in rows} == {"c"}
