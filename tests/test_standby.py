@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 
 from olr_buffer.simulate import simulate
+from olr_buffer.store import open_store
 from tests.contract_model import expected_changefeed
 from tests.test_changefeed_s3 import Service, assert_exact, cli, live_input, manifest_next, wait_published
 
@@ -398,3 +400,48 @@ def test_a_standby_on_a_shared_directory_takes_over_a_service_that_hangs(staged,
                 s.proc.send_signal(signal.SIGCONT)
                 s.stop(signal.SIGKILL)
     assert_exact(cf, expected_changefeed(live), delta=False)
+
+
+def test_a_standby_with_a_new_queue_reads_from_the_files_the_changefeed_records(staged, tmp_path, s3_uri):
+    """The active one killed; the files before those the changefeed records (run_from)
+    moved away; a standby with a new queue takes over, reads each thread from the recorded
+    file, and the changefeed is one replay of the whole input."""
+    live, moved = tmp_path / "live", tmp_path / "moved"
+    live.mkdir()
+    moved.mkdir()
+    cf = s3_uri
+    writer = live_input(staged, live, rate=300)
+    a = standby(live, tmp_path / "qa", cf, "--threads", "1,2")
+    b = None
+    try:
+        a.wait_line("active now, lease generation 1")
+        deadline = time.monotonic() + 120
+        while not any(
+            s > 2 for s in json.loads(open_store(cf).read("_olr_buffer/manifest.json")).get("run_from", {}).values()
+        ):
+            assert time.monotonic() < deadline and writer.poll() is None, "run_from never moved past sequence 2"
+            time.sleep(0.05)
+        a.stop(signal.SIGKILL)
+        run_from = json.loads(open_store(cf).read("_olr_buffer/manifest.json"))["run_from"]
+        for path in live.glob("redo_*_*.jsonl*"):
+            thread, seq = (int(x) for x in path.name.split(".")[0].split("_")[1:])
+            if seq < run_from.get(str(thread), 1):
+                path.rename(moved / path.name)
+        assert list(moved.iterdir())
+        b = standby(live, tmp_path / "qb", cf, "--threads", "1,2")
+        b.wait_line(r"active now, lease generation 2", timeout=120)  # (the holder seen gone: at once)
+        b.wait_line("reading from where the changefeed needs it")
+        assert writer.wait(timeout=180) == 0
+        whole = tmp_path / "whole"
+        shutil.copytree(live, whole)
+        for path in moved.iterdir():
+            shutil.copy(path, whole / path.name)
+        model = expected_changefeed(whole)
+        wait_published(cf, model.committed, timeout=180)
+        assert b.stop() == 0, "\n".join(b.lines[-30:])
+    finally:
+        writer.kill()
+        for s in (a, b):
+            if s is not None and s.proc.poll() is None:
+                s.stop(signal.SIGKILL)
+    assert_exact(cf, model, delta=False)

@@ -43,13 +43,15 @@ from ..changes import (
     INFINITE_SCN,
     ROW_CODES,
     SCN,
+    SEQUENCE,
     Commit,
     CommitKey,
+    decode_record,
     decode_records,
     read_summary,
 )
 from ..sinks.base import TransactionSink
-from ..txbuffer import Block, TxQueue
+from ..txbuffer import Block, QueueError, TxQueue
 from ..txbuffer.metadata import seal
 from .checkpoint import (
     Checkpoint,
@@ -171,6 +173,10 @@ class Dispatcher:
         self._top = -1  # the highest progress any block showed: every SCN up to it is written
         self._marks: list[tuple[int, int]] = []  # (block end, _top after it) while a thread is closed
         self.log_skipped = False  # log each commit skipped as already published (adopting a changefeed)
+        # per thread, the last block read that holds records of a transaction (see run_from),
+        # and the sequence of its first record, once looked up
+        self._last_block: dict[int, int] = {}
+        self._reached: dict[int, int] = {}
         self.tailer = queue.tailer(start_index)
         self.cache = BlockCache(queue, cache_blocks)
         self.replayer = Replayer(self.cache)
@@ -304,6 +310,57 @@ class Dispatcher:
             itertools.chain((t.first_block for t in self.open.values()), (t.first_block for _, _, t in self._pending)),
         )
 
+    def run_from(self) -> dict[int, int]:
+        """Per queue thread, the ``sequence`` (a redo log sequence) of the first record a
+        new queue must read again so that nothing still held is lost: that of the first
+        record on the thread of the transactions held (open, or ended and not yet handed
+        to the sink), or, with none there, of the first record of the last block read
+        from the thread that holds records of a transaction (what follows it is later in
+        the thread's files). A thread for which neither can be told (nothing read from it
+        by this process, a block already gone) is left out: it says nothing of it.
+
+        Valid for a changefeed holding every commit handed to the sink so far (call it
+        when the sink is about to make them durable): a new queue that reads each thread
+        from there, skipping the commits published, publishes every later one whole.
+        Cheap: one pass over the transactions held and one block read per thread."""
+        for thread, first in self._last_block.items():
+            seq = self._sequence_at(first, None)
+            if seq is not None:
+                self._reached[thread] = seq
+        self._last_block.clear()
+        firsts: dict[int, tuple[int, int]] = {}
+        held = itertools.chain(self.open.values(), (t for _, _, t in self._pending))
+        for txn in held:
+            for thread, locs in txn.locations.items():
+                at = (locs[0], locs[1])
+                old = firsts.get(thread)
+                if old is None or at < old:
+                    firsts[thread] = at
+        out = dict(self._reached)
+        for thread, (first, start) in firsts.items():
+            seq = self._sequence_at(first, start)
+            if seq is None:
+                out.pop(thread, None)  # not known: rather nothing than a file too late
+            elif seq < out.get(thread, seq + 1):
+                out[thread] = seq
+        return out
+
+    def _sequence_at(self, first: int, start: int | None) -> int | None:
+        """The ``sequence`` of record ``start`` of the block at ``first`` (None: of the
+        block's first transaction record); None if the block is gone or has none."""
+        if first < self.queue.first_index:
+            return None
+        try:
+            block = self.queue.read_block(first)
+            if start is None:
+                groups = read_summary(block.record(0)).groups
+                if not groups:
+                    return None
+                start = groups[0][1]
+            return int(decode_record(block.record(start))[SEQUENCE])
+        except (QueueError, KeyError, IndexError):
+            return None
+
     def oldest_unended(self) -> OpenTransaction | None:
         """The transaction without an end that started lowest in the queue, if any."""
         return min((t for t in self.open.values() if t.end_key is None), key=lambda t: t.first_block, default=None)
@@ -399,6 +456,8 @@ class Dispatcher:
         tiebreak = self._tiebreak
         last_key = self.last_key
         fresh = first >= self._fresh_from
+        if summary.groups:
+            self._last_block[thread] = first
         self._pending_sorted = False  # (before anything is appended: an error may stop the loop)
         for xid, start, count, rows, comps, first_scn, begin_scn, begin_tm, ends in summary.groups:
             txn = open_.get(xid)

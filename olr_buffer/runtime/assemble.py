@@ -148,7 +148,7 @@ class Pipeline:
                     f"{queue_dir}: the queue starts at index {self.queue.first_index} but has no dispatcher checkpoint",
                     hint="the queue directory is damaged; start again with an empty queue and changefeed",
                 )
-            adopting = self._open_sink(queue_dir, legacy)
+            adopting = self._open_sink(queue_dir, legacy, new_queue=state is None)
             # replay checks them too (see replay): its input is complete, so their records
             # below what was published would be lost, not late
             self.new_threads = set() if adopting else new_threads
@@ -174,14 +174,16 @@ class Pipeline:
             retention_seconds=opts.transaction_retention_seconds,
             retention_scn=opts.transaction_retention_scn,
             dead_letter=opts.dead_letter,
+            run_from=self.source.starts_from,
         )
         self.following = False  # follow(): the input is never complete
 
-    def _open_sink(self, queue_dir: str, legacy: Any) -> bool:
+    def _open_sink(self, queue_dir: str, legacy: Any, new_queue: bool) -> bool:
         """Record the queue's id (a new queue: before anything reaches the sink), then open
         the sink: it checks that this queue (and source) may write it, against the
         position stored at the queue's last checkpoint (:meth:`Sink.open`). True when the
-        sink is adopted from another queue."""
+        sink is adopted from another queue: a new queue then reads the source from where
+        the changefeed says (its ``run_from``), if it records that and the source can."""
         raw = self.queue.meta(QUEUE_ID_KEY)
         source_id = self.options.source_id if self.options.source_id is not None else self.source.source_id
         owner = ChangefeedOwner(raw.decode() if raw else uuid.uuid4().hex, source_id)
@@ -191,6 +193,8 @@ class Pipeline:
         opening = self.sink.open(owner, stored, queue=queue_dir, adopt=self.options.adopt_changefeed, legacy=legacy)
         if opening.adopting:
             self.dispatcher.adopt()
+            if new_queue and opening.run_from:
+                self.source.start_from(opening.run_from)
         else:
             self.dispatcher.count_published(*opening.published_since_checkpoint)
         return opening.adopting

@@ -3,6 +3,8 @@
 One cycle, in this order (docs/architecture.md, "Checkpoints and cleanup";
 docs/failure-scenarios.md says what a crash between two steps leaves)::
 
+    0. sink.note_run_from(...)         where a new queue would read the source from, recorded
+                                       with the publication of what was handed over so far
     1. sink.flush()                    every transaction handed to the sink is published
     2. queue meta <- checkpoint        the dispatcher's state and the sink's position, in one LMDB write
     3. delete segments below needed    nobody needs them: tail position and oldest held transaction
@@ -21,7 +23,7 @@ import time
 from ..dead_letters import DeadLetters
 from ..dispatcher import AbandonedTransaction, Dispatcher
 from ..faults import fault_point
-from ..sinks import Sink
+from ..sinks import RecordsRunFrom, Sink
 from ..txbuffer import TxQueue, held_segments
 from ..txbuffer.metadata import CHECKPOINT_KEY
 
@@ -45,6 +47,7 @@ class Checkpointer:
         retention_seconds: float | None = None,
         retention_scn: int | None = None,
         dead_letter: str | None = None,
+        run_from: bool = False,
     ) -> None:
         self.queue = queue
         self.dispatcher = dispatcher
@@ -56,6 +59,9 @@ class Checkpointer:
         self.retention_seconds = retention_seconds
         self.retention_scn = retention_scn
         self.dead_letter = dead_letter  # abandoned transactions are written there
+        # record the dispatcher's run_from with the sink's publications (a source that can
+        # start further on in its input, a sink that records it)
+        self.run_from = run_from and isinstance(sink, RecordsRunFrom)
         self.count = 0  # cycles run
         self.segments_deleted = 0
         self._last = time.monotonic()
@@ -84,6 +90,9 @@ class Checkpointer:
     def commit(self) -> None:
         """Run the cycle: flush the sink, store the dispatcher's state and the sink's
         position, clean up."""
+        if self.run_from:  # 0.
+            assert isinstance(self.sink, RecordsRunFrom)
+            self.sink.note_run_from(self.dispatcher.run_from(), self.dispatcher.last_key)
         self.sink.flush()  # 1.
         fault_point("before_checkpoint")
         state = self.dispatcher.checkpoint_state(threads=self.threads, written=time.time())  # 2.

@@ -5,7 +5,7 @@ which speaks the Source contract of :mod:`olr_buffer.sources.base`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from ..changes import CommitKey
 from ..sources import Acknowledgement, SourceAt, SourceKind, SourceRunner, SourceSettings
@@ -62,6 +62,15 @@ class SourceCalls:
     def prepare(self, threads: list[int] | None) -> list[int]:
         """Restore its resume state from the queue; the threads in play."""
         return self.source.prepare(threads, self.queue.meta_items(self.source.state_prefix))
+
+    @property
+    def starts_from(self) -> bool:
+        """Whether it can start further on in its input (a changefeed's ``run_from``)."""
+        return self.source.starts_from
+
+    def start_from(self, run_from: Mapping[int, int]) -> None:
+        """A new queue adopting a changefeed: start where the changefeed's ``run_from`` says."""
+        self.source.start_from(run_from)
 
     def refuse_below(self, threads: Iterable[int], published: CommitKey | None) -> None:
         self.source.refuse_below(threads, published)

@@ -7,7 +7,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import EXIT_USAGE, OlrBufferError
-from .base import ChangefeedOwner, Sink, SinkFigures, SinkKind, SinkOpening, SinkSettings, TransactionSink
+from .base import (
+    ChangefeedOwner,
+    RecordsRunFrom,
+    Sink,
+    SinkFigures,
+    SinkKind,
+    SinkOpening,
+    SinkSettings,
+    TransactionSink,
+)
 from .parquet import KIND as PARQUET
 
 #: Every kind of sink, by name.
@@ -38,6 +47,7 @@ def open_sink(kind: str, target: str, settings: SinkSettings, flags: Mapping[str
 
 
 __all__ = [
+    "RecordsRunFrom",
     "KINDS",
     "ChangefeedOwner",
     "Sink",

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ..changes import Commit, CommitKey
 
@@ -68,6 +68,9 @@ class SinkOpening:
 
     adopting: bool
     published_since_checkpoint: tuple[int, int] = (0, 0)  # transactions, rows
+    #: what the output records of where a new queue reads its source from (see
+    #: :class:`RecordsRunFrom`): per queue thread, a log sequence; None: nothing recorded
+    run_from: Mapping[int, int] | None = None
 
 
 @dataclass
@@ -166,6 +169,20 @@ class Sink(TransactionSink, Protocol):
     def release(self, remove_if_unused: bool = False) -> None:
         """Drop what is not durable and let go of the output (locks, leases);
         ``remove_if_unused``: a refused run removes an output it made and never used."""
+        ...
+
+
+@runtime_checkable
+class RecordsRunFrom(Protocol):
+    """Optional: a sink that records, with what it publishes, where a new queue that
+    adopts its output reads the source from (``run_from``: per queue thread, the log
+    sequence of the first record it must read again; docs/formats.md, the manifest). It
+    hands the record back in :attr:`SinkOpening.run_from`."""
+
+    def note_run_from(self, run_from: Mapping[int, int], through: CommitKey | None) -> None:
+        """``run_from`` is valid once every commit up to ``through`` (the last one handed
+        over; None: any) is durable: record it with the first publication that holds them
+        (threads it leaves out keep what was recorded)."""
         ...
 
 

@@ -192,6 +192,21 @@ class RedoThreads(Protocol):
         ...
 
 
+@runtime_checkable
+class StartsFrom(Protocol):
+    """Optional: a source of log files that a new queue can start reading further on than
+    at their first file, where an adopted changefeed says (its ``run_from``: per queue
+    thread, the log sequence of the first record still needed, from the ``sequence`` of
+    the records in the queue; docs/formats.md). The runtime computes it for the
+    changefeed only for such a source."""
+
+    def start_from(self, run_from: Mapping[int, int]) -> None:
+        """After :meth:`Source.prepare`, on a new queue: read each thread of ``run_from``
+        from the start of that sequence instead of its first file (the earlier ones may
+        be gone); log it in one line; a one-line error if that file is not there."""
+        ...
+
+
 #: A source's factory: ``build(location, queue, settings, **options)``; ``queue`` is what
 #: it appends to (and reads nothing else of), ``options`` its own command-line options.
 SourceFactory = Callable[..., Source]

@@ -22,6 +22,7 @@ from .base import (
     Source,
     SourceFigures,
     SourceSettings,
+    StartsFrom,
 )
 
 
@@ -79,6 +80,16 @@ class SourceRunner:
     @property
     def source_id(self) -> str | None:
         return self.source.source_id if isinstance(self.source, Identified) else None
+
+    @property
+    def starts_from(self) -> bool:
+        """Whether it can start further on in its input (:class:`StartsFrom`)."""
+        return isinstance(self.source, StartsFrom)
+
+    def start_from(self, run_from: Mapping[int, int]) -> None:
+        """A new queue: start where ``run_from`` says (a source that cannot: from the start)."""
+        if isinstance(self.source, StartsFrom):
+            self.source.start_from(run_from)
 
     def refuse_below(self, threads: Iterable[int], published: CommitKey | None) -> None:
         """From now on, a record of ``threads`` at or below ``published`` (the changefeed's

@@ -96,6 +96,7 @@ from .layout import (  # noqa: F401  (read_footer: a public name of this module 
     local_tmp_dir,
     log_published,
     manifest_owner,
+    manifest_run_from,
     manifest_table_format,
     prepare_dir,
     prepare_tmp_dir,
@@ -465,6 +466,7 @@ def _compact_in_place(
                 opts.durable,
                 table_format=kind or manifest_table_format(manifest),
                 iceberg=manifest.get("iceberg") if manifest and kind == "iceberg" else None,
+                run_from=manifest_run_from(manifest),  # (the same commits: still where a new queue reads from)
             )
     return result
 

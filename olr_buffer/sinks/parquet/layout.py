@@ -67,6 +67,7 @@ import os
 import re
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import orjson
@@ -790,13 +791,14 @@ def write_manifest(
     *,
     table_format: str | None = None,
     iceberg: dict[str, str] | None = None,
+    run_from: Mapping[int, int] | None = None,
 ) -> None:
     """Rewrite ``_olr_buffer/manifest.json`` atomically for a changefeed of ``files``
     files ending with ``last``, written by ``owner`` (``table_format``: ``parquet``,
     ``delta`` or ``iceberg``, recorded when known; ``iceberg``: the catalog and table
     names given to an Iceberg changefeed)."""
     loc = as_location(cf, durable=durable)
-    doc = manifest_document(files, last, owner, table_format=table_format, iceberg=iceberg)
+    doc = manifest_document(files, last, owner, table_format=table_format, iceberg=iceberg, run_from=run_from)
     loc.replace_meta(MANIFEST, orjson.dumps(doc, option=orjson.OPT_INDENT_2))
 
 
@@ -807,9 +809,11 @@ def manifest_document(
     *,
     table_format: str | None = None,
     iceberg: dict[str, str] | None = None,
+    run_from: Mapping[int, int] | None = None,
 ) -> dict:
     """The manifest of a changefeed of ``files`` files ending with ``last``, written by
-    ``owner`` (see :func:`write_manifest`)."""
+    ``owner`` (see :func:`write_manifest`); ``run_from``: per redo thread, the log
+    sequence a new queue reads it from (docs/formats.md)."""
     doc: dict[str, object] = {
         "format": MANIFEST_FORMAT,
         "next_tx_seq": last.last + 1 if last else 0,
@@ -825,7 +829,23 @@ def manifest_document(
         doc["table_format"] = table_format
     if iceberg:
         doc["iceberg"] = iceberg
+    if run_from:
+        doc["run_from"] = {str(t): s for t, s in sorted(run_from.items())}
     return doc
+
+
+def manifest_run_from(doc: dict | None) -> dict[int, int] | None:
+    """The ``run_from`` a manifest records (per redo thread, a log sequence), None if it
+    records none or one that does not read as such."""
+    value = doc.get("run_from") if doc else None
+    if not isinstance(value, dict) or not value:
+        return None
+    out = {}
+    for t, s in value.items():
+        if not (isinstance(t, str) and t.isdigit() and isinstance(s, int) and not isinstance(s, bool) and s >= 0):
+            return None
+        out[int(t)] = s
+    return out
 
 
 def manifest_table_format(doc: dict | None) -> str | None:

@@ -57,7 +57,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from itertools import compress, repeat, zip_longest
 from operator import itemgetter
 from typing import TYPE_CHECKING, NoReturn
@@ -94,6 +94,7 @@ from .layout import (  # noqa: F401  (MANIFEST, META_DIR, PUBLISHED_LOG, read_fo
     log_published,
     manifest_document,
     manifest_owner,
+    manifest_run_from,
     os_failure,
     prepare_dir,
     read_footer,
@@ -228,6 +229,10 @@ class ChangefeedWriter:
         self.last_c_scn: int | None = None
         self.files_published = 0
         self.owner: ChangefeedOwner | None = None  # the queue (and source) that writes it
+        # the manifest's run_from (per redo thread, the log sequence a new queue reads from:
+        # valid for what is published), and one noted, waiting for the commit it needs
+        self.run_from: dict[int, int] | None = None
+        self._run_from_next: tuple[dict[int, int], CommitKey | None] | None = None
         self._found: list[tuple[int, int, int, str | None]] = []  # see published_since
         self._last_file: PublishedFile | None = None
         # schema versions: (owner, table) -> version, as of the last published file, and
@@ -358,6 +363,8 @@ class ChangefeedWriter:
             )
         self._schemas = dict(self._published_schemas)
         self.owner = manifest_owner(manifest) or (files[-1].owner if files else None)
+        # (a manifest behind the files: its run_from describes an earlier state, still valid)
+        self.run_from = manifest_run_from(manifest) if files else None
         self._published = files  # for the Delta table's recovery (open)
         if not files:
             if manifest is not None and (
@@ -414,6 +421,10 @@ class ChangefeedWriter:
     def _write_manifest(self, pending: dict | None = None) -> None:
         """Record the published files in the manifest; a leased writer: conditionally, with
         ``pending``, the publication it decides (see :mod:`.fencing`)."""
+        nxt = self._run_from_next
+        if nxt is not None and (nxt[1] is None or (self.last_commit is not None and nxt[1] <= self.last_commit)):
+            self.run_from = {**(self.run_from or {}), **nxt[0]}
+            self._run_from_next = None
         head = self._head
         if head is not None:
             doc = manifest_document(
@@ -422,6 +433,7 @@ class ChangefeedWriter:
                 self.owner,
                 table_format=self.table_format,
                 iceberg=self._iceberg_recorded(),
+                run_from=self.run_from,
             )
             if pending is not None:
                 doc["pending"] = pending
@@ -436,9 +448,17 @@ class ChangefeedWriter:
                 self.durable,
                 table_format=self.table_format,
                 iceberg=self._iceberg_recorded(),
+                run_from=self.run_from,
             ),
             "write the manifest",
         )
+
+    def note_run_from(self, run_from: Mapping[int, int], through: CommitKey | None) -> None:
+        """Record ``run_from`` in the manifest once every commit up to ``through`` is
+        published (:class:`~olr_buffer.sinks.base.RecordsRunFrom`): with the publication
+        that holds them, never with one before (it would say that a transaction published
+        after it was still to be read from a later file)."""
+        self._run_from_next = (dict(run_from), through)
 
     def _no_changefeed_yet(self) -> bool:
         loc = self.location
@@ -490,7 +510,9 @@ class ChangefeedWriter:
         self.bind(owner)
         if self.table_format in ("delta", "iceberg"):
             self._open_table()
-        return SinkOpening(adopting, (0, 0) if adopting else self.published_since(owner.queue_id, since))
+        return SinkOpening(
+            adopting, (0, 0) if adopting else self.published_since(owner.queue_id, since), run_from=self.run_from
+        )
 
     def position(self) -> bytes:
         where = os.path.abspath(self.path) if self.location.path is not None else self.path

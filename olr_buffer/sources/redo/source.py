@@ -13,6 +13,7 @@ from ...dead_letters import DeadLetters
 from ...txbuffer import TxQueue
 from ..base import Acknowledgement, Reader, SourceFigures, SourceKind, SourceSettings, SourceUsageError
 from ..runner import CONTEXT
+from .errors import MissingSequenceError
 from .files import LogFile, check_contiguous, require_log_files, scan
 from .position import POSITION_PREFIX, ReaderPosition, load_positions, status, status_lines
 from .process import ReaderProcess
@@ -142,6 +143,35 @@ class RedoSource:
             )
         self.thread_readers[thread] = reader
         return reader
+
+    def start_from(self, run_from: Mapping[int, int]) -> None:
+        """A new queue adopting a changefeed: each thread of ``run_from`` is read from the
+        start of that sequence (the changefeed's commits below are skipped as published),
+        the files before it need not be there; the file itself must."""
+        started = []
+        for thread, seq in sorted(run_from.items()):
+            reader = self.thread_readers.get(thread)
+            if reader is None or not reader.files:
+                continue  # (no file yet: it starts at its first one, which comes later)
+            if seq not in reader.files:
+                raise MissingSequenceError(
+                    os.path.join(self.input_dir, f"redo_{thread}_{seq}.jsonl"),
+                    None,
+                    f"the changefeed adopted needs redo thread {thread} from sequence {seq}, which is not here "
+                    f"(sequences {min(reader.files)}..{max(reader.files)} are)",
+                    hint="put the log files of the thread from that sequence on back (docs/failure-scenarios.md, "
+                    "which files a standby needs)",
+                )
+            if seq > reader.pos.sequence:
+                reader.pos = ReaderPosition(thread, seq)
+            started.append(f"thread {thread} from sequence {seq}")
+        if started:
+            log.info(
+                "%s: reading from where the changefeed needs it (its run_from: the oldest transaction still open "
+                "at its last commit): %s; the files before are not read",
+                self.input_dir,
+                ", ".join(started),
+            )
 
     def refuse_below(self, threads: Iterable[int], published: CommitKey | None) -> None:
         """The first record of each of ``threads`` (and the first after a ``close``) must lie

@@ -132,6 +132,9 @@ def test_in_place_is_refused_without_the_promise(copied):
 def test_in_place_with_the_promise(copied):
     cf = copied.changefeed
     before = part_files(cf)
+    manifest = json.loads((cf / "_olr_buffer" / "manifest.json").read_text())
+    manifest["run_from"] = {"1": 7, "2": 5}  # (what a redo changefeed records: kept)
+    (cf / "_olr_buffer" / "manifest.json").write_text(json.dumps(manifest))
     res = CliRunner().invoke(
         main, ["compact", str(cf), "--in-place", "--i-know-no-reader-is-running", "--target-rows", "1000", "--dry-run"]
     )
@@ -150,6 +153,7 @@ def test_in_place_with_the_promise(copied):
     assert_changefeed_equal(load_changefeed(cf), copied.expected.rows)
     log = (cf / "_olr_buffer" / "compactions.jsonl").read_text().splitlines()
     assert len(log) == summary["files_written"]
+    assert json.loads((cf / "_olr_buffer" / "manifest.json").read_text())["run_from"] == {"1": 7, "2": 5}
     writer = ChangefeedWriter(cf, durable=False)
     assert writer.next_tx_seq == copied.expected.committed
     assert _more_transactions(writer, copied) == copied.expected.committed + 3

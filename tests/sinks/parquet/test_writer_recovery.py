@@ -57,3 +57,27 @@ def test_without_a_manifest_every_file_is_adopted_and_logged_once(tmp_path: Path
     shutil.rmtree(cf / META_DIR)
     ChangefeedWriter(cf, durable=False).close()
     assert _logged(cf) == files
+
+
+def _run_from(cf: Path) -> dict | None:
+    return json.loads((cf / META_DIR / MANIFEST).read_text()).get("run_from")
+
+
+def test_run_from_is_recorded_only_with_the_publication_of_what_it_covers(tmp_path: Path) -> None:
+    """A run_from noted for commits up to a key goes into the manifest with the first
+    publication that holds that key, not before; threads it leaves out keep what was
+    recorded; it is read back on open."""
+    cf = tmp_path / "cf"
+    writer = ChangefeedWriter(cf, durable=False)
+    writer.note_run_from({1: 3, 2: 5}, CommitKey(20, 1, 1, 20))
+    _publish(writer, 10)  # below the key: not yet
+    assert _run_from(cf) is None
+    _publish(writer, 20)
+    assert _run_from(cf) == {"1": 3, "2": 5}
+    writer.note_run_from({1: 4}, None)  # (None: nothing handed over, valid at once)
+    _publish(writer, 30)
+    assert _run_from(cf) == {"1": 4, "2": 5}
+    writer.close()
+    reopened = ChangefeedWriter(cf, durable=False)
+    assert reopened.run_from == {1: 4, 2: 5}
+    reopened.close()
