@@ -73,11 +73,19 @@ class ManifestHead:
                 info = store.create(MANIFEST_NAME, data)
             else:
                 info = store.replace_if(MANIFEST_NAME, data, self.etag)
-        except (ObjectChangedError, ObjectNotFoundError, ObjectExistsError):
+            etag = info.etag
+        except (ObjectChangedError, ObjectExistsError):
+            # refused: another writer's version, or this one's own, written by an earlier
+            # attempt whose answer was lost (a connection cut after the request reached the
+            # store; the call is tried again after an outage): the same bytes are ours
+            etag = None
+        except ObjectNotFoundError:
             raise self.fenced() from None
-        etag = info.etag
-        if etag is None:  # the answer was lost and the write recognised as ours: read its version
-            current = store.read_versioned(MANIFEST_NAME)
+        if etag is None:  # the answer was lost, or the write refused: ours only if it holds our bytes
+            try:
+                current = store.read_versioned(MANIFEST_NAME)
+            except ObjectNotFoundError:
+                raise self.fenced() from None
             if current.data != data:
                 raise self.fenced()
             etag = current.etag
