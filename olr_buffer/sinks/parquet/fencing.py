@@ -12,7 +12,9 @@ directory: the store's ``flock``-guarded compare and rename), and records in it
        locally, the temporary file in _olr_buffer/tmp/ (nothing visible either way)
     2. DECIDE: CAS the manifest with pending = {name, staged handle}
     3. make it visible: CompleteMultipartUpload with If-None-Match: * / link()
-    4. a Delta changefeed: the Delta commit (put-if-absent of _delta_log/N.json)
+    4. a Delta changefeed: the Delta commit (put-if-absent of _delta_log/N.json); an
+       Iceberg changefeed: the Iceberg commit (the catalog swaps the table's metadata if
+       the snapshot it was made against is still the table's)
     5. CAS the manifest: next_tx_seq past the file, no pending
 
 **Take-over** (:func:`fence_previous_writers`), by the new holder right after it took the
@@ -20,9 +22,12 @@ lease and before it reads the changefeed's position: read the manifest; finish i
 ``pending`` publication if there is one (complete the upload, link the staged file: the
 same bytes whoever does it; a staged object that is gone was never visible and never will
 be); CAS the manifest with the new generation and no pending; on a Delta changefeed,
-commit ``txn(appId = "olr-buffer.lease", version = generation)``. From then on an older
-writer's step 2 or 5 fails (``If-Match``: 412), its step 4 fails (the log version it
-wants exists; its check of the table's lease version refuses to retry), and its step 3 is
+commit ``txn(appId = "olr-buffer.lease", version = generation)``; on an Iceberg changefeed,
+a snapshot that adds nothing, its summary stamped ``olr_buffer.lease_generation =
+generation`` (:mod:`.iceberg.commits`). From then on an older writer's step 2 or 5 fails
+(``If-Match``: 412), its step 4 fails (the log version it wants exists, or the snapshot it
+commits against is no longer the table's: the catalog refuses; its check of the table's
+lease generation refuses to retry), and its step 3 is
 reached only for a publication decided before the take-over, which the new holder
 finished already (a no-op). The older writer stops with
 :class:`~olr_buffer.store.WriterFencedError`. docs/failure-scenarios.md goes through the
@@ -44,8 +49,9 @@ from ...store import (
     WriterFencedError,
     fenced_error,
 )
-from . import delta_table
+from . import delta_table, iceberg_table
 from .errors import ChangefeedCorruptError
+from .iceberg_settings import IcebergSettings
 from .layout import MANIFEST, META_DIR, META_FILE_MODE, Location
 
 log = logging.getLogger(__name__)
@@ -111,12 +117,13 @@ class ManifestHead:
         return fenced_error(self.loc.store, self.loc.where(), self.lease.generation, holder)
 
 
-def fence_previous_writers(loc: Location, lease: Lease) -> ManifestHead:
+def fence_previous_writers(loc: Location, lease: Lease, iceberg: IcebergSettings | None = None) -> ManifestHead:
     """Take the changefeed at ``loc`` over from every writer of an older lease generation;
     ``lease``: held by the caller, just acquired. Run before the changefeed's position is
     read: finishes the publication an older writer decided, moves the manifest to this
     generation (and, on a Delta changefeed, the table's log), after which no older writer
-    publishes anything. Returns the head through which this writer writes the manifest.
+    publishes anything (``iceberg``: an Iceberg changefeed's catalog and table, if given;
+    else those the manifest records). Returns the head through which this writer writes the manifest.
     :class:`WriterFencedError` if a writer of a later generation took over already."""
     store = loc.store
     for _ in range(_ATTEMPTS):
@@ -157,6 +164,8 @@ def fence_previous_writers(loc: Location, lease: Lease) -> ManifestHead:
         )
     if delta_table.has_table(loc):
         delta_table.fence_table(loc, lease)
+    elif iceberg_table.has_table(loc):
+        iceberg_table.fence_table(loc, lease, iceberg)
     return head
 
 

@@ -271,7 +271,8 @@ class ChangefeedWriter:
                 lease_held = self._lock
                 # before the position is read: nothing an older writer does is published after it
                 self._head = self._store_call(
-                    lambda: fence_previous_writers(self.location, lease_held), "fence the changefeed's earlier writers"
+                    lambda: fence_previous_writers(self.location, lease_held, self._iceberg),
+                    "fence the changefeed's earlier writers",
                 )
             if self.location.path is not None:
                 apply_mode(self.path, mode)
@@ -538,6 +539,10 @@ class ChangefeedWriter:
                 "open the Iceberg table",
             )
             self._table_created = not existed
+            lease = self._lock
+            if isinstance(lease, Lease):  # a table made since the take-over carries this generation too
+                table = self._table
+                self._store_call(lambda: table.fence(lease.generation), "fence the Iceberg table")
             self._store_call(
                 lambda: iceberg_table.commit_pending(loc, self._table, self._published),
                 "commit published files to the Iceberg table",
