@@ -18,18 +18,20 @@ directory: the store's ``flock``-guarded compare and rename), and records in it
     5. CAS the manifest: next_tx_seq past the file, no pending
 
 **Take-over** (:func:`fence_previous_writers`), by the new holder right after it took the
-lease and before it reads the changefeed's position: read the manifest; finish its
-``pending`` publication if there is one (complete the upload, link the staged file: the
-same bytes whoever does it; a staged object that is gone was never visible and never will
-be); CAS the manifest with the new generation and no pending; on a Delta changefeed,
-commit ``txn(appId = "olr-buffer.lease", version = generation)``; on an Iceberg changefeed,
-a snapshot that adds nothing, its summary stamped ``olr_buffer.lease_generation =
-generation`` (:mod:`.iceberg.commits`). From then on an older writer's step 2 or 5 fails
-(``If-Match``: 412), its step 4 fails (the log version it wants exists, or the snapshot it
-commits against is no longer the table's: the catalog refuses; its check of the table's
-lease generation refuses to retry), and its step 3 is
-reached only for a publication decided before the take-over, which the new holder
-finished already (a no-op). The older writer stops with
+lease and before it reads the changefeed's position (``compact --in-place`` too, on a
+changefeed written under a lease): read the manifest; finish its ``pending`` publication
+if there is one (complete the upload, link the staged file: the same bytes whoever does
+it; then the staged object is discarded; a staged object that is gone was never visible
+and never will be); CAS the manifest with the new generation and no pending; on a Delta
+changefeed, commit ``txn(appId = "olr-buffer.lease", version = generation)``; on an
+Iceberg changefeed, commit a snapshot that adds nothing, its summary stamped
+``olr_buffer.lease_generation = generation`` (:mod:`.iceberg.commits`). From then on an
+older writer's step 2 or 5 fails (``If-Match``: 412), its step 4 fails (the log version
+it wants exists, or the snapshot it commits against is no longer the table's: the
+catalog refuses; its check of the table's lease generation refuses to retry), and its
+step 3 is reached only for a publication decided before the take-over, which the new
+holder finished already (a no-op; if a compaction replaced that file since, its staged
+object is gone: the older writer finds the manifest moved on and stops). The older writer stops with
 :class:`~olr_buffer.store.WriterFencedError`. docs/failure-scenarios.md goes through the
 interleavings.
 """
@@ -189,6 +191,9 @@ def roll_forward(loc: Location, pending: dict) -> None:
     except ObjectNotFoundError:
         log.warning("%s: the publication an earlier writer decided is gone (never visible): dropped", loc.where(name))
         return
+    # its staged object goes: the writer that decided it, woken, cannot make the file come
+    # back after a compaction replaced it (it finds the publication finished, or gone)
+    loc.store.discard_staged(name, staged)
     log.warning("%s: finished its publication, which an earlier writer decided before it stopped", loc.where(name))
 
 

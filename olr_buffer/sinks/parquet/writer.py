@@ -1028,7 +1028,13 @@ class ChangefeedWriter:
             store.discard_staged(name, staged)
             raise
         fault_point("after_decide")
-        self._store_call(lambda: store.complete_staged(name, staged), f"publish {name}")
+        try:
+            self._store_call(lambda: store.complete_staged(name, staged), f"publish {name}")
+        except OlrBufferError:
+            head = self._head
+            if head is not None and head.superseded():  # finished by the new holder, then replaced
+                raise head.fenced() from None
+            raise
         try:
             os.unlink(tmp)  # (locally, a second name of the published file)
         except OSError:

@@ -18,10 +18,13 @@ import sys
 import time
 from pathlib import Path
 
+import orjson
 import pyarrow.parquet as pq
 import pytest
 
-from olr_buffer.sinks.parquet import Location, list_files
+from olr_buffer.sinks.parquet import Location, compact, list_files
+from olr_buffer.store import LeaseHeldError
+from tests.fault_helpers import cli, one_line_error
 from tests.test_changefeed_iceberg import iceberg_table
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -51,7 +54,13 @@ CASES = [
 
 
 def _worker(
-    cf: str, queue_id: str, per_file: int, fmt: str, fault: str | None = None, catalog: str | None = None
+    cf: str,
+    queue_id: str,
+    per_file: int,
+    fmt: str,
+    fault: str | None = None,
+    catalog: str | None = None,
+    ttl: float = 2.0,
 ) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if k != "OLR_BUFFER_FAULT"}
     env["PYTHONPATH"] = str(ROOT)
@@ -59,7 +68,7 @@ def _worker(
         env["OLR_BUFFER_FAULT"] = fault
     return subprocess.Popen(
         [sys.executable, "-m", "tests.sinks.parquet.fence_worker", cf, queue_id]
-        + ["--total", str(TOTAL), "--per-file", str(per_file), "--format", fmt, "--ttl", "2"]
+        + ["--total", str(TOTAL), "--per-file", str(per_file), "--format", fmt, "--ttl", str(ttl)]
         + (["--iceberg-catalog", catalog] if catalog else []),
         cwd=ROOT,
         env=env,
@@ -212,3 +221,66 @@ def test_an_iceberg_writer_woken_before_the_new_holder_commits_makes_no_commit(w
     expected = [(i, f"x{i}") for i in range(TOTAL)]
     assert _xids_plain(cf) == expected
     assert _xids_iceberg(cf, catalog) == expected
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_compact_in_place_is_refused_while_a_writer_holds_the_lease(where, tmp_path, request):
+    """A changefeed written under a lease (a local one too): ``compact --in-place`` takes
+    the lease as a writer does, so it is refused while a service holds it, and changes
+    nothing."""
+    cf = str(tmp_path / "changefeed") if where == "local" else request.getfixturevalue("s3_uri")
+    holder = _worker(cf, "queue-a", 1, "parquet", fault="before_stage:4:stop", ttl=60)  # 3 files, lease held
+    try:
+        _wait_stopped(holder)
+        before = _state(cf, None)
+        done = cli("compact", cf, "--in-place", "--i-know-no-reader-is-running", "--target-rows", "3")
+        one_line_error(done, "changefeed is written by writer")
+        assert _state(cf, None) == before
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def _compact_when_free(cf: str, target_rows: int):
+    """``compact --in-place`` as soon as the lease is free (its holder paused past it)."""
+    deadline = time.monotonic() + DEADLINE
+    while True:
+        try:
+            return compact(cf, in_place=True, no_reader_running=True, target_rows=target_rows, durable=False)
+        except LeaseHeldError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_compact_in_place_takes_a_changefeed_over_from_a_paused_writer(where, tmp_path, request):
+    """A writer paused past its lease with a publication decided (not yet visible): the
+    compaction takes the lease over as a writer would, finishes that publication, compacts
+    it with the rest, and writes the manifest stamped with its own generation; the writer,
+    woken, publishes nothing (the file the compaction replaced does not come back) and
+    stops with the line. The next writer goes on after the compacted file."""
+    cf = str(tmp_path / "changefeed") if where == "local" else request.getfixturevalue("s3_uri")
+    old = _worker(cf, "queue-a", OLD_PER_FILE, "parquet", fault="after_decide:2:stop")  # 3..5 decided
+    try:
+        _wait_stopped(old)
+        result = _compact_when_free(cf, 2 * OLD_PER_FILE)
+        assert result.files_merged == 2 and result.next_tx_seq == 2 * OLD_PER_FILE
+        loc = Location(cf)
+        assert [f.name for f in list_files(loc)] == ["part-00000000000000000000-00000000000000000005.parquet"]
+        manifest = orjson.loads(loc.store.read("_olr_buffer/manifest.json"))
+        assert "pending" not in manifest and manifest["lease"]["generation"] > 1, manifest
+        before = _state(cf, None)
+        os.kill(old.pid, signal.SIGCONT)
+        code, out, err = _finish(old)
+    finally:
+        if old.poll() is None:
+            old.kill()
+            old.wait()
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 1 and len(lines) == 1, (code, out, err)
+    assert lines[0].startswith("olr-buffer: error: ") and "taken over" in lines[0], lines
+    assert _state(cf, None) == before
+    code, out, err = _finish(_worker(cf, "queue-a", OLD_PER_FILE, "parquet"))
+    assert code == 0 and out.splitlines()[0] == f"OPEN {2 * OLD_PER_FILE}", (code, out, err)
+    assert _xids_plain(cf) == [(i, f"x{i}") for i in range(TOTAL)]
