@@ -241,6 +241,42 @@ def test_compact_in_place_is_refused_while_a_writer_holds_the_lease(where, tmp_p
         holder.wait()
 
 
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_a_writer_woken_right_after_its_take_over_adopts_nothing(where, tmp_path, request):
+    """The old writer paused right after it took the lease, before it read the changefeed
+    (no Iceberg table yet); the new holder makes the table, publishes a file and is paused
+    before committing it; the old writer, woken, finds that file missing from the manifest:
+    its conditional manifest write fails before it logs or commits anything (no audit-log
+    line, no Iceberg commit), and it leaves the new holder's manifest and lease alone
+    though it made the changefeed. The new holder goes on."""
+    cf = str(tmp_path / "changefeed") if where == "local" else request.getfixturevalue("s3_uri")
+    catalog = f"sqlite:///{tmp_path / 'catalog.db'}" if where == "s3" else None
+    old = _worker(cf, "queue-old", OLD_PER_FILE, "iceberg", fault="after_take_over:1:stop", catalog=catalog)
+    new = None
+    try:
+        _wait_stopped(old)
+        new = _worker(cf, "queue-new", NEW_PER_FILE, "iceberg", fault="before_iceberg_commit:1:stop", catalog=catalog)
+        _wait_stopped(new)  # its first file published, not yet committed
+        before = _state(cf, catalog)
+        os.kill(old.pid, signal.SIGCONT)
+        code, out, err = _finish(old)
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert code == 1 and len(lines) == 1, (code, out, err)
+        assert lines[0].startswith("olr-buffer: error: ") and "taken over" in lines[0], lines
+        assert _state(cf, catalog) == before  # not one commit after the take-over
+        os.kill(new.pid, signal.SIGCONT)
+        code, out, err = _finish(new)
+        assert code == 0 and out.splitlines()[-1] == "DONE", (code, out, err)
+    finally:
+        for proc in (old, new):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    expected = [(i, f"x{i}") for i in range(TOTAL)]
+    assert _xids_plain(cf) == expected
+    assert _xids_iceberg(cf, catalog) == expected
+
+
 def _compact_when_free(cf: str, target_rows: int):
     """``compact --in-place`` as soon as the lease is free (its holder paused past it)."""
     deadline = time.monotonic() + DEADLINE
