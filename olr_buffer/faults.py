@@ -19,7 +19,8 @@ told) and ``after_iceberg_commit`` (around the Iceberg commit), ``after_compacti
 (``compact`` published a merged file; the files it replaces are still there); a fenced
 publication (docs/failure-scenarios.md, "A paused writer and its standby"): ``before_stage``
 (the lease checked, nothing sent), ``after_stage`` (the file is in the store, invisible, not
-decided), ``after_decide`` (the manifest records it as pending: decided, not yet visible).
+decided), ``after_decide`` (the manifest records it as pending: decided, not yet visible);
+``after_take_over`` (a leased writer took the lease and fenced, before it reads the changefeed).
 """
 
 from __future__ import annotations

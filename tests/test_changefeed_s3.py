@@ -229,7 +229,10 @@ def test_compact_on_s3_delta_is_one_commit_that_deletes_nothing(paths, model):
     assert set(before) < set(after) and len(after) == len(before) + 1  # nothing deleted
     actions = delta_log(paths["cf"])
     logs = [o for o in open_store(paths["cf"]).list("_delta_log/") if o.name.endswith(".json")]
-    assert len(logs) == versions + 1  # one commit
+    assert len(logs) == versions + 2  # the lease's fence (a txn, no file: it takes the table over), one commit
+    fence = [json.loads(line) for line in open_store(paths["cf"]).read(logs[-2].name).splitlines() if line.strip()]
+    assert any(a.get("txn", {}).get("appId") == "olr-buffer.lease" for a in fence)
+    assert not any("add" in a or "remove" in a for a in fence)
     removes = [a["remove"] for a in actions if "remove" in a]
     assert sorted(r["path"] for r in removes) == before and not any(r["dataChange"] for r in removes)
     assert_changefeed_equal(delta_rows(paths["cf"]), model.rows)

@@ -75,6 +75,7 @@ from ...fsutil import fsync_file
 from ...store import Lease, StoreError, is_remote
 from . import tables
 from .errors import ChangefeedCorruptError, ChangefeedError
+from .fencing import ManifestHead, fence_previous_writers
 from .layout import (  # noqa: F401  (read_footer: a public name of this module too)
     DEFAULT_MODE,
     META_DIR,
@@ -95,6 +96,7 @@ from .layout import (  # noqa: F401  (read_footer: a public name of this module 
     list_files,
     local_tmp_dir,
     log_published,
+    manifest_document,
     manifest_owner,
     manifest_run_from,
     manifest_table_format,
@@ -326,7 +328,7 @@ def _compact_to_output(
     dst_loc = Location(dst, mode=mode, durable=opts.durable)
     if dst_loc.path is not None:
         prepare_dir(dst, mode)
-    with _locked(dst_loc), _target(dst_loc) as target:
+    with _locked(dst_loc, fence=False), _target(dst_loc) as target:
         if dst_loc.path is not None:
             apply_mode(dst, mode)
             remove_own_temporaries(dst)  # the output's leftovers of an interrupted run
@@ -425,7 +427,7 @@ def _compact_in_place(
         raise ChangefeedError(f"{src}: not a changefeed (no {META_DIR}/ under the prefix)", uri=loc.uri)
     if loc.path is not None:
         loc = Location(src, mode=_dir_mode(loc), durable=opts.durable)
-    with _locked(loc), _target(loc) as target:
+    with _locked(loc, fence=not dry_run) as head, _target(loc) as target:
         kind = tables.table_format(loc)  # delta, iceberg: one commit replaces the files
         if not dry_run and not kind:
             result.recovered = recover_in_place(target, opts.durable)
@@ -447,7 +449,7 @@ def _compact_in_place(
         fmode = file_mode(loc.mode)
         progress = _Progress(on_progress, merges)
         if kind:
-            _compact_table(kind, target, merges, opts, fmode)
+            _compact_table(kind, target, merges, opts, fmode, head.lease if head is not None else None)
         else:
             for group in merges:
                 merged = _write_merged(loc, group, target, opts, fmode)
@@ -458,28 +460,44 @@ def _compact_in_place(
             files = published_files(loc)
             manifest = read_manifest(loc)
             owner = manifest_owner(manifest) or files[-1].owner
-            write_manifest(
-                loc,
-                len(files),
-                files[-1],
-                owner,
-                opts.durable,
-                table_format=kind or manifest_table_format(manifest),
-                iceberg=manifest.get("iceberg") if manifest and kind == "iceberg" else None,
-                run_from=manifest_run_from(manifest),  # (the same commits: still where a new queue reads from)
-            )
+            table_format = kind or manifest_table_format(manifest)
+            iceberg = manifest.get("iceberg") if manifest and kind == "iceberg" else None
+            run_from = manifest_run_from(manifest)  # (the same commits: still where a new queue reads from)
+            if head is not None:  # conditional: a writer that took the changefeed over meanwhile wins
+                head.write(
+                    manifest_document(
+                        len(files), files[-1], owner, table_format=table_format, iceberg=iceberg, run_from=run_from
+                    )
+                )
+            else:
+                write_manifest(
+                    loc,
+                    len(files),
+                    files[-1],
+                    owner,
+                    opts.durable,
+                    table_format=table_format,
+                    iceberg=iceberg,
+                    run_from=run_from,
+                )
     return result
 
 
 def _compact_table(
-    kind: str, target: _Target, merges: list[list[PublishedFile]], opts: _WriteOptions, fmode: int
+    kind: str,
+    target: _Target,
+    merges: list[list[PublishedFile]],
+    opts: _WriteOptions,
+    fmode: int,
+    lease: Lease | None = None,
 ) -> None:
     """A Delta (Iceberg) changefeed: each run of files merged into one published file,
     then ONE Delta commit (Iceberg snapshot) removes the runs and adds the merged files
     (Delta: ``dataChange = false``; Iceberg: an overwrite of the same rows, stamped with
     the table's last tx_seq). No file is deleted: a reader of an older version of the
     table may still need it (``VACUUM``, snapshot expiry, are the user's). A merged file an
-    interrupted compaction published, but never committed, is committed as it is."""
+    interrupted compaction published, but never committed, is committed as it is. Under
+    ``lease``, the commit carries its generation (a later take-over fences it)."""
     if not merges:
         return
     loc = target.loc
@@ -488,7 +506,7 @@ def _compact_table(
     table = glue.open_table(
         loc,
         app_id=owner.queue_id if owner else None,
-        writer={"compaction": True, "pid": os.getpid()},
+        writer={"compaction": True, "pid": os.getpid(), **_lease_facts(lease)},
         create=False,
     )
     pairs = []
@@ -517,6 +535,10 @@ def _compact_table(
         sum(len(g) for g in merges),
         len(merges),
     )
+
+
+def _lease_facts(lease: Lease | None) -> dict:
+    return {"writer": lease.writer_id, "lease_generation": lease.generation} if lease is not None else {}
 
 
 def _swap_in(target: _Target, merged: PublishedFile, replaced: list[PublishedFile], opts: _WriteOptions) -> None:
@@ -697,16 +719,25 @@ def _publish(target: _Target, f: PublishedFile, opts: _WriteOptions) -> None:
 
 
 @contextmanager
-def _locked(loc: Location) -> Iterator[None]:
-    """The changefeed's lock (``_olr_buffer/LOCK``; on object storage its lease), as its
-    writer takes it: one process writes a changefeed, be it a writer or a compaction."""
-    lock: ChangefeedLock | Lease
-    if loc.path is not None:
+def _locked(loc: Location, fence: bool) -> Iterator[ManifestHead | None]:
+    """The changefeed's lock, as its writer takes it: one process writes a changefeed, be
+    it a writer or a compaction. A local changefeed: ``_olr_buffer/LOCK``; one written
+    under a lease (on object storage always; a local one that has ``_olr_buffer/lease.json``,
+    written by ``run --standby``): its lease, refused while a service holds it. With the
+    lease and ``fence``, the compaction takes the changefeed over as a writer does
+    (:func:`.fencing.fence_previous_writers`): yields the head through which it writes the
+    manifest, conditionally, stamped with its generation."""
+    lease = Lease(loc.store, info={"changefeed": loc.uri, "compaction": True})
+    if loc.path is not None and loc.size(lease.name) is None:  # a local changefeed written under the lock
         lock = ChangefeedLock(loc.path, writer=False)
-    else:
-        lock = Lease(loc.store, info={"changefeed": loc.uri, "compaction": True})
-        lock.acquire()
+        try:
+            yield None
+        finally:
+            lock.release()
+        return
     try:
-        yield
+        lease.acquire()
+        lease.start_keepalive()
+        yield fence_previous_writers(loc, lease) if fence else None
     finally:
-        lock.release()
+        lease.release()

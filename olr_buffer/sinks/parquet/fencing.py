@@ -12,19 +12,26 @@ directory: the store's ``flock``-guarded compare and rename), and records in it
        locally, the temporary file in _olr_buffer/tmp/ (nothing visible either way)
     2. DECIDE: CAS the manifest with pending = {name, staged handle}
     3. make it visible: CompleteMultipartUpload with If-None-Match: * / link()
-    4. a Delta changefeed: the Delta commit (put-if-absent of _delta_log/N.json)
+    4. a Delta changefeed: the Delta commit (put-if-absent of _delta_log/N.json); an
+       Iceberg changefeed: the Iceberg commit (the catalog swaps the table's metadata if
+       the snapshot it was made against is still the table's)
     5. CAS the manifest: next_tx_seq past the file, no pending
 
 **Take-over** (:func:`fence_previous_writers`), by the new holder right after it took the
-lease and before it reads the changefeed's position: read the manifest; finish its
-``pending`` publication if there is one (complete the upload, link the staged file: the
-same bytes whoever does it; a staged object that is gone was never visible and never will
-be); CAS the manifest with the new generation and no pending; on a Delta changefeed,
-commit ``txn(appId = "olr-buffer.lease", version = generation)``. From then on an older
-writer's step 2 or 5 fails (``If-Match``: 412), its step 4 fails (the log version it
-wants exists; its check of the table's lease version refuses to retry), and its step 3 is
-reached only for a publication decided before the take-over, which the new holder
-finished already (a no-op). The older writer stops with
+lease and before it reads the changefeed's position (``compact --in-place`` too, on a
+changefeed written under a lease): read the manifest; finish its ``pending`` publication
+if there is one (complete the upload, link the staged file: the same bytes whoever does
+it; then the staged object is discarded; a staged object that is gone was never visible
+and never will be); CAS the manifest with the new generation and no pending; on a Delta
+changefeed, commit ``txn(appId = "olr-buffer.lease", version = generation)``; on an
+Iceberg changefeed, commit a snapshot that adds nothing, its summary stamped
+``olr_buffer.lease_generation = generation`` (:mod:`.iceberg.commits`). From then on an
+older writer's step 2 or 5 fails (``If-Match``: 412), its step 4 fails (the log version
+it wants exists, or the snapshot it commits against is no longer the table's: the
+catalog refuses; its check of the table's lease generation refuses to retry), and its
+step 3 is reached only for a publication decided before the take-over, which the new
+holder finished already (a no-op; if a compaction replaced that file since, its staged
+object is gone: the older writer finds the manifest moved on and stops). The older writer stops with
 :class:`~olr_buffer.store.WriterFencedError`. docs/failure-scenarios.md goes through the
 interleavings.
 """
@@ -44,8 +51,9 @@ from ...store import (
     WriterFencedError,
     fenced_error,
 )
-from . import delta_table
+from . import delta_table, iceberg_table
 from .errors import ChangefeedCorruptError
+from .iceberg_settings import IcebergSettings
 from .layout import MANIFEST, META_DIR, META_FILE_MODE, Location
 
 log = logging.getLogger(__name__)
@@ -119,12 +127,13 @@ class ManifestHead:
         return fenced_error(self.loc.store, self.loc.where(), self.lease.generation, holder)
 
 
-def fence_previous_writers(loc: Location, lease: Lease) -> ManifestHead:
+def fence_previous_writers(loc: Location, lease: Lease, iceberg: IcebergSettings | None = None) -> ManifestHead:
     """Take the changefeed at ``loc`` over from every writer of an older lease generation;
     ``lease``: held by the caller, just acquired. Run before the changefeed's position is
     read: finishes the publication an older writer decided, moves the manifest to this
     generation (and, on a Delta changefeed, the table's log), after which no older writer
-    publishes anything. Returns the head through which this writer writes the manifest.
+    publishes anything (``iceberg``: an Iceberg changefeed's catalog and table, if given;
+    else those the manifest records). Returns the head through which this writer writes the manifest.
     :class:`WriterFencedError` if a writer of a later generation took over already."""
     store = loc.store
     for _ in range(_ATTEMPTS):
@@ -165,6 +174,8 @@ def fence_previous_writers(loc: Location, lease: Lease) -> ManifestHead:
         )
     if delta_table.has_table(loc):
         delta_table.fence_table(loc, lease)
+    elif iceberg_table.has_table(loc):
+        iceberg_table.fence_table(loc, lease, iceberg)
     return head
 
 
@@ -188,6 +199,9 @@ def roll_forward(loc: Location, pending: dict) -> None:
     except ObjectNotFoundError:
         log.warning("%s: the publication an earlier writer decided is gone (never visible): dropped", loc.where(name))
         return
+    # its staged object goes: the writer that decided it, woken, cannot make the file come
+    # back after a compaction replaced it (it finds the publication finished, or gone)
+    loc.store.discard_staged(name, staged)
     log.warning("%s: finished its publication, which an earlier writer decided before it stopped", loc.where(name))
 
 

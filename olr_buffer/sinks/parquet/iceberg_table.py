@@ -87,6 +87,16 @@ def open_table(
     return table
 
 
+def fence_table(loc: Location, lease: Any, given: IcebergSettings | None = None) -> None:
+    """Move the Iceberg table to ``lease``'s generation (a take-over): a snapshot that adds
+    nothing, stamped with it, unless the table carries it; from then on an older writer's
+    commit fails (:mod:`.fencing`)."""
+    writer = {"writer": lease.writer_id, "lease_generation": lease.generation}
+    table = open_table(loc, given, app_id=lease.owner, writer=writer, create=False, modes=False)
+    if table.fence(lease.generation) is not None:
+        apply_commit_modes(loc, table)
+
+
 def chain_names(loc: Location, table: Any = None) -> set[str] | None:
     """The part files that make an Iceberg changefeed: the table's, then those published
     after its last one (not yet committed); None if the changefeed has no Iceberg table."""

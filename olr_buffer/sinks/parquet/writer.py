@@ -276,8 +276,10 @@ class ChangefeedWriter:
                 lease_held = self._lock
                 # before the position is read: nothing an older writer does is published after it
                 self._head = self._store_call(
-                    lambda: fence_previous_writers(self.location, lease_held), "fence the changefeed's earlier writers"
+                    lambda: fence_previous_writers(self.location, lease_held, self._iceberg),
+                    "fence the changefeed's earlier writers",
                 )
+                fault_point("after_take_over")
             if self.location.path is not None:
                 apply_mode(self.path, mode)
             self._recover()
@@ -382,13 +384,16 @@ class ChangefeedWriter:
             or (self._iceberg_recorded() and manifest.get("iceberg") != self._iceberg_recorded())
         ):
             adopted = [f for f in files if f.first >= (recorded or 0)]
+            if self._head is not None:  # the audit log after the conditional manifest: never by a fenced writer
+                self._write_manifest()
             # a crash may come between log and manifest (the audit log: a local changefeed's)
             logged = last_logged(self.path, len(adopted)) if loc.path is not None else set()
             for f in adopted:
                 log.info("adopting published file %s missing from the manifest", f.name)
                 if f.name not in logged and loc.path is not None:
                     log_published(self.path, f, self.durable)
-            self._write_manifest()
+            if self._head is None:
+                self._write_manifest()
 
     def _iceberg_chain(self, loc: Location) -> set[str] | None:
         """The files of an Iceberg changefeed's table and those published after them (its
@@ -471,11 +476,14 @@ class ChangefeedWriter:
         if lock is None:
             return
         lock.release()
-        # (a lease this writer never took is another writer's: left alone)
-        if forget and isinstance(lock, Lease) and lock.generation:
+        # (a lease this writer never took is another writer's: left alone; and so are the
+        # manifest and the lease of a writer that took the changefeed over meanwhile)
+        head = self._head
+        if forget and isinstance(lock, Lease) and lock.generation and head is not None:
             try:
-                if self._head is not None:  # the manifest the fence made
-                    self.location.delete(f"{META_DIR}/{MANIFEST}")
+                if head.superseded():
+                    return
+                self.location.delete(f"{META_DIR}/{MANIFEST}")  # the manifest the fence made
                 self.location.delete(lock.name)
             except OlrBufferError as exc:
                 log.warning("%s: cannot remove the lease this run took: %s", self.path, exc)
@@ -1045,7 +1053,13 @@ class ChangefeedWriter:
             store.discard_staged(name, staged)
             raise
         fault_point("after_decide")
-        self._store_call(lambda: store.complete_staged(name, staged), f"publish {name}")
+        try:
+            self._store_call(lambda: store.complete_staged(name, staged), f"publish {name}")
+        except OlrBufferError:
+            head = self._head
+            if head is not None and head.superseded():  # finished by the new holder, then replaced
+                raise head.fenced() from None
+            raise
         try:
             os.unlink(tmp)  # (locally, a second name of the published file)
         except OSError:

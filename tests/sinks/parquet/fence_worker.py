@@ -1,7 +1,7 @@
 """A leased changefeed writer in a process of its own, for the fencing tests.
 
     python -m tests.sinks.parquet.fence_worker CF QUEUE_ID --total T --per-file K
-        [--format parquet|delta] [--ttl SECONDS]
+        [--format parquet|delta|iceberg] [--iceberg-catalog URI] [--ttl SECONDS]
 
 It takes the changefeed's lease (waiting while another writer holds it), adopts the
 changefeed, and publishes transactions ``next_tx_seq .. T-1`` of one deterministic stream
@@ -21,7 +21,7 @@ import time
 from olr_buffer.changes import Commit, CommitKey
 from olr_buffer.errors import OlrBufferError
 from olr_buffer.sinks.base import ChangefeedOwner
-from olr_buffer.sinks.parquet import ChangefeedWriter
+from olr_buffer.sinks.parquet import ChangefeedWriter, IcebergSettings
 from olr_buffer.store import LeaseHeldError
 
 SCN0 = 100
@@ -40,6 +40,7 @@ def main() -> int:
     ap.add_argument("--total", type=int, required=True)
     ap.add_argument("--per-file", type=int, required=True)
     ap.add_argument("--format", default="parquet")
+    ap.add_argument("--iceberg-catalog")
     ap.add_argument("--ttl", type=float, default=2.0)
     args = ap.parse_args()
     deadline = time.monotonic() + 120
@@ -51,6 +52,7 @@ def main() -> int:
                     file_rows=args.per_file,
                     durable=False,
                     table_format=args.format,
+                    iceberg=IcebergSettings(args.iceberg_catalog) if args.iceberg_catalog else None,
                     lease=True,
                     lease_owner=args.queue_id,
                     lease_options={"ttl": args.ttl, "skew": 0.0},

@@ -32,6 +32,17 @@ removed. pyiceberg (0.12) writes no ``replace`` snapshot: it is an ``overwrite``
 are the same (stamped ``olr_buffer.compaction``). No file is deleted: a reader of an older
 snapshot may need it (expiring snapshots and removing orphan files is the user's).
 
+**Fencing** (a writer under the changefeed's lease, :mod:`..fencing`). Every snapshot a
+leased writer commits carries ``olr_buffer.lease_generation``. A take-over
+(:meth:`IcebergChangefeed.fence`) commits a snapshot that adds nothing, stamped with the
+new generation (and where the table ends, as every snapshot is). An older writer's commit,
+made against a snapshot from before it, fails (pyiceberg asserts the branch's snapshot id:
+table properties cannot be asserted, a snapshot can), and reading the table past it, as
+after every conflict, meets the later generation: it stops with
+:class:`~olr_buffer.store.WriterFencedError` instead of trying again (the manifests its
+failed try wrote stay under ``_iceberg/metadata/``, named by no snapshot: no reader sees
+them). A table opened after the fence is refused at once.
+
 **Other writers.** Each snapshot the committer reads past must carry
 ``olr_buffer.app_id``; one that does not (another program's append, delete, rewrite)
 raises :class:`IcebergForeignCommitError`, naming it.
@@ -66,7 +77,7 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
 from ....faults import fault_point
-from ....store import ObjectNotFoundError, Store, StoreError, StoreUnreachableError
+from ....store import ObjectNotFoundError, Store, StoreError, StoreUnreachableError, fenced_error
 from ..iceberg_settings import ICEBERG_DIR, IcebergSettings, default_catalog_uri
 from .errors import (
     IcebergCatalogError,
@@ -87,6 +98,8 @@ COMMIT_ATTEMPTS = 10  # commits tried against a table that other commits keep mo
 PREFIX = "olr_buffer."
 APP_ID = f"{PREFIX}app_id"
 LAST_TX_SEQ = f"{PREFIX}last_tx_seq"
+#: The lease generation of the writer that made a snapshot (a leased writer's, a fence's).
+LEASE_GENERATION = f"{PREFIX}lease_generation"
 NAME_MAPPING = "schema.name-mapping.default"
 METADATA_PATH = "write.metadata.path"
 #: pyiceberg's own retry of a commit that lost the race rebases the append onto the new
@@ -183,6 +196,7 @@ class IcebergChangefeed:
         self._table: Table = table
         self._check_table()
         self._vetted: int | None = None  # snapshots after it are checked for other writers' commits
+        self._generation: int | None = None  # the table's lease generation: the latest a snapshot carries
         self._last: int | None = None
         self._stale = False
         self._refresh(first=True)
@@ -306,7 +320,10 @@ class IcebergChangefeed:
         if current is None:
             self._last = None
             self._vetted = None
+            self._generation = None
             return
+        if first:
+            self._generation = self._latest_generation(current)
         chain = []
         snapshot: Snapshot | None = current
         while snapshot is not None and snapshot.snapshot_id != self._vetted:
@@ -328,10 +345,76 @@ class IcebergChangefeed:
                     uri=where,
                     snapshot_id=snapshot.snapshot_id,
                 )
+            held = _generation(snapshot)
+            if held is not None and (self._generation is None or held > self._generation):
+                self._generation = held
+        self._check_lease()
         summary = current.summary
         assert summary is not None
-        self._last = int(str(summary[LAST_TX_SEQ]))
+        last = int(str(summary[LAST_TX_SEQ]))
+        self._last = last if last >= 0 else None  # (a fence of a table that holds nothing: -1)
         self._vetted = current.snapshot_id
+
+    def _latest_generation(self, snapshot: Snapshot | None) -> int | None:
+        """The lease generation of ``snapshot`` or, if it carries none (a compaction without
+        a lease, a writer without one), of its nearest ancestor that does."""
+        while snapshot is not None:
+            held = _generation(snapshot)
+            if held is not None:
+                return held
+            parent = snapshot.parent_snapshot_id
+            snapshot = self._table.snapshot_by_id(parent) if parent is not None else None
+        return None
+
+    def _check_lease(self) -> None:
+        """:class:`WriterFencedError` if the table carries a later lease generation than
+        this writer's (checked when the table is opened and on each snapshot read past
+        after it: no request of its own). A writer without a generation is not fenced."""
+        own = self.writer.get("lease_generation")
+        if isinstance(own, int) and self._generation is not None and self._generation > own:
+            raise fenced_error(self.store, self.store.location(), own)
+
+    def fence(self, generation: int) -> int | None:
+        """Commit a snapshot that adds nothing, stamped with lease ``generation`` (a
+        take-over; see the module doc), unless the table carries it already; returns the
+        new snapshot id, or None. :class:`WriterFencedError` if it carries a later one."""
+        for _ in range(COMMIT_ATTEMPTS):
+            self._refresh()
+            if self._generation is not None and self._generation >= generation:
+                if self._generation > generation:
+                    raise fenced_error(self.store, self.store.location(), generation)
+                return None
+            last = self._last if self._last is not None else -1
+            summary = self._summary(fence=generation, lease_generation=generation, last_tx_seq=last)
+            table = self._table
+
+            def stamp(table: Table = table, summary: dict[str, str] = summary) -> Table:
+                tx = table.transaction()
+                with tx.update_snapshot(snapshot_properties=summary).fast_append():
+                    pass
+                return tx.commit_transaction()
+
+            try:
+                self._table = self._call(stamp, "fence the Iceberg table")
+            except CommitFailedException:
+                self._stale = True
+                continue  # another commit came first: look again
+            except BaseException:
+                self._stale = True
+                raise
+            self._refresh()
+            log.info(
+                "%s: Iceberg table fenced at lease generation %d (snapshot %d)",
+                self.store.location(),
+                generation,
+                self.snapshot_id,
+            )
+            return self.snapshot_id
+        raise IcebergConflictError(
+            f"{self.store.location()}: other commits to the Iceberg table came first {COMMIT_ATTEMPTS} times",
+            hint="run one writer per changefeed",
+            uri=self.store.location(),
+        )
 
     def _call(self, call: Callable[[], T], doing: str) -> T:
         """``call()`` on the catalog or the table: its errors as the store's or this package's."""
@@ -684,6 +767,15 @@ def _check_published(files: Sequence[IcebergPart], store: Store) -> None:
             raise IcebergChainError(
                 f"{store.location(f.name)}: {size} bytes published, {f.size} to commit", uri=store.location(f.name)
             )
+
+
+def _generation(snapshot: Snapshot) -> int | None:
+    """The lease generation ``snapshot`` carries, if any."""
+    held = snapshot.summary[LEASE_GENERATION] if snapshot.summary is not None else None
+    try:
+        return int(str(held)) if held is not None else None
+    except ValueError:
+        return None
 
 
 def _first_line(exc: BaseException) -> str:
