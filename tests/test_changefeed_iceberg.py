@@ -333,12 +333,14 @@ def test_run_killed_then_restarted_is_exact(paths, tmp_path):
 @pytest.mark.slow
 def test_a_compaction_killed_before_its_snapshot_is_finished_by_the_next(paths, model):
     assert replay(paths, "--table-format", "iceberg").returncode == 0
-    before = iceberg_table(paths["cf"], paths["catalog"]).current_snapshot().snapshot_id
+    before = {t.file.file_path for t in iceberg_table(paths["cf"], paths["catalog"]).scan().plan_files()}
     args = ("compact", paths["cf"], "--in-place", "--target-rows", "1000")
     killed = cli(*args, fault="after_compaction_publish:1")  # a merged file published, in no snapshot
     assert killed.returncode == -signal.SIGKILL, killed.describe()
     table = iceberg_table(paths["cf"], paths["catalog"])
-    assert table.current_snapshot().snapshot_id == before
+    # the table holds the same files (on S3 the compaction took the lease over: a fence
+    # snapshot that adds none)
+    assert {t.file.file_path for t in table.scan().plan_files()} == before
     assert_changefeed_equal(sorted_rows(table.scan().to_arrow()), model.rows)
     done = cli(*args)
     assert done.returncode == 0, done.describe()

@@ -565,6 +565,8 @@ class DeltaChangefeed:
             "connection reset",
             "connection closed",
             "broken pipe",
+            "error reading a body from connection",
+            "end of file before message length reached",
             "Service Unavailable",
             "Internal Server Error",
             "SlowDown",
