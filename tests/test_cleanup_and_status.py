@@ -9,11 +9,13 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
 import pytest
 
+from olr_buffer.errors import OlrBufferError
 from olr_buffer.runtime import Pipeline, PipelineOptions, replay
 from olr_buffer.status import queue_status
 from tests.contract_model import assert_changefeed_equal, expected_changefeed, load_changefeed
@@ -64,11 +66,14 @@ def write_long_and_short(root: Path, *, long_open: bool) -> None:
             scn += 1
     scn += 1
     if long_open:
-        # thread 1 has written everything up to here: under `run`, every small transaction
-        # is safe, and only L holds segments (else the last small ones, above thread 1's
-        # last record, wait for it too, and one whose block lies below L's first one, when
-        # thread 2's reader ran ahead, is what holds cleanup)
+        # both threads have written everything up to here: under `run`, every small
+        # transaction is safe, and only L holds segments. (Without thread 2's `lwn`, its
+        # last transaction, S1499, would wait for the watermark for ever: a thread's last
+        # record says only that every SCN below its own is written. Its block would hold
+        # cleanup too, and, when thread 2's reader ran ahead of thread 1's first block, be
+        # the one that holds it: status would rightly name S1499, not L.)
         per[1].append({"op": "lwn", "scn": scn})
+        per[2].append({"op": "lwn", "scn": scn})
     else:
         per[1].append({"op": "commit", "scn": scn, "xid": "L"})
     for t, recs in per.items():
@@ -234,9 +239,19 @@ def test_status_running_follows_the_lock_not_the_pid_left_in_its_file(tmp_path: 
     assert ": stopped, as of " in _status(tmp_path / "q").splitlines()[0]
 
 
-def run_until_logged(input_dir: Path, queue: Path, changefeed: Path, text: str, timeout: float = 60.0) -> str:
-    """Run ``olr-buffer run`` with small segments until its log (stderr) has ``text``,
-    then stop it with SIGTERM; returns the log."""
+def run_until_logged(
+    input_dir: Path,
+    queue: Path,
+    changefeed: Path,
+    text: str,
+    timeout: float = 60.0,
+    *,
+    until: Callable[[], bool] = lambda: True,
+    started: Callable[[], None] = lambda: None,
+) -> str:
+    """Run ``olr-buffer run`` with small segments until its log (stderr) has ``text`` and
+    ``until()`` holds, then stop it with SIGTERM; returns the log. ``started()`` is called
+    once the run is started."""
     log_path = queue.parent / "run.log"
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
@@ -265,8 +280,11 @@ def run_until_logged(input_dir: Path, queue: Path, changefeed: Path, text: str, 
             stderr=log,
         )
         try:
+            started()
             deadline = time.monotonic() + timeout
-            while text not in log_path.read_text() and time.monotonic() < deadline and proc.poll() is None:
+            while time.monotonic() < deadline and proc.poll() is None:
+                if text in log_path.read_text() and until():
+                    break
                 time.sleep(0.2)
             time.sleep(1.0)  # more checkpoints: the warning is not repeated
             proc.send_signal(signal.SIGTERM)
@@ -278,9 +296,54 @@ def run_until_logged(input_dir: Path, queue: Path, changefeed: Path, text: str, 
     return log_path.read_text()
 
 
-def test_a_transaction_that_never_ends_is_named_by_status_and_warned_once(tmp_path: Path):
+def _status_now(queue: Path) -> dict | None:
+    """The status of a queue being written, or None before the run made it."""
+    try:
+        return queue_status(str(queue))
+    except OlrBufferError:
+        return None
+
+
+def _published_all_small(queue: Path) -> bool:
+    doc = _status_now(queue)
+    return doc is not None and (doc["changefeed"] or {}).get("last_tx_seq") == 1499
+
+
+@pytest.mark.parametrize("order", ["together", "thread_2_first"])
+def test_a_transaction_that_never_ends_is_named_by_status_and_warned_once(tmp_path: Path, order: str):
+    """``thread_2_first``: thread 1's reader is held back (its first line not ended) until
+    thread 2's has read its whole file, so that L's first block lies above every block
+    of thread 2 (as when thread 1's reader starts late on a loaded machine): once the
+    small transactions are published, L alone holds cleanup all the same."""
     write_long_and_short(tmp_path / "in", long_open=True)
-    log = run_until_logged(tmp_path / "in", tmp_path / "q", tmp_path / "cf", "transaction L")
+    first = tmp_path / "in" / "redo_1_1.jsonl"
+    whole = first.read_bytes()
+    thread_2_lines = len((tmp_path / "in" / "redo_2_1.jsonl").read_bytes().splitlines())
+
+    def hold_thread_1_back() -> None:
+        if order != "thread_2_first":
+            return
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            doc = _status_now(tmp_path / "q")
+            if doc is not None and doc["readers"].get("2", {}).get("line") == thread_2_lines:
+                break
+            time.sleep(0.1)
+        else:
+            raise AssertionError("thread 2's reader never read its whole file")
+        with open(first, "ab") as fh:
+            fh.write(whole[whole.index(b"\n") :])  # thread 1's first line ends, and the rest follows
+
+    if order == "thread_2_first":
+        first.write_bytes(whole[: whole.index(b"\n")])  # a line not ended: not read yet
+    log = run_until_logged(
+        tmp_path / "in",
+        tmp_path / "q",
+        tmp_path / "cf",
+        "transaction L",
+        until=lambda: _published_all_small(tmp_path / "q"),  # then only L holds cleanup
+        started=hold_thread_1_back,
+    )
     warnings = [ln for ln in log.splitlines() if "WARNING" in ln]
     about_l = [ln for ln in warnings if "transaction L (from scn 100) has not ended and keeps" in ln]
     assert len(about_l) == 1, log
@@ -291,7 +354,8 @@ def test_a_transaction_that_never_ends_is_named_by_status_and_warned_once(tmp_pa
     assert all(x.startswith("S") and x in published for x in others), log
     doc = queue_status(str(tmp_path / "q"))
     c = doc["cleanup"]
-    assert c["held_by"]["xid"] == "L" and not c["held_by"]["ended"] and c["segments_held"] > 5
+    assert c["held_by"]["xid"] == "L" and not c["held_by"]["ended"] and c["segments_held"] > 5, c
+    assert doc["changefeed"]["last_tx_seq"] == 1499  # every small transaction published
     assert c["bytes_held"] == sum(s["bytes"] for s in doc["segments"]["list"][:-1])
     text = subprocess.run(
         [sys.executable, "-m", "olr_buffer.cli", "status", "--queue", str(tmp_path / "q")],
