@@ -3,7 +3,11 @@
 ``OLR_BUFFER_FAULT=NAME[:N]`` makes the N-th time (default 1st) the process reaches
 ``fault_point(NAME)`` kill it with SIGKILL, as a crash at that exact instant would;
 ``OLR_BUFFER_FAULT=NAME[:N]:stop`` stops it there with SIGSTOP instead (a process paused
-at that instant: a long GC, a frozen VM), to be woken by SIGCONT.
+at that instant: a long GC, a frozen VM), to be woken by SIGCONT. The stop waits until no
+other thread of the process is inside a section marked :func:`no_stop_inside` (a local
+store's compare-and-swap, under its ``flock``: a process paused inside it holds up every
+other writer of the store until it wakes, a limit of its own, tested apart; the pause of
+a fault point is the pause of that instant of its thread).
 Unset (always, in production), ``fault_point`` is one global lookup. The hook is part of
 the product (its modules call it); the tests only set the variable.
 
@@ -28,10 +32,12 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from contextlib import AbstractContextManager, nullcontext
 
 _SPEC = os.environ.get("OLR_BUFFER_FAULT") or None
 _counts: dict[str, int] = {}
 _lock = threading.Lock()
+_no_stop = threading.RLock()  # held inside the sections a stop waits for
 
 
 def _parse(spec: str) -> tuple[str, int, bool]:
@@ -59,5 +65,16 @@ def fault_point(name: str) -> None:
     with _lock:
         _counts[name] = _counts.get(name, 0) + 1
         fire = _counts[name] == nth
-    if fire:
-        os.kill(os.getpid(), signal.SIGSTOP if stop else signal.SIGKILL)
+    if not fire:
+        return
+    if stop:
+        with _no_stop:  # (no other thread inside a section that must not be paused)
+            os.kill(os.getpid(), signal.SIGSTOP)
+    else:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def no_stop_inside() -> AbstractContextManager:
+    """Around a section that a ``:stop`` fault of another thread must not pause (it
+    waits for the section to end); unset (production): nothing."""
+    return _no_stop if _SPEC is not None else nullcontext()

@@ -5,7 +5,10 @@ folder: Spark and Delta skip it), fsynced, then hard-linked to its name: ``link`
 the name exists, so nothing is ever overwritten, and the object appears whole. The folder
 is fsynced after, so the name survives a power cut. A document is replaced with
 ``rename`` (atomic); a conditional replace compares the document's MD5 under a ``flock``
-held by every conditional writer of the store.
+held by every conditional writer of the store. A process paused inside that section (a
+few milliseconds: SIGSTOP, a frozen container) holds up every other conditional write of
+the store until it wakes or dies: a wait longer than :data:`LOCK_WAIT_WARNING` seconds
+is said, once, naming the process that holds the lock.
 """
 
 from __future__ import annotations
@@ -13,8 +16,10 @@ from __future__ import annotations
 import builtins
 import errno
 import fcntl
+import logging
 import os
 import shutil
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -23,7 +28,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from ..faults import no_stop_inside
 from ..fsutil import fsync_dir, fsync_file, unlink_quietly, write_file
+from ..pidlock import holder
 from .base import ObjectInfo, Store, Versioned, check_name, content_tag
 from .errors import ObjectChangedError, ObjectExistsError, ObjectNotFoundError, StoreAccessError, StoreError
 
@@ -31,6 +38,10 @@ from .errors import ObjectChangedError, ObjectExistsError, ObjectNotFoundError, 
 STAGING = "_olr_buffer/staging"
 _CAS_LOCK = ".replace-lock"
 _TAGGED = 1 << 20  # a write returns the MD5 tag of documents up to this size (not of data files)
+#: Seconds a conditional write waits for the store's lock before it says who holds it.
+LOCK_WAIT_WARNING = 10.0
+
+log = logging.getLogger(__name__)
 
 
 class LocalStore(Store):
@@ -355,10 +366,52 @@ class LocalStore(Store):
         except OSError as exc:
             raise _os_error(exc, "lock", path) from None
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
+            with no_stop_inside():  # (a test's paused instant is not inside it)
+                _wait_for_flock(fd, path)
+                yield
         finally:
             os.close(fd)  # drops the flock
+
+
+def _wait_for_flock(fd: int, path: str) -> None:
+    """``flock`` ``fd``, waiting as long as it takes; a wait of more than
+    :data:`LOCK_WAIT_WARNING` seconds is said once, naming the holder."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return
+    except BlockingIOError:
+        pass
+    warning = threading.Timer(LOCK_WAIT_WARNING, _say_lock_held, (path,))
+    warning.daemon = True
+    warning.start()
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    finally:
+        warning.cancel()
+
+
+def _say_lock_held(path: str) -> None:
+    pid = holder(path)
+    who = "another process" if not pid else f"pid {pid}"
+    if pid and _process_state(pid) in ("T", "t"):
+        who += " (stopped: SIGSTOP, a frozen container, a debugger)"
+    log.warning(
+        "%s: a conditional write has waited %.0fs for this lock, held by %s: every writer of the store waits "
+        "until it wakes or ends",
+        path,
+        LOCK_WAIT_WARNING,
+        who,
+        extra={"lock": path, "holder_pid": pid},
+    )
+
+
+def _process_state(pid: int) -> str | None:
+    """The state letter of process ``pid`` (``T``: stopped), None if it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return None
 
 
 class _CrossDevice(Exception):
