@@ -349,7 +349,9 @@ def test_a_transaction_that_never_ends_is_named_by_status_and_warned_once(tmp_pa
     assert len(about_l) == 1, log
     # another warning can only be of a small transaction in flight at two checkpoints in a
     # row (its end in a block of a reader descheduled meanwhile): it ended, and was published
-    others = [ln.split("transaction ", 1)[1].split(" ", 1)[0] for ln in warnings if ln not in about_l]
+    # (other warnings, e.g. a reader stalled a minute on a loaded machine, say nothing of it)
+    of_tx = [ln for ln in warnings if ln not in about_l and "has not ended" in ln]
+    others = [ln.split("transaction ", 1)[1].split(" ", 1)[0] for ln in of_tx]
     published = {r["xid"] for r in load_changefeed(tmp_path / "cf")}
     assert all(x.startswith("S") and x in published for x in others), log
     doc = queue_status(str(tmp_path / "q"))
