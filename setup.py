@@ -15,9 +15,11 @@ except ImportError:  # a build without pyproject.toml's requirements: pure Pytho
     ext_modules = []
 else:
     ext_modules = cythonize(
-        [Extension("olr_buffer.sources.redo.linescan", ["olr_buffer/sources/redo/linescan.pyx"], optional=True)],
+        [Extension("olr_buffer.sources.redo.linescan", ["olr_buffer/sources/redo/linescan.pyx"])],
         compiler_directives={"language_level": "3"},
         quiet=True,
     )
+    for ext in ext_modules:
+        ext.optional = True  # a compiler that fails or is missing: a warning, and no extension (cythonize drops it)
 
 setup(ext_modules=ext_modules)
