@@ -364,3 +364,38 @@ def test_version_names_the_reader_loop() -> None:
     assert out.strip().endswith("(redo reader loop: compiled)")
     out = subprocess.run(cmd, env={**env, PURE_PYTHON_ENV: "1"}, capture_output=True, text=True, check=True).stdout
     assert out.strip().endswith(f"(redo reader loop: pure Python ({PURE_PYTHON_ENV} is set))")
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+@pytest.mark.parametrize("compiler", ["gcc", "missing"])
+def test_the_install_builds_the_loop_with_a_compiler_and_goes_on_without(tmp_path, compiler) -> None:
+    """``pip wheel .`` (pip's build isolation fetches setuptools and Cython, as ``pip
+    install .`` does) compiles the loop with the machine's compiler; with a compiler that
+    fails, the wheel is built all the same, without it (the reader then runs pure Python)."""
+    import shutil
+    import zipfile
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("setup.py", "setup.cfg", "pyproject.toml", "MANIFEST.in", "README.md"):
+        shutil.copy(os.path.join(ROOT, name), src / name)
+    shutil.copytree(
+        os.path.join(ROOT, "olr_buffer"),
+        src / "olr_buffer",
+        ignore=shutil.ignore_patterns("*.so", "*.c", "__pycache__"),
+    )
+    env = dict(os.environ)
+    if compiler == "missing":
+        env["CC"] = str(tmp_path / "no-such-cc")
+    cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(tmp_path / "wheels"), str(src)]
+    result = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (wheel,) = (tmp_path / "wheels").iterdir()
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "olr_buffer/sources/redo/thread_reader.py" in names
+    built = [n for n in names if n.startswith("olr_buffer/sources/redo/linescan") and n.endswith(".so")]
+    assert bool(built) == (compiler == "gcc"), names
