@@ -6,6 +6,7 @@ from __future__ import annotations
 import click
 
 from .. import __version__
+from ..sources.redo import READER_LOOP
 
 #: Environment variables: ``OLR_BUFFER_<OPTION>`` for the group's options,
 #: ``OLR_BUFFER_<COMMAND>_<OPTION>`` for a command's (``OLR_BUFFER_RUN_QUEUE``).
@@ -14,7 +15,12 @@ LOG_LEVELS = click.Choice(["debug", "info", "warning", "error"], case_sensitive=
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": ENV_PREFIX})
-@click.version_option(__version__, prog_name="olr-buffer", allow_from_autoenv=False)
+@click.version_option(
+    __version__,
+    prog_name="olr-buffer",
+    message=f"%(prog)s, version %(version)s (redo reader loop: {READER_LOOP})",
+    allow_from_autoenv=False,
+)
 @click.option(
     "--log-level",
     type=LOG_LEVELS,

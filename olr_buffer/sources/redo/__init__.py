@@ -1,6 +1,7 @@
 """The redo-file source: the redo-op input format, its validation, and the readers that
 append it to the queue, one per redo thread (docs/formats.md, "Input")."""
 
+from .compiled import READER_LOOP
 from .errors import InputError, MissingSequenceError
 from .files import CorruptCompressedFile, LogFile, check_contiguous, parse_name, read_stream, scan
 from .position import ReaderPosition
@@ -16,6 +17,7 @@ __all__ = [
     "LogFile",
     "MAX_LINE_BYTES",
     "MissingSequenceError",
+    "READER_LOOP",
     "NoThreadsError",
     "ReaderPosition",
     "RedoSource",

@@ -5,12 +5,14 @@ from __future__ import annotations
 import codecs
 import functools
 import io
+import logging
 import os
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import repeat
+from types import ModuleType
 from typing import Any, BinaryIO
 
 from ...changes import (
@@ -32,6 +34,7 @@ from ...changes import (
 from ...dead_letters import DeadLetterError, DeadLetters
 from ...faults import fault_point
 from ...txbuffer import BlockAppender
+from .compiled import LINESCAN, READER_LOOP
 from .errors import InputError, InputUnreadableError, MissingSequenceError
 from .files import (
     CorruptCompressedFile,
@@ -53,6 +56,8 @@ TRUNCATED_ZST_WAIT_SECONDS = 60.0
 _CHUNK = 1 << 16  # how much of a file is read at once: 64 KiB (1 MiB chunks kept ~4 MB of lines and
 # decoded records alive at once and ran no faster than reading line by line: cache misses)
 _OK, _BREAK, _STOP = 0, 1, 2  # _slow_line and _fast_lines: go on, stop reading this file, stop set
+log = logging.getLogger(__name__)
+_loop_logged = False
 
 
 class _Slow(Exception):
@@ -181,6 +186,13 @@ class ThreadReader(ThreadInput):
         self.max_line_bytes = max_line_bytes
         # read files in chunks (False: line by line, as before; the tests compare the two)
         self.chunked = True
+        # the compiled loop that takes the lines of a chunk, where it is built (None: the
+        # pure-Python loop, the reference; the tests compare the two; see compiled.py)
+        self.linescan: ModuleType | None = LINESCAN
+        global _loop_logged
+        if not _loop_logged:
+            _loop_logged = True
+            log.debug("redo reader loop: %s", READER_LOOP)
         self._builder = BlockBuilder(thread)
         self._builder.progress = self.pos.progress
         self._builder.closed = self.pos.closed
@@ -515,6 +527,8 @@ class ThreadReader(ThreadInput):
         Records the typed decode cannot vouch for go through :func:`decode_line`. The
         block builder's bookkeeping (``BlockBuilder.add``) is folded into the loop.
         """
+        if self.linescan is not None:
+            return self._compiled_lines(buf, end, seq, st)
         region = buf[:end]
         lines = region.split(b"\n")
         decoded = batch_decode(region, lines, self.max_line_bytes)
@@ -668,6 +682,81 @@ class ThreadReader(ThreadInput):
         finally:
             b.count, b.nbytes, b.progress, b.closed = count, nbytes, progress, closed
             st[0], st[1], st[2], st[3] = line, offset_after(line - line0), last_scn, last_sub
+        return status, st[1] - start
+
+    def _compiled_lines(self, buf: bytes, end: int, seq: int, st: list) -> tuple[int, int]:
+        """:meth:`_fast_lines` with its loop compiled (``linescan.take_lines``): the same
+        records, positions and stops. The compiled loop takes runs of lines and returns at a
+        full block (flushed here) and at a line it leaves to the general path (taken here by
+        :meth:`_take_line`, as in :meth:`_fast_lines`)."""
+        linescan = self.linescan
+        assert linescan is not None
+        take_lines, general, full_block = linescan.take_lines, linescan.GENERAL, linescan.FULL
+        lines = buf[:end].split(b"\n")
+        n = len(lines)
+        line0, start, last_scn, last_sub = st
+        known = [0, start]
+
+        def offset_after(k: int) -> int:
+            if k == n:
+                return start + end + 1
+            j, off = known
+            off += sum(map(len, lines[j:k])) + k - j
+            known[0], known[1] = k, off
+            return off
+
+        pos = self.pos
+        b = self._builder
+        # count, nbytes, progress, closed, last scn, last sub, check floor
+        state = [b.count, b.nbytes, b.progress, b.closed, last_scn, last_sub, self._check_floor]
+        floor_set = self.floor is not None
+        max_line_bytes = self.max_line_bytes
+        status = _OK
+        i = 0  # lines[:i] are taken
+        try:
+            while i < n:
+                i, why = take_lines(
+                    lines,
+                    i,
+                    seq,
+                    line0,
+                    state,
+                    b.groups,
+                    b.order,
+                    Group,
+                    floor_set,
+                    self.block_records,
+                    self.block_bytes,
+                    max_line_bytes,
+                )
+                self._check_floor = state[6]
+                if why == general:
+                    # the general path: any line, as decode_line and BlockBuilder take it
+                    raw = lines[i]
+                    if len(raw) >= max_line_bytes:
+                        break  # the slow path reads it
+                    b.count, b.nbytes, b.progress, b.closed = state[:4]
+                    try:
+                        state[4], state[5] = self._take_line(b, raw, seq, line0 + i + 1, state[4], state[5])
+                    except RecordError:
+                        break  # the slow path reads it again, and handles the error
+                    i += 1
+                    state[:4] = b.count, b.nbytes, b.progress, b.closed
+                    state[6] = self._check_floor
+                    full = b.count >= self.block_records or b.nbytes >= self.block_bytes
+                else:
+                    full = why == full_block
+                if full:
+                    b.count, b.nbytes, b.progress, b.closed = state[:4]
+                    pos.line, pos.offset, pos.scn, pos.sub = line0 + i, offset_after(i), state[4], state[5]
+                    self._flush()
+                    state[0] = state[1] = 0
+                    if self.stop.is_set():
+                        status = _STOP
+                        break
+        finally:
+            b.count, b.nbytes, b.progress, b.closed = state[:4]
+            st[0], st[1], st[2], st[3] = line0 + i, offset_after(i), state[4], state[5]
         return status, st[1] - start
 
     def _slow_line(self, src: _Chained, lf: LogFile, final: bool, st: list) -> int:

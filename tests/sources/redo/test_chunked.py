@@ -115,7 +115,10 @@ def _run(
     dead: bool,
     floor: int | None,
     final: bool,
+    linescan: object = "built",
 ) -> dict:
+    """One read of ``data``; ``linescan``: the compiled loop the chunked reader uses (None:
+    the pure-Python loop; "built": the reader's default)."""
     name = "redo_1_1.jsonl" + (".zst" if compressed else "")
     path = os.path.join(tmp, name)
     with open(path, "wb") as fh:
@@ -134,6 +137,8 @@ def _run(
         dead_letters=letters,
     )
     reader.chunked = chunked
+    if linescan != "built":
+        reader.linescan = linescan  # type: ignore[assignment]
     if floor is not None:
         reader.enable_floor(_Floor(floor))
     error = None
@@ -164,6 +169,8 @@ def _run(
         "dead": open(dead_path, "rb").read() if dead else None,
     }
     os.remove(path)
+    if dead:
+        os.remove(dead_path)  # the next run in the same directory starts its own
     return out
 
 

@@ -1,0 +1,25 @@
+"""The build's one compiled part: the redo reader's line loop (a Cython extension).
+
+Everything else is declared in setup.cfg. The extension is built from
+``olr_buffer/sources/redo/linescan.pyx`` with the machine's C compiler (Cython comes from
+pyproject.toml's build requirements). It is optional: without a compiler, or without
+Cython, the install goes on without it and the reader runs its pure-Python loop
+(``olr-buffer --version`` says which).
+"""
+
+from setuptools import Extension, setup
+
+try:
+    from Cython.Build import cythonize
+except ImportError:  # a build without pyproject.toml's requirements: pure Python
+    ext_modules = []
+else:
+    ext_modules = cythonize(
+        [Extension("olr_buffer.sources.redo.linescan", ["olr_buffer/sources/redo/linescan.pyx"])],
+        compiler_directives={"language_level": "3"},
+        quiet=True,
+    )
+    for ext in ext_modules:
+        ext.optional = True  # a compiler that fails or is missing: a warning, and no extension (cythonize drops it)
+
+setup(ext_modules=ext_modules)
