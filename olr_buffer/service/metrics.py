@@ -1,24 +1,69 @@
-"""`run`'s metrics: the pipeline's figures in the Prometheus text format, and its health."""
+"""`run`'s metrics: the running service's figures (:class:`RunFigures`, which the runtime
+takes from its pipeline) in the Prometheus text format, and its health."""
 
 from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass, field
+from typing import Any
 
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector, generate_latest
 from prometheus_client.core import InfoMetricFamily, SummaryMetricFamily
 
-from ..changes import INFINITE_SCN
 from .metrics_http import build_info, loop_health, metric_family
 
 #: ``/health`` answers 503 when the service's loop has not ticked for this many seconds
 #: (``run --health-timeout``).
 HEALTH_STALE_SECONDS = 30.0
+#: The figures are taken from the running service at most this often.
+FIGURES_SECONDS = 1.0
+
+
+@dataclass
+class RunFigures:
+    """What `run`'s metrics show: the figures of the running service, taken by the
+    runtime from its pipeline (``Pipeline.run_figures``) and handed down here, which
+    renders them and never looks into the pipeline. Counts are the process's since it
+    started; per thread, its progress ``P(t)`` and its state (open, closed, finished)."""
+
+    records_read: int = 0
+    dead_letters: int = 0
+    queue_bytes: int = 0
+    queue_segments: int = 0
+    open_transactions: int = 0
+    oldest_open_age_seconds: float = 0.0
+    thread_progress: dict[int, int] = field(default_factory=dict)
+    thread_states: dict[int, str] = field(default_factory=dict)
+    threads_waiting: int = 0
+    watermark: int = -1
+    watermark_lag: int = 0
+    seconds_behind_source: float = 0.0
+    late_records: int = 0
+    abandoned_transactions: int = 0
+    abandoned_rows: int = 0
+    abandoned_records: int = 0
+    rolled_back: int = 0
+    unmatched_compensations: int = 0
+    transactions_published: int = 0
+    rows_published: int = 0
+    next_tx_seq: int = 0
+    unpublished_seconds: float = 0.0
+    store_outages: int = 0
+    store_retries: int = 0
+    store_outage_seconds: float = 0.0
+    clock_ahead: int = 0
+    latencies: list[float] = field(default_factory=list)  # recent commit-to-visible latencies, sorted
+    source_metrics: list[Any] = field(default_factory=list)  # the source's own (name, kind, help, value)
+    lease_generation: int | None = None
+    lease_seconds_left: float | None = None
+    retry: Any = None  # the run's store.OutageRetry: its figures are read when scraped
 
 
 class Metrics:
     """The service's figures in the Prometheus text format (rendered by prometheus_client):
-    the pipeline's, collected at most once a second from its loop, and the store's
+    the service's (:class:`RunFigures`), taken at most once a second from its loop
+    (:meth:`tick`, :meth:`update`), and the store's
     (``olr_buffer_store_*``), read when asked: a loop blocked in a call to a store that
     does not answer shows its outage. ``/health`` says whether that loop still ticks:
     503 once it has not for ``stale_after`` seconds."""
@@ -31,21 +76,26 @@ class Metrics:
         self._tick = time.monotonic()
         self._lock = threading.Lock()
 
-    def update(self, pipeline, force: bool = False, role=None) -> None:
-        """From the pipeline's loop; ``role``: a :class:`~.role.ServiceRole` of ``run
-        --standby``, shown too."""
+    def tick(self) -> bool:
+        """The service's loop ticked (``/health``); True when its figures are due (once a
+        second): then :meth:`update`."""
         now = time.monotonic()
         self._tick = now
-        if not force and now - self._last < 1.0:
-            return
+        if now - self._last < FIGURES_SECONDS:
+            return False
         self._last = now
-        families = list(_families(pipeline))  # (the store's: replaced by fresh ones in text())
+        return True
+
+    def update(self, figures: RunFigures, role=None) -> None:
+        """The service's figures; ``role``: a :class:`~.role.ServiceRole` of ``run
+        --standby``, shown too."""
+        self._tick = time.monotonic()
+        families = list(_families(figures))  # (the store's: replaced by fresh ones in text())
         if role is not None:
-            figures = pipeline.sink.figures()
             families.extend(_role_families(role, figures.lease_generation, figures.lease_seconds_left))
         with self._lock:
             self._families = families
-            self._retry = getattr(pipeline, "retry", None)
+            self._retry = figures.retry
 
     def standing_by(self, role) -> None:
         """A standby waits (no pipeline yet): its role, the holder and its lease's end."""
@@ -136,10 +186,10 @@ def _role_families(role, lease_generation: int | None, lease_seconds_left: float
     )
 
 
-def render_metrics(p) -> bytes:
-    """The pipeline's metrics in the Prometheus text exposition format, with the process's
+def render_metrics(figures: RunFigures) -> bytes:
+    """The service's metrics in the Prometheus text exposition format, with the process's
     own (``process_*``: memory, CPU, open file descriptors; ``python_info``)."""
-    return _render(list(_families(p)))
+    return _render(list(_families(figures)))
 
 
 def _render(families: list) -> bytes:
@@ -160,29 +210,8 @@ class _Snapshot:
         return iter(self._families)
 
 
-def seconds_behind_source(p, now_ns: int) -> float:
-    """Like Debezium's MilliSecondsBehindSource, in seconds: how far the changefeed is
-    behind the source's clock. While a commit waits for the watermark (a silent thread
-    holds it), now minus the oldest such commit's ``tm``, growing; otherwise the delay of
-    the last published commit (publication time minus its ``tm``), 0 before any."""
-    waiting = [t.end_tm for t in p.dispatcher.open.values() if t.end_key is not None and t.end_tm]
-    latencies = p.sink.figures().latencies
-    last = latencies[-1] if latencies else 0.0
-    return max(last, (now_ns - min(waiting)) / 1e9 if waiting else 0.0, 0.0)
-
-
-def _families(p):
-    d, sink, source = p.dispatcher, p.sink, p.source
-    totals = d.totals()
-    figures = source.figures()
-    progress = dict(d.progress)
-    finite = [v for v in progress.values() if v < INFINITE_SCN]
-    watermark = d.watermark
-    now_ns = time.time_ns()
-    tms = [t.begin_tm for t in d.open.values() if t.begin_tm]
-    oldest_age = (now_ns - min(tms)) / 1e9 if tms else 0.0
-    lat = sorted(sink.figures().latencies)
-    segments = p.queue.segments()
+def _families(f: RunFigures):
+    lat = f.latencies
 
     def one(value):
         return [((), value)]
@@ -192,24 +221,22 @@ def _families(p):
         "records_appended_total",
         "counter",
         "Redo records appended to the queue by this process.",
-        one(figures.records_read),
+        one(f.records_read),
     )
-    yield metric_family(
-        "queue_bytes", "gauge", "Bytes of the queue's segment files.", one(sum(s.bytes for s in segments))
-    )
-    yield metric_family("queue_segments", "gauge", "Segments in the queue.", one(len(segments)))
-    yield metric_family("open_transactions", "gauge", "Transactions held by the dispatcher.", one(len(d.open)))
+    yield metric_family("queue_bytes", "gauge", "Bytes of the queue's segment files.", one(f.queue_bytes))
+    yield metric_family("queue_segments", "gauge", "Segments in the queue.", one(f.queue_segments))
+    yield metric_family("open_transactions", "gauge", "Transactions held by the dispatcher.", one(f.open_transactions))
     yield metric_family(
         "oldest_open_age_seconds",
         "gauge",
         "Age of the oldest open transaction (from its begin's tm).",
-        one(round(oldest_age, 3)),
+        one(round(f.oldest_open_age_seconds, 3)),
     )
     yield metric_family(
         "thread_progress_scn",
         "gauge",
         "Progress P(t) of each redo thread.",
-        [((str(t),), v) for t, v in sorted(progress.items())],
+        [((str(t),), v) for t, v in sorted(f.thread_progress.items())],
         ("thread",),
     )
     yield metric_family(
@@ -219,7 +246,7 @@ def _families(p):
         "(input read to the end); 1 for the thread's state.",
         [
             ((str(t), s), int(s == state))
-            for t, state in p.thread_states().items()
+            for t, state in f.thread_states.items()
             for s in ("open", "closed", "finished")
         ],
         ("thread", "state"),
@@ -228,14 +255,14 @@ def _families(p):
         "threads_waiting",
         "gauge",
         "Threads in play that have not written a record yet (nothing is published).",
-        one(len(p.waiting_for())),
+        one(f.threads_waiting),
     )
-    yield metric_family("watermark_scn", "gauge", "min P(t) over the threads in play.", one(watermark))
+    yield metric_family("watermark_scn", "gauge", "min P(t) over the threads in play.", one(f.watermark))
     yield metric_family(
         "watermark_lag_scn",
         "gauge",
         "How far the watermark is behind the most advanced thread, in SCN.",
-        one((max(finite) - watermark) if finite and watermark < INFINITE_SCN else 0),
+        one(f.watermark_lag),
     )
     yield metric_family(
         "seconds_behind_source",
@@ -243,90 +270,90 @@ def _families(p):
         "Like Debezium's MilliSecondsBehindSource, in seconds: now minus "
         "the tm of the oldest commit waiting for the watermark, else the delay of the last published "
         "commit.",
-        one(round(seconds_behind_source(p, now_ns), 3)),
+        one(round(f.seconds_behind_source, 3)),
     )
     yield metric_family(
         "late_records_total",
         "counter",
         "Records not published because they came after their "
         "transaction, or a later commit, was published (threads not in play).",
-        one(totals.late_records),
+        one(f.late_records),
     )
     yield metric_family(
         "abandoned_transactions_total",
         "counter",
         "Transactions without an end abandoned by the "
         "retention limit (--transaction-retention[-scn]): never published.",
-        one(totals.abandoned_transactions),
+        one(f.abandoned_transactions),
     )
     yield metric_family(
         "abandoned_rows_total",
         "counter",
         "Rows of the abandoned transactions, not published.",
-        one(totals.abandoned_rows),
+        one(f.abandoned_rows),
     )
     yield metric_family(
         "abandoned_records_total",
         "counter",
         "Records of abandoned transactions that came after they were abandoned (their end among them), not published.",
-        one(totals.abandoned_records),
+        one(f.abandoned_records),
     )
     yield metric_family(
         "dead_letters_total",
         "counter",
         "Bad records written to the --dead-letter file by this run (its reader processes).",
-        one(figures.quarantined),
+        one(f.dead_letters),
     )
     yield metric_family(
         "transactions_rolled_back_total",
         "counter",
         "Transactions ended by a rollback (not published).",
-        one(totals.rolled_back),
+        one(f.rolled_back),
     )
     yield metric_family(
         "unmatched_compensations_total",
         "counter",
         "Compensating records (rollback: true) that matched no row of their transaction.",
-        one(totals.unmatched_compensations),
+        one(f.unmatched_compensations),
     )
     yield metric_family(
         "transactions_published_total",
         "counter",
         "Transactions handed to the changefeed's writer (visible once their file is published).",
-        one(totals.published),
+        one(f.transactions_published),
     )
-    yield metric_family("rows_published_total", "counter", "Rows handed to the changefeed's writer.", one(totals.rows))
     yield metric_family(
-        "changefeed_next_tx_seq", "gauge", "The tx_seq the next transaction will get.", one(sink.next_tx_seq)
+        "rows_published_total", "counter", "Rows handed to the changefeed's writer.", one(f.rows_published)
     )
-    pending = sink.pending_since()
+    yield metric_family(
+        "changefeed_next_tx_seq", "gauge", "The tx_seq the next transaction will get.", one(f.next_tx_seq)
+    )
     yield metric_family(
         "changefeed_unpublished_seconds",
         "gauge",
         "How long the oldest transaction handed to the changefeed's writer but not yet in a visible file has waited "
         "(0: none waits).",
-        one(max(time.monotonic() - pending, 0.0) if pending is not None else 0.0),
+        one(f.unpublished_seconds),
     )
-    sf = sink.figures()
     yield metric_family(
         "store_outages_total",
         "counter",
         "Times the changefeed's object store could not be reached (each outage once; run retries until it answers).",
-        one(sf.store_outages),
+        one(f.store_outages),
     )
     yield metric_family(
         "store_retries_total",
         "counter",
         "Calls to the changefeed's object store tried again because it could not be reached.",
-        one(sf.store_retries),
+        one(f.store_retries),
     )
     yield metric_family(
         "store_outage_seconds",
         "gauge",
         "How long the changefeed's object store has been unreachable (0 while it answers).",
-        one(round(sf.store_outage_seconds, 3)),
+        one(round(f.store_outage_seconds, 3)),
     )
-    for m in source.metrics():  # the source's own (PostgreSQL: slot, lag), without labels
+    for m in f.source_metrics:  # the source's own (PostgreSQL: slot, lag), without labels
         yield metric_family(m.name, m.kind, m.help, one(m.value))
     yield metric_family(
         "publish_latency_clock_ahead_total",
@@ -334,7 +361,7 @@ def _families(p):
         "Published transactions whose commit tm was later "
         "than their publication (the source's clock ahead of this machine's): left out of "
         "olr_buffer_publish_latency_seconds.",
-        one(sink.figures().clock_ahead),
+        one(f.clock_ahead),
     )
     latency = SummaryMetricFamily(
         "olr_buffer_publish_latency_seconds",
