@@ -25,7 +25,8 @@ class RunFigures:
     """What `run`'s metrics show: the figures of the running service, taken by the
     runtime from its pipeline (``Pipeline.run_figures``) and handed down here, which
     renders them and never looks into the pipeline. Counts are the process's since it
-    started; per thread, its progress ``P(t)`` and its state (open, closed, finished)."""
+    started; per thread, its progress ``P(t)`` and its state (open, closed, finished);
+    seconds to the millisecond."""
 
     records_read: int = 0
     dead_letters: int = 0
@@ -210,28 +211,119 @@ class _Snapshot:
         return iter(self._families)
 
 
-def _families(f: RunFigures):
-    lat = f.latencies
-
-    def one(value):
-        return [((), value)]
-
-    yield build_info()
-    yield metric_family(
-        "records_appended_total",
-        "counter",
-        "Redo records appended to the queue by this process.",
-        one(f.records_read),
-    )
-    yield metric_family("queue_bytes", "gauge", "Bytes of the queue's segment files.", one(f.queue_bytes))
-    yield metric_family("queue_segments", "gauge", "Segments in the queue.", one(f.queue_segments))
-    yield metric_family("open_transactions", "gauge", "Transactions held by the dispatcher.", one(f.open_transactions))
-    yield metric_family(
+#: ``run``'s metrics of one value each: (name, type, help, the :class:`RunFigures` field).
+_SCALARS = (
+    ("records_appended_total", "counter", "Redo records appended to the queue by this process.", "records_read"),
+    ("queue_bytes", "gauge", "Bytes of the queue's segment files.", "queue_bytes"),
+    ("queue_segments", "gauge", "Segments in the queue.", "queue_segments"),
+    ("open_transactions", "gauge", "Transactions held by the dispatcher.", "open_transactions"),
+    (
         "oldest_open_age_seconds",
         "gauge",
         "Age of the oldest open transaction (from its begin's tm).",
-        one(round(f.oldest_open_age_seconds, 3)),
-    )
+        "oldest_open_age_seconds",
+    ),
+    (
+        "threads_waiting",
+        "gauge",
+        "Threads in play that have not written a record yet (nothing is published).",
+        "threads_waiting",
+    ),
+    ("watermark_scn", "gauge", "min P(t) over the threads in play.", "watermark"),
+    (
+        "watermark_lag_scn",
+        "gauge",
+        "How far the watermark is behind the most advanced thread, in SCN.",
+        "watermark_lag",
+    ),
+    (
+        "seconds_behind_source",
+        "gauge",
+        "Like Debezium's MilliSecondsBehindSource, in seconds: now minus the tm of the oldest commit waiting for the "
+        "watermark, else the delay of the last published commit.",
+        "seconds_behind_source",
+    ),
+    (
+        "late_records_total",
+        "counter",
+        "Records not published because they came after their transaction, or a later commit, was published (threads "
+        "not in play).",
+        "late_records",
+    ),
+    (
+        "abandoned_transactions_total",
+        "counter",
+        "Transactions without an end abandoned by the retention limit (--transaction-retention[-scn]): never "
+        "published.",
+        "abandoned_transactions",
+    ),
+    ("abandoned_rows_total", "counter", "Rows of the abandoned transactions, not published.", "abandoned_rows"),
+    (
+        "abandoned_records_total",
+        "counter",
+        "Records of abandoned transactions that came after they were abandoned (their end among them), not published.",
+        "abandoned_records",
+    ),
+    (
+        "dead_letters_total",
+        "counter",
+        "Bad records written to the --dead-letter file by this run (its reader processes).",
+        "dead_letters",
+    ),
+    ("transactions_rolled_back_total", "counter", "Transactions ended by a rollback (not published).", "rolled_back"),
+    (
+        "unmatched_compensations_total",
+        "counter",
+        "Compensating records (rollback: true) that matched no row of their transaction.",
+        "unmatched_compensations",
+    ),
+    (
+        "transactions_published_total",
+        "counter",
+        "Transactions handed to the changefeed's writer (visible once their file is published).",
+        "transactions_published",
+    ),
+    ("rows_published_total", "counter", "Rows handed to the changefeed's writer.", "rows_published"),
+    ("changefeed_next_tx_seq", "gauge", "The tx_seq the next transaction will get.", "next_tx_seq"),
+    (
+        "changefeed_unpublished_seconds",
+        "gauge",
+        "How long the oldest transaction handed to the changefeed's writer but not yet in a visible file has waited "
+        "(0: none waits).",
+        "unpublished_seconds",
+    ),
+    (
+        "store_outages_total",
+        "counter",
+        "Times the changefeed's object store could not be reached (each outage once; run retries until it answers).",
+        "store_outages",
+    ),
+    (
+        "store_retries_total",
+        "counter",
+        "Calls to the changefeed's object store tried again because it could not be reached.",
+        "store_retries",
+    ),
+    (
+        "store_outage_seconds",
+        "gauge",
+        "How long the changefeed's object store has been unreachable (0 while it answers).",
+        "store_outage_seconds",
+    ),
+    (
+        "publish_latency_clock_ahead_total",
+        "counter",
+        "Published transactions whose commit tm was later than their publication (the source's clock ahead of this "
+        "machine's): left out of olr_buffer_publish_latency_seconds.",
+        "clock_ahead",
+    ),
+)
+
+
+def _families(f: RunFigures):
+    yield build_info()
+    for name, kind, text, figure in _SCALARS:
+        yield metric_family(name, kind, text, [((), getattr(f, figure))])
     yield metric_family(
         "thread_progress_scn",
         "gauge",
@@ -251,118 +343,9 @@ def _families(f: RunFigures):
         ],
         ("thread", "state"),
     )
-    yield metric_family(
-        "threads_waiting",
-        "gauge",
-        "Threads in play that have not written a record yet (nothing is published).",
-        one(f.threads_waiting),
-    )
-    yield metric_family("watermark_scn", "gauge", "min P(t) over the threads in play.", one(f.watermark))
-    yield metric_family(
-        "watermark_lag_scn",
-        "gauge",
-        "How far the watermark is behind the most advanced thread, in SCN.",
-        one(f.watermark_lag),
-    )
-    yield metric_family(
-        "seconds_behind_source",
-        "gauge",
-        "Like Debezium's MilliSecondsBehindSource, in seconds: now minus "
-        "the tm of the oldest commit waiting for the watermark, else the delay of the last published "
-        "commit.",
-        one(round(f.seconds_behind_source, 3)),
-    )
-    yield metric_family(
-        "late_records_total",
-        "counter",
-        "Records not published because they came after their "
-        "transaction, or a later commit, was published (threads not in play).",
-        one(f.late_records),
-    )
-    yield metric_family(
-        "abandoned_transactions_total",
-        "counter",
-        "Transactions without an end abandoned by the "
-        "retention limit (--transaction-retention[-scn]): never published.",
-        one(f.abandoned_transactions),
-    )
-    yield metric_family(
-        "abandoned_rows_total",
-        "counter",
-        "Rows of the abandoned transactions, not published.",
-        one(f.abandoned_rows),
-    )
-    yield metric_family(
-        "abandoned_records_total",
-        "counter",
-        "Records of abandoned transactions that came after they were abandoned (their end among them), not published.",
-        one(f.abandoned_records),
-    )
-    yield metric_family(
-        "dead_letters_total",
-        "counter",
-        "Bad records written to the --dead-letter file by this run (its reader processes).",
-        one(f.dead_letters),
-    )
-    yield metric_family(
-        "transactions_rolled_back_total",
-        "counter",
-        "Transactions ended by a rollback (not published).",
-        one(f.rolled_back),
-    )
-    yield metric_family(
-        "unmatched_compensations_total",
-        "counter",
-        "Compensating records (rollback: true) that matched no row of their transaction.",
-        one(f.unmatched_compensations),
-    )
-    yield metric_family(
-        "transactions_published_total",
-        "counter",
-        "Transactions handed to the changefeed's writer (visible once their file is published).",
-        one(f.transactions_published),
-    )
-    yield metric_family(
-        "rows_published_total", "counter", "Rows handed to the changefeed's writer.", one(f.rows_published)
-    )
-    yield metric_family(
-        "changefeed_next_tx_seq", "gauge", "The tx_seq the next transaction will get.", one(f.next_tx_seq)
-    )
-    yield metric_family(
-        "changefeed_unpublished_seconds",
-        "gauge",
-        "How long the oldest transaction handed to the changefeed's writer but not yet in a visible file has waited "
-        "(0: none waits).",
-        one(f.unpublished_seconds),
-    )
-    yield metric_family(
-        "store_outages_total",
-        "counter",
-        "Times the changefeed's object store could not be reached (each outage once; run retries until it answers).",
-        one(f.store_outages),
-    )
-    yield metric_family(
-        "store_retries_total",
-        "counter",
-        "Calls to the changefeed's object store tried again because it could not be reached.",
-        one(f.store_retries),
-    )
-    yield metric_family(
-        "store_outage_seconds",
-        "gauge",
-        "How long the changefeed's object store has been unreachable (0 while it answers).",
-        one(round(f.store_outage_seconds, 3)),
-    )
     for m in f.source_metrics:  # the source's own (PostgreSQL: slot, lag), without labels
-        yield metric_family(m.name, m.kind, m.help, one(m.value))
-    yield metric_family(
-        "publish_latency_clock_ahead_total",
-        "counter",
-        "Published transactions whose commit tm was later "
-        "than their publication (the source's clock ahead of this machine's): left out of "
-        "olr_buffer_publish_latency_seconds.",
-        one(f.clock_ahead),
-    )
+        yield metric_family(m.name, m.kind, m.help, [((), m.value)])
+    lat = f.latencies
     latency = SummaryMetricFamily(
         "olr_buffer_publish_latency_seconds",
         "Commit-to-visible latency of recent transactions (publication time minus the commit's tm; those whose tm "
