@@ -354,11 +354,43 @@ def test_the_age_of_what_is_handed_over_but_not_yet_visible_is_a_metric(tmp_path
             pass
         p.dispatcher.publish_ready(INFINITE_SCN)
         time.sleep(0.01)
-        handed = samples(render_metrics(p).decode())
+        handed = samples(render_metrics(p.run_figures()).decode())
         p.sink.flush()
-        flushed = samples(render_metrics(p).decode())
+        flushed = samples(render_metrics(p.run_figures()).decode())
     finally:
         p.close()
     assert handed["olr_buffer_transactions_published_total"] == 1
     assert handed["olr_buffer_changefeed_unpublished_seconds"] > 0
     assert flushed["olr_buffer_changefeed_unpublished_seconds"] == 0
+
+
+def test_the_metrics_render_the_figures_the_runtime_hands_them():
+    """service/metrics renders what the runtime took from its pipeline (RunFigures) and
+    never looks into the pipeline: figures made here, without one, render as they say;
+    a standby's role, once active, with its lease's generation."""
+    from olr_buffer.service.metrics import Metrics, RunFigures, render_metrics
+    from olr_buffer.service.role import ServiceRole
+
+    figures = RunFigures(
+        records_read=7,
+        thread_progress={1: 500, 2: 480},
+        thread_states={1: "open", 2: "closed"},
+        watermark=480,
+        watermark_lag=20,
+        transactions_published=3,
+        latencies=[0.5, 1.0, 2.0],
+        lease_generation=4,
+        lease_seconds_left=10.0,
+    )
+    m = samples(render_metrics(figures).decode())
+    assert m["olr_buffer_records_appended_total"] == 7
+    assert m['olr_buffer_thread_progress_scn{thread="2"}'] == 480
+    assert m['olr_buffer_thread_state{state="closed",thread="2"}'] == 1
+    assert m['olr_buffer_thread_state{state="open",thread="2"}'] == 0
+    assert (m["olr_buffer_watermark_scn"], m["olr_buffer_watermark_lag_scn"]) == (480, 20)
+    assert m["olr_buffer_publish_latency_seconds_count"] == 3
+    metrics = Metrics()
+    assert metrics.tick() and not metrics.tick()  # (due once a second)
+    metrics.update(figures, ServiceRole())
+    shown = samples(metrics.text().decode())
+    assert shown["olr_buffer_lease_generation"] == 4 and shown["olr_buffer_standby"] == 0

@@ -228,7 +228,7 @@ def test_the_metrics_count_what_was_abandoned(tmp_path: Path):
     p = Pipeline(str(live), str(tmp_path / "q"), str(tmp_path / "cf"), opts)
     try:
         summary = run_to_end(p)
-        text = render_metrics(p).decode()
+        text = render_metrics(p.run_figures()).decode()
     finally:
         p.close()
     assert (summary.abandoned_transactions, summary.abandoned_rows, summary.transactions_published) == (

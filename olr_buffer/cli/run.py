@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import signal
 
 import click
@@ -302,7 +301,7 @@ def _serve(
     if EARLY_SIGTERM:
         on_signal(signal.SIGTERM, None)
 
-    from ..runtime import changefeed_at, run_service
+    from ..runtime import run_service
     from ..service.metrics import Metrics
     from ..service.role import ServiceRole
 
@@ -322,26 +321,9 @@ def _serve(
 
     started: list[bool] = []
 
-    def on_tick(p) -> None:
+    def on_tick() -> None:
         if not started:  # the queue is ours now: if this run is killed, status says so
             started.append(True)
             record_running(queue_dir)
-        if metrics:
-            metrics.update(p, role=role if pipeline.get("standby") else None)
 
-    def on_wait(r) -> None:
-        if metrics:
-            metrics.standing_by(r)
-
-    summary = run_service(source, queue_dir, changefeed_dir, opts, stop, on_tick=on_tick, role=role, on_wait=on_wait)
-    logging.getLogger("olr_buffer").info(
-        "stopped cleanly: %d records read (lwn heartbeats aside), %d transactions published this run, %s",
-        summary.records_read,
-        summary.transactions_published,
-        changefeed_at(summary.next_tx_seq),
-        extra={
-            "records": summary.records_read,
-            "transactions": summary.transactions_published,
-            "last_tx_seq": summary.next_tx_seq - 1,
-        },
-    )
+    run_service(source, queue_dir, changefeed_dir, opts, stop, on_tick=on_tick, role=role, metrics=metrics)

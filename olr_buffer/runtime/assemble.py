@@ -16,8 +16,9 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ..changes import INFINITE_SCN
 from ..dispatcher import Dispatcher, DispatchError, DispatchStats
 from ..sinks import ChangefeedOwner, Sink, SinkSettings, open_sink
 from ..sources import SourceAt, locate
@@ -27,6 +28,9 @@ from ..txbuffer.metadata import CHECKPOINT_KEY, QUEUE_ID_KEY
 from .checkpoint import Checkpointer
 from .options import PipelineOptions
 from .source_calls import SourceCalls
+
+if TYPE_CHECKING:
+    from ..service.metrics import RunFigures
 
 #: In the queue directory: temporary files of a changefeed on object storage.
 CHANGEFEED_STAGING = "changefeed-tmp"
@@ -233,6 +237,64 @@ class Pipeline:
         p.published = d.stats.published
         p.open_transactions = len(d.open)
         p.watermark = d.watermark
+
+    def seconds_behind_source(self, now_ns: int) -> float:
+        """Like Debezium's MilliSecondsBehindSource, in seconds: how far the changefeed is
+        behind the source's clock. While a commit waits for the watermark (a silent thread
+        holds it), now minus the oldest such commit's ``tm``, growing; otherwise the delay
+        of the last published commit (publication time minus its ``tm``), 0 before any."""
+        waiting = [t.end_tm for t in self.dispatcher.open.values() if t.end_key is not None and t.end_tm]
+        latencies = self.sink.figures().latencies
+        last = latencies[-1] if latencies else 0.0
+        return max(last, (now_ns - min(waiting)) / 1e9 if waiting else 0.0, 0.0)
+
+    def run_figures(self) -> RunFigures:
+        """The figures `run`'s metrics show (:class:`~olr_buffer.service.metrics.RunFigures`)."""
+        from ..service.metrics import RunFigures  # (with prometheus_client: only where metrics are served)
+
+        d, sink = self.dispatcher, self.sink
+        totals = d.totals()
+        source = self.source.figures()
+        sf = sink.figures()
+        progress = dict(d.progress)
+        finite = [v for v in progress.values() if v < INFINITE_SCN]
+        now_ns = time.time_ns()
+        tms = [t.begin_tm for t in d.open.values() if t.begin_tm]
+        segments = self.queue.segments()
+        pending = sink.pending_since()
+        return RunFigures(
+            records_read=source.records_read,
+            dead_letters=source.quarantined,
+            queue_bytes=sum(s.bytes for s in segments),
+            queue_segments=len(segments),
+            open_transactions=len(d.open),
+            oldest_open_age_seconds=round((now_ns - min(tms)) / 1e9, 3) if tms else 0.0,
+            thread_progress=progress,
+            thread_states=self.thread_states(),
+            threads_waiting=len(self.waiting_for()),
+            watermark=d.watermark,
+            watermark_lag=(max(finite) - d.watermark) if finite and d.watermark < INFINITE_SCN else 0,
+            seconds_behind_source=round(self.seconds_behind_source(now_ns), 3),
+            late_records=totals.late_records,
+            abandoned_transactions=totals.abandoned_transactions,
+            abandoned_rows=totals.abandoned_rows,
+            abandoned_records=totals.abandoned_records,
+            rolled_back=totals.rolled_back,
+            unmatched_compensations=totals.unmatched_compensations,
+            transactions_published=totals.published,
+            rows_published=totals.rows,
+            next_tx_seq=sink.next_tx_seq,
+            unpublished_seconds=max(time.monotonic() - pending, 0.0) if pending is not None else 0.0,
+            store_outages=sf.store_outages,
+            store_retries=sf.store_retries,
+            store_outage_seconds=round(sf.store_outage_seconds, 3),
+            clock_ahead=sf.clock_ahead,
+            latencies=sorted(sf.latencies),
+            source_metrics=list(self.source.metrics()),
+            lease_generation=sf.lease_generation,
+            lease_seconds_left=sf.lease_seconds_left,
+            retry=self.retry,
+        )
 
     def summary(self) -> RunSummary:
         s = self.dispatcher.totals()

@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..dead_letters import BadRecordLog
 from ..errors import WriterHeldError
@@ -20,6 +20,9 @@ from .options import PipelineOptions
 from .running import running
 from .standby import Standby
 
+if TYPE_CHECKING:
+    from ..service.metrics import Metrics
+
 log = logging.getLogger("olr_buffer")
 
 
@@ -29,16 +32,45 @@ def run_service(
     changefeed_dir: str,
     options: PipelineOptions | None,
     stop: threading.Event,
-    on_tick: Callable[[Pipeline], None] | None = None,
+    on_tick: Callable[[], None] | None = None,
     source_options: dict[str, Any] | None = None,
     role: ServiceRole | None = None,
-    on_wait: Callable[[ServiceRole], None] | None = None,
+    metrics: Metrics | None = None,
 ) -> RunSummary:
     """``olr-buffer run``: follow ``source`` (a directory of redo logs, a URI, with
-    ``source_options``, or a :class:`~olr_buffer.sources.SourceAt`) until ``stop`` is set.
-    ``opts.standby``: first wait while another service writes the changefeed, then take it
-    over (:mod:`.standby`; ``role`` says which it is, ``on_wait(role)`` at each look while
-    it waits)."""
+    ``source_options``, or a :class:`~olr_buffer.sources.SourceAt`) until ``stop`` is set;
+    ``on_tick()`` at each turn of its loop. ``metrics``: given the service's figures (at
+    most once a second) and, while it stands by, its role. ``opts.standby``: first wait
+    while another service writes the changefeed, then take it over (:mod:`.standby`;
+    ``role`` says which it is). Logs how it stopped, with what this run did."""
+    summary = _run_until_stopped(
+        source, queue_dir, changefeed_dir, options, stop, on_tick, source_options, role, metrics
+    )
+    log.info(
+        "stopped cleanly: %d records read (lwn heartbeats aside), %d transactions published this run, %s",
+        summary.records_read,
+        summary.transactions_published,
+        changefeed_at(summary.next_tx_seq),
+        extra={
+            "records": summary.records_read,
+            "transactions": summary.transactions_published,
+            "last_tx_seq": summary.next_tx_seq - 1,
+        },
+    )
+    return summary
+
+
+def _run_until_stopped(
+    source: str | SourceAt,
+    queue_dir: str,
+    changefeed_dir: str,
+    options: PipelineOptions | None,
+    stop: threading.Event,
+    on_tick: Callable[[], None] | None,
+    source_options: dict[str, Any] | None,
+    role: ServiceRole | None,
+    metrics: Metrics | None,
+) -> RunSummary:
     at = locate(source, options=source_options)
     opts = options or PipelineOptions()
     if opts.reader_processes is None:
@@ -48,7 +80,9 @@ def run_service(
     standby = None
     if opts.standby:  # it takes over what another queue wrote: as --adopt-changefeed
         opts = replace(opts, adopt_changefeed=True)
-        standby = Standby(changefeed_dir, queue_dir, opts, stop, role or ServiceRole(), on_wait)
+        role = role or ServiceRole()
+        on_wait = metrics.standing_by if metrics is not None else None
+        standby = Standby(changefeed_dir, queue_dir, opts, stop, role, on_wait)
     while True:
         if standby is not None and not standby.wait():
             log.info("stopped while standing by")
@@ -73,22 +107,37 @@ def run_service(
     if standby is not None:
         standby.active(pipeline.sink.figures().lease_generation)
     try:
-        return pipeline.run(follow, stop, on_tick)
+        return pipeline.run(follow, stop, on_tick, metrics, role if standby is not None else None)
     finally:
         if standby is not None:
             standby.forget()
 
 
-def follow(pipeline: Pipeline, stop: threading.Event, on_tick: Callable[[Pipeline], None] | None = None) -> RunSummary:
+def follow(
+    pipeline: Pipeline,
+    stop: threading.Event,
+    on_tick: Callable[[], None] | None = None,
+    metrics: Metrics | None = None,
+    role: ServiceRole | None = None,
+) -> RunSummary:
     """Follow the source and publish until ``stop`` is set; then stop cleanly: readers
-    at a record boundary, everything watermark-safe published, a last checkpoint."""
+    at a record boundary, everything watermark-safe published, a last checkpoint. At each
+    turn of the loop ``on_tick()``, and ``metrics`` ticks (``/health``) and is given the
+    pipeline's figures when they are due (with ``role``: a standby's, once active)."""
     p = pipeline
     opts = p.options
     source, dispatcher, sink = p.source, p.dispatcher, p.sink
     dispatcher.follow()
     p.following = True
+
+    def tick() -> None:
+        if on_tick is not None:
+            on_tick()
+        if metrics is not None and metrics.tick():
+            metrics.update(p.run_figures(), role)
+
     if p.retry is not None:  # while an outage blocks the loop, metrics and health stay fresh
-        p.retry.on_wait = (lambda: on_tick(p)) if on_tick else None
+        p.retry.on_wait = tick
     watch = _ThreadWatch(p, opts.stall_seconds) if source.watches_stalls else None
     bad_records = BadRecordLog(opts.dead_letter) if opts.dead_letter else None
     with running(p, follow=True):
@@ -125,8 +174,7 @@ def follow(pipeline: Pipeline, stop: threading.Event, on_tick: Callable[[Pipelin
                 published_log.check(now)
                 if bad_records:
                     bad_records.check(now)
-            if on_tick:
-                on_tick(p)
+            tick()
             if not n:
                 pending = sink.pending_since()
                 wait = opts.flush_seconds - (now - pending) if pending is not None else opts.poll_seconds
@@ -220,11 +268,9 @@ class _PublishedLog:
         seconds, self.last, self.counts = now - self.last, now, counts
         if not files:
             return
-        from ..service.metrics import seconds_behind_source
-
         p, kind = self.pipeline, self.pipeline.source.kind
         commit = p.sink.last_commit
-        behind = seconds_behind_source(p, time.time_ns())
+        behind = p.seconds_behind_source(time.time_ns())
         log.info(
             "published %d file(s), %d transaction(s), %d row(s) in the last %.0fs; %s, last commit at %s %s; "
             "%.1fs behind the source",

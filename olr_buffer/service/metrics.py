@@ -1,24 +1,70 @@
-"""`run`'s metrics: the pipeline's figures in the Prometheus text format, and its health."""
+"""`run`'s metrics: the running service's figures (:class:`RunFigures`, which the runtime
+takes from its pipeline) in the Prometheus text format, and its health."""
 
 from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass, field
+from typing import Any
 
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector, generate_latest
 from prometheus_client.core import InfoMetricFamily, SummaryMetricFamily
 
-from ..changes import INFINITE_SCN
 from .metrics_http import build_info, loop_health, metric_family
 
 #: ``/health`` answers 503 when the service's loop has not ticked for this many seconds
 #: (``run --health-timeout``).
 HEALTH_STALE_SECONDS = 30.0
+#: The figures are taken from the running service at most this often.
+FIGURES_SECONDS = 1.0
+
+
+@dataclass
+class RunFigures:
+    """What `run`'s metrics show: the figures of the running service, taken by the
+    runtime from its pipeline (``Pipeline.run_figures``) and handed down here, which
+    renders them and never looks into the pipeline. Counts are the process's since it
+    started; per thread, its progress ``P(t)`` and its state (open, closed, finished);
+    seconds to the millisecond."""
+
+    records_read: int = 0
+    dead_letters: int = 0
+    queue_bytes: int = 0
+    queue_segments: int = 0
+    open_transactions: int = 0
+    oldest_open_age_seconds: float = 0.0
+    thread_progress: dict[int, int] = field(default_factory=dict)
+    thread_states: dict[int, str] = field(default_factory=dict)
+    threads_waiting: int = 0
+    watermark: int = -1
+    watermark_lag: int = 0
+    seconds_behind_source: float = 0.0
+    late_records: int = 0
+    abandoned_transactions: int = 0
+    abandoned_rows: int = 0
+    abandoned_records: int = 0
+    rolled_back: int = 0
+    unmatched_compensations: int = 0
+    transactions_published: int = 0
+    rows_published: int = 0
+    next_tx_seq: int = 0
+    unpublished_seconds: float = 0.0
+    store_outages: int = 0
+    store_retries: int = 0
+    store_outage_seconds: float = 0.0
+    clock_ahead: int = 0
+    latencies: list[float] = field(default_factory=list)  # recent commit-to-visible latencies, sorted
+    source_metrics: list[Any] = field(default_factory=list)  # the source's own (name, kind, help, value)
+    lease_generation: int | None = None
+    lease_seconds_left: float | None = None
+    retry: Any = None  # the run's store.OutageRetry: its figures are read when scraped
 
 
 class Metrics:
     """The service's figures in the Prometheus text format (rendered by prometheus_client):
-    the pipeline's, collected at most once a second from its loop, and the store's
+    the service's (:class:`RunFigures`), taken at most once a second from its loop
+    (:meth:`tick`, :meth:`update`), and the store's
     (``olr_buffer_store_*``), read when asked: a loop blocked in a call to a store that
     does not answer shows its outage. ``/health`` says whether that loop still ticks:
     503 once it has not for ``stale_after`` seconds."""
@@ -31,21 +77,26 @@ class Metrics:
         self._tick = time.monotonic()
         self._lock = threading.Lock()
 
-    def update(self, pipeline, force: bool = False, role=None) -> None:
-        """From the pipeline's loop; ``role``: a :class:`~.role.ServiceRole` of ``run
-        --standby``, shown too."""
+    def tick(self) -> bool:
+        """The service's loop ticked (``/health``); True when its figures are due (once a
+        second): then :meth:`update`."""
         now = time.monotonic()
         self._tick = now
-        if not force and now - self._last < 1.0:
-            return
+        if now - self._last < FIGURES_SECONDS:
+            return False
         self._last = now
-        families = list(_families(pipeline))  # (the store's: replaced by fresh ones in text())
+        return True
+
+    def update(self, figures: RunFigures, role=None) -> None:
+        """The service's figures; ``role``: a :class:`~.role.ServiceRole` of ``run
+        --standby``, shown too."""
+        self._tick = time.monotonic()
+        families = list(_families(figures))  # (the store's: replaced by fresh ones in text())
         if role is not None:
-            figures = pipeline.sink.figures()
             families.extend(_role_families(role, figures.lease_generation, figures.lease_seconds_left))
         with self._lock:
             self._families = families
-            self._retry = getattr(pipeline, "retry", None)
+            self._retry = figures.retry
 
     def standing_by(self, role) -> None:
         """A standby waits (no pipeline yet): its role, the holder and its lease's end."""
@@ -136,10 +187,10 @@ def _role_families(role, lease_generation: int | None, lease_seconds_left: float
     )
 
 
-def render_metrics(p) -> bytes:
-    """The pipeline's metrics in the Prometheus text exposition format, with the process's
+def render_metrics(figures: RunFigures) -> bytes:
+    """The service's metrics in the Prometheus text exposition format, with the process's
     own (``process_*``: memory, CPU, open file descriptors; ``python_info``)."""
-    return _render(list(_families(p)))
+    return _render(list(_families(figures)))
 
 
 def _render(families: list) -> bytes:
@@ -160,56 +211,124 @@ class _Snapshot:
         return iter(self._families)
 
 
-def seconds_behind_source(p, now_ns: int) -> float:
-    """Like Debezium's MilliSecondsBehindSource, in seconds: how far the changefeed is
-    behind the source's clock. While a commit waits for the watermark (a silent thread
-    holds it), now minus the oldest such commit's ``tm``, growing; otherwise the delay of
-    the last published commit (publication time minus its ``tm``), 0 before any."""
-    waiting = [t.end_tm for t in p.dispatcher.open.values() if t.end_key is not None and t.end_tm]
-    latencies = p.sink.figures().latencies
-    last = latencies[-1] if latencies else 0.0
-    return max(last, (now_ns - min(waiting)) / 1e9 if waiting else 0.0, 0.0)
-
-
-def _families(p):
-    d, sink, source = p.dispatcher, p.sink, p.source
-    totals = d.totals()
-    figures = source.figures()
-    progress = dict(d.progress)
-    finite = [v for v in progress.values() if v < INFINITE_SCN]
-    watermark = d.watermark
-    now_ns = time.time_ns()
-    tms = [t.begin_tm for t in d.open.values() if t.begin_tm]
-    oldest_age = (now_ns - min(tms)) / 1e9 if tms else 0.0
-    lat = sorted(sink.figures().latencies)
-    segments = p.queue.segments()
-
-    def one(value):
-        return [((), value)]
-
-    yield build_info()
-    yield metric_family(
-        "records_appended_total",
-        "counter",
-        "Redo records appended to the queue by this process.",
-        one(figures.records_read),
-    )
-    yield metric_family(
-        "queue_bytes", "gauge", "Bytes of the queue's segment files.", one(sum(s.bytes for s in segments))
-    )
-    yield metric_family("queue_segments", "gauge", "Segments in the queue.", one(len(segments)))
-    yield metric_family("open_transactions", "gauge", "Transactions held by the dispatcher.", one(len(d.open)))
-    yield metric_family(
+#: ``run``'s metrics of one value each: (name, type, help, the :class:`RunFigures` field).
+_SCALARS = (
+    ("records_appended_total", "counter", "Redo records appended to the queue by this process.", "records_read"),
+    ("queue_bytes", "gauge", "Bytes of the queue's segment files.", "queue_bytes"),
+    ("queue_segments", "gauge", "Segments in the queue.", "queue_segments"),
+    ("open_transactions", "gauge", "Transactions held by the dispatcher.", "open_transactions"),
+    (
         "oldest_open_age_seconds",
         "gauge",
         "Age of the oldest open transaction (from its begin's tm).",
-        one(round(oldest_age, 3)),
-    )
+        "oldest_open_age_seconds",
+    ),
+    (
+        "threads_waiting",
+        "gauge",
+        "Threads in play that have not written a record yet (nothing is published).",
+        "threads_waiting",
+    ),
+    ("watermark_scn", "gauge", "min P(t) over the threads in play.", "watermark"),
+    (
+        "watermark_lag_scn",
+        "gauge",
+        "How far the watermark is behind the most advanced thread, in SCN.",
+        "watermark_lag",
+    ),
+    (
+        "seconds_behind_source",
+        "gauge",
+        "Like Debezium's MilliSecondsBehindSource, in seconds: now minus the tm of the oldest commit waiting for the "
+        "watermark, else the delay of the last published commit.",
+        "seconds_behind_source",
+    ),
+    (
+        "late_records_total",
+        "counter",
+        "Records not published because they came after their transaction, or a later commit, was published (threads "
+        "not in play).",
+        "late_records",
+    ),
+    (
+        "abandoned_transactions_total",
+        "counter",
+        "Transactions without an end abandoned by the retention limit (--transaction-retention[-scn]): never "
+        "published.",
+        "abandoned_transactions",
+    ),
+    ("abandoned_rows_total", "counter", "Rows of the abandoned transactions, not published.", "abandoned_rows"),
+    (
+        "abandoned_records_total",
+        "counter",
+        "Records of abandoned transactions that came after they were abandoned (their end among them), not published.",
+        "abandoned_records",
+    ),
+    (
+        "dead_letters_total",
+        "counter",
+        "Bad records written to the --dead-letter file by this run (its reader processes).",
+        "dead_letters",
+    ),
+    ("transactions_rolled_back_total", "counter", "Transactions ended by a rollback (not published).", "rolled_back"),
+    (
+        "unmatched_compensations_total",
+        "counter",
+        "Compensating records (rollback: true) that matched no row of their transaction.",
+        "unmatched_compensations",
+    ),
+    (
+        "transactions_published_total",
+        "counter",
+        "Transactions handed to the changefeed's writer (visible once their file is published).",
+        "transactions_published",
+    ),
+    ("rows_published_total", "counter", "Rows handed to the changefeed's writer.", "rows_published"),
+    ("changefeed_next_tx_seq", "gauge", "The tx_seq the next transaction will get.", "next_tx_seq"),
+    (
+        "changefeed_unpublished_seconds",
+        "gauge",
+        "How long the oldest transaction handed to the changefeed's writer but not yet in a visible file has waited "
+        "(0: none waits).",
+        "unpublished_seconds",
+    ),
+    (
+        "store_outages_total",
+        "counter",
+        "Times the changefeed's object store could not be reached (each outage once; run retries until it answers).",
+        "store_outages",
+    ),
+    (
+        "store_retries_total",
+        "counter",
+        "Calls to the changefeed's object store tried again because it could not be reached.",
+        "store_retries",
+    ),
+    (
+        "store_outage_seconds",
+        "gauge",
+        "How long the changefeed's object store has been unreachable (0 while it answers).",
+        "store_outage_seconds",
+    ),
+    (
+        "publish_latency_clock_ahead_total",
+        "counter",
+        "Published transactions whose commit tm was later than their publication (the source's clock ahead of this "
+        "machine's): left out of olr_buffer_publish_latency_seconds.",
+        "clock_ahead",
+    ),
+)
+
+
+def _families(f: RunFigures):
+    yield build_info()
+    for name, kind, text, figure in _SCALARS:
+        yield metric_family(name, kind, text, [((), getattr(f, figure))])
     yield metric_family(
         "thread_progress_scn",
         "gauge",
         "Progress P(t) of each redo thread.",
-        [((str(t),), v) for t, v in sorted(progress.items())],
+        [((str(t),), v) for t, v in sorted(f.thread_progress.items())],
         ("thread",),
     )
     yield metric_family(
@@ -219,123 +338,14 @@ def _families(p):
         "(input read to the end); 1 for the thread's state.",
         [
             ((str(t), s), int(s == state))
-            for t, state in p.thread_states().items()
+            for t, state in f.thread_states.items()
             for s in ("open", "closed", "finished")
         ],
         ("thread", "state"),
     )
-    yield metric_family(
-        "threads_waiting",
-        "gauge",
-        "Threads in play that have not written a record yet (nothing is published).",
-        one(len(p.waiting_for())),
-    )
-    yield metric_family("watermark_scn", "gauge", "min P(t) over the threads in play.", one(watermark))
-    yield metric_family(
-        "watermark_lag_scn",
-        "gauge",
-        "How far the watermark is behind the most advanced thread, in SCN.",
-        one((max(finite) - watermark) if finite and watermark < INFINITE_SCN else 0),
-    )
-    yield metric_family(
-        "seconds_behind_source",
-        "gauge",
-        "Like Debezium's MilliSecondsBehindSource, in seconds: now minus "
-        "the tm of the oldest commit waiting for the watermark, else the delay of the last published "
-        "commit.",
-        one(round(seconds_behind_source(p, now_ns), 3)),
-    )
-    yield metric_family(
-        "late_records_total",
-        "counter",
-        "Records not published because they came after their "
-        "transaction, or a later commit, was published (threads not in play).",
-        one(totals.late_records),
-    )
-    yield metric_family(
-        "abandoned_transactions_total",
-        "counter",
-        "Transactions without an end abandoned by the "
-        "retention limit (--transaction-retention[-scn]): never published.",
-        one(totals.abandoned_transactions),
-    )
-    yield metric_family(
-        "abandoned_rows_total",
-        "counter",
-        "Rows of the abandoned transactions, not published.",
-        one(totals.abandoned_rows),
-    )
-    yield metric_family(
-        "abandoned_records_total",
-        "counter",
-        "Records of abandoned transactions that came after they were abandoned (their end among them), not published.",
-        one(totals.abandoned_records),
-    )
-    yield metric_family(
-        "dead_letters_total",
-        "counter",
-        "Bad records written to the --dead-letter file by this run (its reader processes).",
-        one(figures.quarantined),
-    )
-    yield metric_family(
-        "transactions_rolled_back_total",
-        "counter",
-        "Transactions ended by a rollback (not published).",
-        one(totals.rolled_back),
-    )
-    yield metric_family(
-        "unmatched_compensations_total",
-        "counter",
-        "Compensating records (rollback: true) that matched no row of their transaction.",
-        one(totals.unmatched_compensations),
-    )
-    yield metric_family(
-        "transactions_published_total",
-        "counter",
-        "Transactions handed to the changefeed's writer (visible once their file is published).",
-        one(totals.published),
-    )
-    yield metric_family("rows_published_total", "counter", "Rows handed to the changefeed's writer.", one(totals.rows))
-    yield metric_family(
-        "changefeed_next_tx_seq", "gauge", "The tx_seq the next transaction will get.", one(sink.next_tx_seq)
-    )
-    pending = sink.pending_since()
-    yield metric_family(
-        "changefeed_unpublished_seconds",
-        "gauge",
-        "How long the oldest transaction handed to the changefeed's writer but not yet in a visible file has waited "
-        "(0: none waits).",
-        one(max(time.monotonic() - pending, 0.0) if pending is not None else 0.0),
-    )
-    sf = sink.figures()
-    yield metric_family(
-        "store_outages_total",
-        "counter",
-        "Times the changefeed's object store could not be reached (each outage once; run retries until it answers).",
-        one(sf.store_outages),
-    )
-    yield metric_family(
-        "store_retries_total",
-        "counter",
-        "Calls to the changefeed's object store tried again because it could not be reached.",
-        one(sf.store_retries),
-    )
-    yield metric_family(
-        "store_outage_seconds",
-        "gauge",
-        "How long the changefeed's object store has been unreachable (0 while it answers).",
-        one(round(sf.store_outage_seconds, 3)),
-    )
-    for m in source.metrics():  # the source's own (PostgreSQL: slot, lag), without labels
-        yield metric_family(m.name, m.kind, m.help, one(m.value))
-    yield metric_family(
-        "publish_latency_clock_ahead_total",
-        "counter",
-        "Published transactions whose commit tm was later "
-        "than their publication (the source's clock ahead of this machine's): left out of "
-        "olr_buffer_publish_latency_seconds.",
-        one(sink.figures().clock_ahead),
-    )
+    for m in f.source_metrics:  # the source's own (PostgreSQL: slot, lag), without labels
+        yield metric_family(m.name, m.kind, m.help, [((), m.value)])
+    lat = f.latencies
     latency = SummaryMetricFamily(
         "olr_buffer_publish_latency_seconds",
         "Commit-to-visible latency of recent transactions (publication time minus the commit's tm; those whose tm "

@@ -18,6 +18,7 @@ from .errors import (
     StoreAccessError,
     StoreError,
     StoreUnreachableError,
+    error_in_text,
 )
 from .lease import Lease, LeaseHeldError, LeaseLostError, LeaseTiming, WriterFencedError, fenced_error
 from .retry import OutageRetry
@@ -38,6 +39,7 @@ __all__ = [
     "StoreUnreachableError",
     "Versioned",
     "WriterFencedError",
+    "error_in_text",
     "fenced_error",
     "is_remote",
     "open_store",

@@ -47,3 +47,62 @@ class StoreUnreachableError(StoreError):
 class StoreAccessError(StoreError):
     """The store refused: bad or missing credentials, access denied, no such bucket, the
     wrong region, or a store that lacks what olr-buffer needs. Retrying does not help."""
+
+
+#: What another client of the store (delta-rs's object store, pyarrow's S3 filesystem,
+#: an HTTP or SQL catalog in front of the table) writes when the store, or the service
+#: it talks to, did not answer or cannot now: lower case, each its own reason.
+UNANSWERED = (
+    "connection refused",
+    "tcp connect error",
+    "could not connect",
+    "failed to connect",
+    "dns error",
+    "timed out",
+    "timeout",
+    "error sending request",
+    "connection reset",
+    "connection closed",
+    "broken pipe",
+    "error reading a body from connection",
+    "end of file before message length reached",
+    "curl error",
+    "max retries exceeded",
+    "service unavailable",
+    "internal server error",
+    "slowdown",
+)
+#: S3's error codes (an XML body's ``<Code>``) that refuse the caller's credentials.
+DENIED = ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken")
+
+
+def error_in_text(text: str, where: str, doing: str, *, who: str = "the store") -> StoreError | None:
+    """The store's error for a failure another client met, told by its one-line
+    ``text``: :class:`StoreAccessError` where the store refused (no such bucket, access
+    denied: the operator must fix something), :class:`StoreUnreachableError` where
+    ``who`` did not answer (retry); None where the text says neither (the caller's own
+    error). ``where``: the location, ``doing``: what was being done (``read the Delta log``)."""
+    start = text.find("<Code>")
+    end = text.find("</Code>", start)
+    code = text[start + 6 : end] if start >= 0 and end > start else None
+    if code == "NoSuchBucket":
+        return StoreAccessError(
+            f"{where}: cannot {doing}: the bucket does not exist",
+            hint="create the bucket, or check its name, AWS_ENDPOINT_URL and AWS_REGION",
+            uri=where,
+        )
+    if code in DENIED or " 403 " in f" {text} ":
+        return StoreAccessError(
+            f"{where}: cannot {doing}: access denied ({code or '403'})",
+            hint="check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN",
+            uri=where,
+        )
+    lowered = text.lower()
+    for reason in UNANSWERED:
+        if reason in lowered:
+            return StoreUnreachableError(
+                f"{where}: cannot {doing}: {who} did not answer ({reason})",
+                hint="olr-buffer run retries; replay resumes when run again",
+                uri=where,
+            )
+    return None

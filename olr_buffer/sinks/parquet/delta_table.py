@@ -5,7 +5,7 @@ whose commits to the table's log are :mod:`.delta.commits`.
 
 - **Which files.** A Delta changefeed's files are those of the table's current snapshot
   and, after them, files published but not yet committed (a writer killed between the
-  PUT and the commit): :func:`chain_names`. Files a compaction replaced stay beside the
+  PUT and the commit): :func:`.tables.chain_names`. Files a compaction replaced stay beside the
   table (a Delta reader of an older version may need them: ``VACUUM`` is the user's), out
   of the chain.
 - **The format is recorded.** The manifest records ``table_format``; a changefeed with a
@@ -30,7 +30,7 @@ from typing import Any
 
 from .errors import ChangefeedError
 from .layout import TABLE_FORMATS, Location, PublishedFile, file_mode, manifest_table_format
-from .schema import ARROW_SCHEMA, parse_part_name
+from .schema import ARROW_SCHEMA
 
 log = logging.getLogger(__name__)
 
@@ -118,22 +118,6 @@ def fence_table(loc: Location, lease: Any) -> None:
         apply_log_modes(loc)
 
 
-def chain_names(loc: Location, table: Any = None) -> set[str] | None:
-    """The part files that make a Delta changefeed: the table's, then those published
-    after its last one (not yet committed); None if the changefeed has no Delta log."""
-    if table is None:
-        if not has_table(loc):
-            return None
-        table = open_table(loc, app_id=None, create=False, modes=False)
-    names = set(table.files())
-    following = table.next_tx_seq
-    for obj in loc.list("part-"):
-        rng = parse_part_name(obj.name)
-        if rng is not None and rng[0] >= following:
-            names.add(obj.name)
-    return names
-
-
 def part_file(loc: Location, f: PublishedFile) -> Any:
     """``f`` as the Delta sink commits it: size and statistics from its footer."""
     return _library().PartFile.from_store(loc.store, f.name, f.first, f.last)
@@ -142,35 +126,6 @@ def part_file(loc: Location, f: PublishedFile) -> Any:
 def local_part(path: str, f: PublishedFile) -> Any:
     """``f``, still the local file ``path``, as the Delta sink commits it."""
     return _library().PartFile.from_local(path, f.name, f.first, f.last)
-
-
-def commit_pending(loc: Location, table: Any, files: list[PublishedFile]) -> int:
-    """Commit, in one commit, the published files that follow the table's last one
-    (published before a kill, never committed); returns how many. Refused if the table
-    holds more than the files (files were removed)."""
-    following = table.next_tx_seq
-    published = files[-1].last + 1 if files else 0
-    if following > published:
-        raise ChangefeedError(
-            f"{loc.uri}: published files are missing: the Delta table holds tx_seq 0..{following - 1}, "
-            f"the files {'tx_seq 0..' + str(published - 1) if published else 'no transaction'}",
-            hint="put the missing files back (from a backup); the queue cannot publish them again, and readers "
-            "may have seen them",
-            uri=loc.uri,
-        )
-    pending = [part_file(loc, f) for f in files if f.last >= following]
-    pending = table.uncommitted(pending)
-    if pending:
-        table.commit(pending)
-        apply_log_modes(loc)
-        log.info(
-            "%s: committed %d published file(s) the Delta table lacked (tx_seq %d..%d)",
-            loc.uri,
-            len(pending),
-            pending[0].first_tx_seq,
-            pending[-1].last_tx_seq,
-        )
-    return len(pending)
 
 
 def apply_log_modes(loc: Location) -> None:

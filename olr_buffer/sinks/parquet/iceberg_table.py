@@ -6,7 +6,7 @@ catalog is, and the glue between the changefeed's writer and compaction and
 
 - **Which files.** An Iceberg changefeed's files are those of the table's current
   snapshot and, after them, files published but not yet committed (a writer killed
-  between the PUT and the commit): :func:`chain_names`. Files a compaction replaced stay
+  between the PUT and the commit): :func:`.tables.chain_names`. Files a compaction replaced stay
   beside the table (a reader of an older snapshot may need them), out of the chain.
 - **Where the table is.** ``_iceberg/metadata/`` beside the part files holds its metadata;
   the catalog is the SQLite file ``_iceberg/catalog.db`` unless ``--iceberg-catalog``
@@ -28,10 +28,9 @@ from typing import Any
 import orjson
 
 from ...errors import OlrBufferError
-from .errors import ChangefeedError
 from .iceberg_settings import ICEBERG_DIR, IcebergSettings, default_catalog_uri
 from .layout import MANIFEST, Location, PublishedFile, file_mode
-from .schema import ARROW_SCHEMA, parse_part_name
+from .schema import ARROW_SCHEMA
 
 log = logging.getLogger(__name__)
 
@@ -70,9 +69,11 @@ def open_table(
     writer: dict | None = None,
     create: bool,
     modes: bool = True,
+    catalog: Any = None,
 ) -> Any:
     """The changefeed's Iceberg table (created if ``create`` and there is none); ``modes``:
-    its metadata gets the changefeed's modes (a writer's; a reader changes nothing)."""
+    its metadata gets the changefeed's modes (a writer's; a reader changes nothing);
+    ``catalog``: its catalog, opened already (another table's ``catalog``), else opened."""
     table = _library().IcebergChangefeed(
         loc.store,
         ARROW_SCHEMA,
@@ -81,6 +82,7 @@ def open_table(
         writer=writer,
         create=create,
         local_root=loc.path,
+        catalog=catalog,
     )
     if modes:
         apply_log_modes(loc)
@@ -97,22 +99,6 @@ def fence_table(loc: Location, lease: Any, given: IcebergSettings | None = None)
         apply_commit_modes(loc, table)
 
 
-def chain_names(loc: Location, table: Any = None) -> set[str] | None:
-    """The part files that make an Iceberg changefeed: the table's, then those published
-    after its last one (not yet committed); None if the changefeed has no Iceberg table."""
-    if table is None:
-        if not has_table(loc):
-            return None
-        table = open_table(loc, app_id=None, create=False, modes=False)
-    names = set(table.files())
-    following = table.next_tx_seq
-    for obj in loc.list("part-"):
-        rng = parse_part_name(obj.name)
-        if rng is not None and rng[0] >= following:
-            names.add(obj.name)
-    return names
-
-
 def part_file(loc: Location, f: PublishedFile) -> Any:
     """``f`` as the Iceberg sink commits it: size and rows from its footer."""
     return _library().IcebergPart.from_store(loc.store, f.name, f.first, f.last)
@@ -121,34 +107,6 @@ def part_file(loc: Location, f: PublishedFile) -> Any:
 def local_part(path: str, f: PublishedFile) -> Any:
     """``f``, still the local file ``path``, as the Iceberg sink commits it."""
     return _library().IcebergPart.from_local(path, f.name, f.first, f.last)
-
-
-def commit_pending(loc: Location, table: Any, files: list[PublishedFile]) -> int:
-    """Commit, in one snapshot, the published files that follow the table's last one
-    (published before a kill, never committed); returns how many. Refused if the table
-    holds more than the files (files were removed)."""
-    following = table.next_tx_seq
-    published = files[-1].last + 1 if files else 0
-    if following > published:
-        raise ChangefeedError(
-            f"{loc.uri}: published files are missing: the Iceberg table holds tx_seq 0..{following - 1}, "
-            f"the files {'tx_seq 0..' + str(published - 1) if published else 'no transaction'}",
-            hint="put the missing files back (from a backup); the queue cannot publish them again, and readers "
-            "may have seen them",
-            uri=loc.uri,
-        )
-    pending = table.uncommitted([part_file(loc, f) for f in files if f.last >= following])
-    if pending:
-        table.commit(pending)
-        apply_log_modes(loc)
-        log.info(
-            "%s: committed %d published file(s) the Iceberg table lacked (tx_seq %d..%d)",
-            loc.uri,
-            len(pending),
-            pending[0].first_tx_seq,
-            pending[-1].last_tx_seq,
-        )
-    return len(pending)
 
 
 def apply_log_modes(loc: Location) -> None:

@@ -60,7 +60,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import compress, repeat, zip_longest
 from operator import itemgetter
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -72,7 +72,7 @@ from ...faults import fault_point
 from ...fsutil import fsync_file
 from ...store import Lease, LeaseTiming, OutageRetry, WriterFencedError
 from ..base import ChangefeedOwner, SinkFigures, SinkOpening
-from . import delta_table, iceberg_table
+from . import delta_table, iceberg_table, tables
 from .errors import ChangefeedCorruptError, ChangefeedError, ChangefeedOwnerError
 from .fencing import ManifestHead, fence_previous_writers
 from .layout import (  # noqa: F401  (MANIFEST, META_DIR, PUBLISHED_LOG, read_footer: public names)
@@ -223,6 +223,7 @@ class ChangefeedWriter:
         self._requested_format = table_format
         self._iceberg = iceberg
         self._table: DeltaChangefeed | IcebergChangefeed | None = None  # its table (Delta, Iceberg), once opened
+        self._catalog: Any = None  # an Iceberg table's catalog, opened once (by the recovery, else by _open_table)
         self._table_created = False
         self.next_tx_seq = 0
         self.last_commit: CommitKey | None = None
@@ -325,13 +326,13 @@ class ChangefeedWriter:
         self.table_format = self._store_call(
             lambda: delta_table.resolve_table_format(loc, manifest, self._requested_format), "look for a table"
         )
-        names = None  # a Delta or Iceberg changefeed: the files of its table, and those published after them
-        if self.table_format == "delta":
-            names = self._store_call(lambda: delta_table.chain_names(loc), "read the Delta log")
-        elif self.table_format == "iceberg":
+        if self.table_format == "iceberg":
             # what the manifest records, with what was given instead
             self._iceberg = iceberg_table.settings(loc, self._iceberg, manifest or {})
-            names = self._store_call(lambda: self._iceberg_chain(loc), "read the Iceberg table")
+        names = None  # a Delta or Iceberg changefeed: the files of its table, and those published after them
+        if self.table_format in ("delta", "iceberg"):
+            doing = "read the Delta log" if self.table_format == "delta" else "read the Iceberg table"
+            names = self._store_call(lambda: self._table_chain(loc), doing)
         files = self._store_call(lambda: list_files(loc, hint=_CHAIN_HINT, names=names), "list the changefeed")
         if files:
             # the others: footers only (their reading costs)
@@ -395,13 +396,19 @@ class ChangefeedWriter:
             if self._head is None:
                 self._write_manifest()
 
-    def _iceberg_chain(self, loc: Location) -> set[str] | None:
-        """The files of an Iceberg changefeed's table and those published after them (its
-        catalog and table: those given, else those the manifest records)."""
-        if not iceberg_table.has_table(loc):
+    def _table_chain(self, loc: Location) -> set[str] | None:
+        """The files of a Delta (Iceberg) changefeed's table and those published after
+        them; None if it has no table yet. An Iceberg table is in the catalog given, else
+        the one the manifest records: opened here, and kept for the writer's table."""
+        glue = tables.glue(self.table_format)
+        if not glue.has_table(loc):
             return None
-        table = iceberg_table.open_table(loc, self._iceberg, app_id=None, create=False, modes=False)
-        return iceberg_table.chain_names(loc, table)
+        if self.table_format == "iceberg":
+            table = iceberg_table.open_table(loc, self._iceberg, app_id=None, create=False, modes=False)
+            self._catalog = table.catalog
+        else:
+            table = delta_table.open_table(loc, app_id=None, create=False, modes=False)
+        return tables.chain_names(loc, table)
 
     def _iceberg_recorded(self) -> dict[str, str] | None:
         """What the manifest records of an Iceberg changefeed's catalog and table."""
@@ -564,24 +571,21 @@ class ChangefeedWriter:
         if self.table_format == "iceberg":
             existed = self._store_call(lambda: iceberg_table.has_table(loc), "look for an Iceberg table")
             self._table = self._store_call(
-                lambda: iceberg_table.open_table(loc, self._iceberg, app_id=app_id, writer=writer, create=True),
+                lambda: iceberg_table.open_table(
+                    loc, self._iceberg, app_id=app_id, writer=writer, create=True, catalog=self._catalog
+                ),
                 "open the Iceberg table",
             )
-            self._table_created = not existed
-            self._store_call(
-                lambda: iceberg_table.commit_pending(loc, self._table, self._published),
-                "commit published files to the Iceberg table",
+        else:
+            existed = self._store_call(lambda: delta_table.has_table(loc), "look for a Delta log")
+            self._table = self._store_call(
+                lambda: delta_table.open_table(loc, app_id=app_id, writer=writer, create=True), "open the Delta table"
             )
-            self._published = []
-            return
-        existed = self._store_call(lambda: delta_table.has_table(loc), "look for a Delta log")
-        self._table = self._store_call(
-            lambda: delta_table.open_table(loc, app_id=app_id, writer=writer, create=True), "open the Delta table"
-        )
         self._table_created = not existed
+        kind = self.table_format
         self._store_call(
-            lambda: delta_table.commit_pending(loc, self._table, self._published),
-            "commit published files to the Delta table",
+            lambda: tables.commit_pending(loc, kind, self._table, self._published),
+            f"commit published files to the {tables.TABLE_NAMES[kind]} table",
         )
         self._published = []
 
@@ -1071,7 +1075,7 @@ class ChangefeedWriter:
         self._open_table()
         table = self._table
         assert table is not None  # opened just above
-        kind = "Iceberg" if self.table_format == "iceberg" else "Delta"
+        kind = tables.TABLE_NAMES[self.table_format]
         version = self._store_call(lambda: table.commit([part]), f"commit {part.name} to the {kind} table")
         if self.table_format == "iceberg":
             if version is not None:

@@ -66,14 +66,8 @@ from deltalake.exceptions import CommitFailedError, DeltaError, DeltaProtocolErr
 from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
 
 from ....faults import fault_point
-from ....store import (
-    ObjectNotFoundError,
-    Store,
-    StoreAccessError,
-    StoreError,
-    StoreUnreachableError,
-    fenced_error,
-)
+from ....store import ObjectNotFoundError, Store, StoreError, error_in_text, fenced_error
+from ..table_chain import check_merge, commit_parts, following_parts
 from .errors import (
     DeltaChainError,
     DeltaChangefeedError,
@@ -313,21 +307,7 @@ class DeltaChangefeed:
         table's last commit, in order: published before a kill but never committed.
         Files the table holds already are left out; files that overlap it are an error."""
         self._refresh()
-        pending = []
-        expected = self._next
-        for f in sorted(published, key=lambda f: f.first_tx_seq):
-            if f.last_tx_seq < self._next:
-                continue  # committed (or replaced by a compaction)
-            if f.first_tx_seq != expected:
-                raise DeltaChainError(
-                    f"{self.store.location(f.name)}: tx_seq {f.first_tx_seq}..{f.last_tx_seq} does not follow "
-                    f"the Delta table, which holds up to tx_seq {expected - 1}",
-                    hint="files were written by another writer, or removed",
-                    uri=self.store.location(f.name),
-                )
-            pending.append(f)
-            expected = f.last_tx_seq + 1
-        return pending
+        return following_parts(published, self._next, self.store, table="the Delta table", error=DeltaChainError)
 
     # -- commits ------------------------------------------------------------------------
 
@@ -335,11 +315,9 @@ class DeltaChangefeed:
         """Add ``files`` (published, contiguous) in one commit carrying ``txn(app_id,
         last tx_seq)``. Returns the new table version, or None if the queue's version in
         the table covers them already (committed before: nothing is done)."""
-        files = sorted(files, key=lambda f: f.first_tx_seq)
+        files = commit_parts(files, self.store, DeltaChainError)
         if not files:
             return None
-        _check_chain(files, self.store)
-        _check_published(files, self.store)
         first, last = files[0].first_tx_seq, files[-1].last_tx_seq
         now = int(time.time() * 1000)
         actions: list[AddAction | RemoveAction] = [AddAction(f.name, f.size, {}, now, True, f.stats) for f in files]
@@ -475,19 +453,7 @@ class DeltaChangefeed:
         now = int(time.time() * 1000)
         removed_all: list[PartFile] = []
         for removed, added in merges:
-            removed = sorted(removed, key=lambda f: f.first_tx_seq)
-            _check_chain(removed, self.store)
-            _check_published([added], self.store)
-            where = self.store.location(added.name)
-            if (added.first_tx_seq, added.last_tx_seq) != (removed[0].first_tx_seq, removed[-1].last_tx_seq) or (
-                added.rows != sum(f.rows for f in removed)
-            ):
-                raise DeltaChainError(
-                    f"{where}: holds tx_seq {added.first_tx_seq}..{added.last_tx_seq} in {added.rows} rows; the files "
-                    f"it replaces hold {removed[0].first_tx_seq}..{removed[-1].last_tx_seq} in "
-                    f"{sum(f.rows for f in removed)} rows",
-                    uri=where,
-                )
+            removed = check_merge(removed, added, self.store, DeltaChainError)
             actions.extend(RemoveAction(f.name, False, now, f.size, {}) for f in removed)
             actions.append(AddAction(added.name, added.size, {}, now, False, added.stats))
             removed_all.extend(removed)
@@ -536,48 +502,14 @@ class DeltaChangefeed:
 
     def _error(self, exc: BaseException, doing: str) -> StoreError | DeltaChangefeedError:
         """The store's error type for a delta-rs failure (its object store says what it
-        met in its text), else a :class:`DeltaChangefeedError`; one line."""
+        met in its text: :func:`~olr_buffer.store.error_in_text`), else a
+        :class:`DeltaChangefeedError`; one line."""
         where = self.store.location()
-        text = _clean(str(exc))
-        code = _xml_code(text)
         if isinstance(exc, DeltaProtocolError):
             return DeltaTableMismatchError(f"{where}: cannot {doing}: {_first_line(exc)}", uri=where)
-        if code in ("NoSuchBucket",):
-            return StoreAccessError(
-                f"{where}: cannot {doing}: the bucket does not exist",
-                hint="create the bucket, or check its name, AWS_ENDPOINT_URL and AWS_REGION",
-                uri=where,
-            )
-        if code in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken") or (
-            " 403 " in f" {text} "
-        ):
-            return StoreAccessError(
-                f"{where}: cannot {doing}: access denied ({code or '403'})",
-                hint="check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN",
-                uri=where,
-            )
-        for needle in (
-            "Connection refused",
-            "tcp connect error",
-            "timed out",
-            "error sending request",
-            "dns error",
-            "connection reset",
-            "connection closed",
-            "broken pipe",
-            "error reading a body from connection",
-            "end of file before message length reached",
-            "Service Unavailable",
-            "Internal Server Error",
-            "SlowDown",
-        ):
-            if needle.lower() in text.lower():
-                return StoreUnreachableError(
-                    f"{where}: cannot {doing}: the store did not answer ({needle.lower()})",
-                    hint="olr-buffer run retries; replay resumes when run again",
-                    uri=where,
-                )
-        return DeltaChangefeedError(f"{where}: cannot {doing}: {_first_line(exc)}", uri=where)
+        return error_in_text(_clean(str(exc)), where, doing) or DeltaChangefeedError(
+            f"{where}: cannot {doing}: {_first_line(exc)}", uri=where
+        )
 
 
 #: The actions of a commit that change what the table holds or how it is read.
@@ -619,35 +551,6 @@ def _lease_version(text: bytes) -> int | None:
     return None
 
 
-def _check_chain(files: Sequence[PartFile], store: Store) -> None:
-    for a, b in zip(files, files[1:]):
-        if b.first_tx_seq != a.last_tx_seq + 1:
-            raise DeltaChainError(
-                f"{store.location(b.name)}: tx_seq {b.first_tx_seq}..{b.last_tx_seq} does not follow "
-                f"{a.name} ({a.first_tx_seq}..{a.last_tx_seq})",
-                uri=store.location(b.name),
-            )
-    for f in files:
-        if f.last_tx_seq < f.first_tx_seq or f.rows <= 0:
-            raise DeltaChainError(f"{store.location(f.name)}: an empty or reversed range", uri=store.location(f.name))
-
-
-def _check_published(files: Sequence[PartFile], store: Store) -> None:
-    """Each file is in the store with its size (delta-rs adds whatever it is told: a
-    missing file would break every reader of the table)."""
-    for f in files:
-        try:
-            size = store.stat(f.name).size
-        except ObjectNotFoundError:
-            raise DeltaChainError(
-                f"{store.location(f.name)}: not published: cannot commit it", uri=store.location(f.name)
-            ) from None
-        if size != f.size:
-            raise DeltaChainError(
-                f"{store.location(f.name)}: {size} bytes published, {f.size} to commit", uri=store.location(f.name)
-            )
-
-
 def _type_text(field: dict) -> str:
     t = field["type"]
     return f"{t if isinstance(t, str) else t.get('type')}{'' if field['nullable'] else ' not null'}"
@@ -657,12 +560,6 @@ def _clean(text: str) -> str:
     """delta-rs's error text without its colours and tree drawing, on one line."""
     text = re.sub(r"\x1b\[[0-9;]*m", "", text).replace("↳", " ")
     return " ".join(text.split())
-
-
-def _xml_code(text: str) -> str | None:
-    start = text.find("<Code>")
-    end = text.find("</Code>", start)
-    return text[start + 6 : end] if start >= 0 and end > start else None
 
 
 def _first_line(exc: BaseException) -> str:

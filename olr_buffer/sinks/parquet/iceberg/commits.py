@@ -77,8 +77,9 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
 from ....faults import fault_point
-from ....store import ObjectNotFoundError, Store, StoreError, StoreUnreachableError, fenced_error
+from ....store import Store, StoreError, StoreUnreachableError, error_in_text, fenced_error
 from ..iceberg_settings import ICEBERG_DIR, IcebergSettings, default_catalog_uri
+from ..table_chain import check_merge, commit_parts, following_parts
 from .errors import (
     IcebergCatalogError,
     IcebergChainError,
@@ -147,7 +148,9 @@ class IcebergChangefeed:
     """The Iceberg table of the changefeed in ``store``, written for the queue ``app_id``;
     see the module doc. Opening creates the table with ``schema`` (the changefeed's Arrow
     schema) if there is none and ``create``, and checks an existing one. ``writer``: facts
-    recorded in each snapshot's summary (a host, a pid, a lease generation)."""
+    recorded in each snapshot's summary (a host, a pid, a lease generation). ``catalog``:
+    the catalog ``settings`` name, opened already (:attr:`catalog` of another table of
+    the same changefeed), else opened here."""
 
     def __init__(
         self,
@@ -159,6 +162,7 @@ class IcebergChangefeed:
         writer: dict[str, str | int] | None = None,
         create: bool = True,
         local_root: str | None = None,
+        catalog: Catalog | None = None,
     ) -> None:
         self.store = store
         self.schema = schema
@@ -184,7 +188,7 @@ class IcebergChangefeed:
                 uri=store.location(),
             )
         store.list(f"{ICEBERG_DIR}/")  # reachable, and allowed: the store's own one-line errors
-        self._catalog = self._call(self._open_catalog, "open the Iceberg catalog")
+        self.catalog = catalog if catalog is not None else self._call(self._open_catalog, "open the Iceberg catalog")
         table = self._call(self._load, "load the Iceberg table")
         if table is None:
             if not create:
@@ -242,25 +246,25 @@ class IcebergChangefeed:
 
     def _load(self) -> Table | None:
         try:
-            return self._catalog.load_table(self.table_name)
+            return self.catalog.load_table(self.table_name)
         except NoSuchTableError:
             return None
 
     def _create(self) -> Table:
         namespace = self.table_name.rsplit(".", 1)[0]
         try:
-            self._catalog.create_namespace(namespace)
+            self.catalog.create_namespace(namespace)
         except NamespaceAlreadyExistsError:
             pass
         try:
-            table = self._catalog.create_table(
+            table = self.catalog.create_table(
                 self.table_name,
                 self.schema,
                 location=self.location,
                 properties={METADATA_PATH: f"{self.location}/{METADATA_DIR}", **NO_COMMIT_RETRY},
             )
         except TableAlreadyExistsError:  # created by another process meanwhile
-            return self._catalog.load_table(self.table_name)
+            return self.catalog.load_table(self.table_name)
         log.info("%s: Iceberg table %s created in %s", self.store.location(), self.table_name, self._catalog_text())
         return table
 
@@ -467,22 +471,9 @@ class IcebergChangefeed:
         """Of the ``published`` files (what a listing found), those that follow the
         table's last commit, in order: published before a kill but never committed."""
         self._refresh()
-        following = self.next_tx_seq
-        pending = []
-        expected = following
-        for f in sorted(published, key=lambda f: f.first_tx_seq):
-            if f.last_tx_seq < following:
-                continue  # committed (or replaced by a compaction)
-            if f.first_tx_seq != expected:
-                raise IcebergChainError(
-                    f"{self.store.location(f.name)}: tx_seq {f.first_tx_seq}..{f.last_tx_seq} does not follow "
-                    f"the Iceberg table, which holds up to tx_seq {expected - 1}",
-                    hint="files were written by another writer, or removed",
-                    uri=self.store.location(f.name),
-                )
-            pending.append(f)
-            expected = f.last_tx_seq + 1
-        return pending
+        return following_parts(
+            published, self.next_tx_seq, self.store, table="the Iceberg table", error=IcebergChainError
+        )
 
     # -- commits ------------------------------------------------------------------------
 
@@ -491,11 +482,9 @@ class IcebergChangefeed:
         and their last tx_seq. Returns the new snapshot id, or None if the table holds
         these files already (committed before, the answer lost: nothing is done); a
         range the table holds in other files is an :class:`IcebergChainError`."""
-        files = sorted(files, key=lambda f: f.first_tx_seq)
+        files = commit_parts(files, self.store, IcebergChainError)
         if not files:
             return None
-        _check_chain(files, self.store)
-        _check_published(files, self.store)
         first, last = files[0].first_tx_seq, files[-1].last_tx_seq
         for _ in range(COMMIT_ATTEMPTS):
             if self._stale:
@@ -607,20 +596,7 @@ class IcebergChangefeed:
         present = self._data_files()
         removed_all: list[IcebergPart] = []
         for removed, added in merges:
-            removed = sorted(removed, key=lambda f: f.first_tx_seq)
-            _check_chain(removed, self.store)
-            _check_published([added], self.store)
-            where = self.store.location(added.name)
-            if (added.first_tx_seq, added.last_tx_seq) != (removed[0].first_tx_seq, removed[-1].last_tx_seq) or (
-                added.rows != sum(f.rows for f in removed)
-            ):
-                raise IcebergChainError(
-                    f"{where}: holds tx_seq {added.first_tx_seq}..{added.last_tx_seq} in {added.rows} rows; the files "
-                    f"it replaces hold {removed[0].first_tx_seq}..{removed[-1].last_tx_seq} in "
-                    f"{sum(f.rows for f in removed)} rows",
-                    uri=where,
-                )
-            removed_all.extend(removed)
+            removed_all.extend(check_merge(removed, added, self.store, IcebergChainError))
         missing = [f.name for f in removed_all if f.name not in present]
         if missing:
             raise IcebergConflictError(
@@ -688,7 +664,8 @@ class IcebergChangefeed:
 
     def _error(self, exc: BaseException, doing: str) -> StoreError | IcebergChangefeedError:
         """The store's error type for a failure the store or the catalog can get over (not
-        answering, busy), else an :class:`IcebergChangefeedError`; one line."""
+        answering, busy) or that the store refused (:func:`~olr_buffer.store.error_in_text`),
+        else an :class:`IcebergChangefeedError`; one line."""
         where = self.store.location()
         text = _first_line(exc)
         lowered = text.lower()
@@ -711,26 +688,9 @@ class IcebergChangefeed:
                 hint="check the catalog's path and its directory's permissions",
                 uri=where,
             )
-        for needle in (
-            "connection refused",
-            "could not connect",
-            "failed to connect",
-            "timed out",
-            "timeout",
-            "connection reset",
-            "broken pipe",
-            "service unavailable",
-            "internal server error",
-            "slowdown",
-            "curl error",
-            "max retries exceeded",
-        ):
-            if needle in lowered:
-                return StoreUnreachableError(
-                    f"{where}: cannot {doing}: the store or the catalog did not answer ({needle})",
-                    hint="olr-buffer run retries; replay resumes when run again",
-                    uri=where,
-                )
+        found = error_in_text(text, where, doing, who="the store or the catalog")
+        if found is not None:
+            return found
         if isinstance(exc, FileNotFoundError):
             return IcebergChangefeedError(
                 f"{where}: cannot {doing}: a file of the Iceberg table is missing: {text}",
@@ -738,35 +698,6 @@ class IcebergChangefeed:
                 uri=where,
             )
         return IcebergChangefeedError(f"{where}: cannot {doing}: {text}", uri=where)
-
-
-def _check_chain(files: Sequence[IcebergPart], store: Store) -> None:
-    for a, b in zip(files, files[1:]):
-        if b.first_tx_seq != a.last_tx_seq + 1:
-            raise IcebergChainError(
-                f"{store.location(b.name)}: tx_seq {b.first_tx_seq}..{b.last_tx_seq} does not follow "
-                f"{a.name} ({a.first_tx_seq}..{a.last_tx_seq})",
-                uri=store.location(b.name),
-            )
-    for f in files:
-        if f.last_tx_seq < f.first_tx_seq or f.rows <= 0:
-            raise IcebergChainError(f"{store.location(f.name)}: an empty or reversed range", uri=store.location(f.name))
-
-
-def _check_published(files: Sequence[IcebergPart], store: Store) -> None:
-    """Each file is in the store with its size (a missing file would break every reader
-    of the table)."""
-    for f in files:
-        try:
-            size = store.stat(f.name).size
-        except ObjectNotFoundError:
-            raise IcebergChainError(
-                f"{store.location(f.name)}: not published: cannot commit it", uri=store.location(f.name)
-            ) from None
-        if size != f.size:
-            raise IcebergChainError(
-                f"{store.location(f.name)}: {size} bytes published, {f.size} to commit", uri=store.location(f.name)
-            )
 
 
 def _generation(snapshot: Snapshot) -> int | None:
