@@ -304,13 +304,15 @@ def test_ten_take_overs_back_and_forth_keep_the_changefeed_one_replay(staged_lon
             # the input is written while a service runs, paused while none does (the
             # take-over's wait): how much of it a turn takes does not depend on the load
             writer.send_signal(signal.SIGSTOP)
+            # (counted before the stop: the standby may take over while stop() waits for
+            # the old one's end, a killed holder being seen gone at its next poll)
+            since = len(services[waiting].lines)
             if how == "kill":
                 old.stop(signal.SIGKILL)
             elif how == "term":
                 assert old.stop() == 0, "\n".join(old.lines[-30:])
             else:
                 old.proc.send_signal(signal.SIGSTOP)
-            since = len(services[waiting].lines)
             m = services[waiting].wait_line(TAKEN_OVER, timeout=120, since=since)
             writer.send_signal(signal.SIGCONT)
             generation += 1
