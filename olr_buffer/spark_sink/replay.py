@@ -126,8 +126,10 @@ class SparkReplaySummary:
     open_transactions: int = 0
     held_for_run: int = 0  # ended above the watermark (until_watermark): left for run
     watermark: int | None = None  # until_watermark: the watermark at the end of the files
-    # per thread, the first sequence that holds a record of a transaction left for run
-    # (open, or ended above the watermark): run needs the files from there on
+    # per thread, the log sequence a new queue reads from (recorded in the manifest, as
+    # replay records it): the first that holds a record of a transaction left for run
+    # (open, or ended above the watermark), else the last that holds a record of any;
+    # run --adopt-changefeed needs the files from there on
     run_from: dict[int, int] = field(default_factory=dict)
     next_tx_seq: int = 0
     files_published: int = 0
@@ -459,7 +461,9 @@ def replay_on_spark(
         try:
             writer.open(ChangefeedOwner(queue_id), None, queue=queue_dir)
             files_before = writer.figures().files_published
-            _assemble_and_publish(spark, F, Window, records, writer, compensations, summary, stage)
+            # per thread, the last file holding a record of a transaction
+            reached = {t: seq for (t, seq), doc in sorted(summaries.items()) if doc["records"]}
+            _assemble_and_publish(spark, F, Window, records, writer, compensations, reached, summary, stage)
             summary.watermark = None if summary.watermark == INFINITE_SCN else summary.watermark
             writer.close()
             summary.next_tx_seq = writer.next_tx_seq
@@ -475,7 +479,9 @@ def replay_on_spark(
     return summary
 
 
-def _assemble_and_publish(spark, F, Window, records, writer, compensations: int, summary, stage) -> None:
+def _assemble_and_publish(
+    spark, F, Window, records, writer, compensations: int, reached: dict[int, int], summary, stage
+) -> None:
     key = ["scn", "sub", "thread", "seq", "line"]
 
     # -- 2. segments (XID reuse) -----------------------------------------------------------
@@ -550,10 +556,14 @@ def _assemble_and_publish(spark, F, Window, records, writer, compensations: int,
     counts = {r.state: (r.n, r.extra) for r in by_state}
     summary.open_transactions = counts.get("open", (0, 0))[0]
     summary.held_for_run = counts.get("held", (0, 0))[0]
+    # run_from: per thread, where a new queue reads again (recorded in the manifest with
+    # the last publication, as the one-process replay records it): the first file holding
+    # a record of a transaction left for run, else the last file holding a record of any
+    summary.run_from = dict(reached)
     if summary.open_transactions or summary.held_for_run:
         left = txns.filter(F.col("state").isin("open", "held")).select("xid", "seg")
         firsts = recs.join(left, ["xid", "seg"]).groupBy("thread").agg(F.min("seq").alias("seq")).collect()
-        summary.run_from = {r.thread: r.seq for r in firsts}
+        summary.run_from.update({r.thread: r.seq for r in firsts})
     summary.rolled_back = counts.get("rolled_back", (0, 0))[0]
     summary.no_begin = counts.get("no_begin", (0, 0))[0]
     summary.already_published = counts.get("already_published", (0, 0))[0]
@@ -607,8 +617,16 @@ def _assemble_and_publish(spark, F, Window, records, writer, compensations: int,
         ordered.select("xid", "seg", "n_rows").rdd.zipWithIndex().map(lambda p: (*p[0], p[1] + first)),
         "xid string, seg long, n_rows long, tx_seq long",
     )
-    totals = numbered.groupBy().agg(F.count("*").alias("n"), F.sum("n_rows").alias("rows")).collect()[0]
+    commit_key = F.struct("c_scn", "c_thread", "c_seq", "c_line")
+    totals = (
+        kept.filter(F.col("n_rows").isNotNull())
+        .groupBy()
+        .agg(F.count("*").alias("n"), F.sum("n_rows").alias("rows"), F.max(commit_key).alias("through"))
+        .collect()[0]
+    )
     n_tx, n_rows = totals.n or 0, totals.rows or 0
+    if n_tx:  # run_from goes into the manifest with the publication of the last commit, not before
+        writer.note_run_from(summary.run_from, CommitKey(*totals.through))
 
     # -- 5. publish ----------------------------------------------------------------------------
     stage(f"publish {n_tx:,} transactions ({n_rows:,} rows) from tx_seq {first}")
