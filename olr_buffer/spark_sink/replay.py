@@ -66,7 +66,7 @@ from ..changes import (
 )
 from ..dead_letters import DeadLetters
 from ..errors import OlrBufferError
-from ..sinks.parquet import DEFAULT_FILE_ROWS, ChangefeedOwner, ChangefeedWriter
+from ..sinks.parquet import DEFAULT_FILE_ROWS, DEFAULT_MODE, ChangefeedOwner, ChangefeedWriter, IcebergSettings
 from ..sources.redo import (
     AFTER_MARKER,
     MAX_LINE_BYTES,
@@ -373,6 +373,10 @@ def replay_on_spark(
     dead_letter: str | None = None,
     durable: bool = True,
     until_watermark: bool = False,
+    changefeed_mode: int | None = None,
+    iceberg_catalog: str | None = None,
+    iceberg_table: str | None = None,
+    adopt_changefeed: bool = False,
     on_stage: Callable[[str], None] | None = None,
 ) -> SparkReplaySummary:
     """Replay the redo log files of ``input_dir`` into ``changefeed`` with the Spark
@@ -385,7 +389,11 @@ def replay_on_spark(
     ``until_watermark``: the files are not the whole input (``run`` goes on from them):
     publish only the commits at or below the watermark at their end (``min P(t)`` over
     the threads, a thread closed at its end aside), and leave the rest, with every
-    transaction still open, to ``run --adopt-changefeed`` on the same changefeed."""
+    transaction still open, to ``run --adopt-changefeed`` on the same changefeed.
+
+    ``file_rows``, ``table_format``, ``dead_letter``, ``durable``, ``changefeed_mode``,
+    ``iceberg_catalog``, ``iceberg_table`` and ``adopt_changefeed`` are ``replay``'s
+    options of those names (``durable=False``: ``--no-sync``)."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
     from pyspark.sql.window import Window
@@ -457,9 +465,11 @@ def replay_on_spark(
             table_format=table_format,
             lease_owner=queue_id,
             file_rows=DEFAULT_FILE_ROWS if file_rows is None else file_rows,
+            mode=DEFAULT_MODE if changefeed_mode is None else changefeed_mode,
+            iceberg=IcebergSettings(iceberg_catalog, iceberg_table) if iceberg_catalog or iceberg_table else None,
         )
         try:
-            writer.open(ChangefeedOwner(queue_id), None, queue=queue_dir)
+            writer.open(ChangefeedOwner(queue_id), None, queue=queue_dir, adopt=adopt_changefeed)
             files_before = writer.figures().files_published
             # per thread, the last file holding a record of a transaction
             reached = {t: seq for (t, seq), doc in sorted(summaries.items()) if doc["records"]}
