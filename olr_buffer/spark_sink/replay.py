@@ -163,12 +163,49 @@ class _Split:
     newlines_before: int = 0
 
 
-def _read_files(files: Iterable[tuple[int, int, str, bool, bool, dict, _Split]]) -> Iterator[tuple]:
-    """A read task: every line of each file (or split), checked as the redo reader checks
-    them. The driver's AWS variables, if the input is on a store, go with each file."""
-    for thread, seq, path, compressed, quarantine, aws, split in files:
-        os.environ.update(aws)
-        yield from _read_file(LogFile(thread, seq, path, compressed), quarantine, split)
+_TASK_SCHEMA = (
+    "thread int, seq long, path string, compressed boolean, quarantine boolean, aws string, "
+    "part int, start long, end long, newlines_before long"
+)
+_ARROW_ROWS = 8192  # rows of a read task's Arrow batch, at most
+_ARROW_BYTES = 32 << 20  # and about this many bytes of records and raw lines
+
+
+def _arrow_schema():
+    import pyarrow as pa
+
+    i32, i64, s, b = pa.int32(), pa.int64(), pa.string(), pa.binary()
+    types = [i32, i32, i64, i32, i64, i32, i64, i64, s, s, i64, b, s, b]
+    names = [c.split()[0] for c in _PARSED_SCHEMA.split(", ")]
+    return pa.schema(list(zip(names, types)))
+
+
+def _read_arrow(batches: Iterable[Any]) -> Iterator[Any]:
+    """A read task (``mapInArrow``): :func:`_read_file` of each task row, as Arrow record
+    batches of :data:`_PARSED_SCHEMA` (no pickling of rows)."""
+    import pyarrow as pa
+
+    schema = _arrow_schema()
+    types = list(schema.types)
+
+    def batch(rows: list[tuple]) -> Any:
+        return pa.RecordBatch.from_arrays([pa.array(c, t) for c, t in zip(zip(*rows), types)], schema=schema)
+
+    for tasks in batches:
+        for task in tasks.to_pylist():
+            os.environ.update(json.loads(task["aws"]))
+            lf = LogFile(task["thread"], task["seq"], task["path"], task["compressed"])
+            split = _Split(task["part"], task["start"], task["end"], task["newlines_before"])
+            rows: list[tuple] = []
+            size = 0
+            for row in _read_file(lf, task["quarantine"], split):
+                rows.append(row)
+                size += len(row[11] or b"") + len(row[13] or b"")
+                if len(rows) >= _ARROW_ROWS or size >= _ARROW_BYTES:
+                    yield batch(rows)
+                    rows, size = [], 0
+            if rows:
+                yield batch(rows)
 
 
 def _count_newlines(task: tuple[int, int, str, dict, _Split]) -> tuple[int, int, int, int | None, str | None]:
@@ -543,9 +580,15 @@ def replay_on_spark(
     tasks = _count_before(spark, tasks, stage)
     cut = f" in {len(tasks)} split(s)" if len(tasks) > len(files) else ""
     stage(f"read {len(files)} log file(s){cut}")
-    parsed = spark.createDataFrame(
-        sc.parallelize(tasks, max(1, len(tasks))).mapPartitions(_read_files), _PARSED_SCHEMA
-    ).persist(StorageLevel.MEMORY_AND_DISK)
+    task_rows = [
+        (t, seq, path, compressed, quarantine, json.dumps(aws), sp.part, sp.start, sp.end, sp.newlines_before)
+        for t, seq, path, compressed, quarantine, aws, sp in tasks
+    ]
+    parsed = (
+        spark.createDataFrame(sc.parallelize(task_rows, max(1, len(task_rows))), _TASK_SCHEMA)
+        .mapInArrow(_read_arrow, _PARSED_SCHEMA)
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    )
     try:
         meta = parsed.filter(F.col("kind") != _RECORD).select("kind", "thread", "seq", "part", "line", "msg", "raw")
         meta_rows = meta.collect()
