@@ -154,7 +154,7 @@ class SparkReplaySummary:
 @dataclass(frozen=True)
 class _Split:
     """A read task's part of a log file: the lines that start in ``[start, end)``
-    (``end`` None: to the end of the file); ``newlines_before``: how many ``\n`` the file
+    (``end`` None: to the end of the file); ``newlines_before``: how many newlines the file
     holds before ``start`` (its first line's number follows from it)."""
 
     part: int = 0
@@ -209,7 +209,7 @@ def _read_arrow(batches: Iterable[Any]) -> Iterator[Any]:
 
 
 def _count_newlines(task: tuple[int, int, str, dict, _Split]) -> tuple[int, int, int, int | None, str | None]:
-    """A counting task: how many ``\n`` a split of a plain file holds, as
+    """A counting task: how many newlines a split of a plain file holds, as
     ``(thread, seq, part, count, None)``; ``(thread, seq, part, None, reason)`` if it cannot
     be read."""
     thread, seq, path, aws, split = task
