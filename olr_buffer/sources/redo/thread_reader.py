@@ -535,15 +535,7 @@ class ThreadReader(ThreadInput):
         line, start, last_scn, last_sub = st
         line0 = line
         # the offset after the first n lines, from the last one worked out (at flushes, at the end)
-        known = [0, start]
-
-        def offset_after(n: int) -> int:
-            if n == len(lines):
-                return start + end + 1
-            k, off = known
-            off += sum(map(len, lines[k:n])) + n - k
-            known[0], known[1] = n, off
-            return off
+        offset_after = _offsets(lines, start, end)
 
         pos = self.pos
         b = self._builder
@@ -695,15 +687,7 @@ class ThreadReader(ThreadInput):
         lines = buf[:end].split(b"\n")
         n = len(lines)
         line0, start, last_scn, last_sub = st
-        known = [0, start]
-
-        def offset_after(k: int) -> int:
-            if k == n:
-                return start + end + 1
-            j, off = known
-            off += sum(map(len, lines[j:k])) + k - j
-            known[0], known[1] = k, off
-            return off
+        offset_after = _offsets(lines, start, end)
 
         pos = self.pos
         b = self._builder
@@ -992,3 +976,20 @@ def _skip(fh, offset: int, lf: LogFile, line: int) -> None:
             hint="a log file must only grow; lines already read may not be rewritten: restore the file as it was, "
             "or replay it into a new queue and changefeed",
         )
+
+
+def _offsets(lines: list[bytes], start: int, end: int) -> Callable[[int], int]:
+    """``offset_after(k)``: the file offset after the first ``k`` of ``lines`` (a chunk
+    read at ``start``, its complete lines ending at ``end``), worked on from the last one
+    asked (asked in growing order: at flushes, at the end)."""
+    known = [0, start]
+
+    def offset_after(k: int) -> int:
+        if k == len(lines):
+            return start + end + 1
+        j, off = known
+        off += sum(map(len, lines[j:k])) + k - j
+        known[0], known[1] = k, off
+        return off
+
+    return offset_after
