@@ -328,14 +328,16 @@ class Mirror:
             fault_point("mirror_after_commit")
             commits += 1
             changes += plan.changes
-        prior, self.scanned = self.scanned, last
-        self._write_progress()
-        fault_point("mirror_after_progress")
-        first = max(files[0].first, prior + 1)
+        prior = self.scanned
+        # the figures first: a metrics reader that sees the new position also sees the commits that made it
         self.result.transactions += last - prior
         self.result.changes += changes
         self.result.commits += commits
         self.result.last_tx_seq = last
+        self.scanned = last
+        self._write_progress()
+        fault_point("mirror_after_progress")
+        first = max(files[0].first, prior + 1)
         log.info(
             "mirrored tx_seq %d..%d: %d change(s), %d table commit(s) in %.2fs; the changefeed ends at %d",
             first,
