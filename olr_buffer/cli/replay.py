@@ -75,9 +75,12 @@ def replay(
 
     start_logging(None, log_format, "warning")
     opts = pipeline_settings(**pipeline)
-    if until_watermark and engine != "spark":
-        raise click.UsageError("--until-watermark goes with --engine spark")
-    if engine == "spark":
+    if engine != "spark":
+        for name, given in (("--until-watermark", until_watermark), ("--master", master is not None)):
+            if given:
+                raise click.UsageError(f"{name} goes with --engine spark")
+    else:
+        _refuse_queue_options()
         _replay_on_spark(input_dir, queue_dir, changefeed_dir, opts, master, until_watermark, progress, as_json)
         return
     dead_letter = opts.dead_letter
@@ -117,6 +120,32 @@ def replay(
         + (f"\nquarantined {s.quarantined:,} bad record(s) in {dead_letter}:" if s.quarantined else "")
         + "".join(f"\n  {b['file']}:{b['line']}: {b['reason']}" for b in bad_lines)
     )
+
+
+#: replay's options that --engine spark has no use for: the queue's (the Spark job keeps no
+#: queue: Spark shuffles the records), retention (the job sees the whole input at once), the
+#: periodic progress line (the job prints a line per step)
+_NOT_ON_SPARK = (
+    "segment_size",
+    "block_records",
+    "checkpoint_interval",
+    "retain_segments",
+    "retain_age",
+    "transaction_retention",
+    "transaction_retention_scn",
+    "progress_interval",
+)
+
+
+def _refuse_queue_options() -> None:
+    """--engine spark with an option given (command line, environment, --config) that it
+    would not honour: a usage error naming it, rather than an option silently ignored."""
+    ctx = click.get_current_context()
+    params = {p.name: p for p in ctx.command.params}
+    for name in _NOT_ON_SPARK:
+        if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT:
+            flag = params[name].opts[0]
+            raise click.UsageError(f"{flag} does not apply to --engine spark (docs/spark.md, Replay on Spark)")
 
 
 def _replay_on_spark(input_dir, queue_dir, changefeed_dir, opts, master, until_watermark, progress, as_json) -> None:
@@ -161,6 +190,10 @@ def _replay_on_spark(input_dir, queue_dir, changefeed_dir, opts, master, until_w
             dead_letter=opts.dead_letter,
             durable=opts.durable,
             until_watermark=until_watermark,
+            changefeed_mode=opts.changefeed_mode,
+            iceberg_catalog=opts.iceberg_catalog,
+            iceberg_table=opts.iceberg_table,
+            adopt_changefeed=opts.adopt_changefeed,
             on_stage=on_stage,
         )
     finally:

@@ -3,12 +3,14 @@ as DataFrame work (docs/spark.md, "Replay on Spark").
 
 The steps, each a Spark job (named in the Spark UI's job descriptions):
 
-1. **Read**: one task per log file (``.zst`` too) reads and checks its lines with the
-   redo source's own functions (:func:`~olr_buffer.sources.redo.decode_line`,
+1. **Read**: one task per log file (``.zst`` too), or per split of a plain file larger
+   than :data:`SPLIT_BYTES` (a first job counts each split's newlines, so that each task
+   knows its first line's number), reads and checks its lines with the redo source's own
+   functions (:func:`~olr_buffer.sources.redo.decode_line`,
    :func:`~olr_buffer.sources.redo.check_order`), so that the records and the errors are
-   the same as ``replay``'s. A task cannot see the thread's previous file: it reports its
-   first line and its last ``(scn, sub)``, and the driver checks each thread's files
-   against each other. A bad line stops the job with ``FILE:LINE: reason`` before
+   the same as ``replay``'s. A task cannot see the thread's previous file or split: it
+   reports its first line and its last ``(scn, sub)``, and the driver checks each
+   thread's files and splits against each other. A bad line stops the job with ``FILE:LINE: reason`` before
    anything is published, or, with a dead-letter file, is written there and left out.
 2. **Segments** (XID reuse): the begin and end records (a few per transaction) sorted per
    XID by row order; a begin above the first end's SCN of the transaction so far starts a
@@ -43,10 +45,11 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from ..changes import (
@@ -66,7 +69,7 @@ from ..changes import (
 )
 from ..dead_letters import DeadLetters
 from ..errors import OlrBufferError
-from ..sinks.parquet import DEFAULT_FILE_ROWS, ChangefeedOwner, ChangefeedWriter
+from ..sinks.parquet import DEFAULT_FILE_ROWS, DEFAULT_MODE, ChangefeedOwner, ChangefeedWriter, IcebergSettings
 from ..sources.redo import (
     AFTER_MARKER,
     MAX_LINE_BYTES,
@@ -96,9 +99,13 @@ _RECORD, _ERROR, _FILE = 0, 1, 2  # kinds of what a read task yields
 _ROW_CODES = sorted(ROW_CODES)
 _BOM = b"\xef\xbb\xbf"
 
+#: A plain log file larger than this is read by several tasks, one per split of about
+#: this many bytes (``.zst`` files: one task each, whatever their size).
+SPLIT_BYTES = 128 << 20
+
 _PARSED_SCHEMA = (
-    "kind int, thread int, seq long, line long, code int, scn long, sub long, xid string, rid string, "
-    "tm long, rec binary, msg string, raw binary"
+    "kind int, thread int, seq long, part int, line long, code int, scn long, sub long, xid string, "
+    "rid string, tm long, rec binary, msg string, raw binary"
 )
 
 
@@ -126,8 +133,10 @@ class SparkReplaySummary:
     open_transactions: int = 0
     held_for_run: int = 0  # ended above the watermark (until_watermark): left for run
     watermark: int | None = None  # until_watermark: the watermark at the end of the files
-    # per thread, the first sequence that holds a record of a transaction left for run
-    # (open, or ended above the watermark): run needs the files from there on
+    # per thread, the log sequence a new queue reads from (recorded in the manifest, as
+    # replay records it): the first that holds a record of a transaction left for run
+    # (open, or ended above the watermark), else the last that holds a record of any;
+    # run --adopt-changefeed needs the files from there on
     run_from: dict[int, int] = field(default_factory=dict)
     next_tx_seq: int = 0
     files_published: int = 0
@@ -142,41 +151,121 @@ class SparkReplaySummary:
 # -- step 1: reading, on the executors --------------------------------------------------------
 
 
-def _read_files(files: Iterable[tuple[int, int, str, bool, bool, dict]]) -> Iterator[tuple]:
-    """A read task: every line of each file, checked as the redo reader checks them.
-    The driver's AWS variables, if the input is on a store, go with each file."""
-    for thread, seq, path, compressed, quarantine, aws in files:
-        os.environ.update(aws)
-        yield from _read_file(LogFile(thread, seq, path, compressed), quarantine)
+@dataclass(frozen=True)
+class _Split:
+    """A read task's part of a log file: the lines that start in ``[start, end)``
+    (``end`` None: to the end of the file); ``newlines_before``: how many newlines the file
+    holds before ``start`` (its first line's number follows from it)."""
+
+    part: int = 0
+    start: int = 0
+    end: int | None = None
+    newlines_before: int = 0
 
 
-def _read_file(lf: LogFile, quarantine: bool) -> Iterator[tuple]:
-    """The records of one file as rows of :data:`_PARSED_SCHEMA`; a bad line as an error
-    row (and, unless ``quarantine``, the end of the file); last, the file's summary: its
-    first line taken and the thread's ``(scn, sub)`` after its last (the driver checks the
-    files of a thread against each other)."""
-    thread, seq = lf.thread, lf.sequence
+_TASK_SCHEMA = (
+    "thread int, seq long, path string, compressed boolean, quarantine boolean, aws string, "
+    "part int, start long, end long, newlines_before long"
+)
+_ARROW_ROWS = 8192  # rows of a read task's Arrow batch, at most
+_ARROW_BYTES = 32 << 20  # and about this many bytes of records and raw lines
+
+
+def _arrow_schema():
+    import pyarrow as pa
+
+    i32, i64, s, b = pa.int32(), pa.int64(), pa.string(), pa.binary()
+    types = [i32, i32, i64, i32, i64, i32, i64, i64, s, s, i64, b, s, b]
+    names = [c.split()[0] for c in _PARSED_SCHEMA.split(", ")]
+    return pa.schema(list(zip(names, types)))
+
+
+def _read_arrow(batches: Iterable[Any]) -> Iterator[Any]:
+    """A read task (``mapInArrow``): :func:`_read_file` of each task row, as Arrow record
+    batches of :data:`_PARSED_SCHEMA` (no pickling of rows)."""
+    import pyarrow as pa
+
+    schema = _arrow_schema()
+    types = list(schema.types)
+
+    def batch(rows: list[tuple]) -> Any:
+        return pa.RecordBatch.from_arrays([pa.array(c, t) for c, t in zip(zip(*rows), types)], schema=schema)
+
+    for tasks in batches:
+        for task in tasks.to_pylist():
+            os.environ.update(json.loads(task["aws"]))
+            lf = LogFile(task["thread"], task["seq"], task["path"], task["compressed"])
+            split = _Split(task["part"], task["start"], task["end"], task["newlines_before"])
+            rows: list[tuple] = []
+            size = 0
+            for row in _read_file(lf, task["quarantine"], split):
+                rows.append(row)
+                size += len(row[11] or b"") + len(row[13] or b"")
+                if len(rows) >= _ARROW_ROWS or size >= _ARROW_BYTES:
+                    yield batch(rows)
+                    rows, size = [], 0
+            if rows:
+                yield batch(rows)
+
+
+def _count_newlines(task: tuple[int, int, str, dict, _Split]) -> tuple[int, int, int, int | None, str | None]:
+    """A counting task: how many newlines a split of a plain file holds, as
+    ``(thread, seq, part, count, None)``; ``(thread, seq, part, None, reason)`` if it cannot
+    be read."""
+    thread, seq, path, aws, split = task
+    os.environ.update(aws)
+    assert split.end is not None
+    n, left = 0, split.end - split.start
+    try:
+        with _open(LogFile(thread, seq, path, False), split.start) as fh:
+            while left > 0:
+                chunk = fh.read(min(left, 1 << 23))
+                if not chunk:
+                    break
+                n += chunk.count(b"\n")
+                left -= len(chunk)
+    except OSError as exc:
+        return (thread, seq, split.part, None, f"cannot read: {exc.strerror or exc}")
+    return (thread, seq, split.part, n, None)
+
+
+def _read_file(lf: LogFile, quarantine: bool, split: _Split) -> Iterator[tuple]:
+    """The records of one file (of its lines that start in ``split``) as rows of
+    :data:`_PARSED_SCHEMA`; a bad line as an error row (and, unless ``quarantine``, the end
+    of the split); last, the split's summary: its first line taken and the thread's
+    ``(scn, sub)`` after its last (the driver checks the splits and files of a thread
+    against each other)."""
+    thread, seq, part = lf.thread, lf.sequence, split.part
     last_scn, last_sub = -1, -1
     first = None
-    line = records = comps = nbytes = 0
+    line, records, comps, nbytes = split.newlines_before, 0, 0, 0
     progress, closed = -1, False  # the thread's progress (every SCN up to it is written), closed by a close
     limit = MAX_LINE_BYTES + 1
     try:
-        fh = _open(lf)
+        fh = _open(lf, max(0, split.start - 1))
     except OSError as exc:
         reason = f"cannot open: {exc.strerror}"
-        yield (_ERROR, thread, seq, None, None, None, None, None, None, None, None, reason, None)
+        yield (_ERROR, thread, seq, part, None, None, None, None, None, None, None, None, reason, None)
         return
+    end = sys.maxsize if split.end is None else split.end
+    at = split.start  # where fh is: the split reads the lines that start before its end
     with fh:
         try:
-            if fh.peek(len(_BOM))[: len(_BOM)] == _BOM:
-                nbytes += len(fh.read(len(_BOM)))
-            while True:
+            if split.start == 0:
+                if fh.peek(len(_BOM))[: len(_BOM)] == _BOM:
+                    nbytes += len(fh.read(len(_BOM)))
+                    at += len(_BOM)
+            elif fh.read(1) != b"\n":  # it starts within a line: the split before reads that one
+                skipped = _rest_of_line(fh)
+                at += len(skipped)
+                line += skipped.endswith(b"\n")
+            while at < end:
                 raw = fh.readline(limit)
                 if not raw:
                     break
                 line += 1
                 nbytes += len(raw)
+                at += len(raw)
                 try:
                     if len(raw) >= limit:
                         raise RecordError(f"line longer than {MAX_LINE_BYTES} bytes")
@@ -193,8 +282,11 @@ def _read_file(lf: LogFile, quarantine: bool) -> Iterator[tuple]:
                     xid.encode()  # type: ignore[union-attr]  # (a record's xid is a string)
                 except RecordError as exc:
                     if len(raw) >= limit:
-                        raw += _rest_of_line(fh)
-                    yield (_ERROR, thread, seq, line, None, None, None, None, None, None, None, str(exc), raw)
+                        rest = _rest_of_line(fh)
+                        nbytes += len(rest)
+                        at += len(rest)
+                        raw += rest
+                    yield (_ERROR, thread, seq, part, line, None, None, None, None, None, None, None, str(exc), raw)
                     if not quarantine:
                         return
                     continue
@@ -204,7 +296,7 @@ def _read_file(lf: LogFile, quarantine: bool) -> Iterator[tuple]:
                         if exc.object == xid
                         else "a string is not valid Unicode (lone surrogate)"
                     )
-                    yield (_ERROR, thread, seq, line, None, None, None, None, None, None, None, reason, raw)
+                    yield (_ERROR, thread, seq, part, line, None, None, None, None, None, None, None, reason, raw)
                     if not quarantine:
                         return
                     continue
@@ -212,14 +304,14 @@ def _read_file(lf: LogFile, quarantine: bool) -> Iterator[tuple]:
                 progress, closed = max(progress, scn - 1), False
                 records += 1
                 if code in ROW_CODES:
-                    yield (_RECORD, thread, seq, line, code, scn, sub, xid, payload[4], None, encoded, None, None)
+                    yield (_RECORD, thread, seq, part, line, code, scn, sub, xid, payload[4], None, encoded, None, None)
                 elif code & COMPENSATION:
                     comps += 1
-                    yield (_RECORD, thread, seq, line, code, scn, sub, xid, payload[0], None, None, None, None)
+                    yield (_RECORD, thread, seq, part, line, code, scn, sub, xid, payload[0], None, None, None, None)
                 else:
-                    yield (_RECORD, thread, seq, line, code, scn, sub, xid, None, payload[0], None, None, None)
+                    yield (_RECORD, thread, seq, part, line, code, scn, sub, xid, None, payload[0], None, None, None)
         except (OSError, CorruptCompressedFile) as exc:
-            yield (_ERROR, thread, seq, line + 1, None, None, None, None, None, None, None, str(exc), None)
+            yield (_ERROR, thread, seq, part, line + 1, None, None, None, None, None, None, None, str(exc), None)
             return
     summary = {
         "first": first,
@@ -230,15 +322,22 @@ def _read_file(lf: LogFile, quarantine: bool) -> Iterator[tuple]:
         "progress": progress,
         "closed": closed,
     }
-    yield (_FILE, thread, seq, None, None, None, None, None, None, None, None, json.dumps(summary), None)
+    yield (_FILE, thread, seq, part, None, None, None, None, None, None, None, None, json.dumps(summary), None)
 
 
-def _open(lf: LogFile):
-    """A log file's content: a local file, or an object (``s3://BUCKET/PREFIX/NAME``)."""
+def _open(lf: LogFile, start: int = 0):
+    """A log file's content (a plain one's from byte ``start``): a local file, or an object
+    (``s3://BUCKET/PREFIX/NAME``)."""
     if not is_remote(lf.path):
-        return lf.open()
+        fh = lf.open()
+        if start:
+            fh.seek(start)
+        return fh
     folder, _, name = lf.path.rpartition("/")
-    return read_stream(open_store(folder).open_input(name), lf.compressed)
+    obj = open_store(folder).open_input(name)
+    if start:
+        obj.seek(start)
+    return read_stream(obj, lf.compressed)
 
 
 def _rest_of_line(fh) -> bytes:
@@ -299,11 +398,15 @@ def _queue_id(queue_dir: str) -> str:
     return queue_id
 
 
-def _scan(input_dir: str) -> dict[int, dict[int, LogFile]]:
-    """The log files of a directory, or of an object-store prefix, by thread and sequence."""
+def _scan(input_dir: str) -> tuple[dict[int, dict[int, LogFile]], dict[str, int]]:
+    """The log files of a directory, or of an object-store prefix, by thread and sequence;
+    the sizes of the plain ones, by path."""
     if not is_remote(input_dir):
-        return scan(input_dir)
-    found: dict[int, dict[int, LogFile]] = {}
+        found = scan(input_dir)
+        plain = (lf for seqs in found.values() for lf in seqs.values() if not lf.compressed)
+        return found, {lf.path: os.path.getsize(lf.path) for lf in plain}
+    found = {}
+    sizes = {}
     base = input_dir.rstrip("/")
     for obj in open_store(input_dir).list(""):
         parsed = parse_name(obj.name)
@@ -313,25 +416,65 @@ def _scan(input_dir: str) -> dict[int, dict[int, LogFile]]:
             if seq in found.setdefault(thread, {}):
                 raise InputError(path, None, f"thread {thread} sequence {seq} is also in another file")
             found[thread][seq] = LogFile(thread, seq, path, compressed)
-    return found
+            sizes[path] = obj.size
+    return found, sizes
 
 
-def _log_files(input_dir: str) -> tuple[list[LogFile], dict[int, list[LogFile]]]:
-    found = _scan(input_dir)
+def _log_files(input_dir: str) -> tuple[list[LogFile], dict[int, list[LogFile]], dict[str, int]]:
+    found, sizes = _scan(input_dir)
     if not found:
         raise InputError(input_dir, None, "no redo log files; expected names like redo_<thread>_<sequence>.jsonl")
     per_thread = {t: check_contiguous(input_dir, t, seqs) for t, seqs in sorted(found.items())}
-    return [f for t in per_thread for f in per_thread[t]], per_thread
+    return [f for t in per_thread for f in per_thread[t]], per_thread, sizes
 
 
-def _first_bad_order(per_thread: dict[int, list[LogFile]], summaries: dict[tuple[int, int], dict]) -> list[tuple]:
-    """The first line of each file that may not follow the thread's previous file:
-    ``(thread, seq, line, reason, path)``."""
-    bad = []
+def _splits(lf: LogFile, sizes: dict[str, int], split_bytes: int) -> list[_Split]:
+    """A plain file larger than ``split_bytes``: its splits, about that size each, their
+    ``newlines_before`` not yet known (0); otherwise one split, the whole file."""
+    size = 0 if lf.compressed else sizes.get(lf.path, 0)
+    if size <= split_bytes:
+        return [_Split()]
+    n = -(-size // split_bytes)
+    bounds = [size * k // n for k in range(n + 1)]
+    return [_Split(k, bounds[k], bounds[k + 1]) for k in range(n)]
+
+
+def _count_before(spark, tasks: list[tuple], stage: Callable[[str], None]) -> list[tuple]:
+    """The read tasks with each split's ``newlines_before``, counted by a first job (one
+    task per split of the files cut in splits; a file read whole starts at line 1)."""
+    cut = [(t, seq, path, aws, split) for t, seq, path, _, _, aws, split in tasks if split.end is not None]
+    if not cut:
+        return tasks
+    stage(f"count the lines of {len(cut)} split(s) of {len({(c[0], c[1]) for c in cut})} large file(s)")
+    counts = spark.sparkContext.parallelize(cut, len(cut)).map(_count_newlines).collect()
+    paths = {(t, seq): path for t, seq, path, _, _ in cut}
+    for t, seq, _, _, why in counts:
+        if why is not None:
+            raise InputError(paths[(t, seq)], None, why)
+    per_part = {(t, seq, part): n for t, seq, part, n, _ in counts}
+    out = []
+    for t, seq, path, compressed, quarantine, aws, split in tasks:
+        before = sum(per_part[(t, seq, k)] for k in range(split.part))
+        out.append((t, seq, path, compressed, quarantine, aws, replace(split, newlines_before=before)))
+    return out
+
+
+def _in_order(per_thread: dict[int, list[LogFile]], parts: dict[tuple[int, int], int]):
+    """Per thread, its files and their splits in order: ``(thread, [(file, part), ...])``."""
     for thread, files in per_thread.items():
+        yield thread, [(lf, part) for lf in files for part in range(parts[(thread, lf.sequence)])]
+
+
+def _first_bad_order(
+    per_thread: dict[int, list[LogFile]], parts: dict[tuple[int, int], int], summaries: dict[tuple[int, int, int], dict]
+) -> list[tuple]:
+    """The first line of each file (or split) that may not follow the one before it in
+    its thread: ``(thread, seq, part, line, reason, path)``."""
+    bad = []
+    for thread, pieces in _in_order(per_thread, parts):
         last = (-1, -1)
-        for lf in files:
-            s = summaries.get((thread, lf.sequence))
+        for lf, part in pieces:
+            s = summaries.get((thread, lf.sequence, part))
             if s is None:
                 break  # the file stopped at an error: reported as such
             if s["first"] is not None:
@@ -339,20 +482,22 @@ def _first_bad_order(per_thread: dict[int, list[LogFile]], summaries: dict[tuple
                 try:
                     check_order(code, scn, sub, *last)
                 except RecordError as exc:
-                    bad.append((thread, lf.sequence, line, str(exc), lf.path))
+                    bad.append((thread, lf.sequence, part, line, str(exc), lf.path))
                 last = tuple(s["last"])
     return bad
 
 
 @needs_pyspark
-def _watermark(per_thread: dict[int, list[LogFile]], summaries: dict[tuple[int, int], dict]) -> int:
+def _watermark(
+    per_thread: dict[int, list[LogFile]], parts: dict[tuple[int, int], int], summaries: dict[tuple[int, int, int], dict]
+) -> int:
     """``min P(t)`` over the threads at the end of their files; a thread closed there
     does not hold it."""
     w = INFINITE_SCN
-    for thread, files in per_thread.items():
+    for thread, pieces in _in_order(per_thread, parts):
         progress, closed = -1, False
-        for lf in files:
-            s = summaries[(thread, lf.sequence)]
+        for lf, part in pieces:
+            s = summaries[(thread, lf.sequence, part)]
             if s["first"] is not None:
                 progress, closed = max(progress, s["progress"]), s["closed"]
         if not closed:
@@ -371,6 +516,11 @@ def replay_on_spark(
     dead_letter: str | None = None,
     durable: bool = True,
     until_watermark: bool = False,
+    changefeed_mode: int | None = None,
+    iceberg_catalog: str | None = None,
+    iceberg_table: str | None = None,
+    adopt_changefeed: bool = False,
+    split_bytes: int = SPLIT_BYTES,
     on_stage: Callable[[str], None] | None = None,
 ) -> SparkReplaySummary:
     """Replay the redo log files of ``input_dir`` into ``changefeed`` with the Spark
@@ -383,7 +533,12 @@ def replay_on_spark(
     ``until_watermark``: the files are not the whole input (``run`` goes on from them):
     publish only the commits at or below the watermark at their end (``min P(t)`` over
     the threads, a thread closed at its end aside), and leave the rest, with every
-    transaction still open, to ``run --adopt-changefeed`` on the same changefeed."""
+    transaction still open, to ``run --adopt-changefeed`` on the same changefeed.
+
+    ``file_rows``, ``table_format``, ``dead_letter``, ``durable``, ``changefeed_mode``,
+    ``iceberg_catalog``, ``iceberg_table`` and ``adopt_changefeed`` are ``replay``'s
+    options of those names (``durable=False``: ``--no-sync``). A plain log file larger than
+    ``split_bytes`` is read by one task per split of about that size."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
     from pyspark.sql.window import Window
@@ -397,13 +552,12 @@ def replay_on_spark(
         if on_stage is not None:
             on_stage(name)
 
-    files, per_thread = _log_files(input_dir)
+    files, per_thread, sizes = _log_files(input_dir)
     summary.threads = sorted(per_thread)
     summary.files_read = len(files)
     queue_id = _queue_id(queue_dir)
 
     # -- 1. read ---------------------------------------------------------------------------
-    stage(f"read {len(files)} log file(s)")
     quarantine = dead_letter is not None
     # executors read an object-store input with the driver's credentials and endpoint
     aws = {k: v for k, v in os.environ.items() if k.startswith("AWS_")} if is_remote(input_dir) else {}
@@ -415,38 +569,57 @@ def replay_on_spark(
             f.compressed,
             quarantine,
             aws,
+            split,
         )
         for f in files
+        for split in _splits(f, sizes, split_bytes)
     ]
-    parsed = spark.createDataFrame(
-        sc.parallelize(tasks, max(1, len(tasks))).mapPartitions(_read_files), _PARSED_SCHEMA
-    ).persist(StorageLevel.MEMORY_AND_DISK)
+    parts = {(f.thread, f.sequence): 0 for f in files}
+    for t, seq, *_ in tasks:
+        parts[(t, seq)] += 1
+    tasks = _count_before(spark, tasks, stage)
+    cut = f" in {len(tasks)} split(s)" if len(tasks) > len(files) else ""
+    stage(f"read {len(files)} log file(s){cut}")
+    task_rows = [
+        (t, seq, path, compressed, quarantine, json.dumps(aws), sp.part, sp.start, sp.end, sp.newlines_before)
+        for t, seq, path, compressed, quarantine, aws, sp in tasks
+    ]
+    parsed = (
+        spark.createDataFrame(sc.parallelize(task_rows, max(1, len(task_rows))), _TASK_SCHEMA)
+        .mapInArrow(_read_arrow, _PARSED_SCHEMA)
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    )
     try:
-        meta = parsed.filter(F.col("kind") != _RECORD).select("kind", "thread", "seq", "line", "msg", "raw").collect()
-        summaries = {(r.thread, r.seq): json.loads(r.msg) for r in meta if r.kind == _FILE}
+        meta = parsed.filter(F.col("kind") != _RECORD).select("kind", "thread", "seq", "part", "line", "msg", "raw")
+        meta_rows = meta.collect()
+        summaries = {(r.thread, r.seq, r.part): json.loads(r.msg) for r in meta_rows if r.kind == _FILE}
         paths = {(f.thread, f.sequence): f.path for f in files}
-        errors = [(r.thread, r.seq, r.line, r.msg, paths[(r.thread, r.seq)], r.raw) for r in meta if r.kind == _ERROR]
-        errors += [(t, s, line, why, path, None) for t, s, line, why, path in _first_bad_order(per_thread, summaries)]
-        errors.sort(key=lambda e: (e[0], e[1], e[2] if e[2] is not None else -1))
+        errors = [
+            (r.thread, r.seq, r.part, r.line, r.msg, paths[(r.thread, r.seq)], r.raw)
+            for r in meta_rows
+            if r.kind == _ERROR
+        ]
+        errors += [(*bad, None) for bad in _first_bad_order(per_thread, parts, summaries)]
+        errors.sort(key=lambda e: (e[0], e[1], e[2], e[3] if e[3] is not None else -1))
         # the first bad line stops the job; with a dead-letter file, only what cannot be
         # set aside does (a file that cannot be read, a line out of order across files)
-        stop = errors[:1] if dead_letter is None else [e for e in errors if e[5] is None][:1]
+        stop = errors[:1] if dead_letter is None else [e for e in errors if e[6] is None][:1]
         if stop:
-            _, _, line, why, path, _ = stop[0]
+            _, _, _, line, why, path, _ = stop[0]
             raise InputError(path, line, why)
-        records = parsed.filter(F.col("kind") == _RECORD).drop("kind", "msg", "raw")
+        records = parsed.filter(F.col("kind") == _RECORD).drop("kind", "part", "msg", "raw")
         if errors:
             assert dead_letter is not None
             letters = DeadLetters(dead_letter)
             try:
-                for _, _, line, why, path, raw in errors:
+                for _, _, _, line, why, path, raw in errors:
                     letters.put(path, line, why, raw)
             finally:
                 letters.close()
             summary.quarantined = len(errors)
         summary.records_read = sum(s["records"] for s in summaries.values())
         if until_watermark:
-            summary.watermark = _watermark(per_thread, summaries)
+            summary.watermark = _watermark(per_thread, parts, summaries)
         compensations = sum(s["comps"] for s in summaries.values())
 
         writer = ChangefeedWriter(
@@ -455,11 +628,15 @@ def replay_on_spark(
             table_format=table_format,
             lease_owner=queue_id,
             file_rows=DEFAULT_FILE_ROWS if file_rows is None else file_rows,
+            mode=DEFAULT_MODE if changefeed_mode is None else changefeed_mode,
+            iceberg=IcebergSettings(iceberg_catalog, iceberg_table) if iceberg_catalog or iceberg_table else None,
         )
         try:
-            writer.open(ChangefeedOwner(queue_id), None, queue=queue_dir)
+            writer.open(ChangefeedOwner(queue_id), None, queue=queue_dir, adopt=adopt_changefeed)
             files_before = writer.figures().files_published
-            _assemble_and_publish(spark, F, Window, records, writer, compensations, summary, stage)
+            # per thread, the last file holding a record of a transaction
+            reached = {t: seq for (t, seq, _), doc in sorted(summaries.items()) if doc["records"]}
+            _assemble_and_publish(spark, F, Window, records, writer, compensations, reached, summary, stage)
             summary.watermark = None if summary.watermark == INFINITE_SCN else summary.watermark
             writer.close()
             summary.next_tx_seq = writer.next_tx_seq
@@ -475,7 +652,9 @@ def replay_on_spark(
     return summary
 
 
-def _assemble_and_publish(spark, F, Window, records, writer, compensations: int, summary, stage) -> None:
+def _assemble_and_publish(
+    spark, F, Window, records, writer, compensations: int, reached: dict[int, int], summary, stage
+) -> None:
     key = ["scn", "sub", "thread", "seq", "line"]
 
     # -- 2. segments (XID reuse) -----------------------------------------------------------
@@ -550,10 +729,14 @@ def _assemble_and_publish(spark, F, Window, records, writer, compensations: int,
     counts = {r.state: (r.n, r.extra) for r in by_state}
     summary.open_transactions = counts.get("open", (0, 0))[0]
     summary.held_for_run = counts.get("held", (0, 0))[0]
+    # run_from: per thread, where a new queue reads again (recorded in the manifest with
+    # the last publication, as the one-process replay records it): the first file holding
+    # a record of a transaction left for run, else the last file holding a record of any
+    summary.run_from = dict(reached)
     if summary.open_transactions or summary.held_for_run:
         left = txns.filter(F.col("state").isin("open", "held")).select("xid", "seg")
         firsts = recs.join(left, ["xid", "seg"]).groupBy("thread").agg(F.min("seq").alias("seq")).collect()
-        summary.run_from = {r.thread: r.seq for r in firsts}
+        summary.run_from.update({r.thread: r.seq for r in firsts})
     summary.rolled_back = counts.get("rolled_back", (0, 0))[0]
     summary.no_begin = counts.get("no_begin", (0, 0))[0]
     summary.already_published = counts.get("already_published", (0, 0))[0]
@@ -607,8 +790,16 @@ def _assemble_and_publish(spark, F, Window, records, writer, compensations: int,
         ordered.select("xid", "seg", "n_rows").rdd.zipWithIndex().map(lambda p: (*p[0], p[1] + first)),
         "xid string, seg long, n_rows long, tx_seq long",
     )
-    totals = numbered.groupBy().agg(F.count("*").alias("n"), F.sum("n_rows").alias("rows")).collect()[0]
+    commit_key = F.struct("c_scn", "c_thread", "c_seq", "c_line")
+    totals = (
+        kept.filter(F.col("n_rows").isNotNull())
+        .groupBy()
+        .agg(F.count("*").alias("n"), F.sum("n_rows").alias("rows"), F.max(commit_key).alias("through"))
+        .collect()[0]
+    )
     n_tx, n_rows = totals.n or 0, totals.rows or 0
+    if n_tx:  # run_from goes into the manifest with the publication of the last commit, not before
+        writer.note_run_from(summary.run_from, CommitKey(*totals.through))
 
     # -- 5. publish ----------------------------------------------------------------------------
     stage(f"publish {n_tx:,} transactions ({n_rows:,} rows) from tx_seq {first}")

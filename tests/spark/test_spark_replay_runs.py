@@ -192,3 +192,65 @@ def test_until_watermark_needs_the_spark_engine(tmp_path):
     )  # fmt: skip
     assert r.returncode == 2 and "--until-watermark goes with --engine spark" in r.stderr
     assert not (tmp_path / "cf").exists()
+
+
+@pytest.fixture(params=["parquet", "delta"])
+def taken_from_spark(request, spark, tmp_path: Path) -> dict:
+    """tests.test_run_from's first part replayed on Spark until the watermark (X left
+    open), its second part written, the files before the recorded ones moved away."""
+    from tests.test_run_from import FIRST, SECOND, manifest, write
+
+    inp, whole, cf = tmp_path / "in", tmp_path / "whole", str(tmp_path / "cf")
+    write(inp, FIRST)
+    s = replay_on_spark(
+        spark, str(inp), str(tmp_path / "qs"), cf, file_rows=2, table_format=request.param, until_watermark=True
+    )
+    assert (s.transactions_published, s.open_transactions) == (5, 1)
+    # as the one-process replay records it: X's thread from its first file, thread 2 from
+    # the last file holding a record (E's)
+    assert s.run_from == {1: 2, 2: 2}
+    assert manifest(cf)["run_from"] == {"1": 2, "2": 2}
+    write(inp, SECOND)
+    write(whole, FIRST)
+    write(whole, SECOND)
+    (tmp_path / "moved").mkdir()
+    for name in ("redo_1_1.jsonl", "redo_2_1.jsonl"):
+        shutil.move(inp / name, tmp_path / "moved" / name)
+    return {"input": inp, "whole": whole, "cf": cf, "queue": tmp_path / "q2", "delta": request.param == "delta"}
+
+
+@pytest.mark.parametrize("how", ["--adopt-changefeed", "--standby"])
+def test_run_after_the_spark_replay_reads_from_the_recorded_files(taken_from_spark, how):
+    """The Spark replay records run_from in the manifest with its last publication:
+    ``run --adopt-changefeed`` (or ``--standby``) on a new queue starts each thread there,
+    and the changefeed is one replay of the whole input."""
+    from tests.contract_model import expected_changefeed
+    from tests.test_changefeed_s3 import Service, assert_exact
+    from tests.test_run_from import manifest, wait_next
+
+    t = taken_from_spark
+    model = expected_changefeed(t["whole"])
+    args = [t["input"], "--queue", t["queue"], "--changefeed", t["cf"], "--threads", "1,2", how]
+    service = Service(*args, "--checkpoint-interval", "0.2", "--log-level", "info")
+    try:
+        service.wait_line(
+            r"reading from where the changefeed needs it .*thread 1 from sequence 2, thread 2 from sequence 2"
+        )
+        wait_next(t["cf"], model.committed, service)
+    finally:
+        assert service.stop() == 0, "\n".join(service.lines[-30:])
+    assert_exact(t["cf"], model, delta=t["delta"])
+    assert manifest(t["cf"])["run_from"] == {"1": 4, "2": 4}
+
+
+def test_a_file_the_spark_replay_recorded_gone_is_a_one_line_error(taken_from_spark):
+    """X began in thread 1's sequence 2: without it, run would publish the changefeed
+    without X; it stops with one line instead."""
+    from tests.test_changefeed_s3 import cli
+
+    t = taken_from_spark
+    shutil.move(t["input"] / "redo_1_2.jsonl", t["input"].parent / "moved" / "redo_1_2.jsonl")
+    result = cli("replay", t["input"], "--queue", t["queue"], "--changefeed", t["cf"], "--adopt-changefeed")
+    assert result.returncode != 0, result.describe()
+    assert "needs redo thread 1 from sequence 2, which is not here (sequences 3..4 are)" in result.stderr
+    assert "Traceback" not in result.stderr
