@@ -37,6 +37,13 @@ def spark():
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.memory", "1g")
+        # the status store (kept with the UI off too) holds each SQL execution's plan text and
+        # every job's and stage's figures; the run's thousands of queries filled the 1 GB heap
+        # with them (java.lang.OutOfMemoryError in a small test, the session dead after it)
+        .config("spark.sql.ui.retainedExecutions", "20")
+        .config("spark.ui.retainedJobs", "50")
+        .config("spark.ui.retainedStages", "50")
+        .config("spark.ui.retainedTasks", "2000")
         # the JIT's first tier and one GC thread: the tests' queries are small and short, and
         # the JVM took half the CPU it otherwise does (65 s against 131 s for the Spark tests)
         .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
