@@ -49,6 +49,14 @@ from .progress import progress_line, progress_options, with_progress
     help="--engine spark: the logs go on (run takes over): publish only the commits every thread's files are "
     "past; the rest is left for run --adopt-changefeed.",
 )
+@click.option(
+    "--spark-staging",
+    "staging",
+    default=None,
+    metavar="DIR|s3://BUCKET/PREFIX",
+    help="--engine spark: where the executors leave the sorted rows for the driver to publish; on a cluster, "
+    "a place every executor and the driver reach (default: QUEUE/staging).",
+)
 @json_option("the summary")
 @log_format_option
 @clean_errors
@@ -61,6 +69,7 @@ def replay(
     engine,
     master,
     until_watermark,
+    staging,
     as_json,
     log_format,
     **pipeline,
@@ -76,12 +85,18 @@ def replay(
     start_logging(None, log_format, "warning")
     opts = pipeline_settings(**pipeline)
     if engine != "spark":
-        for name, given in (("--until-watermark", until_watermark), ("--master", master is not None)):
+        for name, given in (
+            ("--until-watermark", until_watermark),
+            ("--master", master is not None),
+            ("--spark-staging", staging is not None),
+        ):
             if given:
                 raise click.UsageError(f"{name} goes with --engine spark")
     else:
         _refuse_queue_options()
-        _replay_on_spark(input_dir, queue_dir, changefeed_dir, opts, master, until_watermark, progress, as_json)
+        _replay_on_spark(
+            input_dir, queue_dir, changefeed_dir, opts, master, until_watermark, staging, progress, as_json
+        )
         return
     dead_letter = opts.dead_letter
     bar = progress_line(progress, progress_interval, _replay_figures)
@@ -148,7 +163,9 @@ def _refuse_queue_options() -> None:
             raise click.UsageError(f"{flag} does not apply to --engine spark (docs/spark.md, Replay on Spark)")
 
 
-def _replay_on_spark(input_dir, queue_dir, changefeed_dir, opts, master, until_watermark, progress, as_json) -> None:
+def _replay_on_spark(
+    input_dir, queue_dir, changefeed_dir, opts, master, until_watermark, staging, progress, as_json
+) -> None:
     """``--engine spark``: the replay as a Spark job of a session on ``master``."""
     import os
     import sys
@@ -194,6 +211,7 @@ def _replay_on_spark(input_dir, queue_dir, changefeed_dir, opts, master, until_w
             iceberg_catalog=opts.iceberg_catalog,
             iceberg_table=opts.iceberg_table,
             adopt_changefeed=opts.adopt_changefeed,
+            staging=staging,
             on_stage=on_stage,
         )
     finally:

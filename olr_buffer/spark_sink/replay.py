@@ -28,11 +28,12 @@ The steps, each a Spark job (named in the Spark UI's job descriptions):
    the row just before it at its level. ``op_seq`` is the row's number in its
    transaction in row order.
 5. **Publish**: the rows, range-partitioned by ``(tx_seq, op_seq)`` into partitions of
-   at most :data:`PARTITION_ROWS` rows, reach the driver one partition at a time
-   (``toLocalIterator``), which hands them to the changefeed's own writer
-   (:class:`~olr_buffer.sinks.parquet.ChangefeedWriter`): the same files, schema
-   documents, manifest and Delta commits as ``replay``'s, local or on S3. A transaction
-   larger than a partition streams through in chunks.
+   at most :data:`PARTITION_ROWS` rows and sorted, are written by the executors as one
+   Parquet file a partition to a staging folder; the driver reads the files in order, a
+   batch at a time (the rows never pass through its JVM), and hands them to the
+   changefeed's own writer (:class:`~olr_buffer.sinks.parquet.ChangefeedWriter`): the
+   same files, schema documents, manifest and Delta commits as ``replay``'s, local or on
+   S3. A transaction larger than a partition streams through in batches.
 
 Exactly once: everything above is a function of the input, so a rerun computes the same
 transactions with the same ``tx_seq``; the writer's recovery on open keeps what was
@@ -42,6 +43,7 @@ the rerun publishes only the commits above the changefeed's last.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import json
 import os
@@ -89,7 +91,7 @@ from .reading import needs_pyspark
 #: The file in the queue directory that holds the Spark replay's queue id: the changefeed's
 #: owner, so that a rerun on the same queue directory resumes the same changefeed.
 QUEUE_ID_FILE = "spark-replay.json"
-#: At most this many rows reach the driver at once (a partition of the sorted result).
+#: Rows of a partition of the sorted result (a staged file) at most.
 PARTITION_ROWS = 50_000
 #: Rows of a transaction handed to the writer at once; a transaction of more rows streams.
 CHUNK_ROWS = 4096
@@ -521,6 +523,7 @@ def replay_on_spark(
     iceberg_table: str | None = None,
     adopt_changefeed: bool = False,
     split_bytes: int = SPLIT_BYTES,
+    staging: str | None = None,
     on_stage: Callable[[str], None] | None = None,
 ) -> SparkReplaySummary:
     """Replay the redo log files of ``input_dir`` into ``changefeed`` with the Spark
@@ -538,7 +541,10 @@ def replay_on_spark(
     ``file_rows``, ``table_format``, ``dead_letter``, ``durable``, ``changefeed_mode``,
     ``iceberg_catalog``, ``iceberg_table`` and ``adopt_changefeed`` are ``replay``'s
     options of those names (``durable=False``: ``--no-sync``). A plain log file larger than
-    ``split_bytes`` is read by one task per split of about that size."""
+    ``split_bytes`` is read by one task per split of about that size. ``staging``: where
+    the executors leave the sorted rows for the driver to publish (a directory or
+    ``s3://BUCKET/PREFIX`` that every executor and the driver reach; default: the
+    folder ``staging`` of ``queue_dir``, which does on a local master)."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
     from pyspark.sql.window import Window
@@ -636,7 +642,16 @@ def replay_on_spark(
             files_before = writer.figures().files_published
             # per thread, the last file holding a record of a transaction
             reached = {t: seq for (t, seq, _), doc in sorted(summaries.items()) if doc["records"]}
-            _assemble_and_publish(spark, F, Window, records, writer, compensations, reached, summary, stage)
+            staged = _Staging(
+                staging or os.path.join(os.path.abspath(queue_dir), "staging"),
+                uuid.uuid4().hex,
+                {k: v for k, v in os.environ.items() if k.startswith("AWS_")} if is_remote(staging or "") else {},
+            )
+            staged.clear(everything=True)  # what a killed run left (the writer's lease is held: no other run)
+            try:
+                _assemble_and_publish(spark, F, Window, records, writer, compensations, reached, summary, stage, staged)
+            finally:
+                staged.clear()
             summary.watermark = None if summary.watermark == INFINITE_SCN else summary.watermark
             writer.close()
             summary.next_tx_seq = writer.next_tx_seq
@@ -653,7 +668,30 @@ def replay_on_spark(
 
 
 def _assemble_and_publish(
-    spark, F, Window, records, writer, compensations: int, reached: dict[int, int], summary, stage
+    spark, F, Window, records, writer, compensations: int, reached: dict[int, int], summary, stage, staging: _Staging
+) -> None:
+    cached: list[Any] = []  # unpersisted however this ends: a failed job leaves nothing in the session's cache
+    try:
+        _assemble_and_publish_cached(
+            spark, F, Window, records, writer, compensations, reached, summary, stage, staging, cached
+        )
+    finally:
+        for df in cached:
+            df.unpersist()
+
+
+def _assemble_and_publish_cached(
+    spark,
+    F,
+    Window,
+    records,
+    writer,
+    compensations: int,
+    reached: dict[int, int],
+    summary,
+    stage,
+    staging: _Staging,
+    cached: list,
 ) -> None:
     key = ["scn", "sub", "thread", "seq", "line"]
 
@@ -663,6 +701,7 @@ def _assemble_and_publish(
     starts_rdd = ctl.repartition("xid").sortWithinPartitions("xid", *key).rdd.mapPartitions(_segment_starts)
     starts = spark.createDataFrame(starts_rdd, "xid string, thread int, seq long, line long, start int")
     starts = starts.persist()
+    cached.append(starts)
     if starts.take(1):
         per_xid = Window.partitionBy("xid").orderBy(*key).rowsBetween(Window.unboundedPreceding, Window.currentRow)
         recs = records.join(F.broadcast(starts), ["xid", "thread", "seq", "line"], "left").withColumn(
@@ -724,6 +763,7 @@ def _assemble_and_publish(
         .when(~committed, "no_begin")
         .otherwise("publish"),
     ).persist()
+    cached.append(txns)
     extra = F.sum(F.greatest(F.col("n_ends") - 1, F.lit(0))).alias("extra")
     by_state = txns.groupBy("state").agg(F.count("*").alias("n"), extra).collect()
     counts = {r.state: (r.n, r.extra) for r in by_state}
@@ -762,6 +802,7 @@ def _assemble_and_publish(
         rows = rows.withColumn("low_before", F.least(F.lit(0), F.coalesce(F.min("s").over(before), F.lit(0))))
         # a compensation that finds nothing to cancel: the floored sum was at 0 before it
         rows = rows.withColumn("unmatched", F.col("comp") & (F.col("s") < F.col("low_before"))).persist()
+        cached.append(rows)
         comp_counts = (
             rows.filter("comp")
             .groupBy()
@@ -779,10 +820,12 @@ def _assemble_and_publish(
     rows = rows.select("xid", "seg", "thread", "rec", "c_scn", "c_thread", "c_seq", "c_line", "c_tm", *key)
     per_tx = Window.partitionBy("xid", "seg").orderBy(*key)
     rows = rows.withColumn("op_seq", F.row_number().over(per_tx) - 1).persist()
+    cached.append(rows)
 
     # -- tx_seq: by commit key, from the changefeed's next ---------------------------------
     sizes = rows.groupBy("xid", "seg").agg(F.count("*").alias("n_rows"))
     kept = publish.join(sizes, ["xid", "seg"], "left").persist()
+    cached.append(kept)
     summary.empty = kept.filter(F.col("n_rows").isNull()).count()
     ordered = kept.filter(F.col("n_rows").isNotNull()).orderBy("c_scn", "c_thread", "c_seq", "c_line")
     first = writer.next_tx_seq
@@ -809,10 +852,122 @@ def _assemble_and_publish(
         )
         parts = max(1, -(-n_rows // PARTITION_ROWS))
         out = out.repartitionByRange(parts, "tx_seq", "op_seq").sortWithinPartitions("tx_seq", "op_seq")
-        _write(out.toLocalIterator(), writer)
+        staged = _stage(out, staging, n_rows)
+        stage(f"publish {n_tx:,} transactions ({n_rows:,} rows) from tx_seq {first}: {len(staged)} sorted part(s)")
+        _write(_staged_rows(staging, staged), writer)
     summary.transactions_published, summary.rows_published = n_tx, n_rows
-    for df in (rows, kept, txns, starts):
-        df.unpersist()
+
+
+# -- step 5: the sorted rows, staged by the executors, read back in order by the driver ------------
+
+
+@dataclass(frozen=True)
+class _Staging:
+    """Where the executors leave the sorted rows (a directory or ``s3://`` prefix every
+    executor and the driver reach), under a folder of this run's own; ``aws``: the
+    driver's object-store settings, for the executors."""
+
+    uri: str
+    run: str
+    aws: dict[str, str]
+
+    def filesystem(self) -> tuple[Any, str]:
+        os.environ.update(self.aws)
+        fs, root = open_store(self.uri).arrow_filesystem()
+        return fs, f"{root.rstrip('/')}/{self.run}"
+
+    def clear(self, *, everything: bool = False) -> None:
+        """Remove this run's folder (``everything``: every run's, as a rerun finds them
+        after a kill); what cannot be removed is left (it is never read again)."""
+        fs, folder = self.filesystem()
+        target = folder.rpartition("/")[0] if everything else folder
+        try:
+            if everything:
+                fs.delete_dir_contents(target, missing_dir_ok=True)
+            else:
+                fs.delete_dir(target)
+        except (OSError, FileNotFoundError):
+            pass
+
+
+_STAGED_SCHEMA = "name string, rows long, first_tx long, first_op long, last_tx long, last_op long"
+
+
+def _stage(out, staging: _Staging, n_rows: int) -> list[Any]:
+    """Each partition of the sorted rows written by its task as one Parquet file of the
+    staging folder; the files (the successful task attempts' only), in order, checked to
+    hold every row once."""
+    staged = sorted(out.mapInArrow(_stager(staging), _STAGED_SCHEMA).collect(), key=lambda f: (f.first_tx, f.first_op))
+    at, count = None, 0
+    for f in staged:
+        if at is not None and (f.first_tx, f.first_op) <= at:
+            raise SparkReplayError(f"staged part {f.name} overlaps the one before it: this is a bug")
+        at, count = (f.last_tx, f.last_op), count + f.rows
+    if count != n_rows:
+        raise SparkReplayError(f"the staged parts hold {count} rows, not {n_rows}: this is a bug")
+    return staged
+
+
+def _stager(staging: _Staging) -> Callable[[Iterable[Any]], Iterator[Any]]:
+    def write(batches: Iterable[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        assert ctx is not None  # (in a task)
+        name = f"part-{ctx.partitionId():05d}-{ctx.taskAttemptId()}.parquet"
+        fs, folder = staging.filesystem()
+        out = None
+        rows, first, last = 0, None, None
+        try:
+            for b in batches:
+                if not b.num_rows:
+                    continue
+                if out is None:
+                    fs.create_dir(folder, recursive=True)
+                    out = pq.ParquetWriter(f"{folder}/{name}", b.schema, filesystem=fs, compression="lz4")
+                    first = (b.column("tx_seq")[0].as_py(), b.column("op_seq")[0].as_py())
+                out.write_batch(b)
+                rows += b.num_rows
+                last = (b.column("tx_seq")[-1].as_py(), b.column("op_seq")[-1].as_py())
+        finally:
+            if out is not None:
+                out.close()
+        if out is not None:
+            assert first is not None and last is not None
+            yield pa.RecordBatch.from_pylist(
+                [
+                    {
+                        "name": name,
+                        "rows": rows,
+                        "first_tx": first[0],
+                        "first_op": first[1],
+                        "last_tx": last[0],
+                        "last_op": last[1],
+                    }
+                ],
+                schema=pa.schema(
+                    [("name", pa.string())]
+                    + [(c, pa.int64()) for c in ("rows", "first_tx", "first_op", "last_tx", "last_op")]
+                ),
+            )
+
+    return write
+
+
+_Row = collections.namedtuple("_Row", "tx_seq op_seq xid thread rec c_scn c_thread c_seq c_line c_tm")
+
+
+def _staged_rows(staging: _Staging, staged: list[Any]) -> Iterator[_Row]:
+    """The staged rows in ``(tx_seq, op_seq)`` order, a batch of a file at a time."""
+    import pyarrow.parquet as pq
+
+    fs, folder = staging.filesystem()
+    for f in staged:
+        with fs.open_input_file(f"{folder}/{f.name}") as fh:
+            for b in pq.ParquetFile(fh).iter_batches(batch_size=CHUNK_ROWS, columns=list(_Row._fields)):
+                yield from map(_Row._make, zip(*(b.column(c).to_pylist() for c in _Row._fields)))
 
 
 def _write(rows: Iterator[Any], writer: ChangefeedWriter) -> None:

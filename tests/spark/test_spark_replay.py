@@ -404,3 +404,65 @@ def test_a_bad_line_in_the_second_split_has_its_line_number(spark, tmp_path, bad
         assert load_changefeed(tmp_path / "cf4") == load_changefeed(tmp_path / "cf3")
         strip = lambda p: [{k: v for k, v in json.loads(x).items() if k != "ts"} for x in p.read_text().splitlines()]  # noqa: E731
         assert strip(tmp_path / "d2") == strip(tmp_path / "d1")
+
+
+def test_sorted_rows_staged_on_s3_in_many_parts(spark, tmp_path, s3_env, monkeypatch):
+    """The executors stage the sorted rows as many Parquet files (partitions of 150 rows)
+    on S3; the driver publishes them in order: replay's changefeed, and nothing is left in
+    the staging prefix, not even what an earlier, killed run left there."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import olr_buffer.spark_sink.replay as spark_replay
+    from olr_buffer.store import open_store
+
+    monkeypatch.setattr(spark_replay, "PARTITION_ROWS", 150)
+    simulate(tmp_path / "in", threads=3, transactions=120, seed=23, records_per_file=200)
+    staging = f"s3://{s3_env.new_bucket()}/staging"
+    store = open_store(staging)
+    left = tmp_path / "left.parquet"
+    pq.write_table(pa.table({"tx_seq": [0]}), left)
+    store.create_from_file("killed-run/part-00000-7.parquet", left)
+    stages: list[str] = []
+    replay(str(tmp_path / "in"), str(tmp_path / "q1"), str(tmp_path / "cf1"), PipelineOptions())
+    got = replay_on_spark(
+        spark,
+        str(tmp_path / "in"),
+        str(tmp_path / "q2"),
+        str(tmp_path / "cf2"),
+        staging=staging,
+        on_stage=stages.append,
+    )
+    assert_changefeed_equal(load_changefeed(tmp_path / "cf2"), load_changefeed(tmp_path / "cf1"))
+    parts = int(stages[-1].rsplit(": ", 1)[1].split()[0])
+    assert parts >= got.rows_published // 150 > 3, stages[-1]
+    assert store.list("", recursive=True) == []
+
+
+def test_a_staged_part_not_reported_stops_the_job_before_a_row_is_published(spark, tmp_path, monkeypatch):
+    """The driver checks that the staged parts hold every row once before it publishes
+    one: a part whose task did not report it is an error, and the changefeed stays
+    empty."""
+    import olr_buffer.spark_sink.replay as spark_replay
+
+    real = spark_replay._stager
+
+    def losing_the_first(staging):
+        write = real(staging)
+
+        def lossy(batches):
+            from pyspark import TaskContext
+
+            reported = list(write(batches))
+            ctx = TaskContext.get()
+            return iter([] if ctx is not None and ctx.partitionId() == 0 else reported)
+
+        return lossy
+
+    monkeypatch.setattr(spark_replay, "PARTITION_ROWS", 100)
+    monkeypatch.setattr(spark_replay, "_stager", losing_the_first)
+    simulate(tmp_path / "in", threads=2, transactions=60, seed=3, records_per_file=200)
+    with pytest.raises(spark_replay.SparkReplayError, match=r"the staged parts hold \d+ rows, not \d+: this is a bug"):
+        replay_on_spark(spark, str(tmp_path / "in"), str(tmp_path / "q"), str(tmp_path / "cf"))
+    assert not list((tmp_path / "cf").glob("*.parquet"))
+    assert not list((tmp_path / "q" / "staging").rglob("*.parquet"))

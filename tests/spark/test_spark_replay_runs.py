@@ -91,6 +91,7 @@ def test_driver_killed_mid_job_then_the_same_command(tmp_path, table_format):
     assert summary["already_published"] > 0
     got = load_changefeed(tmp_path / "cf")
     assert_changefeed_equal(got, expected)
+    assert not list((tmp_path / "q" / "staging").rglob("*.parquet")), "the killed run's staged parts are left"
     if table_format == "delta":
         import deltalake
 
