@@ -72,6 +72,7 @@ COMMANDS = {
         "--engine",
         "--master",
         "--until-watermark",
+        "--spark-staging",
         "--json",
         "--log-format",
     ],
