@@ -845,15 +845,15 @@ def _assemble_and_publish_cached(
         writer.note_run_from(summary.run_from, CommitKey(*totals.through))
 
     # -- 5. publish ----------------------------------------------------------------------------
-    stage(f"publish {n_tx:,} transactions ({n_rows:,} rows) from tx_seq {first}")
     if n_tx:
+        stage(f"sort and stage {n_tx:,} transactions ({n_rows:,} rows)")
         out = rows.join(numbered.select("xid", "seg", "tx_seq"), ["xid", "seg"]).select(
             "tx_seq", "op_seq", "xid", "thread", "rec", "c_scn", "c_thread", "c_seq", "c_line", "c_tm"
         )
         parts = max(1, -(-n_rows // PARTITION_ROWS))
         out = out.repartitionByRange(parts, "tx_seq", "op_seq").sortWithinPartitions("tx_seq", "op_seq")
         staged = _stage(out, staging, n_rows)
-        stage(f"publish {n_tx:,} transactions ({n_rows:,} rows) from tx_seq {first}: {len(staged)} sorted part(s)")
+        stage(f"publish {n_tx:,} transactions ({n_rows:,} rows) from tx_seq {first}: {len(staged)} staged part(s)")
         _write(_staged_rows(staging, staged), writer)
     summary.transactions_published, summary.rows_published = n_tx, n_rows
 
