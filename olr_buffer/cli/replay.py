@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import click
 
@@ -21,6 +22,9 @@ from .common import (
 )
 from .group import main
 from .progress import progress_line, progress_options, with_progress
+
+if TYPE_CHECKING:
+    from ..dispatcher import ReplayFigures
 
 
 @main.command()
@@ -117,13 +121,8 @@ def replay(
     click.echo(
         f"replayed {s.records_read:,} records (lwn heartbeats and close records aside) from {len(s.threads)} thread(s) "
         f"in {s.seconds:.2f}s ({rate:,.0f} records/s)\n"
-        f"published {s.transactions_published:,} transactions ({s.rows_published:,} rows); "
-        f"changefeed now holds tx_seq 0..{s.next_tx_seq - 1} in {s.changefeed_files} file(s)\n"
-        f"rolled back {s.rolled_back:,}; partial (no begin, not published) {s.no_begin:,}; "
-        f"empty after compensation {s.empty:,}; compensations {s.compensations:,} "
-        f"({s.unmatched_compensations:,} matched nothing); already published before {s.already_published:,}\n"
-        f"late records ignored {s.late_records:,}; extra end records {s.extra_end_records:,}; "
-        f"still open {s.open_transactions:,}\n"
+        + _published_lines(s)
+        + "\n"
         + (
             f"abandoned by the retention limit {s.abandoned_transactions:,} ({s.abandoned_rows:,} rows not published); "
             f"their later records {s.abandoned_records:,}\n"
@@ -223,13 +222,7 @@ def _replay_on_spark(
     click.echo(
         f"replayed {s.records_read:,} records (lwn heartbeats and close records aside) from "
         f"{len(s.threads)} thread(s), {s.files_read} file(s), on Spark in {s.seconds:.2f}s ({rate:,.0f} records/s)\n"
-        f"published {s.transactions_published:,} transactions ({s.rows_published:,} rows); "
-        f"changefeed now holds tx_seq 0..{s.next_tx_seq - 1} in {s.changefeed_files} file(s)\n"
-        f"rolled back {s.rolled_back:,}; partial (no begin, not published) {s.no_begin:,}; "
-        f"empty after compensation {s.empty:,}; compensations {s.compensations:,} "
-        f"({s.unmatched_compensations:,} matched nothing); already published before {s.already_published:,}\n"
-        f"late records ignored {s.late_records:,}; extra end records {s.extra_end_records:,}; "
-        f"still open {s.open_transactions:,}"
+        + _published_lines(s)
         + (
             f"; ended above the watermark {s.watermark} {s.held_for_run:,} (left for run --adopt-changefeed)"
             if until_watermark
@@ -242,6 +235,20 @@ def _replay_on_spark(
             else ""
         )
         + (f"\nquarantined {s.quarantined:,} bad record(s) in {opts.dead_letter}" if s.quarantined else "")
+    )
+
+
+def _published_lines(s: ReplayFigures) -> str:
+    """The lines of a replay's summary that every engine's has: what was published, what
+    the transaction rules set aside, what is still open (no line break at the end)."""
+    return (
+        f"published {s.transactions_published:,} transactions ({s.rows_published:,} rows); "
+        f"changefeed now holds tx_seq 0..{s.next_tx_seq - 1} in {s.changefeed_files} file(s)\n"
+        f"rolled back {s.rolled_back:,}; partial (no begin, not published) {s.no_begin:,}; "
+        f"empty after compensation {s.empty:,}; compensations {s.compensations:,} "
+        f"({s.unmatched_compensations:,} matched nothing); already published before {s.already_published:,}\n"
+        f"late records ignored {s.late_records:,}; extra end records {s.extra_end_records:,}; "
+        f"still open {s.open_transactions:,}"
     )
 
 

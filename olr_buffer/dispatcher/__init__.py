@@ -3,6 +3,7 @@
 from .checkpoint import Checkpoint, DispatchStats, decode_checkpoint
 from .dispatcher import AbandonedTransaction, Dispatcher
 from .errors import DispatchError
+from .figures import ReplayFigures
 from .replay import ReplayStats
 from .transaction import OpenTransaction
 
@@ -13,6 +14,7 @@ __all__ = [
     "DispatchStats",
     "Dispatcher",
     "OpenTransaction",
+    "ReplayFigures",
     "ReplayStats",
     "decode_checkpoint",
 ]

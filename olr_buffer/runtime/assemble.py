@@ -15,11 +15,11 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from ..changes import INFINITE_SCN
-from ..dispatcher import Dispatcher, DispatchError, DispatchStats
+from ..dispatcher import Dispatcher, DispatchError, DispatchStats, ReplayFigures
 from ..sinks import ChangefeedOwner, Sink, SinkSettings, open_sink
 from ..sources import SourceAt, locate
 from ..store import OutageRetry
@@ -49,40 +49,19 @@ class Progress:
 
 
 @dataclass
-class RunSummary:
+class RunSummary(ReplayFigures):
     """What one run (``replay`` or ``run``) did (counts are this run's), and where the
-    changefeed and queue stand."""
+    changefeed and queue stand: the figures of every replay, and the queue's."""
 
-    threads: list[int] = field(default_factory=list)
-    records_read: int = 0
     blocks_dispatched: int = 0
-    transactions_published: int = 0
-    rows_published: int = 0
-    rolled_back: int = 0
-    no_begin: int = 0
-    empty: int = 0
-    already_published: int = 0
-    compensations: int = 0
-    unmatched_compensations: int = 0
-    late_records: int = 0
     late_transactions: int = 0
     abandoned_transactions: int = 0
     abandoned_rows: int = 0
     abandoned_records: int = 0
-    extra_end_records: int = 0
-    open_transactions: int = 0
-    next_tx_seq: int = 0
-    files_published: int = 0  # by this run
-    changefeed_files: int = 0  # the changefeed's, this run's and earlier ones
-    quarantined: int = 0
     checkpoints: int = 0
     segments_deleted: int = 0
     queue_segments: int = 0
     queue_bytes: int = 0
-    seconds: float = 0.0
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 class Pipeline:

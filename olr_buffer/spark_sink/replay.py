@@ -51,7 +51,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..changes import (
@@ -70,6 +70,7 @@ from ..changes import (
     record,
 )
 from ..dead_letters import DeadLetters
+from ..dispatcher import ReplayFigures
 from ..errors import OlrBufferError
 from ..sinks.parquet import DEFAULT_FILE_ROWS, DEFAULT_MODE, ChangefeedOwner, ChangefeedWriter, IcebergSettings
 from ..sources.redo import (
@@ -116,23 +117,10 @@ class SparkReplayError(OlrBufferError):
 
 
 @dataclass
-class SparkReplaySummary:
-    """What a Spark replay did (the fields that ``replay``'s summary has, where they apply)."""
+class SparkReplaySummary(ReplayFigures):
+    """What a Spark replay did: the figures of every replay, and the Spark job's own."""
 
-    threads: list[int] = field(default_factory=list)
     files_read: int = 0
-    records_read: int = 0
-    transactions_published: int = 0
-    rows_published: int = 0
-    rolled_back: int = 0
-    no_begin: int = 0
-    empty: int = 0
-    already_published: int = 0
-    compensations: int = 0
-    unmatched_compensations: int = 0
-    late_records: int = 0
-    extra_end_records: int = 0
-    open_transactions: int = 0
     held_for_run: int = 0  # ended above the watermark (until_watermark): left for run
     watermark: int | None = None  # until_watermark: the watermark at the end of the files
     # per thread, the log sequence a new queue reads from (recorded in the manifest, as
@@ -140,14 +128,6 @@ class SparkReplaySummary:
     # (open, or ended above the watermark), else the last that holds a record of any;
     # run --adopt-changefeed needs the files from there on
     run_from: dict[int, int] = field(default_factory=dict)
-    next_tx_seq: int = 0
-    files_published: int = 0
-    changefeed_files: int = 0
-    quarantined: int = 0
-    seconds: float = 0.0
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 # -- step 1: reading, on the executors --------------------------------------------------------
