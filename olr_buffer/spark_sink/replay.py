@@ -885,6 +885,18 @@ def _stage(out, staging: _Staging, n_rows: int) -> list[Any]:
         at, count = (f.last_tx, f.last_op), count + f.rows
     if count != n_rows:
         raise SparkReplayError(f"the staged parts hold {count} rows, not {n_rows}: this is a bug")
+    import pyarrow.fs as pafs
+
+    fs, folder = staging.filesystem()
+
+    missing = [f.name for f in staged if fs.get_file_info(f"{folder}/{f.name}").type == pafs.FileType.NotFound]
+    if missing:  # written where the driver does not look: the executors' own disks
+        raise SparkReplayError(
+            f"{staging.uri}: {len(missing)} of the {len(staged)} part(s) the executors staged are not there for "
+            f"the driver (first: {staging.run}/{missing[0]})",
+            hint="give --spark-staging (staging=) a directory that every executor and the driver reach, "
+            "or s3://BUCKET/PREFIX",
+        )
     return staged
 
 

@@ -466,3 +466,36 @@ def test_a_staged_part_not_reported_stops_the_job_before_a_row_is_published(spar
         replay_on_spark(spark, str(tmp_path / "in"), str(tmp_path / "q"), str(tmp_path / "cf"))
     assert not list((tmp_path / "cf").glob("*.parquet"))
     assert not list((tmp_path / "q" / "staging").rglob("*.parquet"))
+
+
+def test_staged_parts_the_driver_cannot_see_are_a_one_line_error(spark, tmp_path, monkeypatch):
+    """On a cluster whose executors staged on their own disks (a --spark-staging that not
+    every machine reaches), the driver does not find the parts: an error that says what to
+    give, before a row is published."""
+    import olr_buffer.spark_sink.replay as spark_replay
+
+    real = spark_replay._stager
+
+    def on_another_disk(staging):
+        write = real(staging)
+
+        def elsewhere(batches):
+            import os as os_
+
+            reported = list(write(batches))
+            fs, folder = staging.filesystem()
+            for r in reported:  # as if written on the executor's machine: the driver's has none
+                os_.remove(f"{folder}/{r.column('name')[0].as_py()}")
+            return iter(reported)
+
+        return elsewhere
+
+    monkeypatch.setattr(spark_replay, "_stager", on_another_disk)
+    simulate(tmp_path / "in", threads=2, transactions=30, seed=3, records_per_file=200)
+    with pytest.raises(spark_replay.SparkReplayError) as err:
+        replay_on_spark(spark, str(tmp_path / "in"), str(tmp_path / "q"), str(tmp_path / "cf"))
+    assert "part(s) the executors staged are not there for the driver" in str(err.value)
+    assert "hint: give --spark-staging (staging=) a directory that every executor and the driver reach" in str(
+        err.value
+    )
+    assert not list((tmp_path / "cf").glob("*.parquet"))
