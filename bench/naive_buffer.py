@@ -117,6 +117,7 @@ class ParquetOut:
             c["c_ts"].append(None if c_tm is None else c_tm // 1000)  # timestamp columns: microseconds
             tm = r.get("tm")
             c["ts"].append(None if tm is None else tm // 1000)
+            c["schema_version"].append(None)  # the naive buffer keeps no schema documents
         self.batch += len(rows)
         self.file_rows += len(rows)
         if self.batch >= BATCH_ROWS:
