@@ -624,10 +624,11 @@ def replay_on_spark(
             reached = {t: seq for (t, seq, _), doc in sorted(summaries.items()) if doc["records"]}
             staged = _Staging(
                 staging or os.path.join(os.path.abspath(queue_dir), "staging"),
+                queue_id,
                 uuid.uuid4().hex,
                 {k: v for k, v in os.environ.items() if k.startswith("AWS_")} if is_remote(staging or "") else {},
             )
-            staged.clear(everything=True)  # what a killed run left (the writer's lease is held: no other run)
+            staged.clear()  # what a killed run left
             try:
                 _assemble_and_publish(spark, F, Window, records, writer, compensations, reached, summary, stage, staged)
             finally:
@@ -843,29 +844,33 @@ def _assemble_and_publish_cached(
 
 @dataclass(frozen=True)
 class _Staging:
-    """Where the executors leave the sorted rows (a directory or ``s3://`` prefix every
-    executor and the driver reach), under a folder of this run's own; ``aws``: the
-    driver's object-store settings, for the executors."""
+    """Where the executors leave the sorted rows: a directory or ``s3://`` prefix every
+    executor and the driver reach (``uri``), under ``olr-buffer-<queue id>/<run>/``, so
+    that nothing else there is ever touched (nor another queue's job sharing it);
+    ``aws``: the driver's object-store settings, for the executors."""
 
     uri: str
+    queue_id: str
     run: str
     aws: dict[str, str]
+
+    @property
+    def prefix(self) -> str:
+        """This run's folder, relative to ``uri``."""
+        return f"olr-buffer-{self.queue_id}/{self.run}"
 
     def filesystem(self) -> tuple[Any, str]:
         os.environ.update(self.aws)
         fs, root = open_store(self.uri).arrow_filesystem()
-        return fs, f"{root.rstrip('/')}/{self.run}"
+        return fs, f"{root.rstrip('/')}/{self.prefix}"
 
-    def clear(self, *, everything: bool = False) -> None:
-        """Remove this run's folder (``everything``: every run's, as a rerun finds them
-        after a kill); what cannot be removed is left (it is never read again)."""
+    def clear(self) -> None:
+        """Remove the queue's folder: at the start, what a killed run left; at the end, this
+        run's parts (the writer's lease is held: no other run of the queue is going on).
+        What cannot be removed is left: it is never read again."""
         fs, folder = self.filesystem()
-        target = folder.rpartition("/")[0] if everything else folder
         try:
-            if everything:
-                fs.delete_dir_contents(target, missing_dir_ok=True)
-            else:
-                fs.delete_dir(target)
+            fs.delete_dir(folder.rpartition("/")[0])
         except (OSError, FileNotFoundError):
             pass
 
@@ -893,7 +898,7 @@ def _stage(out, staging: _Staging, n_rows: int) -> list[Any]:
     if missing:  # written where the driver does not look: the executors' own disks
         raise SparkReplayError(
             f"{staging.uri}: {len(missing)} of the {len(staged)} part(s) the executors staged are not there for "
-            f"the driver (first: {staging.run}/{missing[0]})",
+            f"the driver (first: {staging.prefix}/{missing[0]})",
             hint="give --spark-staging (staging=) a directory that every executor and the driver reach, "
             "or s3://BUCKET/PREFIX",
         )

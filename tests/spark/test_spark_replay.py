@@ -408,8 +408,9 @@ def test_a_bad_line_in_the_second_split_has_its_line_number(spark, tmp_path, bad
 
 def test_sorted_rows_staged_on_s3_in_many_parts(spark, tmp_path, s3_env, monkeypatch):
     """The executors stage the sorted rows as many Parquet files (partitions of 150 rows)
-    on S3; the driver publishes them in order: replay's changefeed, and nothing is left in
-    the staging prefix, not even what an earlier, killed run left there."""
+    on S3; the driver publishes them in order: replay's changefeed, and nothing of the job
+    is left in the staging prefix, not even what an earlier, killed run left there; what
+    else the prefix holds is not touched."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -422,7 +423,10 @@ def test_sorted_rows_staged_on_s3_in_many_parts(spark, tmp_path, s3_env, monkeyp
     store = open_store(staging)
     left = tmp_path / "left.parquet"
     pq.write_table(pa.table({"tx_seq": [0]}), left)
-    store.create_from_file("killed-run/part-00000-7.parquet", left)
+    queue_id = spark_replay._queue_id(str(tmp_path / "q2"))
+    store.create_from_file(f"olr-buffer-{queue_id}/killed-run/part-00000-7.parquet", left)
+    store.create_from_file("someone-else/part-00000-7.parquet", left)
+    store.create("notes.txt", b"not the job's")
     stages: list[str] = []
     replay(str(tmp_path / "in"), str(tmp_path / "q1"), str(tmp_path / "cf1"), PipelineOptions())
     got = replay_on_spark(
@@ -436,7 +440,10 @@ def test_sorted_rows_staged_on_s3_in_many_parts(spark, tmp_path, s3_env, monkeyp
     assert_changefeed_equal(load_changefeed(tmp_path / "cf2"), load_changefeed(tmp_path / "cf1"))
     parts = int(stages[-1].rsplit(": ", 1)[1].split()[0])
     assert parts >= got.rows_published // 150 > 3, stages[-1]
-    assert store.list("", recursive=True) == []
+    assert sorted(o.name for o in store.list("", recursive=True)) == [
+        "notes.txt",
+        "someone-else/part-00000-7.parquet",
+    ]
 
 
 def test_a_staged_part_not_reported_stops_the_job_before_a_row_is_published(spark, tmp_path, monkeypatch):
