@@ -153,13 +153,13 @@ _ARROW_ROWS = 8192  # rows of a read task's Arrow batch, at most
 _ARROW_BYTES = 32 << 20  # and about this many bytes of records and raw lines
 
 
-def _arrow_schema():
+def _arrow_schema(ddl: str = _PARSED_SCHEMA):
+    """The Arrow schema of a Spark DDL schema string (``"name type, ..."``), so that what a
+    Python task yields and what Spark is told are written once."""
     import pyarrow as pa
 
-    i32, i64, s, b = pa.int32(), pa.int64(), pa.string(), pa.binary()
-    types = [i32, i32, i64, i32, i64, i32, i64, i64, s, s, i64, b, s, b]
-    names = [c.split()[0] for c in _PARSED_SCHEMA.split(", ")]
-    return pa.schema(list(zip(names, types)))
+    types = {"int": pa.int32(), "long": pa.int64(), "string": pa.string(), "binary": pa.binary()}
+    return pa.schema([(name, types[kind]) for name, kind in (c.split() for c in ddl.split(", "))])
 
 
 def _read_arrow(batches: Iterable[Any]) -> Iterator[Any]:
@@ -354,6 +354,11 @@ def _segment_starts(rows: Iterable[Any]) -> Iterator[tuple]:
 # -- the driver ---------------------------------------------------------------------------------
 
 
+def _aws_for(uri: str) -> dict[str, str]:
+    """The driver's AWS variables, for the executors, if ``uri`` is on an object store."""
+    return {k: v for k, v in os.environ.items() if k.startswith("AWS_")} if is_remote(uri) else {}
+
+
 def _queue_id(queue_dir: str) -> str:
     """The Spark replay's queue id, kept in ``queue_dir`` (made on the first run)."""
     path = os.path.join(queue_dir, QUEUE_ID_FILE)
@@ -546,7 +551,7 @@ def replay_on_spark(
     # -- 1. read ---------------------------------------------------------------------------
     quarantine = dead_letter is not None
     # executors read an object-store input with the driver's credentials and endpoint
-    aws = {k: v for k, v in os.environ.items() if k.startswith("AWS_")} if is_remote(input_dir) else {}
+    aws = _aws_for(input_dir)
     tasks = [
         (
             f.thread,
@@ -626,7 +631,7 @@ def replay_on_spark(
                 staging or os.path.join(os.path.abspath(queue_dir), "staging"),
                 queue_id,
                 uuid.uuid4().hex,
-                {k: v for k, v in os.environ.items() if k.startswith("AWS_")} if is_remote(staging or "") else {},
+                _aws_for(staging or ""),
             )
             staged.clear()  # what a killed run left
             try:
@@ -855,22 +860,28 @@ class _Staging:
     aws: dict[str, str]
 
     @property
+    def queue_prefix(self) -> str:
+        """The queue's folder, relative to ``uri``: every run's of this queue."""
+        return f"olr-buffer-{self.queue_id}"
+
+    @property
     def prefix(self) -> str:
         """This run's folder, relative to ``uri``."""
-        return f"olr-buffer-{self.queue_id}/{self.run}"
+        return f"{self.queue_prefix}/{self.run}"
 
-    def filesystem(self) -> tuple[Any, str]:
+    def filesystem(self, prefix: str | None = None) -> tuple[Any, str]:
+        """The store's Arrow file system and the path of ``prefix`` (default: this run's folder)."""
         os.environ.update(self.aws)
         fs, root = open_store(self.uri).arrow_filesystem()
-        return fs, f"{root.rstrip('/')}/{self.prefix}"
+        return fs, f"{root.rstrip('/')}/{self.prefix if prefix is None else prefix}"
 
     def clear(self) -> None:
         """Remove the queue's folder: at the start, what a killed run left; at the end, this
         run's parts (the writer's lease is held: no other run of the queue is going on).
         What cannot be removed is left: it is never read again."""
-        fs, folder = self.filesystem()
+        fs, folder = self.filesystem(self.queue_prefix)
         try:
-            fs.delete_dir(folder.rpartition("/")[0])
+            fs.delete_dir(folder)
         except (OSError, FileNotFoundError):
             pass
 
@@ -893,7 +904,6 @@ def _stage(out, staging: _Staging, n_rows: int) -> list[Any]:
     import pyarrow.fs as pafs
 
     fs, folder = staging.filesystem()
-
     missing = [f.name for f in staged if fs.get_file_info(f"{folder}/{f.name}").type == pafs.FileType.NotFound]
     if missing:  # written where the driver does not look: the executors' own disks
         raise SparkReplayError(
@@ -944,10 +954,7 @@ def _stager(staging: _Staging) -> Callable[[Iterable[Any]], Iterator[Any]]:
                         "last_op": last[1],
                     }
                 ],
-                schema=pa.schema(
-                    [("name", pa.string())]
-                    + [(c, pa.int64()) for c in ("rows", "first_tx", "first_op", "last_tx", "last_op")]
-                ),
+                schema=_arrow_schema(_STAGED_SCHEMA),
             )
 
     return write
