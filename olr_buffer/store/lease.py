@@ -47,6 +47,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
@@ -136,6 +137,7 @@ class Lease:
         renew_seconds: float | None = None,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
+        watch: Callable[[str], AbstractContextManager[None]] | None = None,
     ) -> None:
         if ttl <= 0 or skew < 0:
             raise ValueError("a lease needs ttl > 0 and skew >= 0")
@@ -163,6 +165,9 @@ class Lease:
         self._guard = threading.RLock()
         self._keepalive: threading.Thread | None = None
         self._stop = threading.Event()
+        #: around each renewal of the keepalive: :meth:`OutageRetry.watched` (run), so that a
+        #: store that does not answer it is an outage even while nothing is published
+        self._watch = watch or (lambda what: nullcontext())
 
     @property
     def held(self) -> bool:
@@ -353,7 +358,8 @@ class Lease:
         failing = False  # (an outage is said once, not at every try)
         while not self._stop.wait(self.renew_seconds):
             try:
-                self.renew()
+                with self._watch("renew the changefeed's lease"):
+                    self.renew()
             except LeaseLostError:
                 return
             except StoreError as exc:

@@ -10,10 +10,14 @@ A store that stops answering (a hung server, a network that drops packets) fails
 until the client's own timeouts run out, retries included (minutes): with ``timeout``,
 a call that has not returned after that many seconds is an outage from then on, said and
 counted at once by a watchdog thread, while the call goes on waiting for its answer or
-its timeout.
+its timeout. The watchdog sees the calls of every thread: :meth:`OutageRetry.call`'s, and
+those a thread with retries of its own makes inside :meth:`OutageRetry.watched` (the
+lease's keepalive: the only calls of a service that has nothing to publish). A call
+inside another one of the same thread is timed with the outer one.
 
 It says so: one WARNING when an outage starts, one every ``log_every`` seconds while it
-lasts, one INFO when the store answers again; and it keeps figures for metrics
+lasts, one INFO when the store answers again (a call returns, and no other one has been
+waiting for longer than ``timeout``); and it keeps figures for metrics
 (outages, retried calls, how long the current outage has lasted), which other threads
 may read at any time.
 """
@@ -23,7 +27,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TypeVar
 
 from .errors import StoreError
@@ -61,7 +66,7 @@ class OutageRetry:
         self.retries = 0  # calls tried again
         self.outage_since: float | None = None  # on the monotonic clock, while an outage lasts
         self._last_log: float | None = None  # when the outage was last said
-        self._calling: tuple[float, str] | None = None  # (since, what): the call under way
+        self._calling: dict[int, tuple[float, str]] = {}  # per thread: (since, what) of its call under way
         self._guard = threading.Lock()
         self._watchdog: threading.Thread | None = None
 
@@ -74,40 +79,65 @@ class OutageRetry:
         """``fn()``, retried while the store cannot be reached; ``what`` says what it does
         (``publish part-….parquet``) in the log."""
         delay = self.first
-        if self.timeout is not None and self._watchdog is None:
-            self._watchdog = threading.Thread(target=self._watch, name="store-watchdog", daemon=True)
-            self._watchdog.start()
-        outer = self._calling  # (a call inside another one: the outer one is timed)
         while True:
-            with self._guard:
-                self._calling = outer or (self._clock(), what)
             try:
-                result = fn()
+                with self.watched(what):
+                    return fn()
             except StoreError as exc:
-                with self._guard:
-                    self._calling = outer
-                if not exc.retryable:
-                    raise
-                self._failed(exc, what)
-                if self._wait(delay):
+                if not exc.retryable or self._wait(delay):
                     raise
                 self.retries += 1
                 delay = min(delay * 2, self.cap)
-                continue
-            except BaseException:
-                with self._guard:
-                    self._calling = outer
-                raise
+
+    @contextmanager
+    def watched(self, what: str) -> Iterator[None]:
+        """One try of a store call (``what`` it does), seen by the watchdog while it waits:
+        a failure that retrying may fix is an outage (started or going on), an answer ends
+        the outage. For a thread that retries its own calls; :meth:`call` retries too."""
+        if self.timeout is not None and self._watchdog is None:
             with self._guard:
-                self._calling = outer
-                if self.outage_since is not None and outer is None:
-                    log.info(
-                        "the changefeed's store answers again after %.1f s (%d retries)",
-                        self.outage_seconds(),
-                        self.retries,
-                    )
-                    self.outage_since = None
-            return result
+                if self._watchdog is None:
+                    self._watchdog = threading.Thread(target=self._watch, name="store-watchdog", daemon=True)
+                    self._watchdog.start()
+        me = threading.get_ident()
+        with self._guard:
+            outer = me in self._calling  # (a call inside another one: the outer one is timed)
+            if not outer:
+                self._calling[me] = (self._clock(), what)
+        try:
+            yield
+        except StoreError as exc:
+            self._returned(me, outer, answered=not exc.retryable)  # (refused, not found: answers)
+            if exc.retryable:
+                self._failed(exc, what)
+            raise
+        except BaseException:
+            self._returned(me, outer, answered=False)
+            raise
+        self._returned(me, outer, answered=True)
+
+    def _returned(self, me: int, outer: bool, answered: bool) -> None:
+        """A call of thread ``me`` returned; ``answered``: the store answered it, which
+        ends an outage, unless another call has been waiting for ``timeout`` or more."""
+        if outer:
+            return
+        with self._guard:
+            self._calling.pop(me, None)
+            if answered and self.outage_since is not None and self._unanswered(self._clock()) is None:
+                log.info(
+                    "the changefeed's store answers again after %.1f s (%d retries)",
+                    self.outage_seconds(),
+                    self.retries,
+                )
+                self.outage_since = None
+
+    def _unanswered(self, now: float) -> tuple[float, str] | None:
+        """The call under way that has waited longest, if for ``timeout`` or more (the
+        guard held)."""
+        if self.timeout is None or not self._calling:
+            return None
+        since, what = min(self._calling.values())
+        return (since, what) if now - since >= self.timeout else None
 
     def _failed(self, exc: StoreError, what: str) -> None:
         """A call failed because the store cannot be reached: an outage starts, or goes on."""
@@ -144,13 +174,12 @@ class OutageRetry:
         period = min(1.0, self.timeout / 4)
         while not self.stop.wait(period):
             with self._guard:
-                if self._calling is None:
-                    continue
-                since, what = self._calling
                 now = self._clock()
-                waited = now - since
-                if waited < self.timeout:
+                waiting = self._unanswered(now)
+                if waiting is None:
                     continue
+                since, what = waiting
+                waited = now - since
                 if self.outage_since is None:
                     self._start_outage(
                         since,

@@ -428,3 +428,37 @@ def test_lease_timing_makes_leases_of_its_times(store):
     assert doc["ttl"] == 3 and doc["expires"] - doc["renewed"] == 3 and doc["owner"] == "q"
     assert (lease.renew_seconds, lease.skew) == (1, 0.5)
     lease.release()
+
+
+def test_a_keepalive_renewal_the_store_does_not_answer_is_an_outage(s3_uri, s3_env, monkeypatch):
+    """``run``'s lease, given its OutageRetry's watch: the keepalive's renewal to a store
+    that stops answering (a TCP black hole in front of moto) is an outage once the
+    store timeout has passed, while nothing else calls the store; the renewal that gets
+    through once the store answers again ends it."""
+    from olr_buffer.store import OutageRetry
+    from tests.s3_server import TcpProxy
+
+    proxy = TcpProxy(int(s3_env.endpoint.rsplit(":", 1)[1]))
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+    stop = threading.Event()
+    retry = OutageRetry(stop, timeout=0.5)
+    lease = Lease(open_store(s3_uri), ttl=600, renew_seconds=0.1, watch=retry.watched)
+    try:
+        lease.acquire()
+        lease.start_keepalive()
+        proxy.hang()
+        deadline = time.monotonic() + 60
+        while retry.outages == 0:
+            assert time.monotonic() < deadline, "a renewal that waits for an answer is no outage"
+            time.sleep(0.02)
+        assert retry.outage_seconds() > 0
+        proxy.resume()  # (the connections that hung are closed: botocore tries again)
+        while retry.outage_seconds() > 0:
+            assert time.monotonic() < deadline + 60, "the outage does not end once the store answers"
+            time.sleep(0.02)
+        assert retry.outages == 1 and lease.held
+    finally:
+        stop.set()
+        proxy.resume()
+        lease.release()
+        proxy.down()

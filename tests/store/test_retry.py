@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from olr_buffer.store import OutageRetry, StoreUnreachableError
+from olr_buffer.store import ObjectChangedError, OutageRetry, StoreUnreachableError
 
 
 def wait_until(condition, what: str, timeout: float = 30) -> None:
@@ -70,3 +70,62 @@ def test_a_call_inside_another_is_timed_from_the_outer_one(stop):
         return "answer"
 
     assert retry.call(outer, "publish") == "answer" and retry.outage_seconds() == 0
+
+
+def test_a_call_of_another_thread_that_does_not_return_is_an_outage(stop, caplog):
+    """The lease's keepalive renews in a thread of its own, while the service's loop has
+    nothing to publish: its call, watched, that waits past the timeout is an outage; its
+    answer ends it."""
+    caplog.set_level(logging.INFO, "olr_buffer.store.retry")
+    retry = OutageRetry(stop, timeout=0.2)
+    answer = threading.Event()
+
+    def keepalive() -> None:
+        with retry.watched("renew the changefeed's lease"):
+            answer.wait(30)
+
+    thread = threading.Thread(target=keepalive)
+    thread.start()
+    wait_until(lambda: retry.outages == 1, "a watched call that waits is no outage")
+    assert retry.outage_seconds() > 0
+    answer.set()
+    thread.join()
+    assert retry.outage_seconds() == 0
+    said = [r.getMessage() for r in caplog.records]
+    assert said[0].startswith("the changefeed's store cannot be reached (no answer to renew the changefeed's lease")
+    assert said[1].startswith("the changefeed's store answers again after ")
+
+
+def test_an_answer_while_another_call_still_waits_does_not_end_the_outage(stop, caplog):
+    caplog.set_level(logging.INFO, "olr_buffer.store.retry")
+    retry = OutageRetry(stop, timeout=0.2)
+    answer = threading.Event()
+
+    def keepalive() -> None:
+        with retry.watched("renew the changefeed's lease"):
+            answer.wait(30)
+
+    thread = threading.Thread(target=keepalive)
+    thread.start()
+    wait_until(lambda: retry.outages == 1, "a watched call that waits is no outage")
+    assert retry.call(lambda: "quick", "read") == "quick"  # (a call that started after the outage did)
+    assert retry.outage_seconds() > 0, "the renewal still waits: the outage goes on"
+    answer.set()
+    thread.join()
+    assert retry.outage_seconds() == 0 and retry.outages == 1
+    assert sum("answers again" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_a_watched_call_that_fails_retryably_starts_an_outage_and_a_refusal_ends_it(stop):
+    """A failure that retrying may fix is an outage (counted once); a refusal (not found,
+    exists, denied) is an answer of the store: the outage is over."""
+    retry = OutageRetry(stop, timeout=30)
+    with pytest.raises(StoreUnreachableError), retry.watched("renew the changefeed's lease"):
+        raise StoreUnreachableError("s3://b/cf/lease.json: cannot write: did not answer (connection refused)")
+    assert retry.outages == 1 and retry.outage_seconds() > 0
+    with pytest.raises(StoreUnreachableError), retry.watched("renew the changefeed's lease"):
+        raise StoreUnreachableError("s3://b/cf/lease.json: cannot write: did not answer (connection refused)")
+    assert retry.outages == 1
+    with pytest.raises(ObjectChangedError), retry.watched("renew the changefeed's lease"):
+        raise ObjectChangedError("s3://b/cf/lease.json: changed since it was read")
+    assert retry.outages == 1 and retry.outage_seconds() == 0

@@ -254,6 +254,7 @@ class ChangefeedWriter:
             "ttl": timing.ttl,
             "skew": timing.skew,
             "renew_seconds": timing.renew,
+            "watch": retry.watched if retry is not None else None,  # (the keepalive's renewals: run's outages)
             **(lease_options or {}),
         }
         if self.location.path is not None:  # a local directory: flock (or the lease), modes
