@@ -283,7 +283,12 @@ class Service:
 
     def stop(self, sig: int = signal.SIGTERM) -> int:
         self.proc.send_signal(sig)
-        code = self.proc.wait(timeout=120)
+        try:
+            code = self.proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()  # (not left running after the test)
+            self.proc.wait()
+            raise AssertionError("the service did not stop within 120 s:\n" + "\n".join(self.lines[-30:])) from None
         self._reader.join(timeout=10)
         return code
 
@@ -429,15 +434,38 @@ def wait_health(port: int, status: int, timeout: float = 60) -> dict:
         time.sleep(0.1)
 
 
+def split_staged(staged: Path, out: Path) -> tuple[Path, Path]:
+    """``staged``'s records in two workloads for tests.live_writer, played one after the
+    other into one live directory: those below the middle SCN, then the others (the
+    first ends with an ``lwn`` at its highest SCN on every thread: all of it can be
+    published before the second starts)."""
+    files = {f.name: f.read_bytes().splitlines(keepends=True) for f in staged.glob("redo_*.jsonl")}
+    scns = sorted(json.loads(line)["scn"] for lines in files.values() for line in lines)
+    middle = scns[len(scns) // 2]
+    halves = (out / "first", out / "second")
+    for half in halves:
+        half.mkdir(parents=True)
+    for name, lines in files.items():
+        for line in lines:  # (in the file's order)
+            with open(halves[json.loads(line)["scn"] >= middle] / name, "ab") as fh:
+                fh.write(line)
+    return halves
+
+
 @pytest.mark.slow
 def test_run_reports_a_store_that_does_not_answer(paths, staged_plain, tmp_path, proxy):
     """The endpoint stops answering (connections accepted, nothing comes back; not
-    refused): the call that waits is an outage once --store-timeout has passed, logged
-    and counted while the loop is still blocked in it, and /health turns 503 once the
-    loop has not turned for --health-timeout; when the endpoint answers again, the
-    service says so, /health is 200 again, and every transaction is there once."""
+    refused) while the service has nothing to publish: the lease's renewal that waits is
+    an outage once --store-timeout has passed, logged and counted, /health still 200 (the
+    loop turns). Then there is work: the loop blocks in a call that waits, and /health
+    turns 503 once it has not turned for --health-timeout; when the endpoint answers
+    again, the service says so, /health is 200 again, and every transaction is there once.
+    (The input comes in two parts, the second after the hang: whatever the machine's load,
+    the service is idle at the hang and has work after it.)"""
     live = tmp_path / "live"
-    writer = live_input(staged_plain, live, rate=1500)
+    first, second = split_staged(staged_plain, tmp_path / "halves")
+    assert live_input(first, live).wait(timeout=120) == 0
+    published_first = expected_changefeed(live).committed
     # a store timeout of 3 s: on a loaded machine an answered call of moto's may take over a
     # second, which is an outage too (said and counted), before the endpoint hangs
     service = Service(
@@ -454,32 +482,47 @@ def test_run_reports_a_store_that_does_not_answer(paths, staged_plain, tmp_path,
             "3",
             "--health-timeout",
             "5",
+            "--lease-renew-interval",
+            "1",
         ),
         env={"AWS_ENDPOINT_URL": proxy.endpoint},
     )
+    writer = None
     try:
         port = int(service.wait_line(r"metrics on http://127\.0\.0\.1:(\d+)/metrics").group(1))
-        wait_published(paths["cf"], 1)
+        wait_published(paths["cf"], published_first)
         seen = len(service.lines)
         outages = metric(port, "store_outages_total")
+        deadline = time.monotonic() + 60  # (a slow answer before is an outage too, over once answered)
+        while metric(port, "store_outage_seconds") > 0:
+            assert time.monotonic() < deadline, "the store answers, and the outage gauge stays above 0"
+            time.sleep(0.2)
         proxy.hang()
         service.wait_line(
-            r"the changefeed's store cannot be reached \(no answer to .+ for [\d.]+ s\); retrying to ", since=seen
+            r"the changefeed's store cannot be reached \(no answer to renew the changefeed's lease for [\d.]+ s\); "
+            "retrying to ",
+            since=seen,
         )
-        assert metric(port, "store_outages_total") >= outages + 1  # while the call still waits
+        assert metric(port, "store_outages_total") >= outages + 1  # while the renewal still waits
         assert metric(port, "store_outage_seconds") > 0
+        code, idle = health(port)
+        assert code == 200 and idle["store_outage_seconds"] > 0, idle  # nothing to do: the loop turns
+        writer = live_input(second, live)
         stalled = wait_health(port, 503)
         assert stalled["status"] == "stalled" and stalled["store_outage_seconds"] > 0
         proxy.resume()
         service.wait_line(r"the changefeed's store answers again after", timeout=120, since=seen)
         assert writer.wait(timeout=120) == 0
         model = expected_changefeed(live)
+        assert model.committed > published_first
         wait_published(paths["cf"], model.committed)
         assert wait_health(port, 200)["status"] == "ok"
         assert metric(port, "store_outage_seconds") == 0
     finally:
-        if writer.poll() is None:
+        if writer is not None and writer.poll() is None:
             writer.kill()
+        if proxy.hung:  # (a failure above: the service stops against a store that answers)
+            proxy.resume()
         assert service.stop() == 0, "\n".join(service.lines[-30:])
     assert_exact(paths["cf"], model)
 

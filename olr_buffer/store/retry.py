@@ -81,7 +81,7 @@ class OutageRetry:
         delay = self.first
         while True:
             try:
-                with self.watched(what):
+                with self._try(what):
                     return fn()
             except StoreError as exc:
                 if not exc.retryable or self._wait(delay):
@@ -91,9 +91,21 @@ class OutageRetry:
 
     @contextmanager
     def watched(self, what: str) -> Iterator[None]:
-        """One try of a store call (``what`` it does), seen by the watchdog while it waits:
-        a failure that retrying may fix is an outage (started or going on), an answer ends
-        the outage. For a thread that retries its own calls; :meth:`call` retries too."""
+        """One try of a store call (``what`` it does) by a thread that retries it on its
+        own (the lease's keepalive), seen by the watchdog while it waits: a failure that
+        retrying may fix is an outage (started, or going on) and counts as a retry; an
+        answer ends the outage."""
+        try:
+            with self._try(what):
+                yield
+        except StoreError as exc:
+            if exc.retryable:
+                self.retries += 1
+            raise
+
+    @contextmanager
+    def _try(self, what: str) -> Iterator[None]:
+        """One try of a call, seen by the watchdog while it waits (see :meth:`watched`)."""
         if self.timeout is not None and self._watchdog is None:
             with self._guard:
                 if self._watchdog is None:

@@ -117,15 +117,16 @@ def test_an_answer_while_another_call_still_waits_does_not_end_the_outage(stop, 
 
 
 def test_a_watched_call_that_fails_retryably_starts_an_outage_and_a_refusal_ends_it(stop):
-    """A failure that retrying may fix is an outage (counted once); a refusal (not found,
-    exists, denied) is an answer of the store: the outage is over."""
+    """A failure that retrying may fix is an outage (counted once) and a retry (the thread
+    tries again); a refusal (not found, exists, denied) is an answer of the store: the
+    outage is over."""
     retry = OutageRetry(stop, timeout=30)
     with pytest.raises(StoreUnreachableError), retry.watched("renew the changefeed's lease"):
         raise StoreUnreachableError("s3://b/cf/lease.json: cannot write: did not answer (connection refused)")
     assert retry.outages == 1 and retry.outage_seconds() > 0
     with pytest.raises(StoreUnreachableError), retry.watched("renew the changefeed's lease"):
         raise StoreUnreachableError("s3://b/cf/lease.json: cannot write: did not answer (connection refused)")
-    assert retry.outages == 1
+    assert retry.outages == 1 and retry.retries == 2  # (the keepalive tries again: retries)
     with pytest.raises(ObjectChangedError), retry.watched("renew the changefeed's lease"):
         raise ObjectChangedError("s3://b/cf/lease.json: changed since it was read")
     assert retry.outages == 1 and retry.outage_seconds() == 0
