@@ -122,15 +122,19 @@ class TcpProxy:
     and forwards again. Bytes pass through unchanged: boto3 and delta-rs speak HTTP to the
     server behind it."""
 
-    def __init__(self, target_port: int, rewrite=None, lose_reply=None) -> None:
+    def __init__(self, target_port: int, rewrite=None, lose_reply=None, fake_reply=None) -> None:
         """``rewrite(bytes) -> bytes``: applied to what clients send (a store that
         treats requests its own way). ``lose_reply(bytes) -> bool``: true for the start
         of a request whose answer is lost: the request reaches the server, which carries
-        it out, and the connection is closed instead of its final answer coming back."""
+        it out, and the connection is closed instead of its final answer coming back.
+        ``fake_reply(bytes) -> bytes | None``: for the start of a request, the whole HTTP
+        answer the proxy gives instead of the server (which never sees the request), the
+        connection closed after it; None: forwarded."""
         import threading
 
         self.rewrite = rewrite
         self.lose_reply = lose_reply
+        self.fake_reply = fake_reply
         self.target_port = target_port
         self.port = free_port()
         self.hung = False
@@ -215,6 +219,10 @@ class TcpProxy:
                 if self.hung:
                     continue  # lost in the black hole
                 if upstream:
+                    fake = self.fake_reply(data) if self.fake_reply is not None else None
+                    if fake is not None:  # (and the connection closed: nothing of the request goes on)
+                        src.sendall(fake)
+                        break
                     if self.lose_reply is not None and self.lose_reply(data):
                         losing.append(True)  # (before the request goes: its answer cannot come first)
                     dst.sendall(self.rewrite(data) if self.rewrite else data)

@@ -209,12 +209,12 @@ class S3Store(Store):
         def run() -> None:
             for page in self.client.get_paginator("list_objects_v2").paginate(**args):
                 for obj in page.get("Contents", ()):
-                    name = self._name(obj["Key"])
+                    name = self._name(_field(obj, "Key"))
                     if name and not name.startswith(staging):
-                        out.append(ObjectInfo(name, obj["Size"], obj.get("ETag")))
+                        out.append(ObjectInfo(name, _field(obj, "Size"), obj.get("ETag")))
                 if folders and not recursive:
                     for common in page.get("CommonPrefixes", ()):
-                        name = self._name(common["Prefix"])
+                        name = self._name(_field(common, "Prefix"))
                         if name and name != staging and not name.startswith(staging):
                             out.append(ObjectInfo(name, 0))
 
@@ -224,7 +224,7 @@ class S3Store(Store):
 
     def stat(self, name: str) -> ObjectInfo:
         head = self._call(lambda: self.client.head_object(Bucket=self.bucket, Key=self.key(name)), "read", name)
-        return ObjectInfo(name, head["ContentLength"], head.get("ETag"))
+        return ObjectInfo(name, self._answer_field(head, "ContentLength", "read", name), head.get("ETag"))
 
     def read(self, name: str) -> bytes:
         return self.read_versioned(name).data
@@ -249,7 +249,7 @@ class S3Store(Store):
     def read_versioned(self, name: str) -> Versioned:
         def run() -> Versioned:
             resp = self.client.get_object(Bucket=self.bucket, Key=self.key(name))
-            return Versioned(resp["Body"].read(), resp["ETag"])
+            return Versioned(resp["Body"].read(), _field(resp, "ETag"))
 
         return self._call(run, "read", name)
 
@@ -316,10 +316,13 @@ class S3Store(Store):
         completed (nothing is visible): its id and parts. Aborted if a part fails."""
         key = self.key(name)
         upload = self._call(
-            lambda: self.client.create_multipart_upload(Bucket=self.bucket, Key=key, Metadata={TOKEN_KEY: token}),
+            lambda: _field(
+                self.client.create_multipart_upload(Bucket=self.bucket, Key=key, Metadata={TOKEN_KEY: token}),
+                "UploadId",
+            ),
             "create",
             name,
-        )["UploadId"]
+        )
         try:
             parts = []
             with open(src, "rb") as fh:
@@ -328,18 +331,7 @@ class S3Store(Store):
                     chunk = fh.read(self.part_size)
                     if not chunk and number > 1:
                         break
-                    etag = self._call(
-                        functools.partial(
-                            self.client.upload_part,
-                            Bucket=self.bucket,
-                            Key=key,
-                            UploadId=upload,
-                            PartNumber=number,
-                            Body=chunk,
-                        ),
-                        "create",
-                        name,
-                    )["ETag"]
+                    etag = self._call(functools.partial(self._upload_part, key, upload, number, chunk), "create", name)
                     parts.append({"ETag": etag, "PartNumber": number})
                     number += 1
                     if len(chunk) < self.part_size:
@@ -348,6 +340,11 @@ class S3Store(Store):
             self._abort(name, upload)
             raise
         return upload, parts
+
+    def _upload_part(self, key: str, upload: str, number: int, chunk: bytes) -> str:
+        """Send one part of a multipart upload: its ETag."""
+        answer = self.client.upload_part(Bucket=self.bucket, Key=key, UploadId=upload, PartNumber=number, Body=chunk)
+        return _field(answer, "ETag")
 
     def _abort(self, name: str, upload: str) -> None:
         try:
@@ -438,8 +435,9 @@ class S3Store(Store):
             pages = self.client.get_paginator("list_multipart_uploads").paginate(Bucket=self.bucket, Prefix=key_prefix)
             for page in pages:
                 for up in page.get("Uploads", ()):
-                    self.client.abort_multipart_upload(Bucket=self.bucket, Key=up["Key"], UploadId=up["UploadId"])
-                    removed.append(f"{self._name(up['Key'])} (unfinished upload)")
+                    key = _field(up, "Key")
+                    self.client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=_field(up, "UploadId"))
+                    removed.append(f"{self._name(key)} (unfinished upload)")
 
         self._call(run, "clear unfinished uploads under", "")
         for obj in self._staging_objects():
@@ -453,7 +451,7 @@ class S3Store(Store):
 
         def run() -> None:
             for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=key_prefix):
-                names.extend(self._name(o["Key"]) for o in page.get("Contents", ()))
+                names.extend(self._name(_field(o, "Key")) for o in page.get("Contents", ()))
 
         self._call(run, "list", self.staging)
         return names
@@ -539,6 +537,13 @@ class S3Store(Store):
             return False
         return head.get("Metadata", {}).get(TOKEN_KEY) == token
 
+    def _answer_field(self, answer: Mapping[str, Any], key: str, doing: str, name: str) -> Any:
+        """``answer[key]``; an answer without it: :class:`StoreUnreachableError`."""
+        try:
+            return _field(answer, key)
+        except _MalformedAnswer as exc:
+            raise self._error(exc, doing, name) from None
+
     def _call(self, call: Callable[[], T], doing: str, name: str) -> T:
         try:
             return call()
@@ -554,6 +559,12 @@ class S3Store(Store):
         where = self.location(name)
         endpoint = self.settings.endpoint_shown
         facts = {"uri": where, "bucket": self.bucket}
+        if isinstance(exc, _MalformedAnswer):  # (an answer cut short, or not S3's)
+            return StoreUnreachableError(
+                f"{where}: cannot {doing}: {endpoint} answered without {exc.field} (a partial or malformed answer)",
+                hint="olr-buffer run retries; replay resumes when run again",
+                **facts,
+            )
         if isinstance(exc, bex.ClientError):
             code = _code(exc)
             status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
@@ -662,6 +673,23 @@ class _S3File(io.RawIOBase):
         buffer[: len(data)] = data
         self._pos += len(data)
         return len(data)
+
+
+class _MalformedAnswer(Exception):
+    """An answer of the store without a field it always has: cut short, or not S3's."""
+
+    def __init__(self, field: str) -> None:
+        super().__init__(field)
+        self.field = field
+
+
+def _field(answer: Mapping[str, Any], key: str) -> Any:
+    """``answer[key]`` of an answer of boto3's; :class:`_MalformedAnswer` without it (botocore
+    leaves out what the answer lacks: a 200 whose body was cut is ``{}``)."""
+    try:
+        return answer[key]
+    except (KeyError, TypeError):
+        raise _MalformedAnswer(key) from None
 
 
 def _duration(seconds: float) -> str:
