@@ -365,12 +365,14 @@ class LocalStore(Store):
             fd = os.open(path, os.O_RDWR | os.O_CREAT, self.file_mode)
         except OSError as exc:
             raise _os_error(exc, "lock", path) from None
-        try:
-            with no_stop_inside():  # (a test's paused instant is not inside it)
+        # (a test's paused instant is not inside it, nor between the section and the
+        # close that drops the flock: a pause there would hold the lock)
+        with no_stop_inside():
+            try:
                 _wait_for_flock(fd, path)
                 yield
-        finally:
-            os.close(fd)  # drops the flock
+            finally:
+                os.close(fd)  # drops the flock
 
 
 def _wait_for_flock(fd: int, path: str) -> None:
