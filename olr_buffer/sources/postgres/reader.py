@@ -67,6 +67,7 @@ from ...changes import (
 from ...txbuffer import BlockAppender
 from ..stream import StreamReader, StreamStopped
 from . import protocol as p
+from .compiled import INSERT_STEP
 from .connection import (
     ConnectionLostError,
     PostgresError,
@@ -268,6 +269,7 @@ class PostgresReader(StreamReader):
         finally:
             repl.close()
         self.source_id = f"postgresql:{system_id}:{self.slot}"
+        log.debug("PostgreSQL insert step: %s", INSERT_STEP)
 
     # -- the thread --------------------------------------------------------------------------
 
