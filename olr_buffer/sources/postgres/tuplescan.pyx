@@ -178,7 +178,7 @@ cdef class Images:
         PyMem_Free(self.size)
         PyMem_Free(self.key)
 
-    def __call__(self, bytes data, Py_ssize_t pos):
+    def __call__(self, bytes data not None, Py_ssize_t pos):
         cdef const uint8_t* p = <const uint8_t*>PyBytes_AS_STRING(data)
         cdef Py_ssize_t n = PyBytes_GET_SIZE(data)
         cdef int i, j, cat
