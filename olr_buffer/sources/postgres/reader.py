@@ -50,19 +50,15 @@ from ...changes import (
     CUT,
     DELETE,
     INSERT,
-    NIL,
     ROLLBACK,
-    STR_HEADERS,
     TRUNCATE,
     UPDATE,
     SchemaColumn,
     cut_payload,
-    encode_record,
     end_payload,
     row_head,
     row_payload,
     schema_document,
-    str_header,
 )
 from ...txbuffer import BlockAppender
 from ..stream import StreamReader, StreamStopped
@@ -560,14 +556,12 @@ class PostgresReader(StreamReader):
         keepalive_lsn: int | None = None
         builder = self.builder
         add_encoded = builder.add_encoded_row
-        encode, join = encode_record, b"".join
         block_records, block_bytes = self.block_records, self.block_bytes
         # Inserts, the common message, take a path of their own (no message object, the
-        # images made by Table.image_bytes, the record encoded from its parts): into
-        # ``txn``, the transaction receiving them when it is not skipped, with the table of
-        # relation ``rel`` looked up once for a run of inserts into it; every other message,
-        # and any insert out of the ordinary, goes to _handle, after which these are looked
-        # up again.
+        # record encoded whole by Table.insert_record): into ``txn``, the transaction
+        # receiving them when it is not skipped, with the table of relation ``rel`` looked
+        # up once for a run of inserts into it; every other message, and any insert out of
+        # the ordinary, goes to _handle, after which these are looked up again.
         txn = None
         rel_seen, table, version = -1, None, None
         in_stream = False
@@ -600,44 +594,27 @@ class PostgresReader(StreamReader):
                             table = got[0] if got is not None else (self.tables.get(rel) or self._last_seen.get(rel))
                             rel_seen = rel if table is not None else -1
                             version = table.version if table is not None else None
-                        images = table.image_bytes(data, pos) if rel == rel_seen and table is not None else None
-                        if images is not None:
-                            assert table is not None  # images come from the table seen
+                        if rel == rel_seen and table is not None:
+                            if version is None:
+                                head, tail, first = HEAD_13, table.tail, False
+                            elif txn.carried.get(rel, _NOT_CARRIED)[0] == version:
+                                head, tail, first = HEAD_14, table.tail, False
+                            else:  # the first row of this table (version) in the transaction
+                                head, tail, first = HEAD_15, table.tail_document, True
+                            # the record encoded whole (no list, no str): Table.insert_record
+                            rec = table.insert_record(data, pos, head, start, table.middle, tail)
+                        else:
+                            rec = None
+                        if rec is not None:
+                            assert table is not None  # the record comes from the table seen
+                            if first:
+                                assert version is not None  # a first row is one that names its version
+                                txn.carried[rel] = (version, txn.rows)
                             if sub is not None and sub != txn.top and sub not in txn.subs:
                                 txn.subs[sub] = txn.rows
                             if not builder.count:
                                 self._pending_since = time.monotonic()
-                            # the record, encoded from its parts (changes.row_head): no list, no str
-                            rid, obj = images
-                            n = len(obj)
-                            if rid is None:
-                                rid = NIL
-                            else:
-                                m = len(rid)
-                                rid = (STR_HEADERS[m] if m < 256 else str_header(m)) + rid
-                            if version is None:
-                                head, tail = HEAD_13, table.tail
-                            elif txn.carried.get(rel, _NOT_CARRIED)[0] == version:
-                                head, tail = HEAD_14, table.tail
-                            else:  # the first row of this table (version) in the transaction
-                                txn.carried[rel] = (version, txn.rows)
-                                head, tail = HEAD_15, table.tail_document
-                            add_encoded(
-                                start,
-                                txn.xid,
-                                join(
-                                    (
-                                        head,
-                                        encode(start),
-                                        table.middle,
-                                        rid,
-                                        NIL,
-                                        STR_HEADERS[n] if n < 256 else str_header(n),
-                                        obj,
-                                        tail,
-                                    )
-                                ),
-                            )
+                            add_encoded(start, txn.xid, rec)
                             txn.rows += 1
                             if builder.count >= block_records or builder.nbytes >= block_bytes:
                                 self.server_lsn = server_lsn  # stored with the block

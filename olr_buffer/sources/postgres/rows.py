@@ -12,10 +12,11 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import orjson
 
-from ...changes import NIL, encode_record, row_middle
+from ...changes import NIL, STR_HEADERS, encode_record, row_middle, str_header
 from .compiled import TUPLESCAN
 from .protocol import UNCHANGED, Column, PgoutputError
 
@@ -78,6 +79,7 @@ class Table:
         #: ``(rid, obj)`` of the TupleData at ``pos``, which ends ``data``, as UTF-8 JSON
         #: text (see :meth:`_first_image_bytes`)
         self.image_bytes: Callable[[bytes, int], tuple[bytes | None, bytes] | None] = self._first_image_bytes
+        self.insert_record: Callable[[bytes, int, bytes, int, bytes, bytes], bytes | None] = self._first_insert_record
         # an insert's encoded record, put together by the reader's hot path: after its head
         # and SCN, ``middle``, its rid and images, then ``tail`` (sql, and the schema version
         # alone) or ``tail_document`` (and the document: the table's first row in a transaction)
@@ -141,9 +143,20 @@ class Table:
         reference."""
         if TUPLESCAN is not None:
             self.image_bytes = fn = TUPLESCAN.Images(self._names, self._categories, self.key)
+            self.insert_record = fn.record
         else:
             self.image_bytes = fn = _images_function(self._names, self._categories, self.key)
+            self.insert_record = partial(python_insert_record, fn)
         return fn(data, pos)
+
+    def _first_insert_record(
+        self, data: bytes, pos: int, head: bytes, lsn: int, middle: bytes, tail: bytes
+    ) -> bytes | None:
+        """The encoded record of the insert whose TupleData is at ``pos``, which ends
+        ``data`` (see :func:`python_insert_record`), or None as :meth:`image_bytes`: the
+        compiled step's ``record`` where it is built, in one piece."""
+        self._first_image_bytes(b"", 0)  # makes both
+        return self.insert_record(data, pos, head, lsn, middle, tail)
 
     def reference_image_bytes(self) -> Callable[[bytes, int], tuple[bytes | None, bytes] | None]:
         """The pure-Python :meth:`image_bytes` of this table, even where the compiled one
@@ -152,6 +165,38 @@ class Table:
 
     def flagged(self) -> tuple[int, ...]:
         return tuple(i for i, c in enumerate(self.columns) if c.key)
+
+
+def python_insert_record(
+    image_bytes: Callable[[bytes, int], tuple[bytes | None, bytes] | None],
+    data: bytes,
+    pos: int,
+    head: bytes,
+    lsn: int,
+    middle: bytes,
+    tail: bytes,
+) -> bytes | None:
+    """An insert's encoded record from its parts (:func:`~olr_buffer.changes.row_head`):
+    ``head``, the LSN, ``middle``, the rid (or nil), nil (``before``), the ``after``
+    image, ``tail``; None where ``image_bytes`` is None. The reference of the compiled
+    ``Images.record``."""
+    got = image_bytes(data, pos)
+    if got is None:
+        return None
+    rid, obj = got
+    n = len(obj)
+    return b"".join(
+        (
+            head,
+            encode_record(lsn),
+            middle,
+            NIL if rid is None else (STR_HEADERS[len(rid)] if len(rid) < 256 else str_header(len(rid))) + rid,
+            NIL,
+            STR_HEADERS[n] if n < 256 else str_header(n),
+            obj,
+            tail,
+        )
+    )
 
 
 _ROW = """\

@@ -129,6 +129,63 @@ cdef inline Py_ssize_t write_escaped(char* out, const uint8_t* p, Py_ssize_t n) 
     return o
 
 
+# MessagePack, as msgspec writes it: an unsigned integer in its shortest form, a string's header
+
+cdef inline Py_ssize_t uint_size(unsigned long long v) noexcept nogil:
+    if v < 128:
+        return 1
+    if v < 256:
+        return 2
+    if v < 65536:
+        return 3
+    if v < 4294967296ULL:
+        return 5
+    return 9
+
+
+cdef inline Py_ssize_t write_uint(char* out, unsigned long long v) noexcept nogil:
+    cdef int n, i
+    if v < 128:
+        out[0] = <char>v
+        return 1
+    if v < 256:
+        out[0], n = <char>0xCC, 1
+    elif v < 65536:
+        out[0], n = <char>0xCD, 2
+    elif v < 4294967296ULL:
+        out[0], n = <char>0xCE, 4
+    else:
+        out[0], n = <char>0xCF, 8
+    for i in range(n):
+        out[n - i] = <char>((v >> (8 * i)) & 0xFF)
+    return n + 1
+
+
+cdef inline Py_ssize_t str_size(Py_ssize_t n) noexcept nogil:
+    return 1 if n < 32 else (2 if n < 256 else (3 if n < 65536 else 5))
+
+
+cdef inline Py_ssize_t write_str_header(char* out, Py_ssize_t n) noexcept nogil:
+    if n < 32:
+        out[0] = <char>(0xA0 | n)
+        return 1
+    if n < 256:
+        out[0] = <char>0xD9
+        out[1] = <char>n
+        return 2
+    if n < 65536:
+        out[0] = <char>0xDA
+        out[1] = <char>(n >> 8)
+        out[2] = <char>(n & 0xFF)
+        return 3
+    out[0] = <char>0xDB
+    out[1] = <char>(n >> 24)
+    out[2] = <char>((n >> 16) & 0xFF)
+    out[3] = <char>((n >> 8) & 0xFF)
+    out[4] = <char>(n & 0xFF)
+    return 5
+
+
 cdef class Images:
     """``(rid, obj)`` of an insert's TupleData, as :meth:`Table.image_bytes` gives them.
     ``names``: each column's JSON name and colon; ``categories``: each one's value mapping;
@@ -241,6 +298,44 @@ cdef class Images:
         rid = PyBytes_FromStringAndSize(NULL, rid_size)
         self._write(PyBytes_AS_STRING(rid), p, self.key, self.nkey)
         return rid, obj
+
+    def record(self, bytes data not None, Py_ssize_t pos, bytes head not None, unsigned long long lsn,
+               bytes middle not None, bytes tail not None):
+        """The insert's encoded record: ``head``, ``lsn`` (MessagePack), ``middle``, the
+        rid (or nil), nil, the ``after`` image, ``tail``; None where :meth:`__call__` is
+        None. What :func:`~.rows.python_insert_record` puts together, in one piece."""
+        got = self(data, pos)
+        if got is None:
+            return None
+        rid, obj = got
+        cdef Py_ssize_t rid_n = -1 if rid is None else PyBytes_GET_SIZE(<bytes>rid)
+        cdef Py_ssize_t obj_n = PyBytes_GET_SIZE(<bytes>obj)
+        cdef Py_ssize_t head_n = PyBytes_GET_SIZE(head), mid_n = PyBytes_GET_SIZE(middle)
+        cdef Py_ssize_t tail_n = PyBytes_GET_SIZE(tail)
+        cdef Py_ssize_t size = head_n + uint_size(lsn) + mid_n + (1 if rid_n < 0 else str_size(rid_n) + rid_n)
+        size += 1 + str_size(obj_n) + obj_n + tail_n
+        out_obj = PyBytes_FromStringAndSize(NULL, size)
+        cdef char* out = PyBytes_AS_STRING(out_obj)
+        cdef Py_ssize_t o = 0
+        memcpy(out, PyBytes_AS_STRING(head), head_n)
+        o = head_n
+        o += write_uint(out + o, lsn)
+        memcpy(out + o, PyBytes_AS_STRING(middle), mid_n)
+        o += mid_n
+        if rid_n < 0:
+            out[o] = <char>0xC0
+            o += 1
+        else:
+            o += write_str_header(out + o, rid_n)
+            memcpy(out + o, PyBytes_AS_STRING(<bytes>rid), rid_n)
+            o += rid_n
+        out[o] = <char>0xC0  # before: nil
+        o += 1
+        o += write_str_header(out + o, obj_n)
+        memcpy(out + o, PyBytes_AS_STRING(<bytes>obj), obj_n)
+        o += obj_n
+        memcpy(out + o, PyBytes_AS_STRING(tail), tail_n)
+        return out_obj
 
     cdef void _write(self, char* out, const uint8_t* p, int* columns, int count):
         """``{name:value,...}`` of ``count`` columns (the first ones, or those of ``columns``)."""

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from olr_buffer.sources.postgres import protocol as p
 from olr_buffer.sources.postgres.compiled import PURE_PYTHON_ENV
-from olr_buffer.sources.postgres.rows import Table
+from olr_buffer.sources.postgres.rows import Table, python_insert_record
 from tests.sources.postgres.test_protocol import _TYPES, tup
 
 tuplescan = importlib.import_module("olr_buffer.sources.postgres.tuplescan")
@@ -63,6 +63,27 @@ def test_compiled_images_equal_the_reference(types, data):
     table.image_bytes(b"", 0)  # the first call makes the table's step
     assert isinstance(table.image_bytes, tuplescan.Images)
     assert table.image_bytes(raw, pos) == table.reference_image_bytes()(raw, pos)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.lists(st.one_of(st.none(), st.binary(max_size=4), st.integers(0, 70_000).map(lambda n: b"x" * n)), max_size=3),
+    st.integers(0, 2**64 - 1),
+    st.binary(max_size=20),
+    st.binary(max_size=20),
+    st.binary(max_size=20),
+    st.booleans(),
+)
+def test_compiled_record_equals_the_reference(values, lsn, head, middle, tail, keyed):
+    """``Images.record`` (an insert's whole encoded record in one piece) is what
+    :func:`python_insert_record` puts together from the reference's text, for LSNs of
+    every MessagePack size, images of every string-header size, with and without a rid."""
+    cols = tuple(p.Column(f"c{i}", 25 if i else 20, False) for i in range(len(values)))
+    table = Table(1, "public", "t", cols, (0,) if keyed and cols else None)
+    raw = tup(*values)
+    expected = python_insert_record(table.reference_image_bytes(), raw, 0, head, lsn, middle, tail)
+    assert table.insert_record(raw, 0, head, lsn, middle, tail) == expected
+    assert isinstance(table.image_bytes, tuplescan.Images)
 
 
 @pytest.mark.parametrize("type_oid", _TYPES)
