@@ -80,8 +80,8 @@ class Table:
         #: text (see :meth:`_first_image_bytes`)
         self.image_bytes: Callable[[bytes, int], tuple[bytes | None, bytes] | None] = self._first_image_bytes
         self.insert_record: Callable[[bytes, int, bytes, int, bytes, bytes], bytes | None] = self._first_insert_record
-        # an insert's encoded record, put together by the reader's hot path: after its head
-        # and SCN, ``middle``, its rid and images, then ``tail`` (sql, and the schema version
+        # the constant parts of an insert's encoded record (:meth:`insert_record`): after its
+        # head and LSN, ``middle``; after its images ``tail`` (sql, and the schema version
         # alone) or ``tail_document`` (and the document: the table's first row in a transaction)
         self.middle = row_middle(self.schema, self.name, self.oid)
         if self.version is None:
