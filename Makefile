@@ -9,8 +9,8 @@ DEMO   ?= demo-data
 
 venv: $(VENV)/.installed
 
-# setup.py and the .pyx: the install compiles the reader's loop (pip rebuilds it when they change)
-$(VENV)/.installed: setup.cfg pyproject.toml setup.py olr_buffer/sources/redo/linescan.pyx
+# setup.py and the .pyx: the install compiles the readers' loops (pip rebuilds them when they change)
+$(VENV)/.installed: setup.cfg pyproject.toml setup.py olr_buffer/sources/redo/linescan.pyx olr_buffer/sources/postgres/tuplescan.pyx
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[spark,test]'

@@ -1,10 +1,12 @@
-"""The build's one compiled part: the redo reader's line loop (a Cython extension).
+"""The build's compiled parts (Cython extensions): the redo reader's line loop and the
+PostgreSQL reader's insert step.
 
-Everything else is declared in setup.cfg. The extension is built from
-``olr_buffer/sources/redo/linescan.pyx`` with the machine's C compiler (Cython comes from
+Everything else is declared in setup.cfg. The extensions are built from
+``olr_buffer/sources/redo/linescan.pyx`` and ``olr_buffer/sources/postgres/tuplescan.pyx``
+with the machine's C compiler (Cython comes from
 pyproject.toml's build requirements). It is optional: without a compiler, or without
-Cython, the install goes on without it and the reader runs its pure-Python loop
-(``olr-buffer --version`` says which).
+Cython, the install goes on without them and the readers run their pure-Python paths
+(``olr-buffer --version`` says which for the redo reader).
 """
 
 from setuptools import Extension, setup
@@ -15,7 +17,10 @@ except ImportError:  # a build without pyproject.toml's requirements: pure Pytho
     ext_modules = []
 else:
     ext_modules = cythonize(
-        [Extension("olr_buffer.sources.redo.linescan", ["olr_buffer/sources/redo/linescan.pyx"])],
+        [
+            Extension("olr_buffer.sources.redo.linescan", ["olr_buffer/sources/redo/linescan.pyx"]),
+            Extension("olr_buffer.sources.postgres.tuplescan", ["olr_buffer/sources/postgres/tuplescan.pyx"]),
+        ],
         compiler_directives={"language_level": "3"},
         quiet=True,
     )

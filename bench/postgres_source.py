@@ -326,15 +326,29 @@ def peak_rss_kib(pid: int) -> int:
     raise RuntimeError("no VmHWM")
 
 
-def spawned_children(pid: int) -> list[int]:
-    """The service's child processes started by multiprocessing (the PostgreSQL reader)."""
+def _children(pid: int) -> list[int]:
     out = []
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
-            kids = [int(c) for c in (task / "children").read_text().split()]
+            out += [int(c) for c in (task / "children").read_text().split()]
         except FileNotFoundError:
             continue
-        out += [c for c in kids if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
+    return out
+
+
+def spawned_children(pid: int) -> list[int]:
+    """The service's child processes started by multiprocessing (the PostgreSQL reader):
+    forked by the forkserver, itself a child of the service."""
+    out = []
+    for c in _children(pid):
+        try:
+            cmdline = Path(f"/proc/{c}/cmdline").read_bytes()
+        except FileNotFoundError:
+            continue
+        if b"forkserver" in cmdline:
+            out += _children(c)
+        elif b"spawn_main" in cmdline:
+            out.append(c)
     return out
 
 

@@ -107,6 +107,8 @@ from .codes import (
 )
 from .commits import INFINITE_SCN, Commit, CommitKey
 from .payloads import (
+    NIL,
+    STR_HEADERS,
     RecordError,
     compensation_payload,
     cut_payload,
@@ -115,8 +117,11 @@ from .payloads import (
     encode_record,
     end_payload,
     record,
+    row_head,
+    row_middle,
     row_payload,
     schema_fields,
+    str_header,
 )
 from .schemas import SCHEMA_FORMAT, SCHEMA_VERSION_LENGTH, SchemaColumn, schema_document, schema_version
 
@@ -163,6 +168,8 @@ __all__ = [
     "TRUNCATE",
     "UPDATE",
     # payloads
+    "NIL",
+    "STR_HEADERS",
     "RecordError",
     "compensation_payload",
     "cut_payload",
@@ -171,8 +178,11 @@ __all__ = [
     "encode_record",
     "end_payload",
     "record",
+    "row_head",
+    "row_middle",
     "row_payload",
     "schema_fields",
+    "str_header",
     # blocks
     "DEFAULT_BLOCK_BYTES",
     "DEFAULT_BLOCK_RECORDS",

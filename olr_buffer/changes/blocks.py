@@ -115,6 +115,27 @@ class BlockBuilder:
         if scn - 1 > self.progress:
             self.progress = scn - 1
 
+    def add_encoded_row(self, scn: int, xid: str, rec: bytes) -> None:
+        """:meth:`add` of a row given as its encoded record ``rec`` (whose SCN is ``scn``):
+        the PostgreSQL reader's hot path, the same block as :meth:`add` builds."""
+        g = self.groups.get(xid)
+        if g is None:
+            try:
+                xid.encode()
+            except UnicodeEncodeError:
+                raise RecordError("field 'xid' is not valid Unicode (lone surrogate)") from None
+            g = self.groups[xid] = Group(xid)
+            self.order.append(g)
+        if not g.records:
+            g.first_scn = scn
+        g.records.append(rec)
+        g.rows += 1
+        self.count += 1
+        self.nbytes += len(rec)
+        self.closed = False
+        if scn - 1 > self.progress:
+            self.progress = scn - 1
+
     def heartbeat(self, scn: int) -> None:
         """An ``lwn``: every record with an SCN up to ``scn`` is written (a closed thread
         is open again)."""

@@ -145,15 +145,15 @@ _BYTES_STEP = 4096  # rows between two looks at the buffered bytes
 _ROW_OVERHEAD = 1024  # bytes a row takes to build a row group besides its images (Python objects, Arrow copies)
 
 
-_IMAGES = itemgetter(9, 10, 11, 12)  # rid, before, after, sql
+_IMAGES = tuple(map(itemgetter, (9, 10, 11, 12)))  # rid, before, after, sql
 
 
 def _buffered_bytes(recs: list[list]) -> int:
     """An estimate of the memory ``recs`` take to buffer and turn into a row group: a
     fixed part per row and the characters of its images (rid, before, after, sql).
-    (One pass in C over the rows: ``filter(None, ...)`` drops the ``None`` images, whose
-    length counts 0, as an empty one does.)"""
-    return _ROW_OVERHEAD * len(recs) + sum(map(len, filter(None, itertools.chain.from_iterable(map(_IMAGES, recs)))))
+    (A pass in C over the rows for each image: ``filter(None, ...)`` drops the ``None``
+    ones, whose length counts 0, as an empty one does.)"""
+    return _ROW_OVERHEAD * len(recs) + sum([sum(map(len, filter(None, map(image, recs)))) for image in _IMAGES])
 
 
 _CHAIN_HINT = (

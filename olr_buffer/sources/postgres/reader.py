@@ -56,12 +56,14 @@ from ...changes import (
     SchemaColumn,
     cut_payload,
     end_payload,
+    row_head,
     row_payload,
     schema_document,
 )
 from ...txbuffer import BlockAppender
 from ..stream import StreamReader, StreamStopped
 from . import protocol as p
+from .compiled import INSERT_STEP
 from .connection import (
     ConnectionLostError,
     PostgresError,
@@ -87,6 +89,7 @@ LARGE_TRANSACTION_ROWS = 100_000  # the commit of a transaction this large is lo
 # relation OID, tuple tag
 _INSERT_FRAME = struct.Struct("!QQ9xIB").unpack_from
 _STREAM_INSERT_FRAME = struct.Struct("!QQ9xIIB").unpack_from
+HEAD_13, HEAD_14, HEAD_15 = (row_head(INSERT, n) for n in (13, 14, 15))  # an insert's, by its fields
 _DATA = frozenset((p.Insert, p.Update, p.Delete, p.Truncate, p.Relation))  # messages of a transaction
 
 
@@ -262,6 +265,7 @@ class PostgresReader(StreamReader):
         finally:
             repl.close()
         self.source_id = f"postgresql:{system_id}:{self.slot}"
+        log.debug("PostgreSQL insert step: %s", INSERT_STEP)
 
     # -- the thread --------------------------------------------------------------------------
 
@@ -551,13 +555,13 @@ class PostgresReader(StreamReader):
         # wal_sender_timeout / 2; the changefeed may publish the last commit just after)
         keepalive_lsn: int | None = None
         builder = self.builder
-        add_row = builder.add_row
+        add_encoded = builder.add_encoded_row
         block_records, block_bytes = self.block_records, self.block_bytes
         # Inserts, the common message, take a path of their own (no message object, the
-        # images made by Table.images): into ``txn``, the transaction receiving them when it
-        # is not skipped, with the table of relation ``rel`` looked up once for a run of
-        # inserts into it; every other message, and any insert out of the ordinary, goes to
-        # _handle, after which these are looked up again.
+        # record encoded whole by Table.insert_record): into ``txn``, the transaction
+        # receiving them when it is not skipped, with the table of relation ``rel`` looked
+        # up once for a run of inserts into it; every other message, and any insert out of
+        # the ordinary, goes to _handle, after which these are looked up again.
         txn = None
         rel_seen, table, version = -1, None, None
         in_stream = False
@@ -590,34 +594,27 @@ class PostgresReader(StreamReader):
                             table = got[0] if got is not None else (self.tables.get(rel) or self._last_seen.get(rel))
                             rel_seen = rel if table is not None else -1
                             version = table.version if table is not None else None
-                        images = table.images(data, pos) if rel == rel_seen and table is not None else None
-                        if images is not None:
-                            assert table is not None  # images come from the table seen
+                        if rel == rel_seen and table is not None:
+                            if version is None:
+                                head, tail, first = HEAD_13, table.tail, False
+                            elif txn.carried.get(rel, _NOT_CARRIED)[0] == version:
+                                head, tail, first = HEAD_14, table.tail, False
+                            else:  # the first row of this table (version) in the transaction
+                                head, tail, first = HEAD_15, table.tail_document, True
+                            # the record encoded whole (no list, no str): Table.insert_record
+                            rec = table.insert_record(data, pos, head, start, table.middle, tail)
+                        else:
+                            rec = None
+                        if rec is not None:
+                            assert table is not None  # the record comes from the table seen
+                            if first:
+                                assert version is not None  # a first row is one that names its version
+                                txn.carried[rel] = (version, txn.rows)
                             if sub is not None and sub != txn.top and sub not in txn.subs:
                                 txn.subs[sub] = txn.rows
                             if not builder.count:
                                 self._pending_since = time.monotonic()
-                            rec = [
-                                INSERT,
-                                start,
-                                0,
-                                0,
-                                0,
-                                None,
-                                table.schema,
-                                table.name,
-                                table.oid,
-                                images[0],
-                                None,
-                                images[1],
-                                None,
-                            ]
-                            if version is not None:
-                                if txn.carried.get(rel, _NOT_CARRIED)[0] == version:
-                                    rec.append(version)
-                                else:  # the first row of this table (version) in the transaction
-                                    rec += txn.schema_fields(table)
-                            add_row(start, txn.xid, rec)
+                            add_encoded(start, txn.xid, rec)
                             txn.rows += 1
                             if builder.count >= block_records or builder.nbytes >= block_bytes:
                                 self.server_lsn = server_lsn  # stored with the block

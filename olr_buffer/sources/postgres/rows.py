@@ -12,9 +12,12 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import orjson
 
+from ...changes import NIL, STR_HEADERS, encode_record, row_middle, str_header
+from .compiled import TUPLESCAN
 from .protocol import UNCHANGED, Column, PgoutputError
 
 _LENGTH = struct.Struct("!i").unpack_from
@@ -73,8 +76,19 @@ class Table:
         self._categories = [_category(c.type_oid) for c in self.columns]
         keys = frozenset(self.key or ())
         self._cols = [(n, c, i in keys) for i, (n, c) in enumerate(zip(self._names, self._categories))]
-        #: ``(rid, obj)`` of the TupleData at ``pos``, which ends ``data`` (see :meth:`_first_images`)
-        self.images: Callable[[bytes, int], tuple[str | None, str] | None] = self._first_images
+        #: ``(rid, obj)`` of the TupleData at ``pos``, which ends ``data``, as UTF-8 JSON
+        #: text (see :meth:`_first_image_bytes`)
+        self.image_bytes: Callable[[bytes, int], tuple[bytes | None, bytes] | None] = self._first_image_bytes
+        self.insert_record: Callable[[bytes, int, bytes, int, bytes, bytes], bytes | None] = self._first_insert_record
+        # the constant parts of an insert's encoded record (:meth:`insert_record`): after its
+        # head and LSN, ``middle``; after its images ``tail`` (sql, and the schema version
+        # alone) or ``tail_document`` (and the document: the table's first row in a transaction)
+        self.middle = row_middle(self.schema, self.name, self.oid)
+        if self.version is None:
+            self.tail = self.tail_document = NIL
+        else:
+            self.tail = NIL + encode_record(self.version)
+            self.tail_document = self.tail + encode_record(self.document)
 
     def obj(self, values: tuple, fallback: tuple | None = None, only: tuple[int, ...] | None = None) -> str:
         """The JSON object of a tuple; unchanged TOASTed values are taken from ``fallback``
@@ -109,19 +123,80 @@ class Table:
             parts.append(self._names[i] + _json(self._categories[i], values[i]))
         return (b"{" + b",".join(parts) + b"}").decode()
 
-    def _first_images(self, data: bytes, pos: int) -> tuple[str | None, str] | None:
-        """``(rid, obj)`` of the TupleData at ``pos``, which ends ``data``, read and turned
-        into JSON in one pass: the hot path of inserts, the same text as :meth:`rid` and
-        :meth:`obj` give. None for anything out of the ordinary (another column count than
-        the relation's, a binary or unchanged value, a malformed or non-UTF-8 tuple): the
-        general path then decodes it, or raises the precise error.
+    def images(self, data: bytes, pos: int) -> tuple[str | None, str] | None:
+        """:meth:`image_bytes` as text: the same as :meth:`rid` and :meth:`obj` give."""
+        got = self.image_bytes(data, pos)
+        if got is None:
+            return None
+        rid, obj = got
+        return None if rid is None else rid.decode(), obj.decode()
 
-        The function is made for the table's columns on the first call (:func:`_images_function`)."""
-        self.images = fn = _images_function(self._names, self._categories, self.key)
+    def _first_image_bytes(self, data: bytes, pos: int) -> tuple[bytes | None, bytes] | None:
+        """``(rid, obj)`` of the TupleData at ``pos``, which ends ``data``, read and turned
+        into JSON (valid UTF-8) in one pass: the hot path of inserts, the text of
+        :meth:`rid` and :meth:`obj`. None for anything out of the ordinary (another column
+        count than the relation's, a binary or unchanged value, a malformed or non-UTF-8
+        tuple): the general path then decodes it, or raises the precise error.
+
+        The function is made for the table's columns on the first call: compiled
+        (``tuplescan.Images``) where it is built, else :func:`_images_function`, the
+        reference."""
+        if TUPLESCAN is not None:
+            self.image_bytes = fn = TUPLESCAN.Images(self._names, self._categories, self.key)
+            self.insert_record = fn.record
+        else:
+            self.image_bytes = fn = _images_function(self._names, self._categories, self.key)
+            self.insert_record = partial(python_insert_record, fn)
         return fn(data, pos)
+
+    def _first_insert_record(
+        self, data: bytes, pos: int, head: bytes, lsn: int, middle: bytes, tail: bytes
+    ) -> bytes | None:
+        """The encoded record of the insert whose TupleData is at ``pos``, which ends
+        ``data`` (see :func:`python_insert_record`), or None as :meth:`image_bytes`: the
+        compiled step's ``record`` where it is built, in one piece."""
+        self._first_image_bytes(b"", 0)  # makes both
+        return self.insert_record(data, pos, head, lsn, middle, tail)
+
+    def reference_image_bytes(self) -> Callable[[bytes, int], tuple[bytes | None, bytes] | None]:
+        """The pure-Python :meth:`image_bytes` of this table, even where the compiled one
+        is built: the reference the tests hold the compiled step to."""
+        return _images_function(self._names, self._categories, self.key)
 
     def flagged(self) -> tuple[int, ...]:
         return tuple(i for i, c in enumerate(self.columns) if c.key)
+
+
+def python_insert_record(
+    image_bytes: Callable[[bytes, int], tuple[bytes | None, bytes] | None],
+    data: bytes,
+    pos: int,
+    head: bytes,
+    lsn: int,
+    middle: bytes,
+    tail: bytes,
+) -> bytes | None:
+    """An insert's encoded record from its parts (:func:`~olr_buffer.changes.row_head`):
+    ``head``, the LSN, ``middle``, the rid (or nil), nil (``before``), the ``after``
+    image, ``tail``; None where ``image_bytes`` is None. The reference of the compiled
+    ``Images.record``."""
+    got = image_bytes(data, pos)
+    if got is None:
+        return None
+    rid, obj = got
+    n = len(obj)
+    return b"".join(
+        (
+            head,
+            encode_record(lsn),
+            middle,
+            NIL if rid is None else (STR_HEADERS[len(rid)] if len(rid) < 256 else str_header(len(rid))) + rid,
+            NIL,
+            STR_HEADERS[n] if n < 256 else str_header(n),
+            obj,
+            tail,
+        )
+    )
 
 
 _ROW = """\
@@ -133,7 +208,7 @@ def images(data, pos):
 {columns}
         if pos != len(data):
             return None
-        obj = join(({obj})).decode()
+        obj = join(({obj}))
     except (IndexError, struct_error, UnicodeDecodeError):
         return None
 {rid}
@@ -156,20 +231,23 @@ _COLUMN = """\
             return None
 """
 
+# a value taken as it is must be valid UTF-8 (the text of a number is ASCII: one C call)
 _VALUES = {
-    _RAW: "            v{i} = data[pos:end]",
+    _RAW: "            v{i} = data[pos:end]\n            if not v{i}.isascii():\n                v{i}.decode()",
     _STRING: "            v{i} = dumps(data[pos:end].decode())",
     _NUMBER: (
         "            v{i} = data[pos:end]\n"
         "            if v{i} in NOT_NUMBERS:\n"
-        "                v{i} = b'\"' + v{i} + b'\"'"
+        "                v{i} = b'\"' + v{i} + b'\"'\n"
+        "            elif not v{i}.isascii():\n"
+        "                v{i}.decode()"
     ),
     _BOOL: '            v{i} = b"true" if data[pos:end] in TRUE else b"false"',
 }
 
 
 def _images_function(names: list[bytes], categories: list[int], key: tuple[int, ...] | None):
-    """:meth:`Table.images` for one table: the loop over its columns unrolled, with the
+    """:meth:`Table.image_bytes` for one table: the loop over its columns unrolled, with the
     JSON of each column's name and its value mapping fixed (a third of the time of a
     loop that looks them up). Names are constants of the function's namespace (``P0``,
     ``K0``...), never part of its source."""
@@ -200,8 +278,7 @@ def _images_function(names: list[bytes], categories: list[int], key: tuple[int, 
             ns[f"K{j}"] = (b"{" if j == 0 else b",") + names[i]
             parts += [f"K{j}", f"v{i}"]
         rid = (
-            f"    if null_key:\n        return None, obj\n"
-            f"    return join(({', '.join(parts or ['START'])}, END)).decode(), obj"
+            f"    if null_key:\n        return None, obj\n    return join(({', '.join(parts or ['START'])}, END)), obj"
         )
     columns_src = "".join(columns)
     if key is not None:
@@ -209,5 +286,5 @@ def _images_function(names: list[bytes], categories: list[int], key: tuple[int, 
     source = _ROW.format(
         hi=len(names) >> 8, lo=len(names) & 0xFF, columns=columns_src, obj=", ".join(obj) + ",", rid=rid
     )
-    exec(compile(source, "<Table.images>", "exec"), ns)  # noqa: S102 - our own template, constants by name
+    exec(compile(source, "<Table.image_bytes>", "exec"), ns)  # noqa: S102 - our own template, constants by name
     return ns["images"]

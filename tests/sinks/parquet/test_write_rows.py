@@ -9,10 +9,12 @@ import tempfile
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from olr_buffer.changes import DELETE, INSERT, Commit, CommitKey
+from olr_buffer.sinks.parquet.errors import ChangefeedError
 from olr_buffer.sinks.parquet.writer import ChangefeedWriter
 
 
@@ -123,3 +125,18 @@ def test_a_row_queued_without_an_owner_is_published_with_the_empty_owner(tmp_pat
     assert f is not None and f.rows == 2
     got = pq.read_table(cf / f.name, columns=["owner", "table"]).to_pylist()
     assert got == [{"owner": "", "table": "OBJ_87705"}, {"owner": "HR", "table": "EMP"}]
+
+
+def test_a_row_with_more_fields_than_the_format_has_is_one_error_line():
+    """A row of more fields than a record has (a queue of a later format) stops the writer
+    with one line that says so; rows of 13, 14 and 15 fields (with a schema version, and
+    its document) together are the ordinary case."""
+    with tempfile.TemporaryDirectory() as d:
+        w = ChangefeedWriter(str(Path(d) / "cf"))
+        row = _row(5, 1) + [None, None, "extra"]
+        with pytest.raises(ChangefeedError) as exc:
+            w.write_transaction(Commit("x", CommitKey(9, 1, 0, 0), None), [(1, [_row(5, 0), row])])
+            w.flush()
+        assert "a row has 16 fields; this olr-buffer knows 15" in str(exc.value)
+        assert "\n" not in str(exc.value)
+        w.abandon()

@@ -10,6 +10,7 @@ import struct
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from olr_buffer.changes import ROW_CODES, decode_record
 from olr_buffer.dispatcher import Dispatcher
 from olr_buffer.sources.postgres import protocol as p
 from olr_buffer.testing import MemoryQueue
@@ -91,10 +92,20 @@ class FakeStream:
         pass
 
 
-def published(q) -> list[dict]:
+def published(q) -> tuple[list[dict], list[tuple]]:
+    """The rows published from ``q``, and each one's schema version and document."""
     sink = BatchListSink()
     Dispatcher(q, sink, [1]).poll(max_blocks=10_000)
-    return sink.rows
+    return sink.rows, sink.schemas
+
+
+def row_records(q) -> list[bytes]:
+    """Every encoded row record of ``q``, in order (summaries, begins and ends left out)."""
+    tailer = q.tailer(q.first_index)
+    out = []
+    while (block := tailer.next_block()) is not None:
+        out += [r for r in block.records()[1:] if decode_record(r)[0] in ROW_CODES]
+    return out
 
 
 @settings(max_examples=150, deadline=None)
@@ -216,3 +227,60 @@ def test_stream_loop_fails_only_with_one_line_errors(frames):
         r._stream_loop(FakeStream([frames], r.stop))
     except OlrBufferError as exc:
         assert "\n" not in str(exc) and str(exc)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.one_of(st.none(), st.integers(-(2**31), 2**31 - 1)),
+            st.one_of(st.none(), st.text(max_size=20), st.integers(0, 70_000).map(lambda n: "x\u00e9"[n % 2] * n)),
+            st.integers(1, 2**33),
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+    st.booleans(),
+)
+def test_fast_inserts_are_encoded_as_the_reference_encodes_them(values, streamed):
+    """The stream loop writes an insert's record from encoded parts: byte for byte the
+    record the reference encodes from its list, whatever the rid (null or not), the length
+    of the images (string headers of each size), the LSN's size and whether the row carries
+    its table's schema document."""
+    lsn = 1
+    sent = []
+
+    def send(msg):
+        nonlocal lsn
+        sent.append((msg, lsn))
+
+    xid = 700 if streamed else None
+    send(p.StreamStart(700, 1) if streamed else p.Begin(10**12, 0, 700))
+    send(p.Relation(xid, OID, "public", "t", "d", VARIANTS[0]))
+    for id_, text, step in values:
+        lsn += step
+        send(p.Insert(xid, OID, (None if id_ is None else str(id_).encode(), None if text is None else text.encode())))
+    lsn += 1
+    if streamed:
+        send(p.StreamStop())
+        send(p.StreamCommit(700, 10**12, 10**12 + 1, 0))
+    else:
+        send(p.Commit(10**12, 10**12 + 1, 0))
+
+    q1 = MemoryQueue()
+    r1 = reader(q1, block_records=1000)
+    for msg, at in sent:
+        r1._handle(msg, at)
+    r1._append()
+    frames = []
+    in_stream = False
+    for msg, at in sent:
+        frames.append(b"w" + struct.pack("!QQq", at, at + 5, 0) + encode(msg, in_stream))
+        in_stream = (in_stream or isinstance(msg, p.StreamStart)) and not isinstance(msg, p.StreamStop)
+    q2 = MemoryQueue()
+    r2 = reader(q2, block_records=1000)
+    r2.flush_seconds = 1e9
+    r2._stream_loop(FakeStream([frames], r2.stop))
+    r2._append()
+    assert len(row_records(q1)) == len(values)
+    assert row_records(q2) == row_records(q1)

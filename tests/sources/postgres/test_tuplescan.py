@@ -1,0 +1,125 @@
+"""The compiled insert step (``tuplescan``, built from ``tuplescan.pyx`` at install) equals
+the pure-Python function it stands for (:meth:`Table.reference_image_bytes`) on any input:
+the same ``(rid, obj)`` text, or the same refusal (None), for well-formed tuples of every
+type and value mapping, strings that need escaping, non-UTF-8 text, other column counts,
+binary and unchanged values, and tuples cut short or followed by more bytes.
+
+The compiled module must be built where these tests run (``pip install -e .`` builds it
+with the machine's C compiler): a tree where it is not fails here, which says so.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from olr_buffer.sources.postgres import protocol as p
+from olr_buffer.sources.postgres.compiled import PURE_PYTHON_ENV
+from olr_buffer.sources.postgres.rows import Table, python_insert_record
+from tests.sources.postgres.test_protocol import _TYPES, tup
+
+tuplescan = importlib.import_module("olr_buffer.sources.postgres.tuplescan")
+
+_VALUE = st.one_of(
+    st.none(),
+    st.binary(max_size=8),
+    st.text(max_size=12).map(str.encode),
+    st.text(alphabet=st.characters(max_codepoint=0x7F), max_size=40).map(str.encode),  # control characters
+    st.sampled_from(
+        [b"1", b"-2.5", b"NaN", b"Infinity", b"-Infinity", b"t", b"f", b"true", b"false", b'"', b"\\"]
+        + [b"\xc3\xa9", b"\xff", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b'{"a":1}', b"\x7f", b"\x1f"]
+    ),
+    st.just(p.UNCHANGED),
+)
+
+
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from(_TYPES), min_size=0, max_size=6), st.data())
+def test_compiled_images_equal_the_reference(types, data):
+    names = data.draw(st.lists(st.text(max_size=4), min_size=len(types), max_size=len(types), unique=True))
+    cols = tuple(p.Column(f"c{i}{n}", t, False) for i, (t, n) in enumerate(zip(types, names)))
+    key = data.draw(
+        st.one_of(st.none(), st.lists(st.integers(0, max(len(cols) - 1, 0)), max_size=min(2, len(cols)), unique=True))
+    )
+    table = Table(1, "public", "t", cols, None if key is None else tuple(key))
+    values = data.draw(st.lists(_VALUE, min_size=max(len(cols) - 1, 0), max_size=len(cols) + 1))
+    before = data.draw(st.binary(max_size=3))  # the message's bytes before the tuple
+    raw = before + tup(*values)
+    pos = len(before) if data.draw(st.integers(0, 4)) else data.draw(st.integers(0, 3))
+    how = data.draw(st.sampled_from(["whole", "whole", "whole", "cut", "more", "damaged"]))
+    if how == "cut":
+        raw = raw[: data.draw(st.integers(0, len(raw)))]
+    elif how == "more":
+        raw += data.draw(st.binary(min_size=1, max_size=3))
+    elif how == "damaged" and raw:
+        i = data.draw(st.integers(0, len(raw) - 1))
+        raw = raw[:i] + bytes([data.draw(st.integers(0, 255))]) + raw[i + 1 :]
+    table.image_bytes(b"", 0)  # the first call makes the table's step
+    assert isinstance(table.image_bytes, tuplescan.Images)
+    assert table.image_bytes(raw, pos) == table.reference_image_bytes()(raw, pos)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.lists(st.one_of(st.none(), st.binary(max_size=4), st.integers(0, 70_000).map(lambda n: b"x" * n)), max_size=3),
+    st.integers(0, 2**64 - 1),
+    st.binary(max_size=20),
+    st.binary(max_size=20),
+    st.binary(max_size=20),
+    st.booleans(),
+)
+def test_compiled_record_equals_the_reference(values, lsn, head, middle, tail, keyed):
+    """``Images.record`` (an insert's whole encoded record in one piece) is what
+    :func:`python_insert_record` puts together from the reference's text, for LSNs of
+    every MessagePack size, images of every string-header size, with and without a rid."""
+    cols = tuple(p.Column(f"c{i}", 25 if i else 20, False) for i in range(len(values)))
+    table = Table(1, "public", "t", cols, (0,) if keyed and cols else None)
+    raw = tup(*values)
+    expected = python_insert_record(table.reference_image_bytes(), raw, 0, head, lsn, middle, tail)
+    assert table.insert_record(raw, 0, head, lsn, middle, tail) == expected
+    assert isinstance(table.image_bytes, tuplescan.Images)
+
+
+@pytest.mark.parametrize("type_oid", _TYPES)
+def test_compiled_images_of_every_ascii_character(type_oid):
+    """Each ASCII character (the escapes of JSON strings), in each value mapping."""
+    table = Table(1, "public", "t", (p.Column("id", 23, True), p.Column("v", type_oid, False)), (1, 0))
+    reference = table.reference_image_bytes()
+    for c in range(128):
+        for value in (bytes([c]), b"a" + bytes([c]) * 3 + b"z"):
+            raw = tup(b"7", value)
+            assert table.image_bytes(raw, 0) == reference(raw, 0), (c, value)
+    assert isinstance(table.image_bytes, tuplescan.Images)
+
+
+def test_tables_use_the_compiled_step_unless_told_not_to():
+    """Where it is built, tables run the compiled step; ``OLR_BUFFER_PURE_PYTHON=1`` runs
+    the pure-Python one."""
+    code = (
+        "from olr_buffer.sources.postgres.compiled import INSERT_STEP; "
+        "from olr_buffer.sources.postgres import protocol as p; "
+        "from olr_buffer.sources.postgres.rows import Table; "
+        "t = Table(1, 's', 't', (p.Column('id', 23, True),), (0,)); t.image_bytes(b'', 0); "
+        "print(INSERT_STEP, type(t.image_bytes).__name__)"
+    )
+    env = {k: v for k, v in os.environ.items() if k != PURE_PYTHON_ENV}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["compiled", "Images"]
+    env[PURE_PYTHON_ENV] = "1"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.startswith("pure Python") and out.split()[-1] == "function"
+
+
+@pytest.mark.parametrize(
+    "bad", [("names", [1], [0], None), ("key", [b'"a":'], [0], (1,)), ("cats", [b'"a":'], [], None)]
+)
+def test_compiled_images_refuse_inconsistent_tables(bad):
+    _, names, cats, key = bad
+    with pytest.raises((TypeError, ValueError)):
+        tuplescan.Images(names, cats, key)
