@@ -254,7 +254,7 @@ def main() -> None:
                         "last_write_ns": time.time_ns(),
                     }
                     writer_stats["rate"] = staged_records / writer_stats["seconds"]
-            if t_end is not None and time.monotonic() - last_new > 3 * args.flush_interval + 2:
+            if t_end is not None and time.monotonic() - last_new > 3 * args.flush_interval + 5:
                 break
             time.sleep(args.watch_interval)
         watch_cpu = time.process_time() - watch_cpu

@@ -598,3 +598,44 @@ def test_an_unfinished_last_line_is_read_again_only_once_the_file_grew(tmp_path:
     append(path, big[-100:] + line({"op": "commit", "scn": 102, "xid": "A"}))
     f.wait_for_lines(3)
     assert f.error is None
+
+
+def test_a_reader_that_found_lines_looks_again_sooner_than_the_poll_interval(tmp_path: Path) -> None:
+    """A commit waits for every thread's reader to read past it (the watermark): a reader
+    that just found lines looks again after an eighth of the poll interval, and the wait
+    doubles with each look that finds nothing, up to the poll interval."""
+    poll = 0.08
+    waits: list[float] = []
+
+    class Stop(threading.Event):
+        def wait(self, timeout: float | None = None) -> bool:
+            assert timeout is not None
+            waits.append(timeout)
+            return super().wait(timeout)
+
+    (tmp_path / "in").mkdir()
+    path = tmp_path / "in" / "redo_1_1.jsonl"
+    path.write_bytes(tx("A", 100, "r1"))
+    queue, stop = MemoryQueue(), Stop()
+    reader = ThreadReader(queue, str(tmp_path / "in"), 1, scan(str(tmp_path / "in"))[1], None, stop=stop)
+    runner = threading.Thread(target=reader.follow, args=(poll,), daemon=True)
+    runner.start()
+    try:
+        deadline = time.monotonic() + 30
+        while len(waits) < 6 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert waits[:6] == pytest.approx([0.01, 0.02, 0.04, 0.08, 0.08, 0.08])
+        before = len(waits)
+        append(path, tx("B", 200, "r2"))
+        while (reader.stats.records < 6 or len(waits) < before + 3) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert reader.stats.records == 6
+        after = waits[before:]
+        # the look that found B's lines is followed by the short wait, then the doubling again
+        i = after.index(pytest.approx(0.01))
+        assert after[i : i + 2] == pytest.approx([0.01, 0.02]), after
+    finally:
+        stop.set()
+        runner.join(10)
+    assert not runner.is_alive()
+    assert max(waits) == pytest.approx(poll)
