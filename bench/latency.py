@@ -65,9 +65,9 @@ def _own_cpu() -> tuple[float, float]:
     return t.user + t.system, t.children_user + t.children_system
 
 
-def _tree_cpu(root: int) -> float:
+def _tree_cpu(root: int) -> tuple[float, float]:
     """CPU seconds of process ``root`` and its descendants alive now (with what their
-    waited-for children used), from /proc."""
+    waited-for children used), and of ``root`` alone (all its threads), from /proc."""
     stats: dict[int, list[str]] = {}
     for name in os.listdir("/proc"):
         if name.isdigit():
@@ -82,7 +82,8 @@ def _tree_cpu(root: int) -> float:
         tree |= more
         grew = bool(more)
     ticks = sum(sum(int(x) for x in stats[pid][11:15]) for pid in tree if pid in stats)
-    return ticks / os.sysconf("SC_CLK_TCK")
+    own = sum(int(x) for x in stats[root][11:13]) if root in stats else 0
+    return ticks / os.sysconf("SC_CLK_TCK"), own / os.sysconf("SC_CLK_TCK")
 
 
 def _load() -> str:
@@ -258,7 +259,8 @@ def main() -> None:
                 break
             time.sleep(args.watch_interval)
         watch_cpu = time.process_time() - watch_cpu
-        service_cpu = _tree_cpu(service.pid) - service0
+        service1 = _tree_cpu(service.pid)
+        service_cpu, main_cpu = service1[0] - service0[0], service1[1] - service0[1]
         service.send_signal(signal.SIGTERM)
         service.wait(timeout=120)
         machine1, own1 = _machine_cpu(), _own_cpu()
@@ -305,7 +307,9 @@ def main() -> None:
             "watcher_p50": quantile(watcher, 0.5),
             "watcher_p99": quantile(watcher, 0.99),
             "watcher_cpu": watch_cpu / window,
+            "window_s": window,
             "service_cpu": service_cpu / window,
+            "service_main_cpu": main_cpu / window,
             "writer_cpu": writer_cpu / window,
             "others_cpu": others / window,
             "load_start": load_start,
@@ -328,7 +332,8 @@ def main() -> None:
             f"{out['p50_last_third']:.3f}s in the last"
         )
         print(
-            f"CPU (cores): service {out['service_cpu']:.2f}, writer {out['writer_cpu']:.2f}, watcher "
+            f"CPU (cores): service {out['service_cpu']:.2f} (its main process {out['service_main_cpu']:.2f}, "
+            f"{service_cpu / max(1, out['records']) * 1e6:.1f} µs a record), writer {out['writer_cpu']:.2f}, watcher "
             f"{out['watcher_cpu']:.2f}, other processes {out['others_cpu']:.2f}; load average {load_start} -> "
             f"{load_end}; {len(seen)} files"
         )

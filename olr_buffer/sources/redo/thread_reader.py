@@ -53,8 +53,10 @@ _BOM = b"\xef\xbb\xbf"  # a UTF-8 byte order mark, accepted at the start of a fi
 #: Follow mode: how long the newest ``.jsonl.zst`` of a thread may stay truncated (empty,
 #: or ending inside a zstd frame: still being copied in) before it is bad input.
 TRUNCATED_ZST_WAIT_SECONDS = 60.0
-#: The shortest wait of a following reader between two looks (see :func:`idle_wait`).
+#: The shortest wait of a following reader between two looks, and the longest poll interval
+#: under which it looks again sooner after finding lines (see :func:`idle_wait`).
 IDLE_WAIT_MIN_SECONDS = 0.002
+FAST_LOOK_POLL_SECONDS = 0.05
 _CHUNK = 1 << 16  # how much of a file is read at once: 64 KiB (1 MiB chunks kept ~4 MB of lines and
 # decoded records alive at once and ran no faster than reading line by line: cache misses)
 _OK, _BREAK, _STOP = 0, 1, 2  # _slow_line and _fast_lines: go on, stop reading this file, stop set
@@ -866,10 +868,15 @@ def idle_wait(poll_interval: float, empty_looks: int) -> float:
 
     A commit is published only once every thread's reader has read past it (the
     watermark), so a full ``poll_interval`` after each read of a busy thread would add up
-    to that much to every commit. A reader whose capture is writing looks again after an
-    eighth of the poll interval (at least ``IDLE_WAIT_MIN_SECONDS``), and the wait doubles
-    with each look that finds nothing, up to ``poll_interval``: an idle input is looked at
-    as often as before."""
+    to that much to every commit. With a poll interval of ``FAST_LOOK_POLL_SECONDS`` or
+    less (``run`` polls at half its flush interval: latency was asked for), a reader whose
+    capture is writing looks again after an eighth of it (at least
+    ``IDLE_WAIT_MIN_SECONDS``), and the wait doubles with each look that finds nothing,
+    up to ``poll_interval``: an idle input is looked at as often as before. A longer poll
+    interval is kept as it is: each look that finds lines appends a block (an LMDB write,
+    fsynced), which costs CPU where the flush interval hides the gain."""
+    if poll_interval > FAST_LOOK_POLL_SECONDS:
+        return poll_interval
     short = min(poll_interval, max(IDLE_WAIT_MIN_SECONDS, poll_interval / 8))
     return min(poll_interval, short * 2 ** min(empty_looks, 32))
 

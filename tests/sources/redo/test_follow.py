@@ -600,11 +600,9 @@ def test_an_unfinished_last_line_is_read_again_only_once_the_file_grew(tmp_path:
     assert f.error is None
 
 
-def test_a_reader_that_found_lines_looks_again_sooner_than_the_poll_interval(tmp_path: Path) -> None:
-    """A commit waits for every thread's reader to read past it (the watermark): a reader
-    that just found lines looks again after an eighth of the poll interval, and the wait
-    doubles with each look that finds nothing, up to the poll interval."""
-    poll = 0.08
+def _looks(tmp_path: Path, poll: float, looks: int) -> tuple[list[float], list[float]]:
+    """The waits of a reader following one file with ``poll``: the first ``looks`` after it
+    read a transaction, and those after a second one was appended (and read)."""
     waits: list[float] = []
 
     class Stop(threading.Event):
@@ -616,26 +614,42 @@ def test_a_reader_that_found_lines_looks_again_sooner_than_the_poll_interval(tmp
     (tmp_path / "in").mkdir()
     path = tmp_path / "in" / "redo_1_1.jsonl"
     path.write_bytes(tx("A", 100, "r1"))
-    queue, stop = MemoryQueue(), Stop()
-    reader = ThreadReader(queue, str(tmp_path / "in"), 1, scan(str(tmp_path / "in"))[1], None, stop=stop)
+    stop = Stop()
+    reader = ThreadReader(MemoryQueue(), str(tmp_path / "in"), 1, scan(str(tmp_path / "in"))[1], None, stop=stop)
     runner = threading.Thread(target=reader.follow, args=(poll,), daemon=True)
     runner.start()
     try:
         deadline = time.monotonic() + 30
-        while len(waits) < 6 and time.monotonic() < deadline:
+        while len(waits) < looks and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert waits[:6] == pytest.approx([0.01, 0.02, 0.04, 0.08, 0.08, 0.08])
+        first = waits[:looks]
         before = len(waits)
         append(path, tx("B", 200, "r2"))
-        while (reader.stats.records < 6 or len(waits) < before + 3) and time.monotonic() < deadline:
+        while (reader.stats.records < 6 or len(waits) < before + looks) and time.monotonic() < deadline:
             time.sleep(0.01)
         assert reader.stats.records == 6
-        after = waits[before:]
-        # the look that found B's lines is followed by the short wait, then the doubling again
-        i = after.index(pytest.approx(0.01))
-        assert after[i : i + 2] == pytest.approx([0.01, 0.02]), after
     finally:
         stop.set()
         runner.join(10)
     assert not runner.is_alive()
-    assert max(waits) == pytest.approx(poll)
+    return first, waits[before:]
+
+
+def test_a_reader_that_found_lines_looks_again_sooner_than_the_poll_interval(tmp_path: Path) -> None:
+    """A commit waits for every thread's reader to read past it (the watermark): with a
+    short poll interval (latency asked for), a reader that just found lines looks again
+    after an eighth of it, and the wait doubles with each look that finds nothing, up to
+    the poll interval."""
+    first, after = _looks(tmp_path, 0.04, 6)
+    assert first == pytest.approx([0.005, 0.01, 0.02, 0.04, 0.04, 0.04])
+    # the look that found B's lines is followed by the short wait, then the doubling again
+    i = after.index(pytest.approx(0.005))
+    assert after[i : i + 2] == pytest.approx([0.005, 0.01]), after
+    assert max(first + after) == pytest.approx(0.04)
+
+
+def test_a_reader_with_a_long_poll_interval_keeps_it_after_finding_lines(tmp_path: Path) -> None:
+    """Each look that finds lines appends a block: with a poll interval above 50 ms
+    (the default 0.1 s) a reader does not look sooner, which would cost CPU for no gain."""
+    first, after = _looks(tmp_path, 0.1, 3)
+    assert set(first + after) == {0.1}
