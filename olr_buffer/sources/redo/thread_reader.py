@@ -55,7 +55,7 @@ _BOM = b"\xef\xbb\xbf"  # a UTF-8 byte order mark, accepted at the start of a fi
 TRUNCATED_ZST_WAIT_SECONDS = 60.0
 #: The shortest wait of a following reader between two looks, and the longest poll interval
 #: under which it looks again sooner after finding lines (see :func:`idle_wait`).
-IDLE_WAIT_MIN_SECONDS = 0.002
+IDLE_WAIT_MIN_SECONDS = 0.01
 FAST_LOOK_POLL_SECONDS = 0.05
 _CHUNK = 1 << 16  # how much of a file is read at once: 64 KiB (1 MiB chunks kept ~4 MB of lines and
 # decoded records alive at once and ran no faster than reading line by line: cache misses)

@@ -640,12 +640,12 @@ def test_a_reader_that_found_lines_looks_again_sooner_than_the_poll_interval(tmp
     short poll interval (latency asked for), a reader that just found lines looks again
     after an eighth of it, and the wait doubles with each look that finds nothing, up to
     the poll interval."""
-    first, after = _looks(tmp_path, 0.04, 6)
-    assert first == pytest.approx([0.005, 0.01, 0.02, 0.04, 0.04, 0.04])
+    first, after = _looks(tmp_path, 0.05, 5)
+    assert first == pytest.approx([0.01, 0.02, 0.04, 0.05, 0.05])  # (never below 10 ms)
     # the look that found B's lines is followed by the short wait, then the doubling again
-    i = after.index(pytest.approx(0.005))
-    assert after[i : i + 2] == pytest.approx([0.005, 0.01]), after
-    assert max(first + after) == pytest.approx(0.04)
+    i = after.index(pytest.approx(0.01))
+    assert after[i : i + 2] == pytest.approx([0.01, 0.02]), after
+    assert max(first + after) == pytest.approx(0.05)
 
 
 def test_a_reader_with_a_long_poll_interval_keeps_it_after_finding_lines(tmp_path: Path) -> None:
