@@ -49,9 +49,11 @@ def test_every_figure_says_when_it_was_measured():
         "| narrow-large-3t | 190 | 297,393 |",
         "**169 MiB**",
         "**0.82 s**",
-        "0.224 s",
     ):
         assert figure in text and figure.strip("*") in HISTORY.read_text(), figure
+    # and the latency's, its own log's
+    latency_log = (ROOT / "bench" / "log" / "2026-11-28-latency-100k.md").read_text()
+    assert "**0.064–0.162 s**" in text and "| 0.064 | 0.094 |" in latency_log and "| 0.162 | 0.185 |" in latency_log
 
 
 def test_the_commands_name_programs_and_options_that_exist():

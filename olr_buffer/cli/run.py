@@ -81,7 +81,7 @@ def _threads(ctx, param, value):
     default=0.1,
     show_default=True,
     help="How often an idle reader looks for new lines and files (seconds); at most half of "
-    "--flush-interval (but not below 0.01).",
+    "--flush-interval (but not below 0.01). At 0.05 or less, a reader that just found lines looks again sooner.",
 )
 @click.option(
     "--stall-warning",

@@ -4,10 +4,10 @@ Publication of one file::
 
     1. rows go to ``_olr_buffer/tmp/part-<first>-<pid>.parquet.tmp`` (out of every
        reader's sight: Spark skips ``_`` names, and no ``*.parquet`` glob matches it)
-    2. the footer gets the file's range, last commit key and owner; close; fsync the file
+    2. the footer gets the file's range, last commit key and owner; close
     3. the schema documents its rows introduce go to ``_olr_buffer/schemas/`` (each
        written whole and fsynced; the directory fsynced)
-    4. rename to ``part-<first>-<last>.parquet``; fsync the directory   <- visible, final
+    4. fsync it; link it to ``part-<first>-<last>.parquet``; fsync the directory   <- visible, final
     5. record it in ``_olr_buffer/manifest.json`` (write temp, fsync, rename, fsync dir)
 
 Schema versions. A row that names its version (a PostgreSQL row, a redo ``ddl`` record
@@ -69,7 +69,6 @@ import pyarrow.parquet as pq
 from ...changes import CHANGEFEED_OP, ROW_FIELDS, Commit, CommitKey, schema_version
 from ...errors import OlrBufferError
 from ...faults import fault_point
-from ...fsutil import fsync_file
 from ...store import Lease, LeaseTiming, OutageRetry, WriterFencedError
 from ..base import ChangefeedOwner, SinkFigures, SinkOpening
 from . import delta_table, iceberg_table, tables
@@ -954,8 +953,8 @@ class ChangefeedWriter:
         self._writer.add_key_value_metadata(footer_metadata(published))
         self._writer.close()
         self._writer = None
-        if self.durable:
-            fsync_file(self._tmp_path)
+        # (not fsynced here: the store syncs it before it is linked or staged, and a second
+        # fsync of a clean file costs a device flush as long as the first, on the path to visible)
         try:
             self._store_call(
                 lambda: write_schema_documents(self.location, self._documents, self.durable), "write a schema document"

@@ -53,6 +53,10 @@ _BOM = b"\xef\xbb\xbf"  # a UTF-8 byte order mark, accepted at the start of a fi
 #: Follow mode: how long the newest ``.jsonl.zst`` of a thread may stay truncated (empty,
 #: or ending inside a zstd frame: still being copied in) before it is bad input.
 TRUNCATED_ZST_WAIT_SECONDS = 60.0
+#: The shortest wait of a following reader between two looks, and the longest poll interval
+#: under which it looks again sooner after finding lines (see :func:`idle_wait`).
+IDLE_WAIT_MIN_SECONDS = 0.01
+FAST_LOOK_POLL_SECONDS = 0.05
 _CHUNK = 1 << 16  # how much of a file is read at once: 64 KiB (1 MiB chunks kept ~4 MB of lines and
 # decoded records alive at once and ran no faster than reading line by line: cache misses)
 _OK, _BREAK, _STOP = 0, 1, 2  # _slow_line and _fast_lines: go on, stop reading this file, stop set
@@ -244,10 +248,12 @@ class ThreadReader(ThreadInput):
 
         Sequence ``s`` is complete once ``redo_<t>_<s+1>`` exists (or when it is an archived
         ``.jsonl.zst``); until then a last line without ``\n`` is not read. Whatever was read
-        is appended as soon as no more complete lines are there, so that latency stays low.
+        is appended as soon as no more complete lines are there, so that latency stays low;
+        then it looks again after :func:`idle_wait` (soon after lines were found).
         """
         pos = self.pos
         pos.finished = False  # following: the input is not complete (written with the next block)
+        empty_looks = 0  # looks in a row that found no new line
         last_gap_check = 0.0
         read_whole: int | None = None  # a complete (archived) sequence read to its end
         truncated_since: float | None = None  # the newest .zst has been truncated since then
@@ -315,7 +321,10 @@ class ThreadReader(ThreadInput):
                     self.closed_through = confirm
                     if self.on_closed:
                         self.on_closed(confirm)
-                self.stop.wait(poll_interval)
+                self.stop.wait(idle_wait(poll_interval, empty_looks))
+                empty_looks += 1
+            else:
+                empty_looks = 0
         self._flush()
         for seq in list(self._held):
             self._release(seq)
@@ -851,6 +860,25 @@ class ThreadReader(ThreadInput):
         self.stats.blocks += 1
         b.reset()
         self.on_append()
+
+
+def idle_wait(poll_interval: float, empty_looks: int) -> float:
+    """How long a following reader waits before it looks again, after ``empty_looks``
+    looks in a row found no new line (0: the look before found lines).
+
+    A commit is published only once every thread's reader has read past it (the
+    watermark), so a full ``poll_interval`` after each read of a busy thread would add up
+    to that much to every commit. With a poll interval of ``FAST_LOOK_POLL_SECONDS`` or
+    less (``run`` polls at half its flush interval: latency was asked for), a reader whose
+    capture is writing looks again after an eighth of it (at least
+    ``IDLE_WAIT_MIN_SECONDS``), and the wait doubles with each look that finds nothing,
+    up to ``poll_interval``: an idle input is looked at as often as before. A longer poll
+    interval is kept as it is: each look that finds lines appends a block (an LMDB write,
+    fsynced), which costs CPU where the flush interval hides the gain."""
+    if poll_interval > FAST_LOOK_POLL_SECONDS:
+        return poll_interval
+    short = min(poll_interval, max(IDLE_WAIT_MIN_SECONDS, poll_interval / 8))
+    return min(poll_interval, short * 2 ** min(empty_looks, 32))
 
 
 class BelowPublishedError(RecordError):

@@ -598,3 +598,58 @@ def test_an_unfinished_last_line_is_read_again_only_once_the_file_grew(tmp_path:
     append(path, big[-100:] + line({"op": "commit", "scn": 102, "xid": "A"}))
     f.wait_for_lines(3)
     assert f.error is None
+
+
+def _looks(tmp_path: Path, poll: float, looks: int) -> tuple[list[float], list[float]]:
+    """The waits of a reader following one file with ``poll``: the first ``looks`` after it
+    read a transaction, and those after a second one was appended (and read)."""
+    waits: list[float] = []
+
+    class Stop(threading.Event):
+        def wait(self, timeout: float | None = None) -> bool:
+            assert timeout is not None
+            waits.append(timeout)
+            return super().wait(timeout)
+
+    (tmp_path / "in").mkdir()
+    path = tmp_path / "in" / "redo_1_1.jsonl"
+    path.write_bytes(tx("A", 100, "r1"))
+    stop = Stop()
+    reader = ThreadReader(MemoryQueue(), str(tmp_path / "in"), 1, scan(str(tmp_path / "in"))[1], None, stop=stop)
+    runner = threading.Thread(target=reader.follow, args=(poll,), daemon=True)
+    runner.start()
+    try:
+        deadline = time.monotonic() + 30
+        while len(waits) < looks and time.monotonic() < deadline:
+            time.sleep(0.01)
+        first = waits[:looks]
+        before = len(waits)
+        append(path, tx("B", 200, "r2"))
+        while (reader.stats.records < 6 or len(waits) < before + looks) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert reader.stats.records == 6
+    finally:
+        stop.set()
+        runner.join(10)
+    assert not runner.is_alive()
+    return first, waits[before:]
+
+
+def test_a_reader_that_found_lines_looks_again_sooner_than_the_poll_interval(tmp_path: Path) -> None:
+    """A commit waits for every thread's reader to read past it (the watermark): with a
+    short poll interval (latency asked for), a reader that just found lines looks again
+    after an eighth of it, and the wait doubles with each look that finds nothing, up to
+    the poll interval."""
+    first, after = _looks(tmp_path, 0.05, 5)
+    assert first == pytest.approx([0.01, 0.02, 0.04, 0.05, 0.05])  # (never below 10 ms)
+    # the look that found B's lines is followed by the short wait, then the doubling again
+    i = after.index(pytest.approx(0.01))
+    assert after[i : i + 2] == pytest.approx([0.01, 0.02]), after
+    assert max(first + after) == pytest.approx(0.05)
+
+
+def test_a_reader_with_a_long_poll_interval_keeps_it_after_finding_lines(tmp_path: Path) -> None:
+    """Each look that finds lines appends a block: with a poll interval above 50 ms
+    (the default 0.1 s) a reader does not look sooner, which would cost CPU for no gain."""
+    first, after = _looks(tmp_path, 0.1, 3)
+    assert set(first + after) == {0.1}
