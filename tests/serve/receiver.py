@@ -79,9 +79,17 @@ def decode_response(data: bytes) -> dict:
 class Receiver:
     """One connection to a server of the protocol."""
 
-    def __init__(self, host: str, port: int, database: str = "ORCL", timeout: float = 30.0) -> None:
+    def __init__(
+        self, host: str, port: int, database: str = "ORCL", timeout: float = 30.0, rcvbuf: int | None = None
+    ) -> None:
         self.database = database
-        self.sock = socket.create_connection((host, port), timeout=timeout)
+        if rcvbuf is None:
+            self.sock = socket.create_connection((host, port), timeout=timeout)
+        else:  # set before the connection, so that the window it offers is that small
+            self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+            self.sock.settimeout(timeout)
+            self.sock.connect((host, port))
         self._buf = bytearray()
 
     def close(self) -> None:
