@@ -590,6 +590,49 @@ def test_sigterm_stops_run_promptly_against_a_store_that_does_not_answer(paths, 
     assert_exact(paths["cf"], model, delta=False)
 
 
+def test_a_second_signal_stops_run_at_once_against_a_store_that_does_not_answer(paths, staged_plain, tmp_path, proxy):
+    """Stopping against a store that does not answer, with a --store-timeout of 600 s: a
+    second signal (SIGINT after SIGTERM) gives the call under way up at once; the same
+    one line says what is left undone, exit 0."""
+    live = tmp_path / "live"
+    assert live_input(staged_plain, live).wait(timeout=120) == 0
+    model = expected_changefeed(live)
+    holding = ("--flush-interval", "3600", "--checkpoint-interval", "3600", "--file-rows", "1000000")
+    service = Service(
+        *run_args(paths, live, "--metrics-port", "0", "--store-timeout", "600", *holding),
+        env={"AWS_ENDPOINT_URL": proxy.endpoint},
+    )
+    try:
+        port = int(service.wait_line(r"metrics on http://127\.0\.0\.1:(\d+)/metrics").group(1))
+        deadline = time.monotonic() + 120
+        while metric(port, "changefeed_next_tx_seq", absent=-1) < model.committed:
+            assert time.monotonic() < deadline, "the service does not hand every transaction over"
+            time.sleep(0.2)
+        proxy.hang()
+        seen = len(service.lines)
+        service.proc.send_signal(signal.SIGTERM)
+        service.wait_line(r"stopping: readers finish their block", since=seen)
+        assert service.proc.poll() is None  # (the stop waits for the store: 600 s)
+        service.proc.send_signal(signal.SIGINT)
+        try:
+            code = service.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(
+                "no stop within 60 s of the second signal:\n" + "\n".join(service.lines[-30:])
+            ) from None
+        service._reader.join(timeout=10)
+    finally:
+        if service.proc.poll() is None:
+            service.proc.kill()
+            service.proc.wait()
+        proxy.resume()
+    lines = "\n".join(service.lines[-30:])
+    assert code == 0, lines
+    assert any(re.search(r"WARNING .*received SIGINT again, stopping at once$", line) for line in service.lines), lines
+    left = [line for line in service.lines[seen:] if "stopping without publishing" in line]
+    assert len(left) == 1 and f"stopping without publishing {model.committed} transaction(s)" in left[0], lines
+
+
 def test_replay_fails_with_one_line_when_the_store_is_unreachable_then_resumes(paths, model, proxy):
     env = {"AWS_ENDPOINT_URL": proxy.endpoint}
     killed = replay(paths, "--table-format", "delta", fault="after_rename:2", env=env)
