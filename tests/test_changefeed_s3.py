@@ -531,11 +531,12 @@ def test_run_reports_a_store_that_does_not_answer(paths, staged_plain, tmp_path,
     assert_exact(paths["cf"], model)
 
 
-def test_sigterm_stops_run_promptly_against_a_store_that_does_not_answer(paths, staged_plain, tmp_path, proxy):
-    """SIGTERM while the store does not answer (connections accepted, nothing comes back)
-    and transactions wait in the sink to be published: the service gives the store
-    --store-timeout seconds, not boto3's time-outs, then stops: one line says what it left
-    undone (the transactions, the lease), exit 0. With the store back, the next run
+@pytest.mark.parametrize("outage", ["hung", "down"])
+def test_sigterm_stops_run_promptly_against_a_store_that_does_not_answer(paths, staged_plain, tmp_path, proxy, outage):
+    """SIGTERM while the store does not answer (``hung``: connections accepted, nothing
+    comes back; ``down``: refused) and transactions wait in the sink to be published: the
+    service gives the store --store-timeout seconds, not boto3's time-outs, then stops: one
+    line says what it left undone (the transactions, the lease), exit 0. With the store back, the next run
     publishes every transaction, each once (the queue kept them, the manifest says what
     was published). The bound of 60 s leaves a loaded machine room: a stop that waits out
     the store's time-outs takes minutes."""
@@ -549,6 +550,7 @@ def test_sigterm_stops_run_promptly_against_a_store_that_does_not_answer(paths, 
         *run_args(paths, live, "--metrics-port", "0", "--store-timeout", "2", "--lease-renew-interval", "1", *holding),
         env=env,
     )
+    went_down = False
     try:
         port = int(service.wait_line(r"metrics on http://127\.0\.0\.1:(\d+)/metrics").group(1))
         deadline = time.monotonic() + 120
@@ -556,7 +558,8 @@ def test_sigterm_stops_run_promptly_against_a_store_that_does_not_answer(paths, 
             assert time.monotonic() < deadline, "the service does not hand every transaction over"
             time.sleep(0.2)
         assert manifest_next(paths["cf"]) <= 0  # (nothing published yet)
-        proxy.hang()
+        proxy.hang() if outage == "hung" else proxy.down()
+        went_down = outage == "down"
         seen = len(service.lines)
         service.proc.send_signal(signal.SIGTERM)
         try:
@@ -569,13 +572,16 @@ def test_sigterm_stops_run_promptly_against_a_store_that_does_not_answer(paths, 
             service.proc.kill()
             service.proc.wait()
         proxy.resume()
+        if went_down:
+            proxy.up()
     lines = "\n".join(service.lines[-30:])
     assert code == 0, lines
     left = [line for line in service.lines[seen:] if "stopping without publishing" in line]
     assert len(left) == 1, lines
+    why = r"does not answer \(no answer to .* for [\d.]+ s\)" if outage == "hung" else r"cannot be reached \(.*\)"
     assert re.search(
         rf"WARNING.* stopping without publishing {model.committed} transaction\(s\): the changefeed's store "
-        r"does not answer \(no answer to .* for [\d.]+ s\); they are in the queue and are published at the next "
+        rf"{why}; they are in the queue and are published at the next "
         r"start; the changefeed's lease is not released: another writer takes over once it expires \(15 s \+ 5 s after "
         r"its last renewal\)$",
         left[0],
