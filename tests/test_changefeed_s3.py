@@ -587,6 +587,7 @@ def test_sigterm_stops_run_promptly_against_a_store_that_does_not_answer(paths, 
         left[0],
     ), left[0]
     assert not any("Traceback" in line or "ERROR" in line for line in service.lines), lines
+    assert any(f"stopped ({model.committed} transaction(s) left in the queue): " in line for line in service.lines)
     # the store answers again: the next run publishes everything, once
     again = Service(*run_args(paths, live), env=env)
     try:

@@ -51,7 +51,7 @@ def run_service(
     )
     log.info(
         "stopped%s: %d records read (lwn heartbeats aside), %d transactions published this run, %s",
-        "" if summary.unpublished is None else f" ({summary.unpublished} transaction(s) left in the queue)",
+        " cleanly" if summary.unpublished is None else f" ({summary.unpublished} transaction(s) left in the queue)",
         summary.records_read,
         summary.transactions_published,
         changefeed_at(summary.next_tx_seq),
