@@ -336,9 +336,13 @@ def wait_published(uri: str, n: int, timeout: float = 120) -> None:
         time.sleep(0.2)
 
 
-def metric(port: int, name: str) -> float:
+def metric(port: int, name: str, absent: float | None = None) -> float:
+    """A figure of the service's metrics; ``absent``: what a figure not there yet (before
+    the first update) counts as (None: an error)."""
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     m = re.search(rf"^olr_buffer_{name} ([0-9.e+-]+)$", text, re.M)
+    if m is None and absent is not None:
+        return absent
     assert m, f"no {name} in the metrics"
     return float(m.group(1))
 
@@ -525,6 +529,115 @@ def test_run_reports_a_store_that_does_not_answer(paths, staged_plain, tmp_path,
             proxy.resume()
         assert service.stop() == 0, "\n".join(service.lines[-30:])
     assert_exact(paths["cf"], model)
+
+
+@pytest.mark.parametrize("outage", ["hung", "down"])
+def test_sigterm_stops_run_promptly_against_a_store_that_does_not_answer(paths, staged_plain, tmp_path, proxy, outage):
+    """SIGTERM while the store does not answer (``hung``: connections accepted, nothing
+    comes back; ``down``: refused) and transactions wait in the sink to be published: the
+    service gives the store --store-timeout seconds, not boto3's time-outs, then stops: one
+    line says what it left undone (the transactions, the lease), exit 0. With the store back, the next run
+    publishes every transaction, each once (the queue kept them, the manifest says what
+    was published). The bound of 60 s leaves a loaded machine room: a stop that waits out
+    the store's time-outs takes minutes."""
+    live = tmp_path / "live"
+    assert live_input(staged_plain, live).wait(timeout=120) == 0
+    model = expected_changefeed(live)
+    env = {"AWS_ENDPOINT_URL": proxy.endpoint}
+    # nothing published before the stop: every transaction handed over waits in the sink
+    holding = ("--flush-interval", "3600", "--checkpoint-interval", "3600", "--file-rows", "1000000")
+    service = Service(
+        *run_args(paths, live, "--metrics-port", "0", "--store-timeout", "2", "--lease-renew-interval", "1", *holding),
+        env=env,
+    )
+    went_down = False
+    try:
+        port = int(service.wait_line(r"metrics on http://127\.0\.0\.1:(\d+)/metrics").group(1))
+        deadline = time.monotonic() + 120
+        while metric(port, "changefeed_next_tx_seq", absent=-1) < model.committed:
+            assert time.monotonic() < deadline, "the service does not hand every transaction over"
+            time.sleep(0.2)
+        assert manifest_next(paths["cf"]) <= 0  # (nothing published yet)
+        proxy.hang() if outage == "hung" else proxy.down()
+        went_down = outage == "down"
+        seen = len(service.lines)
+        service.proc.send_signal(signal.SIGTERM)
+        try:
+            code = service.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("no stop within 60 s:\n" + "\n".join(service.lines[-30:])) from None
+        service._reader.join(timeout=10)
+    finally:
+        if service.proc.poll() is None:
+            service.proc.kill()
+            service.proc.wait()
+        proxy.resume()
+        if went_down:
+            proxy.up()
+    lines = "\n".join(service.lines[-30:])
+    assert code == 0, lines
+    left = [line for line in service.lines[seen:] if "stopping without publishing" in line]
+    assert len(left) == 1, lines
+    why = r"does not answer \(no answer to .* for [\d.]+ s\)" if outage == "hung" else r"cannot be reached \(.*\)"
+    assert re.search(
+        rf"WARNING.* stopping without publishing {model.committed} transaction\(s\): the changefeed's store "
+        rf"{why}; they are in the queue and are published at the next "
+        r"start; the changefeed's lease is not released: another writer takes over once it expires \(15 s \+ 5 s after "
+        r"its last renewal\)$",
+        left[0],
+    ), left[0]
+    assert not any("Traceback" in line or "ERROR" in line for line in service.lines), lines
+    assert any(f"stopped ({model.committed} transaction(s) left in the queue): " in line for line in service.lines)
+    # the store answers again: the next run publishes everything, once
+    again = Service(*run_args(paths, live), env=env)
+    try:
+        wait_published(paths["cf"], model.committed)
+    finally:
+        assert again.stop() == 0, "\n".join(again.lines[-30:])
+    assert_exact(paths["cf"], model, delta=False)
+
+
+def test_a_second_signal_stops_run_at_once_against_a_store_that_does_not_answer(paths, staged_plain, tmp_path, proxy):
+    """Stopping against a store that does not answer, with a --store-timeout of 600 s: a
+    second signal (SIGINT after SIGTERM) gives the call under way up at once; the same
+    one line says what is left undone, exit 0."""
+    live = tmp_path / "live"
+    assert live_input(staged_plain, live).wait(timeout=120) == 0
+    model = expected_changefeed(live)
+    holding = ("--flush-interval", "3600", "--checkpoint-interval", "3600", "--file-rows", "1000000")
+    service = Service(
+        *run_args(paths, live, "--metrics-port", "0", "--store-timeout", "600", *holding),
+        env={"AWS_ENDPOINT_URL": proxy.endpoint},
+    )
+    try:
+        port = int(service.wait_line(r"metrics on http://127\.0\.0\.1:(\d+)/metrics").group(1))
+        deadline = time.monotonic() + 120
+        while metric(port, "changefeed_next_tx_seq", absent=-1) < model.committed:
+            assert time.monotonic() < deadline, "the service does not hand every transaction over"
+            time.sleep(0.2)
+        proxy.hang()
+        seen = len(service.lines)
+        service.proc.send_signal(signal.SIGTERM)
+        service.wait_line(r"stopping: readers finish their block", since=seen)
+        assert service.proc.poll() is None  # (the stop waits for the store: 600 s)
+        service.proc.send_signal(signal.SIGINT)
+        try:
+            code = service.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(
+                "no stop within 60 s of the second signal:\n" + "\n".join(service.lines[-30:])
+            ) from None
+        service._reader.join(timeout=10)
+    finally:
+        if service.proc.poll() is None:
+            service.proc.kill()
+            service.proc.wait()
+        proxy.resume()
+    lines = "\n".join(service.lines[-30:])
+    assert code == 0, lines
+    assert any(re.search(r"WARNING .*received SIGINT again, stopping at once$", line) for line in service.lines), lines
+    left = [line for line in service.lines[seen:] if "stopping without publishing" in line]
+    assert len(left) == 1 and f"stopping without publishing {model.committed} transaction(s)" in left[0], lines
 
 
 def test_replay_fails_with_one_line_when_the_store_is_unreachable_then_resumes(paths, model, proxy):

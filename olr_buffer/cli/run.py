@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import threading
 
 import click
 
@@ -109,7 +110,8 @@ def _threads(ctx, param, value):
     default=30.0,
     show_default=True,
     help="A call to the changefeed's store (S3) that has not returned after this many seconds counts as "
-    "an outage: logged and in the metrics at once, like a refused connection.",
+    "an outage: logged and in the metrics at once, like a refused connection; while the service stops, "
+    "it is given up (what is not published stays in the queue).",
 )
 @click.option(
     "--health-timeout",
@@ -219,7 +221,9 @@ def run(
 ) -> None:
     """The service: follow the redo logs of INPUT_DIR as they grow and switch, publish each
     transaction once the watermark allows. SIGTERM or SIGINT stops it cleanly (exit 0);
-    restarted on the same directories, it resumes from the queue.
+    restarted on the same directories, it resumes from the queue. Stopping, a call to the
+    changefeed's store is given --store-timeout seconds (a second SIGTERM or SIGINT: none),
+    then what is not published stays in the queue for the next start.
 
     INPUT_DIR may be a PostgreSQL URI (postgresql://user@host/db): the source is then that
     database's logical replication (see docs/postgresql.md); or olr://HOST:PORT/DATABASE:
@@ -297,7 +301,8 @@ def _serve(
 
     # before the pipeline's imports (pyarrow takes a while): a stop asked for while the
     # service starts is a clean stop, not a kill; so is one that came before (see signals.py)
-    stop, on_signal = stop_on_signals("olr_buffer")
+    hurry = threading.Event()  # (a second SIGTERM or SIGINT: what does not answer is not waited for)
+    stop, on_signal = stop_on_signals("olr_buffer", hurry)
     if EARLY_SIGTERM:
         on_signal(signal.SIGTERM, None)
 
@@ -326,4 +331,4 @@ def _serve(
             started.append(True)
             record_running(queue_dir)
 
-    run_service(source, queue_dir, changefeed_dir, opts, stop, on_tick=on_tick, role=role, metrics=metrics)
+    run_service(source, queue_dir, changefeed_dir, opts, stop, on_tick=on_tick, role=role, metrics=metrics, hurry=hurry)

@@ -39,13 +39,21 @@ def raise_on_sigterm() -> Any:
         return None
 
 
-def stop_on_signals(logger: str) -> tuple[threading.Event, Any]:
+def stop_on_signals(logger: str, hurry: threading.Event | None = None) -> tuple[threading.Event, Any]:
     """A stop asked for by SIGTERM or SIGINT: the event they set (logged on ``logger`` as
-    "received SIGTERM, stopping") and the handler installed for them."""
+    "received SIGTERM, stopping") and the handler installed for them. ``hurry``: set by a
+    second one while the stop goes on, to stop at once, without waiting for what does not
+    answer (``run``: a call to the changefeed's store)."""
     stop = threading.Event()
 
     def on_signal(signum, _frame):
-        logging.getLogger(logger).info("received %s, stopping", signal.Signals(signum).name)
+        name = signal.Signals(signum).name
+        if hurry is not None and stop.is_set():
+            if not hurry.is_set():
+                logging.getLogger(logger).warning("received %s again, stopping at once", name)
+            hurry.set()
+            return
+        logging.getLogger(logger).info("received %s, stopping", name)
         stop.set()
 
     signal.signal(signal.SIGTERM, on_signal)

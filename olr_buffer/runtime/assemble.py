@@ -62,6 +62,9 @@ class RunSummary(ReplayFigures):
     segments_deleted: int = 0
     queue_segments: int = 0
     queue_bytes: int = 0
+    #: ``run`` stopped while the changefeed's store did not answer: the transactions handed
+    #: to the sink and not published (in the queue: the next run publishes them); None: none
+    unpublished: int | None = None
 
 
 class Pipeline:

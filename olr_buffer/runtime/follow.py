@@ -14,7 +14,7 @@ from ..dead_letters import BadRecordLog
 from ..errors import WriterHeldError
 from ..service.role import ServiceRole
 from ..sources import SourceAt, locate
-from ..store import OutageRetry
+from ..store import CallGivenUpError, OutageRetry, StoreError
 from .assemble import Pipeline, RunSummary
 from .options import PipelineOptions
 from .running import running
@@ -36,18 +36,22 @@ def run_service(
     source_options: dict[str, Any] | None = None,
     role: ServiceRole | None = None,
     metrics: Metrics | None = None,
+    hurry: threading.Event | None = None,
 ) -> RunSummary:
     """``olr-buffer run``: follow ``source`` (a directory of redo logs, a URI, with
     ``source_options``, or a :class:`~olr_buffer.sources.SourceAt`) until ``stop`` is set;
     ``on_tick()`` at each turn of its loop. ``metrics``: given the service's figures (at
     most once a second) and, while it stands by, its role. ``opts.standby``: first wait
     while another service writes the changefeed, then take it over (:mod:`.standby`;
-    ``role`` says which it is). Logs how it stopped, with what this run did."""
+    ``role`` says which it is). ``hurry`` (set after ``stop``: a second stop signal): a
+    call to the changefeed's store under way is given up at once, not after
+    ``opts.store_timeout_seconds``. Logs how it stopped, with what this run did."""
     summary = _run_until_stopped(
-        source, queue_dir, changefeed_dir, options, stop, on_tick, source_options, role, metrics
+        source, queue_dir, changefeed_dir, options, stop, on_tick, source_options, role, metrics, hurry
     )
     log.info(
-        "stopped cleanly: %d records read (lwn heartbeats aside), %d transactions published this run, %s",
+        "stopped%s: %d records read (lwn heartbeats aside), %d transactions published this run, %s",
+        " cleanly" if summary.unpublished is None else f" ({summary.unpublished} transaction(s) left in the queue)",
         summary.records_read,
         summary.transactions_published,
         changefeed_at(summary.next_tx_seq),
@@ -70,6 +74,7 @@ def _run_until_stopped(
     source_options: dict[str, Any] | None,
     role: ServiceRole | None,
     metrics: Metrics | None,
+    hurry: threading.Event | None = None,
 ) -> RunSummary:
     at = locate(source, options=source_options)
     opts = options or PipelineOptions()
@@ -94,7 +99,7 @@ def _run_until_stopped(
                 queue_dir,
                 changefeed_dir,
                 opts,
-                retry=OutageRetry(stop, timeout=opts.store_timeout_seconds),
+                retry=OutageRetry(stop, timeout=opts.store_timeout_seconds, hurry=hurry),
             )
         except WriterHeldError as exc:
             if standby is None:
@@ -121,7 +126,10 @@ def follow(
     role: ServiceRole | None = None,
 ) -> RunSummary:
     """Follow the source and publish until ``stop`` is set; then stop cleanly: readers
-    at a record boundary, everything watermark-safe published, a last checkpoint. At each
+    at a record boundary, everything watermark-safe published, a last checkpoint. If the
+    changefeed's store fails a call then, or does not answer it (see
+    :class:`~olr_buffer.store.OutageRetry`), the stop goes on without it: one line says
+    what is left unpublished (the summary's ``unpublished``), all of it in the queue. At each
     turn of the loop ``on_tick()``, and ``metrics`` ticks (``/health``) and is given the
     pipeline's figures when they are due (with ``role``: a standby's, once active)."""
     p = pipeline
@@ -150,48 +158,99 @@ def follow(
         )
         last_scan = time.monotonic()
         published_log = _PublishedLog(p, opts.log_summary_seconds, last_scan)
-        while not stop.is_set() and source.error() is None:
-            dispatcher.confirm_closed(source.closed_through())
-            n = dispatcher.poll()
-            p.tell_published()
-            now = time.monotonic()
-            pending = sink.pending_since()
-            if pending is not None and now - pending >= opts.flush_seconds:
-                sink.flush()
-            p.maybe_checkpoint()
-            if now - last_scan >= 1.0:
-                last_scan = now
-                for t in source.new_threads():
-                    log.warning(
-                        "redo thread %d appeared after the start and is not in play: it does not hold the "
-                        "watermark, so its rows of transactions already published are counted as late "
-                        "records and not published (give every thread with --threads)",
-                        t,
-                        extra={"redo_thread": t},
-                    )
-                if watch:
-                    watch.check(now)
-                published_log.check(now)
-                if bad_records:
-                    bad_records.check(now)
-            tick()
-            if not n:
-                pending = sink.pending_since()
-                wait = opts.flush_seconds - (now - pending) if pending is not None else opts.poll_seconds
-                p.appended.wait(max(0.005, min(wait, opts.poll_seconds)))
-                p.appended.clear()
-        log.info("stopping: readers finish their block")
-        source.stop()
-        while dispatcher.poll():
-            pass
-        p.checkpoint()
+        unpublished: int | None = None
+        try:
+            _follow_until_stopped(p, stop, tick, watch, published_log, bad_records)
+        except StoreError as exc:
+            if not (exc.retryable and stop.is_set()):
+                raise
+            unpublished = _stop_without_store(p, exc)  # (stopping, the store does not answer)
         if bad_records:
             bad_records.check(time.monotonic(), final=True)
     error = source.error()
     if error is not None:
         raise error
     log.info("stopped: %s", changefeed_at(sink.next_tx_seq), extra={"last_tx_seq": sink.next_tx_seq - 1})
-    return p.summary()
+    summary = p.summary()
+    summary.unpublished = unpublished
+    return summary
+
+
+def _follow_until_stopped(
+    p: Pipeline,
+    stop: threading.Event,
+    tick: Callable[[], None],
+    watch: _ThreadWatch | None,
+    published_log: _PublishedLog,
+    bad_records: BadRecordLog | None,
+) -> None:
+    """The loop of :func:`follow`, then its clean stop: readers stopped at a block
+    boundary, everything watermark-safe published, a last checkpoint."""
+    opts, source, dispatcher, sink = p.options, p.source, p.dispatcher, p.sink
+    last_scan = time.monotonic()
+    while not stop.is_set() and source.error() is None:
+        dispatcher.confirm_closed(source.closed_through())
+        n = dispatcher.poll()
+        p.tell_published()
+        now = time.monotonic()
+        pending = sink.pending_since()
+        if pending is not None and now - pending >= opts.flush_seconds:
+            sink.flush()
+        p.maybe_checkpoint()
+        if now - last_scan >= 1.0:
+            last_scan = now
+            for t in source.new_threads():
+                log.warning(
+                    "redo thread %d appeared after the start and is not in play: it does not hold the "
+                    "watermark, so its rows of transactions already published are counted as late "
+                    "records and not published (give every thread with --threads)",
+                    t,
+                    extra={"redo_thread": t},
+                )
+            if watch:
+                watch.check(now)
+            published_log.check(now)
+            if bad_records:
+                bad_records.check(now)
+        tick()
+        if not n:
+            pending = sink.pending_since()
+            wait = opts.flush_seconds - (now - pending) if pending is not None else opts.poll_seconds
+            p.appended.wait(max(0.005, min(wait, opts.poll_seconds)))
+            p.appended.clear()
+    log.info("stopping: readers finish their block")
+    source.stop()
+    while dispatcher.poll():
+        pass
+    p.checkpoint()
+
+
+def _stop_without_store(p: Pipeline, exc: StoreError) -> int:
+    """Stopping, a call to the changefeed's store failed or was given up (it does not
+    answer): the readers are stopped, what the sink holds is dropped (the queue keeps it,
+    and the checkpoint does not cover it: the next run publishes it), the lease is left to
+    expire, and one line says so. How many transactions were handed over and not published."""
+    p.source.stop()
+    p.sink.abandon()
+    figures = p.sink.figures()
+    left = figures.transactions_dropped
+    why = f"does not answer ({exc})" if isinstance(exc, CallGivenUpError) else f"cannot be reached ({exc})"
+    lease = ""
+    if figures.lease_expiry is not None:
+        ttl, skew = figures.lease_expiry
+        lease = (
+            "; the changefeed's lease is not released: another writer takes over once it expires "
+            f"({ttl:g} s + {skew:g} s after its last renewal)"
+        )
+    log.warning(
+        "stopping without publishing %d transaction(s): the changefeed's store %s; they are in the queue and are "
+        "published at the next start%s",
+        left,
+        why,
+        lease,
+        extra={"unpublished_transactions": left, "error": str(exc)},
+    )
+    return left
 
 
 class _ThreadWatch:

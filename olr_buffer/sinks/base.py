@@ -95,6 +95,12 @@ class SinkFigures:
     # long this writer may still count on it without renewing it (None: no lease)
     lease_generation: int | None = None
     lease_seconds_left: float | None = None
+    # handed over by the dispatcher, then dropped unpublished by this process (abandon):
+    # the next run publishes them again, from the queue
+    transactions_dropped: int = 0
+    # (object storage) how long after this writer's last renewal another writer may take
+    # the lease over (its ttl plus the clocks' skew allowed for; None: no lease)
+    lease_expiry: tuple[float, float] | None = None
 
 
 class TransactionSink(Protocol):

@@ -12,6 +12,7 @@ from urllib.parse import unquote, urlsplit
 
 from .base import ObjectInfo, Store, Versioned
 from .errors import (
+    CallGivenUpError,
     ObjectChangedError,
     ObjectExistsError,
     ObjectNotFoundError,
@@ -24,6 +25,7 @@ from .lease import Lease, LeaseHeldError, LeaseLostError, LeaseTiming, WriterFen
 from .retry import OutageRetry
 
 __all__ = [
+    "CallGivenUpError",
     "Lease",
     "LeaseHeldError",
     "LeaseLostError",

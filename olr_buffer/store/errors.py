@@ -5,6 +5,8 @@
 ``ObjectExistsError``          a create found the name taken (nothing was written)
 ``ObjectChangedError``         a conditional replace found another version (nothing written)
 ``StoreUnreachableError``      connection refused, a timeout, a 5xx: retry later
+``CallGivenUpError``           (a ``StoreUnreachableError``) no answer while stopping:
+                               given up, the service stops without it
 ``StoreAccessError``           denied, bad or missing credentials, missing bucket, wrong
                                region, a store without conditional writes: fatal, the
                                operator must fix something
@@ -42,6 +44,13 @@ class StoreUnreachableError(StoreError):
     """The store did not answer, or answered that it cannot now (5xx, throttling): retry."""
 
     retryable = True
+
+
+class CallGivenUpError(StoreUnreachableError):
+    """A call the store had not answered when the service was stopping: given up after
+    ``--store-timeout`` seconds (at once on a second stop signal), the call left to
+    finish or fail on its own. The process stops without it; nothing is lost (as after
+    a kill at that instant)."""
 
 
 class StoreAccessError(StoreError):

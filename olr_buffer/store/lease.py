@@ -137,7 +137,7 @@ class Lease:
         renew_seconds: float | None = None,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
-        watch: Callable[[str], AbstractContextManager[None]] | None = None,
+        watch: Callable[[str, float], AbstractContextManager[None]] | None = None,
     ) -> None:
         if ttl <= 0 or skew < 0:
             raise ValueError("a lease needs ttl > 0 and skew >= 0")
@@ -165,9 +165,11 @@ class Lease:
         self._guard = threading.RLock()
         self._keepalive: threading.Thread | None = None
         self._stop = threading.Event()
-        #: around each renewal of the keepalive: :meth:`OutageRetry.watched` (run), so that a
-        #: store that does not answer it is an outage even while nothing is published
-        self._watch = watch or (lambda what: nullcontext())
+        #: around each renewal of the keepalive (what it does, how often it is tried):
+        #: :meth:`OutageRetry.watched` (run), so that a store that does not answer it is an
+        #: outage even while nothing is published; an outage is then said there, not here
+        self._watch = watch or (lambda what, every: nullcontext())
+        self._watched = watch is not None
 
     @property
     def held(self) -> bool:
@@ -358,21 +360,37 @@ class Lease:
         failing = False  # (an outage is said once, not at every try)
         while not self._stop.wait(self.renew_seconds):
             try:
-                with self._watch("renew the changefeed's lease"):
+                with self._watch("renew the changefeed's lease", self.renew_seconds):
                     self.renew()
             except LeaseLostError:
                 return
             except StoreError as exc:
+                said = failing or (self._watched and exc.retryable)  # (the watch said the outage)
                 log.log(
-                    logging.DEBUG if failing else logging.WARNING,
-                    "cannot renew the changefeed's lease (%s); retrying",
+                    logging.DEBUG if said else logging.WARNING,
+                    "cannot renew the changefeed's lease (%s); retrying every %g s",
                     exc,
+                    self.renew_seconds,
                 )
                 failing = True
             else:
                 if failing:
-                    log.info("%s: lease renewed again", self.store.location(self.name))
+                    log.log(
+                        logging.DEBUG if self._watched else logging.INFO,
+                        "%s: lease renewed again",
+                        self.store.location(self.name),
+                    )
                 failing = False
+
+    def abandon(self) -> None:
+        """Stop keeping the lease, without a word to the store (which does not answer):
+        it is not released, and expires ``ttl`` seconds after its last renewal. The
+        keepalive is not waited for (its renewal under way may still go in)."""
+        self._stop.set()
+        self._keepalive = None
+        # (not under the guard: a renewal that waits for the store holds it)
+        self._lost = "abandoned: the store did not answer"
+        self._etag = None
 
     def release(self) -> None:
         """Give the lease up (marked released: the next writer takes it at once)."""

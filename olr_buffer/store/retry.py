@@ -15,6 +15,15 @@ those a thread with retries of its own makes inside :meth:`OutageRetry.watched` 
 lease's keepalive: the only calls of a service that has nothing to publish). A call
 inside another one of the same thread is timed with the outer one.
 
+A stop does not wait out the client's timeouts either: with ``timeout``, each call of
+:meth:`OutageRetry.call` runs in a thread of its own while the caller waits for it, and
+once ``stop`` is set a call still unanswered after ``timeout`` seconds (at once when
+``hurry`` is set: a second stop signal) is given up: :class:`CallGivenUpError` is raised
+to the caller, the call left to finish or fail on its own (what it may have done in the
+store is what a kill at that instant leaves, which the changefeed recovers from), and
+every later call fails with it at once, untried (:attr:`OutageRetry.given_up`). A call
+that fails while stopping, for any reason retrying might fix, gives up the same way.
+
 It says so: one WARNING when an outage starts, one every ``log_every`` seconds while it
 lasts, one INFO when the store answers again (a call returns, and no other one has been
 waiting for longer than ``timeout``); and it keeps figures for metrics
@@ -31,16 +40,21 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
-from .errors import StoreError
+from .errors import CallGivenUpError, StoreError
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+#: the threads that run a call of :meth:`OutageRetry.call` for their caller: a call made
+#: inside one is made there, inline
+_inside = threading.local()
+
 
 class OutageRetry:
     """See the module doc. ``on_wait`` is called while waiting (at least every second):
-    the service's loop is blocked meanwhile, and keeps its metrics and health fresh."""
+    the service's loop is blocked meanwhile, and keeps its metrics and health fresh.
+    ``hurry``: set with ``stop``, a call under way is given up at once."""
 
     def __init__(
         self,
@@ -52,10 +66,14 @@ class OutageRetry:
         timeout: float | None = None,
         on_wait: Callable[[], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        hurry: threading.Event | None = None,
     ) -> None:
         if timeout is not None and timeout <= 0:
             raise ValueError("a store timeout is a number of seconds above 0")
         self.stop = stop or threading.Event()
+        self.hurry = hurry or threading.Event()
+        #: the error a call was given up with, the service stopping: every later call fails with it
+        self.given_up: StoreError | None = None
         self.first = first
         self.cap = cap
         self.log_every = log_every
@@ -66,7 +84,7 @@ class OutageRetry:
         self.retries = 0  # calls tried again
         self.outage_since: float | None = None  # on the monotonic clock, while an outage lasts
         self._last_log: float | None = None  # when the outage was last said
-        self._calling: dict[int, tuple[float, str]] = {}  # per thread: (since, what) of its call under way
+        self._calling: dict[int, tuple[float, str, str]] = {}  # per thread: (since, what, how retried) of its call
         self._guard = threading.Lock()
         self._watchdog: threading.Thread | None = None
 
@@ -80,23 +98,61 @@ class OutageRetry:
         (``publish part-….parquet``) in the log."""
         delay = self.first
         while True:
+            if self.given_up is not None:
+                raise self.given_up
             try:
-                with self._try(what):
-                    return fn()
+                with self._try(what, f"every {self.cap:g} s at most"):
+                    return self._run(fn, what)
             except StoreError as exc:
-                if not exc.retryable or self._wait(delay):
+                if not exc.retryable:
+                    raise
+                if self._wait(delay):
+                    if self.given_up is None:
+                        self.given_up = exc
                     raise
                 self.retries += 1
                 delay = min(delay * 2, self.cap)
 
+    def _run(self, fn: Callable[[], T], what: str) -> T:
+        """``fn()``; with ``timeout``, in a thread of its own, given up if it has not
+        returned ``timeout`` seconds after it started once ``stop`` is set (at once with
+        ``hurry``): see the module doc."""
+        if self.timeout is None or getattr(_inside, "call", False):
+            return fn()
+        done = threading.Event()
+        outcome: list = []
+
+        def run() -> None:
+            _inside.call = True
+            try:
+                outcome.append((True, fn()))
+            except BaseException as exc:  # noqa: BLE001 - raised again by the caller
+                outcome.append((False, exc))
+            finally:
+                done.set()
+
+        started = self._clock()
+        threading.Thread(target=run, name="store-call", daemon=True).start()
+        while not done.wait(0.1):
+            if not self.stop.is_set():
+                continue
+            waited = self._clock() - started
+            if self.hurry.is_set() or waited >= self.timeout:
+                self.given_up = CallGivenUpError(f"no answer to {what} for {waited:.1f} s")
+                raise self.given_up
+        ok, value = outcome[0]
+        if not ok:
+            raise value
+        return value
+
     @contextmanager
-    def watched(self, what: str) -> Iterator[None]:
+    def watched(self, what: str, every: float | None = None) -> Iterator[None]:
         """One try of a store call (``what`` it does) by a thread that retries it on its
-        own (the lease's keepalive), seen by the watchdog while it waits: a failure that
-        retrying may fix is an outage (started, or going on) and counts as a retry; an
-        answer ends the outage."""
+        own (the lease's keepalive, ``every`` so many seconds), seen by the watchdog while
+        it waits: a failure that retrying may fix is an outage (started, or going on) and
+        counts as a retry; an answer ends the outage."""
         try:
-            with self._try(what):
+            with self._try(what, f"every {every:g} s" if every is not None else "again later"):
                 yield
         except StoreError as exc:
             if exc.retryable:
@@ -104,8 +160,9 @@ class OutageRetry:
             raise
 
     @contextmanager
-    def _try(self, what: str) -> Iterator[None]:
-        """One try of a call, seen by the watchdog while it waits (see :meth:`watched`)."""
+    def _try(self, what: str, how: str) -> Iterator[None]:
+        """One try of a call, seen by the watchdog while it waits (see :meth:`watched`);
+        ``how``: how often it is tried again (``every 30 s at most``), for the log."""
         if self.timeout is not None and self._watchdog is None:
             with self._guard:
                 if self._watchdog is None:
@@ -115,13 +172,13 @@ class OutageRetry:
         with self._guard:
             outer = me in self._calling  # (a call inside another one: the outer one is timed)
             if not outer:
-                self._calling[me] = (self._clock(), what)
+                self._calling[me] = (self._clock(), what, how)
         try:
             yield
         except StoreError as exc:
             self._returned(me, outer, answered=not exc.retryable)  # (refused, not found: answers)
-            if exc.retryable:
-                self._failed(exc, what)
+            if exc.retryable and not isinstance(exc, CallGivenUpError):
+                self._failed(exc, what, how)
             raise
         except BaseException:
             self._returned(me, outer, answered=False)
@@ -143,20 +200,20 @@ class OutageRetry:
                 )
                 self.outage_since = None
 
-    def _unanswered(self, now: float) -> tuple[float, str] | None:
+    def _unanswered(self, now: float) -> tuple[float, str, str] | None:
         """The call under way that has waited longest, if for ``timeout`` or more (the
         guard held)."""
         if self.timeout is None or not self._calling:
             return None
-        since, what = min(self._calling.values())
-        return (since, what) if now - since >= self.timeout else None
+        oldest = min(self._calling.values())
+        return oldest if now - oldest[0] >= self.timeout else None
 
-    def _failed(self, exc: StoreError, what: str) -> None:
+    def _failed(self, exc: StoreError, what: str, how: str) -> None:
         """A call failed because the store cannot be reached: an outage starts, or goes on."""
         with self._guard:
             now = self._clock()
             if self.outage_since is None:
-                self._start_outage(now, f"{exc}", what, extra={"error": str(exc)})
+                self._start_outage(now, f"{exc}", what, how, extra={"error": str(exc)})
             elif self._last_log is None or now - self._last_log >= self.log_every:
                 self._last_log = now
                 log.warning(
@@ -167,17 +224,11 @@ class OutageRetry:
                     extra={"error": str(exc)},
                 )
 
-    def _start_outage(self, since: float, why: str, what: str, extra: dict) -> None:
+    def _start_outage(self, since: float, why: str, what: str, how: str, extra: dict) -> None:
         self.outage_since = since
         self.outages += 1
         self._last_log = self._clock()
-        log.warning(
-            "the changefeed's store cannot be reached (%s); retrying to %s, every %g s at most",
-            why,
-            what,
-            self.cap,
-            extra=extra,
-        )
+        log.warning("the changefeed's store cannot be reached (%s); retrying to %s, %s", why, what, how, extra=extra)
 
     def _watch(self) -> None:
         """The watchdog: a call under way for longer than ``timeout`` starts an outage
@@ -190,13 +241,14 @@ class OutageRetry:
                 waiting = self._unanswered(now)
                 if waiting is None:
                     continue
-                since, what = waiting
+                since, what, how = waiting
                 waited = now - since
                 if self.outage_since is None:
                     self._start_outage(
                         since,
                         f"no answer to {what} for {waited:.1f} s",
                         what,
+                        how,
                         extra={"error": "timeout", "waited_seconds": round(waited, 3)},
                     )
                 elif self._last_log is not None and now - self._last_log >= self.log_every:

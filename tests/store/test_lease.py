@@ -3,6 +3,7 @@ clocks the test moves, and with two real writer processes (SIGKILL, SIGSTOP)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -462,3 +463,41 @@ def test_a_keepalive_renewal_the_store_does_not_answer_is_an_outage(s3_uri, s3_e
         proxy.resume()
         lease.release()
         proxy.down()
+
+
+def test_a_refused_renewal_under_a_watch_is_said_once_with_the_keepalives_interval(s3_uri, s3_env, monkeypatch, caplog):
+    """``run``'s keepalive, given its OutageRetry's watch, meets a store that refuses
+    connections: one WARNING (the watch's outage line), which says that the renewal is
+    tried again at the keepalive's interval (not the retry's cap), not a second one of
+    the keepalive's own; the renewal that gets through ends the outage."""
+    from olr_buffer.store import OutageRetry
+    from tests.s3_server import TcpProxy
+
+    caplog.set_level(logging.DEBUG, "olr_buffer.store")
+    proxy = TcpProxy(int(s3_env.endpoint.rsplit(":", 1)[1]))
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    stop = threading.Event()
+    retry = OutageRetry(stop, timeout=30)
+    lease = Lease(open_store(s3_uri), ttl=600, renew_seconds=0.1, watch=retry.watched)
+    try:
+        lease.acquire()
+        lease.start_keepalive()
+        proxy.down()
+        deadline = time.monotonic() + 60
+        while retry.retries < 3:
+            assert time.monotonic() < deadline, "the keepalive's refused renewals are not counted"
+            time.sleep(0.02)
+        proxy.up()
+        while retry.outage_seconds() > 0:
+            assert time.monotonic() < deadline + 60, "the outage does not end once the store answers"
+            time.sleep(0.02)
+    finally:
+        stop.set()
+        lease.release()
+        proxy.down()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert warnings[0].startswith("the changefeed's store cannot be reached (") and warnings[0].endswith(
+        "retrying to renew the changefeed's lease, every 0.1 s"
+    ), warnings[0]

@@ -130,3 +130,82 @@ def test_a_watched_call_that_fails_retryably_starts_an_outage_and_a_refusal_ends
     with pytest.raises(ObjectChangedError), retry.watched("renew the changefeed's lease"):
         raise ObjectChangedError("s3://b/cf/lease.json: changed since it was read")
     assert retry.outages == 1 and retry.outage_seconds() == 0
+
+
+def test_stopping_a_call_that_does_not_return_is_given_up_after_the_timeout(stop):
+    """Once ``stop`` is set, a call unanswered ``timeout`` seconds after it started is
+    given up (CallGivenUpError, the call left to finish on its own), and every later
+    call fails with it untried: a stop does not wait out the client's own timeouts."""
+    from olr_buffer.store import CallGivenUpError
+
+    retry = OutageRetry(stop, timeout=0.3)
+    answer = threading.Event()  # (never set before the call is given up)
+    tried: list[str] = []
+
+    def hung() -> str:
+        tried.append("hung")
+        answer.wait(60)
+        return "late"
+
+    def stop_soon() -> None:
+        wait_until(lambda: tried, "the call did not start")
+        stop.set()
+
+    threading.Thread(target=stop_soon, daemon=True).start()
+    with pytest.raises(CallGivenUpError, match=r"^no answer to publish part-x for [\d.]+ s$") as caught:
+        retry.call(hung, "publish part-x")
+    assert caught.value.retryable and retry.given_up is caught.value
+    with pytest.raises(CallGivenUpError):
+        retry.call(lambda: tried.append("later"), "release the lease")
+    assert tried == ["hung"]  # (the later call was not tried)
+    answer.set()
+
+
+def test_hurry_gives_a_call_up_at_once_while_stopping(stop):
+    """A second stop signal (``hurry``): the call under way is given up without waiting
+    for the timeout; before the stop, a call is never given up."""
+    from olr_buffer.store import CallGivenUpError
+
+    hurry = threading.Event()
+    retry = OutageRetry(stop, timeout=600, hurry=hurry)
+    answer = threading.Event()
+    outcome: list[object] = []
+
+    def hung() -> str:
+        answer.wait(120)
+        return "late"
+
+    def call() -> None:
+        try:
+            outcome.append(retry.call(hung, "stage part-x"))
+        except CallGivenUpError as exc:
+            outcome.append(exc)
+
+    caller = threading.Thread(target=call, daemon=True)
+    caller.start()
+    time.sleep(0.3)  # (not a timing assertion: the call must not end on its own meanwhile)
+    stop.set()
+    time.sleep(0.3)
+    assert caller.is_alive() and not outcome  # stopping: the call has its timeout (600 s)
+    hurry.set()
+    caller.join(timeout=30)
+    assert not caller.is_alive(), "the call was not given up on hurry"
+    assert isinstance(outcome[0], CallGivenUpError) and "no answer to stage part-x" in str(outcome[0])
+    answer.set()
+
+
+def test_a_call_that_fails_while_stopping_gives_up_too(stop):
+    """Stopping, a call that fails with an error retrying might fix is not tried again,
+    and later calls are not tried at all: the stop goes on without the store."""
+    retry = OutageRetry(stop, first=0.01, timeout=5)
+    stop.set()
+    refused = StoreUnreachableError("s3://b/cf/part-x: cannot publish: connection refused")
+
+    def fails() -> None:
+        raise refused
+
+    with pytest.raises(StoreUnreachableError) as caught:
+        retry.call(fails, "publish part-x")
+    assert caught.value is refused and retry.given_up is refused
+    with pytest.raises(StoreUnreachableError):
+        retry.call(lambda: pytest.fail("tried after the stop gave the store up"), "release the lease")

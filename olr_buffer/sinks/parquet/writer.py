@@ -69,7 +69,7 @@ import pyarrow.parquet as pq
 from ...changes import CHANGEFEED_OP, ROW_FIELDS, Commit, CommitKey, schema_version
 from ...errors import OlrBufferError
 from ...faults import fault_point
-from ...store import Lease, LeaseTiming, OutageRetry, WriterFencedError
+from ...store import Lease, LeaseTiming, OutageRetry, StoreError, WriterFencedError
 from ..base import ChangefeedOwner, SinkFigures, SinkOpening
 from . import delta_table, iceberg_table, tables
 from .errors import ChangefeedCorruptError, ChangefeedError, ChangefeedOwnerError
@@ -309,6 +309,7 @@ class ChangefeedWriter:
         self.clock_ahead = 0  # published transactions whose commit tm was later than their publication
         self.transactions_published = 0
         self.rows_published = 0
+        self.transactions_dropped = 0  # handed over, then dropped unpublished (abandon)
 
     # -- recovery ----------------------------------------------------------------------
 
@@ -423,6 +424,11 @@ class ChangefeedWriter:
             return tempfile.mkdtemp(prefix="olr-buffer-staging-")
         return os.fspath(staging)  # made with the first temporary file (a refused run leaves none)
 
+    def _given_up(self) -> bool:
+        """Whether run's retry gave the store up while stopping: no more calls to it (they
+        would wait for it), what is unfinished is left as a kill would leave it."""
+        return self.retry is not None and self.retry.given_up is not None
+
     def _store_call(self, call, what: str):
         """``call()``; a store that cannot be reached: retried if this writer has a
         ``retry`` (run), raised otherwise (replay: resumable)."""
@@ -482,11 +488,14 @@ class ChangefeedWriter:
         lock, self._lock = self._lock, None
         if lock is None:
             return
-        lock.release()
+        if isinstance(lock, Lease):
+            self._release_lease(lock)
+        else:
+            lock.release()
         # (a lease this writer never took is another writer's: left alone; and so are the
         # manifest and the lease of a writer that took the changefeed over meanwhile)
         head = self._head
-        if forget and isinstance(lock, Lease) and lock.generation and head is not None:
+        if forget and isinstance(lock, Lease) and lock.generation and head is not None and not self._given_up():
             try:
                 if head.superseded():
                     return
@@ -546,6 +555,7 @@ class ChangefeedWriter:
             transactions_published=self.transactions_published,
             rows_published=self.rows_published,
             clock_ahead=self.clock_ahead,
+            transactions_dropped=self.transactions_dropped,
         )
         if r is not None:
             figures.store_outages, figures.store_retries = r.outages, r.retries
@@ -553,6 +563,7 @@ class ChangefeedWriter:
         lease = self._lock
         if isinstance(lease, Lease):
             figures.lease_generation, figures.lease_seconds_left = lease.generation, lease.remaining()
+            figures.lease_expiry = (lease.ttl, lease.skew)
         return figures
 
     # -- the Delta table ---------------------------------------------------------------
@@ -1047,7 +1058,9 @@ class ChangefeedWriter:
             staged = self._store_call(lambda: store.stage_from_file(name, tmp, token=token), f"stage {name}")
         except OlrBufferError:
             head = self._head
-            if head is not None and head.superseded():  # the new holder removed the temporary file
+            if (
+                head is not None and not self._given_up() and head.superseded()
+            ):  # the new holder removed the temporary file
                 raise head.fenced() from None
             raise
         fault_point("after_stage")
@@ -1061,7 +1074,9 @@ class ChangefeedWriter:
             self._store_call(lambda: store.complete_staged(name, staged), f"publish {name}")
         except OlrBufferError:
             head = self._head
-            if head is not None and head.superseded():  # finished by the new holder, then replaced
+            if (
+                head is not None and not self._given_up() and head.superseded()
+            ):  # finished by the new holder, then replaced
                 raise head.fenced() from None
             raise
         try:
@@ -1106,20 +1121,37 @@ class ChangefeedWriter:
             return
         unused = remove_if_unused and self.created and self.files_published == 0 and self.next_tx_seq == 0
         try:
-            if unused and self._table_created:
+            if unused and self._table_created and not self._given_up():
                 self._remove_table()
             if isinstance(lock, Lease):
                 self._release_remote(lock, unused)
             elif unused:
                 remove_unused(self.path, lock)
         finally:
-            lock.release()
+            if isinstance(lock, Lease):
+                self._release_lease(lock)
+            else:
+                lock.release()
+
+    def _release_lease(self, lease: Lease) -> None:
+        """Release the lease; with ``retry`` (run), within its time when stopping: a store
+        that was given up on while stopping is not asked (the lease expires by itself)."""
+        if self.retry is None:
+            lease.release()
+        elif self._given_up():
+            lease.abandon()  # (said with what the stop left undone)
+        else:
+            try:
+                self._store_call(lease.release, "release the changefeed's lease")
+            except StoreError as exc:
+                lease.abandon()
+                log.warning("cannot release the changefeed's lease (%s): it expires by itself", exc)
 
     def _release_remote(self, lease: Lease, unused: bool) -> None:
         """Release the lease; a changefeed this run made and never used: its objects (the
         manifest, the lease) are removed. The staging directory goes, if empty."""
         try:
-            if unused:
+            if unused and not self._given_up():
                 lease.release()
                 for name in (f"{META_DIR}/{MANIFEST}", lease.name):
                     self.location.delete(name)
@@ -1149,6 +1181,7 @@ class ChangefeedWriter:
 
     def abandon(self) -> None:
         """Drop the unpublished file (its transactions will be published again on restart)."""
+        self.transactions_dropped += self.next_tx_seq - self._file_first
         pending, self._pending_write = self._pending_write, None
         if pending is not None:
             pending.join()  # its error, if any, does not matter: the file is dropped
