@@ -454,3 +454,25 @@ cdef class Images:
                     memcpy(out + o, p + start, length)
                 o += self.size[i]
         out[o] = 125  # }
+
+
+def split_copydata(bytes buf not None, Py_ssize_t pos, list out not None):
+    """The bodies of the whole CopyData messages (``d``, a length of at least 5: a body of
+    a byte or more) of ``buf`` from ``pos``, appended to ``out``; where it stopped: the
+    end, or a message of another kind, length, or not whole yet (the stream's own loop
+    takes it from there). :func:`~.connection.python_split_copydata` is the reference."""
+    cdef const uint8_t* p = <const uint8_t*>PyBytes_AS_STRING(buf)
+    cdef Py_ssize_t end = PyBytes_GET_SIZE(buf), stop
+    cdef long long n
+    if pos < 0:
+        return pos
+    while end - pos >= 5 and p[pos] == 0x64:  # d
+        n = <long long>((<unsigned int>p[pos + 1] << 24) | (p[pos + 2] << 16) | (p[pos + 3] << 8) | p[pos + 4])
+        if n < 5 or n > 0x7FFFFFFF:
+            break
+        stop = pos + 1 + n
+        if stop > end:
+            break
+        out.append(PyBytes_FromStringAndSize(<const char*>p + pos + 5, n - 4))
+        pos = stop
+    return pos

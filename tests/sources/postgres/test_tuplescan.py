@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 from olr_buffer.sources.postgres import protocol as p
 from olr_buffer.sources.postgres.compiled import PURE_PYTHON_ENV
+from olr_buffer.sources.postgres.connection import python_split_copydata
 from olr_buffer.sources.postgres.rows import Table, python_insert_record, python_insert_run
 from tests.sources.postgres.test_protocol import _TYPES, tup
 
@@ -192,4 +193,35 @@ def test_compiled_run_equals_the_reference(types, in_stream, data):
     table.image_bytes(b"", 0)  # the first call makes the table's step
     assert isinstance(table.image_bytes, tuplescan.Images)
     assert table.insert_run(batch, i, in_stream, _REL, sub, head, middle, tail, got, room, room_bytes) == want
+    assert got == expected
+
+
+_MESSAGE = st.one_of(
+    st.binary(min_size=1, max_size=30).map(lambda b: b"d" + struct.pack("!i", len(b) + 4) + b),  # CopyData
+    st.tuples(  # any kind, its length right or not (empty, short, negative, longer than what follows)
+        st.sampled_from(b"ddNSAEcC"),
+        st.binary(max_size=8),
+        st.one_of(st.sampled_from([0, 0, -1, 1, -4, -5, -(2**31)]), st.integers(-(2**31), 2**31 - 40)),
+    ).map(lambda t: bytes([t[0]]) + struct.pack("!i", max(-(2**31), len(t[1]) + 4 + t[2])) + t[1]),
+    st.binary(max_size=6),
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(_MESSAGE, max_size=10), st.data())
+def test_compiled_split_equals_the_reference(messages, data):
+    """``split_copydata`` (the socket stream's split of CopyData messages) takes the same
+    messages and stops at the same place as :func:`python_split_copydata` on any bytes:
+    whole messages, other kinds, lengths below 5 or negative, messages not whole yet."""
+    buf = b"".join(messages)
+    how = data.draw(st.sampled_from(["whole", "cut", "short by one"]))
+    if how == "cut":
+        buf = buf[: data.draw(st.integers(0, len(buf)))]
+    elif how == "short by one":  # the last message not whole yet
+        buf = buf[:-1]
+    pos = data.draw(st.integers(0, len(buf)))
+    expected: list[bytes] = [b"before"]
+    stop = python_split_copydata(buf, pos, expected)
+    got: list[bytes] = [b"before"]
+    assert tuplescan.split_copydata(buf, pos, got) == stop
     assert got == expected
