@@ -85,6 +85,7 @@ log = logging.getLogger("olr_buffer.postgres")
 THREAD = 1
 COPY_SEQUENCE = -1  # commit keys of the initial copy: (consistent point, 1, -1, n) sort before every change
 LARGE_TRANSACTION_ROWS = 100_000  # the commit of a transaction this large is logged
+PAUSE = 0.01  # seconds the stream may pause before the rows received are appended (see _stream_loop)
 # an XLogData frame of an Insert: data start, WAL end, (send time, 'I'), [xid in a stream block,]
 # relation OID, tuple tag
 _INSERT_FRAME = struct.Struct("!QQ9xIB").unpack_from
@@ -570,6 +571,12 @@ class PostgresReader(StreamReader):
         in_stream = False
         while not self.stop.is_set():
             batch = stream.read_batch(0)
+            if not batch and builder.count:
+                # a pause of a busy stream (the walsender slower than this loop, or waiting
+                # for a core) does not close the block: one block a pause was a queue write
+                # for the service every few hundred rows; the block is appended when the
+                # stream has been quiet for PAUSE seconds (or full, or flush_seconds old)
+                batch = stream.read_batch(PAUSE)
             if not batch:
                 if builder.count:
                     self._append()

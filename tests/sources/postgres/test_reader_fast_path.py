@@ -337,3 +337,25 @@ def test_a_bad_insert_in_a_run_fails_as_handled_alone(bad, streamed):
     error, rows = expected
     assert (error != "") == (bad != "another column count") and "\n" not in error
     assert len(rows) == (5 if error else 8)
+
+
+@pytest.mark.parametrize("empty_reads", [0, 1, 2])
+def test_a_pause_of_the_stream_closes_no_block(empty_reads):
+    """The rows received are appended as one block once the stream is quiet (two reads
+    with nothing: now, then after ``PAUSE``), not at each pause of a busy stream (one read
+    with nothing, the next one with more)."""
+    msgs = [p.Begin(10**12, 0, 700), p.Relation(None, OID, "public", "t", "d", VARIANTS[0])]
+    msgs += [p.Insert(None, OID, (str(i).encode(), b"v")) for i in range(6)]
+    msgs.append(p.Commit(10**12, 10**12 + 1, 0))
+    frames = [b"w" + struct.pack("!QQq", 100 + n, 105 + n, 0) + encode(m, False) for n, m in enumerate(msgs)]
+    q = MemoryQueue()
+    r = reader(q, block_records=1000)
+    r.flush_seconds = r.status_interval = 1e9  # blocks closed by the stream's pauses alone
+    r._stream_loop(FakeStream([frames[:5]] + [[]] * empty_reads + [frames[5:]], r.stop))
+    r._append()
+    tailer = q.tailer(q.first_index)
+    sizes = []
+    while (block := tailer.next_block()) is not None:
+        if len(block.records()) > 1:
+            sizes.append(len(block.records()) - 1)
+    assert sizes == ([4, 4] if empty_reads == 2 else [8])  # BEGIN, 6 rows, COMMIT
