@@ -3,6 +3,9 @@ of one streamed transaction of ``--rows`` inserts into the benchmarks' table (``
 key, ``v int``, ``s text``) is made in memory, then each stage runs on the output of the
 one before, alone, timed by ``time.process_time`` (best of ``--repeat``):
 
+0. ``receive``: socket reads and message splitting (``SocketStream.read_batch``) of that
+   stream as the server sends it, written by a thread into a socket pair (the reading
+   thread's CPU, ``time.thread_time``);
 1. ``decode``: the reader's stream loop (pgoutput frames to encoded records in blocks),
    blocks thrown away: message decode and row-to-record conversion;
 2. ``blocks``: building those blocks (``BlockBuilder.build``) and encoding them (zstd);
@@ -21,9 +24,11 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import socket
 import struct
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -35,6 +40,7 @@ from olr_buffer.dispatcher import Dispatcher  # noqa: E402
 from olr_buffer.runtime import quiet_gc  # noqa: E402
 from olr_buffer.sinks.parquet import ChangefeedWriter  # noqa: E402
 from olr_buffer.sources.postgres import protocol as p  # noqa: E402
+from olr_buffer.sources.postgres.connection import Server, SocketStream  # noqa: E402
 from olr_buffer.testing import MemoryQueue  # noqa: E402
 from olr_buffer.txbuffer import LmdbQueue  # noqa: E402
 from olr_buffer.txbuffer.block import BlockCodec  # noqa: E402
@@ -80,14 +86,49 @@ class _Blocks(MemoryQueue):
         return 0
 
 
-def best(fn, repeat: int) -> float:
+def best(fn, repeat: int, clock=time.process_time) -> float:
     times = []
     for _ in range(repeat):
         with quiet_gc():
-            t = time.process_time()
+            t = clock()
             fn()
-            times.append(time.process_time() - t)
+            times.append(clock() - t)
     return min(times)
+
+
+def receive(data: bytes, count: int) -> int:
+    """The ``count`` messages of ``data`` (CopyData messages) received by a
+    :class:`SocketStream` from a socket pair, sent by a thread after CopyBoth; their count."""
+    ours, server = socket.socketpair()
+    ours.setblocking(False)  # as libpq leaves it
+    conn = _Conn(ours)
+    s = SocketStream(Server("postgresql://u@h/db"), conn)
+    server.sendall(b"W" + struct.pack("!i", 7) + b"\0\0\0")
+    s.start("START_REPLICATION SLOT s LOGICAL 0/0")
+    writer = threading.Thread(target=lambda: (server.sendall(data), server.shutdown(socket.SHUT_WR)))
+    writer.start()
+    got = 0
+    try:
+        while got < count:
+            got += len(s.read_batch(5.0))
+    finally:
+        writer.join()
+        s.close()
+        server.close()
+    return got
+
+
+class _Conn:
+    """What SocketStream uses of a psycopg2 connection."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def close(self) -> None:
+        self.sock.close()
 
 
 def main() -> None:
@@ -109,6 +150,8 @@ def main() -> None:
         r._append()
         kept[:] = [q.blocks]
 
+    copydata = b"".join(b"d" + struct.pack("!i", len(m) + 4) + m for m in stream)
+    out["receive"] = best(lambda: receive(copydata, len(stream)), args.repeat, time.thread_time)
     # the stage's blocks built by the builder but not kept: decode's time less the build's
     out["decode"] = best(decode, args.repeat)
     blocks = kept[0]

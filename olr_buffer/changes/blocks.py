@@ -48,7 +48,8 @@ class BlockBuilder:
 
     ``groups`` (by XID) and ``order`` are public for the redo reader's fast loop, which
     does what :meth:`add` does inline (``ThreadReader._fast_lines``; the tests hold the
-    two to the same blocks)."""
+    two to the same blocks), and for the PostgreSQL reader's runs of inserts (appended
+    to a group's records after one :meth:`add_encoded_row`, then counted as it counts)."""
 
     def __init__(self, thread: int) -> None:
         self.thread = thread

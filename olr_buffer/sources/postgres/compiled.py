@@ -1,4 +1,5 @@
-"""Which step makes an insert's JSON text: the compiled one or the pure-Python reference.
+"""Which step makes an insert's JSON text and records (and splits the socket stream's messages):
+the compiled one or the pure-Python reference.
 
 The compiled step (``tuplescan.pyx``) is built from source at install with the machine's
 C compiler; when it was not built (no compiler at install), or ``OLR_BUFFER_PURE_PYTHON=1``

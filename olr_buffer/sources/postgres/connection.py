@@ -35,6 +35,7 @@ import psycopg2.extensions
 import psycopg2.extras
 
 from ...errors import OlrBufferError
+from .compiled import TUPLESCAN
 from .protocol import PgoutputError, encode_status
 
 
@@ -434,6 +435,27 @@ MOST = 16 << 20  # bytes asked at most at a time, for a long message
 SEND_TIMEOUT = 30.0  # seconds a status update may wait for room in the socket's buffer
 
 
+def python_split_copydata(buf: bytes, pos: int, out: list[bytes]) -> int:
+    """The bodies of the whole CopyData messages (``d``, a length of at least 5: a body of
+    a byte or more) of ``buf`` from ``pos``, appended to ``out``; where it stopped: the
+    end, or a message of another kind, length, or not whole yet (:meth:`SocketStream._split`
+    takes it from there). The reference of the compiled ``tuplescan.split_copydata``."""
+    end = len(buf)
+    append = out.append
+    while end - pos >= 5 and buf[pos] == 0x64:  # d
+        _, n = _HEAD(buf, pos)
+        stop = pos + 1 + n
+        if n < 5 or stop > end:
+            break
+        append(buf[pos + 5 : stop])
+        pos = stop
+    return pos
+
+
+# the split of the common case: compiled where it is built
+_split_copydata = TUPLESCAN.split_copydata if TUPLESCAN is not None else python_split_copydata
+
+
 def _error_fields(body: bytes) -> dict[str, str]:
     """The fields of an ErrorResponse or NoticeResponse: code letter -> text."""
     fields = {}
@@ -617,7 +639,7 @@ class SocketStream:
         out: list[bytes] = []
         append = out.append
         head = _HEAD
-        pos, end = 0, len(buf)
+        pos, end = _split_copydata(buf, 0, out), len(buf)
         while end - pos >= 5:
             kind, n = head(buf, pos)
             stop = pos + 1 + n

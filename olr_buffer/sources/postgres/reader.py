@@ -85,6 +85,7 @@ log = logging.getLogger("olr_buffer.postgres")
 THREAD = 1
 COPY_SEQUENCE = -1  # commit keys of the initial copy: (consistent point, 1, -1, n) sort before every change
 LARGE_TRANSACTION_ROWS = 100_000  # the commit of a transaction this large is logged
+PAUSE = 0.01  # seconds the stream may pause before the rows received are appended (see _stream_loop)
 # an XLogData frame of an Insert: data start, WAL end, (send time, 'I'), [xid in a stream block,]
 # relation OID, tuple tag
 _INSERT_FRAME = struct.Struct("!QQ9xIB").unpack_from
@@ -556,17 +557,26 @@ class PostgresReader(StreamReader):
         keepalive_lsn: int | None = None
         builder = self.builder
         add_encoded = builder.add_encoded_row
+        groups = builder.groups
         block_records, block_bytes = self.block_records, self.block_bytes
         # Inserts, the common message, take a path of their own (no message object, the
         # record encoded whole by Table.insert_record): into ``txn``, the transaction
         # receiving them when it is not skipped, with the table of relation ``rel`` looked
-        # up once for a run of inserts into it; every other message, and any insert out of
-        # the ordinary, goes to _handle, after which these are looked up again.
+        # up once for a run of inserts into it; the inserts that follow one into the same
+        # table and subtransaction are taken in one call (Table.insert_run) up to the
+        # first other message or the block's end; every other message, and any insert out
+        # of the ordinary, goes to _handle, after which these are looked up again.
         txn = None
         rel_seen, table, version = -1, None, None
         in_stream = False
         while not self.stop.is_set():
             batch = stream.read_batch(0)
+            if not batch and builder.count:
+                # a pause of a busy stream (the walsender slower than this loop, or waiting
+                # for a core) does not close the block: one block a pause was a queue write
+                # for the service every few hundred rows; the block is appended when the
+                # stream has been quiet for PAUSE seconds (or full, or flush_seconds old)
+                batch = stream.read_batch(PAUSE)
             if not batch:
                 if builder.count:
                     self._append()
@@ -576,7 +586,10 @@ class PostgresReader(StreamReader):
                 if not batch:
                     continue
             server_lsn = self.server_lsn  # kept here during the batch, stored before any call out
-            for data in batch:
+            i, n = 0, len(batch)
+            while i < n:
+                data = batch[i]
+                i += 1
                 if data[0] == 0x77 and len(data) > 35 and data[25] == 0x49:  # XLogData of an Insert: the hot path
                     if in_stream:
                         start, wal_end, sub, rel, tag = _STREAM_INSERT_FRAME(data, 1)
@@ -616,6 +629,36 @@ class PostgresReader(StreamReader):
                                 self._pending_since = time.monotonic()
                             add_encoded(start, txn.xid, rec)
                             txn.rows += 1
+                            if builder.count < block_records and builder.nbytes < block_bytes and i < n:
+                                # the inserts that follow into the same table (and subtransaction),
+                                # in one call (Table.insert_run): their records straight into the
+                                # group, counted here as add_encoded_row counts them
+                                g = groups[txn.xid]
+                                j, nbytes, top_start, top_end = table.insert_run(
+                                    batch,
+                                    i,
+                                    in_stream,
+                                    rel,
+                                    sub or 0,
+                                    HEAD_13 if version is None else HEAD_14,
+                                    table.middle,
+                                    table.tail,
+                                    g.records,
+                                    block_records - builder.count,
+                                    block_bytes - builder.nbytes,
+                                )
+                                run, i = j - i, j
+                                if run:
+                                    g.rows += run
+                                    txn.rows += run
+                                    builder.count += run
+                                    builder.nbytes += nbytes
+                                    if top_start - 1 > builder.progress:
+                                        builder.progress = top_start - 1
+                                    if top_start > received:
+                                        received = top_start
+                                    if top_end > server_lsn:
+                                        server_lsn = top_end
                             if builder.count >= block_records or builder.nbytes >= block_bytes:
                                 self.server_lsn = server_lsn  # stored with the block
                                 self._append()

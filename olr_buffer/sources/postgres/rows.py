@@ -21,6 +21,10 @@ from .compiled import TUPLESCAN
 from .protocol import UNCHANGED, Column, PgoutputError
 
 _LENGTH = struct.Struct("!i").unpack_from
+# an XLogData frame of an Insert: data start, WAL end, (send time, 'I'), [xid in a stream block,]
+# relation OID, tuple tag
+_INSERT_FRAME = struct.Struct("!QQ9xIB").unpack_from
+_STREAM_INSERT_FRAME = struct.Struct("!QQ9xIIB").unpack_from
 _dumps = orjson.dumps
 
 BOOL, INT8, INT2, INT4, OID, JSON, FLOAT4, FLOAT8, NUMERIC, JSONB = 16, 20, 21, 23, 26, 114, 700, 701, 1700, 3802
@@ -80,6 +84,8 @@ class Table:
         #: text (see :meth:`_first_image_bytes`)
         self.image_bytes: Callable[[bytes, int], tuple[bytes | None, bytes] | None] = self._first_image_bytes
         self.insert_record: Callable[[bytes, int, bytes, int, bytes, bytes], bytes | None] = self._first_insert_record
+        #: the records of a run of inserts (see :func:`python_insert_run`)
+        self.insert_run: Callable[..., tuple[int, int, int, int]] = self._first_insert_run
         # the constant parts of an insert's encoded record (:meth:`insert_record`): after its
         # head and LSN, ``middle``; after its images ``tail`` (sql, and the schema version
         # alone) or ``tail_document`` (and the document: the table's first row in a transaction)
@@ -144,9 +150,11 @@ class Table:
         if TUPLESCAN is not None:
             self.image_bytes = fn = TUPLESCAN.Images(self._names, self._categories, self.key)
             self.insert_record = fn.record
+            self.insert_run = fn.run
         else:
             self.image_bytes = fn = _images_function(self._names, self._categories, self.key)
             self.insert_record = partial(python_insert_record, fn)
+            self.insert_run = partial(python_insert_run, self.insert_record)
         return fn(data, pos)
 
     def _first_insert_record(
@@ -157,6 +165,12 @@ class Table:
         compiled step's ``record`` where it is built, in one piece."""
         self._first_image_bytes(b"", 0)  # makes both
         return self.insert_record(data, pos, head, lsn, middle, tail)
+
+    def _first_insert_run(self, *args) -> tuple[int, int, int, int]:
+        """:func:`python_insert_run` of this table: the compiled step's ``run`` where it
+        is built, else the reference."""
+        self._first_image_bytes(b"", 0)  # makes all three
+        return self.insert_run(*args)
 
     def reference_image_bytes(self) -> Callable[[bytes, int], tuple[bytes | None, bytes] | None]:
         """The pure-Python :meth:`image_bytes` of this table, even where the compiled one
@@ -197,6 +211,57 @@ def python_insert_record(
             tail,
         )
     )
+
+
+def python_insert_run(
+    insert_record: Callable[[bytes, int, bytes, int, bytes, bytes], bytes | None],
+    batch: list[bytes],
+    i: int,
+    in_stream: bool,
+    relation: int,
+    sub: int,
+    head: bytes,
+    middle: bytes,
+    tail: bytes,
+    out: list[bytes],
+    room: int,
+    room_bytes: int,
+) -> tuple[int, int, int, int]:
+    """The records of the run of inserts that starts at ``batch[i]``, appended to ``out``:
+    XLogData frames of pgoutput Insert messages (in a stream block when ``in_stream``, of
+    subtransaction ``sub``) of ``relation``, each one's record as ``insert_record`` makes
+    it (:meth:`Table.insert_record`; its LSN the frame's data start). Stops before anything
+    else (another message, relation or subtransaction, a tuple ``insert_record`` refuses),
+    and after the row that fills ``room`` records or ``room_bytes`` bytes. Returns where it
+    stopped, the bytes appended, the highest data start and WAL end (0 if none). The
+    reference of the compiled ``Images.run``: the reader's loop over a run of inserts."""
+    k, end, nbytes, top_start, top_end = i, len(batch), 0, 0, 0
+    while k < end:
+        data = batch[k]
+        if type(data) is not bytes or len(data) <= 35 or data[0] != 0x77 or data[25] != 0x49:  # w, I
+            break
+        if in_stream:
+            start, wal_end, sub_, rel, tag = _STREAM_INSERT_FRAME(data, 1)
+            if sub_ != sub or rel != relation or tag != 0x4E:  # N
+                break
+            rec = insert_record(data, 35, head, start, middle, tail)
+        else:
+            start, wal_end, rel, tag = _INSERT_FRAME(data, 1)
+            if rel != relation or tag != 0x4E:
+                break
+            rec = insert_record(data, 31, head, start, middle, tail)
+        if rec is None:
+            break
+        out.append(rec)
+        nbytes += len(rec)
+        if start > top_start:
+            top_start = start
+        if wal_end > top_end:
+            top_end = wal_end
+        k += 1
+        if k - i >= room or nbytes >= room_bytes:
+            break
+    return k, nbytes, top_start, top_end
 
 
 _ROW = """\

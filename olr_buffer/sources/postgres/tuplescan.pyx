@@ -1,11 +1,13 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False, cdivision=True
 """The PostgreSQL reader's hot step, compiled: an insert's TupleData to the JSON text of
-its ``rid`` and ``obj``.
+its ``rid`` and ``obj``, its whole encoded record (``Images.record``), and the records of a
+run of inserts into one table (``Images.run``: the reader's loop for them, one call a run).
 
 Built from source at install with the machine's C compiler (setup.py); when it is not
 built, or ``OLR_BUFFER_PURE_PYTHON=1`` is set, :class:`~.rows.Table` runs its generated
-pure-Python function (``_images_function``), which stays the reference: the tests hold
-the two to the same text, or the same refusal (None), on any input.
+pure-Python function (``_images_function``, with ``python_insert_record`` and
+``python_insert_run``), which stays the reference: the tests hold the two to the same
+text and records, or the same refusal (None) and the same place to stop, on any input.
 
 :class:`Images` is made once per table (its columns' JSON names, value mappings and key).
 A call reads the TupleData in two passes over C arrays: the first checks it (column count,
@@ -129,6 +131,14 @@ cdef inline Py_ssize_t write_escaped(char* out, const uint8_t* p, Py_ssize_t n) 
     return o
 
 
+cdef inline unsigned long long u32(const uint8_t* p) noexcept nogil:
+    return (<unsigned long long>p[0] << 24) | (p[1] << 16) | (p[2] << 8) | p[3]
+
+
+cdef inline unsigned long long u64(const uint8_t* p) noexcept nogil:
+    return (u32(p) << 32) | u32(p + 4)
+
+
 # MessagePack, as msgspec writes it: an unsigned integer in its shortest form, a string's header
 
 cdef inline Py_ssize_t uint_size(unsigned long long v) noexcept nogil:
@@ -200,6 +210,7 @@ cdef class Images:
     cdef bint* is_key
     cdef Py_ssize_t* at  # per column, per call: the value's start (-1: null)
     cdef Py_ssize_t* size  # its JSON text's size
+    cdef Py_ssize_t rid_n  # per call: the rid's JSON text's size (-1: none)
 
     def __cinit__(self, names, categories, key):
         self.names = tuple(names)
@@ -235,34 +246,35 @@ cdef class Images:
         PyMem_Free(self.size)
         PyMem_Free(self.key)
 
-    def __call__(self, bytes data not None, Py_ssize_t pos):
-        cdef const uint8_t* p = <const uint8_t*>PyBytes_AS_STRING(data)
-        cdef Py_ssize_t n = PyBytes_GET_SIZE(data)
+    cdef Py_ssize_t _scan(self, const uint8_t* p, Py_ssize_t n, Py_ssize_t pos) noexcept:
+        """The first pass over the TupleData at ``pos`` (which ends the ``n`` bytes at
+        ``p``): checks it, notes each value's place and size. The ``obj`` text's size, and
+        the rid's in ``self.rid_n`` (-1: no rid); -1 if refused."""
         cdef int i, j, cat
         cdef int64_t length
         cdef Py_ssize_t start, obj_size = 2, rid_size = 2, name_n
         cdef bint null_key = False
         cdef uint8_t k
         if pos < 0 or pos + 2 > n or ((p[pos] << 8) | p[pos + 1]) != self.ncols:
-            return None
+            return -1
         pos += 2
         for i in range(self.ncols):
             if pos >= n:
-                return None
+                return -1
             k = p[pos]
             if k == 116:  # t
                 if pos + 5 > n:
-                    return None
+                    return -1
                 length = (<int64_t>p[pos + 1] << 24) | (p[pos + 2] << 16) | (p[pos + 3] << 8) | p[pos + 4]
                 if length >= 0x80000000 or pos + 5 + length > n:
-                    return None
+                    return -1
                 start = pos + 5
                 pos = start + length
                 self.at[i] = start
                 cat = self.cats[i]
                 if cat == STRING:
                     if not is_ascii(p + start, length) and not valid_utf8(p + start, length):
-                        return None
+                        return -1
                     self.size[i] = 2 + escaped_size(p + start, length)
                 elif cat == BOOL:
                     self.size[i] = 4 if (length == 1 and p[start] == 116) or (
@@ -274,7 +286,7 @@ cdef class Images:
                         self.size[i] = length + 2
                     else:
                         if not is_ascii(p + start, length) and not valid_utf8(p + start, length):
-                            return None
+                            return -1
                         self.size[i] = length
             elif k == 110:  # n
                 self.at[i] = -1
@@ -283,19 +295,30 @@ cdef class Images:
                     null_key = True
                 pos += 1
             else:
-                return None
+                return -1
             name_n = PyBytes_GET_SIZE(<bytes>PyTuple_GET_ITEM(self.names, i))
             obj_size += name_n + self.size[i] + (1 if i else 0)
         if pos != n:
+            return -1
+        if not self.has_key or null_key:
+            self.rid_n = -1
+        else:
+            for j in range(self.nkey):
+                i = self.key[j]
+                rid_size += PyBytes_GET_SIZE(<bytes>PyTuple_GET_ITEM(self.names, i)) + self.size[i] + (1 if j else 0)
+            self.rid_n = rid_size
+        return obj_size
+
+    def __call__(self, bytes data not None, Py_ssize_t pos):
+        cdef const uint8_t* p = <const uint8_t*>PyBytes_AS_STRING(data)
+        cdef Py_ssize_t obj_size = self._scan(p, PyBytes_GET_SIZE(data), pos)
+        if obj_size < 0:
             return None
         obj = PyBytes_FromStringAndSize(NULL, obj_size)
         self._write(PyBytes_AS_STRING(obj), p, NULL, self.ncols)
-        if not self.has_key or null_key:
+        if self.rid_n < 0:
             return None, obj
-        for j in range(self.nkey):
-            i = self.key[j]
-            rid_size += PyBytes_GET_SIZE(<bytes>PyTuple_GET_ITEM(self.names, i)) + self.size[i] + (1 if j else 0)
-        rid = PyBytes_FromStringAndSize(NULL, rid_size)
+        rid = PyBytes_FromStringAndSize(NULL, self.rid_n)
         self._write(PyBytes_AS_STRING(rid), p, self.key, self.nkey)
         return rid, obj
 
@@ -304,12 +327,16 @@ cdef class Images:
         """The insert's encoded record: ``head``, ``lsn`` (MessagePack), ``middle``, the
         rid (or nil), nil, the ``after`` image, ``tail``; None where :meth:`__call__` is
         None. What :func:`~.rows.python_insert_record` puts together, in one piece."""
-        got = self(data, pos)
-        if got is None:
+        return self._record(<const uint8_t*>PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data), pos, head, lsn,
+                            middle, tail)
+
+    cdef object _record(self, const uint8_t* p, Py_ssize_t n, Py_ssize_t pos, bytes head, unsigned long long lsn,
+                        bytes middle, bytes tail):
+        """:meth:`record`, the images written in place (no bytes of their own)."""
+        cdef Py_ssize_t obj_n = self._scan(p, n, pos)
+        if obj_n < 0:
             return None
-        rid, obj = got
-        cdef Py_ssize_t rid_n = -1 if rid is None else PyBytes_GET_SIZE(<bytes>rid)
-        cdef Py_ssize_t obj_n = PyBytes_GET_SIZE(<bytes>obj)
+        cdef Py_ssize_t rid_n = self.rid_n
         cdef Py_ssize_t head_n = PyBytes_GET_SIZE(head), mid_n = PyBytes_GET_SIZE(middle)
         cdef Py_ssize_t tail_n = PyBytes_GET_SIZE(tail)
         cdef Py_ssize_t size = head_n + uint_size(lsn) + mid_n + (1 if rid_n < 0 else str_size(rid_n) + rid_n)
@@ -327,15 +354,62 @@ cdef class Images:
             o += 1
         else:
             o += write_str_header(out + o, rid_n)
-            memcpy(out + o, PyBytes_AS_STRING(<bytes>rid), rid_n)
+            self._write(out + o, p, self.key, self.nkey)
             o += rid_n
         out[o] = <char>0xC0  # before: nil
         o += 1
         o += write_str_header(out + o, obj_n)
-        memcpy(out + o, PyBytes_AS_STRING(<bytes>obj), obj_n)
+        self._write(out + o, p, NULL, self.ncols)
         o += obj_n
         memcpy(out + o, PyBytes_AS_STRING(tail), tail_n)
         return out_obj
+
+    def run(self, list batch not None, Py_ssize_t i, bint in_stream, unsigned long long relation,
+            unsigned long long sub, bytes head not None, bytes middle not None, bytes tail not None,
+            list out not None, Py_ssize_t room, Py_ssize_t room_bytes):
+        """The records of the run of inserts that starts at ``batch[i]``, appended to
+        ``out``: XLogData frames of pgoutput Insert messages (in a stream block when
+        ``in_stream``, of subtransaction ``sub``) of ``relation``, each one's record as
+        :meth:`record` makes it (its LSN the frame's data start). Stops before anything
+        else (another message, relation or subtransaction, a tuple :meth:`record`
+        refuses), and after the row that fills ``room`` records or ``room_bytes`` bytes.
+        ``(where it stopped, bytes appended, highest data start, highest WAL end)``: what
+        :func:`~.rows.python_insert_run`, the reference, gives."""
+        cdef Py_ssize_t k = i, end = len(batch), n, nbytes = 0, pos
+        cdef unsigned long long start, wal_end, top_start = 0, top_end = 0
+        cdef const uint8_t* p
+        cdef object item
+        while k < end:
+            item = batch[k]
+            if type(item) is not bytes:
+                break
+            p = <const uint8_t*>PyBytes_AS_STRING(item)
+            n = PyBytes_GET_SIZE(item)
+            if n <= 35 or p[0] != 0x77 or p[25] != 0x49:  # w, I
+                break
+            if in_stream:
+                if u32(p + 26) != sub or u32(p + 30) != relation or p[34] != 0x4E:  # N
+                    break
+                pos = 35
+            else:
+                if u32(p + 26) != relation or p[30] != 0x4E:
+                    break
+                pos = 31
+            start = u64(p + 1)
+            wal_end = u64(p + 9)
+            rec = self._record(p, n, pos, head, start, middle, tail)
+            if rec is None:
+                break
+            out.append(rec)
+            nbytes += PyBytes_GET_SIZE(rec)
+            if start > top_start:
+                top_start = start
+            if wal_end > top_end:
+                top_end = wal_end
+            k += 1
+            if k - i >= room or nbytes >= room_bytes:
+                break
+        return k, nbytes, top_start, top_end
 
     cdef void _write(self, char* out, const uint8_t* p, int* columns, int count):
         """``{name:value,...}`` of ``count`` columns (the first ones, or those of ``columns``)."""
@@ -380,3 +454,25 @@ cdef class Images:
                     memcpy(out + o, p + start, length)
                 o += self.size[i]
         out[o] = 125  # }
+
+
+def split_copydata(bytes buf not None, Py_ssize_t pos, list out not None):
+    """The bodies of the whole CopyData messages (``d``, a length of at least 5: a body of
+    a byte or more) of ``buf`` from ``pos``, appended to ``out``; where it stopped: the
+    end, or a message of another kind, length, or not whole yet (the stream's own loop
+    takes it from there). :func:`~.connection.python_split_copydata` is the reference."""
+    cdef const uint8_t* p = <const uint8_t*>PyBytes_AS_STRING(buf)
+    cdef Py_ssize_t end = PyBytes_GET_SIZE(buf), stop
+    cdef long long n
+    if pos < 0:
+        return pos
+    while end - pos >= 5 and p[pos] == 0x64:  # d
+        n = <long long>((<unsigned int>p[pos + 1] << 24) | (p[pos + 2] << 16) | (p[pos + 3] << 8) | p[pos + 4])
+        if n < 5 or n > 0x7FFFFFFF:
+            break
+        stop = pos + 1 + n
+        if stop > end:
+            break
+        out.append(PyBytes_FromStringAndSize(<const char*>p + pos + 5, n - 4))
+        pos = stop
+    return pos

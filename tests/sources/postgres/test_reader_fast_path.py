@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import struct
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from olr_buffer.changes import ROW_CODES, decode_record
 from olr_buffer.dispatcher import Dispatcher
+from olr_buffer.errors import OlrBufferError
 from olr_buffer.sources.postgres import protocol as p
 from olr_buffer.testing import MemoryQueue
 from tests.dispatcher.test_dispatcher_model import BatchListSink
@@ -284,3 +286,76 @@ def test_fast_inserts_are_encoded_as_the_reference_encodes_them(values, streamed
     r2._append()
     assert len(row_records(q1)) == len(values)
     assert row_records(q2) == row_records(q1)
+
+
+@pytest.mark.parametrize("bad", ["not UTF-8", "cut", "another column count"])
+@pytest.mark.parametrize("streamed", [False, True])
+def test_a_bad_insert_in_a_run_fails_as_handled_alone(bad, streamed):
+    """An insert the run of inserts (``Table.insert_run``) does not take ends the run: the
+    general path gives it its own one-line error, or takes it, as when every message is
+    handled one by one, with the rows before it in the block."""
+    xid = 700 if streamed else None
+    msgs: list = [p.StreamStart(700, 1) if streamed else p.Begin(10**12, 0, 700)]
+    msgs.append(p.Relation(xid, OID, "public", "t", "d", VARIANTS[0]))
+    msgs += [p.Insert(xid, OID, (str(i).encode(), b"v%d" % i)) for i in range(5)]
+    frames = []
+    in_stream = False
+    for n, msg in enumerate(msgs):
+        frames.append(b"w" + struct.pack("!QQq", 100 + n, 105 + n, 0) + encode(msg, in_stream))
+        in_stream = streamed
+    last = frames[-1]
+    if bad == "not UTF-8":
+        frames.append(last[:-2] + b"\xff" + last[-1:])
+    elif bad == "cut":
+        frames.append(last[:-3])
+    else:
+        frames.append(
+            b"w" + struct.pack("!QQq", 200, 205, 0) + encode(p.Insert(xid, OID, (b"9", b"x", b"y")), streamed)
+        )
+    frames += frames[2:4]
+
+    def outcome(run) -> tuple[str, list[bytes]]:
+        q = MemoryQueue()
+        r = reader(q, block_records=1000)
+        r.flush_seconds = 1e9
+        try:
+            run(r)
+            error = ""
+        except OlrBufferError as exc:
+            error = str(exc)
+        r._append()
+        return error, row_records(q)
+
+    def one_by_one(r) -> None:
+        decoder = p.StreamDecoder()
+        for frame in frames:
+            xlog = p.decode_frame(frame)
+            r._handle(decoder.decode(xlog.payload), xlog.data_start)
+
+    expected = outcome(one_by_one)
+    assert outcome(lambda r: r._stream_loop(FakeStream([frames], r.stop))) == expected
+    error, rows = expected
+    assert (error != "") == (bad != "another column count") and "\n" not in error
+    assert len(rows) == (5 if error else 8)
+
+
+@pytest.mark.parametrize("empty_reads", [0, 1, 2])
+def test_a_pause_of_the_stream_closes_no_block(empty_reads):
+    """The rows received are appended as one block once the stream is quiet (two reads
+    with nothing: now, then after ``PAUSE``), not at each pause of a busy stream (one read
+    with nothing, the next one with more)."""
+    msgs = [p.Begin(10**12, 0, 700), p.Relation(None, OID, "public", "t", "d", VARIANTS[0])]
+    msgs += [p.Insert(None, OID, (str(i).encode(), b"v")) for i in range(6)]
+    msgs.append(p.Commit(10**12, 10**12 + 1, 0))
+    frames = [b"w" + struct.pack("!QQq", 100 + n, 105 + n, 0) + encode(m, False) for n, m in enumerate(msgs)]
+    q = MemoryQueue()
+    r = reader(q, block_records=1000)
+    r.flush_seconds = r.status_interval = 1e9  # blocks closed by the stream's pauses alone
+    r._stream_loop(FakeStream([frames[:5]] + [[]] * empty_reads + [frames[5:]], r.stop))
+    r._append()
+    tailer = q.tailer(q.first_index)
+    sizes = []
+    while (block := tailer.next_block()) is not None:
+        if len(block.records()) > 1:
+            sizes.append(len(block.records()) - 1)
+    assert sizes == ([4, 4] if empty_reads == 2 else [8])  # BEGIN, 6 rows, COMMIT
