@@ -88,7 +88,8 @@ def start_moto(log_dir: Path, *, extra_env: dict[str, str] | None = None, timeou
         env = {**os.environ, **(extra_env or {})}
         with open(log, "wb") as out:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                # moto's server, its conditional writes atomic as S3's (tests/moto_atomic.py)
+                [sys.executable, str(Path(__file__).with_name("moto_atomic.py")), "-H", "127.0.0.1", "-p", str(port)],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 env=env,
