@@ -903,8 +903,10 @@ class Dispatcher:
         last_scns = iter(rows.column("scn").take(pa.array(lasts, pa.int64())).to_pylist() if lasts else ())
         scn_column: list[int] | None = None
         # the rows published, where some are not as read: pieces, runs of rows kept
-        # between such transactions, and the rows such a transaction has of its own
-        pieces: list[pa.RecordBatch] = []
+        # between such transactions, and the rows such a transaction has of its own (as
+        # (first, count) of ``own`` until those are columns too, all in one step)
+        pieces: list[pa.RecordBatch | tuple[int, int]] = []
+        own: list[list] = []
         done = late = empty = 0
         txs = []
         for (txn, key), (thread, a, b) in zip(batch, spans):
@@ -918,7 +920,8 @@ class Dispatcher:
                 done = rb
                 if kept:
                     txs.append((txn.xid, key, txn.end_tm, threads, len(kept)))
-                    pieces.append(rows_to_columns(kept))
+                    pieces.append((len(own), len(kept)))
+                    own += kept
                 else:
                     empty += 1
                 continue
@@ -938,7 +941,9 @@ class Dispatcher:
                 empty += 1
         if pieces:
             pieces.append(rows.slice(done))
-            rows = pa.concat_batches([p for p in pieces if p.num_rows] or [rows.slice(0, 0)])
+            own_rows = rows_to_columns(own)
+            batches = [p if isinstance(p, pa.RecordBatch) else own_rows.slice(*p) for p in pieces]
+            rows = pa.concat_batches([p for p in batches if p.num_rows] or [rows.slice(0, 0)])
         self.stats.late_records += late
         if txs:
             assert isinstance(self.sink, TakesColumns)  # (self.columns)
