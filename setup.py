@@ -8,7 +8,7 @@ pyproject.toml's build requirements); both take the inline helpers of
 ``olr_buffer/_cython/*.pxd``, found from the checkout's root (``include_path``).
 It is optional: without a compiler, or without
 Cython, the install goes on without them and the readers run their pure-Python paths
-(``olr-buffer --version`` says which for the redo reader).
+(``olr-buffer --version`` says which, for each).
 """
 
 from setuptools import Extension, setup
