@@ -4,9 +4,11 @@ PostgreSQL reader's insert step.
 Everything else is declared in setup.cfg. The extensions are built from
 ``olr_buffer/sources/redo/linescan.pyx`` and ``olr_buffer/sources/postgres/tuplescan.pyx``
 with the machine's C compiler (Cython comes from
-pyproject.toml's build requirements). It is optional: without a compiler, or without
+pyproject.toml's build requirements); both take the inline helpers of
+``olr_buffer/_cython/*.pxd``, found from the checkout's root (``include_path``).
+It is optional: without a compiler, or without
 Cython, the install goes on without them and the readers run their pure-Python paths
-(``olr-buffer --version`` says which for the redo reader).
+(``olr-buffer --version`` says which, for each).
 """
 
 from setuptools import Extension, setup
@@ -21,6 +23,7 @@ else:
             Extension("olr_buffer.sources.redo.linescan", ["olr_buffer/sources/redo/linescan.pyx"]),
             Extension("olr_buffer.sources.postgres.tuplescan", ["olr_buffer/sources/postgres/tuplescan.pyx"]),
         ],
+        include_path=["."],  # where `from olr_buffer._cython.utf8 cimport ...` is found
         compiler_directives={"language_level": "3"},
         quiet=True,
     )
