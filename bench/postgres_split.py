@@ -14,7 +14,11 @@ one before, alone, timed by ``time.process_time`` (best of ``--repeat``):
    records decoded), rows thrown away;
 5. ``sink``: the changefeed writer given those rows (Arrow batches, Parquet, fsync).
 
-    python bench/postgres_split.py [--rows 200000] [--repeat 3] [--json]
+    python bench/postgres_split.py [--rows 200000] [--repeat 3] [--tables 1] [--json]
+
+``--tables N`` spreads the inserts over N tables of that shape, in turn (row i into table
+i mod N): with more than one, no two inserts in a row go to the same table, so each is a
+run of one (``BlockBuilder.add_encoded_row`` once a row, the reader's worst case).
 
 ``OLR_BUFFER_PURE_PYTHON=1`` runs the pure-Python insert step instead of the compiled one.
 """
@@ -55,7 +59,7 @@ except ImportError:  # a tree before the compiled step (to compare with)
 XID = 700
 
 
-def frames(rows: int) -> list[bytes]:
+def frames(rows: int, tables: int = 1) -> list[bytes]:
     cols = (p.Column("id", 20, True), p.Column("v", 23, False), p.Column("s", 25, False))
     out = []
     lsn = 1 << 32
@@ -66,9 +70,10 @@ def frames(rows: int) -> list[bytes]:
         out.append(b"w" + struct.pack("!QQq", lsn, lsn + 40, 0) + encode(msg, in_stream))
 
     add(p.StreamStart(XID, True), False)
-    add(p.Relation(XID, OID, "public", "big", "d", cols), True)
+    for t in range(tables):
+        add(p.Relation(XID, OID + t, "public", "big" if t == 0 else f"big{t}", "d", cols), True)
     for i in range(rows):
-        add(p.Insert(XID, OID, (str(i).encode(), str(i % 1000).encode(), b"row %d" % i)), True)
+        add(p.Insert(XID, OID + i % tables, (str(i).encode(), str(i % 1000).encode(), b"row %d" % i)), True)
     add(p.StreamStop(), True)
     add(p.StreamCommit(XID, lsn + 40, lsn + 80, 0), False)
     return out
@@ -135,9 +140,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=200_000)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--tables", type=int, default=1, help="inserts spread over this many tables, in turn")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    stream = frames(args.rows)
+    stream = frames(args.rows, args.tables)
     batches = [stream[i : i + 3000] for i in range(0, len(stream), 3000)]
     out: dict = {"rows": args.rows, "insert_step": INSERT_STEP}
     kept: list = []
@@ -181,16 +187,19 @@ def main() -> None:
             while d.poll():
                 pass
             d.publish_ready(INFINITE_SCN)
-            rows[:] = [sink.chunks, sink.commit]
+            rows[:] = [sink.chunks, sink.commit, sink.flat]
             q.close()
 
         out["read"] = best(read, args.repeat)
-        chunks, commit = rows
+        chunks, commit, flat = rows
 
         def sink() -> None:
             cf = work / f"cf{time.monotonic_ns()}"
             w = ChangefeedWriter(str(cf))
-            w.write_transaction(commit, iter(chunks))
+            if flat is not None:
+                w.write_rows(*flat)
+            else:
+                w.write_transaction(commit, iter(chunks))
             w.flush()
             w.release()
 
@@ -198,7 +207,13 @@ def main() -> None:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     us = {k: round(v / args.rows * 1e6, 3) for k, v in out.items() if isinstance(v, float)}
-    result = {"rows": args.rows, "insert_step": INSERT_STEP, "cpu_us_per_row": us, "total": round(sum(us.values()), 3)}
+    result = {
+        "rows": args.rows,
+        "tables": args.tables,
+        "insert_step": INSERT_STEP,
+        "cpu_us_per_row": us,
+        "total": round(sum(us.values()), 3),
+    }
     print(json.dumps(result, indent=None if args.json else 2))
 
 
@@ -208,6 +223,7 @@ class _Rows:
     def __init__(self) -> None:
         self.chunks: list = []
         self.commit: Commit | None = None
+        self.flat: tuple | None = None  # (rows, txs) where the dispatcher hands it over flat
         self.next_tx_seq = 0
 
     def open(self, *args, **kwargs):
@@ -217,6 +233,9 @@ class _Rows:
         self.commit = commit
         self.chunks = list(chunks)
         return sum(len(r) for _, r in self.chunks)
+
+    def write_rows(self, rows, txs) -> None:
+        self.flat = (rows, txs)
 
 
 if __name__ == "__main__":

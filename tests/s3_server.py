@@ -139,6 +139,8 @@ class TcpProxy:
         self.target_port = target_port
         self.port = free_port()
         self.hung = False
+        #: connections accepted and requests swallowed while hung: a client waits on one
+        self.swallowed = 0
         self._listener: socket.socket | None = None
         self._conns: set[socket.socket] = set()
         self._guard = threading.Lock()
@@ -198,6 +200,7 @@ class TcpProxy:
             if self.hung:  # held open, never read from nor answered
                 with self._guard:
                     self._conns.add(client)
+                    self.swallowed += 1
                 continue
             try:
                 server = socket.create_connection(("127.0.0.1", self.target_port))
@@ -218,6 +221,9 @@ class TcpProxy:
         try:
             while data := src.recv(65536):
                 if self.hung:
+                    if upstream:
+                        with self._guard:
+                            self.swallowed += 1
                     continue  # lost in the black hole
                 if upstream:
                     fake = self.fake_reply(data) if self.fake_reply is not None else None

@@ -27,10 +27,6 @@ pytestmark = pytest.mark.e2e
 #: A short lease, so that a take-over of a hung service takes a few seconds.
 LEASE = ("--lease-seconds", "2", "--lease-renew-interval", "0.5", "--lease-clock-skew", "0.5")
 TAKEN_OVER = r"standby: took over the changefeed .*: active now, lease generation (\d+)"
-# a standby started while the active service is about to stop itself: under load its
-# start can outlast the stopped one's lease, and it then finds the lease ended and writes
-# without having waited
-ACTIVE_AFTER_IT = r"standby: (?:took over|writes) the changefeed .*: active now, lease generation (\d+)"
 WAITING = r"standby: the changefeed .* is written by writer (\w+) on \S+ \(pid (\d+)"
 
 
@@ -258,7 +254,7 @@ def test_a_service_stopped_past_its_lease_publishes_nothing_once_it_wakes(
         a.wait_line("active now, lease generation 1")
         b = standby(live, tmp_path / "qb", cf, "--threads", "1,2")
         stopped(a)  # (it stopped itself at the fault point)
-        assert int(b.wait_line(ACTIVE_AFTER_IT, timeout=120).group(1)) == 2
+        assert int(b.wait_line(TAKEN_OVER, timeout=120).group(1)) == 2
         wait_more(cf, manifest_next(cf))  # the standby publishes
         a.proc.send_signal(signal.SIGCONT)
         fenced(a)
@@ -393,7 +389,7 @@ def test_a_standby_on_a_shared_directory_takes_over_a_service_that_hangs(staged,
         a.wait_line("active now, lease generation 1")
         b = standby(live, tmp_path / "qb", cf, "--threads", "1,2")
         stopped(a)
-        assert int(b.wait_line(ACTIVE_AFTER_IT, timeout=120).group(1)) == 2
+        assert int(b.wait_line(TAKEN_OVER, timeout=120).group(1)) == 2
         wait_more(cf, manifest_next(cf))
         a.proc.send_signal(signal.SIGCONT)
         fenced(a)
@@ -434,7 +430,7 @@ def test_a_standby_with_a_new_queue_reads_from_the_files_the_changefeed_records(
                 path.rename(moved / path.name)
         assert list(moved.iterdir())
         b = standby(live, tmp_path / "qb", cf, "--threads", "1,2")
-        b.wait_line(r"active now, lease generation 2", timeout=120)  # (the holder seen gone: at once)
+        assert int(b.wait_line(TAKEN_OVER, timeout=120).group(1)) == 2  # (the holder seen gone: at once)
         b.wait_line("reading from where the changefeed needs it")
         assert writer.wait(timeout=180) == 0
         whole = tmp_path / "whole"
@@ -450,3 +446,45 @@ def test_a_standby_with_a_new_queue_reads_from_the_files_the_changefeed_records(
             if s is not None and s.proc.poll() is None:
                 s.stop(signal.SIGKILL)
     assert_exact(cf, model, delta=False)
+
+
+@pytest.mark.parametrize("ended", ["killed", "stopped"])
+def test_a_standby_that_finds_another_services_lease_ended_takes_over_and_counts_it(staged, tmp_path, ended):
+    """The active service killed (its holder provably gone) or stopped (its lease
+    released) before the standby starts: the standby does not wait, and takes the
+    changefeed over all the same: it says so and counts the take-over (status, metrics).
+    Then the standby, stopped and started again on its queue, finds the lease it left
+    itself: that is no take-over."""
+    import urllib.request
+
+    live = tmp_path / "live"
+    assert live_input(staged, live).wait(timeout=120) == 0
+    cf = str(tmp_path / "shared" / "cf")
+    a = standby(live, tmp_path / "qa", cf)
+    b = None
+    try:
+        a.wait_line(r"standby: writes the changefeed .*: active now, lease generation 1")
+        if ended == "killed":
+            a.stop(signal.SIGKILL)
+        else:
+            assert a.stop() == 0, "\n".join(a.lines[-30:])
+        b = standby(live, tmp_path / "qb", cf, "--metrics-port", "0")
+        port = int(b.wait_line(r"metrics on http://127\.0\.0\.1:(\d+)/metrics").group(1))
+        m = b.wait_line(r"standby: the lease of writer \w+ on \S+ \(pid (\d+).* has ended: taking the changefeed")
+        assert int(m.group(1)) == a.proc.pid
+        assert int(b.wait_line(TAKEN_OVER).group(1)) == 2
+        assert not [line for line in b.lines if "nobody writes" in line or "standby: writes" in line], b.lines
+        assert status(tmp_path / "qb")["role"]["takeovers"] == 1
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        assert re.search(r"^olr_buffer_takeovers_total 1\.0$", text, re.M), text
+        wait_published(cf, expected_changefeed(live).committed)
+        assert b.stop() == 0, "\n".join(b.lines[-30:])
+        b = standby(live, tmp_path / "qb", cf)  # (its own queue's lease is not another service's)
+        assert int(b.wait_line(r"standby: (?:took over|writes) the changefeed .*generation (\d+)").group(1)) == 3
+        assert not [line for line in b.lines if "took over" in line or "has ended" in line], b.lines
+        assert b.stop() == 0, "\n".join(b.lines[-30:])
+    finally:
+        for s in (a, b):
+            if s is not None and s.proc.poll() is None:
+                s.stop(signal.SIGKILL)
+    assert_exact(cf, expected_changefeed(live), delta=False)

@@ -24,6 +24,8 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint64_t
 from libc.string cimport memcpy, memset
 
+from olr_buffer._cython.utf8 cimport valid_utf8
+
 # the columns, in the order :data:`olr_buffer.changes.columns.ROW_COLUMNS` names them
 DEF NCOLS = 13
 # record field -> column (-1: not a column: sequence, line); field 0 (code) is column 0
@@ -36,48 +38,6 @@ COL_KIND[:] = [0, 1, 1, 1, 2, 2, 1, 2, 2, 2, 2, 2, 2]
 # row codes (codes.ROW_CODES: INSERT, UPDATE, DELETE, DDL, TRUNCATE, COPY_ROW)
 cdef bint is_row_code(int64_t code) noexcept nogil:
     return code == 2 or code == 3 or code == 4 or code == 5 or code == 12 or code == 13
-
-
-cdef bint valid_utf8(const uint8_t* p, Py_ssize_t n) noexcept nogil:
-    """Strict UTF-8, as Python's decoder (and msgspec's) takes it: no overlong forms, no
-    surrogates, at most U+10FFFF. Runs of ASCII are stepped over eight bytes at a time."""
-    cdef Py_ssize_t i = 0
-    cdef uint8_t c, c1
-    cdef uint64_t w
-    while i < n:
-        if i + 8 <= n:
-            memcpy(&w, p + i, 8)
-            if (w & <uint64_t>0x8080808080808080ULL) == 0:
-                i += 8
-                continue
-        c = p[i]
-        if c < 0x80:
-            i += 1
-        elif 0xC2 <= c <= 0xDF:
-            if i + 1 >= n or (p[i + 1] & 0xC0) != 0x80:
-                return False
-            i += 2
-        elif 0xE0 <= c <= 0xEF:
-            if i + 2 >= n:
-                return False
-            c1 = p[i + 1]
-            if (c1 & 0xC0) != 0x80 or (p[i + 2] & 0xC0) != 0x80:
-                return False
-            if (c == 0xE0 and c1 < 0xA0) or (c == 0xED and c1 >= 0xA0):
-                return False
-            i += 3
-        elif 0xF0 <= c <= 0xF4:
-            if i + 3 >= n:
-                return False
-            c1 = p[i + 1]
-            if (c1 & 0xC0) != 0x80 or (p[i + 2] & 0xC0) != 0x80 or (p[i + 3] & 0xC0) != 0x80:
-                return False
-            if (c == 0xF0 and c1 < 0x90) or (c == 0xF4 and c1 >= 0x90):
-                return False
-            i += 4
-        else:
-            return False
-    return True
 
 
 cdef struct Cursor:

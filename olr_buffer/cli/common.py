@@ -18,7 +18,7 @@ import click
 
 from ..errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_TERMINATED, OlrBufferError, Terminated
 from .group import LOG_LEVELS, main
-from .signals import CLEAN_STOP, EARLY_SIGTERM, raise_on_sigterm
+from .signals import CLEAN_STOP, EARLY_SIGTERM, StoppedAtOnce, raise_on_sigterm
 
 #: In the context's meta: the command's --log-format (``json``: its error is a JSON line too).
 LOG_FORMAT = "olr_buffer.log_format"
@@ -111,6 +111,9 @@ def clean_errors(fn: Callable) -> Callable:
             else:
                 click.echo(f"olr-buffer: error: {exc}", err=True)
             sys.exit(exc.exit_code)
+        except StoppedAtOnce as exc:
+            click.echo(f"olr-buffer: stopped at once ({exc} again): what it waited for is left undone", err=True)
+            sys.exit(0)
         except Terminated:
             ctx = click.get_current_context(silent=True)
             resumes = ctx is not None and ctx.info_name in ("replay", "compact")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import click
 
 from .. import __version__
-from ..sources.redo import READER_LOOP
 
 #: Environment variables: ``OLR_BUFFER_<OPTION>`` for the group's options,
 #: ``OLR_BUFFER_<COMMAND>_<OPTION>`` for a command's (``OLR_BUFFER_RUN_QUEUE``).
@@ -14,12 +13,31 @@ ENV_PREFIX = "OLR_BUFFER"
 LOG_LEVELS = click.Choice(["debug", "info", "warning", "error"], case_sensitive=False)
 
 
+def _show_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    """``--version``: the version and, for each compiled extension, whether its compiled
+    step or the pure-Python path runs (and why)."""
+    if not value or ctx.resilient_parsing:
+        return
+    from ..changes import READ_BACK_STEP
+    from ..sources.postgres import INSERT_STEP  # (here: the PostgreSQL reader is not loaded otherwise)
+    from ..sources.redo import READER_LOOP
+
+    click.echo(
+        f"olr-buffer, version {__version__} (redo reader loop: {READER_LOOP}; PostgreSQL insert step: "
+        f"{INSERT_STEP}; read-back to columns: {READ_BACK_STEP})"
+    )
+    ctx.exit()
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": ENV_PREFIX})
-@click.version_option(
-    __version__,
-    prog_name="olr-buffer",
-    message=f"%(prog)s, version %(version)s (redo reader loop: {READER_LOOP})",
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
     allow_from_autoenv=False,
+    callback=_show_version,
+    help="Show the version, and which compiled steps run (or pure Python, and why), and exit.",
 )
 @click.option(
     "--log-level",

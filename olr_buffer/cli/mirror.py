@@ -80,7 +80,7 @@ def mirror(
     from ..mirror import Mirror, MirrorMetrics, MirrorOptions
 
     start_logging(log_level, log_format, "info")
-    stop, _ = stop_on_signals("olr_buffer.mirror")
+    stop, _ = stop_on_signals("olr_buffer.mirror", at_once=True)  # (a second signal: at once)
     service = Mirror(MirrorOptions(changefeed_dir, target, tables, until_caught_up, poll_interval, batch_rows, history))
     if metrics_port is not None:
         start_metrics(MirrorMetrics(service), metrics_host, metrics_port, "olr_buffer.mirror")

@@ -115,7 +115,7 @@ def serve(
             "with s3://BUCKET/PREFIX give --state DIR, a local directory for it"
         )
     start_logging(log_level, log_format, "info")
-    stop, _ = stop_on_signals("olr_buffer.serve")
+    stop, _ = stop_on_signals("olr_buffer.serve", at_once=True)  # (a second signal: at once)
     from ..serve import ServeOptions, StreamServer
 
     server = StreamServer(

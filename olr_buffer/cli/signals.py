@@ -39,11 +39,20 @@ def raise_on_sigterm() -> Any:
         return None
 
 
-def stop_on_signals(logger: str, hurry: threading.Event | None = None) -> tuple[threading.Event, Any]:
+class StoppedAtOnce(KeyboardInterrupt):
+    """Raised in the main thread by a second SIGTERM or SIGINT while the stop the first one
+    asked for is held up (``serve``, ``mirror``: a call to a store that does not answer):
+    it unwinds at once, as Ctrl-C does; ``clean_errors`` says so in one line, exit 0."""
+
+
+def stop_on_signals(
+    logger: str, hurry: threading.Event | None = None, *, at_once: bool = False
+) -> tuple[threading.Event, Any]:
     """A stop asked for by SIGTERM or SIGINT: the event they set (logged on ``logger`` as
-    "received SIGTERM, stopping") and the handler installed for them. ``hurry``: set by a
-    second one while the stop goes on, to stop at once, without waiting for what does not
-    answer (``run``: a call to the changefeed's store)."""
+    "received SIGTERM, stopping") and the handler installed for them. A second one while
+    the stop goes on stops at once, without waiting for what does not answer: ``hurry``
+    is set (``run``: its call to the changefeed's store is given up), or with ``at_once``
+    :class:`StoppedAtOnce` is raised in the main thread (what it waits for is left)."""
     stop = threading.Event()
 
     def on_signal(signum, _frame):
@@ -53,6 +62,9 @@ def stop_on_signals(logger: str, hurry: threading.Event | None = None) -> tuple[
                 logging.getLogger(logger).warning("received %s again, stopping at once", name)
             hurry.set()
             return
+        if at_once and stop.is_set():
+            logging.getLogger(logger).warning("received %s again, stopping at once", name)
+            raise StoppedAtOnce(name)
         logging.getLogger(logger).info("received %s, stopping", name)
         stop.set()
 

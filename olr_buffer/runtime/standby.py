@@ -1,16 +1,16 @@
 """A standby (``olr-buffer run --standby``): before the run is assembled, wait while
 another service writes the changefeed, then take it over.
 
-The standby reads the changefeed's lease (:meth:`Lease.live_holder`; a changefeed in a
+The standby reads the changefeed's lease (:meth:`Lease.last_holder`; a changefeed in a
 local or shared directory is written under the lease too with ``standby``, instead of
 its lock) every ``standby_poll_seconds``: while another writer holds it, it waits (role
 ``standby``, the holder and the end of its lease in the logs, `status` and the metrics).
 Once the lease is released, expired (its holder died, lost its network or hangs) or its
 holder is provably gone (on this host), the run is assembled as with
 ``--adopt-changefeed``: the sink takes the lease over (a higher generation) and the
-source reads from what the changefeed has published. Without a holder, it starts at
-once. The queue is held
-(locked) while it waits."""
+source reads from what the changefeed has published. A lease of another service found
+already ended is taken over at once, and counted as a take-over like one waited out.
+Without a lease, it starts at once. The queue is held (locked) while it waits."""
 
 from __future__ import annotations
 
@@ -57,6 +57,7 @@ class Standby:
         self.timing = opts.lease or LeaseTiming()
         self._lease: Lease | None = None  # to look at the changefeed's lease (object storage)
         self._waited = False  # another writer held the changefeed since the start
+        self._ended: dict | None = None  # the ended lease of another service, found free
         self._recorded: tuple | None = None
         self._unreachable = False
 
@@ -67,7 +68,15 @@ class Standby:
             while not self.stop.is_set():
                 holder = self._look(queue)
                 if holder is None:
-                    if not self._waited:
+                    if not self._waited and self._ended is not None:
+                        shown = {k: self._ended[k] for k in _HOLDER_FIELDS if self._ended.get(k) is not None}
+                        log.warning(
+                            "standby: the lease of %s has ended: taking the changefeed %s over",
+                            describe_holder(shown),
+                            self.changefeed,
+                            extra={"changefeed": self.changefeed, "holder": shown},
+                        )
+                    elif not self._waited:
                         log.info(
                             "standby: nobody writes the changefeed %s: starting at once",
                             self.changefeed,
@@ -97,7 +106,7 @@ class Standby:
             queue_id = queue.meta(QUEUE_ID_KEY)
             self._lease = self.timing.lease(open_store(self.changefeed), owner=queue_id.decode() if queue_id else None)
         try:
-            holder = self._lease.live_holder()
+            holder = self._lease.last_holder()
         except StoreError as exc:
             if not exc.retryable:
                 raise
@@ -108,6 +117,12 @@ class Standby:
         if self._unreachable:
             log.info("standby: the changefeed's store answers again")
         self._unreachable = False
+        if holder is not None and not self._lease.holds(holder):
+            # ended; another service's (not this queue's own, left by its last run): taken over
+            owner = holder.get("owner")
+            self._ended = holder if owner is None or owner != self._lease.owner else None
+            return None
+        self._ended = None
         return holder
 
     def waiting(self, holder: dict) -> None:
@@ -145,7 +160,8 @@ class Standby:
 
     def active(self, lease_generation: int | None) -> None:
         """The changefeed is this service's now."""
-        took_over = self._waited
+        took_over = self._waited or self._ended is not None
+        self._ended = None
         if took_over:
             self.role.takeovers += 1
         self.role.role, self.role.holder, self.role.lease_ends = ACTIVE, None, None

@@ -240,15 +240,25 @@ class Lease:
     def live_holder(self) -> dict | None:
         """The lease document of another writer that holds the lease now (one that
         :meth:`acquire` would refuse), or None: free, released, expired, its holder gone,
-        or this writer's own. Reads the lease, takes nothing (a standby looks with it)."""
+        or this writer's own. Reads the lease, takes nothing."""
+        holder = self.last_holder()
+        return holder if holder is not None and self.holds(holder) else None
+
+    def last_holder(self) -> dict | None:
+        """The lease document of the other writer that took the lease last, whether it
+        holds it still or not (:meth:`holds`), or None: no lease yet, or this writer's own.
+        Reads the lease, takes nothing (a standby looks with it)."""
         try:
             current = self.store.read_versioned(self.name)
         except ObjectNotFoundError:
             return None
         holder = _parse(current.data, self.store.location(self.name))
-        if holder.get("writer") == self.writer_id or self._why_free(holder) is not None:
-            return None
-        return holder
+        return None if holder.get("writer") == self.writer_id else holder
+
+    def holds(self, holder: dict) -> bool:
+        """Whether the writer of the lease document ``holder`` (another's) holds the lease
+        now: :meth:`acquire` would refuse it."""
+        return self._why_free(holder) is None
 
     def _why_free(self, holder: dict) -> str | None:
         """Why the lease of ``holder`` (another writer's document) may be taken now, or

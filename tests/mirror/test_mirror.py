@@ -409,6 +409,63 @@ def test_the_service_rides_out_a_changefeed_store_that_cannot_be_reached(tmp_pat
 
 
 @pytest.mark.e2e
+def test_a_second_signal_stops_the_service_at_once_against_a_store_that_does_not_answer(tmp_path, s3_env):
+    """The changefeed's store stops answering (a black hole: each call waits 30 s a try,
+    10 tries): SIGTERM asks for a stop, which waits for the call under way; a second
+    SIGTERM stops at once, with one line, exit 0; run again, the mirror finishes what was
+    left."""
+    from tests.s3_server import TcpProxy
+
+    proxy = TcpProxy(int(s3_env.endpoint.rsplit(":", 1)[1]))
+    write_workload(tmp_path / "in", 6, 60)
+    cf = f"s3://{s3_env.new_bucket()}/cf"
+    replay(str(tmp_path / "in"), str(tmp_path / "q"), cf, PipelineOptions(file_rows=30, durable=False))
+    target = tmp_path / "mirror"
+    log = tmp_path / "mirror.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "olr_buffer.cli", "mirror", cf, "--target", str(target), "--poll-interval", "0.1"],
+            env={**os.environ, "PYTHONPATH": os.getcwd(), "AWS_ENDPOINT_URL": proxy.endpoint, "AWS_MAX_ATTEMPTS": "10"},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+    def wait_for(cond, what: str) -> None:
+        deadline = time.monotonic() + 120
+        while not cond():
+            assert time.monotonic() < deadline and proc.poll() is None, f"{what}:\n{log.read_text()}"
+            time.sleep(0.05)
+
+    try:
+        wait_for(lambda: (target / "_olr_buffer" / "mirror.json").exists(), "the mirror never started")
+        proxy.hang()
+        wait_for(lambda: proxy.swallowed > 0, "the mirror never looked at the changefeed again")
+        proc.send_signal(signal.SIGTERM)
+        wait_for(lambda: "received SIGTERM, stopping" in log.read_text(), "the first signal is not logged")
+        assert proc.poll() is None  # (its call waits for the store: 30 s a try, 10 tries)
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("no stop within 60 s of the second signal:\n" + log.read_text()) from None
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proxy.down()
+    text = log.read_text()
+    assert proc.returncode == 0, text
+    assert "received SIGTERM again, stopping at once" in text, text
+    lines = [line for line in text.splitlines() if line.startswith("olr-buffer: ")]
+    assert lines == ["olr-buffer: stopped at once (SIGTERM again): what it waited for is left undone"], text
+    assert "Traceback" not in text, text
+    mirror(MirrorOptions(cf, str(target), until_caught_up=True))
+    local = tmp_path / "local-cf"  # (the same input's changefeed, for the model)
+    replay(str(tmp_path / "in"), str(tmp_path / "q2"), str(local), PipelineOptions(file_rows=30, durable=False))
+    assert_mirror_equals_model(local, target)
+
+
+@pytest.mark.e2e
 def test_metrics_and_health_of_the_service(tmp_path):
     import re
     import urllib.request

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import threading
@@ -15,7 +16,7 @@ from tests.serve.receiver import Receiver
 class ServeProcess:
     """``olr-buffer serve`` in a child process, its JSON log collected by a thread."""
 
-    def __init__(self, cf: Path, *extra: str, database: str = "ORCL") -> None:
+    def __init__(self, cf: Path | str, *extra: str, database: str = "ORCL", env: dict | None = None) -> None:
         self.proc = subprocess.Popen(
             [
                 *CLI,
@@ -35,11 +36,13 @@ class ServeProcess:
             stderr=subprocess.PIPE,
             text=True,
             cwd=ROOT,
+            env={**os.environ, **env} if env else None,
         )
         self.lines: list[str] = []
         self._ready = threading.Event()
         self.port: int | None = None
-        threading.Thread(target=self._collect, daemon=True).start()
+        self.collector = threading.Thread(target=self._collect, daemon=True)  # (ends with stderr)
+        self.collector.start()
         if not self._ready.wait(60):
             self.proc.kill()
             raise AssertionError("serve did not start listening:\n" + "".join(self.lines))

@@ -6,7 +6,9 @@ compaction (whose replaced files stay beside the table) is served from its table
 from __future__ import annotations
 
 import random
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -52,6 +54,60 @@ def test_serve_reads_a_changefeed_on_s3(s3_uri: str, tmp_path: Path) -> None:
     )
     assert status.returncode == 0, status.stderr
     assert f'"changefeed": "{s3_uri}"' in status.stdout and '"database": "ORCL"' in status.stdout
+
+
+def test_a_second_signal_stops_serve_at_once_against_a_store_that_does_not_answer(
+    s3_env, s3_uri: str, tmp_path: Path
+) -> None:
+    """The changefeed's store stops answering while serve follows it for a receiver (a
+    black hole: each look waits 30 s a try, 10 tries): SIGTERM asks for a stop, which
+    waits for the look under way; a second SIGTERM stops at once, with one line, exit 0."""
+    from tests.s3_server import TcpProxy
+
+    proxy = TcpProxy(int(s3_env.endpoint.rsplit(":", 1)[1]))
+    txs = random_transactions(random.Random(7), 10, share=0.3)
+    local = Feed(tmp_path / "cf")
+    remote = Feed(s3_uri)
+    local.publish(txs)
+    remote.publish(txs)
+    serve = ServeProcess(
+        s3_uri, "--state", str(tmp_path / "state"), env={"AWS_ENDPOINT_URL": proxy.endpoint, "AWS_MAX_ATTEMPTS": "10"}
+    )
+
+    def wait_for(cond, what: str) -> None:
+        deadline = time.monotonic() + 120
+        while not cond():
+            assert time.monotonic() < deadline and serve.proc.poll() is None, f"{what}:\n{serve.log}"
+            time.sleep(0.05)
+
+    try:
+        with serve.receiver() as r:
+            r.debezium_handshake()
+            everything = expected_messages(local.rows(), "ORCL")
+            assert r.messages(len(everything)) == everything  # (caught up: serve looks for more)
+            proxy.hang()
+            wait_for(lambda: proxy.swallowed > 0, "serve never looked at the changefeed again")
+            serve.proc.send_signal(signal.SIGTERM)
+            wait_for(lambda: "received SIGTERM, stopping" in serve.log, "the first signal is not logged")
+            assert serve.proc.poll() is None  # (its look waits for the store: 30 s a try, 10 tries)
+            serve.proc.send_signal(signal.SIGTERM)
+            try:
+                code = serve.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                raise AssertionError("no stop within 60 s of the second signal:\n" + serve.log) from None
+    finally:
+        if serve.proc.poll() is None:
+            serve.proc.kill()
+            serve.proc.wait()
+        proxy.down()
+        local.close()
+        remote.close()
+    serve.collector.join(timeout=10)  # (the whole log: the process is gone)
+    assert code == 0, serve.log
+    assert "received SIGTERM again, stopping at once" in serve.log, serve.log
+    last = [line for line in serve.log.splitlines() if line.startswith("olr-buffer: ")]
+    assert last == ["olr-buffer: stopped at once (SIGTERM again): what it waited for is left undone"]
+    assert "Traceback" not in serve.log, serve.log
 
 
 @pytest.mark.parametrize("table_format", ["delta", "iceberg"])

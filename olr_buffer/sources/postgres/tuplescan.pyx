@@ -23,6 +23,7 @@ from cpython.ref cimport PyObject
 from cpython.tuple cimport PyTuple_GET_ITEM
 from libc.stdint cimport int64_t, uint8_t
 from libc.string cimport memcmp, memcpy
+from olr_buffer._cython.utf8 cimport valid_utf8
 
 # how a column's text form becomes JSON (rows._RAW, _NUMBER, _BOOL, _STRING; the tests hold them equal)
 cdef enum:
@@ -32,42 +33,6 @@ cdef enum:
     STRING = 3
 
 cdef const char* HEX = b"0123456789abcdef"
-
-
-cdef bint valid_utf8(const uint8_t* p, Py_ssize_t n) noexcept nogil:
-    """Strict UTF-8, as Python's decoder takes it (no overlong forms, no surrogates, at
-    most U+10FFFF)."""
-    cdef Py_ssize_t i = 0
-    cdef uint8_t c, c1
-    while i < n:
-        c = p[i]
-        if c < 0x80:
-            i += 1
-        elif 0xC2 <= c <= 0xDF:
-            if i + 1 >= n or (p[i + 1] & 0xC0) != 0x80:
-                return False
-            i += 2
-        elif 0xE0 <= c <= 0xEF:
-            if i + 2 >= n:
-                return False
-            c1 = p[i + 1]
-            if (c1 & 0xC0) != 0x80 or (p[i + 2] & 0xC0) != 0x80:
-                return False
-            if (c == 0xE0 and c1 < 0xA0) or (c == 0xED and c1 >= 0xA0):
-                return False
-            i += 3
-        elif 0xF0 <= c <= 0xF4:
-            if i + 3 >= n:
-                return False
-            c1 = p[i + 1]
-            if (c1 & 0xC0) != 0x80 or (p[i + 2] & 0xC0) != 0x80 or (p[i + 3] & 0xC0) != 0x80:
-                return False
-            if (c == 0xF0 and c1 < 0x90) or (c == 0xF4 and c1 >= 0x90):
-                return False
-            i += 4
-        else:
-            return False
-    return True
 
 
 cdef inline bint is_ascii(const uint8_t* p, Py_ssize_t n) noexcept nogil:

@@ -29,6 +29,7 @@ from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int64_t, uint64_t, uint8_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcmp, memcpy
+from olr_buffer._cython.utf8 cimport valid_utf8
 
 # op codes (olr_buffer.changes.codes; tests/sources/redo/test_compiled.py holds them equal)
 cdef enum:
@@ -220,42 +221,6 @@ cdef Py_ssize_t skip_value(const uint8_t* p, Py_ssize_t i, Py_ssize_t n, int dep
     if c == 110:
         return i + 4 if i + 4 <= n and memcmp(p + i, b"null", 4) == 0 else -1
     return skip_number(p, i, n)
-
-
-cdef bint valid_utf8(const uint8_t* p, Py_ssize_t n) noexcept nogil:
-    """Strict UTF-8, as Python's decoder takes it (no overlong forms, no surrogates, at
-    most U+10FFFF)."""
-    cdef Py_ssize_t i = 0
-    cdef uint8_t c, c1
-    while i < n:
-        c = p[i]
-        if c < 0x80:
-            i += 1
-        elif 0xC2 <= c <= 0xDF:
-            if i + 1 >= n or (p[i + 1] & 0xC0) != 0x80:
-                return False
-            i += 2
-        elif 0xE0 <= c <= 0xEF:
-            if i + 2 >= n:
-                return False
-            c1 = p[i + 1]
-            if (c1 & 0xC0) != 0x80 or (p[i + 2] & 0xC0) != 0x80:
-                return False
-            if (c == 0xE0 and c1 < 0xA0) or (c == 0xED and c1 >= 0xA0):
-                return False
-            i += 3
-        elif 0xF0 <= c <= 0xF4:
-            if i + 3 >= n:
-                return False
-            c1 = p[i + 1]
-            if (c1 & 0xC0) != 0x80 or (p[i + 2] & 0xC0) != 0x80 or (p[i + 3] & 0xC0) != 0x80:
-                return False
-            if (c == 0xF0 and c1 < 0x90) or (c == 0xF4 and c1 >= 0x90):
-                return False
-            i += 4
-        else:
-            return False
-    return True
 
 
 cdef Py_ssize_t int_field(const uint8_t* p, Py_ssize_t i, Py_ssize_t n, bint negative_ok, int* state,

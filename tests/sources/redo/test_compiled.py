@@ -357,15 +357,6 @@ def test_the_reader_says_once_which_loop_runs_and_the_variable_forces_pure_pytho
     ]
 
 
-def test_version_names_the_reader_loop() -> None:
-    env = {k: v for k, v in os.environ.items() if k != PURE_PYTHON_ENV}
-    cmd = [sys.executable, "-m", "olr_buffer.cli", "--version"]
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
-    assert out.strip().endswith("(redo reader loop: compiled)")
-    out = subprocess.run(cmd, env={**env, PURE_PYTHON_ENV: "1"}, capture_output=True, text=True, check=True).stdout
-    assert out.strip().endswith(f"(redo reader loop: pure Python ({PURE_PYTHON_ENV} is set))")
-
-
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
