@@ -146,7 +146,7 @@ _ROW_OVERHEAD = 1024  # bytes a row takes to build a row group besides its image
 
 _IMAGES = tuple(map(itemgetter, (9, 10, 11, 12)))  # rid, before, after, sql
 _IMAGE_COLUMNS = ("rid", "before", "after", "sql")
-_COLUMN_ROW_OVERHEAD = 128  # the same for a row handed over as columns (Arrow copies)
+_COLUMN_ROW_OVERHEAD = 512  # the same for a row handed over as columns (Arrow copies)
 
 
 def _column_bytes(rows: pa.RecordBatch) -> int:
@@ -867,7 +867,7 @@ class ChangefeedWriter:
                 self._io_failed(exc, "writing")
             fault_point("after_row_group")
 
-    def _batch(self) -> pa.RecordBatch:
+    def _batch(self) -> pa.Table:
         # The columns of the commit (tx_seq, c_scn, c_tm, xid) hold one value per
         # transaction segment: run-end encoded, then decoded by Arrow, not per row in Python.
         seqs, ns, scns, tms, xids, op0s = zip(*self._tx)
@@ -881,14 +881,11 @@ class ChangefeedWriter:
         # op_seq: the row's place in its transaction = op_seq0 + (row - the segment's first row)
         first_rows = per_segment(tuple(op0 - (end - n) for op0, end, n in zip(op0s, ends, ns)), pa.int64())
         op_seq = pc.add(_row_numbers(total), first_rows)
-        # the rows' own columns (the schema fields are null where a row ends before them)
-        if self._pieces:
-            if self._recs:
-                self._recs_to_piece()
-            pieces = self._pieces
-            row = pieces[0] if len(pieces) == 1 else pa.concat_batches(pieces)
-        else:
-            row = self._columns(self._recs)
+        # the rows' own columns (the schema fields are null where a row ends before them),
+        # in the pieces they came in: not copied into one
+        if self._recs:
+            self._recs_to_piece()
+        row = pa.Table.from_batches(self._pieces)
         i64, s = pa.int64(), pa.string()
         c_tm, row_tm = per_segment(tms, i64), row.column("tm")
         arrays = [
@@ -913,9 +910,9 @@ class ChangefeedWriter:
             nanos_to_timestamp(row_tm),
             self._versions(row, total),
         ]
-        return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+        return pa.Table.from_arrays(arrays, schema=ARROW_SCHEMA)
 
-    def _versions(self, row: pa.RecordBatch, n: int) -> pa.Array:
+    def _versions(self, row: pa.Table, n: int) -> pa.Array | pa.ChunkedArray:
         """The ``schema_version`` column of ``row`` (the buffered rows' columns), in row
         order: a row's own version, or else its table's current one; a row that carries its
         document makes its version current (see the module doc)."""
@@ -1266,14 +1263,14 @@ class _BackgroundWrite:
 
     __slots__ = ("_thread", "_error")
 
-    def __init__(self, writer: pq.ParquetWriter, batch: pa.RecordBatch) -> None:
+    def __init__(self, writer: pq.ParquetWriter, batch: pa.Table) -> None:
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, args=(writer, batch), name="changefeed-write", daemon=True)
         self._thread.start()
 
-    def _run(self, writer: pq.ParquetWriter, batch: pa.RecordBatch) -> None:
+    def _run(self, writer: pq.ParquetWriter, batch: pa.Table) -> None:
         try:
-            writer.write_batch(batch, row_group_size=batch.num_rows)
+            writer.write_table(batch, row_group_size=batch.num_rows)
         except BaseException as exc:  # noqa: BLE001 - raised again by result()
             self._error = exc
 
