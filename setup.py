@@ -1,13 +1,14 @@
-"""The build's compiled parts (Cython extensions): the redo reader's line loop and the
-PostgreSQL reader's insert step.
+"""The build's compiled parts (Cython extensions): the redo reader's line loop, the
+PostgreSQL reader's insert step and the read-back's records to columns.
 
 Everything else is declared in setup.cfg. The extensions are built from
-``olr_buffer/sources/redo/linescan.pyx`` and ``olr_buffer/sources/postgres/tuplescan.pyx``
+``olr_buffer/sources/redo/linescan.pyx``, ``olr_buffer/sources/postgres/tuplescan.pyx``
+and ``olr_buffer/changes/recscan.pyx``
 with the machine's C compiler (Cython comes from
-pyproject.toml's build requirements); both take the inline helpers of
+pyproject.toml's build requirements); they take the inline helpers of
 ``olr_buffer/_cython/*.pxd``, found from the checkout's root (``include_path``).
 It is optional: without a compiler, or without
-Cython, the install goes on without them and the readers run their pure-Python paths
+Cython, the install goes on without them and each runs its pure-Python path
 (``olr-buffer --version`` says which, for each).
 """
 
@@ -22,6 +23,7 @@ else:
         [
             Extension("olr_buffer.sources.redo.linescan", ["olr_buffer/sources/redo/linescan.pyx"]),
             Extension("olr_buffer.sources.postgres.tuplescan", ["olr_buffer/sources/postgres/tuplescan.pyx"]),
+            Extension("olr_buffer.changes.recscan", ["olr_buffer/changes/recscan.pyx"]),
         ],
         include_path=["."],  # where `from olr_buffer._cython.utf8 cimport ...` is found
         compiler_directives={"language_level": "3"},

@@ -48,8 +48,10 @@ so a group never mixes two transactions.
 
 The package's modules hold, each, one part of it: :mod:`.codes` (op codes, fields by index,
 the format's version), :mod:`.payloads` (building and encoding records), :mod:`.blocks`
-(building blocks, reading their summaries), :mod:`.commits` (the order of commits) and
-:mod:`.schemas` (schema documents). Import the names from here, the package's face.
+(building blocks, reading their summaries), :mod:`.columns` (rows as Arrow columns, from
+lists or straight from encoded records: the compiled ``recscan.pyx`` and its reference),
+:mod:`.commits` (the order of commits) and :mod:`.schemas` (schema documents). Import
+the names from here, the package's face.
 """
 
 from __future__ import annotations
@@ -104,6 +106,16 @@ from .codes import (
     TM,
     TRUNCATE,
     UPDATE,
+)
+from .columns import (
+    READ_BACK_STEP,
+    ROW_COLUMNS,
+    ROW_SCHEMA,
+    RowColumns,
+    RowFieldsError,
+    python_row_columns,
+    row_columns,
+    rows_to_columns,
 )
 from .commits import INFINITE_SCN, Commit, CommitKey
 from .payloads import (
@@ -191,6 +203,15 @@ __all__ = [
     "Group",
     "RecordFormatError",
     "read_summary",
+    # columns
+    "READ_BACK_STEP",
+    "ROW_COLUMNS",
+    "ROW_SCHEMA",
+    "RowColumns",
+    "RowFieldsError",
+    "python_row_columns",
+    "row_columns",
+    "rows_to_columns",
     # commits
     "INFINITE_SCN",
     "Commit",

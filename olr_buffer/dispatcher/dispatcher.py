@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from functools import partial
 from operator import itemgetter
 
+import pyarrow as pa
+
 from ..changes import (
     CODE,
     COMMIT,
@@ -46,11 +48,14 @@ from ..changes import (
     SEQUENCE,
     Commit,
     CommitKey,
+    RowColumns,
     decode_record,
     decode_records,
     read_summary,
+    row_columns,
+    rows_to_columns,
 )
-from ..sinks.base import TransactionSink
+from ..sinks.base import TakesColumns, TransactionSink
 from ..txbuffer import Block, QueueError, TxQueue
 from ..txbuffer.metadata import seal
 from .checkpoint import (
@@ -179,7 +184,9 @@ class Dispatcher:
         self._reached: dict[int, int] = {}
         self.tailer = queue.tailer(start_index)
         self.cache = BlockCache(queue, cache_blocks)
-        self.replayer = Replayer(self.cache)
+        # a sink that takes rows as columns gets them so, read back without a list a row
+        self.columns = isinstance(sink, TakesColumns)
+        self.replayer = Replayer(self.cache, columns=self.columns)
         self.stats = DispatchStats()
         self._acted = 0  # entries of the ready list publish_ready has looked at
 
@@ -766,7 +773,8 @@ class Dispatcher:
         run, since the thread's SCNs do not decrease). The others (several threads, or
         compensation) have their own rows worked out from their records
         (:meth:`Replayer.transaction_rows`). The sink gets the rows in one flat list
-        (:meth:`TransactionSink.write_rows`)."""
+        (:meth:`TransactionSink.write_rows`), or, when it takes them and the batch has only
+        transactions of the first kind, as columns (:meth:`_publish_columns`)."""
         runs: list[tuple[int, int, int]] = []  # (block, start, stop): runs of records to slice
         # per transaction: (thread, first, end) of its records in the batch's, or, for one of
         # several threads, (None, [(thread, first, end) per thread], None)
@@ -817,7 +825,16 @@ class Dispatcher:
             if block is None:
                 block = blocks[index] = get(index)
             append(block.span(start, stop))
-        recs = decode_records(parts[0] if len(parts) == 1 else b"".join(parts), a)
+        data = parts[0] if len(parts) == 1 else b"".join(parts)
+        if self.columns:
+            cols = row_columns(data, a)
+            if cols is not None and (
+                cols.starts is not None
+                or all(span[0] is not None and not txn.compensations for (txn, _), span in zip(batch, spans))
+            ):
+                self._publish_columns(batch, spans, data, cols)
+                return
+        recs = decode_records(data, a)
         flags = list(map(_is_row, map(_code_of, recs)))
         rows = list(itertools.compress(recs, flags))
         cum = list(itertools.accumulate(flags, initial=0))  # rows before each record
@@ -864,6 +881,75 @@ class Dispatcher:
             self.sink.write_rows(rows, txs)
         self.stats.published += len(txs)
         self.stats.rows += len(rows)
+        self.stats.empty += empty
+
+    def _publish_columns(
+        self, batch: list[tuple[OpenTransaction, CommitKey]], spans: list[tuple], data: bytes, cols: RowColumns
+    ) -> None:
+        """:meth:`_publish_batch` with the records (``data``) read as columns (``cols``):
+        the same rows to the sink in one record batch (:meth:`TakesColumns.write_columns`).
+        The transactions of several threads, or with compensation, have their rows worked
+        out from their own records, as there (``cols.starts`` finds them in ``data``)."""
+        rows = cols.batch
+        starts = cols.starts
+        cum = list(itertools.accumulate(cols.flags, initial=0))  # rows before each record
+        # the SCN of the last row of each transaction of one thread: rows after its commit
+        # are late, dropped
+        lasts = [
+            cum[b] - 1
+            for (txn, _), (t, a, b) in zip(batch, spans)
+            if t is not None and not txn.compensations and cum[b] > cum[a]
+        ]
+        last_scns = iter(rows.column("scn").take(pa.array(lasts, pa.int64())).to_pylist() if lasts else ())
+        scn_column: list[int] | None = None
+        # the rows published, where some are not as read: pieces, runs of rows kept
+        # between such transactions, and the rows such a transaction has of its own (as
+        # (first, count) of ``own`` until those are columns too, all in one step)
+        pieces: list[pa.RecordBatch | tuple[int, int]] = []
+        own: list[list] = []
+        done = late = empty = 0
+        txs = []
+        for (txn, key), (thread, a, b) in zip(batch, spans):
+            if thread is None or txn.compensations:
+                assert starts is not None  # (_publish_batch)
+                thread_spans = a if thread is None else ((thread, a, b),)
+                ra, rb = cum[thread_spans[0][1]], cum[thread_spans[-1][2]]
+                parts = [(t, decode_records(data[starts[x] : starts[y]], y - x)) for t, x, y in thread_spans]
+                kept, threads = self.replayer.transaction_rows(parts, key[0])
+                pieces.append(rows.slice(done, ra - done))
+                done = rb
+                if kept:
+                    txs.append((txn.xid, key, txn.end_tm, threads, len(kept)))
+                    pieces.append((len(own), len(kept)))
+                    own += kept
+                else:
+                    empty += 1
+                continue
+            ra, rb = cum[a], cum[b]
+            if rb > ra and next(last_scns) > key[0]:
+                if scn_column is None:
+                    scn_column = rows.column("scn").to_pylist()
+                end, c = rb, key[0]
+                while rb > ra and scn_column[rb - 1] > c:
+                    rb -= 1
+                late += end - rb
+                pieces.append(rows.slice(done, rb - done))
+                done = end
+            if rb > ra:
+                txs.append((txn.xid, key, txn.end_tm, thread, rb - ra))
+            else:
+                empty += 1
+        if pieces:
+            pieces.append(rows.slice(done))
+            own_rows = rows_to_columns(own)
+            batches = [p if isinstance(p, pa.RecordBatch) else own_rows.slice(*p) for p in pieces]
+            rows = pa.concat_batches([p for p in batches if p.num_rows] or [rows.slice(0, 0)])
+        self.stats.late_records += late
+        if txs:
+            assert isinstance(self.sink, TakesColumns)  # (self.columns)
+            self.sink.write_columns(rows, txs)
+        self.stats.published += len(txs)
+        self.stats.rows += rows.num_rows
         self.stats.empty += empty
 
     def _remember_ended(self, xid: str) -> None:

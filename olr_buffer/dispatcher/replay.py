@@ -28,6 +28,9 @@ from dataclasses import dataclass
 from itertools import compress
 from operator import itemgetter
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from ..changes import (
     CODE,
     COMPENSATED_RID,
@@ -42,6 +45,7 @@ from ..changes import (
     SEQUENCE,
     SUB,
     decode_records,
+    row_columns,
 )
 from ..txbuffer import Block, TxQueue
 from .transaction import OpenTransaction
@@ -102,14 +106,20 @@ class BlockCache:
 
 
 class Replayer:
-    def __init__(self, cache: BlockCache) -> None:
+    def __init__(self, cache: BlockCache, columns: bool = False) -> None:
         self.cache = cache
         self.stats = ReplayStats()
+        self.columns = columns  # chunks may be record batches (the sink takes columns)
 
-    def chunks(self, txn: OpenTransaction, c_scn: int) -> Iterator[tuple[int, list[list]]]:
+    def chunks(self, txn: OpenTransaction, c_scn: int) -> Iterator[tuple[int, list[list] | pa.RecordBatch]]:
         """The rows of a transaction committed at ``c_scn``, compensation applied, in row
         order, as ``(thread, rows)``: runs of rows of one redo thread. Records above
-        ``c_scn`` are left out and counted (``records_after_end``)."""
+        ``c_scn`` are left out and counted (``records_after_end``). With ``columns``, the
+        rows of a transaction of one thread without compensation come as columns
+        (``olr_buffer.changes.ROW_SCHEMA``), a span of records at a time."""
+        if self.columns and not txn.compensations and len(txn.locations) == 1:
+            yield from self._column_chunks(txn, c_scn)
+            return
         cancelled = self._cancelled(txn, c_scn) if txn.compensations else None
         ordinal = 0
         for thread, recs in self._record_chunks(txn, c_scn, count_late=True):
@@ -120,6 +130,28 @@ class Replayer:
                 ordinal += n
             if rows:
                 yield thread, rows
+
+    def _column_chunks(self, txn: OpenTransaction, c_scn: int) -> Iterator[tuple[int, list[list] | pa.RecordBatch]]:
+        """:meth:`chunks` of a transaction of one thread without compensation: each span's
+        rows as columns (as records, then rows, where the compiled step does not take it)."""
+        ((thread, locs),) = txn.locations.items()
+        get = self.cache.get
+        for i in range(0, len(locs), 3):
+            start, count = locs[i + 1], locs[i + 2]
+            data = get(locs[i]).span(start, start + count)
+            cols = row_columns(data, count)
+            if cols is None:
+                rows = _rows_of(self._upto(decode_records(data, count), c_scn, count_late=True))
+                if rows:
+                    yield thread, rows
+                continue
+            batch = cols.batch
+            if batch.num_rows and pc.max(batch.column("scn")).as_py() > c_scn:
+                keep = pc.less_equal(batch.column("scn"), c_scn)
+                self.stats.records_after_end += batch.num_rows - pc.sum(keep).as_py()
+                batch = batch.filter(keep)
+            if batch.num_rows:
+                yield thread, batch
 
     def transaction_rows(self, parts: list[tuple[int, list[list]]], c_scn: int) -> tuple[list[list], int | list[int]]:
         """The rows of a transaction committed at ``c_scn`` whose records are all in

@@ -15,6 +15,7 @@ from .base import (
     SinkKind,
     SinkOpening,
     SinkSettings,
+    TakesColumns,
     TransactionSink,
 )
 from .parquet import KIND as PARQUET
@@ -48,6 +49,7 @@ def open_sink(kind: str, target: str, settings: SinkSettings, flags: Mapping[str
 
 __all__ = [
     "RecordsRunFrom",
+    "TakesColumns",
     "KINDS",
     "ChangefeedOwner",
     "Sink",

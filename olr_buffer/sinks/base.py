@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from ..changes import Commit, CommitKey
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from ..store import LeaseTiming, OutageRetry
 
 
@@ -189,6 +191,20 @@ class RecordsRunFrom(Protocol):
         """``run_from`` is valid once every commit up to ``through`` (the last one handed
         over; None: any) is durable: record it with the first publication that holds them
         (threads it leaves out keep what was recorded)."""
+        ...
+
+
+@runtime_checkable
+class TakesColumns(Protocol):
+    """Optional: a sink that takes rows as Arrow columns (``olr_buffer.changes.ROW_SCHEMA``,
+    a row a row), as the dispatcher reads them back, without a Python list a row:
+    :meth:`write_columns`, and, in :meth:`TransactionSink.write_transaction`'s chunks, a
+    record batch in place of a list of rows. The same rows give the same output either way."""
+
+    def write_columns(
+        self, rows: pa.RecordBatch, txs: Sequence[tuple[str, CommitKey, int | None, int | list[int], int]]
+    ) -> None:
+        """:meth:`TransactionSink.write_rows` with ``rows`` as columns."""
         ...
 
 

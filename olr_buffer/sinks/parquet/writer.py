@@ -58,7 +58,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from itertools import compress, repeat, zip_longest
+from itertools import compress, repeat
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -66,7 +66,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ...changes import CHANGEFEED_OP, ROW_FIELDS, Commit, CommitKey, schema_version
+from ...changes import CHANGEFEED_OP, Commit, CommitKey, RowFieldsError, rows_to_columns, schema_version
 from ...errors import OlrBufferError
 from ...faults import fault_point
 from ...store import Lease, LeaseTiming, OutageRetry, StoreError, WriterFencedError
@@ -145,6 +145,14 @@ _ROW_OVERHEAD = 1024  # bytes a row takes to build a row group besides its image
 
 
 _IMAGES = tuple(map(itemgetter, (9, 10, 11, 12)))  # rid, before, after, sql
+_IMAGE_COLUMNS = ("rid", "before", "after", "sql")
+_COLUMN_ROW_OVERHEAD = 512  # the same for a row handed over as columns (Arrow copies)
+
+
+def _column_bytes(rows: pa.RecordBatch) -> int:
+    """The estimate of :func:`_buffered_bytes` for rows as columns: a smaller fixed part
+    per row (no Python objects) and the bytes of their images."""
+    return _COLUMN_ROW_OVERHEAD * rows.num_rows + sum(rows.column(i).nbytes for i in _IMAGE_COLUMNS)
 
 
 def _buffered_bytes(recs: list[list]) -> int:
@@ -296,9 +304,12 @@ class ChangefeedWriter:
         self._file_first = self.next_tx_seq
         self._file_rows = 0
         self._file_last_commit: CommitKey | None = None
-        # buffered rows of the open file (not yet in a row group)
+        # buffered rows of the open file (not yet in a row group): as columns (_pieces),
+        # then as lists (_recs: always after every piece)
+        self._pieces: list[pa.RecordBatch] = []
+        self._piece_rows = 0
         self._recs: list[list] = []
-        self._nbytes = 0  # estimated bytes of _recs[:_counted]
+        self._nbytes = 0  # estimated bytes of _pieces and _recs[:_counted]
         self._counted = 0
         self._threads: list[int] = []
         self._tx: list[tuple[int, int, int, int | None, str, int]] = []  # tx_seq, n, c_scn, c_tm, xid, op_seq0
@@ -707,8 +718,14 @@ class ChangefeedWriter:
             self.write_rows(list(itertools.chain.from_iterable(rows for _, _, rows in items)), txs)
         return out
 
+    def write_columns(
+        self, rows: pa.RecordBatch, txs: Sequence[tuple[str, CommitKey, int | None, int | list[int], int]]
+    ) -> None:
+        """:meth:`write_rows` with the rows as columns (``olr_buffer.changes.ROW_SCHEMA``)."""
+        self.write_rows(rows, txs)
+
     def write_rows(
-        self, rows: list[list], txs: Sequence[tuple[str, CommitKey, int | None, int | list[int], int]]
+        self, rows: list[list] | pa.RecordBatch, txs: Sequence[tuple[str, CommitKey, int | None, int | list[int], int]]
     ) -> None:
         """Many transactions at once, flat: ``txs`` holds ``(xid, key, tm, thread, n)`` for
         each, ``n > 0`` of its rows, which are the next ``n`` of ``rows``; ``thread`` is
@@ -738,18 +755,29 @@ class ChangefeedWriter:
             if self._file_rows >= self.file_rows:
                 self.flush()
 
-    def _append_rows(self, rows: list[list], txs: Sequence[tuple], off: int = 0) -> None:
-        """Buffer ``rows`` of the transactions ``txs`` (taking tx_seq from ``next_tx_seq``
-        on), writing row groups as they fill. ``off``: rows of the first transaction
-        buffered already (its ``n`` counts them; a transaction written in chunks)."""
+    def _append_rows(self, rows: list[list] | pa.RecordBatch, txs: Sequence[tuple], off: int = 0) -> None:
+        """Buffer ``rows`` (lists, or columns) of the transactions ``txs`` (taking tx_seq
+        from ``next_tx_seq`` on), writing row groups as they fill. ``off``: rows of the
+        first transaction buffered already (its ``n`` counts them; a transaction written in
+        chunks)."""
         recs, threads, segs = self._recs, self._threads, self._tx
         group = self.row_group_rows
         tx_seq = self.next_tx_seq
+        columns = isinstance(rows, pa.RecordBatch)
         k = 0  # the transaction being buffered; off: its rows already buffered
         pos, total = 0, len(rows)
         while pos < total:
-            stop = pos + min(group - len(recs), _BYTES_STEP, total - pos)
-            recs.extend(rows[pos:stop] if pos or stop < total else rows)
+            stop = pos + min(group - len(recs) - self._piece_rows, _BYTES_STEP, total - pos)
+            if columns:
+                assert isinstance(rows, pa.RecordBatch)  # (for mypy)
+                if recs:  # the lists before it, as columns: the pieces stay in row order
+                    self._recs_to_piece()
+                piece = rows.slice(pos, stop - pos) if pos or stop < total else rows
+                self._pieces.append(piece)
+                self._piece_rows += stop - pos
+                self._nbytes += _column_bytes(piece)
+            else:
+                recs.extend(rows[pos:stop] if pos or stop < total else rows)
             while pos < stop:
                 xid, key, tm, thread, n = txs[k]
                 take = n - off if n - off <= stop - pos else stop - pos
@@ -764,7 +792,7 @@ class ChangefeedWriter:
                 if off == n:
                     k += 1
                     off = 0
-            if len(recs) >= group or self._group_full():
+            if len(recs) + self._piece_rows >= group or self._group_full():
                 self._write_row_group()
 
     def _end_transaction(self, commit: Commit, rows: int) -> None:
@@ -778,6 +806,20 @@ class ChangefeedWriter:
         if self._file_rows >= self.file_rows:
             self.flush()
 
+    def _recs_to_piece(self) -> None:
+        """The rows buffered as lists become the last piece of columns."""
+        self._group_full()  # (their bytes counted)
+        self._pieces.append(self._columns(self._recs))
+        self._piece_rows += len(self._recs)
+        self._recs.clear()
+        self._counted = 0
+
+    def _columns(self, recs: list[list]) -> pa.RecordBatch:
+        try:
+            return rows_to_columns(recs)
+        except RowFieldsError as exc:
+            raise ChangefeedError(f"{self.path}: {exc}") from None
+
     def _group_full(self) -> bool:
         """Whether the buffered rows reach ``row_group_bytes`` (each row counted once)."""
         recs = self._recs
@@ -787,7 +829,7 @@ class ChangefeedWriter:
         return self._nbytes >= self.row_group_bytes
 
     def _write_row_group(self) -> None:
-        if not self._recs:
+        if not self._recs and not self._pieces:
             return
         batch = self._batch()
         if self._writer is None:
@@ -809,6 +851,8 @@ class ChangefeedWriter:
         self._wait_write()
         self._pending_write = _BackgroundWrite(self._writer, batch)
         self._recs.clear()
+        self._pieces.clear()
+        self._piece_rows = 0
         self._threads.clear()
         self._tx.clear()
         self._nbytes = self._counted = 0
@@ -823,7 +867,7 @@ class ChangefeedWriter:
                 self._io_failed(exc, "writing")
             fault_point("after_row_group")
 
-    def _batch(self) -> pa.RecordBatch:
+    def _batch(self) -> pa.Table:
         # The columns of the commit (tx_seq, c_scn, c_tm, xid) hold one value per
         # transaction segment: run-end encoded, then decoded by Arrow, not per row in Python.
         seqs, ns, scns, tms, xids, op0s = zip(*self._tx)
@@ -837,52 +881,52 @@ class ChangefeedWriter:
         # op_seq: the row's place in its transaction = op_seq0 + (row - the segment's first row)
         first_rows = per_segment(tuple(op0 - (end - n) for op0, end, n in zip(op0s, ends, ns)), pa.int64())
         op_seq = pc.add(_row_numbers(total), first_rows)
-        # a column per field of a row record; the schema fields are optional (None where a row ends before them)
-        fields = list(zip_longest(*self._recs))
-        if len(fields) > len(ROW_FIELDS):
-            raise ChangefeedError(
-                f"{self.path}: a row has {len(fields)} fields; this olr-buffer knows {len(ROW_FIELDS)}"
-            )
-        row = dict(zip(ROW_FIELDS, fields))
+        # the rows' own columns (the schema fields are null where a row ends before them),
+        # in the pieces they came in: not copied into one
+        if self._recs:
+            self._recs_to_piece()
+        row = pa.Table.from_batches(self._pieces)
         i64, s = pa.int64(), pa.string()
-        c_tm, row_tm = per_segment(tms, i64), pa.array(row["tm"], i64)
+        c_tm, row_tm = per_segment(tms, i64), row.column("tm")
         arrays = [
             per_segment(seqs, i64),
             op_seq,
             per_segment(scns, i64),
             c_tm,
             per_segment(xids, s),
-            _OP_NAMES.take(pa.array(row["code"], pa.int8())),
-            pa.array(row["scn"], i64),
-            pa.array(row["sub"], i64),
+            _OP_NAMES.take(row.column("code")),
+            row.column("scn"),
+            row.column("sub"),
             row_tm,
             pa.array(self._threads, pa.int32()),
-            _owners(pa.array(row["owner"], s)),
-            pa.array(row["table"], s),
-            pa.array(row["obj"], i64),
-            pa.array(row["rid"], s),
-            pa.array(row["before"], s),
-            pa.array(row["after"], s),
-            pa.array(row["sql"], s),
+            _owners(row.column("owner")),
+            row.column("table"),
+            row.column("obj"),
+            row.column("rid"),
+            row.column("before"),
+            row.column("after"),
+            row.column("sql"),
             nanos_to_timestamp(c_tm),
             nanos_to_timestamp(row_tm),
             self._versions(row, total),
         ]
-        return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+        return pa.Table.from_arrays(arrays, schema=ARROW_SCHEMA)
 
-    def _versions(self, row: dict, n: int) -> pa.Array:
-        """The ``schema_version`` column of ``row`` (the buffered rows' fields), in row
+    def _versions(self, row: pa.Table, n: int) -> pa.Array | pa.ChunkedArray:
+        """The ``schema_version`` column of ``row`` (the buffered rows' columns), in row
         order: a row's own version, or else its table's current one; a row that carries its
         document makes its version current (see the module doc)."""
-        versions = row.get("schema_version")
-        documents = row.get("schema_document")
+        version_column, document_column = row.column("schema_version"), row.column("schema_document")
         schemas = self._schemas
-        if versions is None:
-            if not schemas:
-                return pa.nulls(n, pa.string())
-            versions = (None,) * n
+        documents = document_column.to_pylist() if document_column.null_count < n else None
+        if version_column.null_count == n and not schemas:
+            return pa.nulls(n, pa.string())
+        if version_column.null_count == 0 and documents is None:  # each row its own version
+            self._check_versions(pc.unique(version_column).to_pylist())
+            return version_column
+        versions = version_column.to_pylist()
         introduced = list(compress(range(n), documents)) if documents is not None else []
-        owners, tables = row["owner"], row["table"]
+        owners, tables = row.column("owner").to_pylist(), row.column("table").to_pylist()
         if None in versions and (schemas or introduced):  # rows that take their table's version, in order
             out = list(versions)
             for i, version in enumerate(out):
@@ -896,14 +940,17 @@ class ChangefeedWriter:
                 version = versions[i]
                 assert version is not None  # no row here takes its table's version
                 self._introduce(owners[i], tables[i], version, documents[i])
-        unknown = set(versions) - self._known_versions - self._documents.keys()
-        unknown.discard(None)
+        self._check_versions(versions)
+        return pa.array(versions, pa.string())
+
+    def _check_versions(self, versions: Iterable[str | None]) -> None:
+        """Every version named must have had its document (known, or carried by a row)."""
+        unknown = {v for v in set(versions) if v is not None} - self._known_versions - self._documents.keys()
         if unknown:
             raise ChangefeedError(
                 f"{self.path}: rows name schema version(s) {', '.join(sorted(unknown))} whose document no row carried",
                 hint="the queue was written by another program or is damaged",
             )
-        return pa.array(versions, pa.string())
 
     def _introduce(self, owner: str, table: str, version: str, document: str) -> None:
         """A row carries the schema document of ``version``: it is written before the file
@@ -1194,6 +1241,8 @@ class ChangefeedWriter:
         if self._tmp_path and os.path.exists(self._tmp_path):
             os.unlink(self._tmp_path)
         self._recs.clear()
+        self._pieces.clear()
+        self._piece_rows = 0
         self._threads.clear()
         self._tx.clear()
         self._nbytes = self._counted = 0
@@ -1214,14 +1263,14 @@ class _BackgroundWrite:
 
     __slots__ = ("_thread", "_error")
 
-    def __init__(self, writer: pq.ParquetWriter, batch: pa.RecordBatch) -> None:
+    def __init__(self, writer: pq.ParquetWriter, batch: pa.Table) -> None:
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, args=(writer, batch), name="changefeed-write", daemon=True)
         self._thread.start()
 
-    def _run(self, writer: pq.ParquetWriter, batch: pa.RecordBatch) -> None:
+    def _run(self, writer: pq.ParquetWriter, batch: pa.Table) -> None:
         try:
-            writer.write_batch(batch, row_group_size=batch.num_rows)
+            writer.write_table(batch, row_group_size=batch.num_rows)
         except BaseException as exc:  # noqa: BLE001 - raised again by result()
             self._error = exc
 

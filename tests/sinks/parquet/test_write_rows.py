@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from olr_buffer.changes import DELETE, INSERT, Commit, CommitKey
+from olr_buffer.changes import DELETE, INSERT, Commit, CommitKey, rows_to_columns
 from olr_buffer.sinks.parquet.errors import ChangefeedError
 from olr_buffer.sinks.parquet.writer import ChangefeedWriter
 
@@ -78,6 +78,7 @@ def test_write_rows_equals_write_transaction_per_transaction(
             file_rows=file_rows, row_group_rows=row_group_rows, row_group_bytes=row_group_bytes, durable=False
         )
         one = ChangefeedWriter(root / "one", **limits)
+        one_cols = ChangefeedWriter(root / "one_cols", **limits)  # every other chunk as columns
         for commit, threads, rows in items:
             chunks = []  # runs of one thread's rows, cut every `chunk` rows
             for i, (thread, row) in enumerate(zip(threads, rows)):
@@ -85,27 +86,40 @@ def test_write_rows_equals_write_transaction_per_transaction(
                     chunks.append((thread, []))
                 chunks[-1][1].append(row)
             assert one.write_transaction(commit, chunks) == len(rows)
+            mixed = [(t, rows_to_columns(r) if i % 2 == 0 else r) for i, (t, r) in enumerate(chunks)]
+            assert one_cols.write_transaction(commit, mixed) == len(rows)
         one.close()
+        one_cols.close()
         flat = ChangefeedWriter(root / "flat", **limits)
+        flat_cols = ChangefeedWriter(root / "flat_cols", **limits)  # every other group as columns
         it = iter(items)
-        for size in itertools.chain(cuts, itertools.repeat(5)):
+        for k, size in enumerate(itertools.chain(cuts, itertools.repeat(5))):
             group = list(itertools.islice(it, size))
             if not group:
                 break
             single = [(c, threads[0], rows) for c, threads, rows in group if rows and len(set(threads)) == 1]
+            txs_ = [
+                (c.xid, c.key, c.tm, threads[0] if len(set(threads)) == 1 else threads, len(rows))
+                for c, threads, rows in group
+                if rows
+            ]
+            flat_rows = [r for _, _, rows in group for r in rows]
             if len(single) == sum(1 for _, _, rows in group if rows):
                 assert flat.write_transactions(single) == [len(rows) for _, _, rows in single]
             else:  # write_rows itself, with a list of threads for some
-                txs_ = [
-                    (c.xid, c.key, c.tm, threads[0] if len(set(threads)) == 1 else threads, len(rows))
-                    for c, threads, rows in group
-                    if rows
-                ]
-                flat.write_rows([r for _, _, rows in group for r in rows], txs_)
-        assert flat.next_tx_seq == one.next_tx_seq == sum(1 for _, _, rows in items if rows)
+                flat.write_rows(flat_rows, txs_)
+            if txs_ and k % 2 == 0:
+                flat_cols.write_columns(rows_to_columns(flat_rows), txs_)
+            elif txs_:
+                flat_cols.write_rows(flat_rows, txs_)
+        n = sum(1 for _, _, rows in items if rows)
+        assert flat.next_tx_seq == one.next_tx_seq == one_cols.next_tx_seq == flat_cols.next_tx_seq == n
         flat.close()
+        flat_cols.close()
         a, b = _files(root / "one"), _files(root / "flat")
         assert a == b
+        assert _files(root / "one_cols") == a
+        assert _files(root / "flat_cols") == a
         assert sum(len(rows) for _, _, rows in a) == sum(len(rows) for _, _, rows in items)
 
 
