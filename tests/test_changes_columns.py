@@ -5,6 +5,9 @@ bytes cut or damaged."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import msgspec
 import pyarrow as pa
 import pytest
@@ -197,3 +200,14 @@ def test_no_rows_at_all():
     assert got is not None and got.batch.num_rows == 0 and got.flags == b"\x00"
     assert rows_to_columns([]).schema.equals(ROW_SCHEMA)
     assert isinstance(rows_to_columns([]), pa.RecordBatch)
+
+
+def test_the_readers_do_not_load_pyarrow():
+    """The record format's face gives the columns' names, but loads them (and pyarrow) on
+    first use: the sources, whose reader processes use the format, start without it."""
+    code = (
+        "import sys; import olr_buffer.sources.redo, olr_buffer.sources.postgres, olr_buffer.sources.olr, "
+        "olr_buffer.changes as c; assert 'pyarrow' not in sys.modules, 'loaded'; "
+        "c.row_columns; assert 'pyarrow' in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -56,6 +56,8 @@ the names from here, the package's face.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from .blocks import (
     DEFAULT_BLOCK_BYTES,
     DEFAULT_BLOCK_RECORDS,
@@ -107,16 +109,6 @@ from .codes import (
     TRUNCATE,
     UPDATE,
 )
-from .columns import (
-    READ_BACK_STEP,
-    ROW_COLUMNS,
-    ROW_SCHEMA,
-    RowColumns,
-    RowFieldsError,
-    python_row_columns,
-    row_columns,
-    rows_to_columns,
-)
 from .commits import INFINITE_SCN, Commit, CommitKey
 from .payloads import (
     NIL,
@@ -136,6 +128,29 @@ from .payloads import (
     str_header,
 )
 from .schemas import SCHEMA_FORMAT, SCHEMA_VERSION_LENGTH, SchemaColumn, schema_document, schema_version
+
+if TYPE_CHECKING:
+    from .columns import (
+        READ_BACK_STEP,
+        ROW_COLUMNS,
+        ROW_SCHEMA,
+        RowColumns,
+        RowFieldsError,
+        python_row_columns,
+        row_columns,
+        rows_to_columns,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    """The names of :mod:`.columns` (rows as Arrow columns), loaded on first use: the
+    readers, and their processes, use the format without loading pyarrow."""
+    if name in __all__:
+        from . import columns
+
+        return getattr(columns, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     # codes
