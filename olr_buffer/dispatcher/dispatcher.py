@@ -84,6 +84,8 @@ _ABANDONED_MEMORY = 10_000  # abandoned XIDs remembered, to count their later re
 # slicing, the writer's columns) is then a pass over memory just written; batches of
 # 100,000 records cost ~10 % more CPU than of 1,000 (bench/log/2026-11-performance-history.md).
 _BATCH_TX_MAX_ROWS = 50_000
+# a batch goes over as columns if at most one transaction in this many has rows of its own
+_COLUMNS_OWN_SHARE = 16
 _BATCH_MAX_RECORDS = 1_000
 
 # A CommitKey without the Python-level ``__new__`` of a NamedTuple (one per end record)
@@ -186,6 +188,7 @@ class Dispatcher:
         self.cache = BlockCache(queue, cache_blocks)
         # a sink that takes rows as columns gets them so, read back without a list a row
         self.columns = isinstance(sink, TakesColumns)
+        self.columns_own_share = _COLUMNS_OWN_SHARE  # (the tests take 1: always columns)
         self.replayer = Replayer(self.cache, columns=self.columns)
         self.stats = DispatchStats()
         self._acted = 0  # entries of the ready list publish_ready has looked at
@@ -826,14 +829,16 @@ class Dispatcher:
                 block = blocks[index] = get(index)
             append(block.span(start, stop))
         data = parts[0] if len(parts) == 1 else b"".join(parts)
+        # as columns, unless many transactions have rows of their own to work out: each is
+        # then a piece of its own to put together, which costs more than the columns save
+        # (20 % of rows compensated, or half the transactions on two threads: +25 % CPU)
         if self.columns:
-            cols = row_columns(data, a)
-            if cols is not None and (
-                cols.starts is not None
-                or all(span[0] is not None and not txn.compensations for (txn, _), span in zip(batch, spans))
-            ):
-                self._publish_columns(batch, spans, data, cols)
-                return
+            own = sum(1 for (txn, _), span in zip(batch, spans) if span[0] is None or txn.compensations)
+            if own * self.columns_own_share <= len(batch):
+                cols = row_columns(data, a)
+                if cols is not None and (cols.starts is not None or not own):
+                    self._publish_columns(batch, spans, data, cols)
+                    return
         recs = decode_records(data, a)
         flags = list(map(_is_row, map(_code_of, recs)))
         rows = list(itertools.compress(recs, flags))

@@ -245,6 +245,7 @@ def test_dispatcher_matches_model_whatever_the_interleaving(workload, per_file, 
         sink = ColumnListSink() if columns else BatchListSink()
         dispatcher = Dispatcher(queue, sink, sorted(found), batching=batches)
         assert dispatcher.columns == columns
+        dispatcher.columns_own_share = data.draw(st.sampled_from([1, 16]))  # 1: every batch as columns
         live = {t: b for t, b in blocks.items() if b}
         while live:
             thread = data.draw(st.sampled_from(sorted(live)))
@@ -298,6 +299,7 @@ def test_retention_drops_exactly_the_abandoned_transactions(workload, per_file, 
         queue = MemoryQueue()
         sink = ColumnListSink() if columns else BatchListSink()
         dispatcher = Dispatcher(queue, sink, sorted(found), batching=batches)
+        dispatcher.columns_own_share = data.draw(st.sampled_from([1, 16]))
         abandoned: set[str] = set()
         live = {t: b for t, b in blocks.items() if b}
         while live:
@@ -345,6 +347,7 @@ def restarted(dispatcher: Dispatcher, queue, sink, threads) -> Dispatcher:
     """A new dispatcher from the old one's checkpoint, as after a crash and restart."""
     state = dispatcher.checkpoint_state()
     fresh = Dispatcher(queue, sink, threads, batching=dispatcher.batching)
+    fresh.columns_own_share = dispatcher.columns_own_share
     fresh.restore(state)
     assert fresh.checkpoint_state() == state
     return fresh
