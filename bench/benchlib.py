@@ -453,3 +453,25 @@ def redo_source(queue, input_dir: str, processes: bool = False):
     )
     source.prepare(None, queue.meta_items(source.state_prefix))
     return source
+
+
+def read_source(source) -> None:
+    """Run every reader of ``source`` (offline) in a thread of its own, as ``replay``
+    does, until each has read its input to the end; the first error is raised."""
+    import threading
+
+    errors: list[BaseException] = []
+
+    def run(reader) -> None:
+        try:
+            reader.run()
+        except BaseException as exc:  # noqa: BLE001 - raised below, in the caller's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(r,), name=r.name) for r in source.readers(False, 0.1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]

@@ -35,10 +35,7 @@ def fill(inp: str, queue_dir: str) -> None:
     q = LmdbQueue(queue_dir)
     try:
         g = benchlib.redo_source(q, inp)
-        g.start()
-        g.join()
-        if g.errors:
-            raise g.errors[0]
+        benchlib.read_source(g)
     finally:
         q.close()
 

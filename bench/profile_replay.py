@@ -189,11 +189,8 @@ def view_readers(inp: str, work: str, top: int) -> dict:
     try:
         g = benchlib.redo_source(q, inp)
         t = time.perf_counter()
-        g.start()
-        g.join()
+        benchlib.read_source(g)
         out["lmdb_threads_s"] = time.perf_counter() - t
-        if g.errors:
-            raise g.errors[0]
     finally:
         q.close()
     shutil.rmtree(d2, ignore_errors=True)
@@ -203,11 +200,8 @@ def view_readers(inp: str, work: str, top: int) -> dict:
     try:
         g = benchlib.redo_source(q, inp, processes=True)
         t = time.perf_counter()
-        g.start()
-        g.join()
+        benchlib.read_source(g)
         out["lmdb_processes_s"] = time.perf_counter() - t
-        if g.errors:
-            raise g.errors[0]
     except TypeError:
         pass  # this version of the redo source has no reader processes
     finally:
