@@ -37,27 +37,21 @@ from dataclasses import dataclass
 from functools import partial
 from operator import itemgetter
 
-import pyarrow as pa
-
 from ..changes import (
-    CODE,
     COMMIT,
     INFINITE_SCN,
-    ROW_CODES,
-    SCN,
     SEQUENCE,
     Commit,
     CommitKey,
-    RowColumns,
     decode_record,
     decode_records,
     read_summary,
     row_columns,
-    rows_to_columns,
 )
 from ..sinks.base import TakesColumns, TransactionSink
 from ..txbuffer import Block, QueueError, TxQueue
 from ..txbuffer.metadata import seal
+from .batch import ColumnRows, ListRows, batch_spans, own_rows, plan_batch, read_runs
 from .checkpoint import (
     Checkpoint,
     DispatchStats,
@@ -90,8 +84,6 @@ _BATCH_MAX_RECORDS = 1_000
 
 # A CommitKey without the Python-level ``__new__`` of a NamedTuple (one per end record)
 _commit_key = partial(tuple.__new__, CommitKey)
-_is_row = ROW_CODES.__contains__
-_code_of = itemgetter(CODE)
 
 
 def _entry_scn(entry: tuple) -> int:
@@ -770,192 +762,40 @@ class Dispatcher:
             self.stats.empty += 1
 
     def _publish_batch(self, batch: list[tuple[OpenTransaction, CommitKey]]) -> None:
-        """Transactions up to ``_BATCH_TX_MAX_ROWS`` rows, decoded all at once. Those of
-        one thread without compensation records are in row order in the queue already:
-        their rows are those of their records, up to the commit SCN (at the end of each
-        run, since the thread's SCNs do not decrease). The others (several threads, or
-        compensation) have their own rows worked out from their records
-        (:meth:`Replayer.transaction_rows`). The sink gets the rows in one flat list
-        (:meth:`TransactionSink.write_rows`), or, when it takes them and the batch has only
-        transactions of the first kind, as columns (:meth:`_publish_columns`)."""
-        runs: list[tuple[int, int, int]] = []  # (block, start, stop): runs of records to slice
-        # per transaction: (thread, first, end) of its records in the batch's, or, for one of
-        # several threads, (None, [(thread, first, end) per thread], None)
-        spans: list[tuple] = []
-        a = 0
-        # adjacent records of one block are sliced once (the groups of tiny transactions
-        # of a block are often adjacent, and in commit order)
-        run_index = -1
-        run_start = run_stop = 0
-        for txn, _key in batch:
-            locations = txn.locations
-            if len(locations) == 1:
-                ((thread, locs),) = locations.items()
-                if len(locs) == 3:  # one group: the most common case, inline
-                    index, start, n = locs
-                    if index == run_index and start == run_stop:
-                        run_stop += n
-                    else:
-                        if run_index >= 0:
-                            runs.append((run_index, run_start, run_stop))
-                        run_index, run_start, run_stop = index, start, start + n
-                    spans.append((thread, a, a + n))
-                    a += n
-                    continue
-            per_thread = []
-            for thread, locs in sorted(locations.items()):
-                n = 0
-                for i in range(0, len(locs), 3):
-                    index, start, count = locs[i], locs[i + 1], locs[i + 2]
-                    if index == run_index and start == run_stop:
-                        run_stop += count
-                    else:
-                        if run_index >= 0:
-                            runs.append((run_index, run_start, run_stop))
-                        run_index, run_start, run_stop = index, start, start + count
-                    n += count
-                per_thread.append((thread, a, a + n))
-                a += n
-            spans.append(per_thread[0] if len(per_thread) == 1 else (None, per_thread, None))
-        if run_index >= 0:
-            runs.append((run_index, run_start, run_stop))
-        get = self.cache.get
-        blocks: dict[int, Block] = {}
-        parts: list[bytes] = []
-        append = parts.append
-        for index, start, stop in runs:
-            block = blocks.get(index)
-            if block is None:
-                block = blocks[index] = get(index)
-            append(block.span(start, stop))
-        data = parts[0] if len(parts) == 1 else b"".join(parts)
+        """Transactions up to ``_BATCH_TX_MAX_ROWS`` rows, read back together and published
+        as :func:`~.batch.plan_batch` says. The sink gets the rows in one flat list
+        (:meth:`TransactionSink.write_rows`), or, when it takes them (and few transactions
+        of the batch have rows of their own to work out), as columns
+        (:meth:`TakesColumns.write_columns`)."""
+        runs, spans, count = batch_spans(batch)
+        data = read_runs(runs, self.cache.get)
+        rows: ListRows | ColumnRows | None = None
         # as columns, unless many transactions have rows of their own to work out: each is
         # then a piece of its own to put together, which costs more than the columns save
         # (20 % of rows compensated, or half the transactions on two threads: +25 % CPU)
         if self.columns:
-            own = sum(1 for (txn, _), span in zip(batch, spans) if span[0] is None or txn.compensations)
+            own = sum(1 for (txn, _), span in zip(batch, spans) if own_rows(txn, span))
             if own * self.columns_own_share <= len(batch):
-                cols = row_columns(data, a)
+                cols = row_columns(data, count)
                 if cols is not None and (cols.starts is not None or not own):
-                    self._publish_columns(batch, spans, data, cols)
-                    return
-        recs = decode_records(data, a)
-        flags = list(map(_is_row, map(_code_of, recs)))
-        rows = list(itertools.compress(recs, flags))
-        cum = list(itertools.accumulate(flags, initial=0))  # rows before each record
-        txs = []
-        # rows holds every row decoded, a transaction's after another's; where some are
-        # not published as decoded (rows after the commit, transactions with rows of
-        # their own), the rows published are put together from pieces: slices of rows
-        # between such transactions, and their own rows
-        pieces: list[list[list]] = []
-        done = 0  # rows before this are in pieces
-        late = 0
-        empty = 0
-        for (txn, key), (thread, a, b) in zip(batch, spans):
-            if thread is None or txn.compensations:
-                thread_spans = a if thread is None else ((thread, a, b),)
-                ra, rb = cum[thread_spans[0][1]], cum[thread_spans[-1][2]]
-                kept, threads = self.replayer.transaction_rows([(t, recs[x:y]) for t, x, y in thread_spans], key[0])
-                pieces.append(rows[done:ra])
-                done = rb
-                if kept:
-                    txs.append((txn.xid, key, txn.end_tm, threads, len(kept)))
-                    pieces.append(kept)
-                else:
-                    empty += 1
-                continue
-            ra, rb = cum[a], cum[b]
-            if rb > ra and rows[rb - 1][SCN] > key[0]:  # rows after the commit: late, dropped
-                end = rb
-                c = key[0]
-                while rb > ra and rows[rb - 1][SCN] > c:
-                    rb -= 1
-                late += end - rb
-                pieces.append(rows[done:rb])
-                done = end
-            if rb > ra:
-                txs.append((txn.xid, key, txn.end_tm, thread, rb - ra))
-            else:
-                empty += 1
-        if pieces:
-            pieces.append(rows[done:])
-            rows = list(itertools.chain.from_iterable(pieces))
+                    rows = ColumnRows(cols, data)
+        if rows is None:
+            rows = ListRows(decode_records(data, count))
+        txs, pieces, late, empty = plan_batch(batch, spans, rows, self.replayer.transaction_rows)
         self.stats.late_records += late
-        if txs:
-            self.sink.write_rows(rows, txs)
-        self.stats.published += len(txs)
-        self.stats.rows += len(rows)
         self.stats.empty += empty
-
-    def _publish_columns(
-        self, batch: list[tuple[OpenTransaction, CommitKey]], spans: list[tuple], data: bytes, cols: RowColumns
-    ) -> None:
-        """:meth:`_publish_batch` with the records (``data``) read as columns (``cols``):
-        the same rows to the sink in one record batch (:meth:`TakesColumns.write_columns`).
-        The transactions of several threads, or with compensation, have their rows worked
-        out from their own records, as there (``cols.starts`` finds them in ``data``)."""
-        rows = cols.batch
-        starts = cols.starts
-        cum = list(itertools.accumulate(cols.flags, initial=0))  # rows before each record
-        # the SCN of the last row of each transaction of one thread: rows after its commit
-        # are late, dropped
-        lasts = [
-            cum[b] - 1
-            for (txn, _), (t, a, b) in zip(batch, spans)
-            if t is not None and not txn.compensations and cum[b] > cum[a]
-        ]
-        last_scns = iter(rows.column("scn").take(pa.array(lasts, pa.int64())).to_pylist() if lasts else ())
-        scn_column: list[int] | None = None
-        # the rows published, where some are not as read: pieces, runs of rows kept
-        # between such transactions, and the rows such a transaction has of its own (as
-        # (first, count) of ``own`` until those are columns too, all in one step)
-        pieces: list[pa.RecordBatch | tuple[int, int]] = []
-        own: list[list] = []
-        done = late = empty = 0
-        txs = []
-        for (txn, key), (thread, a, b) in zip(batch, spans):
-            if thread is None or txn.compensations:
-                assert starts is not None  # (_publish_batch)
-                thread_spans = a if thread is None else ((thread, a, b),)
-                ra, rb = cum[thread_spans[0][1]], cum[thread_spans[-1][2]]
-                parts = [(t, decode_records(data[starts[x] : starts[y]], y - x)) for t, x, y in thread_spans]
-                kept, threads = self.replayer.transaction_rows(parts, key[0])
-                pieces.append(rows.slice(done, ra - done))
-                done = rb
-                if kept:
-                    txs.append((txn.xid, key, txn.end_tm, threads, len(kept)))
-                    pieces.append((len(own), len(kept)))
-                    own += kept
-                else:
-                    empty += 1
-                continue
-            ra, rb = cum[a], cum[b]
-            if rb > ra and next(last_scns) > key[0]:
-                if scn_column is None:
-                    scn_column = rows.column("scn").to_pylist()
-                end, c = rb, key[0]
-                while rb > ra and scn_column[rb - 1] > c:
-                    rb -= 1
-                late += end - rb
-                pieces.append(rows.slice(done, rb - done))
-                done = end
-            if rb > ra:
-                txs.append((txn.xid, key, txn.end_tm, thread, rb - ra))
-            else:
-                empty += 1
-        if pieces:
-            pieces.append(rows.slice(done))
-            own_rows = rows_to_columns(own)
-            batches = [p if isinstance(p, pa.RecordBatch) else own_rows.slice(*p) for p in pieces]
-            rows = pa.concat_batches([p for p in batches if p.num_rows] or [rows.slice(0, 0)])
-        self.stats.late_records += late
-        if txs:
-            assert isinstance(self.sink, TakesColumns)  # (self.columns)
-            self.sink.write_columns(rows, txs)
+        if isinstance(rows, ColumnRows):
+            out = rows.build(pieces)
+            if txs:
+                assert isinstance(self.sink, TakesColumns)  # (self.columns)
+                self.sink.write_columns(out, txs)
+            self.stats.rows += out.num_rows
+        else:
+            recs = rows.build(pieces)
+            if txs:
+                self.sink.write_rows(recs, txs)
+            self.stats.rows += len(recs)
         self.stats.published += len(txs)
-        self.stats.rows += rows.num_rows
-        self.stats.empty += empty
 
     def _remember_ended(self, xid: str) -> None:
         ended = self._ended
