@@ -161,6 +161,24 @@ def test_damaged_bytes_are_refused_or_read_alike(recs, data):
     _same(bytes(raw), len(recs))
 
 
+@pytest.mark.parametrize("size", [31, 32, 255, 256, 65535, 65536])
+def test_strings_and_bytes_of_each_length_width_are_read_alike(size):
+    """MessagePack gives a string's (bytes') length in 0, 1, 2 or 4 bytes by its size
+    (fixstr, str 8/16/32; bin 8/16/32), beyond the short values generated above: each is
+    taken (a row's string) or stepped over (bytes, in another record), and refused when
+    its bytes are cut short, as the reference reads them."""
+    text = "\u00e9" * (size // 2) + "x" * (size % 2)  # size bytes of UTF-8
+    row = encode_record([INSERT, 1, 0, 0, 0, None, "O", "T", None, None, text, text, None])
+    other = encode_record([COMMIT, 1, 0, 0, 0, b"\x00" * size, text])
+    got = _same(row + other, 2)
+    assert got is not None and got.flags == b"\x01\x00"
+    assert got.batch.column("before").to_pylist() == got.batch.column("after").to_pylist() == [text]
+    for cut in (1, size // 2, size + 1):
+        assert _same(row[:-cut], 1) is None
+        assert _same(row + other[:-cut], 2) is None
+        assert _same(row + other[: len(other) - size - cut], 2) is None  # in the bytes, or the string after them
+
+
 @pytest.mark.parametrize(
     "bad",
     [

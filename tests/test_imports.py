@@ -19,6 +19,7 @@ LAYERS = {
     "pidlock": 0,
     "fsutil": 0,
     "value_forms": 0,
+    "compiled": 0,
     "txbuffer": 1,
     "store": 1,
     "changes": 2,

@@ -19,16 +19,15 @@ there is one, so nothing is read differently through here.
 
 from __future__ import annotations
 
-import importlib
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate, compress, zip_longest
-from types import ModuleType
 
 import msgspec
 import pyarrow as pa
 
+from ..compiled import PURE_PYTHON_ENV as PURE_PYTHON_ENV  # the variable that turns the step off, named here too
+from ..compiled import load_compiled
 from ..errors import OlrBufferError
 from .codes import ROW_CODES, ROW_FIELDS
 from .payloads import decode_records, encode_record
@@ -60,10 +59,6 @@ _INT_FIELDS = frozenset(i for i, f in zip(_FIELD_INDEX, ROW_SCHEMA) if pa.types.
 _MIN_FIELDS, _MAX_FIELDS = ROW_FIELDS.index("sql") + 1, len(ROW_FIELDS)
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
-#: set to 1 to run the pure-Python step even where the compiled one is built (the same
-#: variable as the readers')
-PURE_PYTHON_ENV = "OLR_BUFFER_PURE_PYTHON"
-
 
 class RowFieldsError(OlrBufferError):
     """Rows with more fields than this version's record format has."""
@@ -82,18 +77,8 @@ class RowColumns:
     starts: Sequence[int] | None
 
 
-def _load() -> tuple[ModuleType | None, str]:
-    if os.environ.get(PURE_PYTHON_ENV, "").strip() not in ("", "0"):
-        return None, f"pure Python ({PURE_PYTHON_ENV} is set)"
-    try:
-        module = importlib.import_module(f"{__package__}.recscan")
-    except ImportError:
-        return None, "pure Python (the compiled read-back step was not built at install)"
-    return module, "compiled"
-
-
-#: the compiled module, or None; and the read-back step in words
-RECSCAN, READ_BACK_STEP = _load()
+#: the compiled module, or None; and the read-back step in words (``olr-buffer --version``)
+RECSCAN, READ_BACK_STEP = load_compiled(f"{__package__}.recscan", "read-back step")
 
 
 def rows_to_columns(rows: list[list]) -> pa.RecordBatch:

@@ -66,13 +66,28 @@ cdef inline uint64_t be(const uint8_t* p, int k) noexcept nogil:
     return v
 
 
+cdef inline bint read_length(Cursor* c, int k, Py_ssize_t* length) noexcept nogil:
+    """A ``k``-byte big-endian length at the cursor (of a str or bin value), and that many
+    bytes after it: 1, the length in ``length`` and the cursor on those bytes; or 0 (bytes
+    missing)."""
+    cdef uint64_t u
+    if not need(c, k):
+        return 0
+    u = be(c.p + c.i, k)
+    c.i += k
+    if not need(c, <Py_ssize_t>u):
+        return 0
+    length[0] = <Py_ssize_t>u
+    return 1
+
+
 cdef int read_value(Cursor* c, int64_t* ival, Py_ssize_t* soff, Py_ssize_t* slen, int depth) noexcept nogil:
     """Read one MessagePack value at the cursor: its kind; an integer in ``ival``, a
     string's place and length in ``soff``/``slen``. Arrays are stepped over; a map or an
     extension type is V_BAD (never in a record)."""
     cdef uint8_t b
     cdef uint64_t u, k, j
-    cdef int kind
+    cdef Py_ssize_t length
     if not need(c, 1) or depth > 64:
         return V_BAD
     b = c.p[c.i]
@@ -123,28 +138,18 @@ cdef int read_value(Cursor* c, int64_t* ival, Py_ssize_t* soff, Py_ssize_t* slen
             ival[0] = <int64_t>u
         return V_INT
     if b == 0xD9 or b == 0xDA or b == 0xDB:  # str 8, 16, 32
-        k = 1 << (b - 0xD9)
-        if not need(c, <Py_ssize_t>k):
+        if not read_length(c, 1 << (b - 0xD9), &length):
             return V_BAD
-        u = be(c.p + c.i, <int>k)
-        c.i += <Py_ssize_t>k
-        if not need(c, <Py_ssize_t>u):
-            return V_BAD
-        if not valid_utf8(c.p + c.i, <Py_ssize_t>u):
+        if not valid_utf8(c.p + c.i, length):
             return V_BAD
         soff[0] = c.i
-        slen[0] = <Py_ssize_t>u
-        c.i += <Py_ssize_t>u
+        slen[0] = length
+        c.i += length
         return V_STR
     if b == 0xC4 or b == 0xC5 or b == 0xC6:  # bin 8, 16, 32
-        k = 1 << (b - 0xC4)
-        if not need(c, <Py_ssize_t>k):
+        if not read_length(c, 1 << (b - 0xC4), &length):
             return V_BAD
-        u = be(c.p + c.i, <int>k)
-        c.i += <Py_ssize_t>k
-        if not need(c, <Py_ssize_t>u):
-            return V_BAD
-        c.i += <Py_ssize_t>u
+        c.i += length
         return V_OTHER
     if b == 0xCA or b == 0xCB:  # float 32, 64
         k = 4 if b == 0xCA else 8

@@ -9,24 +9,9 @@ which gives the same text. :data:`INSERT_STEP` says which, and why.
 
 from __future__ import annotations
 
-import importlib
-import os
-from types import ModuleType
+from ...compiled import PURE_PYTHON_ENV, load_compiled
 
-#: set to 1 to run the pure-Python step even where the compiled one is built (the same
-#: variable as the redo reader's)
-PURE_PYTHON_ENV = "OLR_BUFFER_PURE_PYTHON"
+__all__ = ["INSERT_STEP", "PURE_PYTHON_ENV", "TUPLESCAN"]
 
-
-def _load() -> tuple[ModuleType | None, str]:
-    if os.environ.get(PURE_PYTHON_ENV, "").strip() not in ("", "0"):
-        return None, f"pure Python ({PURE_PYTHON_ENV} is set)"
-    try:
-        tuplescan = importlib.import_module(f"{__package__}.tuplescan")
-    except ImportError:
-        return None, "pure Python (the compiled insert step was not built at install)"
-    return tuplescan, "compiled"
-
-
-#: the compiled module, or None; and the insert step in words
-TUPLESCAN, INSERT_STEP = _load()
+#: the compiled module, or None; and the insert step in words (``olr-buffer --version``)
+TUPLESCAN, INSERT_STEP = load_compiled(f"{__package__}.tuplescan", "insert step")
