@@ -57,10 +57,10 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
-from itertools import compress, repeat
-from operator import itemgetter
-from typing import TYPE_CHECKING, Any, NoReturn
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from itertools import accumulate, chain, compress, repeat
+from operator import itemgetter, sub
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -145,7 +145,67 @@ _ROW_OVERHEAD = 1024  # bytes a row takes to build a row group besides its image
 
 
 _IMAGES = tuple(map(itemgetter, (9, 10, 11, 12)))  # rid, before, after, sql
+# the fields of a transaction's entry in write_rows' txs: (xid, key, tm, thread, n)
+_TX_XID, _TX_KEY, _TX_TM, _TX_THREAD, _TX_N = map(itemgetter, range(5))
+_KEY_SCN = itemgetter(0)
 _IMAGE_COLUMNS = ("rid", "before", "after", "sql")
+
+
+class _Segments(NamedTuple):
+    """The transaction segments of a row group's rows, a list a field (see
+    :meth:`ChangefeedWriter._append_rows`)."""
+
+    seqs: list[int]
+    ns: list[int]
+    scns: list[int]
+    tms: list[int | None]
+    xids: list[str]
+    op0s: list[int]
+    threads: list
+
+    def add(self, txs: Sequence[tuple], ends: list[int], k0: int, k1: int, a: int, b: int, seq0: int) -> None:
+        """Rows ``a`` to ``b`` (not included) of ``txs``'s rows, one transaction's after
+        another's (``ends``: where each ends), which are those of ``txs[k0:k1]``, the
+        transaction ``txs[i]`` taking tx_seq ``seq0 + i``. Taken a list at a time, not a
+        transaction at a time, while ``txs`` is fresh in the CPU's caches."""
+        part = txs[k0:k1] if k0 or k1 < len(txs) else txs
+        self.seqs.extend(range(seq0 + k0, seq0 + k1))
+        ns = self.ns
+        if k1 - k0 == 1:
+            ns.append(b - a)
+        else:  # the first from row a on, the last up to row b, the others whole
+            ns.append(ends[k0] - a)
+            ns.extend(map(sub, ends[k0 + 1 : k1 - 1], ends[k0 : k1 - 2]))
+            ns.append(b - ends[k1 - 2])
+        self.op0s.append(a - ends[k0 - 1] if k0 else a)
+        self.op0s.extend(repeat(0, k1 - k0 - 1))
+        self.scns.extend(map(_KEY_SCN, map(_TX_KEY, part)))
+        self.tms.extend(map(_TX_TM, part))
+        self.xids.extend(map(_TX_XID, part))
+        self.threads.extend(map(_TX_THREAD, part))
+
+    def clear(self) -> None:
+        for values in self:
+            values.clear()
+
+
+def _threads(
+    threads: list, ns: list[int], op0s: list[int], per_segment: Callable[[list, pa.DataType], pa.Array]
+) -> pa.Array:
+    """The ``thread`` column of segments of ``ns`` rows: ``threads`` holds each one's, or,
+    for a transaction of several threads, a list of each of its rows' (its rows in the
+    segment from ``op0s`` on): those rows' values are put in by one mask."""
+    several = list(map(isinstance, threads, repeat(list)))
+    if not any(several):
+        return per_segment(threads, pa.int32())
+    which = list(compress(range(len(threads)), several))
+    values = list(threads)
+    for i in which:
+        values[i] = 0
+    own = chain.from_iterable(threads[i][op0s[i] : op0s[i] + ns[i]] for i in which)
+    return pc.replace_with_mask(
+        per_segment(values, pa.int32()), per_segment(several, pa.bool_()), pa.array(list(own), pa.int32())
+    )
 
 
 def _column_bytes(rows: pa.RecordBatch) -> int:
@@ -311,8 +371,10 @@ class ChangefeedWriter:
         self._recs: list[list] = []
         self._nbytes = 0  # estimated bytes of _pieces and _recs[:_counted]
         self._counted = 0
-        self._threads: list[int] = []
-        self._tx: list[tuple[int, int, int, int | None, str, int]] = []  # tx_seq, n, c_scn, c_tm, xid, op_seq0
+        # the transaction segments of the buffered rows (a transaction's rows in the row
+        # group): per segment its tx_seq, rows, c_scn, c_tm, xid, op_seq of its first row and
+        # redo thread (a list of each of its transaction's rows where it has several)
+        self._tx = _Segments([], [], [], [], [], [], [])
         self.buffered_since = 0.0  # monotonic time the open file got its first transaction
         self._file_c_tms: list[int | None] = []
         # commit-to-visible latency of recently published transactions, in seconds (from c_tm)
@@ -734,7 +796,7 @@ class ChangefeedWriter:
         ``file_rows`` rows, at a transaction boundary; a row group holds at most
         ``row_group_rows`` rows and closes once its rows reach ``row_group_bytes``, looked
         at every ``_BYTES_STEP`` rows at most."""
-        ends = list(itertools.accumulate(t[4] for t in txs))  # rows up to each transaction's end
+        ends = list(accumulate(map(_TX_N, txs)))  # rows up to each transaction's end
         if (ends[-1] if ends else 0) != len(rows):
             raise ValueError(f"write_rows: {len(rows)} rows for transactions of {ends[-1] if ends else 0} rows")
         i = r = 0
@@ -748,7 +810,7 @@ class ChangefeedWriter:
             r += m
             if not self._file_rows:
                 self.buffered_since = time.monotonic()
-            self._file_c_tms.extend(t[2] for t in part)
+            self._file_c_tms.extend(map(_TX_TM, part))
             self.next_tx_seq += len(part)
             self._file_rows += m
             self._file_last_commit = part[-1][1]
@@ -760,11 +822,12 @@ class ChangefeedWriter:
         from ``next_tx_seq`` on), writing row groups as they fill. ``off``: rows of the
         first transaction buffered already (its ``n`` counts them; a transaction written in
         chunks)."""
-        recs, threads, segs = self._recs, self._threads, self._tx
+        recs, segs = self._recs, self._tx
         group = self.row_group_rows
-        tx_seq = self.next_tx_seq
+        seq0 = self.next_tx_seq
         columns = isinstance(rows, pa.RecordBatch)
-        k = 0  # the transaction being buffered; off: its rows already buffered
+        ends = list(accumulate(map(_TX_N, txs)))  # each transaction's end, from the first's first row
+        k = 0  # the transaction of the next row
         pos, total = 0, len(rows)
         while pos < total:
             stop = pos + min(group - len(recs) - self._piece_rows, _BYTES_STEP, total - pos)
@@ -778,20 +841,11 @@ class ChangefeedWriter:
                 self._nbytes += _column_bytes(piece)
             else:
                 recs.extend(rows[pos:stop] if pos or stop < total else rows)
-            while pos < stop:
-                xid, key, tm, thread, n = txs[k]
-                take = n - off if n - off <= stop - pos else stop - pos
-                if segs and segs[-1][0] == tx_seq + k:  # more of it in the same row group: one segment
-                    last = segs[-1]
-                    segs[-1] = (tx_seq + k, last[1] + take, key[0], tm, xid, last[5])
-                else:
-                    segs.append((tx_seq + k, take, key[0], tm, xid, off))
-                threads.extend(repeat(thread, take) if type(thread) is int else thread[off : off + take])
-                pos += take
-                off += take
-                if off == n:
-                    k += 1
-                    off = 0
+            a, b = off + pos, off + stop
+            last = bisect.bisect_left(ends, b, lo=k)  # the transaction of row b - 1
+            segs.add(txs, ends, k, last + 1, a, b, seq0)
+            k = last + 1 if ends[last] == b else last
+            pos = stop
             if len(recs) + self._piece_rows >= group or self._group_full():
                 self._write_row_group()
 
@@ -853,7 +907,6 @@ class ChangefeedWriter:
         self._recs.clear()
         self._pieces.clear()
         self._piece_rows = 0
-        self._threads.clear()
         self._tx.clear()
         self._nbytes = self._counted = 0
 
@@ -870,16 +923,16 @@ class ChangefeedWriter:
     def _batch(self) -> pa.Table:
         # The columns of the commit (tx_seq, c_scn, c_tm, xid) hold one value per
         # transaction segment: run-end encoded, then decoded by Arrow, not per row in Python.
-        seqs, ns, scns, tms, xids, op0s = zip(*self._tx)
-        ends = list(itertools.accumulate(ns))
+        seqs, ns, scns, tms, xids, op0s, threads = self._tx
+        ends = list(accumulate(ns))
         total = ends[-1]
         run_ends = pa.array(ends, pa.int32())
 
-        def per_segment(values: tuple, type_: pa.DataType) -> pa.Array:
+        def per_segment(values: Sequence, type_: pa.DataType) -> pa.Array:
             return pc.run_end_decode(pa.RunEndEncodedArray.from_arrays(run_ends, pa.array(values, type_)))
 
         # op_seq: the row's place in its transaction = op_seq0 + (row - the segment's first row)
-        first_rows = per_segment(tuple(op0 - (end - n) for op0, end, n in zip(op0s, ends, ns)), pa.int64())
+        first_rows = per_segment(list(map(sub, op0s, accumulate(ns, initial=0))), pa.int64())
         op_seq = pc.add(_row_numbers(total), first_rows)
         # the rows' own columns (the schema fields are null where a row ends before them),
         # in the pieces they came in: not copied into one
@@ -898,7 +951,7 @@ class ChangefeedWriter:
             row.column("scn"),
             row.column("sub"),
             row_tm,
-            pa.array(self._threads, pa.int32()),
+            _threads(threads, ns, op0s, per_segment),
             _owners(row.column("owner")),
             row.column("table"),
             row.column("obj"),
@@ -1243,7 +1296,6 @@ class ChangefeedWriter:
         self._recs.clear()
         self._pieces.clear()
         self._piece_rows = 0
-        self._threads.clear()
         self._tx.clear()
         self._nbytes = self._counted = 0
         self.next_tx_seq = self._file_first
