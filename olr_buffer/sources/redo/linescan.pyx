@@ -12,7 +12,7 @@ Two parts:
   contract's fixed fields (op, scn, sub, xid, tm, owner, table, obj, rid, rollback, and
   ``before``/``after`` as spans of the input's own text) into a C struct. It takes only a
   strict subset of JSON that every parser here reads alike (no escapes in keys or in the
-  string fields, no ``\\r``, integers of up to 18 digits in the integer fields, no lone
+  string fields, no ``\\r``, integers within int64 in the integer fields, no lone
   surrogate escape anywhere, a nesting depth of at most 64, valid UTF-8); any other line
   is declined, never misread, and goes to the reader's line path, which decides and words
   the error. This is the piece the columnar reader will fill Arrow buffers from.
@@ -26,7 +26,7 @@ from cpython.dict cimport PyDict_GetItem, PyDict_SetItem
 from cpython.list cimport PyList_Append
 from cpython.ref cimport PyObject
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.stdint cimport int64_t, uint64_t, uint8_t
+from libc.stdint cimport INT64_MAX, int64_t, uint64_t, uint8_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcmp, memcpy
 from olr_buffer._cython.utf8 cimport valid_utf8
@@ -46,7 +46,7 @@ cdef enum:
 
 cdef enum:
     MAX_DEPTH = 64
-    MAX_DIGITS = 18  # any integer of 18 digits fits in 63 bits
+    MAX_DIGITS = 19  # any integer of 19 digits fits in 64 bits unsigned (int64's are 19 long)
     # a record is at most this much longer than its line: its fixed parts (array header,
     # six integers of up to 9 bytes, string headers) are fewer bytes than the line's own
     # keys, quotes and separators, but for the sequence and the line number
@@ -228,7 +228,7 @@ cdef Py_ssize_t int_field(const uint8_t* p, Py_ssize_t i, Py_ssize_t n, bint neg
     """An integer field's value (or ``null``) at ``p[i]``: the index after it, or -1."""
     cdef Py_ssize_t s
     cdef bint neg = False
-    cdef int64_t v = 0
+    cdef uint64_t v = 0
     if i + 4 <= n and memcmp(p + i, b"null", 4) == 0:
         state[0] = IS_NULL
         return i + 4
@@ -252,8 +252,10 @@ cdef Py_ssize_t int_field(const uint8_t* p, Py_ssize_t i, Py_ssize_t n, bint neg
         return -1
     if i < n and (p[i] == 46 or p[i] == 101 or p[i] == 69):
         return -1  # a fraction or exponent: not an integer to msgspec
+    if v > <uint64_t>INT64_MAX:
+        return -1  # beyond int64 (-2**63 too): the line path
     state[0] = PRESENT
-    out[0] = -v if neg else v
+    out[0] = -<int64_t>v if neg else <int64_t>v
     return i
 
 

@@ -42,7 +42,8 @@ def plain_records(draw, scn: int) -> dict:
     if draw(st.booleans()):
         rec["sub"] = draw(st.sampled_from([0, None]))  # a sub that goes back is an error: see "back"
     if draw(st.booleans()):
-        rec["tm"] = draw(st.integers(0, 10**12) | st.none())
+        # nanoseconds since 1970 (19 digits since 2001, as real captures write them), or small
+        rec["tm"] = draw(st.integers(10**18, (1 << 63) - 1) | st.integers(0, 10**12) | st.none())
     if op in ("insert", "update", "delete", "ddl"):
         rec["owner"], rec["table"], rec["obj"] = "S", draw(st.sampled_from(["T1", "T2"])), 7
         rec["rid"] = draw(st.sampled_from(["R1", "R2", "R3"]))

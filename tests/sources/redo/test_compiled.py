@@ -238,12 +238,21 @@ def test_the_op_codes_are_the_change_format_s(op) -> None:
 @pytest.mark.parametrize(
     "value",
     [0, 127, 128, 255, 256, 65535, 65536, (1 << 32) - 1, 1 << 32, 999999999999999999, -1, -32, -33, -128, -129]
-    + [-32768, -32769, -(1 << 31), -(1 << 31) - 1, -999999999999999999],
+    + [-32768, -32769, -(1 << 31), -(1 << 31) - 1, -999999999999999999]
+    # 19 digits: a tm in nanoseconds since 1970 (every one since 2001), and int64's ends
+    + [10**18, 1795919435905011365, (1 << 63) - 1, -(10**18), -(1 << 63) + 1],
 )
 def test_integers_are_encoded_as_msgspec_encodes_them(value) -> None:
     rec = {"op": "commit", "scn": abs(value), "sub": abs(value), "xid": "x", "tm": value}
     got = check_same_as_reference(dumps(rec), seq=abs(value) or 1, line=abs(value) or 1)
     assert got is not None
+
+
+@pytest.mark.parametrize("value", [1 << 63, -(1 << 63), 10**19 - 1, 10**19, -(10**19)])
+def test_integers_beyond_int64_go_to_the_line_path(value) -> None:
+    for field in ("scn", "sub", "tm", "obj"):
+        rec = {"op": "insert", "scn": 5, "xid": "x", "owner": "o", "table": "t", "rid": "r", "after": {}, field: value}
+        assert check_same_as_reference(dumps(rec)) is None, field
 
 
 @pytest.mark.parametrize("n", [0, 31, 32, 255, 256, 65535, 65536])
