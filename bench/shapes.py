@@ -6,9 +6,9 @@
 ``olr-buffer simulate`` writes a realistic mix (the correctness workload of the tests);
 this writes one *shape* at a time, so that each cell of the matrix measures one thing:
 
-* ``--width narrow``: row images of 3 to 6 scalar columns, about 135 bytes a line on
-  average (begin and commit lines included); ``wide``: 22 to 30 columns, about 270 to
-  400 bytes a line;
+* ``--width narrow``: row images of 3 to 6 scalar columns, about 160 bytes a line on
+  average (begin and commit lines included); ``wide``: 22 to 30 columns, about 360 to
+  560 bytes a line;
 * ``--tx tiny``: transactions of 1 to 5 rows (2.7 on average); ``medium``: 500 to
   20,000 rows; ``large``: ten transactions, each a tenth of the input, interleaved;
 * ``--open N``: how many transactions are open at once (their records interleave);
@@ -18,6 +18,11 @@ this writes one *shape* at a time, so that each cell of the matrix measures one 
 * ``--distributed F``: this share of transactions (default 0.02) write rows on a second
   thread too (half of their rows, at random);
 * ``--zst``: archived sequences (all but each thread's last) as ``.jsonl.zst``.
+
+Every record but the ``lwn`` heartbeats has a ``tm`` in nanoseconds since 1970, as a
+capture writes it (19 digits; 1 ms an SCN from 2026-11-18). Before 2026-11-29 the records had
+no ``tm``, and the compiled reader loop's refusal of 19-digit integers went unseen (see
+bench/log/2026-11-29-main-process.md); inputs made then are made again (``FORMAT``).
 
 The input is valid: one global SCN clock, ``lwn`` heartbeats on every thread every
 1,000 records, a log switch every ``--records-per-file`` lines of a thread, 3 % of
@@ -38,6 +43,9 @@ import orjson
 import zstandard
 
 MARKER = "_bench_input.json"  # the reader ignores it (see bench/benchlib.py)
+FORMAT = 2  # 2: records have a tm (an input of another format is made again)
+_TM0 = 1_795_000_000_000_000_000  # ns since 1970 at the first SCN: 2026-11-18
+_TM_PER_SCN = 1_000_000
 _WORDS = ("alpha", "Bravo", "charlie", "Δelta", "echo", "foxtrot", "golf", "hôtel", "india", "juliett")
 
 
@@ -140,6 +148,9 @@ def generate(
                 img[f"C{c}"] = None if rng.random() < 0.3 else "2026-11-23T10:00:00"
         return dumps(img)
 
+    def tm(at: int) -> int:
+        return _TM0 + (at - 1_000_000) * _TM_PER_SCN
+
     def emit(thread: int, rec: bytes) -> None:
         nonlocal written
         logs[thread].write(rec, records_per_file)
@@ -158,16 +169,17 @@ def generate(
         scn += 1
         if not t.started:
             t.started = True
-            emit(t.thread, b'{"op":"begin","scn":%d,"xid":"%s"}\n' % (scn, t.xid.encode()))
+            emit(t.thread, b'{"op":"begin","scn":%d,"xid":"%s","tm":%d}\n' % (scn, t.xid.encode(), tm(scn)))
             continue
         if t.rows_left > 0:
             t.rows_left -= 1
             key += 1
             thread = t.thread if len(t.others) == 1 or rng.random() < 0.5 else t.others[1]
             rid = f"AAAR{key:014d}".encode()
-            head = b'{"op":"insert","scn":%d,"xid":"%s","owner":"BENCH","table":"%s","rid":"%s","after":' % (
+            head = b'{"op":"insert","scn":%d,"xid":"%s","tm":%d,"owner":"BENCH","table":"%s","rid":"%s","after":' % (
                 scn,
                 t.xid.encode(),
+                tm(scn),
                 t.table.encode(),
                 rid,
             )
@@ -178,12 +190,12 @@ def generate(
                 scn += 1
                 emit(
                     thread,
-                    b'{"op":"delete","scn":%d,"xid":"%s","owner":"BENCH","table":"%s","rid":"%s",'
-                    b'"rollback":true,"before":%s}\n' % (scn, t.xid.encode(), t.table.encode(), rid, img),
+                    b'{"op":"delete","scn":%d,"xid":"%s","tm":%d,"owner":"BENCH","table":"%s","rid":"%s",'
+                    b'"rollback":true,"before":%s}\n' % (scn, t.xid.encode(), tm(scn), t.table.encode(), rid, img),
                 )
                 stats["compensations"] += 1
             continue
-        emit(t.thread, b'{"op":"%s","scn":%d,"xid":"%s"}\n' % (t.end.encode(), scn, t.xid.encode()))
+        emit(t.thread, b'{"op":"%s","scn":%d,"xid":"%s","tm":%d}\n' % (t.end.encode(), scn, t.xid.encode(), tm(scn)))
         stats["transactions"] += 1
         stats["rolled_back"] += t.end == "rollback"
         if written < budget:
@@ -205,6 +217,7 @@ def generate(
             "zst": zst,
             "seed": seed,
             **({"distributed": distributed} if distributed != 0.02 else {}),
+            "format": FORMAT,
         },
         "lines": written,
         "bytes": total,
@@ -222,6 +235,7 @@ def prepare(out_dir: str, **params) -> dict:
         want = {**params}
         want.setdefault("seed", 1)
         want["open"] = want.pop("open_txs")
+        want["format"] = FORMAT
         if desc.get("params") == want:
             return desc
     return generate(out_dir, **params)
