@@ -34,6 +34,7 @@ may read at any time.
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -87,6 +88,7 @@ class OutageRetry:
         self._calling: dict[int, tuple[float, str, str]] = {}  # per thread: (since, what, how retried) of its call
         self._guard = threading.Lock()
         self._watchdog: threading.Thread | None = None
+        self._idle: list[_CallThread] = []  # threads that ran a call and wait for the next one
 
     def outage_seconds(self) -> float:
         """How long the current outage has lasted (0 while the store answers)."""
@@ -114,25 +116,19 @@ class OutageRetry:
                 delay = min(delay * 2, self.cap)
 
     def _run(self, fn: Callable[[], T], what: str) -> T:
-        """``fn()``; with ``timeout``, in a thread of its own, given up if it has not
+        """``fn()``; with ``timeout``, in another thread (:class:`_CallThread`), given up if it has not
         returned ``timeout`` seconds after it started once ``stop`` is set (at once with
         ``hurry``): see the module doc."""
         if self.timeout is None or getattr(_inside, "call", False):
             return fn()
-        done = threading.Event()
-        outcome: list = []
-
-        def run() -> None:
-            _inside.call = True
-            try:
-                outcome.append((True, fn()))
-            except BaseException as exc:  # noqa: BLE001 - raised again by the caller
-                outcome.append((False, exc))
-            finally:
-                done.set()
-
+        call = _Call(fn)
+        with self._guard:
+            thread = self._idle.pop() if self._idle else None
+        if thread is None:
+            thread = _CallThread(self._idle, self._guard)
         started = self._clock()
-        threading.Thread(target=run, name="store-call", daemon=True).start()
+        thread.calls.put(call)
+        done, outcome = call.done, call.outcome
         while not done.wait(0.1):
             if not self.stop.is_set():
                 continue
@@ -274,3 +270,50 @@ class OutageRetry:
                 return self.stop.is_set()
             if self.stop.wait(min(left, 1.0)):
                 return True
+
+
+class _Call:
+    """One call of :meth:`OutageRetry.call` run by a :class:`_CallThread`: ``outcome``
+    holds ``(True, value)`` or ``(False, exception)`` once ``done`` is set."""
+
+    __slots__ = ("fn", "done", "outcome")
+
+    def __init__(self, fn: Callable[[], object]) -> None:
+        self.fn = fn
+        self.done = threading.Event()
+        self.outcome: list = []
+
+
+class _CallThread:
+    """A thread that runs :meth:`OutageRetry.call`'s calls one at a time for their callers:
+    once a call has returned, it waits (in ``idle``) for the next one, so that a service
+    publishing every few milliseconds does not start a thread for each of its calls. A
+    call given up on keeps its thread (it is not idle until the call returns); a thread
+    left idle for ``IDLE_SECONDS`` ends."""
+
+    IDLE_SECONDS = 5.0
+
+    def __init__(self, idle: list[_CallThread], guard: threading.Lock) -> None:
+        self.calls: queue.SimpleQueue[_Call] = queue.SimpleQueue()
+        self._idle = idle
+        self._guard = guard
+        threading.Thread(target=self._serve, name="store-call", daemon=True).start()
+
+    def _serve(self) -> None:
+        _inside.call = True
+        while True:
+            try:
+                call = self.calls.get(timeout=self.IDLE_SECONDS)
+            except queue.Empty:
+                with self._guard:
+                    if self in self._idle:  # (else taken for a call meanwhile: it comes)
+                        self._idle.remove(self)
+                        return
+                continue
+            try:
+                call.outcome.append((True, call.fn()))
+            except BaseException as exc:  # noqa: BLE001 - raised again by the caller
+                call.outcome.append((False, exc))
+            with self._guard:  # idle before its caller goes on: its next call finds it
+                self._idle.append(self)
+            call.done.set()

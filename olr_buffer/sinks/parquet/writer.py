@@ -882,7 +882,10 @@ class ChangefeedWriter:
             self._counted = len(recs)
         return self._nbytes >= self.row_group_bytes
 
-    def _write_row_group(self) -> None:
+    def _write_row_group(self, background: bool = True) -> None:
+        """Write the buffered rows as a row group of the open file (opened first if need
+        be), by a thread of its own (``background``) or in this one; either way its error
+        is raised by :meth:`_wait_write`."""
         if not self._recs and not self._pieces:
             return
         batch = self._batch()
@@ -903,7 +906,7 @@ class ChangefeedWriter:
                 self.abandon()
                 raise error from None
         self._wait_write()
-        self._pending_write = _BackgroundWrite(self._writer, batch)
+        self._pending_write = _BackgroundWrite(self._writer, batch, background)
         self._recs.clear()
         self._pieces.clear()
         self._piece_rows = 0
@@ -1047,7 +1050,9 @@ class ChangefeedWriter:
         ) from None
 
     def _publish(self) -> PublishedFile:
-        self._write_row_group()
+        # the last row group in this thread: it would be waited for at once, and a thread
+        # of its own costs more than it saves there (one a file at a short --flush-interval)
+        self._write_row_group(background=False)
         self._wait_write()
         first, last = self._file_first, self.next_tx_seq - 1
         last_commit = self._file_last_commit
@@ -1066,15 +1071,17 @@ class ChangefeedWriter:
         self._writer = None
         # (not fsynced here: the store syncs it before it is linked or staged, and a second
         # fsync of a clean file costs a device flush as long as the first, on the path to visible)
-        try:
-            self._store_call(
-                lambda: write_schema_documents(self.location, self._documents, self.durable), "write a schema document"
-            )  # before any row names them
-        except (OlrBufferError, OSError):
-            self.abandon()
-            raise
-        self._known_versions.update(self._documents)
-        self._documents.clear()
+        if self._documents:  # (most files carry none: no call to the store for them)
+            try:
+                self._store_call(
+                    lambda: write_schema_documents(self.location, self._documents, self.durable),
+                    "write a schema document",
+                )  # before any row names them
+            except (OlrBufferError, OSError):
+                self.abandon()
+                raise
+            self._known_versions.update(self._documents)
+            self._documents.clear()
         fault_point("after_tmp_written")
         # a Delta changefeed: the add action's size and statistics, from the local footer
         part = None
@@ -1311,12 +1318,17 @@ class _BackgroundWrite:
     """One row group written to the open file by a thread of its own: Parquet encoding
     and compression run without the GIL, so the dispatcher goes on meanwhile. The writer
     keeps at most one in flight and waits for it before the next one, before closing the
-    file and before dropping it."""
+    file and before dropping it. Not ``background``: written here and now, its error kept
+    for :meth:`result` all the same (the last row group of a file, waited for at once)."""
 
     __slots__ = ("_thread", "_error")
 
-    def __init__(self, writer: pq.ParquetWriter, batch: pa.Table) -> None:
+    def __init__(self, writer: pq.ParquetWriter, batch: pa.Table, background: bool = True) -> None:
         self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        if not background:
+            self._run(writer, batch)
+            return
         self._thread = threading.Thread(target=self._run, args=(writer, batch), name="changefeed-write", daemon=True)
         self._thread.start()
 
@@ -1327,10 +1339,11 @@ class _BackgroundWrite:
             self._error = exc
 
     def join(self) -> None:
-        self._thread.join()
+        if self._thread is not None:
+            self._thread.join()
 
     def result(self) -> None:
-        self._thread.join()
+        self.join()
         if self._error is not None:
             raise self._error
 

@@ -358,8 +358,12 @@ class ThreadReader(ThreadInput):
             self.pos.sequence = min(seqs)
 
     def _check_no_gap_after(self, seq: int) -> None:
-        later = [s for s in scan(self.input_dir).get(self.thread, {}) if s > seq + 1]
-        if later:
+        """A later sequence of the thread exists but ``seq + 1`` does not: a missing log.
+        (Both may have appeared since the reader last looked for ``seq + 1``: a reader
+        behind by two log switches; it reads on into them.)"""
+        seqs = scan(self.input_dir).get(self.thread, {})
+        later = [s for s in seqs if s > seq + 1]
+        if later and seq + 1 not in seqs:
             raise MissingSequenceError(
                 os.path.join(self.input_dir, f"redo_{self.thread}_{seq + 1}.jsonl"),
                 None,

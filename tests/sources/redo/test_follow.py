@@ -653,3 +653,28 @@ def test_a_reader_with_a_long_poll_interval_keeps_it_after_finding_lines(tmp_pat
     (the default 0.1 s) a reader does not look sooner, which would cost CPU for no gain."""
     first, after = _looks(tmp_path, 0.1, 3)
     assert set(first + after) == {0.1}
+
+
+def test_two_log_switches_while_the_reader_reads_are_no_gap(tmp_path: Path, follower, monkeypatch) -> None:
+    """A reader behind the writer: while it reads sequence 1 (after it looked for sequence
+    2, which was not there yet), the writer switches to 2, then to 3. Nothing is missing:
+    it reads on into both (its look for gaps saw 3, and 2 too)."""
+    inp = tmp_path / "in"
+    (inp / "redo_1_1.jsonl").write_bytes(tx("A", 100, "r1"))
+    real = ThreadReader._read_file
+    switched: list[int] = []
+
+    def read_file(self: ThreadReader, lf, final: bool, truncated_ok: bool = False) -> int:
+        n = real(self, lf, final, truncated_ok)
+        if lf.sequence == 1 and not switched:
+            switched.append(1)
+            (inp / "redo_1_2.jsonl").write_bytes(tx("B", 200, "r2"))
+            (inp / "redo_1_3.jsonl").write_bytes(tx("C", 300, "r3"))
+        return n
+
+    monkeypatch.setattr(ThreadReader, "_read_file", read_file)
+    f = follower()
+    f.wait_for_lines(9)
+    f.idle()
+    assert f.error is None, repr(f.error)
+    assert [(s, n) for s, n in f.lines()] == [(1, 1), (1, 2), (1, 3), (2, 1), (2, 2), (2, 3), (3, 1), (3, 2), (3, 3)]
