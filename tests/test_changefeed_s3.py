@@ -871,22 +871,28 @@ def connected_to(port: int) -> bool:
     return any(r[2] == f"0100007F:{port:04X}" and r[3] == "01" for r in rows)
 
 
-@pytest.mark.parametrize("second", [None, signal.SIGINT], ids=["one-signal", "second-signal"])
-def test_a_stop_while_run_starts_against_a_hung_store_is_clean(hung_store, staged_plain, tmp_path, second):
+@pytest.mark.parametrize(
+    "second, standby",
+    [(None, False), (signal.SIGINT, False), (None, True)],
+    ids=["one-signal", "second-signal", "standby"],
+)
+def test_a_stop_while_run_starts_against_a_hung_store_is_clean(hung_store, staged_plain, tmp_path, second, standby):
     """SIGTERM while ``run`` opens a changefeed whose store does not answer (its S3
-    server SIGSTOPped): one line says it stopped during start-up and that the store did
-    not answer, exit 0 (a stop by signal), no traceback, no error. One signal: after
-    --store-timeout (2 s); a second one (--store-timeout 600 s): at once. Nothing is
-    lost: with the store back, the next run publishes every transaction, once."""
+    server SIGSTOPped), or while ``run --standby`` looks at its lease: one line says it
+    stopped during start-up and that the store did not answer, exit 0 (a stop by
+    signal), no traceback, no error. One signal: after --store-timeout (2 s), not after
+    the client's own time-outs (minutes); a second one (--store-timeout 600 s): at once.
+    Nothing is lost: with the store back, the next run publishes every transaction, once."""
     server, uri = hung_store
     live = tmp_path / "live"
     assert live_input(staged_plain, live).wait(timeout=120) == 0
     model = expected_changefeed(live)
     paths = {"queue": tmp_path / "queue", "cf": uri}
+    flags = ("--standby",) if standby else ()
     timeout = "2" if second is None else "600"
-    service = Service(*run_args(paths, live, "--store-timeout", timeout))
+    service = Service(*run_args(paths, live, "--store-timeout", timeout, *flags))
     try:
-        if second is None:  # the watchdog: the call that opens the changefeed has waited 2 s
+        if second is None and not standby:  # the watchdog: the call that opens the changefeed has waited 2 s
             service.wait_line(r"the changefeed's store cannot be reached \(no answer to look at the changefeed for ")
         else:  # (the signal handlers are in place before the store is called)
             port = int(server.endpoint.rsplit(":", 1)[1])
@@ -913,9 +919,10 @@ def test_a_stop_while_run_starts_against_a_hung_store_is_clean(hung_store, stage
     assert code == 0, lines
     said = [line for line in service.lines if "stopped during start-up" in line]
     assert len(said) == 1, lines
+    what = "look at the changefeed's lease" if standby else "look at the changefeed"
     assert re.search(
         r"WARNING olr_buffer: stopped during start-up, before the changefeed was opened: its store does not answer "
-        r"\(no answer to look at the changefeed for [\d.]+ s\); nothing was published or lost, the next start "
+        rf"\(no answer to {what} for [\d.]+ s\); nothing was published or lost, the next start "
         r"begins where this one would have$",
         said[0],
     ), said[0]
@@ -924,7 +931,7 @@ def test_a_stop_while_run_starts_against_a_hung_store_is_clean(hung_store, stage
         assert any(re.search(r"WARNING .*received SIGINT again, stopping at once$", line) for line in service.lines)
     # the store answers again: the next run publishes everything, once
     os.kill(server.process.pid, signal.SIGCONT)
-    again = Service(*run_args(paths, live))
+    again = Service(*run_args(paths, live, *flags))
     try:
         wait_published(uri, model.committed)
     finally:

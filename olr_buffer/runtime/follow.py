@@ -91,9 +91,13 @@ def _run_until_stopped(
         opts = replace(opts, adopt_changefeed=True)
         role = role or ServiceRole()
         on_wait = metrics.standing_by if metrics is not None else None
-        standby = Standby(changefeed_dir, queue_dir, opts, stop, role, on_wait)
+        retry = OutageRetry(stop, timeout=opts.store_timeout_seconds, hurry=hurry)
+        standby = Standby(changefeed_dir, queue_dir, opts, stop, role, on_wait, retry)
     while True:
         if standby is not None and not standby.wait():
+            if standby.unanswered is not None:
+                _stopped_opening(standby.unanswered)
+                return None
             log.info("stopped while standing by")
             return RunSummary()
         try:
