@@ -6,7 +6,8 @@
   RSS (``os.wait4`` in a small launcher process gives the rusage of exactly that child:
   several measurements in one parent do not mix, as with ``RUSAGE_CHILDREN``, and the
   parent's own size does not leak into the child's ``ru_maxrss``);
-* :func:`wait_quiet` waits until the machine is not busy with other work;
+* :func:`wait_quiet` waits until the machine is not busy with other work
+  (``OLR_BENCH_NO_WAIT=1``: not at all, for the smoke runs of tests/test_bench_scripts.py);
 * :func:`warm_cache` reads the input once so every contender starts from the page cache;
 * :func:`machine_info` describes the machine for docs/performance.md.
 """
@@ -274,7 +275,11 @@ def machine_busy(seconds: float = 1.0) -> float:
 
 def wait_quiet(threshold: float = 0.15, max_wait: float = 600.0, quiet: bool = False) -> float:
     """Wait (up to ``max_wait`` s) until less than ``threshold`` of the CPUs are busy: other
-    people's test runs on the same machine would skew every figure. Returns the wait."""
+    people's test runs on the same machine would skew every figure. Returns the wait.
+    ``OLR_BENCH_NO_WAIT=1`` in the environment: no wait (a run that checks a program
+    works, not one that measures)."""
+    if os.environ.get("OLR_BENCH_NO_WAIT") == "1":
+        return 0.0
     t = time.monotonic()
     said = False
     while True:

@@ -115,15 +115,17 @@ def wait_rows(work: Path, n: int, proc: subprocess.Popen, timeout: float = 1800,
     return clock()
 
 
-def log_times(work: Path, rows: int) -> tuple[float, float]:
+def log_times(work: Path, rows: int) -> tuple[float | None, float]:
     """From the service's JSON log: when the reader appended the commit of the ``rows``-row
-    transaction, and when the changefeed file that holds its last row was published."""
+    transaction (None: not logged, as for one under the reader's ``LARGE_TRANSACTION_ROWS``),
+    and when the changefeed file that holds its last row was published."""
     from datetime import datetime
 
     def ts(doc: dict) -> float:
         return datetime.fromisoformat(doc["ts"].replace("Z", "+00:00")).timestamp()
 
-    in_queue = published = 0.0
+    in_queue: float | None = None
+    published = 0.0
     total = 0
     for line in (work / "service.log").read_text(errors="replace").splitlines():
         if not line.startswith("{"):
@@ -299,9 +301,12 @@ def latency(cluster, work: Path, rows: int) -> dict:
             "commit_to_visible_s": round(visible - committed, 3),
             # from the service's log (millisecond timestamps): the reader appended the commit,
             # then the dispatcher and the changefeed writer read the rows back and published them
-            "commit_to_in_queue_s": round(in_queue - committed, 3),
-            "in_queue_to_published_s": round(published - in_queue, 3),
-            "read_back_rows_per_s": round(rows / (published - in_queue)) if published > in_queue else None,
+            # (None: the reader logs the commit of a transaction of 100,000 rows or more only)
+            "commit_to_in_queue_s": round(in_queue - committed, 3) if in_queue is not None else None,
+            "in_queue_to_published_s": round(published - in_queue, 3) if in_queue is not None else None,
+            "read_back_rows_per_s": (
+                round(rows / (published - in_queue)) if in_queue is not None and published > in_queue else None
+            ),
             "spill_bytes": spill,
             "stream_bytes": stream,
         }

@@ -39,6 +39,7 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=3_000, help="transactions open at once in the workload")
     ap.add_argument("--large-tx-rows", type=int, default=300_000)
     ap.add_argument("--kill-at", type=float, default=0.6, help="fraction of a full run's time at which to kill")
+    ap.add_argument("--checkpoint-interval", default="2", help="the replays' --checkpoint-interval (seconds)")
     args = ap.parse_args()
 
     from olr_buffer.simulate import simulate
@@ -71,7 +72,7 @@ def main() -> None:
                 "--file-rows",
                 "2000",
                 "--checkpoint-interval",
-                "2",
+                args.checkpoint_interval,
                 "--no-progress",
                 "--json",
             )
@@ -86,22 +87,24 @@ def main() -> None:
         time.sleep(full * args.kill_at)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
-        status = json.loads(
-            subprocess.run(
-                cli("status", "--queue", os.path.join(work, "run", "q"), "--json"),
-                check=True,
-                capture_output=True,
-                text=True,
-            ).stdout
-        )
-        ot = status.get("open_transactions") or {}
-        queue_mb = status["segments"]["bytes"] / 1e6
-        print(
-            f"killed at {full * args.kill_at:.1f}s: queue {queue_mb:,.1f} MB "
-            f"in {status['segments']['count']} segment(s), "
-            f"checkpoint {status['checkpoint']['behind_records']:,} records behind, "
-            f"{ot.get('count', 0):,} open transactions (largest {((ot.get('largest') or {}).get('rows') or 0):,} rows)"
-        )
+        queue = os.path.join(work, "run", "q")
+        if not os.path.isdir(queue):  # (a small workload: the kill came while the replay started)
+            print(f"killed at {full * args.kill_at:.1f}s: before the replay made its queue")
+        else:
+            status = json.loads(
+                subprocess.run(
+                    cli("status", "--queue", queue, "--json"), check=True, capture_output=True, text=True
+                ).stdout
+            )
+            ot = status.get("open_transactions") or {}
+            checkpoint = status.get("checkpoint")  # (None: the kill came before the first one)
+            print(
+                f"killed at {full * args.kill_at:.1f}s: queue {status['segments']['bytes'] / 1e6:,.1f} MB "
+                f"in {status['segments']['count']} segment(s), "
+                + (f"checkpoint {checkpoint['behind_records']:,} records behind, " if checkpoint else "no checkpoint, ")
+                + f"{ot.get('count', 0):,} open transactions "
+                f"(largest {((ot.get('largest') or {}).get('rows') or 0):,} rows)"
+            )
 
         t = time.monotonic()
         subprocess.run(cli("--help"), check=True, capture_output=True)
@@ -120,9 +123,12 @@ def main() -> None:
         total = time.monotonic() - t
         if first is None and part_files(cf) - before:
             first = total
+        if proc.returncode != 0:
+            raise SystemExit(f"the restarted replay failed (exit {proc.returncode})")
         print(
-            f"restart: first new publication after {first:.2f}s (interpreter start-up and imports: {startup:.2f}s); "
-            f"the restarted run finished in {total:.1f}s"
+            "restart: "
+            + (f"first new publication after {first:.2f}s" if first is not None else "nothing left to publish")
+            + f" (interpreter start-up and imports: {startup:.2f}s); the restarted run finished in {total:.1f}s"
         )
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -59,6 +59,8 @@ def main() -> None:
     )
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
+    if args.work:
+        os.makedirs(args.work, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="store-put-", dir=args.work))
     server = start_moto(work)
     os.environ.update(server.env())

@@ -29,7 +29,7 @@ from olr_buffer.store import open_store
 from tests.cli.conftest import Result, olr_buffer
 from tests.contract_model import ModelResult, assert_changefeed_equal, expected_changefeed
 from tests.live_writer import start_live_writer
-from tests.s3_server import TcpProxy
+from tests.s3_server import TcpProxy, start_moto
 
 pytestmark = pytest.mark.e2e
 
@@ -840,3 +840,100 @@ def test_run_takes_over_at_once_the_lease_of_a_killed_compact(paths, staged_plai
     done = cli("compact", paths["cf"], "--in-place", "--target-rows", "100000")
     assert done.returncode == 0, done.describe()
     assert_changefeed_equal(delta_rows(paths["cf"]), model.rows)
+
+
+# ---------------------------------------------------------------------------------------
+# run: stopped while it starts, its store hung
+
+
+@pytest.fixture
+def hung_store(s3_env, tmp_path, monkeypatch):
+    """A moto server of the test's own, with a bucket, then SIGSTOPped: connections are
+    accepted (by the kernel), nothing is answered. The process environment points at it;
+    it is let go on (SIGCONT) with :func:`answer_again` or at teardown, then stopped."""
+    (tmp_path / "moto").mkdir()
+    server = start_moto(tmp_path / "moto")
+    uri = f"s3://{server.new_bucket()}/changefeed"
+    monkeypatch.setenv("AWS_ENDPOINT_URL", server.endpoint)
+    os.kill(server.process.pid, signal.SIGSTOP)
+    try:
+        yield server, uri
+    finally:
+        os.kill(server.process.pid, signal.SIGCONT)
+        server.stop()
+
+
+def connected_to(port: int) -> bool:
+    """Whether a TCP connection to 127.0.0.1:``port`` is established (/proc/net/tcp): the
+    server's own, SIGSTOPped, accepts none; a client's handshake is done by the kernel."""
+    with open("/proc/net/tcp") as fh:
+        rows = [line.split() for line in fh.readlines()[1:]]
+    return any(r[2] == f"0100007F:{port:04X}" and r[3] == "01" for r in rows)
+
+
+@pytest.mark.parametrize(
+    "second, standby",
+    [(None, False), (signal.SIGINT, False), (None, True)],
+    ids=["one-signal", "second-signal", "standby"],
+)
+def test_a_stop_while_run_starts_against_a_hung_store_is_clean(hung_store, staged_plain, tmp_path, second, standby):
+    """SIGTERM while ``run`` opens a changefeed whose store does not answer (its S3
+    server SIGSTOPped), or while ``run --standby`` looks at its lease: one line says it
+    stopped during start-up and that the store did not answer, exit 0 (a stop by
+    signal), no traceback, no error. One signal: after --store-timeout (2 s), not after
+    the client's own time-outs (minutes); a second one (--store-timeout 600 s): at once.
+    Nothing is lost: with the store back, the next run publishes every transaction, once."""
+    server, uri = hung_store
+    live = tmp_path / "live"
+    assert live_input(staged_plain, live).wait(timeout=120) == 0
+    model = expected_changefeed(live)
+    paths = {"queue": tmp_path / "queue", "cf": uri}
+    flags = ("--standby",) if standby else ()
+    timeout = "2" if second is None else "600"
+    service = Service(*run_args(paths, live, "--store-timeout", timeout, *flags))
+    try:
+        if second is None and not standby:  # the watchdog: the call that opens the changefeed has waited 2 s
+            service.wait_line(r"the changefeed's store cannot be reached \(no answer to look at the changefeed for ")
+        else:  # (the signal handlers are in place before the store is called)
+            port = int(server.endpoint.rsplit(":", 1)[1])
+            deadline = time.monotonic() + 120
+            while not connected_to(port):
+                assert service.proc.poll() is None, "\n".join(service.lines[-30:])
+                assert time.monotonic() < deadline, "run never called the store:\n" + "\n".join(service.lines[-30:])
+                time.sleep(0.05)
+        service.proc.send_signal(signal.SIGTERM)
+        if second is not None:
+            service.wait_line(r"received SIGTERM, stopping")
+            assert service.proc.poll() is None  # (the stop waits for the store: 600 s)
+            service.proc.send_signal(second)
+        try:
+            code = service.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("no stop within 60 s:\n" + "\n".join(service.lines[-30:])) from None
+        service._reader.join(timeout=10)
+    finally:
+        if service.proc.poll() is None:
+            service.proc.kill()
+            service.proc.wait()
+    lines = "\n".join(service.lines)
+    assert code == 0, lines
+    said = [line for line in service.lines if "stopped during start-up" in line]
+    assert len(said) == 1, lines
+    what = "look at the changefeed's lease" if standby else "look at the changefeed"
+    assert re.search(
+        r"WARNING olr_buffer: stopped during start-up, before the changefeed was opened: its store does not answer "
+        rf"\(no answer to {what} for [\d.]+ s\); nothing was published or lost, the next start "
+        r"begins where this one would have$",
+        said[0],
+    ), said[0]
+    assert not any("Traceback" in line or "ERROR" in line or "error:" in line for line in service.lines), lines
+    if second is not None:
+        assert any(re.search(r"WARNING .*received SIGINT again, stopping at once$", line) for line in service.lines)
+    # the store answers again: the next run publishes everything, once
+    os.kill(server.process.pid, signal.SIGCONT)
+    again = Service(*run_args(paths, live, *flags))
+    try:
+        wait_published(uri, model.committed)
+    finally:
+        assert again.stop() == 0, "\n".join(again.lines[-30:])
+    assert_exact(uri, model, delta=False)

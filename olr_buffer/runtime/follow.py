@@ -49,6 +49,8 @@ def run_service(
     summary = _run_until_stopped(
         source, queue_dir, changefeed_dir, options, stop, on_tick, source_options, role, metrics, hurry
     )
+    if summary is None:  # stopped before the run began (said)
+        return RunSummary()
     log.info(
         "stopped%s: %d records read (lwn heartbeats aside), %d transactions published this run, %s",
         " cleanly" if summary.unpublished is None else f" ({summary.unpublished} transaction(s) left in the queue)",
@@ -75,7 +77,9 @@ def _run_until_stopped(
     role: ServiceRole | None,
     metrics: Metrics | None,
     hurry: threading.Event | None = None,
-) -> RunSummary:
+) -> RunSummary | None:
+    """The run; None if it was stopped before it began, while the changefeed's store did
+    not answer (one line says so)."""
     at = locate(source, options=source_options)
     opts = options or PipelineOptions()
     if opts.reader_processes is None:
@@ -87,9 +91,13 @@ def _run_until_stopped(
         opts = replace(opts, adopt_changefeed=True)
         role = role or ServiceRole()
         on_wait = metrics.standing_by if metrics is not None else None
-        standby = Standby(changefeed_dir, queue_dir, opts, stop, role, on_wait)
+        retry = OutageRetry(stop, timeout=opts.store_timeout_seconds, hurry=hurry)
+        standby = Standby(changefeed_dir, queue_dir, opts, stop, role, on_wait, retry)
     while True:
         if standby is not None and not standby.wait():
+            if standby.unanswered is not None:
+                _stopped_opening(standby.unanswered)
+                return None
             log.info("stopped while standing by")
             return RunSummary()
         try:
@@ -108,6 +116,11 @@ def _run_until_stopped(
             if stop.wait(opts.standby_poll_seconds):
                 return RunSummary()
             continue
+        except StoreError as exc:
+            if not (exc.retryable and stop.is_set()):
+                raise
+            _stopped_opening(exc)
+            return None
         break
     if standby is not None:
         standby.active(pipeline.sink.figures().lease_generation)
@@ -223,6 +236,20 @@ def _follow_until_stopped(
     while dispatcher.poll():
         pass
     p.checkpoint()
+
+
+def _stopped_opening(exc: StoreError) -> None:
+    """Stopped while the changefeed was being opened, its store not answering (the call
+    given up, see :class:`~olr_buffer.store.OutageRetry`) or not reached: nothing was
+    read or published, the queue holds what it held (a new one is removed). One line
+    says so."""
+    why = f"does not answer ({exc})" if isinstance(exc, CallGivenUpError) else f"cannot be reached ({exc})"
+    log.warning(
+        "stopped during start-up, before the changefeed was opened: its store %s; nothing was published or "
+        "lost, the next start begins where this one would have",
+        why,
+        extra={"error": str(exc)},
+    )
 
 
 def _stop_without_store(p: Pipeline, exc: StoreError) -> int:

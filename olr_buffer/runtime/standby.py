@@ -23,7 +23,7 @@ from ..errors import WriterHeldError
 from ..fsutil import unlink_quietly
 from ..service.logs import iso_time
 from ..service.role import ACTIVE, ROLE_FILE, STANDBY, ServiceRole, describe_holder, write_role
-from ..store import Lease, LeaseTiming, StoreError, open_store
+from ..store import Lease, LeaseTiming, OutageRetry, StoreError, open_store
 from ..txbuffer import LmdbQueue
 from ..txbuffer.metadata import QUEUE_ID_KEY
 from .options import PipelineOptions
@@ -37,7 +37,8 @@ _HOLDER_FIELDS = ("writer", "host", "pid", "generation", "owner")
 class Standby:
     """The wait of ``run --standby`` for the changefeed ``changefeed``, with the queue at
     ``queue_dir``; ``role`` is what it is, kept up to date (``on_wait(role)`` at every
-    look: metrics and health)."""
+    look: metrics and health). ``retry``: its looks at the lease are given up as the
+    service's store calls are, once stopped (:meth:`OutageRetry.attempt`)."""
 
     def __init__(
         self,
@@ -47,6 +48,7 @@ class Standby:
         stop: threading.Event,
         role: ServiceRole,
         on_wait: Callable[[ServiceRole], None] | None = None,
+        retry: OutageRetry | None = None,
     ) -> None:
         self.changefeed = changefeed
         self.queue_dir = queue_dir
@@ -60,6 +62,9 @@ class Standby:
         self._ended: dict | None = None  # the ended lease of another service, found free
         self._recorded: tuple | None = None
         self._unreachable = False
+        self.retry = retry
+        #: a look at the lease that failed or was given up while stopping: why the wait ended
+        self.unanswered: StoreError | None = None
 
     def wait(self) -> bool:
         """Until no other writer holds the changefeed (True), or ``stop`` (False)."""
@@ -67,6 +72,8 @@ class Standby:
         try:
             while not self.stop.is_set():
                 holder = self._look(queue)
+                if self.stop.is_set():
+                    break
                 if holder is None:
                     if not self._waited and self._ended is not None:
                         shown = {k: self._ended[k] for k in _HOLDER_FIELDS if self._ended.get(k) is not None}
@@ -106,10 +113,17 @@ class Standby:
             queue_id = queue.meta(QUEUE_ID_KEY)
             self._lease = self.timing.lease(open_store(self.changefeed), owner=queue_id.decode() if queue_id else None)
         try:
-            holder = self._lease.last_holder()
+            lease = self._lease
+            if self.retry is not None:
+                holder = self.retry.attempt(lease.last_holder, "look at the changefeed's lease")
+            else:
+                holder = lease.last_holder()
         except StoreError as exc:
             if not exc.retryable:
                 raise
+            if self.stop.is_set():
+                self.unanswered = exc
+                return None
             if not self._unreachable:
                 log.warning("standby: cannot look at the changefeed's lease (%s); looking again", exc)
             self._unreachable = True

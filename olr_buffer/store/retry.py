@@ -115,6 +115,14 @@ class OutageRetry:
                 self.retries += 1
                 delay = min(delay * 2, self.cap)
 
+    def attempt(self, fn: Callable[[], T], what: str) -> T:
+        """One try of ``fn()`` by a caller that retries on its own (a standby's look at the
+        lease): not retried, not watched, but given up as a try of :meth:`call` is once
+        ``stop`` is set (:class:`CallGivenUpError`)."""
+        if self.given_up is not None:
+            raise self.given_up
+        return self._run(fn, what)
+
     def _run(self, fn: Callable[[], T], what: str) -> T:
         """``fn()``; with ``timeout``, in another thread (:class:`_CallThread`), given up if it has not
         returned ``timeout`` seconds after it started once ``stop`` is set (at once with

@@ -209,3 +209,40 @@ def test_a_call_that_fails_while_stopping_gives_up_too(stop):
     assert caught.value is refused and retry.given_up is refused
     with pytest.raises(StoreUnreachableError):
         retry.call(lambda: pytest.fail("tried after the stop gave the store up"), "release the lease")
+
+
+def test_an_attempt_is_tried_once_and_given_up_as_a_call_is_once_stopped(stop):
+    """:meth:`OutageRetry.attempt` (a caller that retries on its own: a standby's look at
+    the lease): a failure is raised at once, not retried; once stopped, a try that does
+    not return is given up after the timeout, and later ones fail untried."""
+    from olr_buffer.store import CallGivenUpError
+
+    retry = OutageRetry(stop, first=0.01, timeout=0.3)
+    tries: list[str] = []
+    refused = StoreUnreachableError("s3://b/cf/_olr_buffer/lease.json: cannot read: connection refused")
+
+    def fails() -> None:
+        tries.append("refused")
+        raise refused
+
+    with pytest.raises(StoreUnreachableError) as caught:
+        retry.attempt(fails, "look at the changefeed's lease")
+    assert caught.value is refused and tries == ["refused"] and retry.given_up is None
+    answer = threading.Event()
+
+    def hung() -> str:
+        tries.append("hung")
+        answer.wait(60)
+        return "late"
+
+    def stop_soon() -> None:
+        wait_until(lambda: "hung" in tries, "the try did not start")
+        stop.set()
+
+    threading.Thread(target=stop_soon, daemon=True).start()
+    with pytest.raises(CallGivenUpError, match=r"^no answer to look at the changefeed's lease for [\d.]+ s$"):
+        retry.attempt(hung, "look at the changefeed's lease")
+    with pytest.raises(CallGivenUpError):
+        retry.attempt(lambda: tries.append("later"), "look at the changefeed's lease")
+    assert tries == ["refused", "hung"]
+    answer.set()
