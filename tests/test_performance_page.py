@@ -46,12 +46,12 @@ def test_every_figure_says_when_it_was_measured():
     # a figure of the page is the history's
     assert "**0.82 s**" in text and "0.82 s" in HISTORY.read_text()
     # the matrix's worst and best cells, its own log's
-    matrix_log = (ROOT / "bench" / "log" / "2026-11-29-matrix.md").read_text()
+    matrix_log = (ROOT / "bench" / "log" / "2026-11-29-main-process.md").read_text()
     for figure in (
-        "| narrow-tiny-3t-open5000 | 135 | 178,410 |",
-        "| narrow-large-3t | 190 | 522,538 |",
-        "| wide-large-3t | 539 | 230,089 |",
-        "| narrow-tiny-3t-dist50 (a) | 135 | 221,958 |",
+        "| narrow-tiny-3t-dist50 | 160 | 156,730 |",
+        "| narrow-large-2t | 215 | 407,626 |",
+        "| wide-large-3t-zst | 113 | 198,510 |",
+        "| narrow-tiny-3t-open5000 | 160 | 169,023 |",
     ):
         assert figure in text and figure in matrix_log, figure
     # the memory's, its own log's
@@ -60,8 +60,9 @@ def test_every_figure_says_when_it_was_measured():
         assert figure in memory_log, figure
     assert "**216 MiB** without, **243 MiB** with 1.5M rows (**1.12x**)" in " ".join(text.split())
     # and the latency's, its own log's
-    latency_log = (ROOT / "bench" / "log" / "2026-11-28-latency-100k.md").read_text()
-    assert "**0.064–0.162 s**" in text and "| 0.064 | 0.094 |" in latency_log and "| 0.162 | 0.185 |" in latency_log
+    latency_log = (ROOT / "bench" / "log" / "2026-11-29-main-process.md").read_text()
+    assert "**0.077–0.084 s**" in text and "| 0.082 | 0.109 |" in latency_log and "| 0.077 | 0.093 |" in latency_log
+    assert "| 0.119 | 0.138 |" in latency_log and "| 0.353 | 0.379 |" in latency_log
 
 
 def test_the_commands_name_programs_and_options_that_exist():
