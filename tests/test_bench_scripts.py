@@ -160,6 +160,11 @@ def check_store_put(out: str, tmp: Path) -> None:
     assert any(c["case"].startswith("s3") for c in cases) and all(c["mib_per_s"] > 0 for c in cases), cases
 
 
+def check_publish_cost(out: str, tmp: Path) -> None:
+    got = re.findall(r"^(\d+) files of (\d+) rows: CPU [\d.]+ s, [\d.]+ ms a file$", out, re.M)
+    assert got == [("4", "500"), ("1", "2000")], out
+
+
 def check_table_commit(out: str, tmp: Path) -> None:
     cases = has(last_json(out), "cases")["cases"]
     got = {(c["changefeed"], c["table_format"]) for c in cases}
@@ -260,6 +265,7 @@ CASES: dict[str, Case] = {
         check_store_put,
     ),
     "table_commit.py": (lambda w, i: ["--transactions", "200", "--rows", "200"], check_table_commit),
+    "publish_cost.py": (lambda w, i: ["--rows", "2000", "--files", "4,1"], check_publish_cost),
     "mirror.py": (
         lambda w, i: ["--changes", "2000", "--tables", "2", "--batch-rows", "1000", "--commits", "2", "--dir", str(w)],
         check_mirror,
