@@ -284,11 +284,19 @@ class Service:
     def stop(self, sig: int = signal.SIGTERM) -> int:
         self.proc.send_signal(sig)
         try:
-            code = self.proc.wait(timeout=120)
+            return self.wait_stopped(120)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()  # (not left running after the test)
+                self.proc.wait()
+
+    def wait_stopped(self, timeout: float) -> int:
+        """The service's exit code, once it has ended (within ``timeout`` seconds) and its
+        last lines are read."""
+        try:
+            code = self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            self.proc.kill()  # (not left running after the test)
-            self.proc.wait()
-            raise AssertionError("the service did not stop within 120 s:\n" + "\n".join(self.lines[-30:])) from None
+            raise AssertionError(f"no stop within {timeout:g} s:\n" + "\n".join(self.lines[-30:])) from None
         self._reader.join(timeout=10)
         return code
 
@@ -562,11 +570,7 @@ def test_sigterm_stops_run_promptly_against_a_store_that_does_not_answer(paths, 
         went_down = outage == "down"
         seen = len(service.lines)
         service.proc.send_signal(signal.SIGTERM)
-        try:
-            code = service.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            raise AssertionError("no stop within 60 s:\n" + "\n".join(service.lines[-30:])) from None
-        service._reader.join(timeout=10)
+        code = service.wait_stopped(60)
     finally:
         if service.proc.poll() is None:
             service.proc.kill()
@@ -621,13 +625,7 @@ def test_a_second_signal_stops_run_at_once_against_a_store_that_does_not_answer(
         service.wait_line(r"stopping: readers finish their block", since=seen)
         assert service.proc.poll() is None  # (the stop waits for the store: 600 s)
         service.proc.send_signal(signal.SIGINT)
-        try:
-            code = service.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(
-                "no stop within 60 s of the second signal:\n" + "\n".join(service.lines[-30:])
-            ) from None
-        service._reader.join(timeout=10)
+        code = service.wait_stopped(60)  # (after the second signal)
     finally:
         if service.proc.poll() is None:
             service.proc.kill()
@@ -906,11 +904,7 @@ def test_a_stop_while_run_starts_against_a_hung_store_is_clean(hung_store, stage
             service.wait_line(r"received SIGTERM, stopping")
             assert service.proc.poll() is None  # (the stop waits for the store: 600 s)
             service.proc.send_signal(second)
-        try:
-            code = service.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            raise AssertionError("no stop within 60 s:\n" + "\n".join(service.lines[-30:])) from None
-        service._reader.join(timeout=10)
+        code = service.wait_stopped(60)
     finally:
         if service.proc.poll() is None:
             service.proc.kill()
