@@ -229,8 +229,8 @@ def test_no_import_cycle():
 
 def test_a_command_of_the_cli_imports_no_other_command():
     """``olr_buffer/cli/``: one module a command, standing on what the commands share
-    (the group, the shared options, progress, signals), never on another command."""
-    shared = {f"olr_buffer.cli.{m}" for m in ("common", "group", "progress", "signals", "__main__")} | {
+    (the group, the shared options, progress, signals, the pandas hook), never on another command."""
+    shared = {f"olr_buffer.cli.{m}" for m in ("common", "group", "progress", "signals", "pandas_probe", "__main__")} | {
         "olr_buffer.cli"
     }
     graph = _imports()

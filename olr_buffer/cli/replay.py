@@ -172,7 +172,9 @@ def _replay_on_spark(
 
     from ..spark import replay_on_spark
     from ..spark_sink.reading import needs_pyspark
+    from .pandas_probe import allow_pandas
 
+    allow_pandas()  # the Spark driver hands pandas objects to pyarrow
     start = time.monotonic()
     show = progress is not False
 

@@ -140,7 +140,7 @@ COMMANDS = {
 }
 
 #: the modules of olr_buffer/cli/ that hold no command
-SHARED = {"common", "group", "progress", "signals", "__main__"}
+SHARED = {"common", "group", "progress", "signals", "pandas_probe", "__main__"}
 
 
 def _params(command: click.Command) -> list[str]:
