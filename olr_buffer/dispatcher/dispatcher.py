@@ -35,7 +35,6 @@ from collections import OrderedDict, deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import partial
-from operator import itemgetter
 
 from ..changes import (
     COMMIT,
@@ -86,19 +85,10 @@ _BATCH_MAX_RECORDS = 1_000
 _commit_key = partial(tuple.__new__, CommitKey)
 
 
-def _entry_scn(entry: tuple) -> int:
-    return entry[0][0]
-
-
-_entry_key = itemgetter(0)
-
-
-def _sort_pending(pending: list[tuple[CommitKey, int, OpenTransaction]]) -> None:
-    """Sort ``pending`` by key, then by when each entry was added (a stable sort of a list
-    whose equal keys are in that order). By SCN alone when the SCNs are distinct: ints
-    compare several times faster than CommitKeys."""
-    scns = list(map(_entry_scn, pending))
-    pending.sort(key=_entry_scn if len(set(scns)) == len(scns) else _entry_key)
+#: an end not yet acted on: (its SCN, its key, when it was added, its transaction). In the
+#: order of these tuples, with no key function (the sort compares the SCNs as ints, in C),
+#: the entries sort by key, then by when they were added; never by transaction.
+Pending = tuple[int, CommitKey, int, OpenTransaction]
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,9 +137,9 @@ class Dispatcher:
         self.progress: dict[int, int] = {t: -1 for t in threads}
         self.other_progress: dict[int, int] = {}
         self.open: dict[str, OpenTransaction] = {}
-        # ends not yet acted on: (key, tiebreak, transaction); sorted by publish_ready
-        # (a sorted list is also a heap), appended to by _process
-        self._pending: list[tuple[CommitKey, int, OpenTransaction]] = []
+        # ends not yet acted on (Pending); sorted by publish_ready (a sorted list is also a
+        # heap), appended to by _process
+        self._pending: list[Pending] = []
         self._pending_sorted = True
         self._tiebreak = itertools.count()
         self._ended: OrderedDict[str, None] = OrderedDict()
@@ -197,7 +187,7 @@ class Dispatcher:
         every transaction handed to it (see :meth:`restore`), with what the pipeline adds:
         the threads in play, the time."""
         txns = {id(t): t for t in self.open.values()}
-        for _, _, t in self._pending:
+        for *_, t in self._pending:
             if t.end_key is not None:
                 txns.setdefault(id(t), t)
         in_open = {id(t) for t in self.open.values()}
@@ -251,8 +241,8 @@ class Dispatcher:
             if held.in_open:
                 self.open[txn.xid] = txn
             if txn.end_key is not None:
-                self._pending.append((txn.end_key, next(self._tiebreak), txn))
-        _sort_pending(self._pending)
+                self._pending.append((txn.end_key.scn, txn.end_key, next(self._tiebreak), txn))
+        self._pending.sort()
         self._pending_sorted = True
         self._ended = OrderedDict.fromkeys(doc.ended)
         self._abandoned = OrderedDict((x, scn) for x, scn in doc.abandoned)
@@ -309,7 +299,7 @@ class Dispatcher:
         of the oldest transaction still held. Segments wholly below it can go."""
         return needed_from(
             self.tailer.index,
-            itertools.chain((t.first_block for t in self.open.values()), (t.first_block for _, _, t in self._pending)),
+            itertools.chain((t.first_block for t in self.open.values()), (t.first_block for *_, t in self._pending)),
         )
 
     def run_from(self) -> dict[int, int]:
@@ -331,7 +321,7 @@ class Dispatcher:
                 self._reached[thread] = seq
         self._last_block.clear()
         firsts: dict[int, tuple[int, int]] = {}
-        held = itertools.chain(self.open.values(), (t for _, _, t in self._pending))
+        held = itertools.chain(self.open.values(), (t for *_, t in self._pending))
         for txn in held:
             for thread, locs in txn.locations.items():
                 at = (locs[0], locs[1])
@@ -521,7 +511,7 @@ class Dispatcher:
                     if txn.end_key is not None:
                         self.stats.extra_ends += 1
                     txn.end_key, txn.end_code, txn.end_tm = key, code, tm
-                    pending.append((key, next(tiebreak), txn))
+                    pending.append((scn, key, next(tiebreak), txn))
                 else:
                     self.stats.extra_ends += 1
 
@@ -661,9 +651,9 @@ class Dispatcher:
         if not pending:
             return 0
         if not self._pending_sorted:
-            _sort_pending(pending)
+            pending.sort()
             self._pending_sorted = True
-        cut = bisect.bisect_right(pending, watermark, key=_entry_scn)
+        cut = bisect.bisect_left(pending, (watermark + 1,))  # (a tuple sorts before those it begins)
         if not cut:
             return 0
         ready = pending[:cut]
@@ -674,7 +664,7 @@ class Dispatcher:
             pending[:0] = ready[self._acted :]  # not looked at: still pending (as with a heap)
             raise
 
-    def _act_on(self, ready: list[tuple[CommitKey, int, OpenTransaction]]) -> int:
+    def _act_on(self, ready: list[Pending]) -> int:
         """Act on ``ready``'s ends (sorted), in order."""
         done = 0
         batch: list[tuple[OpenTransaction, CommitKey]] = []
@@ -685,13 +675,13 @@ class Dispatcher:
         stats = self.stats
         # ready is sorted: only its first keys can be at or below these two
         published_through = self.published_through
-        if published_through is not None and ready[0][0] > published_through:
+        if published_through is not None and ready[0][1] > published_through:
             published_through = None
-        check_order = self.last_key is not None and ready[0][0] < self.last_key
+        check_order = self.last_key is not None and ready[0][1] < self.last_key
         remember_tm = self._clock_tms.append
         i = 0
         try:
-            for i, (key, _, txn) in enumerate(ready):  # noqa: B007 - i is read after the loop, in except
+            for i, (_, key, _, txn) in enumerate(ready):  # noqa: B007 - i is read after the loop, in except
                 if txn.end_key is not key and txn.end_key != key:
                     continue  # superseded by an earlier end of the same transaction
                 xid = txn.xid

@@ -336,7 +336,7 @@ def check_invariants(dispatcher: Dispatcher, sink: ListSink) -> None:
     it only rises), and cleanup keeps every block a held transaction still needs."""
     watermark = dispatcher.watermark
     assert all(row["c_scn"] <= watermark for row in sink.rows)
-    held = [*dispatcher.open.values(), *(txn for _, _, txn in dispatcher._pending if txn.end_key is not None)]
+    held = [*dispatcher.open.values(), *(txn for *_, txn in dispatcher._pending if txn.end_key is not None)]
     low = dispatcher.needed_from()
     assert low <= dispatcher.position
     assert all(low <= txn.first_block for txn in held)
