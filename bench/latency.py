@@ -123,8 +123,15 @@ def stage_workload(args: argparse.Namespace) -> tuple[str, int]:
         return stage, int(fh.read())
 
 
-def quantile(xs: list[float], p: float) -> float:
-    return xs[min(len(xs) - 1, int(p * len(xs)))] if xs else float("nan")
+def quantile(xs: list[float], p: float) -> float | None:
+    """The ``p`` quantile of the sorted ``xs``; None when there is none (JSON's null:
+    ``NaN`` is not JSON)."""
+    return xs[min(len(xs) - 1, int(p * len(xs)))] if xs else None
+
+
+def seconds(x: float | None, scale: float = 1.0, unit: str = "s", digits: int = 3) -> str:
+    """A figure of the text lines, or ``n/a`` where there is none (see ``no_figure``)."""
+    return "n/a" if x is None else f"{x * scale:.{digits}f}{unit}"
 
 
 def main() -> None:
@@ -149,7 +156,12 @@ def main() -> None:
     ap.add_argument(
         "--dump", help="write 'c_scn c_tm seen ctime' (ns) per transaction to this file (to look at the tail)"
     )
-    ap.add_argument("--json", action="store_true", help="also print the figures as one JSON line")
+    ap.add_argument(
+        "--json",
+        action="store_true",
+        help="also print the figures as one JSON line (strict JSON: a figure the run has none of is null, "
+        "its reason under no_figure)",
+    )
     ap.add_argument("--log", help="the service's log (JSON lines, --log-level debug) goes to this file")
     ap.add_argument("service_args", nargs="*", help="more options for `olr-buffer run`, after --")
     args = ap.parse_args()
@@ -283,7 +295,7 @@ def main() -> None:
         watcher = sorted(max(0, s - c) / 1e9 for _, s, c, _ in steady)
         last_write = writer_stats["last_write_ns"]
         backlog = [r for r in rows if r[0] <= last_write and r[1] > last_write]
-        drain = (max(r[1] for r in rows) - last_write) / 1e9 if rows else float("nan")
+        drain = (max(r[1] for r in rows) - last_write) / 1e9 if rows else None
         third = len(steady) // 3
         early = sorted((s - tm) / 1e9 for tm, s, *_ in steady[:third])
         late = sorted((s - tm) / 1e9 for tm, s, *_ in steady[-third:]) if third else []
@@ -301,7 +313,7 @@ def main() -> None:
             "p50": quantile(lat, 0.5),
             "p90": quantile(lat, 0.9),
             "p99": quantile(lat, 0.99),
-            "max": lat[-1] if lat else float("nan"),
+            "max": lat[-1] if lat else None,
             "p50_first_third": quantile(early, 0.5),
             "p50_last_third": quantile(late, 0.5),
             "backlog_tx": len(backlog),
@@ -320,6 +332,20 @@ def main() -> None:
             "load_end": load_end,
             "files": len(seen),
         }
+        # figures without a value are null, each with its reason (a run too short for them)
+        no_figure: dict[str, str] = {}
+        if not lat:
+            why = (
+                f"no transaction committed after the first {args.warmup:g}s of writing (--warmup) was seen: "
+                "write for longer, or shorten --warmup"
+            )
+            no_figure.update(dict.fromkeys(("p50", "p90", "p99", "max", "watcher_p50", "watcher_p99"), why))
+        if not third:
+            why = f"{len(steady)} transaction(s) after the warm-up: fewer than 3, no thirds to compare"
+            no_figure.update(dict.fromkeys(("p50_first_third", "p50_last_third"), why))
+        if drain is None:
+            no_figure["drain_s"] = "no transaction became visible"
+        out["no_figure"] = no_figure
         print(
             f"writer {args.writer}: {out['records']:,} records in {writer_stats['seconds']:.1f}s, "
             f"{out['rate']:,} records/s achieved (asked {args.rate:,.0f}); flush interval {args.flush_interval}s, "
@@ -327,13 +353,13 @@ def main() -> None:
             + (f"; service options {' '.join(args.service_args)}" if args.service_args else "")
         )
         print(
-            f"commit-to-visible latency over {len(lat):,} transactions: p50 {out['p50']:.3f}s  "
-            f"p90 {out['p90']:.3f}s  p99 {out['p99']:.3f}s  max {out['max']:.3f}s"
+            f"commit-to-visible latency over {len(lat):,} transactions: p50 {seconds(out['p50'])}  "
+            f"p90 {seconds(out['p90'])}  p99 {seconds(out['p99'])}  max {seconds(out['max'])}"
         )
         print(
             f"kept up: {len(backlog):,} transactions committed but not visible when the writer stopped, the last "
-            f"visible {drain:.3f}s after; p50 {out['p50_first_third']:.3f}s in the first third of the run, "
-            f"{out['p50_last_third']:.3f}s in the last"
+            f"visible {seconds(drain)} after; p50 {seconds(out['p50_first_third'])} in the first third of the run, "
+            f"{seconds(out['p50_last_third'])} in the last"
         )
         print(
             f"CPU (cores): service {out['service_cpu']:.2f} (its main process {out['service_main_cpu']:.2f}, "
@@ -342,12 +368,15 @@ def main() -> None:
             f"{load_end}; {len(seen)} files"
         )
         print(
-            f"watcher: saw a file p50 {out['watcher_p50'] * 1e3:.1f} ms, p99 {out['watcher_p99'] * 1e3:.1f} ms "
+            f"watcher: saw a file p50 {seconds(out['watcher_p50'], 1e3, ' ms', 1)}, "
+            f"p99 {seconds(out['watcher_p99'], 1e3, ' ms', 1)} "
             f"after its ctime; left out: {len(warm):,} transactions committed in the first {args.warmup:g}s "
             f"(warm-up), max {out['warmup_max']:.3f}s"
         )
+        for key, why in no_figure.items():
+            print(f"no {key}: {why}")
         if args.json:
-            print(json.dumps(out))
+            print(json.dumps(out, allow_nan=False))  # strict JSON: a figure without a value is null
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

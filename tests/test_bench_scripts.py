@@ -63,6 +63,19 @@ def last_json(out: str) -> dict:
     raise AssertionError(f"no JSON line in:\n{out[-3000:]}")
 
 
+def strict_json(out: str) -> dict:
+    """The last JSON line of ``out``, parsed as strict JSON: ``NaN`` and ``Infinity``,
+    which Python's json writes and reads but no JSON parser has to, are refused."""
+    for line in reversed(out.strip().splitlines()):
+        if line.startswith("{"):
+            return json.loads(line, parse_constant=_not_json)
+    raise AssertionError(f"no JSON line in:\n{out[-3000:]}")
+
+
+def _not_json(constant: str) -> None:
+    raise AssertionError(f"{constant} in the JSON output: not JSON")
+
+
 def whole_json(out: str) -> dict:
     """The JSON document that ends ``out``, on one line or indented over several."""
     lines = out.strip().splitlines()
@@ -177,7 +190,7 @@ def check_mirror(out: str, tmp: Path) -> None:
 
 
 def check_latency(out: str, tmp: Path) -> None:
-    doc = has(last_json(out), "p50", "p99", "rate", "records", "transactions", "backlog_tx")
+    doc = has(strict_json(out), "p50", "p99", "rate", "records", "transactions", "backlog_tx", "no_figure")
     assert doc["records"] > 0 and doc["transactions"] > 0, doc
 
 
@@ -343,3 +356,20 @@ def test_bench_program_runs_on_a_tiny_input(script, shaped_input, tmp_path):
     work = tmp_path / "work"
     work.mkdir()
     check(run_program(script, *args(work, shaped_input)), work)
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_latency_on_a_run_too_short_for_its_figures_prints_them_as_null_with_the_reason(tmp_path):
+    """Every transaction committed within the warm-up: no latency to measure. The JSON
+    line is still JSON (it held ``NaN``): the figures are null, each with its reason."""
+    work = tmp_path / "work"
+    work.mkdir()
+    args = "--rate 2000 --seconds 1 --warmup 30 --flush-interval 0.2 --json".split()
+    out = run_program("latency.py", *args, "--stage-cache", str(work))
+    doc = has(strict_json(out), "p50", "p99", "max", "p50_first_third", "records", "transactions", "no_figure")
+    assert doc["records"] > 0 and doc["transactions"] == 0, doc
+    assert doc["p50"] is None and doc["p99"] is None and doc["p50_first_third"] is None, doc
+    assert set(doc["no_figure"]) >= {"p50", "p90", "p99", "max", "p50_first_third", "p50_last_third"}, doc
+    assert "--warmup" in doc["no_figure"]["p50"], doc["no_figure"]
+    assert re.search(r"^no p50: no transaction committed after the first 30s", out, re.M), out
