@@ -7,6 +7,7 @@ once, in order (plain Parquet and Delta)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import signal
@@ -20,6 +21,7 @@ import pytest
 from olr_buffer.simulate import simulate
 from olr_buffer.store import open_store
 from tests.contract_model import expected_changefeed
+from tests.s3_server import start_moto
 from tests.test_changefeed_s3 import Service, assert_exact, cli, live_input, manifest_next, wait_published
 
 pytestmark = pytest.mark.e2e
@@ -210,6 +212,53 @@ def test_a_standby_stopped_while_it_waits_leaves_no_queue(staged, tmp_path, s3_u
         assert not (tmp_path / "qb").exists()
     finally:
         assert a.stop() == 0
+
+
+def test_a_standby_whose_store_stops_answering_says_so_and_stops_cleanly(staged, tmp_path, s3_env, monkeypatch):
+    """The changefeed's store stops answering (its own moto server SIGSTOPped: connections
+    accepted, nothing answered) while a standby waits: within --store-timeout (2 s), not
+    after boto3's own time-outs (about 90 s), a WARNING says that the store does not
+    answer, which changefeed's lease it waits for and how often it looks; a SIGTERM then
+    stops it with one line, exit 0, no error."""
+    (tmp_path / "moto").mkdir()
+    server = start_moto(tmp_path / "moto")
+    cf = f"s3://{server.new_bucket()}/changefeed"
+    monkeypatch.setenv("AWS_ENDPOINT_URL", server.endpoint)
+    live = tmp_path / "live"
+    assert live_input(staged, live).wait(timeout=120) == 0
+    a = b = None
+    try:
+        a = standby(live, tmp_path / "qa", cf)
+        a.wait_line("active now")
+        b = standby(live, tmp_path / "qb", cf, "--store-timeout", "2")
+        seen = len(b.lines)
+        b.wait_line(WAITING)
+        os.kill(server.process.pid, signal.SIGSTOP)
+        b.wait_line(
+            r" WARNING olr_buffer\.store\.retry: the changefeed's store cannot be reached \(no answer to look at the "
+            rf"changefeed's lease at {re.escape(cf)} for [\d.]+ s\); retrying to look at the changefeed's lease at "
+            rf"{re.escape(cf)}, every 0\.1 s$",
+            since=seen,
+        )
+        b.proc.send_signal(signal.SIGTERM)
+        code = b.wait_stopped(60)
+        lines = "\n".join(b.lines)
+        assert code == 0, lines
+        closing = [line for line in b.lines if re.search(r"olr_buffer: stopped", line)]
+        assert len(closing) == 1, lines
+        assert re.search(
+            r" WARNING olr_buffer: stopped during start-up, before the changefeed was opened: its store does not "
+            rf"answer \(no answer to look at the changefeed's lease at {re.escape(cf)} for [\d.]+ s\); nothing was "
+            r"published or lost",
+            closing[0],
+        ), closing[0]
+        assert not any("Traceback" in line or " ERROR " in line or "error:" in line for line in b.lines), lines
+    finally:
+        os.kill(server.process.pid, signal.SIGCONT)
+        for s in (a, b):
+            if s is not None and s.proc.poll() is None:
+                s.stop(signal.SIGKILL)
+        server.stop()
 
 
 def stopped(service: Service, timeout: float = 120) -> None:

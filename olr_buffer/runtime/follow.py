@@ -86,12 +86,14 @@ def _run_until_stopped(
         opts = replace(opts, reader_processes=True)
     if not os.path.exists(queue_dir):  # a run the source would refuse leaves nothing behind
         at.check_new_run(opts.threads)
+    # the changefeed's store calls of the whole run, a standby's looks at the lease included:
+    # a store that cannot be reached is waited for (until stopped), not a reason to stop
+    retry = OutageRetry(stop, timeout=opts.store_timeout_seconds, hurry=hurry)
     standby = None
     if opts.standby:  # it takes over what another queue wrote: as --adopt-changefeed
         opts = replace(opts, adopt_changefeed=True)
         role = role or ServiceRole()
         on_wait = metrics.standing_by if metrics is not None else None
-        retry = OutageRetry(stop, timeout=opts.store_timeout_seconds, hurry=hurry)
         standby = Standby(changefeed_dir, queue_dir, opts, stop, role, on_wait, retry)
     while True:
         if standby is not None and not standby.wait():
@@ -101,14 +103,7 @@ def _run_until_stopped(
             log.info("stopped while standing by")
             return RunSummary()
         try:
-            # a store that cannot be reached is waited for (until stopped), not a reason to stop
-            pipeline = Pipeline(
-                at,
-                queue_dir,
-                changefeed_dir,
-                opts,
-                retry=OutageRetry(stop, timeout=opts.store_timeout_seconds, hurry=hurry),
-            )
+            pipeline = Pipeline(at, queue_dir, changefeed_dir, opts, retry=retry)
         except WriterHeldError as exc:
             if standby is None:
                 raise
