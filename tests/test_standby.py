@@ -21,7 +21,7 @@ import pytest
 from olr_buffer.simulate import simulate
 from olr_buffer.store import open_store
 from tests.contract_model import expected_changefeed
-from tests.s3_server import start_moto
+from tests.s3_server import TcpProxy, start_moto
 from tests.test_changefeed_s3 import Service, assert_exact, cli, live_input, manifest_next, wait_published
 
 pytestmark = pytest.mark.e2e
@@ -259,6 +259,42 @@ def test_a_standby_whose_store_stops_answering_says_so_and_stops_cleanly(staged,
             if s is not None and s.proc.poll() is None:
                 s.stop(signal.SIGKILL)
         server.stop()
+
+
+def test_a_standby_whose_store_cannot_be_reached_says_so_and_starts_once_it_answers(
+    staged, tmp_path, s3_env, monkeypatch
+):
+    """A standby started while the changefeed's store refuses connections (a proxy in front
+    of moto, down): one WARNING names the outage and the changefeed's lease it looks at,
+    and no line says that another writer holds the changefeed (nothing is known of one);
+    once the store answers, an INFO says so and, nobody holding the lease, it starts."""
+    proxy = TcpProxy(int(s3_env.endpoint.rsplit(":", 1)[1]))
+    live = tmp_path / "live"
+    assert live_input(staged, live).wait(timeout=120) == 0
+    cf = f"s3://{s3_env.new_bucket()}/changefeed"
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+    proxy.down()
+    a = None
+    try:
+        a = standby(live, tmp_path / "qa", cf)
+        a.wait_line(
+            r" WARNING olr_buffer\.store\.retry: the changefeed's store cannot be reached \(.*\); retrying to look at "
+            rf"the changefeed's lease at {re.escape(cf)}, every 0\.1 s$"
+        )
+        proxy.up()
+        a.wait_line(r" INFO olr_buffer\.store\.retry: the changefeed's store answers again after ")
+        a.wait_line(rf"standby: nobody writes the changefeed {re.escape(cf)}: starting at once")
+        a.wait_line("active now, lease generation 1")
+        wait_published(cf, expected_changefeed(live).committed)
+        assert a.stop() == 0, "\n".join(a.lines[-30:])
+        lines = "\n".join(a.lines)
+        assert sum("cannot be reached" in line for line in a.lines) == 1, lines
+        assert not [line for line in a.lines if "is written by" in line or "has ended" in line], lines
+        assert_exact(cf, expected_changefeed(live), delta=False)
+    finally:
+        if a is not None and a.proc.poll() is None:
+            a.stop(signal.SIGKILL)
+        proxy.down()
 
 
 def stopped(service: Service, timeout: float = 120) -> None:
