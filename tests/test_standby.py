@@ -199,16 +199,29 @@ def test_a_standby_without_a_holder_starts_at_once_and_shows_it_in_metrics(stage
     assert_exact(s3_uri, expected_changefeed(live), delta=False)
 
 
-def test_a_standby_stopped_while_it_waits_leaves_no_queue(staged, tmp_path, s3_uri):
+def test_a_standby_stopped_while_it_waits_leaves_no_queue_and_says_who_writes(staged, tmp_path, s3_uri):
+    """A standby stopped while it waits: exit 0, its new queue removed, and one closing
+    line that is true: it read and published nothing, and who writes the changefeed
+    (which holds every transaction, published by the active one), not that nothing was
+    published."""
     live = tmp_path / "live"
     assert live_input(staged, live).wait(timeout=120) == 0
     a = standby(live, tmp_path / "qa", s3_uri)
     try:
         a.wait_line("active now")
+        wait_published(s3_uri, expected_changefeed(live).committed)
         b = standby(live, tmp_path / "qb", s3_uri)
         b.wait_line(WAITING)
         assert b.stop() == 0, "\n".join(b.lines[-30:])
-        assert any("stopped while standing by" in line for line in b.lines), b.lines
+        closing = [line for line in b.lines if re.search(r"olr_buffer: stopped", line)]
+        assert len(closing) == 1, b.lines
+        assert re.search(
+            r" INFO olr_buffer: stopped cleanly while standing by: this standby read and published nothing; "
+            rf"the changefeed {re.escape(s3_uri)} is written by writer \w+ on \S+ "
+            rf"\(pid {a.proc.pid}, lease generation 1\)$",
+            closing[0],
+        ), closing[0]
+        assert not [line for line in b.lines if "nothing published yet" in line], b.lines
         assert not (tmp_path / "qb").exists()
     finally:
         assert a.stop() == 0
@@ -295,6 +308,35 @@ def test_a_standby_whose_store_cannot_be_reached_says_so_and_starts_once_it_answ
         if a is not None and a.proc.poll() is None:
             a.stop(signal.SIGKILL)
         proxy.down()
+
+
+def test_a_standby_stopped_while_its_store_cannot_be_reached_says_so(staged, tmp_path, s3_env, monkeypatch):
+    """A standby stopped between two looks at the lease while its store refuses
+    connections: exit 0, one closing line, true: it read and published nothing, and who
+    writes the changefeed is not known (not "nothing published yet", not a writer)."""
+    proxy = TcpProxy(int(s3_env.endpoint.rsplit(":", 1)[1]))
+    live = tmp_path / "live"
+    live.mkdir()
+    cf = f"s3://{s3_env.new_bucket()}/changefeed"
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+    proxy.down()
+    a = standby(live, tmp_path / "qa", cf, "--threads", "1,2", "--standby-poll-interval", "600")
+    try:
+        a.wait_line(r"the changefeed's store cannot be reached \(.*\); retrying to look at the changefeed's lease")
+        assert a.stop() == 0, "\n".join(a.lines[-30:])
+    finally:
+        if a.proc.poll() is None:
+            a.stop(signal.SIGKILL)
+        proxy.down()
+    closing = [line for line in a.lines if re.search(r"olr_buffer: stopped", line)]
+    assert len(closing) == 1, a.lines
+    assert re.search(
+        r" INFO olr_buffer: stopped cleanly while standing by: this standby read and published nothing; who writes "
+        rf"the changefeed {re.escape(cf)} is not known: its store cannot be reached$",
+        closing[0],
+    ), closing[0]
+    assert not any("Traceback" in line or " ERROR " in line or "error:" in line for line in a.lines), a.lines
+    assert not (tmp_path / "qa").exists()
 
 
 def stopped(service: Service, timeout: float = 120) -> None:

@@ -78,8 +78,8 @@ def _run_until_stopped(
     metrics: Metrics | None,
     hurry: threading.Event | None = None,
 ) -> RunSummary | None:
-    """The run; None if it was stopped before it began, while the changefeed's store did
-    not answer (one line says so)."""
+    """The run; None if it was stopped before it began: while it stood by, or while the
+    changefeed's store did not answer (one line says so)."""
     at = locate(source, options=source_options)
     opts = options or PipelineOptions()
     if opts.reader_processes is None:
@@ -100,8 +100,8 @@ def _run_until_stopped(
             if standby.unanswered is not None:
                 _stopped_opening(standby.unanswered)
                 return None
-            log.info("stopped while standing by")
-            return RunSummary()
+            standby.stopped()
+            return None
         try:
             pipeline = Pipeline(at, queue_dir, changefeed_dir, opts, retry=retry)
         except WriterHeldError as exc:
@@ -109,7 +109,8 @@ def _run_until_stopped(
                 raise
             standby.refused(exc)  # taken by another one meanwhile: stand by again
             if stop.wait(opts.standby_poll_seconds):
-                return RunSummary()
+                standby.stopped()
+                return None
             continue
         except StoreError as exc:
             if not (exc.retryable and stop.is_set()):

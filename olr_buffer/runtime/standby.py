@@ -193,6 +193,23 @@ class Standby:
             extra={"changefeed": self.changefeed, "lease_generation": lease_generation, "role": ACTIVE},
         )
 
+    def stopped(self) -> None:
+        """The service stopped while it stood by: its closing line (it read and published
+        nothing; who writes the changefeed, as far as it knows), its role no longer recorded."""
+        self.forget()
+        holder = self.role.holder if self._waited else None
+        if holder is not None:
+            writer = f"the changefeed {self.changefeed} is written by {self.role.describe_holder()}"
+        elif self.retry.outage_since is not None:
+            writer = f"who writes the changefeed {self.changefeed} is not known: its store cannot be reached"
+        else:
+            writer = f"it had not looked at the changefeed {self.changefeed} yet"
+        log.info(
+            "stopped cleanly while standing by: this standby read and published nothing; %s",
+            writer,
+            extra={"changefeed": self.changefeed, "holder": holder, "records": 0, "transactions": 0},
+        )
+
     def forget(self) -> None:
         """The service stops: its role is no longer recorded."""
         unlink_quietly(os.path.join(self.queue_dir, ROLE_FILE))
