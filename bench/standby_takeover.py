@@ -12,7 +12,8 @@ into one changefeed. Each trial ends the active one and measures, on the standby
   holder's process is gone and takes over without waiting for the lease: a crash of the
   process, not of its machine.
 * ``stop``: SIGSTOP (then SIGCONT once the standby publishes: the old one stops with one
-  line and is started again as the standby). The standby can tell nothing from a stopped
+  line at its next publication, and is started again as the standby; with the input all
+  published, it has none to make and is killed). The standby can tell nothing from a stopped
   process, so it waits for the lease to expire: what happens when the active service's
   machine dies, loses its network or hangs, as another machine sees it.
 
@@ -21,8 +22,10 @@ For each: ``detect`` (the death to the standby's "taking the changefeed over" li
 ``first publication`` (to the first new ``part-`` file listed on the store, polled every
 20 ms). The first take-over of a standby reads the redo input from its start (its queue is
 new; the commits already published are skipped), later ones from where its own queue
-stopped: the input's size at that moment is printed. Run by hand; the figures go to
-bench/log/ and docs/operations.md.
+stopped: the input's size at that moment is printed. Once the input is written to its
+end and the changefeed holds all of it, nothing is left for a standby to publish: the
+trials from then on measure ``detect`` and ``open`` only (``first_publication_s`` null,
+said once on stderr). Run by hand; the figures go to bench/log/ and docs/operations.md.
 """
 
 from __future__ import annotations
@@ -91,13 +94,49 @@ def part_names(store) -> set[str]:
     return {o.name for o in store.list("part-")}
 
 
-def first_new_part(store, known: set[str], timeout: float = 300) -> float:
+class Input:
+    """The live input as the writer (``tests.live_writer``) makes it: whether it is written
+    to its end and the changefeed holds every transaction of it (nothing more will be
+    published)."""
+
+    def __init__(self, writer: subprocess.Popen, live: Path, store) -> None:
+        self.writer, self.live, self.store = writer, live, store
+        self._committed: int | None = None  # the input's transactions, once it is whole
+
+    def all_published(self) -> bool:
+        if self.writer.poll() is None:
+            return False
+        if self._committed is None:
+            from tests.contract_model import expected_changefeed
+
+            self._committed = expected_changefeed(self.live).committed
+        try:
+            manifest = json.loads(self.store.read("_olr_buffer/manifest.json"))
+        except Exception:  # noqa: BLE001 - not there yet
+            return False
+        return manifest.get("next_tx_seq", -1) >= self._committed
+
+
+def first_new_part(store, known: set[str], whole: Input, timeout: float = 300) -> float | None:
+    """When a file not in ``known`` was first listed; None if none comes because the input
+    is written to its end and all published."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if part_names(store) - known:
             return time.time()
+        if whole.all_published():
+            return time.time() if part_names(store) - known else None
         time.sleep(0.02)
     raise RuntimeError("no new file published")
+
+
+FIGURES = ("detect_s", "open_s", "first_publication_s")
+
+
+def median(values) -> float | None:
+    """The median of the values measured (None: none was)."""
+    measured = [v for v in values if v is not None]
+    return statistics.median(measured) if measured else None
 
 
 def input_bytes(live: str) -> int:
@@ -149,27 +188,40 @@ def main() -> None:
     writer = subprocess.Popen(
         [sys.executable, "-m", "tests.live_writer", str(staged), str(live), "--rate", str(args.rate)], cwd=ROOT, env=env
     )
+    whole = Input(writer, live, store)
     services = {"a": service("qa")}
     services["a"].when("active now")
     services["b"] = service("qb")
     services["b"].when("standby: the changefeed .* is written by")
     active, waiting = "a", "b"
     results: dict[str, list[dict]] = {"kill": [], "stop": []}
+    ended = False  # the input written and published: no first publication to measure
     try:
         for trial in range(args.trials * 2):
             how = ("kill", "stop")[trial % 2]
-            first_new_part(store, part_names(store))  # the active one publishes
+            first_new_part(store, part_names(store), whole)  # the active one publishes (if any is left)
             old, new = services[active], services[waiting]
             since = len(new.lines)
             known = part_names(store)
             size = input_bytes(str(live))
             t0 = time.time()
             old.proc.send_signal(signal.SIGKILL if how == "kill" else signal.SIGSTOP)
-            published = first_new_part(store, known)
+            published = first_new_part(store, known, whole)
+            if published is None and not ended:
+                ended = True
+                print(
+                    f"the input was written to its end and published before the take-over of trial {trial}: it "
+                    "and the later ones are measured without a first publication (give more --transactions or "
+                    "a lower --rate)",
+                    file=sys.stderr,
+                    flush=True,
+                )
             detected = new.when("taking the changefeed .* over", since)
             opened = new.when("active now", since)
             if how == "stop":
                 old.proc.send_signal(signal.SIGCONT)
+                if whole.all_published():  # (it stops, fenced, at its next publication: none will come)
+                    old.proc.kill()
             old.proc.wait(120)
             services[active] = service(f"q{active}")
             services[active].when("standby: the changefeed .* is written by")
@@ -179,14 +231,12 @@ def main() -> None:
                 "input_bytes": size,
                 "detect_s": round(detected - t0, 3),
                 "open_s": round(opened - detected, 3),
-                "first_publication_s": round(published - t0, 3),
+                # (None: the input was published whole before the standby could publish)
+                "first_publication_s": round(published - t0, 3) if published is not None else None,
             }
             results[how].append(row)
             print(json.dumps({how: row}), flush=True)
             active, waiting = waiting, active
-            if writer.poll() is not None:
-                print("the input was written to its end: fewer trials", file=sys.stderr)
-                break
     finally:
         writer.kill()
         for s in services.values():
@@ -194,11 +244,7 @@ def main() -> None:
                 s.proc.send_signal(signal.SIGCONT)
                 s.proc.kill()
         server.stop()
-    summary = {
-        how: {key: statistics.median(r[key] for r in rows) for key in ("detect_s", "open_s", "first_publication_s")}
-        for how, rows in results.items()
-        if rows
-    }
+    summary = {how: {key: median(r[key] for r in rows) for key in FIGURES} for how, rows in results.items() if rows}
     print(json.dumps({"settings": vars(args), "median": summary}, indent=2))
 
 

@@ -373,3 +373,40 @@ def test_latency_on_a_run_too_short_for_its_figures_prints_them_as_null_with_the
     assert set(doc["no_figure"]) >= {"p50", "p90", "p99", "max", "p50_first_third", "p50_last_third"}, doc
     assert "--warmup" in doc["no_figure"]["p50"], doc["no_figure"]
     assert re.search(r"^no p50: no transaction committed after the first 30s", out, re.M), out
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_standby_takeover_ends_when_the_input_is_published_before_its_trials(tmp_path):
+    """``bench/standby_takeover.py`` with a writer that is done (and its input published)
+    before the trials: it does not wait for a publication that cannot come (it waited
+    300 s, then failed); it measures what it can (the take-overs' ``detect_s`` and
+    ``open_s``), says once on stderr that the first publication is not measured, and
+    exits 0."""
+    args = (
+        "--trials 1 --transactions 20 --rate 1000000 --lease-seconds 3 --lease-renew-interval 1".split()
+        + "--lease-clock-skew 0.5 --standby-poll-interval 0.2 --flush-interval 0.2".split()
+    )
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "standby_takeover.py"), *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=bench_env(),
+        stdin=subprocess.DEVNULL,
+        timeout=600,
+    )
+    assert done.returncode == 0, f"exit {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
+    rows = [
+        json.loads(line)
+        for line in done.stdout.splitlines()
+        if line.startswith('{"kill"') or line.startswith('{"stop"')
+    ]
+    assert [next(iter(r)) for r in rows] == ["kill", "stop"], done.stdout
+    for row in (next(iter(r.values())) for r in rows):
+        assert row["detect_s"] >= 0 and row["open_s"] >= 0, row
+    assert rows[1]["stop"]["first_publication_s"] is None, rows  # (all of it published at the latest by the kill's)
+    said = [line for line in done.stderr.splitlines() if "measured without a first publication" in line]
+    assert len(said) == 1, done.stderr[-3000:]
+    median = whole_json(done.stdout)["median"]
+    assert median["stop"]["first_publication_s"] is None and median["stop"]["detect_s"] >= 0, median

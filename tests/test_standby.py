@@ -7,6 +7,7 @@ once, in order (plain Parquet and Delta)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import signal
@@ -20,6 +21,7 @@ import pytest
 from olr_buffer.simulate import simulate
 from olr_buffer.store import open_store
 from tests.contract_model import expected_changefeed
+from tests.s3_server import TcpProxy, start_moto
 from tests.test_changefeed_s3 import Service, assert_exact, cli, live_input, manifest_next, wait_published
 
 pytestmark = pytest.mark.e2e
@@ -197,19 +199,144 @@ def test_a_standby_without_a_holder_starts_at_once_and_shows_it_in_metrics(stage
     assert_exact(s3_uri, expected_changefeed(live), delta=False)
 
 
-def test_a_standby_stopped_while_it_waits_leaves_no_queue(staged, tmp_path, s3_uri):
+def test_a_standby_stopped_while_it_waits_leaves_no_queue_and_says_who_writes(staged, tmp_path, s3_uri):
+    """A standby stopped while it waits: exit 0, its new queue removed, and one closing
+    line that is true: it read and published nothing, and who writes the changefeed
+    (which holds every transaction, published by the active one), not that nothing was
+    published."""
     live = tmp_path / "live"
     assert live_input(staged, live).wait(timeout=120) == 0
     a = standby(live, tmp_path / "qa", s3_uri)
     try:
         a.wait_line("active now")
+        wait_published(s3_uri, expected_changefeed(live).committed)
         b = standby(live, tmp_path / "qb", s3_uri)
         b.wait_line(WAITING)
         assert b.stop() == 0, "\n".join(b.lines[-30:])
-        assert any("stopped while standing by" in line for line in b.lines), b.lines
+        closing = [line for line in b.lines if re.search(r"olr_buffer: stopped", line)]
+        assert len(closing) == 1, b.lines
+        assert re.search(
+            r" INFO olr_buffer: stopped cleanly while standing by: this standby read and published nothing; "
+            rf"the changefeed {re.escape(s3_uri)} is written by writer \w+ on \S+ "
+            rf"\(pid {a.proc.pid}, lease generation 1\)$",
+            closing[0],
+        ), closing[0]
+        assert not [line for line in b.lines if "nothing published yet" in line], b.lines
         assert not (tmp_path / "qb").exists()
     finally:
         assert a.stop() == 0
+
+
+def test_a_standby_whose_store_stops_answering_says_so_and_stops_cleanly(staged, tmp_path, s3_env, monkeypatch):
+    """The changefeed's store stops answering (its own moto server SIGSTOPped: connections
+    accepted, nothing answered) while a standby waits: within --store-timeout (2 s), not
+    after boto3's own time-outs (about 90 s), a WARNING says that the store does not
+    answer, which changefeed's lease it waits for and how often it looks; a SIGTERM then
+    stops it with one line, exit 0, no error."""
+    (tmp_path / "moto").mkdir()
+    server = start_moto(tmp_path / "moto")
+    cf = f"s3://{server.new_bucket()}/changefeed"
+    monkeypatch.setenv("AWS_ENDPOINT_URL", server.endpoint)
+    live = tmp_path / "live"
+    assert live_input(staged, live).wait(timeout=120) == 0
+    a = b = None
+    try:
+        a = standby(live, tmp_path / "qa", cf)
+        a.wait_line("active now")
+        b = standby(live, tmp_path / "qb", cf, "--store-timeout", "2")
+        seen = len(b.lines)
+        b.wait_line(WAITING)
+        os.kill(server.process.pid, signal.SIGSTOP)
+        b.wait_line(
+            r" WARNING olr_buffer\.store\.retry: the changefeed's store cannot be reached \(no answer to look at the "
+            rf"changefeed's lease at {re.escape(cf)} for [\d.]+ s\); retrying to look at the changefeed's lease at "
+            rf"{re.escape(cf)}, every 0\.1 s$",
+            since=seen,
+        )
+        b.proc.send_signal(signal.SIGTERM)
+        code = b.wait_stopped(60)
+        lines = "\n".join(b.lines)
+        assert code == 0, lines
+        closing = [line for line in b.lines if re.search(r"olr_buffer: stopped", line)]
+        assert len(closing) == 1, lines
+        assert re.search(
+            r" WARNING olr_buffer: stopped during start-up, before the changefeed was opened: its store does not "
+            rf"answer \(no answer to look at the changefeed's lease at {re.escape(cf)} for [\d.]+ s\); nothing was "
+            r"published or lost",
+            closing[0],
+        ), closing[0]
+        assert not any("Traceback" in line or " ERROR " in line or "error:" in line for line in b.lines), lines
+    finally:
+        os.kill(server.process.pid, signal.SIGCONT)
+        for s in (a, b):
+            if s is not None and s.proc.poll() is None:
+                s.stop(signal.SIGKILL)
+        server.stop()
+
+
+def test_a_standby_whose_store_cannot_be_reached_says_so_and_starts_once_it_answers(
+    staged, tmp_path, s3_env, monkeypatch
+):
+    """A standby started while the changefeed's store refuses connections (a proxy in front
+    of moto, down): one WARNING names the outage and the changefeed's lease it looks at,
+    and no line says that another writer holds the changefeed (nothing is known of one);
+    once the store answers, an INFO says so and, nobody holding the lease, it starts."""
+    proxy = TcpProxy(int(s3_env.endpoint.rsplit(":", 1)[1]))
+    live = tmp_path / "live"
+    assert live_input(staged, live).wait(timeout=120) == 0
+    cf = f"s3://{s3_env.new_bucket()}/changefeed"
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+    proxy.down()
+    a = None
+    try:
+        a = standby(live, tmp_path / "qa", cf)
+        a.wait_line(
+            r" WARNING olr_buffer\.store\.retry: the changefeed's store cannot be reached \(.*\); retrying to look at "
+            rf"the changefeed's lease at {re.escape(cf)}, every 0\.1 s$"
+        )
+        proxy.up()
+        a.wait_line(r" INFO olr_buffer\.store\.retry: the changefeed's store answers again after ")
+        a.wait_line(rf"standby: nobody writes the changefeed {re.escape(cf)}: starting at once")
+        a.wait_line("active now, lease generation 1")
+        wait_published(cf, expected_changefeed(live).committed)
+        assert a.stop() == 0, "\n".join(a.lines[-30:])
+        lines = "\n".join(a.lines)
+        assert sum("cannot be reached" in line for line in a.lines) == 1, lines
+        assert not [line for line in a.lines if "is written by" in line or "has ended" in line], lines
+        assert_exact(cf, expected_changefeed(live), delta=False)
+    finally:
+        if a is not None and a.proc.poll() is None:
+            a.stop(signal.SIGKILL)
+        proxy.down()
+
+
+def test_a_standby_stopped_while_its_store_cannot_be_reached_says_so(staged, tmp_path, s3_env, monkeypatch):
+    """A standby stopped between two looks at the lease while its store refuses
+    connections: exit 0, one closing line, true: it read and published nothing, and who
+    writes the changefeed is not known (not "nothing published yet", not a writer)."""
+    proxy = TcpProxy(int(s3_env.endpoint.rsplit(":", 1)[1]))
+    live = tmp_path / "live"
+    live.mkdir()
+    cf = f"s3://{s3_env.new_bucket()}/changefeed"
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+    proxy.down()
+    a = standby(live, tmp_path / "qa", cf, "--threads", "1,2", "--standby-poll-interval", "600")
+    try:
+        a.wait_line(r"the changefeed's store cannot be reached \(.*\); retrying to look at the changefeed's lease")
+        assert a.stop() == 0, "\n".join(a.lines[-30:])
+    finally:
+        if a.proc.poll() is None:
+            a.stop(signal.SIGKILL)
+        proxy.down()
+    closing = [line for line in a.lines if re.search(r"olr_buffer: stopped", line)]
+    assert len(closing) == 1, a.lines
+    assert re.search(
+        r" INFO olr_buffer: stopped cleanly while standing by: this standby read and published nothing; who writes "
+        rf"the changefeed {re.escape(cf)} is not known: its store cannot be reached$",
+        closing[0],
+    ), closing[0]
+    assert not any("Traceback" in line or " ERROR " in line or "error:" in line for line in a.lines), a.lines
+    assert not (tmp_path / "qa").exists()
 
 
 def stopped(service: Service, timeout: float = 120) -> None:

@@ -78,43 +78,39 @@ def _run_until_stopped(
     metrics: Metrics | None,
     hurry: threading.Event | None = None,
 ) -> RunSummary | None:
-    """The run; None if it was stopped before it began, while the changefeed's store did
-    not answer (one line says so)."""
+    """The run; None if it was stopped before it began: while it stood by, or while the
+    changefeed's store did not answer (one line says so)."""
     at = locate(source, options=source_options)
     opts = options or PipelineOptions()
     if opts.reader_processes is None:
         opts = replace(opts, reader_processes=True)
     if not os.path.exists(queue_dir):  # a run the source would refuse leaves nothing behind
         at.check_new_run(opts.threads)
+    # the changefeed's store calls of the whole run, a standby's looks at the lease included:
+    # a store that cannot be reached is waited for (until stopped), not a reason to stop
+    retry = OutageRetry(stop, timeout=opts.store_timeout_seconds, hurry=hurry)
     standby = None
     if opts.standby:  # it takes over what another queue wrote: as --adopt-changefeed
         opts = replace(opts, adopt_changefeed=True)
         role = role or ServiceRole()
         on_wait = metrics.standing_by if metrics is not None else None
-        retry = OutageRetry(stop, timeout=opts.store_timeout_seconds, hurry=hurry)
         standby = Standby(changefeed_dir, queue_dir, opts, stop, role, on_wait, retry)
     while True:
         if standby is not None and not standby.wait():
             if standby.unanswered is not None:
                 _stopped_opening(standby.unanswered)
                 return None
-            log.info("stopped while standing by")
-            return RunSummary()
+            standby.stopped()
+            return None
         try:
-            # a store that cannot be reached is waited for (until stopped), not a reason to stop
-            pipeline = Pipeline(
-                at,
-                queue_dir,
-                changefeed_dir,
-                opts,
-                retry=OutageRetry(stop, timeout=opts.store_timeout_seconds, hurry=hurry),
-            )
+            pipeline = Pipeline(at, queue_dir, changefeed_dir, opts, retry=retry)
         except WriterHeldError as exc:
             if standby is None:
                 raise
             standby.refused(exc)  # taken by another one meanwhile: stand by again
             if stop.wait(opts.standby_poll_seconds):
-                return RunSummary()
+                standby.stopped()
+                return None
             continue
         except StoreError as exc:
             if not (exc.retryable and stop.is_set()):

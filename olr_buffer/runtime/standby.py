@@ -32,13 +32,17 @@ log = logging.getLogger("olr_buffer")
 
 #: What a standby shows of its holder (the lease document holds more).
 _HOLDER_FIELDS = ("writer", "host", "pid", "generation", "owner")
+#: What a look at the lease that the store did not answer found: not known to be free.
+_UNKNOWN: dict = {}
 
 
 class Standby:
     """The wait of ``run --standby`` for the changefeed ``changefeed``, with the queue at
     ``queue_dir``; ``role`` is what it is, kept up to date (``on_wait(role)`` at every
-    look: metrics and health). ``retry``: its looks at the lease are given up as the
-    service's store calls are, once stopped (:meth:`OutageRetry.attempt`)."""
+    look: metrics and health). ``retry``: the service's, which watches its looks at the
+    lease as it does the service's store calls: a look unanswered for the store timeout,
+    or one that fails, is an outage (said, and said again when the store answers), and
+    once stopped a look is given up (:meth:`OutageRetry.attempt`)."""
 
     def __init__(
         self,
@@ -61,8 +65,7 @@ class Standby:
         self._waited = False  # another writer held the changefeed since the start
         self._ended: dict | None = None  # the ended lease of another service, found free
         self._recorded: tuple | None = None
-        self._unreachable = False
-        self.retry = retry
+        self.retry = retry or OutageRetry(stop, timeout=opts.store_timeout_seconds)
         #: a look at the lease that failed or was given up while stopping: why the wait ended
         self.unanswered: StoreError | None = None
 
@@ -98,7 +101,11 @@ class Standby:
                         )
                     queue.close()
                     return True
-                self.waiting(holder)
+                if holder is _UNKNOWN:  # the store did not answer (said as an outage): wait on
+                    if self.on_wait is not None:
+                        self.on_wait(self.role)
+                else:
+                    self.waiting(holder)
                 self.stop.wait(self.opts.standby_poll_seconds)
         except BaseException:
             queue.close()
@@ -108,29 +115,25 @@ class Standby:
         return False
 
     def _look(self, queue: LmdbQueue) -> dict | None:
-        """The lease of the writer that holds the changefeed, or None if it may be taken."""
+        """The lease of the writer that holds the changefeed, or None if it may be taken;
+        :data:`_UNKNOWN` if the store did not answer (the changefeed is not known to be free)."""
         if self._lease is None:
             queue_id = queue.meta(QUEUE_ID_KEY)
             self._lease = self.timing.lease(open_store(self.changefeed), owner=queue_id.decode() if queue_id else None)
         try:
-            lease = self._lease
-            if self.retry is not None:
-                holder = self.retry.attempt(lease.last_holder, "look at the changefeed's lease")
-            else:
-                holder = lease.last_holder()
+            # (a store that does not answer, or cannot be reached, is said by the retry: an outage)
+            holder = self.retry.attempt(
+                self._lease.last_holder,
+                f"look at the changefeed's lease at {self.changefeed}",
+                every=self.opts.standby_poll_seconds,
+            )
         except StoreError as exc:
             if not exc.retryable:
                 raise
             if self.stop.is_set():
                 self.unanswered = exc
                 return None
-            if not self._unreachable:
-                log.warning("standby: cannot look at the changefeed's lease (%s); looking again", exc)
-            self._unreachable = True
-            return self.role.holder or {}  # (not known to be free: wait on)
-        if self._unreachable:
-            log.info("standby: the changefeed's store answers again")
-        self._unreachable = False
+            return _UNKNOWN
         if holder is not None and not self._lease.holds(holder):
             # ended; another service's (not this queue's own, left by its last run): taken over
             owner = holder.get("owner")
@@ -188,6 +191,23 @@ class Standby:
             self.changefeed,
             f", lease generation {lease_generation}" if lease_generation is not None else "",
             extra={"changefeed": self.changefeed, "lease_generation": lease_generation, "role": ACTIVE},
+        )
+
+    def stopped(self) -> None:
+        """The service stopped while it stood by: its closing line (it read and published
+        nothing; who writes the changefeed, as far as it knows), its role no longer recorded."""
+        self.forget()
+        holder = self.role.holder if self._waited else None
+        if holder is not None:
+            writer = f"the changefeed {self.changefeed} is written by {self.role.describe_holder()}"
+        elif self.retry.outage_since is not None:
+            writer = f"who writes the changefeed {self.changefeed} is not known: its store cannot be reached"
+        else:
+            writer = f"it had not looked at the changefeed {self.changefeed} yet"
+        log.info(
+            "stopped cleanly while standing by: this standby read and published nothing; %s",
+            writer,
+            extra={"changefeed": self.changefeed, "holder": holder, "records": 0, "transactions": 0},
         )
 
     def forget(self) -> None:

@@ -12,7 +12,8 @@ a call that has not returned after that many seconds is an outage from then on, 
 counted at once by a watchdog thread, while the call goes on waiting for its answer or
 its timeout. The watchdog sees the calls of every thread: :meth:`OutageRetry.call`'s, and
 those a thread with retries of its own makes inside :meth:`OutageRetry.watched` (the
-lease's keepalive: the only calls of a service that has nothing to publish). A call
+lease's keepalive: the only calls of a service that has nothing to publish) or with
+:meth:`OutageRetry.attempt` (a standby's looks at the lease). A call
 inside another one of the same thread is timed with the outer one.
 
 A stop does not wait out the client's timeouts either: with ``timeout``, each call of
@@ -115,13 +116,16 @@ class OutageRetry:
                 self.retries += 1
                 delay = min(delay * 2, self.cap)
 
-    def attempt(self, fn: Callable[[], T], what: str) -> T:
-        """One try of ``fn()`` by a caller that retries on its own (a standby's look at the
-        lease): not retried, not watched, but given up as a try of :meth:`call` is once
-        ``stop`` is set (:class:`CallGivenUpError`)."""
+    def attempt(self, fn: Callable[[], T], what: str, every: float | None = None) -> T:
+        """One try of ``fn()`` by a caller that tries again on its own, ``every`` so many
+        seconds (a standby's look at the lease): not retried here, but watched as
+        :meth:`watched` does (an outage said once it has waited ``timeout``, or once it
+        fails), and given up as a try of :meth:`call` is once ``stop`` is set
+        (:class:`CallGivenUpError`)."""
         if self.given_up is not None:
             raise self.given_up
-        return self._run(fn, what)
+        with self.watched(what, every):
+            return self._run(fn, what)
 
     def _run(self, fn: Callable[[], T], what: str) -> T:
         """``fn()``; with ``timeout``, in another thread (:class:`_CallThread`), given up if it has not
@@ -159,7 +163,7 @@ class OutageRetry:
             with self._try(what, f"every {every:g} s" if every is not None else "again later"):
                 yield
         except StoreError as exc:
-            if exc.retryable:
+            if exc.retryable and not isinstance(exc, CallGivenUpError):  # (given up: not tried again)
                 self.retries += 1
             raise
 

@@ -246,3 +246,35 @@ def test_an_attempt_is_tried_once_and_given_up_as_a_call_is_once_stopped(stop):
         retry.attempt(lambda: tries.append("later"), "look at the changefeed's lease")
     assert tries == ["refused", "hung"]
     answer.set()
+
+
+def test_an_attempt_that_does_not_return_is_an_outage_while_it_waits(stop, caplog):
+    """A standby's look at the lease (:meth:`OutageRetry.attempt`) that the store does not
+    answer is said as an outage once it has waited the timeout, while it still waits
+    (not after the client's own time-outs), naming what waits and how it is tried again;
+    a failed look is an outage too, and a retry; the answer ends the outage."""
+    caplog.set_level(logging.INFO, "olr_buffer.store.retry")
+    retry = OutageRetry(stop, timeout=0.2)
+
+    def hung() -> str:  # answers only once the outage has been said
+        wait_until(lambda: retry.outages == 1, "no outage while the look waits")
+        return "holder"
+
+    assert retry.attempt(hung, "look at the changefeed's lease at s3://b/cf", every=1) == "holder"
+    assert retry.outages == 1 and retry.outage_seconds() == 0 and retry.retries == 0
+    said = [r.getMessage() for r in caplog.records]
+    assert said[0].startswith(
+        "the changefeed's store cannot be reached (no answer to look at the changefeed's lease at s3://b/cf for "
+    ), said
+    assert said[0].endswith("retrying to look at the changefeed's lease at s3://b/cf, every 1 s"), said
+    assert said[1].startswith("the changefeed's store answers again after "), said
+    refused = StoreUnreachableError("s3://b/cf/_olr_buffer/lease.json: cannot read: connection refused")
+
+    def fails() -> None:
+        raise refused
+
+    with pytest.raises(StoreUnreachableError):
+        retry.attempt(fails, "look at the changefeed's lease at s3://b/cf", every=1)
+    assert retry.outages == 2 and retry.retries == 1 and retry.outage_seconds() > 0
+    assert retry.attempt(lambda: None, "look at the changefeed's lease at s3://b/cf", every=1) is None
+    assert retry.outage_seconds() == 0
