@@ -44,6 +44,7 @@ cdef struct Cursor:
     const uint8_t* p
     Py_ssize_t i
     Py_ssize_t n
+    bint check_utf8  # (the second pass reads what the first one checked)
 
 
 # value kinds read by read_value
@@ -102,7 +103,7 @@ cdef int read_value(Cursor* c, int64_t* ival, Py_ssize_t* soff, Py_ssize_t* slen
         k = b & 0x1F
         if not need(c, <Py_ssize_t>k):
             return V_BAD
-        if not valid_utf8(c.p + c.i, <Py_ssize_t>k):
+        if c.check_utf8 and not valid_utf8(c.p + c.i, <Py_ssize_t>k):
             return V_BAD
         soff[0] = c.i
         slen[0] = <Py_ssize_t>k
@@ -140,7 +141,7 @@ cdef int read_value(Cursor* c, int64_t* ival, Py_ssize_t* soff, Py_ssize_t* slen
     if b == 0xD9 or b == 0xDA or b == 0xDB:  # str 8, 16, 32
         if not read_length(c, 1 << (b - 0xD9), &length):
             return V_BAD
-        if not valid_utf8(c.p + c.i, length):
+        if c.check_utf8 and not valid_utf8(c.p + c.i, length):
             return V_BAD
         soff[0] = c.i
         slen[0] = length
@@ -215,7 +216,8 @@ cdef int scan_pass(
     uint8_t** valid,
 ) noexcept nogil:
     """One pass over the records: 1 when they are all taken (the counts filled; with
-    ``write``, the buffers too), 0 when they are not."""
+    ``write``, the buffers too), 0 when they are not. The strings' UTF-8 is checked by the
+    pass without ``write``, which comes first over the same bytes."""
     cdef Cursor c
     cdef Py_ssize_t r, length, f, row = 0, soff = 0, slen = 0
     cdef int64_t ival = 0, code
@@ -224,6 +226,7 @@ cdef int scan_pass(
     c.p = p
     c.i = 0
     c.n = n
+    c.check_utf8 = not write
     for col in range(NCOLS):
         pos[col] = 0
     for r in range(count):
