@@ -318,7 +318,8 @@ def bench_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": path, "OLR_BENCH_NO_WAIT": "1", "PYTHONUNBUFFERED": "1"}
 
 
-def run_program(script: str, *args: str) -> str:
+def run_bench(script: str, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    """``bench/SCRIPT ARGS``, which must exit 0 within ``timeout`` seconds."""
     done = subprocess.run(
         [sys.executable, str(BENCH / script), *args],
         capture_output=True,
@@ -326,10 +327,14 @@ def run_program(script: str, *args: str) -> str:
         cwd=ROOT,
         env=bench_env(),
         stdin=subprocess.DEVNULL,
-        timeout=900,
+        timeout=timeout,
     )
     assert done.returncode == 0, f"{script} exit {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
-    return done.stdout
+    return done
+
+
+def run_program(script: str, *args: str) -> str:
+    return run_bench(script, *args).stdout
 
 
 def test_every_bench_program_is_run_or_said_why_not():
@@ -387,16 +392,7 @@ def test_standby_takeover_ends_when_the_input_is_published_before_its_trials(tmp
         "--trials 1 --transactions 20 --rate 1000000 --lease-seconds 3 --lease-renew-interval 1".split()
         + "--lease-clock-skew 0.5 --standby-poll-interval 0.2 --flush-interval 0.2".split()
     )
-    done = subprocess.run(
-        [sys.executable, str(BENCH / "standby_takeover.py"), *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=bench_env(),
-        stdin=subprocess.DEVNULL,
-        timeout=600,
-    )
-    assert done.returncode == 0, f"exit {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
+    done = run_bench("standby_takeover.py", *args, timeout=600)
     rows = [
         json.loads(line)
         for line in done.stdout.splitlines()
