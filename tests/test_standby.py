@@ -397,6 +397,46 @@ def test_a_service_stopped_past_its_lease_publishes_nothing_once_it_wakes(
     assert_exact(cf, expected_changefeed(live), delta=table_format == "delta")
 
 
+@pytest.mark.parametrize("published", [True, False], ids=["all-published", "no-input"])
+def test_an_idle_service_woken_past_its_lease_stops_as_fenced_without_new_input(staged, tmp_path, s3_uri, published):
+    """The input all published (or none at all: a changefeed it made, still empty), the
+    active one SIGSTOPped past its lease, the standby takes over; the old one, woken with
+    nothing new to publish, finds the lease taken at its next renewal and stops as a
+    fenced publication does: one line naming the new holder, exit 1, its queue kept
+    (restarted on it, it stands by), the new holder's lease and manifest left alone."""
+    live = tmp_path / "live"
+    if published:
+        assert live_input(staged, live).wait(timeout=120) == 0
+    else:
+        live.mkdir()
+    model = expected_changefeed(live)
+    cf = s3_uri
+    a = standby(live, tmp_path / "qa", cf, "--threads", "1,2")
+    b = None
+    try:
+        a.wait_line("active now, lease generation 1")
+        wait_published(cf, model.committed)
+        b = standby(live, tmp_path / "qb", cf, "--threads", "1,2")
+        assert int(b.wait_line(WAITING).group(2)) == a.proc.pid
+        a.proc.send_signal(signal.SIGSTOP)
+        assert int(b.wait_line(TAKEN_OVER, timeout=120).group(1)) == 2
+        a.proc.send_signal(signal.SIGCONT)
+        line = fenced(a)
+        assert f"changefeed taken over by writer {lease(cf)['writer']} " in line, line
+        assert f"(pid {b.proc.pid}, lease generation 2): this writer (lease generation 1) stops" in line, line
+        assert manifest_next(cf) == model.committed  # nothing published twice (none: the manifest is there)
+        assert lease(cf)["generation"] == 2 and lease(cf)["pid"] == b.proc.pid
+        a = standby(live, tmp_path / "qa", cf, "--threads", "1,2")
+        assert int(a.wait_line(WAITING).group(2)) == b.proc.pid
+        assert a.stop() == 0 and b.stop() == 0
+    finally:
+        for s in (a, b):
+            if s is not None and s.proc.poll() is None:
+                s.proc.send_signal(signal.SIGCONT)
+                s.stop(signal.SIGKILL)
+    assert_exact(cf, model, delta=False)
+
+
 @pytest.fixture(scope="module")
 def staged_long(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("standby-long-input") / "input"

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from ..dead_letters import BadRecordLog
 from ..errors import WriterHeldError
 from ..service.role import ServiceRole
+from ..sinks import CanBeTakenOver
 from ..sources import SourceAt, locate
 from ..store import CallGivenUpError, OutageRetry, StoreError
 from .assemble import Pipeline, RunSummary
@@ -196,8 +197,13 @@ def _follow_until_stopped(
     """The loop of :func:`follow`, then its clean stop: readers stopped at a block
     boundary, everything watermark-safe published, a last checkpoint."""
     opts, source, dispatcher, sink = p.options, p.source, p.dispatcher, p.sink
+    # an output taken over by another writer (its lease, found so by a renewal while
+    # nothing is published) stops the run as a fenced publication does
+    check_held = sink.check_held if isinstance(sink, CanBeTakenOver) else None
     last_scan = time.monotonic()
     while not stop.is_set() and source.error() is None:
+        if check_held is not None:
+            check_held()
         dispatcher.confirm_closed(source.closed_through())
         n = dispatcher.poll()
         p.tell_published()

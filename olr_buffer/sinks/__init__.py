@@ -8,6 +8,7 @@ from typing import Any
 
 from ..errors import EXIT_USAGE, OlrBufferError
 from .base import (
+    CanBeTakenOver,
     ChangefeedOwner,
     RecordsRunFrom,
     Sink,
@@ -50,6 +51,7 @@ def open_sink(kind: str, target: str, settings: SinkSettings, flags: Mapping[str
 __all__ = [
     "RecordsRunFrom",
     "TakesColumns",
+    "CanBeTakenOver",
     "KINDS",
     "ChangefeedOwner",
     "Sink",

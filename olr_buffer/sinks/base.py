@@ -195,6 +195,20 @@ class RecordsRunFrom(Protocol):
 
 
 @runtime_checkable
+class CanBeTakenOver(Protocol):
+    """Optional: a sink whose output another writer can take over while it runs (a lease
+    renewed in the background, which a standby takes over from a writer paused past it).
+    ``run`` calls :meth:`check_held` at each turn of its loop, so that a writer taken over
+    stops even while it has nothing to publish."""
+
+    def check_held(self) -> None:
+        """Raise the error a publication of this writer would now meet (the one-line
+        error naming who took the output over), if the sink found its output taken over;
+        otherwise nothing (no call to the output: it looks at what the sink knows)."""
+        ...
+
+
+@runtime_checkable
 class TakesColumns(Protocol):
     """Optional: a sink that takes rows as Arrow columns (``olr_buffer.changes.ROW_SCHEMA``,
     a row a row), as the dispatcher reads them back, without a Python list a row:

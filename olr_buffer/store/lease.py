@@ -23,6 +23,9 @@ The lease is a small JSON document (``_olr_buffer/lease.json`` by default)::
   (the queue's lock), so its holder is gone.
 - **Renew:** rewrite it with ``If-Match`` on the version this writer wrote last. If it
   has another version, another writer took it over: :class:`LeaseLostError`.
+- **While idle**, a keepalive thread renews it (:meth:`Lease.start_keepalive`); a
+  renewal that finds it taken over sets :attr:`Lease.taken_over`, which the writer looks
+  at between publications, so that a writer with nothing to publish stops too.
 - **Before each publish**, :meth:`Lease.ensure` renews the lease if half its time is
   gone and raises :class:`LeaseLostError` if it is lost. The holder counts its time on its
   own monotonic clock from *before* each write of the lease, so it stops publishing
@@ -162,6 +165,7 @@ class Lease:
         self._acquired = 0.0
         self._valid_until = 0.0  # on the monotonic clock
         self._lost: str | None = None  # why it is lost
+        self._taken_over = False  # a renewal found another writer's lease there
         self._guard = threading.RLock()
         self._keepalive: threading.Thread | None = None
         self._stop = threading.Event()
@@ -170,6 +174,12 @@ class Lease:
         #: outage even while nothing is published; an outage is then said there, not here
         self._watch = watch or (lambda what, every: nullcontext())
         self._watched = watch is not None
+
+    @property
+    def taken_over(self) -> bool:
+        """Whether a renewal (the keepalive's too: a writer with nothing to publish) found
+        the lease taken over by another writer; it stays so (the writer must stop)."""
+        return self._taken_over
 
     @property
     def held(self) -> bool:
@@ -310,6 +320,7 @@ class Lease:
         self.generation = generation
         self._valid_until = started + self.ttl
         self._lost = None
+        self._taken_over = False
 
     # -- keeping it ---------------------------------------------------------------------
 
@@ -323,6 +334,7 @@ class Lease:
                 written = self.store.replace_if(self.name, doc, self._etag or "")
             except (ObjectChangedError, ObjectNotFoundError):
                 if not self._own_renewal(started):
+                    self._taken_over = True
                     self._lose("taken over by another writer")
                 return
             self._held(doc, written.etag, started, self.generation)
@@ -359,7 +371,8 @@ class Lease:
 
     def start_keepalive(self) -> None:
         """Renew the lease every ``renew_seconds`` in a thread, so that an idle writer keeps
-        it; a loss is raised by the next :meth:`ensure`."""
+        it; a loss ends the thread, is raised by the next :meth:`ensure`, and a take-over
+        shows in :attr:`taken_over` (a writer with nothing to publish looks there)."""
         if self._keepalive is not None:
             return
         self._stop.clear()

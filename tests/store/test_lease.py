@@ -415,6 +415,38 @@ def test_the_keepalive_renews_at_the_interval_given(store):
         lease.release()
 
 
+def test_the_keepalive_of_an_idle_writer_finds_its_lease_taken_over(store):
+    """No publication, no ensure(): the keepalive's renewal finds another writer's lease
+    and says so in ``taken_over`` (the writer stops on it); a release then leaves the new
+    holder's lease alone."""
+    a = Lease(store, ttl=600, renew_seconds=0.05)
+    a.acquire()
+    a.start_keepalive()
+    try:
+        assert not a.taken_over
+        b = Clocks(wall=time.time() + 1000).lease(store, ttl=60, skew=5)  # (a's lease expired, for b)
+        b.acquire()
+        assert b.generation == 2
+        deadline = time.monotonic() + 60
+        while not a.taken_over:
+            assert time.monotonic() < deadline, "the keepalive did not find the lease taken over"
+            time.sleep(0.02)
+        assert not a.held
+        with pytest.raises(LeaseLostError, match="taken over by another writer"):
+            a.ensure()
+    finally:
+        a.release()
+    doc = lease_doc(store)
+    assert doc["writer"] == b.writer_id and not doc["released"]
+
+
+def test_a_released_lease_is_not_taken_over(store):
+    lease = Lease(store, ttl=60)
+    lease.acquire()
+    lease.release()
+    assert not lease.taken_over
+
+
 def test_a_renewal_interval_not_below_the_lease_is_refused(store):
     with pytest.raises(ValueError, match="renew_seconds"):
         Lease(store, ttl=10, renew_seconds=10)

@@ -69,7 +69,7 @@ import pyarrow.parquet as pq
 from ...changes import CHANGEFEED_OP, Commit, CommitKey, RowFieldsError, rows_to_columns, schema_version
 from ...errors import OlrBufferError
 from ...faults import fault_point
-from ...store import Lease, LeaseTiming, OutageRetry, StoreError, WriterFencedError
+from ...store import Lease, LeaseTiming, OutageRetry, StoreError, WriterFencedError, fenced_error
 from ..base import ChangefeedOwner, SinkFigures, SinkOpening
 from . import delta_table, iceberg_table, tables
 from .errors import ChangefeedCorruptError, ChangefeedError, ChangefeedOwnerError
@@ -619,6 +619,14 @@ class ChangefeedWriter:
 
     def pending_since(self) -> float | None:
         return self.buffered_since if self._file_rows else None
+
+    def check_held(self) -> None:
+        """:class:`WriterFencedError` once a renewal of the lease (its keepalive's, while
+        nothing is published) found it taken over: the error a publication would meet,
+        naming the new holder (from the lease). See :class:`~olr_buffer.sinks.base.CanBeTakenOver`."""
+        lease = self._lock
+        if isinstance(lease, Lease) and lease.taken_over:
+            raise fenced_error(self.location.store, self.location.where(), lease.generation)
 
     def figures(self) -> SinkFigures:
         r = self.retry
@@ -1227,6 +1235,8 @@ class ChangefeedWriter:
         if lock is None:
             return
         unused = remove_if_unused and self.created and self.files_published == 0 and self.next_tx_seq == 0
+        if isinstance(lock, Lease) and lock.taken_over:
+            unused = False  # (the changefeed is the new holder's now: its manifest, its lease)
         try:
             if unused and self._table_created and not self._given_up():
                 self._remove_table()
