@@ -7,7 +7,9 @@ file; a new sequence file starts where the staged one did (log switch); some lin
 written in two parts with a pause between (a reader must not take half a line). At the
 end every thread gets an ``lwn`` at the highest SCN, so the service can publish all.
 With ``--tm-now``, every record's ``tm`` is replaced by the time it is written (latency
-measurements).
+measurements). With ``--allow-file PATH``, the writer writes no more records than the
+number in that file (read again whenever it gets there): a test sets how much input a
+step of it may take, whatever the machine's load.
 """
 
 from __future__ import annotations
@@ -26,10 +28,13 @@ from pathlib import Path
 _NAME = re.compile(r"^redo_([0-9]+)_([0-9]+)\.jsonl$")
 
 
-def start_live_writer(staged: str | Path, live: str | Path, rate: float, seed: int | None = None) -> subprocess.Popen:
+def start_live_writer(
+    staged: str | Path, live: str | Path, rate: float, seed: int | None = None, allow_file: str | Path | None = None
+) -> subprocess.Popen:
     """This writer as a process (``python -m tests.live_writer``), from the repository's root."""
     seeded = [] if seed is None else ["--seed", str(seed)]
-    cmd = [sys.executable, "-m", "tests.live_writer", str(staged), str(live), "--rate", str(rate), *seeded]
+    gated = [] if allow_file is None else ["--allow-file", str(allow_file)]
+    cmd = [sys.executable, "-m", "tests.live_writer", str(staged), str(live), "--rate", str(rate), *seeded, *gated]
     return subprocess.Popen(cmd, cwd=Path(__file__).resolve().parents[1])
 
 
@@ -50,7 +55,15 @@ def staged_streams(staged: str) -> dict[int, list[tuple[int, bytes]]]:
     return out
 
 
-def play(staged: str, live: str, rate: float, seed: int, tm_now: bool = False) -> None:
+def _allowed(path: str) -> int:
+    try:
+        with open(path) as fh:
+            return int(fh.read().strip() or 0)
+    except (FileNotFoundError, ValueError):  # (not written yet, or being written)
+        return 0
+
+
+def play(staged: str, live: str, rate: float, seed: int, tm_now: bool = False, allow_file: str | None = None) -> None:
     rng = random.Random(seed)
     os.makedirs(live, exist_ok=True)
     streams = staged_streams(staged)
@@ -63,7 +76,12 @@ def play(staged: str, live: str, rate: float, seed: int, tm_now: bool = False) -
     handles: dict[int, tuple[int, object]] = {}
     max_scn = 0
     start = time.monotonic()
+    allowed = -1 if allow_file is None else 0
     for n, ((scn, _sub, t), s, rec, line) in enumerate(heapq.merge(*(keyed(t) for t in streams))):
+        while 0 <= allowed <= n:
+            time.sleep(0.02)
+            allowed = _allowed(allow_file)  # type: ignore[arg-type]
+            start = time.monotonic() - n / rate  # (the rate counts from where it was let go)
         cur = handles.get(t)
         if cur is None or cur[0] != s:
             if cur is not None:
@@ -96,8 +114,9 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=5000.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--tm-now", action="store_true")
+    ap.add_argument("--allow-file")
     a = ap.parse_args()
-    play(a.staged, a.live, a.rate, a.seed, a.tm_now)
+    play(a.staged, a.live, a.rate, a.seed, a.tm_now, a.allow_file)
 
 
 if __name__ == "__main__":

@@ -324,10 +324,11 @@ def run_args(p: dict, live: Path, *extra: Any) -> list[Any]:
     ]
 
 
-def live_input(staged: Path, live: Path, rate: float | None = None) -> subprocess.Popen:
+def live_input(staged: Path, live: Path, rate: float | None = None, allow_file: Path | None = None) -> subprocess.Popen:
     """The staged workload written into ``live`` as a capture process would (an ``lwn``
-    on every thread at the end: everything can be published)."""
-    return start_live_writer(staged, live, rate or 1e9, seed=5)
+    on every thread at the end: everything can be published); ``allow_file``: how many
+    records it may write so far (see ``tests.live_writer``)."""
+    return start_live_writer(staged, live, rate or 1e9, seed=5, allow_file=allow_file)
 
 
 def manifest_next(uri: str) -> int:

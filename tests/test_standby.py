@@ -29,6 +29,7 @@ pytestmark = pytest.mark.e2e
 #: A short lease, so that a take-over of a hung service takes a few seconds.
 LEASE = ("--lease-seconds", "2", "--lease-renew-interval", "0.5", "--lease-clock-skew", "0.5")
 TAKEN_OVER = r"standby: took over the changefeed .*: active now, lease generation (\d+)"
+STEP = 400  # records the input writer may write at a time in the take-over turns
 WAITING = r"standby: the changefeed .* is written by writer (\w+) on \S+ \(pid (\d+)"
 
 
@@ -89,6 +90,16 @@ def wait_more(cf: str, than: int, timeout: float = 120) -> int:
         assert time.monotonic() < deadline, f"the changefeed holds {n} transactions, not more than {than}"
         time.sleep(0.05)
     return n
+
+
+def let_write(allow: Path, cf: str, allowed: int) -> int:
+    """Let the input writer write ``STEP`` records more and wait until the active service
+    publishes more; the records it may now write."""
+    published = manifest_next(cf)
+    allowed += STEP
+    allow.write_text(str(allowed))
+    wait_more(cf, published)
+    return allowed
 
 
 def finish(writer: subprocess.Popen | None, live: Path, cf: str, *services: Service) -> None:
@@ -455,7 +466,13 @@ def test_ten_take_overs_back_and_forth_keep_the_changefeed_one_replay(staged_lon
     live.mkdir()
     cf = s3_uri
     queues = {"a": tmp_path / "qa", "b": tmp_path / "qb"}
-    writer = live_input(staged_long, live, rate=60)  # (minutes of input: ten turns fit on a loaded machine)
+    # the writer writes STEP more records of the ~7,000 at each wait for a publication
+    # (13 of them): however slowly the services go on a loaded machine, ten turns never
+    # reach the input's end
+    allow = tmp_path / "allow"
+    allow.write_text("0")
+    allowed = 0
+    writer = live_input(staged_long, live, rate=100, allow_file=allow)
     services = {"a": standby(live, queues["a"], cf, "--table-format", table_format, "--threads", "1,2")}
     generation = 1
     try:
@@ -465,7 +482,7 @@ def test_ten_take_overs_back_and_forth_keep_the_changefeed_one_replay(staged_lon
         active, waiting = "a", "b"
         for turn in range(10):
             assert writer.poll() is None, f"the input was written to its end after {turn} take-overs"
-            wait_more(cf, manifest_next(cf))  # the active one publishes
+            allowed = let_write(allow, cf, allowed)  # the active one publishes
             old = services[active]
             how = ("kill", "stop", "term")[turn % 3]
             # the input is written while a service runs, paused while none does (the
@@ -485,7 +502,7 @@ def test_ten_take_overs_back_and_forth_keep_the_changefeed_one_replay(staged_lon
             generation += 1
             assert int(m.group(1)) == generation, (turn, how)
             if how == "stop":
-                wait_more(cf, manifest_next(cf))
+                allowed = let_write(allow, cf, allowed)
                 old.proc.send_signal(signal.SIGCONT)
                 fenced(old)
             writer.send_signal(signal.SIGSTOP)  # (and while the old one starts again)
@@ -494,6 +511,7 @@ def test_ten_take_overs_back_and_forth_keep_the_changefeed_one_replay(staged_lon
             writer.send_signal(signal.SIGCONT)
             active, waiting = waiting, active
         assert writer.poll() is None, "the input was written to its end before the tenth take-over"
+        allow.write_text(str(10**9))
         finish(writer, live, cf, services[waiting], services[active])
     finally:
         writer.send_signal(signal.SIGCONT)
