@@ -11,14 +11,21 @@ the rows from the plan.
 The plan: a transaction of one thread without compensation records has its rows in row
 order in the queue already; they are those of its records, up to its commit SCN (rows
 after it are at the end of its run, since a thread's SCNs do not decrease: late, dropped).
-The others (several threads, or compensation) have their own rows worked out from their
-records (``transaction_rows``). Where every row is published as read, the plan is empty
-and the rows go as they are; otherwise it lists the pieces to put together: ranges of the
-rows as read, between such transactions, and each one's own rows.
+One of several threads without compensation records has its rows among those read, in
+another order: each thread's rows up to its commit SCN, merged by ``(scn, sub)``, a
+thread's before a higher thread's at the same ones (the order ``transaction_rows`` gives,
+for a thread's rows are in the queue in the order of their ``(sequence, line)``); read as
+columns, they are taken from the columns in that order (:meth:`ColumnRows.merged`), read as
+lists, worked out as the rest. The rest (compensation) have their own rows worked out
+from their records (``transaction_rows``). Where every row is published as read, the plan
+is empty and the rows go as they are; otherwise it lists the pieces to put together:
+ranges of the rows as read, between such transactions, the rows of each merged one (their
+numbers among the rows read) and each one's own rows.
 """
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable, Sequence
 from itertools import accumulate, chain, compress
 from operator import itemgetter
@@ -36,8 +43,9 @@ _code_of = itemgetter(CODE)
 #: per transaction: (thread, first, end) of its records among the batch's, or, for one of
 #: several threads, (None, [(thread, first, end) per thread], None)
 Span = tuple
-#: a piece of the rows published: (start, stop) of the rows as read, or a transaction's own rows
-Piece = tuple[int, int] | list[list]
+#: a piece of the rows published: (start, stop) of the rows as read, the numbers of some of
+#: them (a merged transaction's, in its order), or a transaction's own rows
+Piece = tuple[int, int] | array | list[list]
 #: what the sink gets a transaction: (xid, key, tm, thread or each row's, rows)
 TxEntry = tuple[str, CommitKey, int | None, int | list[int], int]
 
@@ -102,11 +110,6 @@ def read_runs(runs: list[tuple[int, int, int]], get: Callable[[int], Block]) -> 
     return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
-def own_rows(txn: OpenTransaction, span: Span) -> bool:
-    """Whether ``txn`` has rows of its own to work out (several threads, compensation)."""
-    return span[0] is None or txn.compensations > 0
-
-
 class BatchRows(Protocol):
     """The rows among a batch's records, as one reading of them gives them."""
 
@@ -161,6 +164,23 @@ class ColumnRows:
         self.data = data
         self.cum = list(accumulate(cols.flags, initial=0))
         self._scns: list[int] | None = None
+        self._subs: list[int] | None = None
+
+    def merged(self, ranges: list[tuple[int, int, int]], c_scn: int) -> tuple[array, list[int], int]:
+        """The rows of a transaction of several threads without compensation, committed
+        at ``c_scn``, whose rows are ``ranges`` (``(thread, start, stop)`` among the rows
+        read, in thread order): the numbers of those at or below ``c_scn``, in the order
+        of their ``(scn, sub)``, then their thread's, then as read; each one's thread; how
+        many were above ``c_scn`` (late, dropped)."""
+        if self._scns is None:
+            self._scns = self.batch.column("scn").to_pylist()
+        if self._subs is None:
+            self._subs = self.batch.column("sub").to_pylist()
+        scns, subs = self._scns, self._subs
+        items = [(scns[i], subs[i], t, i) for t, a, b in ranges for i in range(a, b) if scns[i] <= c_scn]
+        items.sort()
+        late = sum(b - a for _, a, b in ranges) - len(items)
+        return array("q", [item[3] for item in items]), [item[2] for item in items], late
 
     def last_scns(self, rows: list[int]) -> list[int]:
         if not rows:
@@ -183,6 +203,8 @@ class ColumnRows:
             return batch
         own = [p for p in pieces if isinstance(p, list)]
         own_batch = rows_to_columns(list(chain.from_iterable(own))) if own else None
+        if any(type(p) is array for p in pieces):
+            return self._taken(pieces, own_batch)
         out = []
         k = 0
         for p in pieces:
@@ -194,6 +216,26 @@ class ColumnRows:
                 out.append(own_batch.slice(k, len(p)))
                 k += len(p)
         return pa.concat_batches(out) if out else batch.slice(0, 0)
+
+    def _taken(self, pieces: list[Piece], own_batch: pa.RecordBatch | None) -> pa.RecordBatch:
+        """The pieces, some of them rows by their numbers, in one take: of the rows read,
+        followed by the own rows (``own_batch``) if there are any."""
+        batch = self.batch
+        n = batch.num_rows
+        rows = array("q")
+        k = n  # the next own row, after the rows read
+        for p in pieces:
+            if type(p) is tuple:
+                rows.extend(range(p[0], p[1]))
+            elif type(p) is array:
+                rows.extend(p)
+            else:
+                rows.extend(range(k, k + len(p)))
+                k += len(p)
+        if own_batch is not None:
+            batch = pa.concat_batches([batch, own_batch])
+        taken = pa.Array.from_buffers(pa.int64(), len(rows), [None, pa.py_buffer(rows)])
+        return batch.take(taken)
 
 
 def plan_batch(
@@ -216,7 +258,20 @@ def plan_batch(
     txs: list[TxEntry] = []
     pieces: list[Piece] = []
     done = late = empty = 0  # done: rows before this are in pieces
+    merged = getattr(rows, "merged", None)  # (ColumnRows: several threads' rows taken as read)
     for (txn, key), (thread, a, b) in zip(batch, spans):
+        if thread is None and merged is not None and not txn.compensations:
+            ra, rb = cum[a[0][1]], cum[a[-1][2]]
+            taken, threads, lost = merged([(t, cum[x], cum[y]) for t, x, y in a], key[0])
+            late += lost
+            pieces.append((done, ra))
+            done = rb
+            if taken:
+                txs.append((txn.xid, key, txn.end_tm, threads, len(taken)))
+                pieces.append(taken)
+            else:
+                empty += 1
+            continue
         if thread is None or txn.compensations:
             thread_spans = a if thread is None else ((thread, a, b),)
             ra, rb = cum[thread_spans[0][1]], cum[thread_spans[-1][2]]

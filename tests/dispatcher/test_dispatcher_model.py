@@ -127,19 +127,21 @@ def _records(rows) -> list[list]:
 
 
 @st.composite
-def workloads(draw) -> dict[int, list[dict]]:
+def workloads(draw, rollbacks: bool = True, home: int = 3, min_threads: int = 1) -> dict[int, list[dict]]:
     """Per thread, its records in order: transactions interleaved, some distributed, with
-    ``lwn`` and ``close`` records here and there."""
-    n_threads = draw(st.integers(1, 4))
+    ``lwn`` and ``close`` records here and there. ``rollbacks``: some rows rolled back
+    (compensation records); ``home``: a row is on its transaction's home thread ``home``
+    times in ``home + 1``, on any thread else."""
+    n_threads = draw(st.integers(min_threads, 4))
     streams = []
     for i in range(draw(st.integers(0, 10))):
         xid = f"0x{i:04x}.001.00000001"
-        home = draw(st.integers(1, n_threads))
+        home_thread = draw(st.integers(1, n_threads))
         events = []
         if draw(st.integers(0, 9)) > 0:
-            events.append((home, {"op": "begin", "xid": xid}))
+            events.append((home_thread, {"op": "begin", "xid": xid}))
         for _ in range(draw(st.integers(0, 6))):
-            thread = home if draw(st.integers(0, 3)) else draw(st.integers(1, n_threads))
+            thread = home_thread if draw(st.integers(0, home)) else draw(st.integers(1, n_threads))
             op = draw(st.sampled_from(["insert", "update", "delete", "ddl"]))
             rec = {"op": op, "xid": xid, "owner": "HR", "table": draw(st.sampled_from(["EMP", "DEPT"]))}
             if op == "ddl":
@@ -151,13 +153,13 @@ def workloads(draw) -> dict[int, list[dict]]:
                     rec["before"] = {"ID": draw(st.integers(0, 3))}
                 if op != "delete":
                     rec["after"] = {"ID": draw(st.integers(0, 3)), "N": "é"}
-                if draw(st.integers(0, 4)) == 0:
+                if rollbacks and draw(st.integers(0, 4)) == 0:
                     rec["rollback"] = True
             events.append((thread, rec))
         end = draw(st.sampled_from(["commit", "commit", "commit", "rollback", None]))
         if end:
             # the end may be on another thread than the begin (distributed transactions)
-            end_thread = home if draw(st.integers(0, 2)) else draw(st.integers(1, n_threads))
+            end_thread = home_thread if draw(st.integers(0, 2)) else draw(st.integers(1, n_threads))
             events.append((end_thread, {"op": end, "xid": xid, "tm": 1_700_000_000_000_000_000 + i}))
             if draw(st.integers(0, 4)) == 0:  # a row after the end: late (ignored) unless at the end's SCN
                 events.append(
@@ -274,6 +276,57 @@ def test_dispatcher_matches_model_whatever_the_interleaving(workload, per_file, 
             assert sink.batches == 0
         if not columns:
             assert not hasattr(sink, "column_rows")
+
+
+@given(
+    workload=workloads(rollbacks=False, home=1, min_threads=2),
+    per_file=st.integers(1, 6),
+    block_records=_BLOCK_RECORDS,
+    data=st.data(),
+)
+def test_transactions_of_several_threads_are_taken_from_the_columns_in_the_models_order(
+    workload, per_file, block_records, data
+):
+    """Without compensation records, a transaction of several threads is published from
+    the rows read as columns, taken in its order (late rows of any thread dropped): every
+    row reaches the sink as columns, the changefeed is the model's, and the counts are
+    those of the same run read back as lists."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        write_input(root, workload, per_file)
+        expected = expected_changefeed(root)
+        found = scan(str(root))
+        blocks = _thread_blocks(root, found, block_records)
+        # the interleaving and the polls, drawn once for both runs: (thread, polls or 0)
+        steps = []
+        left = {t: len(b) for t, b in blocks.items() if b}
+        while left:
+            thread = data.draw(st.sampled_from(sorted(left)))
+            left[thread] -= 1
+            if not left[thread]:
+                del left[thread]
+            steps.append((thread, data.draw(st.integers(1, 3)) if data.draw(st.booleans()) else 0))
+
+        def run(sink):
+            queue = MemoryQueue()
+            dispatcher = Dispatcher(queue, sink, sorted(found))
+            taken = {t: 0 for t in blocks}
+            for thread, polls in steps:
+                queue.append(blocks[thread][taken[thread]])
+                taken[thread] += 1
+                if polls:
+                    dispatcher.poll(max_blocks=polls)
+            while dispatcher.poll():
+                pass
+            dispatcher.publish_ready(INFINITE_SCN)
+            return dispatcher.totals()
+
+        sink, lists = ColumnListSink(), BatchListSink()
+        stats = run(sink)
+        assert_changefeed_equal(sink.rows, expected.rows)
+        assert sink.column_rows == len(sink.rows)
+        assert stats == run(lists) and sink.rows == lists.rows
+        assert stats.published == expected.committed and stats.empty == expected.empty
 
 
 @given(
