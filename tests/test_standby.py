@@ -243,7 +243,8 @@ def test_a_standby_whose_store_stops_answering_says_so_and_stops_cleanly(staged,
     accepted, nothing answered) while a standby waits: within --store-timeout (2 s), not
     after boto3's own time-outs (about 90 s), a WARNING says that the store does not
     answer, which changefeed's lease it waits for and how often it looks; a SIGTERM then
-    stops it with one line, exit 0, no error."""
+    stops it with one line, exit 0, no error: a standby's closing line (not one of a
+    start-up), with the writer it last saw and the look it gave up."""
     (tmp_path / "moto").mkdir()
     server = start_moto(tmp_path / "moto")
     cf = f"s3://{server.new_bucket()}/changefeed"
@@ -271,9 +272,10 @@ def test_a_standby_whose_store_stops_answering_says_so_and_stops_cleanly(staged,
         closing = [line for line in b.lines if re.search(r"olr_buffer: stopped", line)]
         assert len(closing) == 1, lines
         assert re.search(
-            r" WARNING olr_buffer: stopped during start-up, before the changefeed was opened: its store does not "
-            rf"answer \(no answer to look at the changefeed's lease at {re.escape(cf)} for [\d.]+ s\); nothing was "
-            r"published or lost",
+            r" WARNING olr_buffer: stopped cleanly while standing by: this standby read and published nothing; the "
+            rf"changefeed {re.escape(cf)} is written by writer \w+ on \S+ \(pid {a.proc.pid}, lease generation 1\) "
+            r"as last seen; its store does not answer \(no answer to look at the changefeed's lease at "
+            rf"{re.escape(cf)} for [\d.]+ s\)$",
             closing[0],
         ), closing[0]
         assert not any("Traceback" in line or " ERROR " in line or "error:" in line for line in b.lines), lines

@@ -15,7 +15,7 @@ from ..errors import WriterHeldError
 from ..service.role import ServiceRole
 from ..sinks import CanBeTakenOver
 from ..sources import SourceAt, locate
-from ..store import CallGivenUpError, OutageRetry, StoreError
+from ..store import OutageRetry, StoreError, store_state
 from .assemble import Pipeline, RunSummary
 from .options import PipelineOptions
 from .running import running
@@ -98,9 +98,6 @@ def _run_until_stopped(
         standby = Standby(changefeed_dir, queue_dir, opts, stop, role, on_wait, retry)
     while True:
         if standby is not None and not standby.wait():
-            if standby.unanswered is not None:
-                _stopped_opening(standby.unanswered)
-                return None
             standby.stopped()
             return None
         try:
@@ -245,11 +242,10 @@ def _stopped_opening(exc: StoreError) -> None:
     given up, see :class:`~olr_buffer.store.OutageRetry`) or not reached: nothing was
     read or published, the queue holds what it held (a new one is removed). One line
     says so."""
-    why = f"does not answer ({exc})" if isinstance(exc, CallGivenUpError) else f"cannot be reached ({exc})"
     log.warning(
         "stopped during start-up, before the changefeed was opened: its store %s; nothing was published or "
         "lost, the next start begins where this one would have",
-        why,
+        store_state(exc),
         extra={"error": str(exc)},
     )
 
@@ -263,7 +259,7 @@ def _stop_without_store(p: Pipeline, exc: StoreError) -> int:
     p.sink.abandon()
     figures = p.sink.figures()
     left = figures.transactions_dropped
-    why = f"does not answer ({exc})" if isinstance(exc, CallGivenUpError) else f"cannot be reached ({exc})"
+    why = store_state(exc)
     lease = ""
     if figures.lease_expiry is not None:
         ttl, skew = figures.lease_expiry

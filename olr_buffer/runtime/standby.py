@@ -23,7 +23,7 @@ from ..errors import WriterHeldError
 from ..fsutil import unlink_quietly
 from ..service.logs import iso_time
 from ..service.role import ACTIVE, ROLE_FILE, STANDBY, ServiceRole, describe_holder, write_role
-from ..store import Lease, LeaseTiming, OutageRetry, StoreError, open_store
+from ..store import Lease, LeaseTiming, OutageRetry, StoreError, open_store, store_state
 from ..txbuffer import LmdbQueue
 from ..txbuffer.metadata import QUEUE_ID_KEY
 from .options import PipelineOptions
@@ -195,19 +195,26 @@ class Standby:
 
     def stopped(self) -> None:
         """The service stopped while it stood by: its closing line (it read and published
-        nothing; who writes the changefeed, as far as it knows), its role no longer recorded."""
+        nothing; who writes the changefeed, as far as it knows; a look at the lease the
+        stop gave up, unanswered), its role no longer recorded."""
         self.forget()
         holder = self.role.holder if self._waited else None
+        cf = self.changefeed
         if holder is not None:
-            writer = f"the changefeed {self.changefeed} is written by {self.role.describe_holder()}"
+            writer = f"the changefeed {cf} is written by {self.role.describe_holder()}"
+            if self.unanswered is not None:
+                writer += f" as last seen; its store {store_state(self.unanswered)}"
+        elif self.unanswered is not None:
+            writer = f"who writes the changefeed {cf} is not known: its store {store_state(self.unanswered)}"
         elif self.retry.outage_since is not None:
-            writer = f"who writes the changefeed {self.changefeed} is not known: its store cannot be reached"
+            writer = f"who writes the changefeed {cf} is not known: its store cannot be reached"
         else:
-            writer = f"it had not looked at the changefeed {self.changefeed} yet"
-        log.info(
+            writer = f"it had not looked at the changefeed {cf} yet"
+        log.log(
+            logging.INFO if self.unanswered is None else logging.WARNING,
             "stopped cleanly while standing by: this standby read and published nothing; %s",
             writer,
-            extra={"changefeed": self.changefeed, "holder": holder, "records": 0, "transactions": 0},
+            extra={"changefeed": cf, "holder": holder, "records": 0, "transactions": 0},
         )
 
     def forget(self) -> None:

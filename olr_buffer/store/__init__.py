@@ -20,6 +20,7 @@ from .errors import (
     StoreError,
     StoreUnreachableError,
     error_in_text,
+    store_state,
 )
 from .lease import Lease, LeaseHeldError, LeaseLostError, LeaseTiming, WriterFencedError, fenced_error
 from .retry import OutageRetry
@@ -45,6 +46,7 @@ __all__ = [
     "fenced_error",
     "is_remote",
     "open_store",
+    "store_state",
 ]
 
 #: URI scheme -> the store class ("module:Class", imported when first used: boto3 loads

@@ -53,6 +53,12 @@ class CallGivenUpError(StoreUnreachableError):
     a kill at that instant)."""
 
 
+def store_state(exc: StoreError) -> str:
+    """What a failed call says of its store, in words, to follow "its store": ``does not
+    answer (...)`` for a call given up, ``cannot be reached (...)`` else."""
+    return f"does not answer ({exc})" if isinstance(exc, CallGivenUpError) else f"cannot be reached ({exc})"
+
+
 class StoreAccessError(StoreError):
     """The store refused: bad or missing credentials, access denied, no such bucket, the
     wrong region, or a store that lacks what olr-buffer needs. Retrying does not help."""
