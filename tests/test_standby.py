@@ -22,7 +22,7 @@ from olr_buffer.simulate import simulate
 from olr_buffer.store import open_store
 from tests.contract_model import expected_changefeed
 from tests.s3_server import TcpProxy, start_moto
-from tests.test_changefeed_s3 import Service, assert_exact, cli, live_input, manifest_next, wait_published
+from tests.test_changefeed_s3 import Service, assert_exact, cli, live_input, manifest_next, metric, wait_published
 
 pytestmark = pytest.mark.e2e
 
@@ -242,7 +242,8 @@ def test_a_standby_whose_store_stops_answering_says_so_and_stops_cleanly(staged,
     """The changefeed's store stops answering (its own moto server SIGSTOPped: connections
     accepted, nothing answered) while a standby waits: within --store-timeout (2 s), not
     after boto3's own time-outs (about 90 s), a WARNING says that the store does not
-    answer, which changefeed's lease it waits for and how often it looks; a SIGTERM then
+    answer, which changefeed's lease it waits for and how often it looks, and its metrics
+    show the outage; a SIGTERM then
     stops it with one line, exit 0, no error: a standby's closing line (not one of a
     start-up), with the writer it last saw and the look it gave up."""
     (tmp_path / "moto").mkdir()
@@ -255,9 +256,11 @@ def test_a_standby_whose_store_stops_answering_says_so_and_stops_cleanly(staged,
     try:
         a = standby(live, tmp_path / "qa", cf)
         a.wait_line("active now")
-        b = standby(live, tmp_path / "qb", cf, "--store-timeout", "2")
+        b = standby(live, tmp_path / "qb", cf, "--store-timeout", "2", "--metrics-port", "0")
+        port = int(b.wait_line(r"metrics on http://127\.0\.0\.1:(\d+)/metrics").group(1))
         seen = len(b.lines)
         b.wait_line(WAITING)
+        assert metric(port, "store_outages_total") == 0 and metric(port, "standby") == 1
         os.kill(server.process.pid, signal.SIGSTOP)
         b.wait_line(
             r" WARNING olr_buffer\.store\.retry: the changefeed's store cannot be reached \(no answer to look at the "
@@ -265,6 +268,9 @@ def test_a_standby_whose_store_stops_answering_says_so_and_stops_cleanly(staged,
             rf"{re.escape(cf)}, every 0\.1 s$",
             since=seen,
         )
+        # the standby's metrics show the outage while its look waits
+        assert metric(port, "store_outages_total") == 1 and metric(port, "store_outage_seconds") > 0
+        assert metric(port, "standby") == 1
         b.proc.send_signal(signal.SIGTERM)
         code = b.wait_stopped(60)
         lines = "\n".join(b.lines)

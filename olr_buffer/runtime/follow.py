@@ -90,6 +90,8 @@ def _run_until_stopped(
     # the changefeed's store calls of the whole run, a standby's looks at the lease included:
     # a store that cannot be reached is waited for (until stopped), not a reason to stop
     retry = OutageRetry(stop, timeout=opts.store_timeout_seconds, hurry=hurry)
+    if metrics is not None:
+        metrics.watch_store(retry)
     standby = None
     if opts.standby:  # it takes over what another queue wrote: as --adopt-changefeed
         opts = replace(opts, adopt_changefeed=True)

@@ -87,6 +87,12 @@ class Metrics:
         self._last = now
         return True
 
+    def watch_store(self, retry) -> None:
+        """The run's :class:`~olr_buffer.store.OutageRetry`, from its start: its figures
+        (``olr_buffer_store_*``) are shown from then on, a standby's too."""
+        with self._lock:
+            self._retry = retry
+
     def update(self, figures: RunFigures, role=None) -> None:
         """The service's figures; ``role``: a :class:`~.role.ServiceRole` of ``run
         --standby``, shown too."""
@@ -96,7 +102,8 @@ class Metrics:
             families.extend(_role_families(role, figures.lease_generation, figures.lease_seconds_left))
         with self._lock:
             self._families = families
-            self._retry = figures.retry
+            if figures.retry is not None:
+                self._retry = figures.retry
 
     def standing_by(self, role) -> None:
         """A standby waits (no pipeline yet): its role, the holder and its lease's end."""
@@ -108,20 +115,12 @@ class Metrics:
     def text(self) -> bytes:
         with self._lock:
             families, retry = self._families, self._retry
+        if retry is not None:  # the store's, fresh: a loop blocked in a call does not update them
+            store = list(_store_families(retry))
+            names = {f.name for f in store}
+            families = [f for f in families or [build_info()] if f.name not in names] + store
         if families is None:
             return b"# no data yet\n"
-        if retry is not None:  # (numbers other threads may read at any time)
-            fresh = {
-                "olr_buffer_store_outages": retry.outages,
-                "olr_buffer_store_retries": retry.retries,
-                "olr_buffer_store_outage_seconds": round(retry.outage_seconds(), 3),
-            }
-            families = [
-                metric_family(f.name.removeprefix("olr_buffer_"), f.type, f.documentation, [((), fresh[f.name])])
-                if f.name in fresh
-                else f
-                for f in families
-            ]
         return _render(families)
 
     def health(self) -> tuple[bool, dict]:
@@ -318,6 +317,18 @@ _SCALARS = (
         "clock_ahead",
     ),
 )
+
+
+_STORE_SCALARS = tuple(s for s in _SCALARS if s[3].startswith("store_"))
+
+
+def _store_families(retry):
+    """The figures of the store's outages, read now (numbers other threads may change at
+    any time; each read once)."""
+    now = {"store_outages": retry.outages, "store_retries": retry.retries}
+    now["store_outage_seconds"] = round(retry.outage_seconds(), 3)
+    for name, kind, text, figure in _STORE_SCALARS:
+        yield metric_family(name, kind, text, [((), now[figure])])
 
 
 def _families(f: RunFigures):
