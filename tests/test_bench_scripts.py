@@ -56,20 +56,17 @@ LEFT_OUT = {"benchlib.py", "spark_replay.py"}
 
 
 def last_json(out: str) -> dict:
-    """The last line of ``out`` that is a JSON object."""
+    """The last line of ``out`` that is a JSON object, parsed as strict JSON: ``NaN``
+    and ``Infinity``, which Python's json writes and reads but no JSON parser has to
+    (jq, a dashboard), are refused."""
     for line in reversed(out.strip().splitlines()):
         if line.startswith("{"):
-            return json.loads(line)
+            return _strict(line)
     raise AssertionError(f"no JSON line in:\n{out[-3000:]}")
 
 
-def strict_json(out: str) -> dict:
-    """The last JSON line of ``out``, parsed as strict JSON: ``NaN`` and ``Infinity``,
-    which Python's json writes and reads but no JSON parser has to, are refused."""
-    for line in reversed(out.strip().splitlines()):
-        if line.startswith("{"):
-            return json.loads(line, parse_constant=_not_json)
-    raise AssertionError(f"no JSON line in:\n{out[-3000:]}")
+def _strict(text: str) -> dict:
+    return json.loads(text, parse_constant=_not_json)
 
 
 def _not_json(constant: str) -> None:
@@ -77,12 +74,13 @@ def _not_json(constant: str) -> None:
 
 
 def whole_json(out: str) -> dict:
-    """The JSON document that ends ``out``, on one line or indented over several."""
+    """The JSON document that ends ``out``, on one line or indented over several (strict
+    JSON, as :func:`last_json`)."""
     lines = out.strip().splitlines()
     for i in reversed(range(len(lines))):
         if lines[i].startswith("{"):
             try:
-                return json.loads("\n".join(lines[i:]))
+                return _strict("\n".join(lines[i:]))
             except json.JSONDecodeError:
                 continue
     raise AssertionError(f"no JSON document at the end of:\n{out[-3000:]}")
@@ -146,7 +144,7 @@ def check_restart_cost(out: str, tmp: Path) -> None:
 
 
 def check_run_all(out: str, tmp: Path) -> None:
-    results = json.loads((tmp / "results.json").read_text())
+    results = _strict((tmp / "results.json").read_text())
     has(results, "machine", "input")
     assert "LmdbQueue vs diskcache.Deque durable" in out, out[-3000:]
 
@@ -190,7 +188,7 @@ def check_mirror(out: str, tmp: Path) -> None:
 
 
 def check_latency(out: str, tmp: Path) -> None:
-    doc = has(strict_json(out), "p50", "p99", "rate", "records", "transactions", "backlog_tx", "no_figure")
+    doc = has(last_json(out), "p50", "p99", "rate", "records", "transactions", "backlog_tx", "no_figure")
     assert doc["records"] > 0 and doc["transactions"] > 0, doc
 
 
@@ -201,7 +199,7 @@ def check_olr_source(out: str, tmp: Path) -> None:
 
 
 def check_serve_throughput(out: str, tmp: Path) -> None:
-    doc = json.loads((tmp / "serve.json").read_text())
+    doc = _strict((tmp / "serve.json").read_text())
     assert doc, doc
     assert re.search(r"^serve to a receiver\s+[\d.]+\s+[\d.]+\s+[\d,]+ mess", out, re.M), out
 
@@ -372,7 +370,7 @@ def test_latency_on_a_run_too_short_for_its_figures_prints_them_as_null_with_the
     work.mkdir()
     args = "--rate 2000 --seconds 1 --warmup 30 --flush-interval 0.2 --json".split()
     out = run_program("latency.py", *args, "--stage-cache", str(work))
-    doc = has(strict_json(out), "p50", "p99", "max", "p50_first_third", "records", "transactions", "no_figure")
+    doc = has(last_json(out), "p50", "p99", "max", "p50_first_third", "records", "transactions", "no_figure")
     assert doc["records"] > 0 and doc["transactions"] == 0, doc
     assert doc["p50"] is None and doc["p99"] is None and doc["p50_first_third"] is None, doc
     assert set(doc["no_figure"]) >= {"p50", "p90", "p99", "max", "p50_first_third", "p50_last_third"}, doc
@@ -394,9 +392,7 @@ def test_standby_takeover_ends_when_the_input_is_published_before_its_trials(tmp
     )
     done = run_bench("standby_takeover.py", *args, timeout=600)
     rows = [
-        json.loads(line)
-        for line in done.stdout.splitlines()
-        if line.startswith('{"kill"') or line.startswith('{"stop"')
+        _strict(line) for line in done.stdout.splitlines() if line.startswith('{"kill"') or line.startswith('{"stop"')
     ]
     assert [next(iter(r)) for r in rows] == ["kill", "stop"], done.stdout
     for row in (next(iter(r.values())) for r in rows):
