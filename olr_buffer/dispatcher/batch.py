@@ -260,22 +260,15 @@ def plan_batch(
     done = late = empty = 0  # done: rows before this are in pieces
     merged = getattr(rows, "merged", None)  # (ColumnRows: several threads' rows taken as read)
     for (txn, key), (thread, a, b) in zip(batch, spans):
-        if thread is None and merged is not None and not txn.compensations:
-            ra, rb = cum[a[0][1]], cum[a[-1][2]]
-            taken, threads, lost = merged([(t, cum[x], cum[y]) for t, x, y in a], key[0])
-            late += lost
-            pieces.append((done, ra))
-            done = rb
-            if taken:
-                txs.append((txn.xid, key, txn.end_tm, threads, len(taken)))
-                pieces.append(taken)
-            else:
-                empty += 1
-            continue
         if thread is None or txn.compensations:
             thread_spans = a if thread is None else ((thread, a, b),)
             ra, rb = cum[thread_spans[0][1]], cum[thread_spans[-1][2]]
-            kept, threads = transaction_rows([(t, rows.records(x, y)) for t, x, y in thread_spans], key[0])
+            kept: Piece
+            if thread is None and merged is not None and not txn.compensations:  # taken by number
+                kept, threads, lost = merged([(t, cum[x], cum[y]) for t, x, y in thread_spans], key[0])
+                late += lost
+            else:  # rows of its own
+                kept, threads = transaction_rows([(t, rows.records(x, y)) for t, x, y in thread_spans], key[0])
             pieces.append((done, ra))
             done = rb
             if kept:

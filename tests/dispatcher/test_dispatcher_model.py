@@ -237,11 +237,7 @@ def test_dispatcher_matches_model_whatever_the_interleaving(workload, per_file, 
     """Also with a sink that takes rows as columns."""
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        write_input(root, workload, per_file)
-        expected = expected_changefeed(root)
-
-        found = scan(str(root))
-        blocks = _thread_blocks(root, found, block_records)
+        expected, found, blocks = staged(root, workload, per_file, block_records)
 
         queue = MemoryQueue()
         sink = ColumnListSink() if columns else BatchListSink()
@@ -295,10 +291,7 @@ def test_transactions_of_several_threads_are_taken_from_the_columns_in_the_model
     workload = data.draw(workloads(rollbacks=rollbacks, home=1, min_threads=2))
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        write_input(root, workload, per_file)
-        expected = expected_changefeed(root)
-        found = scan(str(root))
-        blocks = _thread_blocks(root, found, block_records)
+        expected, found, blocks = staged(root, workload, per_file, block_records)
         # the interleaving and the polls, drawn once for both runs: (thread, polls or 0)
         steps = []
         left = {t: len(b) for t, b in blocks.items() if b}
@@ -347,10 +340,7 @@ def test_retention_drops_exactly_the_abandoned_transactions(workload, per_file, 
     nothing abandoned is held any more."""
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        write_input(root, workload, per_file)
-        expected = expected_changefeed(root)
-        found = scan(str(root))
-        blocks = _thread_blocks(root, found, block_records)
+        expected, found, blocks = staged(root, workload, per_file, block_records)
 
         queue = MemoryQueue()
         sink = ColumnListSink() if columns else BatchListSink()
@@ -407,6 +397,14 @@ def restarted(dispatcher: Dispatcher, queue, sink, threads) -> Dispatcher:
     fresh.restore(state)
     assert fresh.checkpoint_state() == state
     return fresh
+
+
+def staged(root: Path, workload: dict[int, list[dict]], per_file: int, block_records: int):
+    """``workload`` written under ``root``: the model's changefeed of it, its threads'
+    files (``scan``) and each thread's blocks (:func:`_thread_blocks`)."""
+    write_input(root, workload, per_file)
+    found = scan(str(root))
+    return expected_changefeed(root), found, _thread_blocks(root, found, block_records)
 
 
 def _thread_blocks(root: Path, found: dict, block_records: int) -> dict[int, list[list[bytes]]]:
