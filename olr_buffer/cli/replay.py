@@ -182,9 +182,10 @@ def _replay_on_spark(
     def session():
         from pyspark.sql import SparkSession
 
-        builder = SparkSession.builder.appName("olr-buffer replay")
-        if show:  # the steps' lines, not Spark's progress bar rewritten over them
-            builder = builder.config("spark.ui.showConsoleProgress", "false")
+        # Spark's console progress bar off: with progress, the steps' lines stand in its place
+        # (it would rewrite itself over them); with --no-progress, the user asked for none,
+        # and a slow stage rewrites the bar every 200 ms into a log file or a pipe.
+        builder = SparkSession.builder.appName("olr-buffer replay").config("spark.ui.showConsoleProgress", "false")
         if master is not None:
             builder = builder.master(master)
         if master is None or master.startswith("local"):

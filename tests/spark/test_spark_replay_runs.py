@@ -53,11 +53,19 @@ def published_files(cf: Path) -> int:
     return len(changefeed_files(cf)) if cf.is_dir() else 0
 
 
-def wait_until(what: str, cond, proc: subprocess.Popen, timeout: float = 180.0) -> None:
+def wait_until(what: str, cond, proc: subprocess.Popen, timeout: float = 180.0, err: Path | None = None) -> None:
+    """Wait for ``cond``; ``err`` is the file of the process's stderr, whose end a failure
+    shows (read from a file: a pipe nobody reads until the end blocks a chatty child)."""
+
+    def said() -> str:
+        if err is not None:
+            return err.read_text(errors="replace")[-2000:]
+        return proc.communicate()[1][-2000:] if proc.poll() is not None else "(its stderr is read at its end)"
+
     deadline = time.monotonic() + timeout
     while not cond():
-        assert proc.poll() is None, f"exited ({proc.returncode}) before {what}: {proc.communicate()[1][-2000:]}"
-        assert time.monotonic() < deadline, f"not {what} within {timeout}s"
+        assert proc.poll() is None, f"exited ({proc.returncode}) before {what}: {said()}"
+        assert time.monotonic() < deadline, f"not {what} within {timeout}s; its stderr ends: {said()}"
         time.sleep(0.05)
 
 
@@ -70,12 +78,15 @@ def test_driver_killed_mid_job_then_the_same_command(tmp_path, table_format):
     simulate(tmp_path / "in", threads=3, transactions=150, seed=21, records_per_file=300)
     replay(str(tmp_path / "in"), str(tmp_path / "q1"), str(tmp_path / "cf1"), PipelineOptions())
     expected = load_changefeed(tmp_path / "cf1")
-    cmd = spark_replay_cmd(tmp_path, "--table-format", table_format, "--no-progress", "--no-sync")
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=_env(), start_new_session=True
-    )
+    # with the steps' lines: the time of each is in the error if it is too slow
+    cmd = spark_replay_cmd(tmp_path, "--table-format", table_format, "--no-sync")
+    err = tmp_path / "driver.err"
+    with open(err, "wb") as to_err:
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.DEVNULL, stderr=to_err, cwd=ROOT, env=_env(), start_new_session=True
+        )
     try:
-        wait_until("two files published", lambda: published_files(tmp_path / "cf") >= 2, proc)
+        wait_until("two files published", lambda: published_files(tmp_path / "cf") >= 2, proc, 600.0, err)
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=60)
     finally:
@@ -85,8 +96,13 @@ def test_driver_killed_mid_job_then_the_same_command(tmp_path, table_format):
     killed_at = len(load_changefeed(tmp_path / "cf"))
     assert 0 < killed_at < len(expected), "the kill came before or after the publication"
 
-    done = subprocess.run(cmd + ["--json"], capture_output=True, text=True, cwd=ROOT, env=_env(), timeout=600)
+    done = subprocess.run(
+        cmd + ["--no-progress", "--json"], capture_output=True, text=True, cwd=ROOT, env=_env(), timeout=600
+    )
     assert done.returncode == 0, done.stderr[-3000:]
+    # the killed driver said its steps; neither run drew Spark's progress bar
+    assert "] read 14 log file(s)" in err.read_text() and "[Stage " not in err.read_text()
+    assert "[Stage " not in done.stderr and "] read " not in done.stderr
     summary = json.loads(done.stdout)
     assert summary["already_published"] > 0
     got = load_changefeed(tmp_path / "cf")
