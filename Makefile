@@ -10,7 +10,7 @@ DEMO   ?= demo-data
 venv: $(VENV)/.installed
 
 # setup.py and the .pyx: the install compiles the readers' loops and the read-back step (pip rebuilds them when they change)
-$(VENV)/.installed: setup.cfg pyproject.toml setup.py olr_buffer/sources/redo/linescan.pyx olr_buffer/sources/postgres/tuplescan.pyx olr_buffer/changes/recscan.pyx olr_buffer/_cython/utf8.pxd
+$(VENV)/.installed: setup.cfg pyproject.toml setup.py olr_buffer/sources/redo/linescan.pyx olr_buffer/sources/postgres/tuplescan.pyx olr_buffer/changes/recscan.pyx olr_buffer/dispatcher/batchscan.pyx olr_buffer/_cython/utf8.pxd
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[spark,test]'

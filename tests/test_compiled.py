@@ -1,7 +1,7 @@
 """``olr_buffer.compiled``: the one loader of the compiled parts, which ``--version`` and
 each part's pure-Python fallback go by (the parts' own tests: ``tests/cli/test_version.py``,
 ``tests/sources/redo/test_compiled.py``, ``tests/sources/postgres/test_tuplescan.py``,
-``tests/test_changes_columns.py``)."""
+``tests/test_changes_columns.py``, ``tests/dispatcher/test_batchscan.py``)."""
 
 from __future__ import annotations
 

@@ -19,12 +19,13 @@ def _show_version(ctx: click.Context, _param: click.Parameter, value: bool) -> N
     if not value or ctx.resilient_parsing:
         return
     from ..changes import READ_BACK_STEP
+    from ..dispatcher import BATCH_STEP
     from ..sources.postgres import INSERT_STEP  # (here: the PostgreSQL reader is not loaded otherwise)
     from ..sources.redo import READER_LOOP
 
     click.echo(
         f"olr-buffer, version {__version__} (redo reader loop: {READER_LOOP}; PostgreSQL insert step: "
-        f"{INSERT_STEP}; read-back to columns: {READ_BACK_STEP})"
+        f"{INSERT_STEP}; read-back to columns: {READ_BACK_STEP}; dispatcher batch step: {BATCH_STEP})"
     )
     ctx.exit()
 

@@ -34,6 +34,7 @@ from typing import Protocol
 import pyarrow as pa
 
 from ..changes import CODE, ROW_CODES, SCN, CommitKey, RowColumns, decode_records, rows_to_columns
+from ..compiled import load_compiled
 from ..txbuffer import Block
 from .transaction import OpenTransaction
 
@@ -50,7 +51,7 @@ Piece = tuple[int, int] | array | list[list]
 TxEntry = tuple[str, CommitKey, int | None, int | list[int], int]
 
 
-def batch_spans(
+def python_batch_spans(
     batch: Sequence[tuple[OpenTransaction, CommitKey]],
 ) -> tuple[list[tuple[int, int, int]], list[Span], int]:
     """Where the records of ``batch``'s transactions are: the runs of records to read,
@@ -97,7 +98,7 @@ def batch_spans(
     return runs, spans, a
 
 
-def read_runs(runs: list[tuple[int, int, int]], get: Callable[[int], Block]) -> bytes:
+def python_read_runs(runs: list[tuple[int, int, int]], get: Callable[[int], Block]) -> bytes:
     """The encoded records of ``runs``, joined (``get``: a block by its queue index)."""
     blocks: dict[int, Block] = {}
     parts: list[bytes] = []
@@ -108,6 +109,19 @@ def read_runs(runs: list[tuple[int, int, int]], get: Callable[[int], Block]) -> 
             block = blocks[index] = get(index)
         append(block.span(start, stop))
     return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+#: the compiled module (``batchscan.pyx``), or None; and the batch step in words
+#: (``olr-buffer --version``)
+BATCHSCAN, BATCH_STEP = load_compiled(f"{__package__}.batchscan", "batch step")
+#: where the transactions' records are (runs to read, spans, count): compiled, or the reference
+batch_spans: Callable[
+    [Sequence[tuple[OpenTransaction, CommitKey]]], tuple[list[tuple[int, int, int]], list[Span], int]
+] = BATCHSCAN.batch_spans if BATCHSCAN is not None else python_batch_spans
+#: the runs' records joined: compiled, or the reference
+read_runs: Callable[[list[tuple[int, int, int]], Callable[[int], Block]], bytes] = (
+    BATCHSCAN.read_runs if BATCHSCAN is not None else python_read_runs
+)
 
 
 class BatchRows(Protocol):

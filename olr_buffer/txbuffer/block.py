@@ -136,6 +136,13 @@ class Block:
         o = self._offsets
         return self._raw[self._base + o[start] : self._base + o[stop]]
 
+    def buffers(self) -> tuple[bytes, array, int]:
+        """The decoded bytes, the offsets (``array("I")``, ``count + 1`` of them) and where
+        the records start: record ``i`` is ``raw[base + offsets[i] : base + offsets[i + 1]]``
+        (for code that joins the spans of many blocks in one pass, as the dispatcher's
+        compiled batch step does; :meth:`span` is one of them)."""
+        return self._raw, self._offsets, self._base
+
     @property
     def nbytes(self) -> int:
         """The memory its decoded bytes take."""
