@@ -2,7 +2,8 @@
 why its pure-Python reference runs instead.
 
 Each compiled part (the redo reader's loop, the PostgreSQL reader's insert step, the
-read-back of rows to columns, the dispatcher's batch step) has a pure-Python reference that gives the same results.
+read-back of rows to columns, the dispatcher's batch step) has a pure-Python reference
+that gives the same results.
 :func:`load_compiled` gives the compiled module, or None where it was not built (no C
 compiler at install) or ``OLR_BUFFER_PURE_PYTHON=1`` is set (tests, benchmarks); with the
 step in words, as ``olr-buffer --version`` shows it.

@@ -8,9 +8,9 @@ reference (``python_batch_spans``, ``python_read_runs``), and the tests hold the
 the same results, and the same errors, on any input.
 
 They matter where transactions are many and their records scattered: with 5,000
-transactions open at once, each record of a tiny transaction is a group of its own, and
-the pure-Python loops spent about 1 µs a record (9 % of the dispatch stage's instructions
-on narrow-tiny-3t-open5000, 4 % on narrow-tiny-3t).
+transactions open at once, each record of a tiny transaction is a group of its own.
+Compiled, they take 10.5 % off the dispatch stage's instructions on
+narrow-tiny-3t-open5000 and 4.3 % on narrow-tiny-3t (bench/log/2026-11-29-batch-step.md).
 """
 
 from cpython cimport array
