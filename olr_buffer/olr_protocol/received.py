@@ -123,6 +123,8 @@ _any = msgspec.json.Decoder().decode
 
 def _not_json(exc: msgspec.DecodeError) -> MessageError:
     reason = str(exc)
+    if "UTF-8" in reason:  # msgspec 0.23 says "Invalid UTF-8 encoded string"; older ones raised UnicodeDecodeError
+        return _not_utf8()
     if reason.startswith("JSON is malformed: "):
         reason = reason[len("JSON is malformed: ") :]
     return MessageError(f"not valid JSON ({reason})")
